@@ -1,0 +1,266 @@
+//! IPv4 (RFC 791) as RoCEv2 uses it: a 20-byte header, no options, no
+//! fragments, protocol UDP.
+
+use crate::bytes::{be16, fold_checksum, ones_complement_sum, put16};
+use crate::error::{need, Error, Layer, Result};
+use std::net::Ipv4Addr;
+
+mod field {
+    pub const VER_IHL: usize = 0;
+    pub const TOS: usize = 1;
+    pub const LEN: usize = 2;
+    pub const IDENT: usize = 4;
+    pub const FLAGS_FRAG: usize = 6;
+    pub const TTL: usize = 8;
+    pub const PROTOCOL: usize = 9;
+    pub const CHECKSUM: usize = 10;
+    pub const SRC: usize = 12;
+    pub const DST: usize = 16;
+}
+
+pub const HEADER_LEN: usize = 20;
+pub const PROTOCOL_UDP: u8 = 17;
+const FLAG_DF: u16 = 0x4000;
+const FLAG_MF: u16 = 0x2000;
+const FRAG_OFFSET: u16 = 0x1FFF;
+
+/// A zero-copy view of an IPv4 header.
+#[derive(Debug, Clone, Copy)]
+pub struct Ipv4Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv4Packet<T> {
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Ipv4Packet { buffer }
+    }
+
+    /// Validates version, header length, total length against the buffer,
+    /// the absence of fragmentation and the header checksum.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let p = Self::new_unchecked(buffer);
+        let b = p.buffer.as_ref();
+        need(Layer::Ipv4, b, HEADER_LEN)?;
+        if p.version() != 4 {
+            return Err(Error::Ipv4BadVersion(p.version()));
+        }
+        let hl = p.header_len();
+        if hl < HEADER_LEN {
+            return Err(Error::Ipv4BadHeaderLen(hl));
+        }
+        if hl > HEADER_LEN {
+            return Err(Error::Ipv4Options);
+        }
+        let total = p.total_len() as usize;
+        if total < hl || total > b.len() {
+            return Err(Error::Ipv4BadTotalLen {
+                total,
+                have: b.len(),
+            });
+        }
+        if p.more_frags() || p.frag_offset() != 0 {
+            return Err(Error::Ipv4Fragment);
+        }
+        let expected = p.compute_checksum();
+        if expected != p.checksum() {
+            return Err(Error::Ipv4BadChecksum {
+                found: p.checksum(),
+                expected,
+            });
+        }
+        Ok(p)
+    }
+
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VER_IHL] >> 4
+    }
+    pub fn header_len(&self) -> usize {
+        ((self.buffer.as_ref()[field::VER_IHL] & 0x0F) as usize) * 4
+    }
+    pub fn dscp(&self) -> u8 {
+        self.buffer.as_ref()[field::TOS] >> 2
+    }
+    pub fn ecn(&self) -> u8 {
+        self.buffer.as_ref()[field::TOS] & 3
+    }
+    pub fn total_len(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::LEN)
+    }
+    pub fn ident(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::IDENT)
+    }
+    pub fn dont_frag(&self) -> bool {
+        be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_DF != 0
+    }
+    pub fn more_frags(&self) -> bool {
+        be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_MF != 0
+    }
+    pub fn frag_offset(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FRAG_OFFSET
+    }
+    pub fn ttl(&self) -> u8 {
+        self.buffer.as_ref()[field::TTL]
+    }
+    pub fn protocol(&self) -> u8 {
+        self.buffer.as_ref()[field::PROTOCOL]
+    }
+    pub fn checksum(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::CHECKSUM)
+    }
+    pub fn src(&self) -> Ipv4Addr {
+        let b = self.buffer.as_ref();
+        Ipv4Addr::new(
+            b[field::SRC],
+            b[field::SRC + 1],
+            b[field::SRC + 2],
+            b[field::SRC + 3],
+        )
+    }
+    pub fn dst(&self) -> Ipv4Addr {
+        let b = self.buffer.as_ref();
+        Ipv4Addr::new(
+            b[field::DST],
+            b[field::DST + 1],
+            b[field::DST + 2],
+            b[field::DST + 3],
+        )
+    }
+
+    /// The header checksum this header should carry.
+    pub fn compute_checksum(&self) -> u16 {
+        header_checksum(&self.buffer.as_ref()[..HEADER_LEN])
+    }
+
+    /// The bytes after the header, up to the total length.
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.header_len()..self.total_len() as usize]
+    }
+}
+
+fn header_checksum(h: &[u8]) -> u16 {
+    let acc = ones_complement_sum(0, &h[..field::CHECKSUM]);
+    fold_checksum(ones_complement_sum(
+        acc,
+        &h[field::CHECKSUM + 2..HEADER_LEN],
+    ))
+}
+
+/// The parsed form of an IPv4 header. The protocol is always UDP; the total
+/// length and checksum are derived on emit.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Ipv4Repr {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    /// Differentiated services code point (6 bits).
+    pub dscp: u8,
+    /// ECN codepoint (2 bits): 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
+    pub ecn: u8,
+    pub ident: u16,
+    pub dont_frag: bool,
+    pub ttl: u8,
+}
+
+impl Ipv4Repr {
+    pub fn parse<T: AsRef<[u8]>>(p: &Ipv4Packet<T>) -> Result<Ipv4Repr> {
+        if p.protocol() != PROTOCOL_UDP {
+            return Err(Error::NotUdp(p.protocol()));
+        }
+        Ok(Ipv4Repr {
+            src: p.src(),
+            dst: p.dst(),
+            dscp: p.dscp(),
+            ecn: p.ecn(),
+            ident: p.ident(),
+            dont_frag: p.dont_frag(),
+            ttl: p.ttl(),
+        })
+    }
+
+    /// Writes a 20-byte header for a datagram of `payload_len` bytes.
+    pub fn emit(&self, buf: &mut [u8], payload_len: usize) {
+        let h = &mut buf[..HEADER_LEN];
+        h[field::VER_IHL] = 0x45;
+        h[field::TOS] = (self.dscp << 2) | (self.ecn & 3);
+        put16(h, field::LEN, (HEADER_LEN + payload_len) as u16);
+        put16(h, field::IDENT, self.ident);
+        put16(
+            h,
+            field::FLAGS_FRAG,
+            if self.dont_frag { FLAG_DF } else { 0 },
+        );
+        h[field::TTL] = self.ttl;
+        h[field::PROTOCOL] = PROTOCOL_UDP;
+        put16(h, field::CHECKSUM, 0);
+        h[field::SRC..field::SRC + 4].copy_from_slice(&self.src.octets());
+        h[field::DST..field::DST + 4].copy_from_slice(&self.dst.octets());
+        let c = header_checksum(h);
+        put16(h, field::CHECKSUM, c);
+    }
+}
+
+/// Where the ICRC masks fields of an IPv4 header (RoCEv2 A17.4.3.1): TOS,
+/// TTL and the header checksum are replaced by ones.
+pub(crate) fn icrc_mask(h: &mut [u8]) {
+    h[field::TOS] = 0xFF;
+    h[field::TTL] = 0xFF;
+    h[field::CHECKSUM] = 0xFF;
+    h[field::CHECKSUM + 1] = 0xFF;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The IPv4 header of the known-good CNP from the issue.
+    const CNP_IP: [u8; 20] = [
+        0x45, 0x89, 0x00, 0x3C, 0x98, 0xC6, 0x40, 0x00, 0x20, 0x11, 0x69, 0x27, 0x16, 0x16, 0x16,
+        0x08, 0x16, 0x16, 0x16, 0x07,
+    ];
+
+    #[test]
+    fn parse_and_emit_known_header() {
+        let mut frame = [0u8; 60];
+        frame[..20].copy_from_slice(&CNP_IP);
+        let p = Ipv4Packet::new_checked(&frame[..]).unwrap();
+        let r = Ipv4Repr::parse(&p).unwrap();
+        assert_eq!(r.dscp, 34);
+        assert_eq!(r.ecn, 1);
+        assert_eq!(r.ttl, 0x20);
+        assert!(r.dont_frag);
+        let mut out = [0u8; 20];
+        r.emit(&mut out, 40);
+        assert_eq!(out, CNP_IP);
+    }
+
+    #[test]
+    fn refuses_bad_headers() {
+        let mut frame = [0u8; 60];
+        frame[..20].copy_from_slice(&CNP_IP);
+        frame[10] ^= 1;
+        assert!(matches!(
+            Ipv4Packet::new_checked(&frame[..]),
+            Err(Error::Ipv4BadChecksum { .. })
+        ));
+        frame[10] ^= 1;
+        frame[0] = 0x46;
+        assert_eq!(
+            Ipv4Packet::new_checked(&frame[..]).unwrap_err(),
+            Error::Ipv4Options
+        );
+        frame[0] = 0x44;
+        assert_eq!(
+            Ipv4Packet::new_checked(&frame[..]).unwrap_err(),
+            Error::Ipv4BadHeaderLen(16)
+        );
+        frame[0] = 0x65;
+        assert_eq!(
+            Ipv4Packet::new_checked(&frame[..]).unwrap_err(),
+            Error::Ipv4BadVersion(6)
+        );
+        frame[0] = 0x45;
+        assert!(matches!(
+            Ipv4Packet::new_checked(&frame[..59 - 40 + 20]),
+            Err(Error::Ipv4BadTotalLen { total: 60, .. })
+        ));
+    }
+}

@@ -1,0 +1,162 @@
+//! IPv6 (RFC 8200) as RoCEv2 uses it: the fixed header with next header UDP.
+
+use crate::bytes::{be16, be32, put16, put32};
+use crate::error::{need, Error, Layer, Result};
+use std::net::Ipv6Addr;
+
+mod field {
+    pub const VER_TC_FLOW: usize = 0;
+    pub const PAYLOAD_LEN: usize = 4;
+    pub const NEXT_HEADER: usize = 6;
+    pub const HOP_LIMIT: usize = 7;
+    pub const SRC: usize = 8;
+    pub const DST: usize = 24;
+}
+
+pub const HEADER_LEN: usize = 40;
+pub const NEXT_HEADER_UDP: u8 = 17;
+
+/// A zero-copy view of an IPv6 header.
+#[derive(Debug, Clone, Copy)]
+pub struct Ipv6Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6Packet<T> {
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Ipv6Packet { buffer }
+    }
+
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let p = Self::new_unchecked(buffer);
+        let b = p.buffer.as_ref();
+        need(Layer::Ipv6, b, HEADER_LEN)?;
+        if p.version() != 6 {
+            return Err(Error::Ipv6BadVersion(p.version()));
+        }
+        let payload = p.payload_len() as usize;
+        if HEADER_LEN + payload > b.len() {
+            return Err(Error::Ipv6BadPayloadLen {
+                payload,
+                have: b.len(),
+            });
+        }
+        Ok(p)
+    }
+
+    fn word0(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::VER_TC_FLOW)
+    }
+    pub fn version(&self) -> u8 {
+        (self.word0() >> 28) as u8
+    }
+    pub fn traffic_class(&self) -> u8 {
+        (self.word0() >> 20) as u8
+    }
+    pub fn flow_label(&self) -> u32 {
+        self.word0() & 0x000F_FFFF
+    }
+    pub fn payload_len(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::PAYLOAD_LEN)
+    }
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[field::NEXT_HEADER]
+    }
+    pub fn hop_limit(&self) -> u8 {
+        self.buffer.as_ref()[field::HOP_LIMIT]
+    }
+    pub fn src(&self) -> Ipv6Addr {
+        addr(&self.buffer.as_ref()[field::SRC..field::SRC + 16])
+    }
+    pub fn dst(&self) -> Ipv6Addr {
+        addr(&self.buffer.as_ref()[field::DST..field::DST + 16])
+    }
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + self.payload_len() as usize]
+    }
+}
+
+fn addr(b: &[u8]) -> Ipv6Addr {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(b);
+    Ipv6Addr::from(a)
+}
+
+/// The parsed form of an IPv6 header. Next header is always UDP; the payload
+/// length is derived on emit.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Ipv6Repr {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub dscp: u8,
+    pub ecn: u8,
+    /// 20-bit flow label.
+    pub flow_label: u32,
+    pub hop_limit: u8,
+}
+
+impl Ipv6Repr {
+    pub fn parse<T: AsRef<[u8]>>(p: &Ipv6Packet<T>) -> Result<Ipv6Repr> {
+        if p.next_header() != NEXT_HEADER_UDP {
+            return Err(Error::NotUdp(p.next_header()));
+        }
+        let tc = p.traffic_class();
+        Ok(Ipv6Repr {
+            src: p.src(),
+            dst: p.dst(),
+            dscp: tc >> 2,
+            ecn: tc & 3,
+            flow_label: p.flow_label(),
+            hop_limit: p.hop_limit(),
+        })
+    }
+
+    pub fn emit(&self, buf: &mut [u8], payload_len: usize) {
+        let h = &mut buf[..HEADER_LEN];
+        let tc = ((self.dscp << 2) | (self.ecn & 3)) as u32;
+        put32(
+            h,
+            field::VER_TC_FLOW,
+            (6 << 28) | (tc << 20) | (self.flow_label & 0x000F_FFFF),
+        );
+        put16(h, field::PAYLOAD_LEN, payload_len as u16);
+        h[field::NEXT_HEADER] = NEXT_HEADER_UDP;
+        h[field::HOP_LIMIT] = self.hop_limit;
+        h[field::SRC..field::SRC + 16].copy_from_slice(&self.src.octets());
+        h[field::DST..field::DST + 16].copy_from_slice(&self.dst.octets());
+    }
+}
+
+/// RoCEv2 A17.4.3.1: for IPv6 the ICRC replaces traffic class, flow label
+/// and hop limit by ones; the version nibble stays.
+pub(crate) fn icrc_mask(h: &mut [u8]) {
+    h[0] |= 0x0F;
+    h[1..4].fill(0xFF);
+    h[field::HOP_LIMIT] = 0xFF;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let r = Ipv6Repr {
+            src: "fd00::1".parse().unwrap(),
+            dst: "fd00::2".parse().unwrap(),
+            dscp: 26,
+            ecn: 2,
+            flow_label: 0xABCDE,
+            hop_limit: 64,
+        };
+        let mut buf = [0u8; 48];
+        r.emit(&mut buf, 8);
+        assert_eq!(&buf[..4], &[0x66, 0xAA, 0xBC, 0xDE]);
+        let p = Ipv6Packet::new_checked(&buf[..]).unwrap();
+        assert_eq!(Ipv6Repr::parse(&p).unwrap(), r);
+        assert!(matches!(
+            Ipv6Packet::new_checked(&buf[..47]),
+            Err(Error::Ipv6BadPayloadLen { .. })
+        ));
+    }
+}

@@ -1,0 +1,500 @@
+//! The one opcode table: for every RC, UC, UD and CNP opcode, its name,
+//! transport, operation, position in a message, which extension headers
+//! follow the BTH and at which offsets, whether it carries an immediate,
+//! an invalidate key or a payload, and whether it is a request or a response.
+//!
+//! IBA 9.2.1 (Table 39 "OpCode field") lays out the opcode space: the top
+//! three bits select the transport (000 RC, 001 UC, 010 RD, 011 UD,
+//! 100 CNP, 101 XRC), the low five bits the operation. RoCEv2 A17.9.2
+//! assigns 0x81 (1000_0001b) to the Congestion Notification Packet.
+//! FLUSH (0x1C) and ATOMIC_WRITE (0x1D) come from the IBA 1.5 Memory
+//! Placement Extensions. RD and XRC are not implemented and parse as
+//! unknown opcodes.
+
+use core::fmt;
+
+/// Transport service of an opcode.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Transport {
+    Rc,
+    Uc,
+    Ud,
+    /// RoCEv2 Congestion Notification Packet.
+    Cnp,
+}
+
+/// The QP types a packet may be delivered to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum QpType {
+    Rc,
+    Uc,
+    Ud,
+}
+
+/// What the packet does.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Operation {
+    Send,
+    Write,
+    ReadRequest,
+    ReadResponse,
+    Acknowledge,
+    AtomicAcknowledge,
+    CompareSwap,
+    FetchAdd,
+    Flush,
+    AtomicWrite,
+    Cnp,
+}
+
+/// Position of a packet in a multi-packet message.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Position {
+    First,
+    Middle,
+    Last,
+    Only,
+}
+
+impl Position {
+    /// Starts a message (FIRST or ONLY).
+    pub const fn is_start(self) -> bool {
+        matches!(self, Position::First | Position::Only)
+    }
+    /// Ends a message (LAST or ONLY).
+    pub const fn is_end(self) -> bool {
+        matches!(self, Position::Last | Position::Only)
+    }
+}
+
+/// Which side of a connection consumes the packet.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Direction {
+    /// Requester → responder.
+    Request,
+    /// Responder → requester (ACK, READ response, atomic ACK).
+    Response,
+    /// Notification point → reaction point.
+    Congestion,
+}
+
+/// The payload an opcode carries.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum PayloadRule {
+    None,
+    Any,
+    /// Exactly this many bytes (ATOMIC_WRITE: 8).
+    Exactly(u16),
+}
+
+/// Extension headers that may follow the BTH, in wire order.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Header {
+    Deth,
+    Feth,
+    Reth,
+    AtomicEth,
+    Aeth,
+    AtomicAckEth,
+    ImmDt,
+    Ieth,
+    /// The 16 reserved bytes of a CNP (RoCEv2 A17.9.2).
+    CnpReserved,
+}
+
+impl Header {
+    /// All headers in the order they appear after the BTH.
+    pub const ORDER: [Header; 9] = [
+        Header::Deth,
+        Header::Feth,
+        Header::Reth,
+        Header::AtomicEth,
+        Header::Aeth,
+        Header::AtomicAckEth,
+        Header::ImmDt,
+        Header::Ieth,
+        Header::CnpReserved,
+    ];
+
+    pub const fn len(self) -> usize {
+        match self {
+            Header::Deth => 8,
+            Header::Feth => 4,
+            Header::Reth => 16,
+            Header::AtomicEth => 28,
+            Header::Aeth => 4,
+            Header::AtomicAckEth => 8,
+            Header::ImmDt => 4,
+            Header::Ieth => 4,
+            Header::CnpReserved => 16,
+        }
+    }
+
+    const fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Header::Deth => "DETH",
+            Header::Feth => "FETH",
+            Header::Reth => "RETH",
+            Header::AtomicEth => "AtomicETH",
+            Header::Aeth => "AETH",
+            Header::AtomicAckEth => "AtomicAckETH",
+            Header::ImmDt => "ImmDt",
+            Header::Ieth => "IETH",
+            Header::CnpReserved => "CNP reserved",
+        }
+    }
+}
+
+/// A set of extension headers.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Headers(u16);
+
+impl Headers {
+    pub const NONE: Headers = Headers(0);
+
+    pub const fn with(self, h: Header) -> Headers {
+        Headers(self.0 | h.bit())
+    }
+
+    pub const fn contains(self, h: Header) -> bool {
+        self.0 & h.bit() != 0
+    }
+
+    /// Total length of the headers in the set.
+    pub const fn len(self) -> usize {
+        let mut i = 0;
+        let mut n = 0;
+        while i < Header::ORDER.len() {
+            if self.contains(Header::ORDER[i]) {
+                n += Header::ORDER[i].len();
+            }
+            i += 1;
+        }
+        n
+    }
+
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Offset of `h` from the end of the BTH, if it is in the set.
+    pub const fn offset(self, h: Header) -> Option<usize> {
+        if !self.contains(h) {
+            return None;
+        }
+        let mut i = 0;
+        let mut off = 0;
+        while i < Header::ORDER.len() {
+            let o = Header::ORDER[i];
+            if o as u16 == h as u16 {
+                return Some(off);
+            }
+            if self.contains(o) {
+                off += o.len();
+            }
+            i += 1;
+        }
+        None
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Header> {
+        Header::ORDER.into_iter().filter(move |h| self.contains(*h))
+    }
+}
+
+impl fmt::Debug for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(Header::name))
+            .finish()
+    }
+}
+
+/// One row of the opcode table.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct OpcodeInfo {
+    pub opcode: u8,
+    /// The IBA name with its transport, e.g. `RC_SEND_FIRST`.
+    pub name: &'static str,
+    pub transport: Transport,
+    pub operation: Operation,
+    pub position: Position,
+    pub headers: Headers,
+    pub payload: PayloadRule,
+    pub direction: Direction,
+}
+
+impl OpcodeInfo {
+    pub const fn has_immediate(&self) -> bool {
+        self.headers.contains(Header::ImmDt)
+    }
+    pub const fn has_invalidate(&self) -> bool {
+        self.headers.contains(Header::Ieth)
+    }
+    pub const fn has_payload(&self) -> bool {
+        !matches!(self.payload, PayloadRule::None)
+    }
+    pub const fn is_request(&self) -> bool {
+        matches!(self.direction, Direction::Request)
+    }
+    pub const fn is_response(&self) -> bool {
+        matches!(self.direction, Direction::Response)
+    }
+    /// Length of all headers after the BTH.
+    pub const fn ext_len(&self) -> usize {
+        self.headers.len()
+    }
+    /// Offset of an extension header from the end of the BTH.
+    pub const fn offset(&self, h: Header) -> Option<usize> {
+        self.headers.offset(h)
+    }
+    /// IBA Table 39 and transport header validation (IBA 9.6.1): an opcode
+    /// is accepted only by a QP of its own service. CNPs address a QP of
+    /// any type (RoCEv2 A17.9.2).
+    pub const fn valid_for(&self, qp: QpType) -> bool {
+        matches!(
+            (self.transport, qp),
+            (Transport::Rc, QpType::Rc)
+                | (Transport::Uc, QpType::Uc)
+                | (Transport::Ud, QpType::Ud)
+                | (Transport::Cnp, _)
+        )
+    }
+}
+
+const fn h(list: &[Header]) -> Headers {
+    let mut s = Headers::NONE;
+    let mut i = 0;
+    while i < list.len() {
+        s = s.with(list[i]);
+        i += 1;
+    }
+    s
+}
+
+use Direction::{Congestion as Cg, Request as Rq, Response as Rs};
+use Header::*;
+use Operation as Op;
+use PayloadRule::{Any, Exactly, None as NoPayload};
+use Position::*;
+
+#[rustfmt::skip]
+const ENTRIES: &[OpcodeInfo] = &[
+    // ---- RC (IBA Table 39, 000xxxxx) ----
+    e(0x00, "RC_SEND_FIRST", Transport::Rc, Op::Send, First, &[], Any, Rq),
+    e(0x01, "RC_SEND_MIDDLE", Transport::Rc, Op::Send, Middle, &[], Any, Rq),
+    e(0x02, "RC_SEND_LAST", Transport::Rc, Op::Send, Last, &[], Any, Rq),
+    e(0x03, "RC_SEND_LAST_WITH_IMMEDIATE", Transport::Rc, Op::Send, Last, &[ImmDt], Any, Rq),
+    e(0x04, "RC_SEND_ONLY", Transport::Rc, Op::Send, Only, &[], Any, Rq),
+    e(0x05, "RC_SEND_ONLY_WITH_IMMEDIATE", Transport::Rc, Op::Send, Only, &[ImmDt], Any, Rq),
+    e(0x06, "RC_RDMA_WRITE_FIRST", Transport::Rc, Op::Write, First, &[Reth], Any, Rq),
+    e(0x07, "RC_RDMA_WRITE_MIDDLE", Transport::Rc, Op::Write, Middle, &[], Any, Rq),
+    e(0x08, "RC_RDMA_WRITE_LAST", Transport::Rc, Op::Write, Last, &[], Any, Rq),
+    e(0x09, "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE", Transport::Rc, Op::Write, Last, &[ImmDt], Any, Rq),
+    e(0x0A, "RC_RDMA_WRITE_ONLY", Transport::Rc, Op::Write, Only, &[Reth], Any, Rq),
+    e(0x0B, "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", Transport::Rc, Op::Write, Only, &[Reth, ImmDt], Any, Rq),
+    e(0x0C, "RC_RDMA_READ_REQUEST", Transport::Rc, Op::ReadRequest, Only, &[Reth], NoPayload, Rq),
+    e(0x0D, "RC_RDMA_READ_RESPONSE_FIRST", Transport::Rc, Op::ReadResponse, First, &[Aeth], Any, Rs),
+    e(0x0E, "RC_RDMA_READ_RESPONSE_MIDDLE", Transport::Rc, Op::ReadResponse, Middle, &[], Any, Rs),
+    e(0x0F, "RC_RDMA_READ_RESPONSE_LAST", Transport::Rc, Op::ReadResponse, Last, &[Aeth], Any, Rs),
+    e(0x10, "RC_RDMA_READ_RESPONSE_ONLY", Transport::Rc, Op::ReadResponse, Only, &[Aeth], Any, Rs),
+    e(0x11, "RC_ACKNOWLEDGE", Transport::Rc, Op::Acknowledge, Only, &[Aeth], NoPayload, Rs),
+    e(0x12, "RC_ATOMIC_ACKNOWLEDGE", Transport::Rc, Op::AtomicAcknowledge, Only, &[Aeth, AtomicAckEth], NoPayload, Rs),
+    e(0x13, "RC_CMP_SWAP", Transport::Rc, Op::CompareSwap, Only, &[AtomicEth], NoPayload, Rq),
+    e(0x14, "RC_FETCH_ADD", Transport::Rc, Op::FetchAdd, Only, &[AtomicEth], NoPayload, Rq),
+    e(0x16, "RC_SEND_LAST_WITH_INVALIDATE", Transport::Rc, Op::Send, Last, &[Ieth], Any, Rq),
+    e(0x17, "RC_SEND_ONLY_WITH_INVALIDATE", Transport::Rc, Op::Send, Only, &[Ieth], Any, Rq),
+    e(0x1C, "RC_FLUSH", Transport::Rc, Op::Flush, Only, &[Feth, Reth], NoPayload, Rq),
+    e(0x1D, "RC_ATOMIC_WRITE", Transport::Rc, Op::AtomicWrite, Only, &[Reth], Exactly(8), Rq),
+    // ---- UC (001xxxxx) ----
+    e(0x20, "UC_SEND_FIRST", Transport::Uc, Op::Send, First, &[], Any, Rq),
+    e(0x21, "UC_SEND_MIDDLE", Transport::Uc, Op::Send, Middle, &[], Any, Rq),
+    e(0x22, "UC_SEND_LAST", Transport::Uc, Op::Send, Last, &[], Any, Rq),
+    e(0x23, "UC_SEND_LAST_WITH_IMMEDIATE", Transport::Uc, Op::Send, Last, &[ImmDt], Any, Rq),
+    e(0x24, "UC_SEND_ONLY", Transport::Uc, Op::Send, Only, &[], Any, Rq),
+    e(0x25, "UC_SEND_ONLY_WITH_IMMEDIATE", Transport::Uc, Op::Send, Only, &[ImmDt], Any, Rq),
+    e(0x26, "UC_RDMA_WRITE_FIRST", Transport::Uc, Op::Write, First, &[Reth], Any, Rq),
+    e(0x27, "UC_RDMA_WRITE_MIDDLE", Transport::Uc, Op::Write, Middle, &[], Any, Rq),
+    e(0x28, "UC_RDMA_WRITE_LAST", Transport::Uc, Op::Write, Last, &[], Any, Rq),
+    e(0x29, "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE", Transport::Uc, Op::Write, Last, &[ImmDt], Any, Rq),
+    e(0x2A, "UC_RDMA_WRITE_ONLY", Transport::Uc, Op::Write, Only, &[Reth], Any, Rq),
+    e(0x2B, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", Transport::Uc, Op::Write, Only, &[Reth, ImmDt], Any, Rq),
+    // ---- UD (011xxxxx) ----
+    e(0x64, "UD_SEND_ONLY", Transport::Ud, Op::Send, Only, &[Deth], Any, Rq),
+    e(0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", Transport::Ud, Op::Send, Only, &[Deth, ImmDt], Any, Rq),
+    // ---- CNP (RoCEv2 A17.9.2) ----
+    e(0x81, "CNP", Transport::Cnp, Op::Cnp, Only, &[CnpReserved], NoPayload, Cg),
+];
+
+#[allow(clippy::too_many_arguments)]
+const fn e(
+    opcode: u8,
+    name: &'static str,
+    transport: Transport,
+    operation: Operation,
+    position: Position,
+    headers: &[Header],
+    payload: PayloadRule,
+    direction: Direction,
+) -> OpcodeInfo {
+    OpcodeInfo {
+        opcode,
+        name,
+        transport,
+        operation,
+        position,
+        headers: h(headers),
+        payload,
+        direction,
+    }
+}
+
+const fn build() -> [Option<OpcodeInfo>; 256] {
+    let mut t = [None; 256];
+    let mut i = 0;
+    while i < ENTRIES.len() {
+        t[ENTRIES[i].opcode as usize] = Some(ENTRIES[i]);
+        i += 1;
+    }
+    t
+}
+
+static TABLE: [Option<OpcodeInfo>; 256] = build();
+
+/// A BTH opcode byte.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Opcode(pub u8);
+
+impl Opcode {
+    pub const RC_SEND_FIRST: Opcode = Opcode(0x00);
+    pub const RC_SEND_MIDDLE: Opcode = Opcode(0x01);
+    pub const RC_SEND_LAST: Opcode = Opcode(0x02);
+    pub const RC_SEND_LAST_WITH_IMMEDIATE: Opcode = Opcode(0x03);
+    pub const RC_SEND_ONLY: Opcode = Opcode(0x04);
+    pub const RC_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x05);
+    pub const RC_RDMA_WRITE_FIRST: Opcode = Opcode(0x06);
+    pub const RC_RDMA_WRITE_MIDDLE: Opcode = Opcode(0x07);
+    pub const RC_RDMA_WRITE_LAST: Opcode = Opcode(0x08);
+    pub const RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: Opcode = Opcode(0x09);
+    pub const RC_RDMA_WRITE_ONLY: Opcode = Opcode(0x0A);
+    pub const RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x0B);
+    pub const RC_RDMA_READ_REQUEST: Opcode = Opcode(0x0C);
+    pub const RC_RDMA_READ_RESPONSE_FIRST: Opcode = Opcode(0x0D);
+    pub const RC_RDMA_READ_RESPONSE_MIDDLE: Opcode = Opcode(0x0E);
+    pub const RC_RDMA_READ_RESPONSE_LAST: Opcode = Opcode(0x0F);
+    pub const RC_RDMA_READ_RESPONSE_ONLY: Opcode = Opcode(0x10);
+    pub const RC_ACKNOWLEDGE: Opcode = Opcode(0x11);
+    pub const RC_ATOMIC_ACKNOWLEDGE: Opcode = Opcode(0x12);
+    pub const RC_CMP_SWAP: Opcode = Opcode(0x13);
+    pub const RC_FETCH_ADD: Opcode = Opcode(0x14);
+    pub const RC_SEND_LAST_WITH_INVALIDATE: Opcode = Opcode(0x16);
+    pub const RC_SEND_ONLY_WITH_INVALIDATE: Opcode = Opcode(0x17);
+    pub const RC_FLUSH: Opcode = Opcode(0x1C);
+    pub const RC_ATOMIC_WRITE: Opcode = Opcode(0x1D);
+    pub const UC_SEND_FIRST: Opcode = Opcode(0x20);
+    pub const UC_SEND_ONLY: Opcode = Opcode(0x24);
+    pub const UC_RDMA_WRITE_ONLY: Opcode = Opcode(0x2A);
+    pub const UD_SEND_ONLY: Opcode = Opcode(0x64);
+    pub const UD_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x65);
+    pub const CNP: Opcode = Opcode(0x81);
+
+    /// The table row, or `None` for an opcode we do not implement.
+    #[inline]
+    pub fn info(self) -> Option<&'static OpcodeInfo> {
+        TABLE[self.0 as usize].as_ref()
+    }
+
+    pub fn name(self) -> &'static str {
+        self.info().map_or("UNKNOWN", |i| i.name)
+    }
+
+    /// Every opcode in the table.
+    pub fn all() -> impl Iterator<Item = &'static OpcodeInfo> {
+        ENTRIES.iter()
+    }
+}
+
+impl fmt::Debug for Opcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({:#04x})", self.name(), self.0)
+    }
+}
+
+impl fmt::Display for Opcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.info() {
+            Some(i) => f.write_str(i.name),
+            None => write!(f, "UNKNOWN({:#04x})", self.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        for i in Opcode::all() {
+            // the transport bits of the opcode agree with the row
+            let t = match i.opcode >> 5 {
+                0 => Transport::Rc,
+                1 => Transport::Uc,
+                3 => Transport::Ud,
+                4 => Transport::Cnp,
+                _ => panic!("{} in an unexpected range", i.name),
+            };
+            assert_eq!(t, i.transport, "{}", i.name);
+            assert!(i.name.contains(match i.transport {
+                Transport::Rc => "RC_",
+                Transport::Uc => "UC_",
+                Transport::Ud => "UD_",
+                Transport::Cnp => "CNP",
+            }));
+            assert_eq!(Opcode(i.opcode).info(), Some(i));
+            assert_eq!(
+                i.has_immediate(),
+                i.name.contains("IMMEDIATE"),
+                "{}",
+                i.name
+            );
+            assert_eq!(
+                i.has_invalidate(),
+                i.name.contains("INVALIDATE"),
+                "{}",
+                i.name
+            );
+            // RC and UC share the low five bits for the same operation
+            if i.transport == Transport::Uc {
+                let rc = Opcode(i.opcode & 0x1F).info().unwrap();
+                assert_eq!(rc.name[3..], i.name[3..]);
+                assert_eq!(rc.headers, i.headers);
+            }
+        }
+        assert_eq!(Opcode::all().count(), 40);
+        assert!(Opcode(0x15).info().is_none());
+        assert!(Opcode(0x40).info().is_none());
+    }
+
+    #[test]
+    fn offsets_follow_wire_order() {
+        let flush = Opcode::RC_FLUSH.info().unwrap();
+        assert_eq!(flush.offset(Header::Feth), Some(0));
+        assert_eq!(flush.offset(Header::Reth), Some(4));
+        assert_eq!(flush.ext_len(), 20);
+        let wi = Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.info().unwrap();
+        assert_eq!(wi.offset(Header::Reth), Some(0));
+        assert_eq!(wi.offset(Header::ImmDt), Some(16));
+        let ack = Opcode::RC_ATOMIC_ACKNOWLEDGE.info().unwrap();
+        assert_eq!(ack.offset(Header::AtomicAckEth), Some(4));
+        assert_eq!(ack.offset(Header::Reth), None);
+        let ud = Opcode::UD_SEND_ONLY_WITH_IMMEDIATE.info().unwrap();
+        assert_eq!(ud.offset(Header::ImmDt), Some(8));
+        assert!(ud.valid_for(QpType::Ud) && !ud.valid_for(QpType::Rc));
+        assert!(Opcode::CNP.info().unwrap().valid_for(QpType::Rc));
+    }
+}

@@ -1,0 +1,450 @@
+//! A whole RoCEv2 frame: Ethernet [802.1Q] / IPv4|IPv6 / UDP 4791 / BTH /
+//! extension headers / payload / pad / ICRC.
+//!
+//! `RocePacket` is the zero-copy view: `new_checked` walks the headers once,
+//! validating every length, so no accessor can panic afterwards. `RoceRepr`
+//! is the plain description a transport builds and `emit`s; `parse` fills
+//! it from a view without copying the payload.
+
+use crate::bth::{self, BthHeader, BthRepr};
+use crate::error::{need, Error, Layer, Result};
+use crate::ethernet::{ethertype, EthernetFrame, EthernetRepr};
+use crate::ext::ExtHeaders;
+use crate::icrc::{self, IpVersion, ICRC_LEN};
+use crate::ipv4::{self, Ipv4Packet, Ipv4Repr};
+use crate::ipv6::{self, Ipv6Packet, Ipv6Repr};
+use crate::opcode::{Opcode, OpcodeInfo, PayloadRule};
+use crate::udp::{self, UdpPacket, UdpRepr, ROCEV2_PORT};
+use std::net::IpAddr;
+
+/// The IP header of a RoCEv2 frame.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum IpRepr {
+    V4(Ipv4Repr),
+    V6(Ipv6Repr),
+}
+
+impl IpRepr {
+    pub fn version(&self) -> IpVersion {
+        match self {
+            IpRepr::V4(_) => IpVersion::V4,
+            IpRepr::V6(_) => IpVersion::V6,
+        }
+    }
+    pub fn header_len(&self) -> usize {
+        self.version().header_len()
+    }
+    pub fn src(&self) -> IpAddr {
+        match self {
+            IpRepr::V4(r) => IpAddr::V4(r.src),
+            IpRepr::V6(r) => IpAddr::V6(r.src),
+        }
+    }
+    pub fn dst(&self) -> IpAddr {
+        match self {
+            IpRepr::V4(r) => IpAddr::V4(r.dst),
+            IpRepr::V6(r) => IpAddr::V6(r.dst),
+        }
+    }
+    pub fn dscp(&self) -> u8 {
+        match self {
+            IpRepr::V4(r) => r.dscp,
+            IpRepr::V6(r) => r.dscp,
+        }
+    }
+    /// ECN codepoint: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
+    pub fn ecn(&self) -> u8 {
+        match self {
+            IpRepr::V4(r) => r.ecn,
+            IpRepr::V6(r) => r.ecn,
+        }
+    }
+    pub fn set_ecn(&mut self, ecn: u8) {
+        match self {
+            IpRepr::V4(r) => r.ecn = ecn & 3,
+            IpRepr::V6(r) => r.ecn = ecn & 3,
+        }
+    }
+    fn ethertype(&self) -> u16 {
+        match self {
+            IpRepr::V4(_) => ethertype::IPV4,
+            IpRepr::V6(_) => ethertype::IPV6,
+        }
+    }
+}
+
+/// What goes into the UDP checksum field.
+///
+/// Linux rxe sends 0 over IPv4 and IPv6 alike; RoCEv2 relies on the ICRC.
+/// IPv6 (RFC 8200 8.1) only allows a zero UDP checksum for tunnels that opt
+/// in (RFC 6935/6936), and Wireshark flags it, so softrnic sends a real
+/// checksum over IPv6 by default (`UdpChecksum::default_for`) and accepts
+/// both on receive, as rxe's tunnel socket does.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum UdpChecksum {
+    Zero,
+    Computed,
+}
+
+impl UdpChecksum {
+    pub fn default_for(ip: &IpRepr) -> UdpChecksum {
+        match ip {
+            IpRepr::V4(_) => UdpChecksum::Zero,
+            IpRepr::V6(_) => UdpChecksum::Computed,
+        }
+    }
+}
+
+/// The pad count that brings `len` payload bytes to a multiple of four.
+#[inline]
+pub const fn pad_for(len: usize) -> u8 {
+    ((4 - (len & 3)) & 3) as u8
+}
+
+/// A validated zero-copy view of a RoCEv2 frame.
+#[derive(Debug, Clone, Copy)]
+pub struct RocePacket<T: AsRef<[u8]>> {
+    buffer: T,
+    version: IpVersion,
+    ip_at: usize,
+    udp_at: usize,
+    bth_at: usize,
+    payload_at: usize,
+    payload_len: usize,
+    icrc_at: usize,
+    info: &'static OpcodeInfo,
+}
+
+impl<T: AsRef<[u8]>> RocePacket<T> {
+    /// Walks and validates every header and length; the ICRC is not checked
+    /// here (`verify_icrc`), so tools can still show a frame with a bad one.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let b = buffer.as_ref();
+        let eth = EthernetFrame::new_checked(b)?;
+        let ip_at = eth.header_len();
+        let (version, ip_end) = match eth.ethertype() {
+            ethertype::IPV4 => {
+                let ip = Ipv4Packet::new_checked(&b[ip_at..])?;
+                if ip.protocol() != ipv4::PROTOCOL_UDP {
+                    return Err(Error::NotUdp(ip.protocol()));
+                }
+                (IpVersion::V4, ip_at + ip.total_len() as usize)
+            }
+            ethertype::IPV6 => {
+                let ip = Ipv6Packet::new_checked(&b[ip_at..])?;
+                if ip.next_header() != ipv6::NEXT_HEADER_UDP {
+                    return Err(Error::NotUdp(ip.next_header()));
+                }
+                (
+                    IpVersion::V6,
+                    ip_at + ipv6::HEADER_LEN + ip.payload_len() as usize,
+                )
+            }
+            other => return Err(Error::UnsupportedEtherType(other)),
+        };
+        let udp_at = ip_at + version.header_len();
+        let udp = UdpPacket::new_checked(&b[udp_at..ip_end])?;
+        // RoCEv2 A17.2.2: RoCEv2 packets are identified by UDP destination port 4791.
+        if udp.dst_port() != ROCEV2_PORT {
+            return Err(Error::NotRoce(udp.dst_port()));
+        }
+        let bth_at = udp_at + udp::HEADER_LEN;
+        let bth = BthHeader::new_checked(&b[bth_at..ip_end])?;
+        let info = bth
+            .opcode()
+            .info()
+            .ok_or(Error::UnknownOpcode(bth.opcode().0))?;
+        let ext_at = bth_at + bth::HEADER_LEN;
+        let payload_at = ext_at + info.ext_len();
+        need(
+            Layer::ExtHeader,
+            &b[ext_at..ip_end],
+            info.ext_len() + ICRC_LEN,
+        )?;
+        let icrc_at = ip_end - ICRC_LEN;
+        let padded = icrc_at - payload_at;
+        let pad = bth.pad() as usize;
+        // IBA 9.2 (PadCnt): the pad brings the payload to a multiple of four
+        // bytes; an opcode without payload carries neither payload nor pad.
+        let ok = match info.payload {
+            PayloadRule::None => padded == 0,
+            PayloadRule::Any => padded % 4 == 0 && padded >= pad,
+            PayloadRule::Exactly(n) => {
+                padded % 4 == 0 && padded >= pad && padded - pad == n as usize
+            }
+        };
+        if !ok {
+            return Err(Error::BadLength {
+                opcode: info.name,
+                len: padded,
+                pad: bth.pad(),
+            });
+        }
+        let p = RocePacket {
+            buffer,
+            version,
+            ip_at,
+            udp_at,
+            bth_at,
+            payload_at,
+            payload_len: padded - pad,
+            icrc_at,
+            info,
+        };
+        p.check_udp_checksum()?;
+        Ok(p)
+    }
+
+    fn check_udp_checksum(&self) -> Result<()> {
+        let b = self.buffer.as_ref();
+        let udp = UdpPacket::new_unchecked(&b[self.udp_at..self.icrc_at + ICRC_LEN]);
+        if udp.checksum() == 0 {
+            return Ok(());
+        }
+        let sum = match self.version {
+            IpVersion::V4 => {
+                let ip = Ipv4Packet::new_unchecked(&b[self.ip_at..]);
+                udp::checksum_ipv4(ip.src(), ip.dst(), &b[self.udp_at..self.icrc_at + ICRC_LEN])
+            }
+            IpVersion::V6 => {
+                let ip = Ipv6Packet::new_unchecked(&b[self.ip_at..]);
+                udp::checksum_ipv6(ip.src(), ip.dst(), &b[self.udp_at..self.icrc_at + ICRC_LEN])
+            }
+        };
+        if udp::checksum_ok(sum) {
+            Ok(())
+        } else {
+            Err(Error::UdpBadChecksum(udp.checksum()))
+        }
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+    pub fn ip_version(&self) -> IpVersion {
+        self.version
+    }
+    pub fn opcode_info(&self) -> &'static OpcodeInfo {
+        self.info
+    }
+    pub fn ethernet(&self) -> EthernetFrame<&[u8]> {
+        EthernetFrame::new_unchecked(self.buffer.as_ref())
+    }
+    pub fn bth(&self) -> BthHeader<&[u8]> {
+        BthHeader::new_unchecked(&self.buffer.as_ref()[self.bth_at..])
+    }
+    /// The bytes of the extension headers.
+    pub fn ext_bytes(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.bth_at + bth::HEADER_LEN..self.payload_at]
+    }
+    /// The payload without its pad.
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.payload_at..self.payload_at + self.payload_len]
+    }
+    /// Offset of the payload within the frame.
+    pub fn payload_offset(&self) -> usize {
+        self.payload_at
+    }
+    /// IP header through the last pad byte: what the ICRC covers.
+    pub fn icrc_covered(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.ip_at..self.icrc_at]
+    }
+    /// The ICRC as carried in the frame.
+    pub fn stored_icrc(&self) -> u32 {
+        icrc::read(&self.buffer.as_ref()[self.icrc_at..])
+    }
+    /// The ICRC the frame should carry.
+    pub fn computed_icrc(&self) -> u32 {
+        icrc::compute(self.version, self.icrc_covered())
+    }
+    pub fn verify_icrc(&self) -> Result<()> {
+        let expected = self.computed_icrc();
+        let found = self.stored_icrc();
+        if expected == found {
+            Ok(())
+        } else {
+            Err(Error::BadIcrc { found, expected })
+        }
+    }
+    /// Bytes after the IP datagram (Ethernet padding of short frames).
+    pub fn trailer(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.icrc_at + ICRC_LEN..]
+    }
+}
+
+/// Everything in a RoCEv2 frame, parsed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct RoceRepr<'a> {
+    /// The Ethernet header; its `ethertype` is set from `ip` on emit.
+    pub eth: EthernetRepr,
+    pub ip: IpRepr,
+    pub udp: UdpRepr,
+    pub udp_checksum: UdpChecksum,
+    /// The BTH; its `pad` is set from the payload length on emit.
+    pub bth: BthRepr,
+    pub ext: ExtHeaders,
+    pub payload: &'a [u8],
+    /// Zero bytes after the IP datagram (padding up to the Ethernet minimum).
+    pub trailer_len: usize,
+}
+
+impl<'a> RoceRepr<'a> {
+    /// Parses a frame completely: headers, lengths and the ICRC.
+    pub fn parse(frame: &'a [u8]) -> Result<RoceRepr<'a>> {
+        let p = RocePacket::new_checked(frame)?;
+        p.verify_icrc()?;
+        Ok(Self::from_packet(&p))
+    }
+
+    /// The repr of an already validated view (the ICRC is not looked at).
+    pub fn from_packet(p: &RocePacket<&'a [u8]>) -> RoceRepr<'a> {
+        let b: &'a [u8] = p.buffer;
+        let eth = EthernetRepr::parse(&EthernetFrame::new_unchecked(b));
+        let ip = match p.version {
+            IpVersion::V4 => IpRepr::V4(
+                Ipv4Repr::parse(&Ipv4Packet::new_unchecked(&b[p.ip_at..]))
+                    .expect("protocol checked by new_checked"),
+            ),
+            IpVersion::V6 => IpRepr::V6(
+                Ipv6Repr::parse(&Ipv6Packet::new_unchecked(&b[p.ip_at..]))
+                    .expect("next header checked by new_checked"),
+            ),
+        };
+        let udp_view = UdpPacket::new_unchecked(&b[p.udp_at..]);
+        let bth = BthRepr::parse(&BthHeader::new_unchecked(&b[p.bth_at..]));
+        RoceRepr {
+            eth,
+            ip,
+            udp: UdpRepr::parse(&udp_view),
+            udp_checksum: if udp_view.checksum() == 0 {
+                UdpChecksum::Zero
+            } else {
+                UdpChecksum::Computed
+            },
+            bth,
+            ext: ExtHeaders::parse(p.info, &b[p.bth_at + bth::HEADER_LEN..]),
+            payload: &b[p.payload_at..p.payload_at + p.payload_len],
+            trailer_len: b.len() - (p.icrc_at + ICRC_LEN),
+        }
+    }
+
+    pub fn opcode_info(&self) -> Option<&'static OpcodeInfo> {
+        self.bth.opcode.info()
+    }
+
+    /// Bytes from the IP header to the ICRC inclusive.
+    pub fn ip_len(&self) -> usize {
+        let ext = self.opcode_info().map_or(0, |i| i.ext_len());
+        self.ip.header_len()
+            + udp::HEADER_LEN
+            + bth::HEADER_LEN
+            + ext
+            + self.payload.len()
+            + pad_for(self.payload.len()) as usize
+            + ICRC_LEN
+    }
+
+    /// The whole frame's length.
+    pub fn buffer_len(&self) -> usize {
+        self.eth.header_len() + self.ip_len() + self.trailer_len
+    }
+
+    /// Checks that the repr describes a frame we may send.
+    pub fn validate(&self) -> Result<&'static OpcodeInfo> {
+        let info = self
+            .opcode_info()
+            .ok_or(Error::InvalidRepr("unknown opcode"))?;
+        if !self.ext.matches(info) {
+            return Err(Error::InvalidRepr(
+                "extension headers do not match the opcode",
+            ));
+        }
+        match info.payload {
+            PayloadRule::None if !self.payload.is_empty() => {
+                return Err(Error::InvalidRepr("this opcode carries no payload"))
+            }
+            PayloadRule::Exactly(n) if self.payload.len() != n as usize => {
+                return Err(Error::InvalidRepr(
+                    "payload length is fixed for this opcode",
+                ))
+            }
+            _ => {}
+        }
+        if self.ip_len() > u16::MAX as usize {
+            return Err(Error::InvalidRepr("datagram longer than 65535 bytes"));
+        }
+        Ok(info)
+    }
+
+    /// Writes the frame into `buf` and returns its length. Lengths, pad,
+    /// the IPv4 header checksum, the ICRC and (by policy) the UDP checksum
+    /// are computed here.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let info = self.validate()?;
+        let total = self.buffer_len();
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall {
+                need: total,
+                have: buf.len(),
+            });
+        }
+        let buf = &mut buf[..total];
+        let eth = EthernetRepr {
+            ethertype: self.ip.ethertype(),
+            ..self.eth
+        };
+        eth.emit(buf);
+        let ip_at = eth.header_len();
+        let ip_len = self.ip_len();
+        let udp_at = ip_at + self.ip.header_len();
+        let udp_len = ip_len - self.ip.header_len();
+        match &self.ip {
+            IpRepr::V4(r) => r.emit(&mut buf[ip_at..], udp_len),
+            IpRepr::V6(r) => r.emit(&mut buf[ip_at..], udp_len),
+        }
+        self.udp.emit(&mut buf[udp_at..], udp_len - udp::HEADER_LEN);
+        let bth_at = udp_at + udp::HEADER_LEN;
+        let pad = pad_for(self.payload.len());
+        BthRepr { pad, ..self.bth }.emit(&mut buf[bth_at..]);
+        let ext_at = bth_at + bth::HEADER_LEN;
+        self.ext.emit(info, &mut buf[ext_at..]);
+        let payload_at = ext_at + info.ext_len();
+        let pad_at = payload_at + self.payload.len();
+        buf[payload_at..pad_at].copy_from_slice(self.payload);
+        let icrc_at = pad_at + pad as usize;
+        buf[pad_at..icrc_at].fill(0);
+        let icrc = icrc::compute(self.ip.version(), &buf[ip_at..icrc_at]);
+        icrc::write(&mut buf[icrc_at..], icrc);
+        if self.udp_checksum == UdpChecksum::Computed {
+            let end = icrc_at + ICRC_LEN;
+            let c = match &self.ip {
+                IpRepr::V4(r) => udp::checksum_ipv4(r.src, r.dst, &buf[udp_at..end]),
+                IpRepr::V6(r) => udp::checksum_ipv6(r.src, r.dst, &buf[udp_at..end]),
+            };
+            udp::set_checksum(&mut buf[udp_at..], c);
+        }
+        buf[icrc_at + ICRC_LEN..].fill(0);
+        Ok(total)
+    }
+
+    /// A Congestion Notification Packet (RoCEv2 A17.9.2) to `dest_qp`:
+    /// opcode 0x81, BECN set, P_Key 0xFFFF, PSN 0, 16 reserved zero bytes.
+    /// `eth`, `ip` and `udp` address the reaction point.
+    pub fn cnp(eth: EthernetRepr, ip: IpRepr, udp: UdpRepr, dest_qp: u32) -> RoceRepr<'static> {
+        let mut bth = BthRepr::new(Opcode::CNP, dest_qp, crate::Psn::new(0));
+        bth.becn = true;
+        RoceRepr {
+            eth: EthernetRepr {
+                ethertype: ip.ethertype(),
+                ..eth
+            },
+            ip,
+            udp,
+            udp_checksum: UdpChecksum::default_for(&ip),
+            bth,
+            ext: ExtHeaders::default(),
+            payload: &[],
+            trailer_len: 0,
+        }
+    }
+}
