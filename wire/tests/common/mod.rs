@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: where the third-party captures
 //! live and how to read a classic pcap file.
 #![allow(dead_code)]
+pub mod sample_frames;
 
 use std::path::{Path, PathBuf};
 
