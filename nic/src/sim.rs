@@ -1,0 +1,443 @@
+//! A deterministic network simulator: two RNICs built from the real
+//! transport code joined by a pair of links with latency, bandwidth, an MTU
+//! and seeded loss, reordering, duplication, bit corruption and CE marking,
+//! all on a virtual clock. Nothing sleeps; a run with the same seed is the
+//! same run.
+
+use crate::time::Instant;
+use crate::transport::{QpInit, Rnic, RnicConfig, MAX_FRAME_LEN};
+use crate::verbs::{access, AhAttr, HeapMemory, Memory, QpAttr, QpState, QpType, Wc};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::Duration;
+use wire::{EthernetAddress, Gid};
+
+/// One direction of a link.
+#[derive(Clone, Copy, Debug)]
+pub struct LinkConfig {
+    pub latency: Duration,
+    /// Bits per second; 0 means infinitely fast.
+    pub bandwidth_bps: u64,
+    /// Largest frame (Ethernet header included) the link carries.
+    pub max_frame: usize,
+    /// Probabilities, each per frame.
+    pub loss: f64,
+    pub duplicate: f64,
+    pub corrupt: f64,
+    pub ce_mark: f64,
+    /// Probability that a frame is held back by `reorder_delay`.
+    pub reorder: f64,
+    pub reorder_delay: Duration,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            latency: Duration::from_micros(2),
+            bandwidth_bps: 100_000_000_000,
+            max_frame: 9018,
+            loss: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            ce_mark: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_micros(5),
+        }
+    }
+}
+
+/// What a link did, for assertions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub corrupted: u64,
+    pub ce_marked: u64,
+    pub reordered: u64,
+    pub too_big: u64,
+}
+
+struct Link {
+    cfg: LinkConfig,
+    busy_until: Instant,
+    queue: BinaryHeap<Reverse<(Instant, u64, usize)>>,
+    frames: Vec<Vec<u8>>,
+    free: Vec<usize>,
+    seq: u64,
+    stats: LinkStats,
+}
+
+impl Link {
+    fn new(cfg: LinkConfig) -> Link {
+        Link { cfg, busy_until: Instant::ZERO, queue: BinaryHeap::new(), frames: Vec::new(), free: Vec::new(), seq: 0, stats: LinkStats::default() }
+    }
+
+    fn enqueue(&mut self, at: Instant, frame: &[u8]) {
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.frames[s].clear();
+                self.frames[s].extend_from_slice(frame);
+                s
+            }
+            None => {
+                self.frames.push(frame.to_vec());
+                self.frames.len() - 1
+            }
+        };
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, slot)));
+    }
+
+    fn send(&mut self, now: Instant, frame: &[u8], rng: &mut SmallRng) {
+        self.stats.sent += 1;
+        if frame.len() > self.cfg.max_frame {
+            self.stats.too_big += 1;
+            return;
+        }
+        let start = now.max(self.busy_until);
+        let tx = if self.cfg.bandwidth_bps == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos((frame.len() as u64 + 24) * 8 * 1_000_000_000 / self.cfg.bandwidth_bps)
+        };
+        self.busy_until = start + tx;
+        if rng.gen_bool(self.cfg.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let mut at = self.busy_until + self.cfg.latency;
+        if rng.gen_bool(self.cfg.reorder) {
+            self.stats.reordered += 1;
+            at = at + self.cfg.reorder_delay;
+        }
+        let mut f = frame.to_vec();
+        if rng.gen_bool(self.cfg.corrupt) {
+            self.stats.corrupted += 1;
+            let bit = rng.gen_range(0..f.len() * 8);
+            f[bit / 8] ^= 1 << (bit % 8);
+        }
+        if rng.gen_bool(self.cfg.ce_mark) && mark_ce(&mut f) {
+            self.stats.ce_marked += 1;
+        }
+        if rng.gen_bool(self.cfg.duplicate) {
+            self.stats.duplicated += 1;
+            self.enqueue(at + Duration::from_nanos(rng.gen_range(0..2000)), &f);
+        }
+        self.enqueue(at, &f);
+    }
+
+    fn next_arrival(&self) -> Option<Instant> {
+        self.queue.peek().map(|Reverse((t, _, _))| *t)
+    }
+}
+
+/// Sets ECN to CE on an IPv4/IPv6 frame (fixing the IPv4 checksum, which a
+/// router would do; the ICRC does not cover ECN). False if not ECN-capable.
+pub fn mark_ce(f: &mut [u8]) -> bool {
+    let Ok(eth) = wire::ethernet::EthernetFrame::new_checked(&f[..]) else { return false };
+    let (l3, et) = (eth.header_len(), eth.ethertype());
+    match et {
+        wire::ethernet::ethertype::IPV4 if f.len() >= l3 + 20 => {
+            if f[l3 + 1] & 3 == 0 {
+                return false;
+            }
+            f[l3 + 1] |= 3;
+            f[l3 + 10] = 0;
+            f[l3 + 11] = 0;
+            let mut sum = 0u32;
+            for i in (0..20).step_by(2) {
+                sum += u16::from_be_bytes([f[l3 + i], f[l3 + i + 1]]) as u32;
+            }
+            while sum > 0xFFFF {
+                sum = (sum & 0xFFFF) + (sum >> 16);
+            }
+            let c = !(sum as u16);
+            f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+            true
+        }
+        wire::ethernet::ethertype::IPV6 if f.len() >= l3 + 40 => {
+            // traffic class spans the low nibble of byte 0 and the high nibble of byte 1
+            let ecn = (f[l3 + 1] >> 4) & 3;
+            if ecn == 0 {
+                return false;
+            }
+            f[l3 + 1] |= 0x30;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A frame seen on a link: (time, direction 0 = a→b / 1 = b→a, bytes).
+pub type Tap = Box<dyn FnMut(Instant, usize, &[u8])>;
+
+/// Two RNICs and the two links between them.
+pub struct Sim {
+    pub now: Instant,
+    pub nodes: [Rnic; 2],
+    links: [Link; 2],
+    rng: SmallRng,
+    buf: Vec<u8>,
+    /// Sees every frame a node sends (before the link's impairments).
+    pub tap: Option<Tap>,
+}
+
+impl Sim {
+    pub fn new(a: Rnic, b: Rnic, link: LinkConfig, seed: u64) -> Sim {
+        Sim::with_links(a, b, [link, link], seed)
+    }
+
+    pub fn with_links(a: Rnic, b: Rnic, links: [LinkConfig; 2], seed: u64) -> Sim {
+        Sim {
+            now: Instant::ZERO,
+            nodes: [a, b],
+            links: [Link::new(links[0]), Link::new(links[1])],
+            rng: SmallRng::seed_from_u64(seed),
+            buf: vec![0u8; MAX_FRAME_LEN],
+            tap: None,
+        }
+    }
+
+    pub fn link_stats(&self, dir: usize) -> LinkStats {
+        self.links[dir].stats
+    }
+
+    pub fn link_config_mut(&mut self, dir: usize) -> &mut LinkConfig {
+        &mut self.links[dir].cfg
+    }
+
+    /// One round: every node sends what it has, the links deliver what is
+    /// due, due timers fire. Returns whether anything happened.
+    pub fn step(&mut self) -> bool {
+        let mut busy = false;
+        for i in 0..2 {
+            while let Some(n) = self.nodes[i].poll_transmit(self.now, &mut self.buf) {
+                busy = true;
+                if let Some(tap) = self.tap.as_mut() {
+                    tap(self.now, i, &self.buf[..n]);
+                }
+                self.links[i].send(self.now, &self.buf[..n], &mut self.rng);
+            }
+        }
+        for i in 0..2 {
+            while let Some(t) = self.links[i].next_arrival() {
+                if t > self.now {
+                    break;
+                }
+                let Reverse((_, _, slot)) = self.links[i].queue.pop().expect("peeked");
+                self.links[i].stats.delivered += 1;
+                let frame = std::mem::take(&mut self.links[i].frames[slot]);
+                self.nodes[1 - i].handle_frame(self.now, &frame);
+                self.links[i].frames[slot] = frame;
+                self.links[i].free.push(slot);
+                busy = true;
+            }
+        }
+        for n in self.nodes.iter_mut() {
+            if n.poll_timeout().is_some_and(|t| t <= self.now) {
+                n.handle_timeout(self.now);
+                busy = true;
+            }
+        }
+        busy
+    }
+
+    /// The next time anything is due, if anything is.
+    pub fn next_event(&self) -> Option<Instant> {
+        let arrivals = self.links.iter().filter_map(|l| l.next_arrival());
+        let timers = self.nodes.iter().filter_map(|n| n.poll_timeout());
+        arrivals.chain(timers).min()
+    }
+
+    /// Runs until `done` holds or nothing is left to happen or `limit` of
+    /// virtual time passes. Returns whether `done` held.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+        let end = self.now + limit;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.step() {
+                continue;
+            }
+            match self.next_event() {
+                Some(t) if t <= end => self.now = t.max(self.now),
+                _ => return done(self),
+            }
+        }
+    }
+}
+
+/// One side of a test connection: an RNIC with a PD, a CQ, a registered
+/// buffer and a QP.
+pub struct Side {
+    pub pd: u32,
+    pub cq: u32,
+    pub qpn: u32,
+    pub mem: Arc<HeapMemory>,
+    pub base: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+    pub mac: EthernetAddress,
+    pub gid: Gid,
+}
+
+/// How to build a connected pair.
+#[derive(Clone, Copy, Debug)]
+pub struct PairConfig {
+    pub qp_type: QpType,
+    pub mtu: u32,
+    pub mem_len: usize,
+    pub link: LinkConfig,
+    pub seed: u64,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub unlimited_retries: bool,
+    pub ipv6: bool,
+    pub sq_psn: [u32; 2],
+    pub max_wr: u32,
+    pub cq_len: usize,
+}
+
+impl Default for PairConfig {
+    fn default() -> Self {
+        PairConfig {
+            qp_type: QpType::Rc,
+            mtu: 1024,
+            mem_len: 1 << 20,
+            link: LinkConfig::default(),
+            seed: 1,
+            timeout: 8,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 16,
+            unlimited_retries: false,
+            ipv6: false,
+            sq_psn: [0x100, 0x200],
+            max_wr: 4096,
+            cq_len: 1 << 16,
+        }
+    }
+}
+
+/// A simulator with one connected QP on each node.
+pub struct Pair {
+    pub sim: Sim,
+    pub sides: [Side; 2],
+}
+
+impl Pair {
+    pub fn new(cfg: PairConfig) -> Pair {
+        let mut rnics = Vec::new();
+        let mut sides = Vec::new();
+        for i in 0..2u8 {
+            let mac = EthernetAddress([0x02, 0, 0, 0, 0, i + 1]);
+            let gid = if cfg.ipv6 {
+                Gid::from_ipv6(format!("2001:db8::{}", i + 1).parse().expect("literal"))
+            } else {
+                Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, i + 1))
+            };
+            let mut rc = RnicConfig::new(mac, gid);
+            rc.seed = cfg.seed.wrapping_add(i as u64);
+            rc.unlimited_retries = cfg.unlimited_retries;
+            let mut r = Rnic::new(rc);
+            let pd = r.alloc_pd();
+            let cq = r.create_cq(cfg.cq_len);
+            let mem = Arc::new(HeapMemory::new(cfg.mem_len));
+            let base = 0x1000_0000u64 * (i as u64 + 1);
+            let all = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+            let (lkey, rkey) =
+                r.reg_mr(pd, mem.clone() as Arc<dyn Memory>, 0, base, cfg.mem_len as u64, all).expect("register");
+            let qpn = r
+                .create_qp(QpInit {
+                    qp_type: cfg.qp_type,
+                    pd,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq: None,
+                    max_send_wr: cfg.max_wr,
+                    max_recv_wr: cfg.max_wr,
+                    sq_sig_all: false,
+                })
+                .expect("create qp");
+            rnics.push(r);
+            sides.push(Side { pd, cq, qpn, mem, base, lkey, rkey, mac, gid });
+        }
+        for i in 0..2 {
+            let peer = &sides[1 - i];
+            let ah = AhAttr::new(peer.gid, peer.mac);
+            connect(&mut rnics[i], sides[i].qpn, cfg, ah, peer.qpn, cfg.sq_psn[i], cfg.sq_psn[1 - i]);
+        }
+        let b = rnics.pop().expect("two");
+        let a = rnics.pop().expect("two");
+        let sides: [Side; 2] = sides.try_into().ok().expect("two");
+        Pair { sim: Sim::new(a, b, cfg.link, cfg.seed ^ 0xA5A5), sides }
+    }
+
+    /// Drains completions of side `i`.
+    pub fn poll(&mut self, i: usize) -> Vec<Wc> {
+        let mut out = Vec::new();
+        let cq = self.sides[i].cq;
+        let _ = self.sim.nodes[i].poll_cq(cq, usize::MAX, &mut out);
+        out
+    }
+}
+
+/// Walks a QP through INIT, RTR and RTS with the pair's settings.
+pub fn connect(r: &mut Rnic, qpn: u32, cfg: PairConfig, ah: AhAttr, dest_qpn: u32, sq_psn: u32, rq_psn: u32) {
+    let all = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+    let ud = cfg.qp_type == QpType::Ud;
+    let init = QpAttr {
+        state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port: Some(1),
+        access_flags: (!ud).then_some(all),
+        qkey: ud.then_some(0x1111_1111),
+        ..Default::default()
+    };
+    r.modify_qp(qpn, &init).expect("init");
+    let rtr = match cfg.qp_type {
+        QpType::Rc => QpAttr {
+            state: Some(QpState::Rtr),
+            ah: Some(ah),
+            path_mtu: Some(cfg.mtu),
+            dest_qpn: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            max_dest_rd_atomic: Some(cfg.max_rd_atomic),
+            min_rnr_timer: Some(cfg.min_rnr_timer),
+            ..Default::default()
+        },
+        QpType::Uc => QpAttr {
+            state: Some(QpState::Rtr),
+            ah: Some(ah),
+            path_mtu: Some(cfg.mtu),
+            dest_qpn: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            ..Default::default()
+        },
+        QpType::Ud => QpAttr { state: Some(QpState::Rtr), ..Default::default() },
+    };
+    r.modify_qp(qpn, &rtr).expect("rtr");
+    let rts = match cfg.qp_type {
+        QpType::Rc => QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            timeout: Some(cfg.timeout),
+            retry_cnt: Some(cfg.retry_cnt),
+            rnr_retry: Some(cfg.rnr_retry),
+            max_rd_atomic: Some(cfg.max_rd_atomic),
+            ..Default::default()
+        },
+        _ => QpAttr { state: Some(QpState::Rts), sq_psn: Some(sq_psn), ..Default::default() },
+    };
+    r.modify_qp(qpn, &rts).expect("rts");
+}

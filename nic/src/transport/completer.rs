@@ -1,0 +1,271 @@
+//! The completer: retires send WQEs on ACKs (explicit and implied), READ
+//! responses and atomic ACKs; turns NAKs, RNR NAKs and ACK timeouts into
+//! go-back-N retransmission or error completions.
+
+use super::qp::Qp;
+use super::timers::{local_ack_timeout, rnr_timer};
+use super::Resources;
+use crate::time::Instant;
+use crate::verbs::{QpState, SendOp, WcStatus};
+use wire::{NakCode, Operation, Position, Psn, RoceRepr, Syndrome};
+
+impl Qp {
+    /// A response (ACK, NAK, READ response, atomic ACK) for our requests.
+    pub(super) fn handle_response(
+        &mut self,
+        res: &mut Resources,
+        now: Instant,
+        pkt: &RoceRepr<'_>,
+    ) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            self.counters.rx_qp_state_drop += 1;
+            return;
+        }
+        let psn = pkt.bth.psn;
+        // Only PSNs in [una, npsn) answer something outstanding; anything
+        // else is a stale duplicate or a ghost (IBA 9.7.5.2.1).
+        let outstanding = self.req.una.distance_to(self.req.npsn);
+        if self.req.una.distance_to(psn) >= outstanding {
+            return;
+        }
+        let info = pkt
+            .opcode_info()
+            .expect("parsed packets have known opcodes");
+        let aeth = pkt.ext.aeth;
+        match info.operation {
+            Operation::Acknowledge => match aeth.map(|a| a.syndrome) {
+                Some(Syndrome::Ack { .. }) => self.ack_through(res, now, psn),
+                Some(Syndrome::RnrNak { timer }) => self.on_rnr_nak(res, now, psn, timer),
+                Some(Syndrome::Nak(code)) => self.on_nak(res, now, psn, code),
+                _ => {}
+            },
+            Operation::ReadResponse => self.on_read_response(res, now, pkt, info.position),
+            Operation::AtomicAcknowledge => {
+                self.on_atomic_ack(res, now, psn, pkt.ext.atomic_ack.unwrap_or(0))
+            }
+            _ => {}
+        }
+    }
+
+    /// Everything up to and including `last` is acknowledged: retire the
+    /// SENDs and WRITEs it covers, in order. A READ or atomic it covers
+    /// without its data having arrived means the responses were lost: that
+    /// is an implied NAK (IBA 9.7.5.1.4), so resend from there.
+    fn ack_through(&mut self, res: &mut Resources, now: Instant, last: Psn) {
+        let mut progressed = false;
+        while let Some(w) = self.req.sq.front() {
+            if !w.started || w.last_psn().after(last) {
+                break;
+            }
+            if w.wr.op.is_read_or_atomic() {
+                let resume = w.first_psn.add((w.read_done / self.mtu as u64) as u32);
+                self.counters.implied_nak_seq_err += 1;
+                self.advance_una(resume);
+                self.rewind_to(resume);
+                self.restart_ack_timer(now);
+                return;
+            }
+            let next = w.last_psn().next();
+            self.complete_front(res, WcStatus::Success);
+            self.advance_una(next);
+            progressed = true;
+            if self.state == QpState::Err {
+                return;
+            }
+        }
+        if !last.before(self.req.una) {
+            self.advance_una(last.next());
+        }
+        if progressed {
+            self.on_progress(now);
+        }
+    }
+
+    fn advance_una(&mut self, psn: Psn) {
+        if self.req.una.before(psn) && !self.req.npsn.before(psn) {
+            self.req.una = psn;
+        }
+    }
+
+    /// Forward progress resets the retry counters (IBA 9.7.6.1.3) and the timer.
+    fn on_progress(&mut self, now: Instant) {
+        self.req.retry_left = self.retry_cnt;
+        self.req.rnr_left = self.rnr_retry;
+        self.restart_ack_timer(now);
+    }
+
+    fn restart_ack_timer(&mut self, now: Instant) {
+        self.req.ack_deadline = if self.req.outstanding() {
+            local_ack_timeout(self.timeout).map(|d| now + d)
+        } else {
+            None
+        };
+    }
+
+    fn on_read_response(
+        &mut self,
+        res: &mut Resources,
+        now: Instant,
+        pkt: &RoceRepr<'_>,
+        pos: Position,
+    ) {
+        let psn = pkt.bth.psn;
+        self.ack_through(res, now, psn.sub(1));
+        if self.state == QpState::Err {
+            return;
+        }
+        let mtu = self.mtu as u64;
+        let Some(w) = self.req.sq.front_mut() else {
+            return;
+        };
+        if !matches!(w.wr.op, SendOp::Read { .. }) || !w.contains(psn) {
+            return;
+        }
+        let expected = w.first_psn.add((w.read_done / mtu) as u32);
+        if psn != expected {
+            if expected.before(psn) {
+                // a response went missing: ask again from the gap
+                self.counters.implied_nak_seq_err += 1;
+                self.rewind_to(expected);
+            }
+            return;
+        }
+        let payload = pkt.payload;
+        let remaining = w.len - w.read_done;
+        let full = matches!(pos, Position::First | Position::Middle);
+        // IBA 9.7.5.1.6: FIRST and MIDDLE responses carry exactly one MTU,
+        // the LAST or ONLY one the rest.
+        let bad = payload.len() as u64 > remaining
+            || (full && payload.len() as u64 != mtu)
+            || (pos.is_end() && payload.len() as u64 != remaining);
+        if bad {
+            self.complete_front(res, WcStatus::BadRespErr);
+            return;
+        }
+        let (pd, sgl, off) = (self.init.pd, w.wr.sgl, w.read_done);
+        if res.scatter(pd, &sgl, off, payload).is_err() {
+            self.complete_front(res, WcStatus::LocProtErr);
+            return;
+        }
+        w.read_done += payload.len() as u64;
+        let next = psn.next();
+        self.advance_una(next);
+        if pos.is_end() {
+            self.complete_front(res, WcStatus::Success);
+        }
+        self.on_progress(now);
+    }
+
+    fn on_atomic_ack(&mut self, res: &mut Resources, now: Instant, psn: Psn, orig: u64) {
+        self.ack_through(res, now, psn.sub(1));
+        if self.state == QpState::Err {
+            return;
+        }
+        let Some(w) = self.req.sq.front() else { return };
+        if !w.wr.op.is_atomic() || w.first_psn != psn || !w.started {
+            return;
+        }
+        // The original value lands in the local buffer in host byte order.
+        let (pd, sgl) = (self.init.pd, w.wr.sgl);
+        if res.scatter(pd, &sgl, 0, &orig.to_ne_bytes()).is_err() {
+            self.complete_front(res, WcStatus::LocProtErr);
+            return;
+        }
+        self.advance_una(psn.next());
+        self.complete_front(res, WcStatus::Success);
+        self.on_progress(now);
+    }
+
+    fn on_nak(&mut self, res: &mut Resources, now: Instant, psn: Psn, code: NakCode) {
+        // A NAK acknowledges every packet before its PSN (IBA 9.7.5.2.2).
+        self.ack_through(res, now, psn.sub(1));
+        if self.state == QpState::Err {
+            return;
+        }
+        let status = match code {
+            NakCode::PsnSequenceError => {
+                self.counters.packet_seq_err += 1;
+                if !self.use_retry(res) {
+                    return;
+                }
+                self.advance_una(psn);
+                self.rewind_to(psn);
+                self.restart_ack_timer(now);
+                return;
+            }
+            NakCode::InvalidRequest => {
+                self.counters.req_remote_invalid_request += 1;
+                WcStatus::RemInvReqErr
+            }
+            NakCode::RemoteAccessError => {
+                self.counters.req_remote_access_errors += 1;
+                WcStatus::RemAccessErr
+            }
+            NakCode::RemoteOperationalError => {
+                self.counters.req_remote_operational_error += 1;
+                WcStatus::RemOpErr
+            }
+            NakCode::InvalidRdRequest | NakCode::Reserved(_) => WcStatus::BadRespErr,
+        };
+        // IBA 9.9.2 (class D/E errors): the WQE completes in error and the
+        // QP goes to the error state.
+        self.complete_front(res, status);
+    }
+
+    fn on_rnr_nak(&mut self, res: &mut Resources, now: Instant, psn: Psn, timer: u8) {
+        self.ack_through(res, now, psn.sub(1));
+        if self.state == QpState::Err {
+            return;
+        }
+        self.counters.rnr_nak_retry_err += 1;
+        // IBA 9.7.5.2.8: rnr_retry 7 means retry forever.
+        if self.rnr_retry != 7 {
+            if self.req.rnr_left == 0 {
+                self.counters.retry_rnr_exceeded_err += 1;
+                self.complete_front(res, WcStatus::RnrRetryExcErr);
+                return;
+            }
+            self.req.rnr_left -= 1;
+        }
+        self.advance_una(psn);
+        self.rewind_to(psn);
+        self.req.ack_deadline = None;
+        self.req.rnr_deadline = Some(now + rnr_timer(timer));
+    }
+
+    /// Spends one transport retry; on exhaustion fails the oldest WQE with
+    /// RETRY_EXC_ERR (IBA 9.7.6.1.3). Returns whether to retry.
+    fn use_retry(&mut self, res: &mut Resources) -> bool {
+        if res.cfg.unlimited_retries {
+            return true;
+        }
+        if self.req.retry_left == 0 {
+            self.counters.retry_exceeded_err += 1;
+            self.complete_front(res, WcStatus::RetryExcErr);
+            return false;
+        }
+        self.req.retry_left -= 1;
+        true
+    }
+
+    /// Timers: the RNR wait ending, or the local ACK timeout.
+    pub(super) fn handle_timeout(&mut self, res: &mut Resources, now: Instant) {
+        if self.req.rnr_deadline.is_some_and(|d| d <= now) {
+            self.req.rnr_deadline = None;
+            self.restart_ack_timer(now);
+        }
+        if self.req.ack_deadline.is_some_and(|d| d <= now) {
+            self.req.ack_deadline = None;
+            if !self.req.outstanding() {
+                return;
+            }
+            self.counters.local_ack_timeout_err += 1;
+            if !self.use_retry(res) {
+                return;
+            }
+            let una = self.req.una;
+            self.rewind_to(una);
+            self.restart_ack_timer(now);
+        }
+    }
+}

@@ -1,0 +1,828 @@
+//! The sans-I/O transport: a whole RNIC (verbs objects and QPs) that takes
+//! frames and time in (`handle_frame`, `handle_timeout`) and hands frames,
+//! completions and its next deadline out (`poll_transmit`, `poll_cq`,
+//! `poll_timeout`). It never reads a clock, opens a socket or spawns a
+//! thread, so a virtual-clock simulator, a pcap replay and the polling
+//! engine all drive the same code.
+//!
+//! The split follows Linux rxe: `requester` builds request packets,
+//! `responder` checks and executes them and owes responses, `completer`
+//! retires WQEs on responses and timers.
+
+mod completer;
+pub mod counters;
+mod qp;
+mod requester;
+mod responder;
+pub mod timers;
+
+pub use counters::Counters;
+pub use qp::{HeaderTemplate, QpInit};
+
+use crate::time::Instant;
+use crate::verbs::{
+    access, check_modify, Cq, KeyError, Memory, ModifyError, MrTable, QpAttr, QpState, RecvWr,
+    SendOp, SendWr, Sgl, Wc, WcOpcode, WcStatus,
+};
+use qp::{Qp, SendWqe};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use wire::{BthRepr, EthernetAddress, ExtHeaders, Gid, IpRepr, QpType, RocePacket, RoceRepr};
+
+/// First QPN handed out (QPs 0 and 1 are the IB management QPs).
+pub const FIRST_QPN: u32 = 0x11;
+/// A buffer of this many bytes holds any frame the transport sends
+/// (VLAN + IPv6 + UDP + BTH + the largest header set + 4096 B + pad + ICRC).
+pub const MAX_FRAME_LEN: usize = 18 + 40 + 8 + 12 + 32 + 4096 + 4 + 4;
+
+/// Device-wide settings.
+#[derive(Clone, Debug)]
+pub struct RnicConfig {
+    pub mac: EthernetAddress,
+    pub gid: Gid,
+    /// Seeds key generation (and nothing else).
+    pub seed: u64,
+    /// Most PSNs a requester leaves unacknowledged.
+    pub max_unacked_psns: u32,
+    /// A requester asks for an ACK at least every this many packets.
+    pub ack_every: u32,
+    /// Simulation only: never give up retrying (retry_cnt is ignored).
+    pub unlimited_retries: bool,
+}
+
+impl RnicConfig {
+    pub fn new(mac: EthernetAddress, gid: Gid) -> RnicConfig {
+        RnicConfig {
+            mac,
+            gid,
+            seed: 0x5eed,
+            max_unacked_psns: 128,
+            ack_every: 64,
+            unlimited_retries: false,
+        }
+    }
+}
+
+/// Why a verb was refused.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum VerbsError {
+    #[error("no QP {0:#x}")]
+    NoSuchQp(u32),
+    #[error("no CQ {0}")]
+    NoSuchCq(u32),
+    #[error("no SRQ {0}")]
+    NoSuchSrq(u32),
+    #[error("no PD {0}")]
+    NoSuchPd(u32),
+    #[error("modify_qp: {0}")]
+    Modify(#[from] ModifyError),
+    #[error("the work queue is full")]
+    QueueFull,
+    #[error("invalid work request: {0}")]
+    InvalidWr(&'static str),
+    #[error("the QP is in state {0:?}, which does not accept this")]
+    BadState(QpState),
+    #[error("memory registration refused: {0}")]
+    BadMr(&'static str),
+    #[error("completion queue overrun")]
+    CqOverrun,
+}
+
+/// A shared receive queue.
+pub struct Srq {
+    pub pd: u32,
+    pub queue: VecDeque<RecvWr>,
+    pub max_wr: u32,
+}
+
+/// What a QP looks like from outside (`ibv_query_qp`).
+#[derive(Clone, Debug)]
+pub struct QpInfo {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub state: QpState,
+    pub dest_qpn: u32,
+    pub mtu: u32,
+    pub sq_psn: u32,
+    pub rq_psn: u32,
+    pub send_queue_len: usize,
+    pub recv_queue_len: usize,
+    pub counters: Counters,
+}
+
+/// Everything but the QPs, so QP methods can borrow both.
+pub(crate) struct Resources {
+    pub cfg: RnicConfig,
+    pub mrs: MrTable,
+    pub cqs: Vec<Option<Cq>>,
+    pub srqs: Vec<Option<Srq>>,
+    pub pds: Vec<bool>,
+    /// Counters of QPs since destroyed, plus device-level events.
+    pub dev: Counters,
+    /// Received frames dropped before reaching a QP, by reason.
+    pub drops: BTreeMap<&'static str, u64>,
+    pub ip_ident: u16,
+    pub scratch: Vec<u8>,
+}
+
+impl Resources {
+    fn drop_frame(&mut self, reason: &'static str) {
+        *self.drops.entry(reason).or_default() += 1;
+    }
+
+    /// Builds a frame from a QP's header template into `buf`.
+    pub(crate) fn emit(
+        &mut self,
+        hdr: &qp::HeaderTemplate,
+        bth: BthRepr,
+        ext: ExtHeaders,
+        payload_len: usize,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let mut ip = hdr.ip;
+        if let IpRepr::V4(v4) = &mut ip {
+            v4.ident = self.ip_ident;
+            self.ip_ident = self.ip_ident.wrapping_add(1);
+        }
+        let repr = RoceRepr {
+            eth: hdr.eth,
+            ip,
+            udp: hdr.udp,
+            udp_checksum: hdr.udp_checksum,
+            bth,
+            ext,
+            payload: &self.scratch[..payload_len],
+            trailer_len: 0,
+        };
+        repr.emit(buf).ok()
+    }
+
+    /// Copies `dst.len()` bytes of the message described by `sgl`, starting
+    /// at message offset `off`, out of registered memory.
+    pub(crate) fn gather(
+        &self,
+        pd: u32,
+        sgl: &Sgl,
+        mut off: u64,
+        dst: &mut [u8],
+    ) -> Result<(), KeyError> {
+        let mut done = 0;
+        for sge in sgl.as_slice() {
+            if done == dst.len() {
+                break;
+            }
+            let len = sge.length as u64;
+            if off >= len {
+                off -= len;
+                continue;
+            }
+            let n = ((len - off) as usize).min(dst.len() - done);
+            let (mr, at) = self
+                .mrs
+                .check_local(sge.lkey, pd, sge.addr + off, n as u64, 0)?;
+            mr.mem.read(at, &mut dst[done..done + n]);
+            done += n;
+            off = 0;
+        }
+        Ok(())
+    }
+
+    /// Copies `src` into the message described by `sgl` at offset `off`.
+    pub(crate) fn scatter(
+        &self,
+        pd: u32,
+        sgl: &Sgl,
+        mut off: u64,
+        src: &[u8],
+    ) -> Result<(), KeyError> {
+        let mut done = 0;
+        for sge in sgl.as_slice() {
+            if done == src.len() {
+                break;
+            }
+            let len = sge.length as u64;
+            if off >= len {
+                off -= len;
+                continue;
+            }
+            let n = ((len - off) as usize).min(src.len() - done);
+            let (mr, at) = self.mrs.check_local(
+                sge.lkey,
+                pd,
+                sge.addr + off,
+                n as u64,
+                access::LOCAL_WRITE,
+            )?;
+            mr.mem.write(at, &src[done..done + n]);
+            done += n;
+            off = 0;
+        }
+        Ok(())
+    }
+
+    /// Checks every SGE of a list against the local keys.
+    pub(crate) fn check_sgl(&self, pd: u32, sgl: &Sgl, need: u32) -> Result<(), KeyError> {
+        for sge in sgl.as_slice().iter().filter(|s| s.length > 0) {
+            self.mrs
+                .check_local(sge.lkey, pd, sge.addr, sge.length as u64, need)?;
+        }
+        Ok(())
+    }
+
+    /// Delivers a completion. A CQ overrun is counted; the caller's QP then
+    /// goes to the error state (IBA 11.4.2.1).
+    pub(crate) fn complete(&mut self, cq: u32, wc: Wc) -> Result<(), VerbsError> {
+        match self.cqs.get_mut(cq as usize).and_then(|c| c.as_mut()) {
+            Some(c) => c.push(wc).map_err(|_| VerbsError::CqOverrun),
+            None => Err(VerbsError::NoSuchCq(cq)),
+        }
+    }
+}
+
+/// A soft RNIC: verbs objects, QPs, and the transport between them.
+pub struct Rnic {
+    res: Resources,
+    qps: Vec<Option<Qp>>,
+    tx_queue: VecDeque<u32>,
+}
+
+impl Rnic {
+    pub fn new(cfg: RnicConfig) -> Rnic {
+        let seed = cfg.seed;
+        Rnic {
+            res: Resources {
+                cfg,
+                mrs: MrTable::new(seed),
+                cqs: Vec::new(),
+                srqs: Vec::new(),
+                pds: Vec::new(),
+                dev: Counters::default(),
+                drops: BTreeMap::new(),
+                ip_ident: 0,
+                scratch: vec![0u8; 4096],
+            },
+            qps: Vec::new(),
+            tx_queue: VecDeque::new(),
+        }
+    }
+
+    pub fn config(&self) -> &RnicConfig {
+        &self.res.cfg
+    }
+
+    // ---- verbs: objects ----
+
+    pub fn alloc_pd(&mut self) -> u32 {
+        self.res.pds.push(true);
+        (self.res.pds.len() - 1) as u32
+    }
+
+    fn check_pd(&self, pd: u32) -> Result<(), VerbsError> {
+        match self.res.pds.get(pd as usize) {
+            Some(true) => Ok(()),
+            _ => Err(VerbsError::NoSuchPd(pd)),
+        }
+    }
+
+    /// Registers `len` bytes of `mem` (from `mem_offset`) at virtual address
+    /// `addr`. Returns (lkey, rkey).
+    pub fn reg_mr(
+        &mut self,
+        pd: u32,
+        mem: Arc<dyn Memory>,
+        mem_offset: usize,
+        addr: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(u32, u32), VerbsError> {
+        self.check_pd(pd)?;
+        // ibv_reg_mr(3): remote write or atomic access requires local write.
+        if access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0
+            && access & access::LOCAL_WRITE == 0
+        {
+            return Err(VerbsError::BadMr(
+                "remote write or atomic access needs local write",
+            ));
+        }
+        self.res
+            .mrs
+            .register(pd, mem, mem_offset, addr, len, access)
+            .ok_or(VerbsError::BadMr(
+                "region outside its memory or key space exhausted",
+            ))
+    }
+
+    pub fn dereg_mr(&mut self, lkey: u32) -> bool {
+        self.res.mrs.deregister(lkey)
+    }
+
+    pub fn create_cq(&mut self, capacity: usize) -> u32 {
+        self.res.cqs.push(Some(Cq::new(capacity)));
+        (self.res.cqs.len() - 1) as u32
+    }
+
+    pub fn create_srq(&mut self, pd: u32, max_wr: u32) -> Result<u32, VerbsError> {
+        self.check_pd(pd)?;
+        self.res.srqs.push(Some(Srq {
+            pd,
+            queue: VecDeque::new(),
+            max_wr,
+        }));
+        Ok((self.res.srqs.len() - 1) as u32)
+    }
+
+    pub fn create_qp(&mut self, init: QpInit) -> Result<u32, VerbsError> {
+        self.check_pd(init.pd)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            if !matches!(self.res.cqs.get(cq as usize), Some(Some(_))) {
+                return Err(VerbsError::NoSuchCq(cq));
+            }
+        }
+        if let Some(s) = init.srq {
+            if !matches!(self.res.srqs.get(s as usize), Some(Some(_))) {
+                return Err(VerbsError::NoSuchSrq(s));
+            }
+        }
+        let idx = self
+            .qps
+            .iter()
+            .position(|q| q.is_none())
+            .unwrap_or_else(|| {
+                self.qps.push(None);
+                self.qps.len() - 1
+            });
+        let qpn = FIRST_QPN + idx as u32;
+        self.qps[idx] = Some(Qp::new(qpn, init));
+        Ok(qpn)
+    }
+
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
+        let idx = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = self.qps[idx].take().expect("index is live");
+        self.res.dev.add(&qp.counters);
+        Ok(())
+    }
+
+    fn qp_index(&self, qpn: u32) -> Option<usize> {
+        let idx = qpn.checked_sub(FIRST_QPN)? as usize;
+        matches!(self.qps.get(idx), Some(Some(_))).then_some(idx)
+    }
+
+    fn qp_mut(&mut self, qpn: u32) -> Result<&mut Qp, VerbsError> {
+        let idx = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        Ok(self.qps[idx].as_mut().expect("index is live"))
+    }
+
+    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
+        let idx = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = self.qps[idx].as_mut().expect("index is live");
+        let to = check_modify(qp.state, qp.qp_type(), attr)?;
+        if let Some(a) = attr.access_flags {
+            qp.access = a;
+        }
+        if let Some(k) = attr.qkey {
+            qp.qkey = k;
+        }
+        if let Some(ah) = attr.ah {
+            qp.ah = Some(ah);
+        }
+        if let Some(m) = attr.path_mtu {
+            qp.mtu = m;
+        }
+        if let Some(d) = attr.dest_qpn {
+            qp.dest_qpn = d;
+        }
+        if let Some(p) = attr.rq_psn {
+            qp.resp.epsn = wire::Psn::new(p);
+        }
+        if let Some(v) = attr.max_dest_rd_atomic {
+            qp.max_dest_rd_atomic = v;
+        }
+        if let Some(v) = attr.min_rnr_timer {
+            qp.min_rnr_timer = v;
+        }
+        if let Some(p) = attr.sq_psn {
+            qp.req.npsn = wire::Psn::new(p);
+            qp.req.una = qp.req.npsn;
+        }
+        if let Some(v) = attr.timeout {
+            qp.timeout = v;
+        }
+        if let Some(v) = attr.retry_cnt {
+            qp.retry_cnt = v;
+            qp.req.retry_left = v;
+        }
+        if let Some(v) = attr.rnr_retry {
+            qp.rnr_retry = v;
+            qp.req.rnr_left = v;
+        }
+        if let Some(v) = attr.max_rd_atomic {
+            qp.max_rd_atomic = v;
+        }
+        if let (Some(ah), QpType::Rc | QpType::Uc) = (qp.ah, qp.qp_type()) {
+            qp.hdr = Some(HeaderTemplate::new(
+                self.res.cfg.mac,
+                self.res.cfg.gid,
+                &ah,
+                qp.qpn,
+                qp.dest_qpn,
+            ));
+        }
+        match to {
+            QpState::Err if qp.state != QpState::Err => qp.to_error(&mut self.res),
+            QpState::Reset => {
+                let (qpn, init, counters) = (qp.qpn, qp.init, std::mem::take(&mut qp.counters));
+                *qp = Qp::new(qpn, init);
+                qp.counters = counters;
+            }
+            s => qp.state = s,
+        }
+        self.schedule(idx);
+        Ok(())
+    }
+
+    pub fn query_qp(&self, qpn: u32) -> Result<QpInfo, VerbsError> {
+        let idx = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = self.qps[idx].as_ref().expect("index is live");
+        Ok(QpInfo {
+            qpn,
+            qp_type: qp.qp_type(),
+            state: qp.state,
+            dest_qpn: qp.dest_qpn,
+            mtu: qp.mtu,
+            sq_psn: qp.req.npsn.value(),
+            rq_psn: qp.resp.epsn.value(),
+            send_queue_len: qp.req.sq.len(),
+            recv_queue_len: qp.rq.len(),
+            counters: qp.counters.clone(),
+        })
+    }
+
+    // ---- verbs: data path ----
+
+    /// Posts a send work request (`ibv_post_send`).
+    pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        let idx = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = self.qps[idx].as_mut().expect("index is live");
+        qp.post_send(&mut self.res, wr)?;
+        self.schedule(idx);
+        Ok(())
+    }
+
+    /// Posts a receive work request (`ibv_post_recv`).
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
+        let qp = self.qp_mut(qpn)?;
+        if qp.init.srq.is_some() {
+            return Err(VerbsError::InvalidWr("the QP uses an SRQ: post to the SRQ"));
+        }
+        if matches!(qp.state, QpState::Reset) {
+            return Err(VerbsError::BadState(qp.state));
+        }
+        if qp.rq.len() >= qp.init.max_recv_wr as usize {
+            return Err(VerbsError::QueueFull);
+        }
+        if qp.state == QpState::Err {
+            // IBA 10.3.1: WRs posted in the error state complete as flushed.
+            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qp.qpn);
+            qp.counters.resp_cqe_flush_error += 1;
+            let cq = qp.init.recv_cq;
+            return self.res.complete(cq, wc);
+        }
+        qp.rq.push_back(wr);
+        Ok(())
+    }
+
+    pub fn post_srq_recv(&mut self, srq: u32, wr: RecvWr) -> Result<(), VerbsError> {
+        let s = self
+            .res
+            .srqs
+            .get_mut(srq as usize)
+            .and_then(|s| s.as_mut())
+            .ok_or(VerbsError::NoSuchSrq(srq))?;
+        if s.queue.len() >= s.max_wr as usize {
+            return Err(VerbsError::QueueFull);
+        }
+        s.queue.push_back(wr);
+        Ok(())
+    }
+
+    /// Moves up to `max` completions of CQ `cq` into `out` (`ibv_poll_cq`).
+    pub fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<Wc>) -> Result<usize, VerbsError> {
+        let c = self
+            .res
+            .cqs
+            .get_mut(cq as usize)
+            .and_then(|c| c.as_mut())
+            .ok_or(VerbsError::NoSuchCq(cq))?;
+        c.poll(max, out).map_err(|_| VerbsError::CqOverrun)
+    }
+
+    // ---- the wire side ----
+
+    fn schedule(&mut self, idx: usize) {
+        if let Some(qp) = self.qps[idx].as_mut() {
+            if !qp.scheduled {
+                qp.scheduled = true;
+                self.tx_queue.push_back(idx as u32);
+            }
+        }
+    }
+
+    /// Takes one received frame. Frames that are not RoCEv2 for a QP of
+    /// ours are counted by reason and dropped.
+    pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
+        let pkt = match RocePacket::new_checked(frame) {
+            Ok(p) => p,
+            Err(e) => return self.res.drop_frame(e.reason()),
+        };
+        if let Err(e) = pkt.verify_icrc() {
+            return self.res.drop_frame(e.reason());
+        }
+        let repr = RoceRepr::from_packet(&pkt);
+        let Some(idx) = self.qp_index(repr.bth.dest_qp) else {
+            return self.res.drop_frame("unknown_qp");
+        };
+        let qp = self.qps[idx].as_mut().expect("index is live");
+        let info = pkt.opcode_info();
+        if !info.valid_for(qp.qp_type()) {
+            qp.counters.rx_qp_state_drop += 1;
+            return self.res.drop_frame("opcode_not_for_qp_type");
+        }
+        qp.counters.rcvd_pkts += 1;
+        if info.is_request() {
+            qp.handle_request(&mut self.res, now, &repr);
+        } else if info.is_response() {
+            qp.handle_response(&mut self.res, now, &repr);
+        } else {
+            // CNPs: congestion control is not wired in yet; counted and dropped.
+            self.res.drop_frame("cnp_unhandled");
+        }
+        self.schedule(idx);
+    }
+
+    /// Writes the next frame to send into `buf` (at least `MAX_FRAME_LEN`
+    /// bytes) and returns its length, or `None` when nothing is ready.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if buf.len() < MAX_FRAME_LEN {
+            return None;
+        }
+        while let Some(idx) = self.tx_queue.pop_front() {
+            let Some(qp) = self.qps[idx as usize].as_mut() else {
+                continue;
+            };
+            match qp.poll_transmit(&mut self.res, now, buf) {
+                Some(n) => {
+                    qp.counters.sent_pkts += 1;
+                    // more may follow: stay in the round robin
+                    self.tx_queue.push_back(idx);
+                    return Some(n);
+                }
+                None => qp.scheduled = false,
+            }
+        }
+        None
+    }
+
+    /// The earliest deadline of any timer.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps
+            .iter()
+            .flatten()
+            .filter_map(|q| q.next_deadline())
+            .min()
+    }
+
+    /// Runs every timer that is due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for idx in 0..self.qps.len() {
+            let Some(qp) = self.qps[idx].as_mut() else {
+                continue;
+            };
+            if qp.next_deadline().is_some_and(|d| d <= now) {
+                qp.handle_timeout(&mut self.res, now);
+                self.schedule(idx);
+            }
+        }
+    }
+
+    /// Device counters: every QP's plus those of destroyed QPs.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.res.dev.clone();
+        for qp in self.qps.iter().flatten() {
+            c.add(&qp.counters);
+        }
+        c
+    }
+
+    /// Received frames dropped before reaching a QP, by reason.
+    pub fn drops(&self) -> &BTreeMap<&'static str, u64> {
+        &self.res.drops
+    }
+
+    /// True when no QP has anything left to send, to receive or to time.
+    pub fn is_idle(&self) -> bool {
+        self.qps
+            .iter()
+            .flatten()
+            .all(|q| q.req.sq.is_empty() && q.resp.responses.is_empty())
+    }
+}
+
+impl Qp {
+    /// Validates and queues a send WR.
+    fn post_send(&mut self, res: &mut Resources, wr: SendWr) -> Result<(), VerbsError> {
+        if matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(VerbsError::BadState(self.state));
+        }
+        if self.req.sq.len() >= self.init.max_send_wr as usize {
+            return Err(VerbsError::QueueFull);
+        }
+        match (self.qp_type(), &wr.op) {
+            (QpType::Ud, SendOp::Send | SendOp::SendWithImm { .. }) if wr.ud.is_some() => {}
+            (QpType::Ud, _) => {
+                return Err(VerbsError::InvalidWr(
+                    "UD QPs take SEND with an address handle",
+                ))
+            }
+            (QpType::Uc, op)
+                if op.is_read_or_atomic() || matches!(op, SendOp::SendWithInv { .. }) =>
+            {
+                return Err(VerbsError::InvalidWr(
+                    "UC QPs take only SEND and RDMA WRITE",
+                ))
+            }
+            _ => {}
+        }
+        let len = wr.sgl.total_len();
+        if wr.op.is_atomic() && len != 8 {
+            return Err(VerbsError::InvalidWr(
+                "atomics need one 8-byte local buffer",
+            ));
+        }
+        if len > u32::MAX as u64 {
+            return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
+        }
+        let inline = if wr.flags.inline {
+            if wr.op.is_read_or_atomic() {
+                return Err(VerbsError::InvalidWr("inline data is for SEND and WRITE"));
+            }
+            // IBV_SEND_INLINE: the data is copied now, the lkeys are not used.
+            let mut data = vec![0u8; len as usize].into_boxed_slice();
+            let mut off = 0;
+            for sge in wr.sgl.as_slice() {
+                let n = sge.length as usize;
+                let (mr, at) = res
+                    .mrs
+                    .get(sge.lkey)
+                    .and_then(|m| m.offset_of(sge.addr, n as u64).ok().map(|at| (m, at)))
+                    .ok_or(VerbsError::InvalidWr(
+                        "inline SGE outside any registered region",
+                    ))?;
+                mr.mem.read(at, &mut data[off..off + n]);
+                off += n;
+            }
+            Some(data)
+        } else {
+            None
+        };
+        let signaled = wr.flags.signaled || self.init.sq_sig_all;
+        let wqe = SendWqe {
+            wr,
+            inline,
+            len,
+            started: false,
+            first_psn: wire::Psn::new(0),
+            npkts: 0,
+            read_done: 0,
+            signaled,
+        };
+        if self.state == QpState::Err {
+            self.req.sq.push_back(wqe);
+            self.flush_send_queue(res);
+            return Ok(());
+        }
+        self.req.sq.push_back(wqe);
+        Ok(())
+    }
+
+    /// Frames the QP has to send: responses first (they unblock the peer),
+    /// then requests.
+    fn poll_transmit(
+        &mut self,
+        res: &mut Resources,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        if let Some(n) = self.next_response(res, buf) {
+            return Some(n);
+        }
+        if self.resp.error_after_flush && self.resp.responses.is_empty() {
+            self.resp.error_after_flush = false;
+            self.to_error(res);
+            return None;
+        }
+        self.next_request(res, now, buf)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        match (self.req.ack_deadline, self.req.rnr_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).
+    pub(crate) fn to_error(&mut self, res: &mut Resources) {
+        self.state = QpState::Err;
+        self.req.ack_deadline = None;
+        self.req.rnr_deadline = None;
+        self.resp.responses.clear();
+        self.flush_send_queue(res);
+        if let Some(qp::InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
+            self.rq.push_front(recv);
+        }
+        while let Some(wr) = self.rq.pop_front() {
+            self.counters.resp_cqe_flush_error += 1;
+            let _ = res.complete(
+                self.init.recv_cq,
+                Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn),
+            );
+        }
+    }
+
+    fn flush_send_queue(&mut self, res: &mut Resources) {
+        while let Some(w) = self.req.sq.pop_front() {
+            self.counters.req_cqe_flush_error += 1;
+            let wc = Wc::new(
+                w.wr.wr_id,
+                WcStatus::WrFlushErr,
+                w.wr.op.wc_opcode(),
+                self.qpn,
+            );
+            let _ = res.complete(self.init.send_cq, wc);
+        }
+        self.req.cur = 0;
+        self.req.cur_off = 0;
+        self.req.rd_atomic_outstanding = 0;
+    }
+
+    /// Completes the oldest send WQE with `status` (errors always complete,
+    /// signaled or not) and, on error, fails the QP.
+    pub(crate) fn complete_front(&mut self, res: &mut Resources, status: WcStatus) {
+        let Some(w) = self.req.sq.pop_front() else {
+            return;
+        };
+        self.req.cur = self.req.cur.saturating_sub(1);
+        if w.wr.op.is_read_or_atomic() && w.started {
+            self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
+        }
+        if status == WcStatus::Success {
+            if w.wr.op.is_send() {
+                self.counters.rdma_sends += 1;
+            }
+            if w.signaled {
+                let mut wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
+                wc.byte_len = w.len as u32;
+                if res.complete(self.init.send_cq, wc).is_err() {
+                    self.counters.cq_overrun += 1;
+                    self.to_error(res);
+                }
+            }
+        } else {
+            self.counters.req_cqe_error += 1;
+            let wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
+            let _ = res.complete(self.init.send_cq, wc);
+            self.to_error(res);
+        }
+    }
+
+    /// Completes a receive WQE; on a CQ overrun the QP fails.
+    pub(crate) fn complete_recv(&mut self, res: &mut Resources, wc: Wc) {
+        if wc.status != WcStatus::Success {
+            self.counters.resp_cqe_error += 1;
+        }
+        if res.complete(self.init.recv_cq, wc).is_err() {
+            self.counters.cq_overrun += 1;
+            self.to_error(res);
+        }
+    }
+
+    /// Takes the next receive WQE: from the SRQ if the QP has one.
+    pub(crate) fn take_recv(&mut self, res: &mut Resources) -> Option<RecvWr> {
+        match self.init.srq {
+            Some(s) => res.srqs.get_mut(s as usize)?.as_mut()?.queue.pop_front(),
+            None => self.rq.pop_front(),
+        }
+    }
+
+    pub(crate) fn has_recv(&self, res: &Resources) -> bool {
+        match self.init.srq {
+            Some(s) => res
+                .srqs
+                .get(s as usize)
+                .and_then(|s| s.as_ref())
+                .is_some_and(|s| !s.queue.is_empty()),
+            None => !self.rq.is_empty(),
+        }
+    }
+}

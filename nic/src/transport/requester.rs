@@ -1,0 +1,330 @@
+//! The requester: turns send WQEs into request packets — segmentation by
+//! path MTU, PSN assignment, AckReq, the unacknowledged-PSN window, the
+//! max_rd_atomic limit, fences — and rewinds for go-back-N retransmission.
+
+use super::qp::Qp;
+use super::timers::local_ack_timeout;
+use super::Resources;
+use crate::time::Instant;
+use crate::verbs::{access, SendOp, WcStatus};
+use wire::{AtomicEth, BthRepr, Deth, ExtHeaders, Opcode, Psn, QpType, Reth};
+
+/// RC opcodes for (operation, position); UC opcodes are RC | 0x20.
+fn send_opcode(first: bool, last: bool, imm: bool, inv: bool) -> Opcode {
+    Opcode(match (first, last) {
+        (true, true) if imm => 0x05,
+        (true, true) if inv => 0x17,
+        (true, true) => 0x04,
+        (true, false) => 0x00,
+        (false, false) => 0x01,
+        (false, true) if imm => 0x03,
+        (false, true) if inv => 0x16,
+        (false, true) => 0x02,
+    })
+}
+
+fn write_opcode(first: bool, last: bool, imm: bool) -> Opcode {
+    Opcode(match (first, last) {
+        (true, true) if imm => 0x0B,
+        (true, true) => 0x0A,
+        (true, false) => 0x06,
+        (false, false) => 0x07,
+        (false, true) if imm => 0x09,
+        (false, true) => 0x08,
+    })
+}
+
+/// Packets a message of `len` bytes takes at `mtu` (at least one).
+pub(crate) fn packets(len: u64, mtu: u32) -> u32 {
+    len.div_ceil(mtu as u64).max(1) as u32
+}
+
+impl Qp {
+    /// Builds the next request packet, if the send queue has one ready.
+    pub(super) fn next_request(
+        &mut self,
+        res: &mut Resources,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        if !self.can_send() || self.req.rnr_deadline.is_some() || self.req.cur >= self.req.sq.len()
+        {
+            return None;
+        }
+        let rc = self.qp_type() == QpType::Rc;
+        // Window of unacknowledged PSNs (rxe: RXE_MAX_UNACKED_PSNS).
+        if rc && self.req.una.distance_to(self.req.npsn) >= res.cfg.max_unacked_psns {
+            return None;
+        }
+        let cur = self.req.cur;
+        if !self.req.sq[cur].started && !self.start_wqe(res, cur)? {
+            return None;
+        }
+        let w = &self.req.sq[cur];
+        let mtu = self.mtu as u64;
+        let psn = self.req.npsn;
+        let mut bth = BthRepr::new(Opcode(0), self.dest_qpn, psn);
+        bth.pkey = self.pkey;
+        let mut ext = ExtHeaders::default();
+        let mut payload_len = 0usize;
+        let msg_done;
+        let mut consumed = 1;
+        match w.wr.op {
+            SendOp::Read { remote_addr, rkey } => {
+                // A retried READ asks only for what is still missing (IBA 9.7.4.1.4).
+                let off = self.req.cur_off;
+                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
+                ext.reth = Some(Reth {
+                    va: remote_addr + off,
+                    rkey,
+                    dma_len: (w.len - off) as u32,
+                });
+                consumed = packets(w.len - off, self.mtu);
+                bth.ack_req = true;
+                msg_done = true;
+            }
+            SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                bth.opcode = Opcode::RC_CMP_SWAP;
+                ext.atomic = Some(AtomicEth {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: swap,
+                    compare,
+                });
+                bth.ack_req = true;
+                msg_done = true;
+            }
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                bth.opcode = Opcode::RC_FETCH_ADD;
+                ext.atomic = Some(AtomicEth {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: add,
+                    compare: 0,
+                });
+                bth.ack_req = true;
+                msg_done = true;
+            }
+            op => {
+                let off = self.req.cur_off;
+                let seg = (w.len - off).min(mtu);
+                let first = off == 0;
+                let last = off + seg == w.len;
+                payload_len = seg as usize;
+                match &w.inline {
+                    Some(data) => res.scratch[..payload_len]
+                        .copy_from_slice(&data[off as usize..(off + seg) as usize]),
+                    None => {
+                        let mut scratch = std::mem::take(&mut res.scratch);
+                        let r =
+                            res.gather(self.init.pd, &w.wr.sgl, off, &mut scratch[..payload_len]);
+                        res.scratch = scratch;
+                        if r.is_err() {
+                            // The region went away after the WQE started.
+                            self.complete_front_at(res, cur, WcStatus::LocProtErr);
+                            return None;
+                        }
+                    }
+                }
+                bth.opcode = match op {
+                    SendOp::Send => send_opcode(first, last, false, false),
+                    SendOp::SendWithImm { imm } => {
+                        if last {
+                            ext.imm = Some(imm);
+                        }
+                        send_opcode(first, last, true, false)
+                    }
+                    SendOp::SendWithInv { invalidate_rkey } => {
+                        if last {
+                            ext.ieth = Some(invalidate_rkey);
+                        }
+                        send_opcode(first, last, false, true)
+                    }
+                    SendOp::Write { remote_addr, rkey } => {
+                        if first {
+                            ext.reth = Some(Reth {
+                                va: remote_addr,
+                                rkey,
+                                dma_len: w.len as u32,
+                            });
+                        }
+                        write_opcode(first, last, false)
+                    }
+                    SendOp::WriteWithImm {
+                        remote_addr,
+                        rkey,
+                        imm,
+                    } => {
+                        if first {
+                            ext.reth = Some(Reth {
+                                va: remote_addr,
+                                rkey,
+                                dma_len: w.len as u32,
+                            });
+                        }
+                        if last {
+                            ext.imm = Some(imm);
+                        }
+                        write_opcode(first, last, true)
+                    }
+                    _ => unreachable!("reads and atomics handled above"),
+                };
+                match self.qp_type() {
+                    QpType::Uc => bth.opcode = Opcode(bth.opcode.0 | 0x20),
+                    QpType::Ud => {
+                        bth.opcode = if ext.imm.is_some() {
+                            Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+                        } else {
+                            Opcode::UD_SEND_ONLY
+                        };
+                        let d = w.wr.ud.expect("checked at post");
+                        bth.dest_qp = d.remote_qpn;
+                        // IBA 10.2.5 / C10-15: a Q_Key with the high bit set means "use the QP's".
+                        let qkey = if d.remote_qkey & 0x8000_0000 != 0 {
+                            self.qkey
+                        } else {
+                            d.remote_qkey
+                        };
+                        ext.deth = Some(Deth {
+                            qkey,
+                            src_qp: self.qpn,
+                        });
+                    }
+                    QpType::Rc => {}
+                }
+                bth.solicited = last && w.wr.flags.solicited;
+                // IBA 9.7.2 / rxe: ask for an ACK at the end of a message and
+                // at least every `ack_every` packets.
+                bth.ack_req = rc && (last || self.req.noack_pkts + 1 >= res.cfg.ack_every);
+                msg_done = last;
+                if !last {
+                    self.req.cur_off = off + seg;
+                }
+            }
+        }
+        let hdr = match self.qp_type() {
+            QpType::Ud => {
+                let d = w.wr.ud.expect("checked at post");
+                super::HeaderTemplate::new(res.cfg.mac, res.cfg.gid, &d.ah, self.qpn, d.remote_qpn)
+            }
+            _ => self.hdr?,
+        };
+        let n = res.emit(&hdr, bth, ext, payload_len, buf)?;
+        // bookkeeping after the frame is built
+        if bth.ack_req {
+            self.req.noack_pkts = 0;
+        } else {
+            self.req.noack_pkts += 1;
+        }
+        let last_psn = psn.add(consumed - 1);
+        match self.req.max_sent {
+            Some(m) if !m.before(psn) => self.counters.retransmitted_pkts += 1,
+            _ => {}
+        }
+        if self.req.max_sent.is_none_or(|m| m.before(last_psn)) {
+            self.req.max_sent = Some(last_psn);
+        }
+        self.req.npsn = psn.add(consumed);
+        if msg_done {
+            self.req.cur += 1;
+            self.req.cur_off = 0;
+        }
+        if rc {
+            if self.req.ack_deadline.is_none() {
+                self.req.ack_deadline = local_ack_timeout(self.timeout).map(|d| now + d);
+            }
+        } else if msg_done {
+            // UC and UD complete once the last packet is on the wire.
+            self.req.una = self.req.npsn;
+            self.complete_front(res, WcStatus::Success);
+        }
+        Some(n)
+    }
+
+    /// First transmission of `sq[idx]`: checks (fence, max_rd_atomic, local
+    /// keys) and fixes its PSNs. `Some(false)`: not yet; `None`: failed.
+    fn start_wqe(&mut self, res: &mut Resources, idx: usize) -> Option<bool> {
+        let w = &self.req.sq[idx];
+        let rd_atomic = w.wr.op.is_read_or_atomic();
+        // IBA 10.8.3.3: a fenced WR waits for earlier READs and atomics.
+        if w.wr.flags.fence && self.req.rd_atomic_outstanding > 0 {
+            return Some(false);
+        }
+        // IBA 9.7.4.1.2: at most max_rd_atomic READs/atomics outstanding.
+        if rd_atomic && self.req.rd_atomic_outstanding >= self.max_rd_atomic.max(1) as u32 {
+            return Some(false);
+        }
+        let need = if rd_atomic { access::LOCAL_WRITE } else { 0 };
+        let keys_ok = w.inline.is_some() || res.check_sgl(self.init.pd, &w.wr.sgl, need).is_ok();
+        let too_long = self.qp_type() == QpType::Ud && w.len > self.mtu as u64;
+        if !keys_ok || too_long {
+            let status = if too_long {
+                WcStatus::LocLenErr
+            } else {
+                WcStatus::LocProtErr
+            };
+            self.complete_front_at(res, idx, status);
+            return None;
+        }
+        let npkts = match w.wr.op {
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+            _ => packets(w.len, self.mtu),
+        };
+        let psn = self.req.npsn;
+        let w = &mut self.req.sq[idx];
+        w.started = true;
+        w.first_psn = psn;
+        w.npkts = npkts;
+        if rd_atomic {
+            self.req.rd_atomic_outstanding += 1;
+        }
+        Some(true)
+    }
+
+    /// Fails the WQE at `idx` (always the oldest unfinished one: WQEs
+    /// start in order and earlier ones are complete or in flight; those in
+    /// flight are flushed with the QP).
+    fn complete_front_at(&mut self, res: &mut Resources, idx: usize, status: WcStatus) {
+        if idx == 0 {
+            self.complete_front(res, status);
+        } else {
+            // Earlier WQEs are still in flight: the error completion goes
+            // to this WQE, the QP fails and flushes the rest.
+            let w = self.req.sq.remove(idx).expect("index in range");
+            self.counters.req_cqe_error += 1;
+            let wc = crate::verbs::Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
+            let _ = res.complete(self.init.send_cq, wc);
+            self.to_error(res);
+        }
+    }
+
+    /// Go-back-N: resend from `psn` (IBA 9.7.5.2.5: after a NAK or
+    /// timeout the requester resends from the first unacknowledged packet).
+    pub(super) fn rewind_to(&mut self, psn: Psn) {
+        if psn == self.req.npsn {
+            return;
+        }
+        let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+            return;
+        };
+        let w = &self.req.sq[idx];
+        let pkt_off = w.first_psn.distance_to(psn) as u64;
+        self.req.cur = idx;
+        self.req.cur_off = if w.wr.op.is_atomic() {
+            0
+        } else {
+            (pkt_off * self.mtu as u64).min(w.len)
+        };
+        self.req.npsn = psn;
+        self.req.noack_pkts = 0;
+    }
+}

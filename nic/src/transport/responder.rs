@@ -1,0 +1,638 @@
+//! The responder: checks each request in the order IBA 9.7.5.1 lays out
+//! (PSN → opcode sequence → opcode allowed on this QP → resources → length
+//! → R_Key, access and bounds), executes it (writes into memory, scatters
+//! SENDs into receive WQEs, runs atomics exactly once) and owes responses
+//! (coalesced ACKs, NAKs, segmented READ responses, atomic ACKs), which it
+//! hands out in PSN order.
+
+use super::qp::{InMessage, Qp, ReadJob, Resource, Response};
+use super::requester::packets;
+use super::Resources;
+use crate::time::Instant;
+use crate::verbs::{access, RecvWr, Wc, WcOpcode, WcStatus};
+use wire::{
+    Aeth, BthRepr, ExtHeaders, IpRepr, NakCode, Opcode, Operation, Position, Psn, QpType, RoceRepr,
+    Syndrome,
+};
+
+/// How a request ended.
+enum Outcome {
+    Done,
+    /// No receive WQE: RNR NAK on RC, drop on UC.
+    Rnr,
+    /// A NAK-worthy error; the receive WQE in progress (if any) completes
+    /// with the given status.
+    Nak(NakCode, Option<WcStatus>),
+}
+
+/// Responder resources remembered for duplicate READs and atomics.
+const RESOURCE_CACHE: usize = 64;
+const ACK: Syndrome = Syndrome::Ack {
+    credits: Syndrome::UNLIMITED_CREDITS,
+};
+
+impl Qp {
+    pub(super) fn handle_request(
+        &mut self,
+        res: &mut Resources,
+        _now: Instant,
+        pkt: &RoceRepr<'_>,
+    ) {
+        if !self.can_receive() || self.resp.error_after_flush {
+            self.counters.rx_qp_state_drop += 1;
+            return;
+        }
+        match self.qp_type() {
+            QpType::Rc => self.rc_request(res, pkt),
+            QpType::Uc => self.uc_request(res, pkt),
+            QpType::Ud => self.ud_request(res, pkt),
+        }
+    }
+
+    fn rc_request(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) {
+        let psn = pkt.bth.psn;
+        let epsn = self.resp.epsn;
+        // 1. PSN (IBA 9.7.5.1.1)
+        if psn != epsn {
+            if epsn.before(psn) {
+                self.counters.out_of_sequence += 1;
+                // IBA C9-97 (rxe: sent_psn_nak): one NAK per sequence gap.
+                if !self.resp.nak_sent {
+                    self.resp.nak_sent = true;
+                    self.queue_response(Response::Ack {
+                        psn: epsn,
+                        syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                        msn: self.resp.msn,
+                    });
+                }
+            } else {
+                self.counters.duplicate_request += 1;
+                self.rc_duplicate(pkt);
+            }
+            return;
+        }
+        self.resp.nak_sent = false;
+        match self.execute(res, pkt) {
+            Outcome::Done => {
+                if pkt.bth.ack_req {
+                    self.queue_response(Response::Ack {
+                        psn,
+                        syndrome: ACK,
+                        msn: self.resp.msn,
+                    });
+                }
+            }
+            Outcome::Rnr => {
+                self.counters.out_of_buffer += 1;
+                // The retried packet will be in sequence; packets behind it
+                // are not NAKed again (same rule as C9-97).
+                self.resp.nak_sent = true;
+                let timer = self.min_rnr_timer;
+                self.queue_response(Response::Ack {
+                    psn,
+                    syndrome: Syndrome::RnrNak { timer },
+                    msn: self.resp.msn,
+                });
+            }
+            Outcome::Nak(code, recv_status) => {
+                // IBA 9.9.3 (responder class C errors): NAK, complete the
+                // receive WQE in progress in error, then fail the QP.
+                match code {
+                    NakCode::RemoteAccessError => self.counters.resp_remote_access_errors += 1,
+                    _ => self.counters.resp_invalid_request += 1,
+                }
+                self.fail_in_message(res, recv_status);
+                self.queue_response(Response::Ack {
+                    psn,
+                    syndrome: Syndrome::Nak(code),
+                    msn: self.resp.msn,
+                });
+                self.resp.error_after_flush = true;
+            }
+        }
+    }
+
+    /// A request already executed: answer it again without re-executing
+    /// side effects.
+    fn rc_duplicate(&mut self, pkt: &RoceRepr<'_>) {
+        let psn = pkt.bth.psn;
+        let info = pkt.opcode_info().expect("parsed");
+        match info.operation {
+            // IBA C9-105 (as rxe cites it): a duplicate SEND or WRITE is
+            // acknowledged again with the latest PSN.
+            Operation::Send | Operation::Write => {
+                let last = self.resp.epsn.sub(1);
+                self.queue_response(Response::Ack {
+                    psn: last,
+                    syndrome: ACK,
+                    msn: self.resp.msn,
+                });
+            }
+            Operation::ReadRequest => {
+                let mtu = self.mtu as u64;
+                let hit = self.resp.resources.iter().rev().find_map(|r| match *r {
+                    Resource::Read {
+                        first_psn,
+                        npkts,
+                        va,
+                        rkey,
+                        len,
+                        msn,
+                    } if psn.in_window(first_psn, npkts) => {
+                        let off = (first_psn.distance_to(psn) as u64 * mtu).min(len);
+                        Some(ReadJob {
+                            psn,
+                            va: va + off,
+                            rkey,
+                            remaining: len - off,
+                            first: true,
+                            msn,
+                        })
+                    }
+                    _ => None,
+                });
+                // A READ retry may start in the middle of the original
+                // (IBA 9.7.5.1.1: the responder re-reads from memory).
+                if let (Some(job), Some(reth)) = (hit, pkt.ext.reth) {
+                    if reth.rkey == job.rkey {
+                        self.queue_response(Response::Read(job));
+                    }
+                }
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                // IBA 9.7.5.1.3.2: an atomic is executed once; duplicates get
+                // the saved result.
+                let hit = self.resp.resources.iter().rev().find_map(|r| match *r {
+                    Resource::Atomic { psn: p, orig, msn } if p == psn => Some((orig, msn)),
+                    _ => None,
+                });
+                if let Some((orig, msn)) = hit {
+                    self.queue_response(Response::AtomicAck { psn, orig, msn });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn uc_request(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) {
+        let info = pkt.opcode_info().expect("parsed");
+        let psn = pkt.bth.psn;
+        // UC (IBA 9.8.4): no ACKs. A PSN gap loses the message in progress;
+        // a FIRST or ONLY always starts a new one.
+        if info.position.is_start() {
+            if psn != self.resp.epsn {
+                self.counters.out_of_sequence += 1;
+            }
+            self.abandon_in_message();
+            self.resp.uc_discard = false;
+        } else if psn != self.resp.epsn || self.resp.uc_discard {
+            if psn != self.resp.epsn {
+                self.counters.out_of_sequence += 1;
+            }
+            self.abandon_in_message();
+            self.resp.uc_discard = true;
+            self.resp.epsn = psn.next();
+            return;
+        }
+        self.resp.epsn = psn;
+        match self.execute(res, pkt) {
+            Outcome::Done => {}
+            Outcome::Rnr => {
+                self.counters.out_of_buffer += 1;
+                self.resp.uc_discard = !info.position.is_end();
+                self.resp.epsn = psn.next();
+            }
+            Outcome::Nak(..) => {
+                self.abandon_in_message();
+                self.resp.uc_discard = !info.position.is_end();
+                self.resp.epsn = psn.next();
+            }
+        }
+    }
+
+    /// Drops a partly received message; its receive WQE is reused.
+    fn abandon_in_message(&mut self) {
+        if let Some(InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
+            self.rq.push_front(recv);
+        }
+    }
+
+    /// Fails the message in progress; its receive WQE completes in error.
+    fn fail_in_message(&mut self, res: &mut Resources, status: Option<WcStatus>) {
+        let msg = self.resp.in_msg.take();
+        if let (Some(InMessage::Send { recv, .. }), Some(st)) = (msg, status) {
+            self.complete_recv(res, Wc::new(recv.wr_id, st, WcOpcode::Recv, self.qpn));
+        } else if let Some(InMessage::Send { recv, .. }) = msg {
+            self.rq.push_front(recv);
+        }
+    }
+
+    fn ud_request(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) {
+        let Some(deth) = pkt.ext.deth else { return };
+        // IBA 10.2.5 / C10-16: a UD packet whose Q_Key differs from the QP's is dropped.
+        if deth.qkey != self.qkey {
+            self.counters.qkey_violation += 1;
+            return;
+        }
+        let Some(recv) = self.take_recv(res) else {
+            self.counters.out_of_buffer += 1;
+            return;
+        };
+        // IBA 11.4.1.1: the first 40 bytes of a UD receive buffer take the
+        // GRH; RoCEv2 over IPv4 puts the IPv4 header in its last 20 bytes
+        // (as rxe does).
+        let mut grh = [0u8; 40];
+        match pkt.ip {
+            IpRepr::V4(ip) => ip.emit(&mut grh[20..], pkt.ip_len() - 20),
+            IpRepr::V6(ip) => ip.emit(&mut grh, pkt.ip_len() - 40),
+        }
+        let total = 40 + pkt.payload.len() as u64;
+        let mut wc = Wc::new(recv.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+        if total > recv.sgl.total_len() {
+            wc.status = WcStatus::LocLenErr;
+            self.counters.resp_local_length_error += 1;
+        } else if res.scatter(self.init.pd, &recv.sgl, 0, &grh).is_err()
+            || res
+                .scatter(self.init.pd, &recv.sgl, 40, pkt.payload)
+                .is_err()
+        {
+            wc.status = WcStatus::LocProtErr;
+        }
+        wc.byte_len = total as u32;
+        wc.src_qp = deth.src_qp;
+        wc.grh = true;
+        wc.imm = pkt.ext.imm;
+        wc.solicited = pkt.bth.solicited;
+        self.counters.rdma_recvs += 1;
+        self.complete_recv(res, wc);
+    }
+
+    /// Steps 2-6 of the responder checks, then execution (RC and UC).
+    fn execute(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) -> Outcome {
+        let info = pkt.opcode_info().expect("parsed");
+        let op = info.operation;
+        let pos = info.position;
+        // 2. opcode sequence (IBA 9.7.5.1.2): MIDDLE/LAST continue a message
+        // of the same operation, FIRST/ONLY start one.
+        let seq_ok = match (&self.resp.in_msg, pos) {
+            (None, Position::First | Position::Only) => true,
+            (Some(m), Position::Middle | Position::Last) => m.operation() == op,
+            _ => false,
+        };
+        if !seq_ok {
+            return Outcome::Nak(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
+        }
+        // 3. opcode allowed on this QP (IBA 9.7.5.1.3 / the QP's access flags)
+        let need = match op {
+            Operation::Send => 0,
+            Operation::Write => access::REMOTE_WRITE,
+            Operation::ReadRequest => access::REMOTE_READ,
+            Operation::CompareSwap | Operation::FetchAdd => access::REMOTE_ATOMIC,
+            // FLUSH and ATOMIC_WRITE are not implemented by this responder.
+            _ => return Outcome::Nak(NakCode::InvalidRequest, None),
+        };
+        if self.access & need != need {
+            return Outcome::Nak(NakCode::InvalidRequest, None);
+        }
+        // 5 (length, packet level): FIRST and MIDDLE carry exactly one path
+        // MTU, LAST and ONLY at most one (IBA 9.7.5.1.4).
+        let len = pkt.payload.len() as u64;
+        let mtu = self.mtu as u64;
+        let len_ok = match pos {
+            Position::First | Position::Middle => len == mtu,
+            Position::Last | Position::Only => len <= mtu,
+        };
+        if !len_ok {
+            self.counters.resp_local_length_error += 1;
+            return Outcome::Nak(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
+        }
+        match op {
+            Operation::Send => self.exec_send(res, pkt, pos),
+            Operation::Write => self.exec_write(res, pkt, pos),
+            Operation::ReadRequest => self.exec_read(res, pkt),
+            _ => self.exec_atomic(res, pkt, op),
+        }
+    }
+
+    fn exec_send(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>, pos: Position) -> Outcome {
+        if pos.is_start() {
+            // 4. resources (IBA 9.7.5.1.5): a SEND needs a receive WQE.
+            let Some(recv) = self.take_recv(res) else {
+                return Outcome::Rnr;
+            };
+            self.resp.in_msg = Some(InMessage::Send { recv, offset: 0 });
+        }
+        let Some(InMessage::Send { recv, offset }) = self.resp.in_msg else {
+            unreachable!("sequence checked")
+        };
+        let len = pkt.payload.len() as u64;
+        if offset + len > recv.sgl.total_len() {
+            self.counters.resp_local_length_error += 1;
+            return Outcome::Nak(NakCode::InvalidRequest, Some(WcStatus::LocLenErr));
+        }
+        if res
+            .scatter(self.init.pd, &recv.sgl, offset, pkt.payload)
+            .is_err()
+        {
+            return Outcome::Nak(NakCode::RemoteOperationalError, Some(WcStatus::LocProtErr));
+        }
+        self.resp.in_msg = Some(InMessage::Send {
+            recv,
+            offset: offset + len,
+        });
+        self.resp.epsn = self.resp.epsn.next();
+        if pos.is_end() {
+            self.resp.in_msg = None;
+            self.finish_message();
+            let mut wc = Wc::new(recv.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+            wc.byte_len = (offset + len) as u32;
+            wc.imm = pkt.ext.imm;
+            wc.solicited = pkt.bth.solicited;
+            if let Some(rkey) = pkt.ext.ieth {
+                res.mrs.invalidate(rkey, self.init.pd);
+                wc.invalidated_rkey = Some(rkey);
+            }
+            self.counters.rdma_recvs += 1;
+            self.complete_recv(res, wc);
+        }
+        Outcome::Done
+    }
+
+    fn exec_write(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>, pos: Position) -> Outcome {
+        if pos.is_start() {
+            let Some(reth) = pkt.ext.reth else {
+                return Outcome::Nak(NakCode::InvalidRequest, None);
+            };
+            let total = reth.dma_len as u64;
+            // 6. R_Key, access and bounds (IBA 9.7.5.1.6, 10.6.3); a
+            // zero-length WRITE does not check the R_Key (IBA 9.4.3).
+            if total > 0
+                && res
+                    .mrs
+                    .check_remote(
+                        reth.rkey,
+                        self.init.pd,
+                        reth.va,
+                        total,
+                        access::REMOTE_WRITE,
+                    )
+                    .is_err()
+            {
+                return Outcome::Nak(NakCode::RemoteAccessError, None);
+            }
+            self.counters.rx_write_requests += 1;
+            self.resp.in_msg = Some(InMessage::Write {
+                va: reth.va,
+                rkey: reth.rkey,
+                remaining: total,
+                total,
+            });
+        }
+        let Some(InMessage::Write {
+            va,
+            rkey,
+            remaining,
+            total,
+        }) = self.resp.in_msg
+        else {
+            unreachable!("sequence checked")
+        };
+        let len = pkt.payload.len() as u64;
+        // 5 (length, message level): no more than the RETH's DMA length, and
+        // exactly that much by the last packet.
+        if len > remaining || (pos.is_end() && len != remaining) {
+            self.counters.resp_local_length_error += 1;
+            return Outcome::Nak(NakCode::InvalidRequest, None);
+        }
+        let with_imm = pkt.ext.imm.is_some();
+        // WRITE_WITH_IMMEDIATE consumes a receive WQE: check before writing.
+        if with_imm && !self.has_recv(res) {
+            return Outcome::Rnr;
+        }
+        if len > 0 {
+            match res
+                .mrs
+                .check_remote(rkey, self.init.pd, va, len, access::REMOTE_WRITE)
+            {
+                Ok((mr, at)) => mr.mem.write(at, pkt.payload),
+                Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
+            }
+        }
+        self.resp.in_msg = Some(InMessage::Write {
+            va: va + len,
+            rkey,
+            remaining: remaining - len,
+            total,
+        });
+        self.resp.epsn = self.resp.epsn.next();
+        if pos.is_end() {
+            self.resp.in_msg = None;
+            self.finish_message();
+            if let Some(imm) = pkt.ext.imm {
+                let recv: RecvWr = self.take_recv(res).expect("checked above");
+                let mut wc = Wc::new(
+                    recv.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    self.qpn,
+                );
+                wc.byte_len = total as u32;
+                wc.imm = Some(imm);
+                wc.solicited = pkt.bth.solicited;
+                self.complete_recv(res, wc);
+            }
+        }
+        Outcome::Done
+    }
+
+    fn exec_read(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) -> Outcome {
+        let Some(reth) = pkt.ext.reth else {
+            return Outcome::Nak(NakCode::InvalidRequest, None);
+        };
+        let len = reth.dma_len as u64;
+        if len > 0
+            && res
+                .mrs
+                .check_remote(reth.rkey, self.init.pd, reth.va, len, access::REMOTE_READ)
+                .is_err()
+        {
+            return Outcome::Nak(NakCode::RemoteAccessError, None);
+        }
+        // 4. resources: at most max_dest_rd_atomic READs/atomics in progress.
+        let busy = self
+            .resp
+            .responses
+            .iter()
+            .filter(|r| matches!(r, Response::Read(_)))
+            .count();
+        if busy >= self.max_dest_rd_atomic.max(1) as usize {
+            return Outcome::Nak(NakCode::InvalidRequest, None);
+        }
+        self.counters.rx_read_requests += 1;
+        let psn = pkt.bth.psn;
+        let npkts = packets(len, self.mtu);
+        self.finish_message();
+        let msn = self.resp.msn;
+        self.remember(Resource::Read {
+            first_psn: psn,
+            npkts,
+            va: reth.va,
+            rkey: reth.rkey,
+            len,
+            msn,
+        });
+        self.resp.epsn = psn.add(npkts);
+        self.queue_response(Response::Read(ReadJob {
+            psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: len,
+            first: true,
+            msn,
+        }));
+        Outcome::Done
+    }
+
+    fn exec_atomic(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>, op: Operation) -> Outcome {
+        let Some(a) = pkt.ext.atomic else {
+            return Outcome::Nak(NakCode::InvalidRequest, None);
+        };
+        // IBA 9.4.5: the target of an atomic is 8 bytes, naturally aligned.
+        if a.va % 8 != 0 {
+            return Outcome::Nak(NakCode::InvalidRequest, None);
+        }
+        let (mr, at) =
+            match res
+                .mrs
+                .check_remote(a.rkey, self.init.pd, a.va, 8, access::REMOTE_ATOMIC)
+            {
+                Ok(x) => x,
+                Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
+            };
+        if at % 8 != 0 {
+            return Outcome::Nak(NakCode::InvalidRequest, None);
+        }
+        self.counters.rx_atomic_requests += 1;
+        let orig = match op {
+            Operation::CompareSwap => mr.mem.compare_swap(at, a.compare, a.swap_add),
+            _ => mr.mem.fetch_add(at, a.swap_add),
+        };
+        let psn = pkt.bth.psn;
+        self.finish_message();
+        let msn = self.resp.msn;
+        self.remember(Resource::Atomic { psn, orig, msn });
+        self.resp.epsn = psn.next();
+        self.queue_response(Response::AtomicAck { psn, orig, msn });
+        Outcome::Done
+    }
+
+    /// A request message completed: the MSN counts it (IBA 9.7.5.2.2).
+    fn finish_message(&mut self) {
+        self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+    }
+
+    fn remember(&mut self, r: Resource) {
+        if self.resp.resources.len() >= RESOURCE_CACHE.max(self.max_dest_rd_atomic as usize) {
+            self.resp.resources.pop_front();
+        }
+        self.resp.resources.push_back(r);
+    }
+
+    /// Queues a response; an ACK right behind another ACK replaces it
+    /// (coalescing: ACKs are cumulative).
+    fn queue_response(&mut self, r: Response) {
+        if let (
+            Response::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            },
+            Some(Response::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            }),
+        ) = (&r, self.resp.responses.back())
+        {
+            *self.resp.responses.back_mut().expect("checked") = r;
+            return;
+        }
+        self.resp.responses.push_back(r);
+    }
+
+    /// Builds the next response frame, if one is owed.
+    pub(super) fn next_response(&mut self, res: &mut Resources, buf: &mut [u8]) -> Option<usize> {
+        let hdr = self.hdr?;
+        let front = *self.resp.responses.front()?;
+        let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, self.dest_qpn, Psn::new(0));
+        bth.pkey = self.pkey;
+        let mut ext = ExtHeaders::default();
+        let mut payload_len = 0;
+        match front {
+            Response::Ack { psn, syndrome, msn } => {
+                bth.psn = psn;
+                ext.aeth = Some(Aeth { syndrome, msn });
+                self.resp.responses.pop_front();
+            }
+            Response::AtomicAck { psn, orig, msn } => {
+                bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
+                bth.psn = psn;
+                ext.aeth = Some(Aeth { syndrome: ACK, msn });
+                ext.atomic_ack = Some(orig);
+                self.resp.responses.pop_front();
+            }
+            Response::Read(job) => {
+                let len = job.remaining.min(self.mtu as u64);
+                let last = len == job.remaining;
+                bth.psn = job.psn;
+                bth.opcode = match (job.first, last) {
+                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                };
+                if job.first || last {
+                    ext.aeth = Some(Aeth {
+                        syndrome: ACK,
+                        msn: job.msn,
+                    });
+                }
+                if len > 0 {
+                    // The region may have gone since the request was checked.
+                    match res.mrs.check_remote(
+                        job.rkey,
+                        self.init.pd,
+                        job.va,
+                        len,
+                        access::REMOTE_READ,
+                    ) {
+                        Ok((mr, at)) => mr.mem.read(at, &mut res.scratch[..len as usize]),
+                        Err(_) => {
+                            self.resp.responses.pop_front();
+                            self.counters.resp_remote_access_errors += 1;
+                            self.resp.responses.push_front(Response::Ack {
+                                psn: job.psn,
+                                syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+                                msn: job.msn,
+                            });
+                            self.resp.error_after_flush = true;
+                            return self.next_response(res, buf);
+                        }
+                    }
+                    payload_len = len as usize;
+                }
+                let next = ReadJob {
+                    psn: job.psn.next(),
+                    va: job.va + len,
+                    remaining: job.remaining - len,
+                    first: false,
+                    ..job
+                };
+                if last {
+                    self.resp.responses.pop_front();
+                } else {
+                    *self.resp.responses.front_mut().expect("front exists") = Response::Read(next);
+                }
+            }
+        }
+        res.emit(&hdr, bth, ext, payload_len, buf)
+    }
+}

@@ -1,0 +1,17 @@
+//! Verbs objects: memory, protection domains and memory regions, completion
+//! queues, work requests and completions, QP attributes and state machine.
+
+pub mod cq;
+pub mod memory;
+pub mod mr;
+pub mod qp;
+pub mod wr;
+
+pub use cq::{Cq, CqOverrun};
+pub use memory::{HeapMemory, Memory};
+pub use mr::{access, KeyError, Mr, MrTable};
+pub use qp::{check_modify, ModifyError, QpAttr, QpState, MTUS};
+pub use wire::QpType;
+pub use wr::{
+    AhAttr, RecvWr, SendFlags, SendOp, SendWr, Sge, Sgl, UdDest, Wc, WcOpcode, WcStatus, MAX_SGE,
+};
