@@ -6,6 +6,7 @@
 //! simulator driving endpoints built from the real code).
 
 pub mod time;
+pub mod replay;
 pub mod sim;
 pub mod transport;
 pub mod verbs;

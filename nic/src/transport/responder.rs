@@ -74,7 +74,10 @@ impl Qp {
         self.resp.nak_sent = false;
         match self.execute(res, pkt) {
             Outcome::Done => {
-                if pkt.bth.ack_req {
+                // READs and atomics are answered by their responses; SENDs
+                // and WRITEs with AckReq by an ACK (IBA 9.7.5.1.7).
+                let op = pkt.opcode_info().expect("parsed").operation;
+                if pkt.bth.ack_req && matches!(op, Operation::Send | Operation::Write) {
                     self.queue_response(Response::Ack {
                         psn,
                         syndrome: ACK,
