@@ -60,6 +60,8 @@ pub struct LinkStats {
     pub ce_marked: u64,
     pub reordered: u64,
     pub too_big: u64,
+    /// Dropped by `Sim::filter`.
+    pub filtered: u64,
 }
 
 struct Link {
@@ -176,6 +178,12 @@ pub fn mark_ce(f: &mut [u8]) -> bool {
 /// A frame seen on a link: (time, direction 0 = a→b / 1 = b→a, bytes).
 pub type Tap = Box<dyn FnMut(Instant, usize, &[u8])>;
 
+/// Decides whether a frame a node sends goes onto the link: (direction,
+/// bytes) → `true` to pass it on, `false` to drop it. Runs after the tap and
+/// before the link's own seeded impairments, so a test can drop exactly the
+/// frame it means to (one-shot drops, drops by opcode or PSN).
+pub type Filter = Box<dyn FnMut(usize, &[u8]) -> bool>;
+
 /// Two RNICs and the two links between them.
 pub struct Sim {
     pub now: Instant,
@@ -185,6 +193,8 @@ pub struct Sim {
     buf: Vec<u8>,
     /// Sees every frame a node sends (before the link's impairments).
     pub tap: Option<Tap>,
+    /// Drops the frames it returns `false` for (after the tap).
+    pub filter: Option<Filter>,
 }
 
 impl Sim {
@@ -200,7 +210,17 @@ impl Sim {
             rng: SmallRng::seed_from_u64(seed),
             buf: vec![0u8; MAX_FRAME_LEN],
             tap: None,
+            filter: None,
         }
+    }
+
+    /// Puts `frame` on link `dir` as if node `dir` had sent it now, without
+    /// the tap, the filter or the link's impairments: it arrives after the
+    /// link's latency. For replaying a captured frame (a late duplicate).
+    pub fn inject(&mut self, dir: usize, frame: &[u8]) {
+        let at = self.now + self.links[dir].cfg.latency;
+        self.links[dir].stats.sent += 1;
+        self.links[dir].enqueue(at, frame);
     }
 
     pub fn link_stats(&self, dir: usize) -> LinkStats {
@@ -220,6 +240,13 @@ impl Sim {
                 busy = true;
                 if let Some(tap) = self.tap.as_mut() {
                     tap(self.now, i, &self.buf[..n]);
+                }
+                if let Some(filter) = self.filter.as_mut() {
+                    if !filter(i, &self.buf[..n]) {
+                        self.links[i].stats.sent += 1;
+                        self.links[i].stats.filtered += 1;
+                        continue;
+                    }
                 }
                 self.links[i].send(self.now, &self.buf[..n], &mut self.rng);
             }

@@ -73,7 +73,10 @@ impl Qp {
                 return;
             }
         }
-        if !last.before(self.req.una) {
+        // Part of a multi-packet SEND or WRITE may be acknowledged; a READ
+        // or atomic is acknowledged only by its own responses.
+        let front_is_rd_atomic = self.req.sq.front().is_some_and(|w| w.wr.op.is_read_or_atomic());
+        if !front_is_rd_atomic && !last.before(self.req.una) {
             self.advance_una(last.next());
         }
         if progressed {
@@ -123,13 +126,16 @@ impl Qp {
         }
         let expected = w.first_psn.add((w.read_done / mtu) as u32);
         if psn != expected {
-            if expected.before(psn) {
-                // a response went missing: ask again from the gap
+            // A response went missing: ask again from the gap, once per gap
+            // (the responses behind it would otherwise each trigger a retry).
+            if expected.before(psn) && self.req.read_retry != Some(expected) {
+                self.req.read_retry = Some(expected);
                 self.counters.implied_nak_seq_err += 1;
                 self.rewind_to(expected);
             }
             return;
         }
+        self.req.read_retry = None;
         let payload = pkt.payload;
         let remaining = w.len - w.read_done;
         let full = matches!(pos, Position::First | Position::Middle);

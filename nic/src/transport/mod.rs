@@ -605,6 +605,28 @@ impl Rnic {
         }
     }
 
+    /// A multi-line dump of a QP's transport state, for debugging and tools.
+    pub fn debug_qp(&self, qpn: u32) -> String {
+        let Some(idx) = self.qp_index(qpn) else { return format!("no QP {qpn:#x}") };
+        let q = self.qps[idx].as_ref().expect("index is live");
+        let mut s = format!(
+            "qp {qpn:#x} {:?} {:?}: req npsn={} una={} cur={} cur_off={} rd_atomic={} ack_deadline={:?} rnr_deadline={:?} retry_left={}\n",
+            q.qp_type(), q.state, q.req.npsn, q.req.una, q.req.cur, q.req.cur_off, q.req.rd_atomic_outstanding,
+            q.req.ack_deadline, q.req.rnr_deadline, q.req.retry_left
+        );
+        for w in q.req.sq.iter().take(12) {
+            s += &format!(
+                "  wqe {} {:?} len={} started={} first_psn={} npkts={} read_done={}\n",
+                w.wr.wr_id, w.wr.op, w.len, w.started, w.first_psn, w.npkts, w.read_done
+            );
+        }
+        s += &format!(
+            "  resp epsn={} msn={} in_msg={:?} nak_sent={} responses={:?}\n",
+            q.resp.epsn, q.resp.msn, q.resp.in_msg.map(|m| m.operation()), q.resp.nak_sent, q.resp.responses
+        );
+        s
+    }
+
     /// Device counters: every QP's plus those of destroyed QPs.
     pub fn counters(&self) -> Counters {
         let mut c = self.res.dev.clone();
@@ -696,7 +718,8 @@ impl Qp {
             read_done: 0,
             signaled,
         };
-        if self.state == QpState::Err {
+        // IBA 10.3.1: send WRs posted in ERR (or SQEr) complete as flushed.
+        if matches!(self.state, QpState::Err | QpState::Sqe) {
             self.req.sq.push_back(wqe);
             self.flush_send_queue(res);
             return Ok(());
@@ -792,7 +815,21 @@ impl Qp {
             self.counters.req_cqe_error += 1;
             let wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
             let _ = res.complete(self.init.send_cq, wc);
-            self.to_error(res);
+            self.fail_send_queue(res);
+        }
+    }
+
+    /// A send WQE completed in error. RC fails the whole QP (IBA 9.9.2).
+    /// UC and UD move to the Send Queue Error state (IBA 10.3.1, SQEr): the
+    /// other send WQEs are flushed, the receive queue keeps working, and
+    /// `modify_qp(SQE → RTS)` resumes sending.
+    pub(crate) fn fail_send_queue(&mut self, res: &mut Resources) {
+        match self.qp_type() {
+            QpType::Rc => self.to_error(res),
+            QpType::Uc | QpType::Ud => {
+                self.state = QpState::Sqe;
+                self.flush_send_queue(res);
+            }
         }
     }
 

@@ -132,6 +132,8 @@ pub struct Requester {
     pub rnr_deadline: Option<Instant>,
     /// Highest PSN ever sent, to count retransmissions.
     pub max_sent: Option<Psn>,
+    /// The READ response PSN a retry was last issued for.
+    pub read_retry: Option<Psn>,
 }
 
 impl Requester {

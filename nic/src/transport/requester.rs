@@ -303,7 +303,7 @@ impl Qp {
             self.counters.req_cqe_error += 1;
             let wc = crate::verbs::Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
             let _ = res.complete(self.init.send_cq, wc);
-            self.to_error(res);
+            self.fail_send_queue(res);
         }
     }
 

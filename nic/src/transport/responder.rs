@@ -362,6 +362,13 @@ impl Qp {
     }
 
     fn exec_write(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>, pos: Position) -> Outcome {
+        // 4. resources (IBA 9.7.5.1.5): a WRITE carrying immediate data (its
+        // LAST or ONLY packet) consumes a receive WQE. Checked before any
+        // state changes, so the RNR-NAKed packet is retried from scratch.
+        let with_imm = pkt.ext.imm.is_some();
+        if with_imm && !self.has_recv(res) {
+            return Outcome::Rnr;
+        }
         if pos.is_start() {
             let Some(reth) = pkt.ext.reth else {
                 return Outcome::Nak(NakCode::InvalidRequest, None);
@@ -406,11 +413,6 @@ impl Qp {
         if len > remaining || (pos.is_end() && len != remaining) {
             self.counters.resp_local_length_error += 1;
             return Outcome::Nak(NakCode::InvalidRequest, None);
-        }
-        let with_imm = pkt.ext.imm.is_some();
-        // WRITE_WITH_IMMEDIATE consumes a receive WQE: check before writing.
-        if with_imm && !self.has_recv(res) {
-            return Outcome::Rnr;
         }
         if len > 0 {
             match res
