@@ -6,6 +6,8 @@
 //! simulator driving endpoints built from the real code).
 
 pub mod time;
+pub mod engine;
+pub mod io;
 pub mod replay;
 pub mod sim;
 pub mod transport;

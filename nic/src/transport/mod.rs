@@ -627,6 +627,12 @@ impl Rnic {
         s
     }
 
+    /// The CQ a QP completes its send (or receive) work on.
+    pub fn qp_cq(&self, qpn: u32, recv: bool) -> Option<u32> {
+        let q = self.qps.get(self.qp_index(qpn)?)?.as_ref()?;
+        Some(if recv { q.init.recv_cq } else { q.init.send_cq })
+    }
+
     /// Device counters: every QP's plus those of destroyed QPs.
     pub fn counters(&self) -> Counters {
         let mut c = self.res.dev.clone();

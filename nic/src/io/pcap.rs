@@ -1,0 +1,200 @@
+//! Pcap ports: a replay port that feeds a capture's frames, and a tap that
+//! records every frame a port sends or receives — "what exactly did the NIC
+//! put on the wire", on demand.
+
+use super::{FrameBatch, Port, PortCounters};
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::DataLink;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wire::EthernetAddress;
+
+/// Why a capture could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PcapError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: not a pcap file: {msg}")]
+    Format { path: String, msg: String },
+    #[error("{path}: link type {link:?} is not Ethernet")]
+    LinkType { path: String, link: DataLink },
+}
+
+/// Reads every frame of a classic pcap file with its timestamp.
+pub fn read_pcap(path: &Path) -> Result<Vec<(Duration, Vec<u8>)>, PcapError> {
+    let p = path.display().to_string();
+    let f = File::open(path).map_err(|source| PcapError::Io { path: p.clone(), source })?;
+    let mut r = PcapReader::new(f).map_err(|e| PcapError::Format { path: p.clone(), msg: e.to_string() })?;
+    let link = r.header().datalink;
+    if link != DataLink::ETHERNET {
+        return Err(PcapError::LinkType { path: p, link });
+    }
+    let mut out = Vec::new();
+    while let Some(pkt) = r.next_packet() {
+        let pkt = pkt.map_err(|e| PcapError::Format { path: p.clone(), msg: e.to_string() })?;
+        out.push((pkt.timestamp, pkt.data.into_owned()));
+    }
+    Ok(out)
+}
+
+/// Feeds a capture's frames as received frames, each once its time (relative
+/// to the first frame, scaled by `speed`; 0 = as fast as possible) has come.
+/// What the engine sends is kept for inspection.
+pub struct ReplayPort {
+    frames: Vec<(Duration, Vec<u8>)>,
+    next: usize,
+    start: std::time::Instant,
+    speed: f64,
+    mac: EthernetAddress,
+    pub sent: Vec<Vec<u8>>,
+    counters: PortCounters,
+}
+
+impl ReplayPort {
+    /// `frames`: the frames to feed (already filtered to what this NIC should receive).
+    pub fn new(frames: Vec<(Duration, Vec<u8>)>, mac: EthernetAddress, speed: f64) -> ReplayPort {
+        ReplayPort { frames, next: 0, start: std::time::Instant::now(), speed, mac, sent: Vec::new(), counters: PortCounters::default() }
+    }
+
+    pub fn done(&self) -> bool {
+        self.next >= self.frames.len()
+    }
+}
+
+impl Port for ReplayPort {
+    fn recv(&mut self, batch: &mut FrameBatch) -> usize {
+        let base = self.frames.first().map(|f| f.0).unwrap_or_default();
+        let elapsed = self.start.elapsed();
+        let mut n = 0;
+        while self.next < self.frames.len() && !batch.is_full() {
+            let (t, f) = &self.frames[self.next];
+            if self.speed > 0.0 && (*t - base).div_f64(self.speed) > elapsed {
+                break;
+            }
+            batch.push(f);
+            self.counters.rx_packets += 1;
+            self.counters.rx_bytes += f.len() as u64;
+            self.next += 1;
+            n += 1;
+        }
+        n
+    }
+
+    fn send(&mut self, batch: &FrameBatch) -> usize {
+        for f in batch.iter() {
+            self.counters.tx_packets += 1;
+            self.counters.tx_bytes += f.len() as u64;
+            self.sent.push(f.to_vec());
+        }
+        batch.len()
+    }
+
+    fn mac(&self) -> EthernetAddress {
+        self.mac
+    }
+    fn mtu(&self) -> usize {
+        9000
+    }
+    fn link_speed_bps(&self) -> u64 {
+        100_000_000_000
+    }
+    fn counters(&self) -> PortCounters {
+        self.counters.clone()
+    }
+}
+
+/// Wraps a port and writes every frame it sends or receives to a pcap file.
+pub struct PcapTap<P: Port> {
+    inner: Option<P>,
+    writer: Option<PcapWriter<BufWriter<File>>>,
+    pub errors: u64,
+}
+
+impl<P: Port> PcapTap<P> {
+    pub fn new(inner: P, path: &Path) -> Result<PcapTap<P>, PcapError> {
+        let p = path.display().to_string();
+        let f = File::create(path).map_err(|source| PcapError::Io { path: p.clone(), source })?;
+        let header = PcapHeader { datalink: DataLink::ETHERNET, snaplen: 65535, ..Default::default() };
+        let writer = PcapWriter::with_header(BufWriter::new(f), header)
+            .map_err(|e| PcapError::Format { path: p, msg: e.to_string() })?;
+        Ok(PcapTap { inner: Some(inner), writer: Some(writer), errors: 0 })
+    }
+
+    fn record(&mut self, frame: &[u8]) {
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let pkt = PcapPacket::new(ts, frame.len() as u32, frame);
+        match self.writer.as_mut().map(|w| w.write_packet(&pkt)) {
+            Some(Ok(_)) => {}
+            _ => self.errors += 1,
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(w) = self.writer.take() {
+            if w.into_writer().flush().is_err() {
+                self.errors += 1;
+            }
+        }
+    }
+
+    /// Flushes the file and gives the port back.
+    pub fn into_inner(mut self) -> P {
+        self.finish();
+        self.inner.take().expect("present until into_inner")
+    }
+
+    fn port(&self) -> &P {
+        self.inner.as_ref().expect("present until into_inner")
+    }
+
+    fn port_mut(&mut self) -> &mut P {
+        self.inner.as_mut().expect("present until into_inner")
+    }
+}
+
+impl<P: Port> Drop for PcapTap<P> {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl<P: Port> Port for PcapTap<P> {
+    fn recv(&mut self, batch: &mut FrameBatch) -> usize {
+        let before = batch.len();
+        let n = self.port_mut().recv(batch);
+        for i in before..batch.len() {
+            let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            let f = batch.get(i);
+            match self.writer.as_mut().map(|w| w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))) {
+                Some(Ok(_)) => {}
+                _ => self.errors += 1,
+            }
+        }
+        n
+    }
+
+    fn send(&mut self, batch: &FrameBatch) -> usize {
+        for f in batch.iter() {
+            self.record(f);
+        }
+        self.port_mut().send(batch)
+    }
+
+    fn mac(&self) -> EthernetAddress {
+        self.port().mac()
+    }
+    fn mtu(&self) -> usize {
+        self.port().mtu()
+    }
+    fn link_speed_bps(&self) -> u64 {
+        self.port().link_speed_bps()
+    }
+    fn counters(&self) -> PortCounters {
+        self.port().counters()
+    }
+    fn wait(&mut self, timeout: Duration) {
+        self.port_mut().wait(timeout)
+    }
+}
