@@ -14,6 +14,7 @@
 
 pub mod afpacket;
 pub mod mem;
+pub mod netns;
 pub mod pcap;
 
 use std::time::Duration;

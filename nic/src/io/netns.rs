@@ -1,0 +1,86 @@
+//! Network namespaces for real-I/O tests and tools: create a pair of
+//! namespaces joined by a veth pair (addresses only inside them), run code
+//! inside one, and remove everything on drop — even when a test fails.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+
+/// Runs `ip` with `args`; an error carries its stderr.
+pub fn ip(args: &[&str]) -> io::Result<()> {
+    let out = Command::new("ip").args(args).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())))
+    }
+}
+
+/// Whether this process can create namespaces (root and `ip` present).
+pub fn available() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root: network namespaces need CAP_SYS_ADMIN".into());
+    }
+    Command::new("ip").arg("-V").output().map_err(|e| format!("`ip` (iproute2) is not installed: {e}"))?;
+    Ok(())
+}
+
+/// Named namespaces that are deleted on drop.
+pub struct Namespaces {
+    pub names: Vec<String>,
+}
+
+impl Namespaces {
+    pub fn create(names: &[String]) -> io::Result<Namespaces> {
+        let me = Namespaces { names: Vec::new() };
+        let mut me = me;
+        for n in names {
+            let _ = ip(&["netns", "del", n]);
+            ip(&["netns", "add", n])?;
+            me.names.push(n.clone());
+            ip(&["-n", n, "link", "set", "lo", "up"])?;
+        }
+        Ok(me)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = ip(&["netns", "del", n]);
+        }
+    }
+}
+
+/// Joins namespace `ns` with `a` (in `ns_a`) ↔ `b` (in `ns_b`), each end up
+/// with the given address/prefix and MTU.
+pub fn veth(ns_a: &str, a: &str, addr_a: &str, ns_b: &str, b: &str, addr_b: &str, mtu: u32) -> io::Result<()> {
+    ip(&["link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b])?;
+    let m = mtu.to_string();
+    for (ns, dev, addr) in [(ns_a, a, addr_a), (ns_b, b, addr_b)] {
+        ip(&["-n", ns, "link", "set", dev, "mtu", &m])?;
+        ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
+        ip(&["-n", ns, "link", "set", dev, "up"])?;
+    }
+    Ok(())
+}
+
+/// Runs `f` on a thread that has entered namespace `ns`; sockets it opens
+/// belong to that namespace.
+pub fn run_in<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+    let path = format!("/var/run/netns/{ns}");
+    let file = File::open(&path)?;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: setns on a namespace fd; affects only this thread.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(f())
+        })
+        .join()
+        .map_err(|_| io::Error::other("the thread in the namespace panicked"))?
+    })
+}
