@@ -3,7 +3,8 @@
 //! seeded impairing interceptor; a pcap tap records what went over.
 
 use nic::engine::{CqHandle, Device, Engine, EngineConfig};
-use nic::io::mem::{pair, Impairments, RandomImpairments};
+use nic::io::impair::{Impaired, Impairments, RandomImpairments};
+use nic::io::mem::pair;
 use nic::io::pcap::{read_pcap, PcapTap};
 use nic::io::Port;
 use nic::sim::{connect, PairConfig};
@@ -130,14 +131,14 @@ fn every_rc_verb_between_two_engine_threads() {
 
 #[test]
 fn thousands_of_messages_through_an_impairing_wire_with_a_pcap_tap() {
-    let (mut a, mut b) = pair(macs(), 4096);
+    let (a, b) = pair(macs(), 4096);
     let imp = Impairments { loss: 0.02, duplicate: 0.01, reorder: 0.02, corrupt: 0.005, ce_mark: 0.0 };
-    a.set_interceptor(Box::new(RandomImpairments::new(imp, 11)));
-    b.set_interceptor(Box::new(RandomImpairments::new(imp, 12)));
+    let b = Impaired::new(b, Box::new(RandomImpairments::new(imp, 12)));
     let dir = std::env::temp_dir().join(format!("softrnic-engine-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("tap.pcap");
-    let tapped = PcapTap::new(a, &pcap).unwrap();
+    // the tap sits under the impairments: it records what goes on the wire
+    let tapped = Impaired::new(PcapTap::new(a, &pcap).unwrap(), Box::new(RandomImpairments::new(imp, 11)));
     let [na, nb] = start([Box::new(tapped), Box::new(b)]);
     const N: u64 = 3000;
     let mut posted = 0u64;

@@ -1,12 +1,10 @@
 //! An in-memory pair of ports: what one sends the other receives, through
-//! bounded lock-free queues of pre-allocated buffers. An optional seeded
-//! [`Interceptor`] on each direction drops, reorders, duplicates, corrupts
-//! or CE-marks frames.
+//! bounded lock-free queues of pre-allocated buffers. Wrap a port in
+//! [`super::impair::Impaired`] to drop, reorder, duplicate, corrupt or
+//! CE-mark what it sends.
 
 use super::{FrameBatch, Port, PortCounters, SLOT_LEN};
 use crossbeam::queue::ArrayQueue;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
@@ -55,66 +53,6 @@ impl Lane {
     }
 }
 
-/// What an interceptor decides for one frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Pass,
-    Drop,
-    /// Send it twice.
-    Duplicate,
-    /// Hold it back behind the next frame.
-    Delay,
-}
-
-/// Looks at (and may modify) every frame a port sends.
-pub trait Interceptor: Send {
-    fn on_send(&mut self, frame: &mut [u8]) -> Verdict;
-}
-
-/// Seeded random impairments.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Impairments {
-    pub loss: f64,
-    pub duplicate: f64,
-    pub reorder: f64,
-    pub corrupt: f64,
-    pub ce_mark: f64,
-}
-
-/// An interceptor applying [`Impairments`] with a seeded generator.
-pub struct RandomImpairments {
-    cfg: Impairments,
-    rng: SmallRng,
-}
-
-impl RandomImpairments {
-    pub fn new(cfg: Impairments, seed: u64) -> RandomImpairments {
-        RandomImpairments { cfg, rng: SmallRng::seed_from_u64(seed) }
-    }
-}
-
-impl Interceptor for RandomImpairments {
-    fn on_send(&mut self, frame: &mut [u8]) -> Verdict {
-        if self.rng.gen_bool(self.cfg.loss) {
-            return Verdict::Drop;
-        }
-        if !frame.is_empty() && self.rng.gen_bool(self.cfg.corrupt) {
-            let bit = self.rng.gen_range(0..frame.len() * 8);
-            frame[bit / 8] ^= 1 << (bit % 8);
-        }
-        if self.rng.gen_bool(self.cfg.ce_mark) {
-            crate::sim::mark_ce(frame);
-        }
-        if self.rng.gen_bool(self.cfg.duplicate) {
-            return Verdict::Duplicate;
-        }
-        if self.rng.gen_bool(self.cfg.reorder) {
-            return Verdict::Delay;
-        }
-        Verdict::Pass
-    }
-}
-
 /// One end of an in-memory wire.
 pub struct MemPort {
     tx: Arc<Lane>,
@@ -123,8 +61,6 @@ pub struct MemPort {
     mtu: usize,
     speed: u64,
     counters: PortCounters,
-    interceptor: Option<Box<dyn Interceptor>>,
-    held: Option<(Box<[u8; SLOT_LEN]>, usize)>,
 }
 
 /// Two ports joined back to back; `depth` frames may be in flight each way.
@@ -138,18 +74,11 @@ pub fn pair(macs: [EthernetAddress; 2], depth: usize) -> (MemPort, MemPort) {
         mtu: 9000,
         speed: 100_000_000_000,
         counters: PortCounters::default(),
-        interceptor: None,
-        held: None,
     };
     (mk(&ab, &ba, macs[0]), mk(&ba, &ab, macs[1]))
 }
 
 impl MemPort {
-    /// Runs every frame this port sends through `i`.
-    pub fn set_interceptor(&mut self, i: Box<dyn Interceptor>) {
-        self.interceptor = Some(i);
-    }
-
     pub fn set_mtu(&mut self, mtu: usize) {
         self.mtu = mtu;
     }
@@ -186,36 +115,7 @@ impl Port for MemPort {
     }
 
     fn send(&mut self, batch: &FrameBatch) -> usize {
-        let mut sent = 0;
-        let mut scratch = [0u8; SLOT_LEN];
-        for f in batch.iter() {
-            let Some(i) = self.interceptor.as_mut() else {
-                sent += self.transmit(f) as usize;
-                continue;
-            };
-            let frame = &mut scratch[..f.len()];
-            frame.copy_from_slice(f);
-            match i.on_send(frame) {
-                Verdict::Drop => {}
-                Verdict::Pass => sent += self.transmit(frame) as usize,
-                Verdict::Duplicate => {
-                    sent += self.transmit(frame) as usize;
-                    self.transmit(frame);
-                }
-                Verdict::Delay => {
-                    let mut b = Box::new([0u8; SLOT_LEN]);
-                    b[..frame.len()].copy_from_slice(frame);
-                    if let Some((old, len)) = self.held.replace((b, frame.len())) {
-                        self.transmit(&old[..len]);
-                    }
-                    sent += 1;
-                    continue;
-                }
-            }
-            if let Some((b, len)) = self.held.take() {
-                self.transmit(&b[..len]);
-            }
-        }
+        let sent = batch.iter().filter(|f| self.transmit(f)).count();
         if sent > 0 {
             self.tx.wake();
         }
@@ -244,6 +144,7 @@ impl Port for MemPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::impair::{Impaired, Impairments, RandomImpairments};
 
     #[test]
     fn frames_cross_and_impairments_apply() {
@@ -256,7 +157,7 @@ mod tests {
         let mut rx = FrameBatch::new(16);
         assert_eq!(b.recv(&mut rx), 8);
         assert_eq!(rx.get(3), &[3u8; 60][..]);
-        a.set_interceptor(Box::new(RandomImpairments::new(Impairments { loss: 1.0, ..Default::default() }, 1)));
+        let mut a = Impaired::new(a, Box::new(RandomImpairments::new(Impairments { loss: 1.0, ..Default::default() }, 1)));
         assert_eq!(a.send(&tx), 0);
         rx.clear();
         assert_eq!(b.recv(&mut rx), 0);

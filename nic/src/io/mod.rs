@@ -12,7 +12,9 @@
 //!   records everything any port sends or receives;
 //! - [`afpacket`]: raw AF_PACKET sockets with mmap'd TPACKET_V3 rings.
 
+pub mod addr;
 pub mod afpacket;
+pub mod impair;
 pub mod mem;
 pub mod netns;
 pub mod pcap;
