@@ -132,7 +132,7 @@ fn setsockopt<T>(fd: libc::c_int, opt: libc::c_int, v: &T, what: &'static str) -
 
 /// Interface facts from the kernel through `fd`'s network namespace:
 /// (ifindex, MAC, MTU). (sysfs would show the mount's namespace instead.)
-fn interface(fd: libc::c_int, name: &str) -> Result<(i32, EthernetAddress, usize), AfPacketError> {
+pub(super) fn interface(fd: libc::c_int, name: &str) -> Result<(i32, EthernetAddress, usize), AfPacketError> {
     let c = CString::new(name).map_err(|_| AfPacketError::NoInterface(name.into()))?;
     if c.as_bytes().len() >= libc::IFNAMSIZ {
         return Err(AfPacketError::NoInterface(name.into()));

@@ -14,6 +14,7 @@
 
 pub mod addr;
 pub mod afpacket;
+pub mod afxdp;
 pub mod impair;
 pub mod mem;
 pub mod netns;

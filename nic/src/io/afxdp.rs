@@ -1,0 +1,612 @@
+//! AF_XDP sockets (Documentation/networking/af_xdp.rst): a UMEM of 4 KiB
+//! frames shared with the kernel, its fill and completion rings, an RX and
+//! a TX ring, and an XDP program (`nic/bpf/xdp_roce.c`) that redirects
+//! only RoCEv2 (UDP 4791) and MAC control (PAUSE/PFC) frames to the socket
+//! — ARP, ICMP and the out-of-band TCP still reach the kernel.
+//!
+//! Opening tries, in order: native (driver) XDP with zero-copy, native
+//! with copy, generic (SKB) XDP with copy — the first that binds wins
+//! ([`AfXdpPort::binding`] says which). veth binds in copy mode only.
+//! Frames longer than one frame buffer (4096 − 256 bytes of XDP headroom:
+//! a 9000-byte MTU carrying IB MTU 4096) need multi-buffer: the
+//! `xdp.frags` program and the `XDP_USE_SG` bind flag (Linux ≥ 6.6); such
+//! a frame arrives as several descriptors, all but the last flagged
+//! `XDP_PKT_CONTD`, and is reassembled into one batch slot; sending
+//! splits it likewise.
+//!
+//! UMEM frames `[0, rx_frames)` belong to receive: all start in the fill
+//! ring and each goes back as soon as its bytes are copied out, so the
+//! fill ring never runs dry. Frames `[rx_frames, rx_frames + tx_frames)`
+//! belong to transmit and return through the completion ring. TX is kicked
+//! with `sendto` (in copy mode each call sends at most 32 descriptors, so
+//! the kick repeats while the ring holds work).
+//!
+//! The program is attached through a BPF link: dropping the port (or the
+//! process dying) detaches it. [`open_port`] picks a backend and falls back
+//! to AF_PACKET, saying why on one line of stderr.
+
+pub mod bpf;
+mod ring;
+mod xsk;
+
+use super::afpacket::{self, AfPacketError, AfPacketPort, RingConfig};
+use super::{FrameBatch, Port, PortCounters, SLOT_LEN};
+use ring::XdpDesc;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+use wire::EthernetAddress;
+pub use xsk::XdpStatistics;
+use xsk::{Umem, Xsk};
+
+/// Bytes of one UMEM frame (the largest aligned chunk the kernel takes).
+pub const FRAME_SIZE: u32 = 4096;
+/// Headroom the kernel keeps in front of received data (XDP_PACKET_HEADROOM).
+const XDP_PACKET_HEADROOM: u32 = 256;
+/// Ethernet header, one VLAN tag and the FCS-less trailer room a frame adds to the MTU.
+const L2_OVERHEAD: usize = 18;
+/// At most this many descriptors make one frame (MAX_SKB_FRAGS + 1 in copy mode).
+const MAX_DESCS_PER_FRAME: usize = 17;
+
+/// `xdp_desc.options`: more descriptors of this frame follow.
+const XDP_PKT_CONTD: u32 = 1;
+
+/// Where the XDP program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// In the driver (XDP_FLAGS_DRV_MODE); may allow zero-copy.
+    Native,
+    /// On the skb after the driver (XDP_FLAGS_SKB_MODE); works everywhere, copies.
+    Generic,
+}
+
+impl AttachMode {
+    fn flags(self) -> u32 {
+        match self {
+            AttachMode::Native => bpf::XDP_FLAGS_DRV_MODE,
+            AttachMode::Generic => bpf::XDP_FLAGS_SKB_MODE,
+        }
+    }
+}
+
+/// UMEM and ring geometry, queue and modes.
+#[derive(Clone, Copy, Debug)]
+pub struct AfXdpConfig {
+    /// The receive queue to bind (the XDP program passes other queues' frames to the kernel).
+    pub queue: u32,
+    /// Receive frames: also the fill and RX ring sizes (a power of two).
+    pub rx_frames: u32,
+    /// Transmit frames: also the TX and completion ring sizes (a power of two).
+    pub tx_frames: u32,
+    /// None: native, then generic.
+    pub mode: Option<AttachMode>,
+    /// Try zero-copy before copy mode (native XDP only).
+    pub zero_copy: bool,
+}
+
+impl Default for AfXdpConfig {
+    fn default() -> Self {
+        AfXdpConfig {
+            queue: 0,
+            rx_frames: 4096,
+            tx_frames: 2048,
+            mode: None,
+            zero_copy: true,
+        }
+    }
+}
+
+/// How the socket ended up bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    pub attach: AttachMode,
+    pub zero_copy: bool,
+    /// `xdp.frags` program and XDP_USE_SG: frames may span descriptors.
+    pub multi_buffer: bool,
+}
+
+impl fmt::Display for Binding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let attach = match self.attach {
+            AttachMode::Native => "native (driver) XDP",
+            AttachMode::Generic => "generic (SKB) XDP",
+        };
+        let copy = if self.zero_copy {
+            "zero-copy"
+        } else {
+            "copy mode"
+        };
+        let mb = if self.multi_buffer {
+            "multi-buffer (xdp.frags, XDP_USE_SG)"
+        } else {
+            "single-buffer"
+        };
+        write!(f, "{attach}, {copy}, {mb}")
+    }
+}
+
+/// One way of binding that did not work, and why.
+#[derive(Debug)]
+pub struct Attempt {
+    pub attach: AttachMode,
+    pub zero_copy: bool,
+    pub multi_buffer: bool,
+    pub step: &'static str,
+    pub error: io::Error,
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = Binding {
+            attach: self.attach,
+            zero_copy: self.zero_copy,
+            multi_buffer: self.multi_buffer,
+        };
+        write!(f, "[{b}] {}: {}", self.step, self.error)
+    }
+}
+
+/// Why the port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum AfXdpError {
+    #[error("AF_XDP unavailable: the XDP program was not built: {0}")]
+    NotBuilt(&'static str),
+    #[error("AF_XDP unavailable: this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): {0}")]
+    NoKernelSupport(io::Error),
+    #[error("interface {0}: no such interface")]
+    NoInterface(String),
+    #[error("bad configuration: {0}")]
+    Config(&'static str),
+    #[error("the embedded XDP object: {0}")]
+    Object(#[from] bpf::ObjectError),
+    #[error("{what}: {source}{}", if source.raw_os_error() == Some(libc::EPERM) { " (AF_XDP needs CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW, e.g. root)" } else { "" })]
+    Sys {
+        what: &'static str,
+        source: io::Error,
+    },
+    #[error("no way of binding {ifname} worked: {}", tried.iter().map(|a| a.to_string()).collect::<Vec<_>>().join("; "))]
+    NoBinding { ifname: String, tried: Vec<Attempt> },
+}
+
+impl AfXdpError {
+    /// Whether this machine or build lacks AF_XDP altogether (rather than
+    /// the port failing on this interface).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            AfXdpError::NotBuilt(_) | AfXdpError::NoKernelSupport(_) => true,
+            AfXdpError::Sys { source, .. } => source.raw_os_error() == Some(libc::EPERM),
+            _ => false,
+        }
+    }
+}
+
+fn sys(what: &'static str) -> AfXdpError {
+    AfXdpError::Sys {
+        what,
+        source: io::Error::last_os_error(),
+    }
+}
+
+/// A port on one receive queue of a real interface through an AF_XDP socket.
+pub struct AfXdpPort {
+    // Fields drop in this order: the link first (detaches the program, so
+    // nothing is redirected to a closing socket), then the socket and its
+    // rings, the program, the map, and last the UMEM they all point into.
+    _link: OwnedFd,
+    xsk: Xsk,
+    _prog: OwnedFd,
+    _map: OwnedFd,
+    umem: Umem,
+    rx_frames: u32,
+    /// Transmit frames not in the kernel's hands.
+    tx_free: Vec<u64>,
+    binding: Binding,
+    mac: EthernetAddress,
+    mtu: usize,
+    speed: u64,
+    counters: PortCounters,
+    pub name: String,
+}
+
+// SAFETY: the mappings are owned by this port and only touched through &mut self.
+unsafe impl Send for AfXdpPort {}
+
+impl AfXdpPort {
+    /// Opens a port on `ifname` (in the calling thread's network
+    /// namespace), attaching the XDP program in the first mode that binds.
+    pub fn open(ifname: &str, cfg: AfXdpConfig) -> Result<AfXdpPort, AfXdpError> {
+        if !cfg.rx_frames.is_power_of_two()
+            || !cfg.tx_frames.is_power_of_two()
+            || cfg.rx_frames < 64
+            || cfg.tx_frames < 64
+        {
+            return Err(AfXdpError::Config(
+                "rx_frames and tx_frames must be powers of two, at least 64",
+            ));
+        }
+        if bpf::OBJECT.is_empty() {
+            return Err(AfXdpError::NotBuilt(bpf::BUILD_STATUS));
+        }
+        match xsk::xdp_socket() {
+            Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+                return Err(AfXdpError::NoKernelSupport(e))
+            }
+            Err(e) => {
+                return Err(AfXdpError::Sys {
+                    what: "socket(AF_XDP)",
+                    source: e,
+                })
+            }
+            Ok(_) => {}
+        }
+        let (ifindex, mac, mtu) = interface(ifname)?;
+        let map = bpf::create_xskmap(cfg.queue + 1).map_err(|source| AfXdpError::Sys {
+            what: "bpf(BPF_MAP_CREATE xskmap)",
+            source,
+        })?;
+        let umem = Umem::new(cfg.rx_frames + cfg.tx_frames).map_err(|source| AfXdpError::Sys {
+            what: "mmap(UMEM)",
+            source,
+        })?;
+        let fits_one_frame = mtu + L2_OVERHEAD <= (FRAME_SIZE - XDP_PACKET_HEADROOM) as usize;
+        let variants: &[bool] = if fits_one_frame {
+            &[false, true]
+        } else {
+            &[true]
+        };
+        let modes: &[AttachMode] = match cfg.mode {
+            Some(AttachMode::Native) => &[AttachMode::Native],
+            Some(AttachMode::Generic) => &[AttachMode::Generic],
+            None => &[AttachMode::Native, AttachMode::Generic],
+        };
+        let mut tried = Vec::new();
+        for &attach in modes {
+            for &multi_buffer in variants {
+                let mut fail = |zero_copy, step, error| {
+                    tried.push(Attempt {
+                        attach,
+                        zero_copy,
+                        multi_buffer,
+                        step,
+                        error,
+                    })
+                };
+                let prog = bpf::extract(
+                    bpf::OBJECT,
+                    if multi_buffer {
+                        bpf::SECTION_FRAGS
+                    } else {
+                        bpf::SECTION
+                    },
+                )?;
+                let prog = match bpf::load(&prog, &map) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let why = e.to_string();
+                        fail(false, "BPF_PROG_LOAD", io::Error::new(e.source.kind(), why));
+                        continue;
+                    }
+                };
+                let link = match bpf::attach(&prog, ifindex, attach.flags()) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        fail(false, "BPF_LINK_CREATE (attach)", e);
+                        continue;
+                    }
+                };
+                let try_zc = cfg.zero_copy && attach == AttachMode::Native;
+                for zero_copy in [true, false] {
+                    if zero_copy && !try_zc {
+                        continue;
+                    }
+                    let xsk = match Xsk::bind(&umem, &cfg, ifindex, zero_copy, multi_buffer) {
+                        Ok(x) => x,
+                        Err((step, e)) => {
+                            fail(zero_copy, step, e);
+                            continue;
+                        }
+                    };
+                    bpf::map_update(&map, cfg.queue, xsk.raw_fd() as u32).map_err(|source| {
+                        AfXdpError::Sys {
+                            what: "bpf(BPF_MAP_UPDATE_ELEM xskmap)",
+                            source,
+                        }
+                    })?;
+                    let tx_free = (cfg.rx_frames..cfg.rx_frames + cfg.tx_frames)
+                        .rev()
+                        .map(|i| i as u64 * FRAME_SIZE as u64)
+                        .collect();
+                    return Ok(AfXdpPort {
+                        _link: link,
+                        xsk,
+                        _prog: prog,
+                        _map: map,
+                        umem,
+                        rx_frames: cfg.rx_frames,
+                        tx_free,
+                        binding: Binding {
+                            attach,
+                            zero_copy,
+                            multi_buffer,
+                        },
+                        mac,
+                        mtu,
+                        speed: 10_000_000_000,
+                        counters: PortCounters::default(),
+                        name: ifname.into(),
+                    });
+                }
+            }
+        }
+        Err(AfXdpError::NoBinding {
+            ifname: ifname.into(),
+            tried,
+        })
+    }
+
+    /// How the socket is bound (native/generic, zero-copy/copy, multi-buffer).
+    pub fn binding(&self) -> Binding {
+        self.binding
+    }
+
+    /// The link speed pause quanta and pacing are computed at (default
+    /// 10 Gb/s, what veth reports).
+    pub fn set_link_speed(&mut self, bps: u64) {
+        self.speed = bps;
+    }
+
+    /// The kernel's drop counters for this socket (XDP_STATISTICS).
+    pub fn statistics(&self) -> Option<XdpStatistics> {
+        self.xsk.statistics()
+    }
+
+    /// Returns finished transmit frames to the free list.
+    fn reclaim(&mut self) {
+        let n = self.xsk.comp.available();
+        let tx_base = self.rx_frames as u64 * FRAME_SIZE as u64;
+        for i in 0..n {
+            let addr = self.xsk.comp.read(i) & !(FRAME_SIZE as u64 - 1);
+            if addr >= tx_base && (addr as usize) < self.umem.len {
+                self.tx_free.push(addr);
+            }
+        }
+        self.xsk.comp.release(n);
+    }
+
+    /// Makes the kernel send what the TX ring holds. Copy mode sends at
+    /// most 32 descriptors per call and answers EAGAIN while more remain.
+    fn kick_tx(&mut self) {
+        let mut kicks = self.xsk.tx.outstanding() / 32 + 2;
+        while kicks > 0 && self.xsk.tx.outstanding() > 0 {
+            kicks -= 1;
+            if self.binding.zero_copy && !self.xsk.tx.needs_wakeup() {
+                return;
+            }
+            if let Err(e) = self.xsk.kick_tx() {
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS) => continue,
+                    _ => return,
+                }
+            }
+        }
+    }
+}
+
+/// (ifindex, MAC, MTU) of `name` in the calling thread's namespace.
+fn interface(name: &str) -> Result<(i32, EthernetAddress, usize), AfXdpError> {
+    // SAFETY: plain socket(2) call; AF_XDP sockets take no interface ioctls.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(sys("socket(AF_INET) for interface ioctls"));
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    afpacket::interface(fd.as_raw_fd(), name).map_err(|e| match e {
+        AfPacketError::NoInterface(n) => AfXdpError::NoInterface(n),
+        AfPacketError::Sys { what, source } => AfXdpError::Sys { what, source },
+    })
+}
+
+impl Port for AfXdpPort {
+    fn recv(&mut self, batch: &mut FrameBatch) -> usize {
+        if self.xsk.tx.outstanding() > 0 {
+            self.kick_tx();
+        }
+        let avail = self.xsk.rx.available();
+        // every frame we hold came out of the fill ring, so it has room for them all
+        let room = self.xsk.fill.free();
+        let rx_end = self.rx_frames as u64 * FRAME_SIZE as u64;
+        let (mut used, mut refill, mut n) = (0u32, 0u32, 0usize);
+        while used < avail && !batch.is_full() {
+            // one frame: descriptors used..end, all but the last CONTD
+            let mut end = used;
+            let complete = loop {
+                if end == avail {
+                    break false;
+                }
+                end += 1;
+                if self.xsk.rx.read(end - 1).options & XDP_PKT_CONTD == 0 {
+                    break true;
+                }
+            };
+            if !complete || refill + (end - used) > room {
+                break;
+            }
+            let slot = batch.next_slot().expect("batch not full");
+            let (mut len, mut ok) = (0usize, (end - used) as usize <= MAX_DESCS_PER_FRAME);
+            for i in used..end {
+                let d = self.xsk.rx.read(i);
+                let bytes = if d.addr < rx_end {
+                    self.umem.bytes(d.addr, d.len)
+                } else {
+                    None
+                };
+                match bytes {
+                    Some(src) => {
+                        if ok && len + src.len() <= SLOT_LEN {
+                            slot[len..len + src.len()].copy_from_slice(src);
+                            len += src.len();
+                        } else {
+                            ok = false;
+                        }
+                        self.xsk
+                            .fill
+                            .write(refill, d.addr & !(FRAME_SIZE as u64 - 1));
+                        refill += 1;
+                    }
+                    // not a receive frame: nothing to give back
+                    None => ok = false,
+                }
+            }
+            used = end;
+            if ok && len > 0 {
+                batch.commit(len);
+                self.counters.rx_packets += 1;
+                self.counters.rx_bytes += len as u64;
+                n += 1;
+            } else {
+                self.counters.rx_dropped += 1;
+            }
+        }
+        self.xsk.rx.release(used);
+        self.xsk.fill.submit(refill);
+        if refill > 0 && self.xsk.fill.needs_wakeup() {
+            self.xsk.wake_rx();
+        }
+        n
+    }
+
+    fn send(&mut self, batch: &FrameBatch) -> usize {
+        self.reclaim();
+        let mut room = self.xsk.tx.free();
+        let (mut queued, mut sent) = (0u32, 0usize);
+        for f in batch.iter() {
+            let descs = f.len().div_ceil(FRAME_SIZE as usize);
+            if descs == 0
+                || descs > MAX_DESCS_PER_FRAME
+                || (descs > 1 && !self.binding.multi_buffer)
+            {
+                self.counters.tx_dropped += 1;
+                continue;
+            }
+            if descs > self.tx_free.len() || descs as u32 > room - queued {
+                // publish what we have, let the kernel send it, take back what it finished
+                self.xsk.tx.submit(queued);
+                queued = 0;
+                self.kick_tx();
+                self.reclaim();
+                room = self.xsk.tx.free();
+                if descs > self.tx_free.len() || descs as u32 > room {
+                    self.counters.tx_dropped += 1;
+                    continue;
+                }
+            }
+            for (j, piece) in f.chunks(FRAME_SIZE as usize).enumerate() {
+                let addr = self.tx_free.pop().expect("checked above");
+                self.umem.frame_mut(addr)[..piece.len()].copy_from_slice(piece);
+                let options = if j + 1 < descs { XDP_PKT_CONTD } else { 0 };
+                self.xsk.tx.write(
+                    queued,
+                    XdpDesc {
+                        addr,
+                        len: piece.len() as u32,
+                        options,
+                    },
+                );
+                queued += 1;
+            }
+            sent += 1;
+            self.counters.tx_packets += 1;
+            self.counters.tx_bytes += f.len() as u64;
+        }
+        self.xsk.tx.submit(queued);
+        self.kick_tx();
+        sent
+    }
+
+    fn mac(&self) -> EthernetAddress {
+        self.mac
+    }
+
+    fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    fn link_speed_bps(&self) -> u64 {
+        self.speed
+    }
+
+    /// Our counters plus the kernel's drops (RX: no buffer, RX ring full;
+    /// TX: invalid descriptors).
+    fn counters(&self) -> PortCounters {
+        let mut c = self.counters.clone();
+        if let Some(s) = self.statistics() {
+            c.rx_dropped += s.rx_dropped + s.rx_ring_full;
+            c.tx_dropped += s.tx_invalid_descs;
+        }
+        c
+    }
+
+    /// poll(2) on the socket: readable once the RX ring holds a frame.
+    fn wait(&mut self, timeout: Duration) {
+        self.reclaim();
+        self.kick_tx();
+        if self.xsk.rx.available() > 0 {
+            return;
+        }
+        self.xsk.poll(timeout);
+    }
+}
+
+/// Which kind of port [`open_port`] opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// AF_XDP if it opens, else AF_PACKET (saying why on stderr).
+    Auto,
+    AfXdp,
+    AfPacket,
+}
+
+/// Why no port could be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    AfXdp(#[from] AfXdpError),
+    #[error(transparent)]
+    AfPacket(#[from] AfPacketError),
+    #[error("AF_XDP: {xdp}; AF_PACKET: {packet}")]
+    Neither {
+        xdp: AfXdpError,
+        packet: AfPacketError,
+    },
+}
+
+/// Opens a port on `ifname` (in the calling thread's namespace) with
+/// default geometry; returns it and the backend that opened it.
+pub fn open_port(ifname: &str, backend: Backend) -> Result<(Box<dyn Port>, Backend), OpenError> {
+    let packet =
+        || AfPacketPort::open(ifname, RingConfig::default()).map(|p| Box::new(p) as Box<dyn Port>);
+    match backend {
+        Backend::AfXdp => Ok((
+            Box::new(AfXdpPort::open(ifname, AfXdpConfig::default())?),
+            Backend::AfXdp,
+        )),
+        Backend::AfPacket => Ok((packet()?, Backend::AfPacket)),
+        Backend::Auto => match AfXdpPort::open(ifname, AfXdpConfig::default()) {
+            Ok(p) => Ok((Box::new(p), Backend::AfXdp)),
+            Err(xdp) => {
+                eprintln!("softrnic: {ifname}: AF_XDP not used ({xdp}); falling back to AF_PACKET");
+                match packet() {
+                    Ok(p) => Ok((p, Backend::AfPacket)),
+                    Err(packet) => Err(OpenError::Neither { xdp, packet }),
+                }
+            }
+        },
+    }
+}
+
+/// [`open_port`] with [`Backend::Auto`]: the best port this machine offers.
+pub fn open_best(ifname: &str) -> Result<Box<dyn Port>, OpenError> {
+    open_port(ifname, Backend::Auto).map(|(p, _)| p)
+}
