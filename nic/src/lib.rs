@@ -6,7 +6,9 @@
 //! simulator driving endpoints built from the real code).
 
 pub mod time;
+pub mod cc;
 pub mod engine;
+pub mod fabric;
 pub mod io;
 pub mod replay;
 pub mod sim;

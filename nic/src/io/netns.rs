@@ -27,15 +27,32 @@ pub fn available() -> Result<(), String> {
     Ok(())
 }
 
+/// Deletes namespaces named `<prefix>...-<pid>` whose process is gone (a
+/// test killed before its cleanup ran).
+pub fn reap_stale(prefix: &str) {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(pid) = name.strip_prefix(prefix).and_then(|r| r.rsplit('-').next()).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = ip(&["netns", "del", name]);
+        }
+    }
+}
+
 /// Named namespaces that are deleted on drop.
 pub struct Namespaces {
     pub names: Vec<String>,
 }
 
 impl Namespaces {
+    /// Creates the namespaces (names should end in `-<pid>` so that
+    /// `reap_stale` can clean up after a killed run).
     pub fn create(names: &[String]) -> io::Result<Namespaces> {
-        let me = Namespaces { names: Vec::new() };
-        let mut me = me;
+        reap_stale("rnic-");
+        let mut me = Namespaces { names: Vec::new() };
         for n in names {
             let _ = ip(&["netns", "del", n]);
             ip(&["netns", "add", n])?;

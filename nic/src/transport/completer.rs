@@ -22,9 +22,10 @@ impl Qp {
             return;
         }
         let psn = pkt.bth.psn;
-        // Only PSNs in [una, npsn) answer something outstanding; anything
-        // else is a stale duplicate or a ghost (IBA 9.7.5.2.1).
-        let outstanding = self.req.una.distance_to(self.req.npsn);
+        // Only PSNs in [una, high) answer something outstanding; anything
+        // else is a stale duplicate or a ghost (IBA 9.7.5.2.1). `high`, not
+        // `npsn`: responses to packets sent before a rewind still count.
+        let outstanding = self.req.una.distance_to(self.req.high);
         if self.req.una.distance_to(psn) >= outstanding {
             return;
         }
@@ -52,6 +53,10 @@ impl Qp {
     /// without its data having arrived means the responses were lost: that
     /// is an implied NAK (IBA 9.7.5.1.4), so resend from there.
     fn ack_through(&mut self, res: &mut Resources, now: Instant, last: Psn) {
+        if self.req.acked.before(last.next()) && !self.req.high.before(last.next()) {
+            self.req.acked = last.next();
+        }
+        let una_before = self.req.una;
         let mut progressed = false;
         while let Some(w) = self.req.sq.front() {
             if !w.started || w.last_psn().after(last) {
@@ -79,13 +84,37 @@ impl Qp {
         if !front_is_rd_atomic && !last.before(self.req.una) {
             self.advance_una(last.next());
         }
-        if progressed {
+        // Any newly acknowledged PSN is forward progress, also inside a
+        // long message: go-back-N under steady loss advances a few packets
+        // per NAK, and must not run out of retries while it does.
+        if progressed || self.req.una != una_before {
             self.on_progress(now);
         }
     }
 
+    /// After a READ or atomic completes, the WQEs behind it that an earlier
+    /// ACK already covered complete too.
+    fn retire_acked(&mut self, res: &mut Resources, now: Instant) {
+        let acked = self.req.acked;
+        if self.req.una.before(acked) && self.state != QpState::Err {
+            self.ack_through(res, now, acked.sub(1));
+        }
+    }
+
+    /// Moves `una` forward to `psn`, but never past the next response a
+    /// READ or atomic at the front still waits for: only its own response
+    /// acknowledges it (IBA 9.7.5.1.4), whatever a NAK or ACK implies.
     fn advance_una(&mut self, psn: Psn) {
-        if self.req.una.before(psn) && !self.req.npsn.before(psn) {
+        let mut psn = psn;
+        if let Some(w) = self.req.sq.front() {
+            if w.started && w.wr.op.is_read_or_atomic() {
+                let waiting = w.first_psn.add((w.read_done / self.mtu as u64) as u32);
+                if waiting.before(psn) {
+                    psn = waiting;
+                }
+            }
+        }
+        if self.req.una.before(psn) && !self.req.high.before(psn) {
             self.req.una = psn;
         }
     }
@@ -155,11 +184,14 @@ impl Qp {
         }
         w.read_done += payload.len() as u64;
         let next = psn.next();
-        self.advance_una(next);
         if pos.is_end() {
             self.complete_front(res, WcStatus::Success);
         }
+        self.advance_una(next);
         self.on_progress(now);
+        if pos.is_end() {
+            self.retire_acked(res, now);
+        }
     }
 
     fn on_atomic_ack(&mut self, res: &mut Resources, now: Instant, psn: Psn, orig: u64) {
@@ -177,8 +209,9 @@ impl Qp {
             self.complete_front(res, WcStatus::LocProtErr);
             return;
         }
-        self.advance_una(psn.next());
         self.complete_front(res, WcStatus::Success);
+        self.advance_una(psn.next());
+        self.retire_acked(res, now);
         self.on_progress(now);
     }
 

@@ -404,6 +404,8 @@ impl Rnic {
         if let Some(p) = attr.sq_psn {
             qp.req.npsn = wire::Psn::new(p);
             qp.req.una = qp.req.npsn;
+            qp.req.high = qp.req.npsn;
+            qp.req.acked = qp.req.npsn;
         }
         if let Some(v) = attr.timeout {
             qp.timeout = v;
@@ -723,6 +725,7 @@ impl Qp {
             npkts: 0,
             read_done: 0,
             signaled,
+            local_error: None,
         };
         // IBA 10.3.1: send WRs posted in ERR (or SQEr) complete as flushed.
         if matches!(self.state, QpState::Err | QpState::Sqe) {
@@ -801,6 +804,11 @@ impl Qp {
         let Some(w) = self.req.sq.pop_front() else {
             return;
         };
+        if self.req.cur == 0 {
+            // the WQE being (re)sent is done: the cursor moves to the next
+            // one (`fast_forward` puts npsn back in line with una)
+            self.req.cur_off = 0;
+        }
         self.req.cur = self.req.cur.saturating_sub(1);
         if w.wr.op.is_read_or_atomic() && w.started {
             self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
@@ -815,7 +823,13 @@ impl Qp {
                 if res.complete(self.init.send_cq, wc).is_err() {
                     self.counters.cq_overrun += 1;
                     self.to_error(res);
+                    return;
                 }
+            }
+            // The next WQE failed locally while this one was in flight: its
+            // error completion is due now, in order.
+            if let Some(st) = self.req.sq.front().and_then(|w| w.local_error) {
+                self.complete_front(res, st);
             }
         } else {
             self.counters.req_cqe_error += 1;
@@ -855,6 +869,19 @@ impl Qp {
         match self.init.srq {
             Some(s) => res.srqs.get_mut(s as usize)?.as_mut()?.queue.pop_front(),
             None => self.rq.pop_front(),
+        }
+    }
+
+    /// Puts back a receive WQE that a dropped message had taken, at the
+    /// head of the queue it came from (the SRQ if the QP has one).
+    pub(crate) fn return_recv(&mut self, res: &mut Resources, recv: RecvWr) {
+        match self.init.srq {
+            Some(s) => {
+                if let Some(srq) = res.srqs.get_mut(s as usize).and_then(|s| s.as_mut()) {
+                    srq.queue.push_front(recv);
+                }
+            }
+            None => self.rq.push_front(recv),
         }
     }
 

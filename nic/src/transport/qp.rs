@@ -97,6 +97,10 @@ pub struct SendWqe {
     /// READ: bytes of response received so far.
     pub read_done: u64,
     pub signaled: bool,
+    /// A local error found when it was due to be sent while WQEs before it
+    /// were still in flight: it completes with this status once they have
+    /// (IBA 10.8.5: send completions are returned in posting order).
+    pub local_error: Option<crate::verbs::WcStatus>,
 }
 
 impl SendWqe {
@@ -130,15 +134,20 @@ pub struct Requester {
     pub ack_deadline: Option<Instant>,
     /// Sending is held until this RNR NAK timer expires.
     pub rnr_deadline: Option<Instant>,
-    /// Highest PSN ever sent, to count retransmissions.
-    pub max_sent: Option<Psn>,
+    /// One past the highest PSN ever sent: responses up to here answer
+    /// something we sent, even after a go-back-N rewind moved `npsn` back.
+    pub high: Psn,
+    /// One past the highest PSN an ACK or NAK has acknowledged. WQEs behind
+    /// an unanswered READ cannot complete yet, but their packets need not
+    /// be sent again (an ACK acknowledges every earlier packet, IBA 9.7.5.2).
+    pub acked: Psn,
     /// The READ response PSN a retry was last issued for.
     pub read_retry: Option<Psn>,
 }
 
 impl Requester {
     pub fn outstanding(&self) -> bool {
-        self.una != self.npsn
+        self.una != self.high
     }
 }
 
@@ -169,6 +178,9 @@ pub struct ReadJob {
     /// No response of this job has gone out yet.
     pub first: bool,
     pub msn: u32,
+    /// Answers a duplicate READ (a replay from the responder resources); it
+    /// does not count against max_dest_rd_atomic.
+    pub replay: bool,
 }
 
 /// A READ or atomic remembered for duplicates (the responder resources of

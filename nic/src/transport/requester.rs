@@ -47,6 +47,12 @@ impl Qp {
         now: Instant,
         buf: &mut [u8],
     ) -> Option<usize> {
+        if self.req.npsn.before(self.req.una) {
+            // ACKs for packets of an earlier round arrived after a rewind:
+            // skip what is already acknowledged
+            self.fast_forward();
+        }
+        self.skip_acked();
         if !self.can_send() || self.req.rnr_deadline.is_some() || self.req.cur >= self.req.sq.len()
         {
             return None;
@@ -57,6 +63,10 @@ impl Qp {
             return None;
         }
         let cur = self.req.cur;
+        // A WQE that failed locally holds the queue until it completes.
+        if self.req.sq[cur].local_error.is_some() {
+            return None;
+        }
         if !self.req.sq[cur].started && !self.start_wqe(res, cur)? {
             return None;
         }
@@ -225,15 +235,13 @@ impl Qp {
         } else {
             self.req.noack_pkts += 1;
         }
-        let last_psn = psn.add(consumed - 1);
-        match self.req.max_sent {
-            Some(m) if !m.before(psn) => self.counters.retransmitted_pkts += 1,
-            _ => {}
-        }
-        if self.req.max_sent.is_none_or(|m| m.before(last_psn)) {
-            self.req.max_sent = Some(last_psn);
+        if psn.before(self.req.high) {
+            self.counters.retransmitted_pkts += 1;
         }
         self.req.npsn = psn.add(consumed);
+        if self.req.high.before(self.req.npsn) {
+            self.req.high = self.req.npsn;
+        }
         if msg_done {
             self.req.cur += 1;
             self.req.cur_off = 0;
@@ -291,26 +299,70 @@ impl Qp {
     }
 
     /// Fails the WQE at `idx` (always the oldest unfinished one: WQEs
-    /// start in order and earlier ones are complete or in flight; those in
-    /// flight are flushed with the QP).
+    /// start in order and earlier ones are complete or in flight).
     fn complete_front_at(&mut self, res: &mut Resources, idx: usize, status: WcStatus) {
         if idx == 0 {
             self.complete_front(res, status);
         } else {
-            // Earlier WQEs are still in flight: the error completion goes
-            // to this WQE, the QP fails and flushes the rest.
-            let w = self.req.sq.remove(idx).expect("index in range");
-            self.counters.req_cqe_error += 1;
-            let wc = crate::verbs::Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
-            let _ = res.complete(self.init.send_cq, wc);
-            self.fail_send_queue(res);
+            // Earlier WQEs are still in flight and may yet succeed: they
+            // complete first (IBA 10.8.5, completions in posting order),
+            // then this one in error (see `complete_front`), then the QP
+            // fails and flushes the rest. Nothing after it is sent.
+            self.req.sq[idx].local_error = Some(status);
         }
     }
 
     /// Go-back-N: resend from `psn` (IBA 9.7.5.2.5: after a NAK or
     /// timeout the requester resends from the first unacknowledged packet).
+    /// Moves the cursor to `una` after ACKs overtook a go-back-N replay.
+    pub(super) fn fast_forward(&mut self) {
+        let una = self.req.una;
+        match self.req.sq.iter().position(|w| w.contains(una)) {
+            Some(idx) => {
+                let w = &self.req.sq[idx];
+                let pkt_off = w.first_psn.distance_to(una) as u64;
+                self.req.cur = idx;
+                self.req.cur_off = if w.wr.op.is_atomic() {
+                    0
+                } else {
+                    (pkt_off * self.mtu as u64).min(w.len)
+                };
+            }
+            None => {
+                self.req.cur = self.req.sq.iter().position(|w| !w.started).unwrap_or(self.req.sq.len());
+                self.req.cur_off = 0;
+            }
+        }
+        self.req.npsn = una;
+        self.req.noack_pkts = 0;
+    }
+
+    /// During a replay, skips SEND and WRITE packets the responder has
+    /// acknowledged already; READs and atomics behind `acked` whose answers
+    /// never came are asked again.
+    fn skip_acked(&mut self) {
+        let acked = self.req.acked;
+        while self.req.cur < self.req.sq.len() && self.req.npsn.before(acked) {
+            let w = &self.req.sq[self.req.cur];
+            if !w.started || w.wr.op.is_read_or_atomic() {
+                break;
+            }
+            let end = w.last_psn().next();
+            if acked.before(end) {
+                let pkts = w.first_psn.distance_to(acked) as u64;
+                self.req.cur_off = (pkts * self.mtu as u64).min(w.len);
+                self.req.npsn = acked;
+                break;
+            }
+            self.req.cur += 1;
+            self.req.cur_off = 0;
+            self.req.npsn = end;
+        }
+    }
+
+    /// Only ever moves the cursor back; `fast_forward` moves it forward.
     pub(super) fn rewind_to(&mut self, psn: Psn) {
-        if psn == self.req.npsn {
+        if !psn.before(self.req.npsn) {
             return;
         }
         let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {

@@ -150,6 +150,7 @@ impl Qp {
                             remaining: len - off,
                             first: true,
                             msn,
+                            replay: true,
                         })
                     }
                     _ => None,
@@ -186,13 +187,13 @@ impl Qp {
             if psn != self.resp.epsn {
                 self.counters.out_of_sequence += 1;
             }
-            self.abandon_in_message();
+            self.abandon_in_message(res);
             self.resp.uc_discard = false;
         } else if psn != self.resp.epsn || self.resp.uc_discard {
             if psn != self.resp.epsn {
                 self.counters.out_of_sequence += 1;
             }
-            self.abandon_in_message();
+            self.abandon_in_message(res);
             self.resp.uc_discard = true;
             self.resp.epsn = psn.next();
             return;
@@ -206,7 +207,7 @@ impl Qp {
                 self.resp.epsn = psn.next();
             }
             Outcome::Nak(..) => {
-                self.abandon_in_message();
+                self.abandon_in_message(res);
                 self.resp.uc_discard = !info.position.is_end();
                 self.resp.epsn = psn.next();
             }
@@ -214,9 +215,9 @@ impl Qp {
     }
 
     /// Drops a partly received message; its receive WQE is reused.
-    fn abandon_in_message(&mut self) {
+    fn abandon_in_message(&mut self, res: &mut Resources) {
         if let Some(InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
-            self.rq.push_front(recv);
+            self.return_recv(res, recv);
         }
     }
 
@@ -226,7 +227,7 @@ impl Qp {
         if let (Some(InMessage::Send { recv, .. }), Some(st)) = (msg, status) {
             self.complete_recv(res, Wc::new(recv.wr_id, st, WcOpcode::Recv, self.qpn));
         } else if let Some(InMessage::Send { recv, .. }) = msg {
-            self.rq.push_front(recv);
+            self.return_recv(res, recv);
         }
     }
 
@@ -468,7 +469,10 @@ impl Qp {
             .resp
             .responses
             .iter()
-            .filter(|r| matches!(r, Response::Read(_)))
+            // Replays for duplicates answer READs the requester already
+            // counted (and may have completed since): only new READs use
+            // a responder resource.
+            .filter(|r| matches!(r, Response::Read(j) if !j.replay))
             .count();
         if busy >= self.max_dest_rd_atomic.max(1) as usize {
             return Outcome::Nak(NakCode::InvalidRequest, None);
@@ -494,6 +498,7 @@ impl Qp {
             remaining: len,
             first: true,
             msn,
+            replay: false,
         }));
         Outcome::Done
     }

@@ -30,12 +30,20 @@ pub fn gid(i: usize) -> Gid {
     Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, i as u8 + 1))
 }
 
-/// Starts an engine per port and connects the RC QPs (PSNs start at 100).
+/// Starts an engine per port and connects the RC QPs (PSNs start at 100);
+/// the peers are on one link (192.0.2.1 and .2).
 pub fn start(ports: Vec<Box<dyn Port>>, cfg: PairConfig) -> Vec<Node> {
+    let macs: Vec<_> = ports.iter().map(|p| p.mac()).collect();
+    start_with(ports, vec![gid(0), gid(1)], vec![macs[1], macs[0]], cfg)
+}
+
+/// Like `start`, with each node's GID and the MAC its frames go to (the
+/// next hop towards the peer).
+pub fn start_with(ports: Vec<Box<dyn Port>>, gids: Vec<Gid>, dmacs: Vec<wire::EthernetAddress>, cfg: PairConfig) -> Vec<Node> {
     let mut nodes = Vec::new();
     for (i, port) in ports.into_iter().enumerate() {
         let mac = port.mac();
-        let rnic = Rnic::new(RnicConfig::new(mac, gid(i)));
+        let rnic = Rnic::new(RnicConfig::new(mac, gids[i]));
         let engine = Engine::start(rnic, port, EngineConfig { name: format!("engine-{i}"), ..Default::default() });
         let dev = engine.device();
         let cq = dev.create_cq(1 << 16).unwrap();
@@ -52,10 +60,10 @@ pub fn start(ports: Vec<Box<dyn Port>>, cfg: PairConfig) -> Vec<Node> {
                 (r.create_qp(mk(QpType::Rc)).unwrap(), r.create_qp(mk(QpType::Ud)).unwrap(), l, k)
             })
             .unwrap();
-        nodes.push(Node { engine, dev, cq, qpn, ud_qpn, mem, base, lkey, rkey, gid: gid(i), mac });
+        nodes.push(Node { engine, dev, cq, qpn, ud_qpn, mem, base, lkey, rkey, gid: gids[i], mac });
     }
     for i in 0..2 {
-        let (peer_qpn, peer_gid, peer_mac) = (nodes[1 - i].qpn, nodes[1 - i].gid, nodes[1 - i].mac);
+        let (peer_qpn, peer_gid, peer_mac) = (nodes[1 - i].qpn, nodes[1 - i].gid, dmacs[i]);
         let (qpn, ud_qpn) = (nodes[i].qpn, nodes[i].ud_qpn);
         let ah = AhAttr::new(peer_gid, peer_mac);
         nodes[i].dev.call(move |r| connect(r, qpn, cfg, ah, peer_qpn, 100, 100)).unwrap();
