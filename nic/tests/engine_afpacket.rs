@@ -32,7 +32,7 @@ fn every_rc_verb_and_ud_send_over_afpacket_between_namespaces() {
         return;
     }
     let id = std::process::id() % 100_000;
-    let (na, nb) = (format!("rnic-a-{id}"), format!("rnic-b-{id}"));
+    let (na, nb) = (netns::ns_name("pa"), netns::ns_name("pb"));
     let _ns = Namespaces::create(&[na.clone(), nb.clone()]).expect("create namespaces");
     let (va, vb) = (format!("rva{id}"), format!("rvb{id}"));
     netns::veth(&na, &va, "192.0.2.1/24", &nb, &vb, "192.0.2.2/24", 9000).expect("veth pair");

@@ -42,7 +42,7 @@ fn can_run(test: &str) -> bool {
 /// Two namespaces joined by a veth pair at MTU 9000: (namespaces, names, interfaces).
 fn link(tag: &str) -> (Namespaces, [String; 2], [String; 2]) {
     let id = std::process::id() % 100_000;
-    let names = [format!("rnic-{tag}a-{id}"), format!("rnic-{tag}b-{id}")];
+    let names = [netns::ns_name(&format!("{tag}a")), netns::ns_name(&format!("{tag}b"))];
     let ns = Namespaces::create(&names).expect("create namespaces");
     let ifs = [format!("r{tag}a{id}"), format!("r{tag}b{id}")];
     netns::veth(

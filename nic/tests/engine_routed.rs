@@ -14,7 +14,7 @@ mod enginecommon;
 
 use enginecommon::{read, start_with, Node};
 use nic::io::addr::next_hop_mac;
-use nic::io::afpacket::{AfPacketPort, RingConfig};
+use nic::io::afxdp::{open_port, Backend};
 use nic::io::impair::{Impaired, Impairments, RandomImpairments};
 use nic::io::netns::{self, ip, Namespaces};
 use nic::io::pcap::{read_pcap, PcapTap};
@@ -186,11 +186,21 @@ fn shared_judge() -> Option<PathBuf> {
 
 #[test]
 fn ten_thousand_messages_through_a_lossy_router_over_afpacket() {
-    if !can_run("ten_thousand_messages_through_a_lossy_router_over_afpacket") {
+    routed("ten_thousand_messages_through_a_lossy_router_over_afpacket", Backend::AfPacket, 0);
+}
+
+#[test]
+fn ten_thousand_messages_through_a_lossy_router_over_afxdp() {
+    routed("ten_thousand_messages_through_a_lossy_router_over_afxdp", Backend::AfXdp, 1);
+}
+
+fn routed(test: &str, backend: Backend, n: u32) {
+    if !can_run(test) {
         return;
     }
-    let id = std::process::id() % 100_000;
-    let (na, nr, nb) = (format!("rnic-ra-{id}"), format!("rnic-rr-{id}"), format!("rnic-rb-{id}"));
+    // interface names are short (15 bytes): the pid modulo 10^4 and the backend
+    let id = std::process::id() % 10_000 * 10 + n;
+    let (na, nr, nb) = (netns::ns_name(&format!("ra{n}")), netns::ns_name(&format!("rr{n}")), netns::ns_name(&format!("rb{n}")));
     let _ns = Namespaces::create(&[na.clone(), nr.clone(), nb.clone()]).expect("namespaces");
     let (va, ra, rb, vb) = (format!("xa{id}"), format!("xra{id}"), format!("xrb{id}"), format!("xb{id}"));
     netns::veth(&na, &va, "192.0.2.1/24", &nr, &ra, "192.0.2.254/24", 9000).unwrap();
@@ -212,13 +222,15 @@ fn ten_thousand_messages_through_a_lossy_router_over_afpacket() {
 
     let (ga, gb) = (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(198, 51, 100, 1));
     let (pa, mac_a) = netns::run_in(&na, || {
-        let p = AfPacketPort::open(&va, RingConfig::default()).expect("port a");
+        let (p, got) = open_port(&va, backend).expect("port a");
+        assert_eq!(got, backend);
         let (_, mac) = next_hop_mac(IpAddr::V4(gb), Duration::from_secs(5)).expect("next hop of a");
         (p, mac)
     })
     .unwrap();
     let (pb, mac_b) = netns::run_in(&nb, || {
-        let p = AfPacketPort::open(&vb, RingConfig::default()).expect("port b");
+        let (p, got) = open_port(&vb, backend).expect("port b");
+        assert_eq!(got, backend);
         let (_, mac) = next_hop_mac(IpAddr::V4(ga), Duration::from_secs(5)).expect("next hop of b");
         (p, mac)
     })

@@ -149,3 +149,28 @@ pub trait Port: Send {
         std::thread::park_timeout(timeout);
     }
 }
+
+/// A boxed port is a port (so wrappers take `Box<dyn Port>` from `open_port`).
+impl<P: Port + ?Sized> Port for Box<P> {
+    fn recv(&mut self, batch: &mut FrameBatch) -> usize {
+        (**self).recv(batch)
+    }
+    fn send(&mut self, batch: &FrameBatch) -> usize {
+        (**self).send(batch)
+    }
+    fn mac(&self) -> EthernetAddress {
+        (**self).mac()
+    }
+    fn mtu(&self) -> usize {
+        (**self).mtu()
+    }
+    fn link_speed_bps(&self) -> u64 {
+        (**self).link_speed_bps()
+    }
+    fn counters(&self) -> PortCounters {
+        (**self).counters()
+    }
+    fn wait(&mut self, timeout: Duration) {
+        (**self).wait(timeout)
+    }
+}

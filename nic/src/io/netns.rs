@@ -27,8 +27,15 @@ pub fn available() -> Result<(), String> {
     Ok(())
 }
 
+/// A namespace name for this process: `rnic-<tag>-<pid>`, the form
+/// `reap_stale` understands. Tests use distinct tags.
+pub fn ns_name(tag: &str) -> String {
+    format!("rnic-{tag}-{}", std::process::id())
+}
+
 /// Deletes namespaces named `<prefix>...-<pid>` whose process is gone (a
-/// test killed before its cleanup ran).
+/// test killed before its cleanup ran). Names must end in the full PID of
+/// the process that made them (`ns_name`).
 pub fn reap_stale(prefix: &str) {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
