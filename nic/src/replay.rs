@@ -40,9 +40,54 @@ impl ConnectionReport {
     }
 }
 
-/// Replays every RC connection found in `frames` (timestamp, bytes).
-/// Frames that are not RoCEv2 are ignored.
+/// Feeds a prepared responder the requests (timestamp, frame) and returns
+/// every frame it sent, in order.
+pub type Driver<'a> = dyn FnMut(Rnic, Vec<(Instant, Vec<u8>)>) -> Vec<Vec<u8>> + 'a;
+
+/// Drives the sans-I/O responder directly: one request in, its responses out.
+pub fn drive_direct(mut rnic: Rnic, frames: Vec<(Instant, Vec<u8>)>) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; MAX_FRAME_LEN];
+    let mut out = Vec::new();
+    for (t, f) in frames {
+        rnic.handle_frame(t, &f);
+        while let Some(n) = rnic.poll_transmit(t, &mut buf) {
+            out.push(buf[..n].to_vec());
+        }
+    }
+    out
+}
+
+/// Drives the responder inside a polling engine fed by a pcap replay port,
+/// one frame per turn as the capture had them one at a time.
+pub fn drive_engine(rnic: Rnic, frames: Vec<(Instant, Vec<u8>)>) -> Vec<Vec<u8>> {
+    use crate::engine::{Engine, EngineConfig};
+    use crate::io::pcap::ReplayPort;
+    let timed = frames.into_iter().map(|(t, f)| (std::time::Duration::from_nanos(t.as_nanos()), f)).collect();
+    let mac = rnic.config().mac;
+    let port = ReplayPort::new(timed, mac, 0.0).one_per_turn();
+    let (sent, done) = (port.sent(), port.done_flag());
+    let engine = Engine::start(rnic, Box::new(port), EngineConfig { name: "replay".into(), ..Default::default() });
+    let t0 = std::time::Instant::now();
+    while !done.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // the last responses leave in the turn after the last request
+    let dev = engine.device();
+    let _ = dev.call(|_| ());
+    let _ = dev.call(|_| ());
+    engine.stop();
+    let out = sent.lock().expect("not poisoned").clone();
+    out
+}
+
+/// Replays every RC connection found in `frames` (timestamp, bytes) into
+/// the sans-I/O responder. Frames that are not RoCEv2 are ignored.
 pub fn replay(frames: &[(Instant, Vec<u8>)]) -> Vec<ConnectionReport> {
+    replay_with(frames, &mut drive_direct)
+}
+
+/// Like `replay`, with the responder driven by `driver`.
+pub fn replay_with(frames: &[(Instant, Vec<u8>)], driver: &mut Driver<'_>) -> Vec<ConnectionReport> {
     let parsed: Vec<(Instant, RoceRepr<'_>)> =
         frames.iter().filter_map(|(t, f)| RoceRepr::parse(f).ok().map(|r| (*t, r))).collect();
     // Connections: unordered address pair + UDP source port (Linux uses the
@@ -54,14 +99,20 @@ pub fn replay(frames: &[(Instant, Vec<u8>)]) -> Vec<ConnectionReport> {
             roles.insert((r.ip.dst(), r.ip.src(), r.udp.src_port), ());
         }
     }
-    roles.keys().map(|&(resp, req, sport)| replay_one(&parsed, resp, req, sport)).collect()
+    roles.keys().map(|&(resp, req, sport)| replay_one(&parsed, resp, req, sport, driver)).collect()
 }
 
 fn is_rc(r: &RoceRepr<'_>, dir: Direction) -> bool {
     r.opcode_info().is_some_and(|i| i.transport == Transport::Rc && i.direction == dir)
 }
 
-fn replay_one(parsed: &[(Instant, RoceRepr<'_>)], resp_ip: IpAddr, req_ip: IpAddr, sport: u16) -> ConnectionReport {
+fn replay_one(
+    parsed: &[(Instant, RoceRepr<'_>)],
+    resp_ip: IpAddr,
+    req_ip: IpAddr,
+    sport: u16,
+    driver: &mut Driver<'_>,
+) -> ConnectionReport {
     let in_conn = |r: &RoceRepr<'_>, src: IpAddr, dst: IpAddr| r.ip.src() == src && r.ip.dst() == dst && r.udp.src_port == sport;
     let requests: Vec<&(Instant, RoceRepr<'_>)> =
         parsed.iter().filter(|(_, r)| in_conn(r, req_ip, resp_ip) && is_rc(r, Direction::Request)).collect();
@@ -155,9 +206,10 @@ fn replay_one(parsed: &[(Instant, RoceRepr<'_>)], resp_ip: IpAddr, req_ip: IpAdd
     let recv_mem = Arc::new(HeapMemory::new(recv_len as usize));
     let (recv_lkey, _) = rnic.reg_mr(pd, recv_mem as Arc<dyn Memory>, 0, 0x7000_0000, recv_len, all).expect("register");
 
-    let mut buf = vec![0u8; MAX_FRAME_LEN];
+    // Receives for every SEND up front (the responder takes them in order),
+    // then the requests rewritten to our QPN and R_Keys.
+    let mut frames = Vec::with_capacity(requests.len());
     let mut frame = vec![0u8; MAX_FRAME_LEN];
-    let mut produced: Vec<Vec<u8>> = Vec::new();
     let mut recv_id = 0u64;
     for (t, r) in &requests {
         let info = r.opcode_info().expect("parsed");
@@ -178,11 +230,9 @@ fn replay_one(parsed: &[(Instant, RoceRepr<'_>)], resp_ip: IpAddr, req_ip: IpAdd
             }
         }
         let n = req.emit(&mut frame).expect("re-emit a parsed request");
-        rnic.handle_frame(*t, &frame[..n]);
-        while let Some(n) = rnic.poll_transmit(*t, &mut buf) {
-            produced.push(buf[..n].to_vec());
-        }
+        frames.push((*t, frame[..n].to_vec()));
     }
+    let produced = driver(rnic, frames);
     check_writes(&requests, &regions, &mut report.mismatches);
     report.produced = produced.len();
     for (i, (ours, theirs)) in produced.iter().zip(expected.iter()).enumerate() {

@@ -8,6 +8,8 @@ use pcap_file::DataLink;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wire::EthernetAddress;
 
@@ -48,14 +50,44 @@ pub struct ReplayPort {
     start: std::time::Instant,
     speed: f64,
     mac: EthernetAddress,
-    pub sent: Vec<Vec<u8>>,
+    per_recv: usize,
+    sent: Arc<Mutex<Vec<Vec<u8>>>>,
+    done: Arc<AtomicBool>,
     counters: PortCounters,
 }
 
 impl ReplayPort {
     /// `frames`: the frames to feed (already filtered to what this NIC should receive).
     pub fn new(frames: Vec<(Duration, Vec<u8>)>, mac: EthernetAddress, speed: f64) -> ReplayPort {
-        ReplayPort { frames, next: 0, start: std::time::Instant::now(), speed, mac, sent: Vec::new(), counters: PortCounters::default() }
+        let done = Arc::new(AtomicBool::new(frames.is_empty()));
+        ReplayPort {
+            frames,
+            next: 0,
+            start: std::time::Instant::now(),
+            speed,
+            mac,
+            per_recv: usize::MAX,
+            sent: Arc::new(Mutex::new(Vec::new())),
+            done,
+            counters: PortCounters::default(),
+        }
+    }
+
+    /// Hands over at most one frame per `recv` (each request is answered
+    /// before the next arrives, as in the capture).
+    pub fn one_per_turn(mut self) -> ReplayPort {
+        self.per_recv = 1;
+        self
+    }
+
+    /// Every frame the NIC sent, shared with whoever holds the handle.
+    pub fn sent(&self) -> Arc<Mutex<Vec<Vec<u8>>>> {
+        self.sent.clone()
+    }
+
+    /// Set once every frame has been handed over.
+    pub fn done_flag(&self) -> Arc<AtomicBool> {
+        self.done.clone()
     }
 
     pub fn done(&self) -> bool {
@@ -68,7 +100,7 @@ impl Port for ReplayPort {
         let base = self.frames.first().map(|f| f.0).unwrap_or_default();
         let elapsed = self.start.elapsed();
         let mut n = 0;
-        while self.next < self.frames.len() && !batch.is_full() {
+        while self.next < self.frames.len() && !batch.is_full() && n < self.per_recv {
             let (t, f) = &self.frames[self.next];
             if self.speed > 0.0 && (*t - base).div_f64(self.speed) > elapsed {
                 break;
@@ -79,14 +111,18 @@ impl Port for ReplayPort {
             self.next += 1;
             n += 1;
         }
+        if self.done() {
+            self.done.store(true, Ordering::Release);
+        }
         n
     }
 
     fn send(&mut self, batch: &FrameBatch) -> usize {
+        let mut sent = self.sent.lock().expect("not poisoned");
         for f in batch.iter() {
             self.counters.tx_packets += 1;
             self.counters.tx_bytes += f.len() as u64;
-            self.sent.push(f.to_vec());
+            sent.push(f.to_vec());
         }
         batch.len()
     }
