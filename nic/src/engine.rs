@@ -139,7 +139,8 @@ pub struct Device {
 
 impl Engine {
     /// Starts the loop on a new thread.
-    pub fn start(rnic: Rnic, port: Box<dyn Port>, cfg: EngineConfig) -> Engine {
+    pub fn start(mut rnic: Rnic, port: Box<dyn Port>, cfg: EngineConfig) -> Engine {
+        rnic.set_link_speed(port.link_speed_bps());
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             posts: ArrayQueue::new(cfg.post_queue.max(1)),
@@ -156,11 +157,18 @@ impl Engine {
         while shared.thread.lock().map(|t| t.is_none()).unwrap_or(false) {
             std::thread::yield_now();
         }
-        Engine { shared, calls, join: Some(join) }
+        Engine {
+            shared,
+            calls,
+            join: Some(join),
+        }
     }
 
     pub fn device(&self) -> Device {
-        Device { shared: self.shared.clone(), calls: self.calls.clone() }
+        Device {
+            shared: self.shared.clone(),
+            calls: self.calls.clone(),
+        }
     }
 
     /// Stops the loop and waits for it.
@@ -171,7 +179,10 @@ impl Engine {
     fn halt(&mut self) -> EngineStats {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.wake();
-        self.join.take().and_then(|j| j.join().ok()).unwrap_or_default()
+        self.join
+            .take()
+            .and_then(|j| j.join().ok())
+            .unwrap_or_default()
     }
 }
 
@@ -185,7 +196,10 @@ impl Drop for Engine {
 
 impl Device {
     /// Runs `f` on the engine thread and returns its result (control path).
-    pub fn call<R: Send + 'static>(&self, f: impl FnOnce(&mut Rnic) -> R + Send + 'static) -> Result<R, EngineError> {
+    pub fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Rnic) -> R + Send + 'static,
+    ) -> Result<R, EngineError> {
         self.call_with_port(move |r, _| f(r))
     }
 
@@ -211,7 +225,11 @@ impl Device {
     pub fn create_cq(&self, capacity: usize) -> Result<CqHandle, EngineError> {
         let cqn = self.call(move |r| r.create_cq(capacity))?;
         let queue = Arc::new(ArrayQueue::new(capacity.max(1)));
-        self.shared.new_cqs.lock().expect("not poisoned").push((cqn, queue.clone()));
+        self.shared
+            .new_cqs
+            .lock()
+            .expect("not poisoned")
+            .push((cqn, queue.clone()));
         // make the engine pick the new CQ up before anything completes on it
         self.call(|_| ())?;
         Ok(CqHandle { cqn, queue })
@@ -232,7 +250,10 @@ impl Device {
         if self.shared.stop.load(Ordering::Acquire) {
             return Err(EngineError::Stopped);
         }
-        self.shared.posts.push(p).map_err(|_| EngineError::PostQueueFull)?;
+        self.shared
+            .posts
+            .push(p)
+            .map_err(|_| EngineError::PostQueueFull)?;
         self.shared.wake();
         Ok(())
     }
@@ -246,7 +267,13 @@ impl Device {
     }
 }
 
-fn run(mut rnic: Rnic, mut port: Box<dyn Port>, cfg: EngineConfig, sh: Arc<Shared>, calls: Receiver<Call>) -> EngineStats {
+fn run(
+    mut rnic: Rnic,
+    mut port: Box<dyn Port>,
+    cfg: EngineConfig,
+    sh: Arc<Shared>,
+    calls: Receiver<Call>,
+) -> EngineStats {
     if let Some(core) = cfg.core {
         core_affinity::set_for_current(core_affinity::CoreId { id: core });
     }
@@ -340,7 +367,10 @@ fn run(mut rnic: Rnic, mut port: Box<dyn Port>, cfg: EngineConfig, sh: Arc<Share
         } else if idle < cfg.spin + cfg.yields {
             std::thread::yield_now();
         } else {
-            let until_timer = rnic.poll_timeout().map(|t| t.saturating_since(clock())).unwrap_or(cfg.park);
+            let until_timer = rnic
+                .poll_timeout()
+                .map(|t| t.saturating_since(clock()))
+                .unwrap_or(cfg.park);
             stats.parks += 1;
             port.wait(until_timer.min(cfg.park));
         }

@@ -5,13 +5,13 @@
 //! `handle_*` in, `poll_*` out, `now` passed in), `sim` (a deterministic
 //! simulator driving endpoints built from the real code).
 
-pub mod time;
 pub mod cc;
 pub mod engine;
 pub mod fabric;
 pub mod io;
 pub mod replay;
 pub mod sim;
+pub mod time;
 pub mod transport;
 pub mod verbs;
 

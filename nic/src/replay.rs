@@ -62,13 +62,25 @@ pub fn drive_direct(mut rnic: Rnic, frames: Vec<(Instant, Vec<u8>)>) -> Vec<Vec<
 pub fn drive_engine(rnic: Rnic, frames: Vec<(Instant, Vec<u8>)>) -> Vec<Vec<u8>> {
     use crate::engine::{Engine, EngineConfig};
     use crate::io::pcap::ReplayPort;
-    let timed = frames.into_iter().map(|(t, f)| (std::time::Duration::from_nanos(t.as_nanos()), f)).collect();
+    let timed = frames
+        .into_iter()
+        .map(|(t, f)| (std::time::Duration::from_nanos(t.as_nanos()), f))
+        .collect();
     let mac = rnic.config().mac;
     let port = ReplayPort::new(timed, mac, 0.0).one_per_turn();
     let (sent, done) = (port.sent(), port.done_flag());
-    let engine = Engine::start(rnic, Box::new(port), EngineConfig { name: "replay".into(), ..Default::default() });
+    let engine = Engine::start(
+        rnic,
+        Box::new(port),
+        EngineConfig {
+            name: "replay".into(),
+            ..Default::default()
+        },
+    );
     let t0 = std::time::Instant::now();
-    while !done.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed() < std::time::Duration::from_secs(30) {
+    while !done.load(std::sync::atomic::Ordering::Acquire)
+        && t0.elapsed() < std::time::Duration::from_secs(30)
+    {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     // the last responses leave in the turn after the last request
@@ -87,23 +99,34 @@ pub fn replay(frames: &[(Instant, Vec<u8>)]) -> Vec<ConnectionReport> {
 }
 
 /// Like `replay`, with the responder driven by `driver`.
-pub fn replay_with(frames: &[(Instant, Vec<u8>)], driver: &mut Driver<'_>) -> Vec<ConnectionReport> {
-    let parsed: Vec<(Instant, RoceRepr<'_>)> =
-        frames.iter().filter_map(|(t, f)| RoceRepr::parse(f).ok().map(|r| (*t, r))).collect();
+pub fn replay_with(
+    frames: &[(Instant, Vec<u8>)],
+    driver: &mut Driver<'_>,
+) -> Vec<ConnectionReport> {
+    let parsed: Vec<(Instant, RoceRepr<'_>)> = frames
+        .iter()
+        .filter_map(|(t, f)| RoceRepr::parse(f).ok().map(|r| (*t, r)))
+        .collect();
     // Connections: unordered address pair + UDP source port (Linux uses the
     // same source port in both directions of a connection).
     let mut roles: BTreeMap<(IpAddr, IpAddr, u16), ()> = BTreeMap::new();
     for (_, r) in &parsed {
-        let Some(info) = r.opcode_info() else { continue };
+        let Some(info) = r.opcode_info() else {
+            continue;
+        };
         if info.transport == Transport::Rc && info.direction == Direction::Request {
             roles.insert((r.ip.dst(), r.ip.src(), r.udp.src_port), ());
         }
     }
-    roles.keys().map(|&(resp, req, sport)| replay_one(&parsed, resp, req, sport, driver)).collect()
+    roles
+        .keys()
+        .map(|&(resp, req, sport)| replay_one(&parsed, resp, req, sport, driver))
+        .collect()
 }
 
 fn is_rc(r: &RoceRepr<'_>, dir: Direction) -> bool {
-    r.opcode_info().is_some_and(|i| i.transport == Transport::Rc && i.direction == dir)
+    r.opcode_info()
+        .is_some_and(|i| i.transport == Transport::Rc && i.direction == dir)
 }
 
 fn replay_one(
@@ -113,9 +136,13 @@ fn replay_one(
     sport: u16,
     driver: &mut Driver<'_>,
 ) -> ConnectionReport {
-    let in_conn = |r: &RoceRepr<'_>, src: IpAddr, dst: IpAddr| r.ip.src() == src && r.ip.dst() == dst && r.udp.src_port == sport;
-    let requests: Vec<&(Instant, RoceRepr<'_>)> =
-        parsed.iter().filter(|(_, r)| in_conn(r, req_ip, resp_ip) && is_rc(r, Direction::Request)).collect();
+    let in_conn = |r: &RoceRepr<'_>, src: IpAddr, dst: IpAddr| {
+        r.ip.src() == src && r.ip.dst() == dst && r.udp.src_port == sport
+    };
+    let requests: Vec<&(Instant, RoceRepr<'_>)> = parsed
+        .iter()
+        .filter(|(_, r)| in_conn(r, req_ip, resp_ip) && is_rc(r, Direction::Request))
+        .collect();
     let expected: Vec<&RoceRepr<'_>> = parsed
         .iter()
         .map(|(_, r)| r)
@@ -131,20 +158,36 @@ fn replay_one(
         produced: 0,
         mismatches: Vec::new(),
     };
-    let Some((_, first)) = requests.first() else { return report };
+    let Some((_, first)) = requests.first() else {
+        return report;
+    };
     // The path MTU: the largest payload of a request or response, rounded up.
-    let biggest = requests.iter().map(|(_, r)| r.payload.len()).chain(expected.iter().map(|r| r.payload.len())).max();
-    let mtu = MTUS.iter().copied().find(|&m| m as usize >= biggest.unwrap_or(0)).unwrap_or(4096);
+    let biggest = requests
+        .iter()
+        .map(|(_, r)| r.payload.len())
+        .chain(expected.iter().map(|r| r.payload.len()))
+        .max();
+    let mtu = MTUS
+        .iter()
+        .copied()
+        .find(|&m| m as usize >= biggest.unwrap_or(0))
+        .unwrap_or(4096);
     report.mtu = mtu;
     let resp_mac = first.eth.dst;
     let req_mac = first.eth.src;
     // The requester's QPN: where our responses go (from the capture's
     // responses, or — with none — from the other direction's requests).
     let peer_qpn = expected.first().map(|r| r.bth.dest_qp).or_else(|| {
-        parsed.iter().map(|(_, r)| r).find(|r| in_conn(r, resp_ip, req_ip)).map(|r| r.bth.dest_qp)
+        parsed
+            .iter()
+            .map(|(_, r)| r)
+            .find(|r| in_conn(r, resp_ip, req_ip))
+            .map(|r| r.bth.dest_qp)
     });
     let Some(peer_qpn) = peer_qpn else {
-        report.mismatches.push("cannot tell the requester's QPN".into());
+        report
+            .mismatches
+            .push("cannot tell the requester's QPN".into());
         return report;
     };
 
@@ -163,8 +206,15 @@ fn replay_one(
             sq_sig_all: false,
         })
         .expect("fresh device");
-    let all = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
-    let init = QpAttr { state: Some(QpState::Init), pkey_index: Some(0), port: Some(1), access_flags: Some(all), ..Default::default() };
+    let all =
+        access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+    let init = QpAttr {
+        state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port: Some(1),
+        access_flags: Some(all),
+        ..Default::default()
+    };
     let rtr = QpAttr {
         state: Some(QpState::Rtr),
         ah: Some(AhAttr::new(Gid::from_ip(req_ip), req_mac)),
@@ -195,7 +245,14 @@ fn replay_one(
         let lo = lo & !7;
         let mem = Arc::new(HeapMemory::new((hi - lo).max(8) as usize + 8));
         let (_, ours) = rnic
-            .reg_mr(pd, mem.clone() as Arc<dyn Memory>, 0, lo, (hi - lo).max(8) + 8, all)
+            .reg_mr(
+                pd,
+                mem.clone() as Arc<dyn Memory>,
+                0,
+                lo,
+                (hi - lo).max(8) + 8,
+                all,
+            )
             .expect("register");
         regions.insert(rkey, (ours, lo, mem));
     }
@@ -204,7 +261,16 @@ fn replay_one(
     // Receive buffers for SENDs: one large buffer, reused.
     let recv_len = 1u64 << 20;
     let recv_mem = Arc::new(HeapMemory::new(recv_len as usize));
-    let (recv_lkey, _) = rnic.reg_mr(pd, recv_mem as Arc<dyn Memory>, 0, 0x7000_0000, recv_len, all).expect("register");
+    let (recv_lkey, _) = rnic
+        .reg_mr(
+            pd,
+            recv_mem as Arc<dyn Memory>,
+            0,
+            0x7000_0000,
+            recv_len,
+            all,
+        )
+        .expect("register");
 
     // Receives for every SEND up front (the responder takes them in order),
     // then the requests rewritten to our QPN and R_Keys.
@@ -215,7 +281,13 @@ fn replay_one(
         let info = r.opcode_info().expect("parsed");
         if info.operation == Operation::Send && info.position.is_start() {
             recv_id += 1;
-            let _ = rnic.post_recv(qpn, RecvWr { wr_id: recv_id, sgl: Sgl::single(0x7000_0000, recv_len as u32, recv_lkey) });
+            let _ = rnic.post_recv(
+                qpn,
+                RecvWr {
+                    wr_id: recv_id,
+                    sgl: Sgl::single(0x7000_0000, recv_len as u32, recv_lkey),
+                },
+            );
         }
         let mut req = *r;
         req.bth.dest_qp = qpn;
@@ -239,7 +311,9 @@ fn replay_one(
         let ours = match RoceRepr::parse(ours) {
             Ok(o) => o,
             Err(e) => {
-                report.mismatches.push(format!("response {i}: ours does not parse: {e}"));
+                report
+                    .mismatches
+                    .push(format!("response {i}: ours does not parse: {e}"));
                 continue;
             }
         };
@@ -267,12 +341,21 @@ fn prefill(
         match info.operation {
             Operation::ReadRequest => {
                 let Some(reth) = r.ext.reth else { continue };
-                let Some((_, lo, mem)) = regions.get(&reth.rkey) else { continue };
+                let Some((_, lo, mem)) = regions.get(&reth.rkey) else {
+                    continue;
+                };
                 let npkts = (reth.dma_len as u64).div_ceil(mtu as u64).max(1) as u32;
-                for resp in expected.iter().filter(|x| x.bth.psn.in_window(r.bth.psn, npkts)) {
+                for resp in expected
+                    .iter()
+                    .filter(|x| x.bth.psn.in_window(r.bth.psn, npkts))
+                {
                     let off = r.bth.psn.distance_to(resp.bth.psn) as u64 * mtu as u64;
                     let at = (reth.va + off - lo) as usize;
-                    if at + resp.payload.len() <= mem.len() && resp.opcode_info().is_some_and(|i| i.operation == Operation::ReadResponse) {
+                    if at + resp.payload.len() <= mem.len()
+                        && resp
+                            .opcode_info()
+                            .is_some_and(|i| i.operation == Operation::ReadResponse)
+                    {
                         mem.write(at, resp.payload);
                     }
                 }
@@ -280,8 +363,12 @@ fn prefill(
             Operation::CompareSwap | Operation::FetchAdd => {
                 // iterate from the last request back so the first one wins
                 let Some(a) = r.ext.atomic else { continue };
-                let Some((_, lo, mem)) = regions.get(&a.rkey) else { continue };
-                let ack = expected.iter().find(|x| x.bth.psn == r.bth.psn && x.ext.atomic_ack.is_some());
+                let Some((_, lo, mem)) = regions.get(&a.rkey) else {
+                    continue;
+                };
+                let ack = expected
+                    .iter()
+                    .find(|x| x.bth.psn == r.bth.psn && x.ext.atomic_ack.is_some());
                 if let Some(orig) = ack.and_then(|x| x.ext.atomic_ack) {
                     mem.write((a.va - lo) as usize, &orig.to_ne_bytes());
                 }
@@ -297,17 +384,37 @@ fn compare(i: usize, ours: &RoceRepr<'_>, theirs: &RoceRepr<'_>, out: &mut Vec<S
             out.push(format!("response {i}: {field}: ours {a}, capture {b}"));
         }
     };
-    diff("opcode", ours.bth.opcode.to_string(), theirs.bth.opcode.to_string());
+    diff(
+        "opcode",
+        ours.bth.opcode.to_string(),
+        theirs.bth.opcode.to_string(),
+    );
     diff("psn", ours.bth.psn.to_string(), theirs.bth.psn.to_string());
-    diff("dest_qp", format!("{:#x}", ours.bth.dest_qp), format!("{:#x}", theirs.bth.dest_qp));
+    diff(
+        "dest_qp",
+        format!("{:#x}", ours.bth.dest_qp),
+        format!("{:#x}", theirs.bth.dest_qp),
+    );
     diff(
         "aeth.syndrome",
         format!("{:?}", ours.ext.aeth.map(|a| a.syndrome)),
         format!("{:?}", theirs.ext.aeth.map(|a| a.syndrome)),
     );
-    diff("aeth.msn", format!("{:?}", ours.ext.aeth.map(|a| a.msn)), format!("{:?}", theirs.ext.aeth.map(|a| a.msn)));
-    diff("atomic_ack", format!("{:?}", ours.ext.atomic_ack), format!("{:?}", theirs.ext.atomic_ack));
-    diff("payload length", ours.payload.len().to_string(), theirs.payload.len().to_string());
+    diff(
+        "aeth.msn",
+        format!("{:?}", ours.ext.aeth.map(|a| a.msn)),
+        format!("{:?}", theirs.ext.aeth.map(|a| a.msn)),
+    );
+    diff(
+        "atomic_ack",
+        format!("{:?}", ours.ext.atomic_ack),
+        format!("{:?}", theirs.ext.atomic_ack),
+    );
+    diff(
+        "payload length",
+        ours.payload.len().to_string(),
+        theirs.payload.len().to_string(),
+    );
     if ours.payload != theirs.payload {
         out.push(format!("response {i}: payload bytes differ"));
     }
@@ -339,7 +446,9 @@ fn check_writes(
     }
     let mut wrong = 0usize;
     for (&(rkey, va), &b) in &expect {
-        let Some((_, lo, mem)) = regions.get(&rkey) else { continue };
+        let Some((_, lo, mem)) = regions.get(&rkey) else {
+            continue;
+        };
         let mut got = [0u8];
         mem.read((va - lo) as usize, &mut got);
         if got[0] != b {
@@ -347,6 +456,9 @@ fn check_writes(
         }
     }
     if wrong > 0 {
-        out.push(format!("memory: {wrong} of {} written bytes differ after the replay", expect.len()));
+        out.push(format!(
+            "memory: {wrong} of {} written bytes differ after the replay",
+            expect.len()
+        ));
     }
 }

@@ -76,7 +76,15 @@ struct Link {
 
 impl Link {
     fn new(cfg: LinkConfig) -> Link {
-        Link { cfg, busy_until: Instant::ZERO, queue: BinaryHeap::new(), frames: Vec::new(), free: Vec::new(), seq: 0, stats: LinkStats::default() }
+        Link {
+            cfg,
+            busy_until: Instant::ZERO,
+            queue: BinaryHeap::new(),
+            frames: Vec::new(),
+            free: Vec::new(),
+            seq: 0,
+            stats: LinkStats::default(),
+        }
     }
 
     fn enqueue(&mut self, at: Instant, frame: &[u8]) {
@@ -105,7 +113,9 @@ impl Link {
         let tx = if self.cfg.bandwidth_bps == 0 {
             Duration::ZERO
         } else {
-            Duration::from_nanos((frame.len() as u64 + 24) * 8 * 1_000_000_000 / self.cfg.bandwidth_bps)
+            Duration::from_nanos(
+                (frame.len() as u64 + 24) * 8 * 1_000_000_000 / self.cfg.bandwidth_bps,
+            )
         };
         self.busy_until = start + tx;
         if rng.gen_bool(self.cfg.loss) {
@@ -141,7 +151,9 @@ impl Link {
 /// Sets ECN to CE on an IPv4/IPv6 frame (fixing the IPv4 checksum, which a
 /// router would do; the ICRC does not cover ECN). False if not ECN-capable.
 pub fn mark_ce(f: &mut [u8]) -> bool {
-    let Ok(eth) = wire::ethernet::EthernetFrame::new_checked(&f[..]) else { return false };
+    let Ok(eth) = wire::ethernet::EthernetFrame::new_checked(&f[..]) else {
+        return false;
+    };
     let (l3, et) = (eth.header_len(), eth.ethertype());
     match et {
         wire::ethernet::ethertype::IPV4 if f.len() >= l3 + 20 => {
@@ -376,14 +388,28 @@ impl Pair {
             let mut rc = RnicConfig::new(mac, gid);
             rc.seed = cfg.seed.wrapping_add(i as u64);
             rc.unlimited_retries = cfg.unlimited_retries;
+            if cfg.link.bandwidth_bps > 0 {
+                rc.link_bps = cfg.link.bandwidth_bps;
+            }
             let mut r = Rnic::new(rc);
             let pd = r.alloc_pd();
             let cq = r.create_cq(cfg.cq_len);
             let mem = Arc::new(HeapMemory::new(cfg.mem_len));
             let base = 0x1000_0000u64 * (i as u64 + 1);
-            let all = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
-            let (lkey, rkey) =
-                r.reg_mr(pd, mem.clone() as Arc<dyn Memory>, 0, base, cfg.mem_len as u64, all).expect("register");
+            let all = access::LOCAL_WRITE
+                | access::REMOTE_WRITE
+                | access::REMOTE_READ
+                | access::REMOTE_ATOMIC;
+            let (lkey, rkey) = r
+                .reg_mr(
+                    pd,
+                    mem.clone() as Arc<dyn Memory>,
+                    0,
+                    base,
+                    cfg.mem_len as u64,
+                    all,
+                )
+                .expect("register");
             let qpn = r
                 .create_qp(QpInit {
                     qp_type: cfg.qp_type,
@@ -397,17 +423,38 @@ impl Pair {
                 })
                 .expect("create qp");
             rnics.push(r);
-            sides.push(Side { pd, cq, qpn, mem, base, lkey, rkey, mac, gid });
+            sides.push(Side {
+                pd,
+                cq,
+                qpn,
+                mem,
+                base,
+                lkey,
+                rkey,
+                mac,
+                gid,
+            });
         }
         for i in 0..2 {
             let peer = &sides[1 - i];
             let ah = AhAttr::new(peer.gid, peer.mac);
-            connect(&mut rnics[i], sides[i].qpn, cfg, ah, peer.qpn, cfg.sq_psn[i], cfg.sq_psn[1 - i]);
+            connect(
+                &mut rnics[i],
+                sides[i].qpn,
+                cfg,
+                ah,
+                peer.qpn,
+                cfg.sq_psn[i],
+                cfg.sq_psn[1 - i],
+            );
         }
         let b = rnics.pop().expect("two");
         let a = rnics.pop().expect("two");
         let sides: [Side; 2] = sides.try_into().ok().expect("two");
-        Pair { sim: Sim::new(a, b, cfg.link, cfg.seed ^ 0xA5A5), sides }
+        Pair {
+            sim: Sim::new(a, b, cfg.link, cfg.seed ^ 0xA5A5),
+            sides,
+        }
     }
 
     /// Drains completions of side `i`.
@@ -420,8 +467,17 @@ impl Pair {
 }
 
 /// Walks a QP through INIT, RTR and RTS with the pair's settings.
-pub fn connect(r: &mut Rnic, qpn: u32, cfg: PairConfig, ah: AhAttr, dest_qpn: u32, sq_psn: u32, rq_psn: u32) {
-    let all = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+pub fn connect(
+    r: &mut Rnic,
+    qpn: u32,
+    cfg: PairConfig,
+    ah: AhAttr,
+    dest_qpn: u32,
+    sq_psn: u32,
+    rq_psn: u32,
+) {
+    let all =
+        access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
     let ud = cfg.qp_type == QpType::Ud;
     let init = QpAttr {
         state: Some(QpState::Init),
@@ -451,7 +507,10 @@ pub fn connect(r: &mut Rnic, qpn: u32, cfg: PairConfig, ah: AhAttr, dest_qpn: u3
             rq_psn: Some(rq_psn),
             ..Default::default()
         },
-        QpType::Ud => QpAttr { state: Some(QpState::Rtr), ..Default::default() },
+        QpType::Ud => QpAttr {
+            state: Some(QpState::Rtr),
+            ..Default::default()
+        },
     };
     r.modify_qp(qpn, &rtr).expect("rtr");
     let rts = match cfg.qp_type {
@@ -464,7 +523,11 @@ pub fn connect(r: &mut Rnic, qpn: u32, cfg: PairConfig, ah: AhAttr, dest_qpn: u3
             max_rd_atomic: Some(cfg.max_rd_atomic),
             ..Default::default()
         },
-        _ => QpAttr { state: Some(QpState::Rts), sq_psn: Some(sq_psn), ..Default::default() },
+        _ => QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            ..Default::default()
+        },
     };
     r.modify_qp(qpn, &rts).expect("rts");
 }

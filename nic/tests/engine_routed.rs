@@ -29,10 +29,15 @@ use std::time::{Duration, Instant};
 use wire::Gid;
 
 fn can_run(test: &str) -> bool {
-    let tools = ["tcpdump", "nft"].iter().find(|t| Command::new(t).arg("--version").output().is_err()).map(|t| format!("`{t}` is not installed"));
+    let tools = ["tcpdump", "nft"]
+        .iter()
+        .find(|t| Command::new(t).arg("--version").output().is_err())
+        .map(|t| format!("`{t}` is not installed"));
     match netns::available().err().or(tools) {
         None => true,
-        Some(why) if std::env::var_os("CI").is_some() => panic!("{test}: {why} — CI must run this as root with tcpdump and nftables"),
+        Some(why) if std::env::var_os("CI").is_some() => {
+            panic!("{test}: {why} — CI must run this as root with tcpdump and nftables")
+        }
         Some(why) => {
             eprintln!("SKIPPED {test}: {why}");
             false
@@ -41,8 +46,16 @@ fn can_run(test: &str) -> bool {
 }
 
 fn sh(ns: &str, cmd: &[&str]) {
-    let out = Command::new("ip").args(["netns", "exec", ns]).args(cmd).output().expect("ip netns exec");
-    assert!(out.status.success(), "{ns}: {cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .output()
+        .expect("ip netns exec");
+    assert!(
+        out.status.success(),
+        "{ns}: {cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// tcpdump in a namespace; killed (and waited for) on drop.
@@ -53,7 +66,15 @@ impl Capture {
         let mut child = Command::new("ip")
             .args(["netns", "exec", ns, "tcpdump", "-i", dev, "-w"])
             .arg(file)
-            .args(["-U", "--immediate-mode", "-B", "65536", "-s", "0", "udp port 4791"])
+            .args([
+                "-U",
+                "--immediate-mode",
+                "-B",
+                "65536",
+                "-s",
+                "0",
+                "udp port 4791",
+            ])
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -66,7 +87,10 @@ impl Capture {
         while !seen.contains("listening on") {
             use std::io::Read;
             let n = err.read(&mut buf).unwrap_or(0);
-            assert!(n > 0 || t0.elapsed() < Duration::from_secs(10), "tcpdump did not start: {seen}");
+            assert!(
+                n > 0 || t0.elapsed() < Duration::from_secs(10),
+                "tcpdump did not start: {seen}"
+            );
             seen += &String::from_utf8_lossy(&buf[..n]);
         }
         std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
@@ -106,7 +130,11 @@ fn mixed_traffic(a: &Node, b: &Node, n: u64, window: usize) {
     let (mut posted, mut done) = (0u64, 0u64);
     let mut wcs = Vec::new();
     let t0 = Instant::now();
-    let pattern = |i: u64, len: u32| (0..len).map(|j| (i as u32 * 31 + j) as u8).collect::<Vec<u8>>();
+    let pattern = |i: u64, len: u32| {
+        (0..len)
+            .map(|j| (i as u32 * 31 + j) as u8)
+            .collect::<Vec<u8>>()
+    };
     while done < n || !recvs.is_empty() {
         while posted < n && inflight.len() < window {
             let slot = (posted % SLOTS) * SLOT;
@@ -115,43 +143,87 @@ fn mixed_traffic(a: &Node, b: &Node, n: u64, window: usize) {
             let op = match kind {
                 Kind::Write => {
                     a.mem.write(slot as usize, &pattern(posted, len));
-                    SendOp::Write { remote_addr: b.base + slot, rkey: b.rkey }
+                    SendOp::Write {
+                        remote_addr: b.base + slot,
+                        rkey: b.rkey,
+                    }
                 }
                 Kind::Read => {
-                    b.mem.write((0x10_0000 + slot) as usize, &pattern(posted, len));
-                    SendOp::Read { remote_addr: b.base + 0x10_0000 + slot, rkey: b.rkey }
+                    b.mem
+                        .write((0x10_0000 + slot) as usize, &pattern(posted, len));
+                    SendOp::Read {
+                        remote_addr: b.base + 0x10_0000 + slot,
+                        rkey: b.rkey,
+                    }
                 }
                 Kind::Send => {
                     a.mem.write(slot as usize, &pattern(posted, len));
-                    let r = RecvWr { wr_id: posted, sgl: Sgl::single(b.base + 0x20_0000 + slot, SLOT as u32, b.lkey) };
+                    let r = RecvWr {
+                        wr_id: posted,
+                        sgl: Sgl::single(b.base + 0x20_0000 + slot, SLOT as u32, b.lkey),
+                    };
                     b.dev.post_recv(b.qpn, r).unwrap();
                     recvs.push_back((posted, len));
                     SendOp::Send
                 }
-                Kind::FetchAdd => SendOp::FetchAdd { remote_addr: b.base + 0x30_0000, rkey: b.rkey, add: posted },
+                Kind::FetchAdd => SendOp::FetchAdd {
+                    remote_addr: b.base + 0x30_0000,
+                    rkey: b.rkey,
+                    add: posted,
+                },
             };
             let local = match kind {
                 Kind::Read => a.base + 0x10_0000 + slot,
                 Kind::FetchAdd => a.base + 0x30_0000 + (posted % SLOTS) * 8,
                 _ => a.base + slot,
             };
-            let len = if matches!(kind, Kind::FetchAdd) { 8 } else { len };
-            a.dev.post_send(a.qpn, SendWr::new(posted, op, Sgl::single(local, len, a.lkey))).unwrap();
+            let len = if matches!(kind, Kind::FetchAdd) {
+                8
+            } else {
+                len
+            };
+            a.dev
+                .post_send(
+                    a.qpn,
+                    SendWr::new(posted, op, Sgl::single(local, len, a.lkey)),
+                )
+                .unwrap();
             inflight.push_back((posted, kind, len));
             posted += 1;
         }
         wcs.clear();
         a.cq.poll(64, &mut wcs);
         for wc in &wcs {
-            let (id, kind, len) = inflight.pop_front().expect("a completion with nothing in flight");
-            assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success), "in order, exactly once, no error");
+            let (id, kind, len) = inflight
+                .pop_front()
+                .expect("a completion with nothing in flight");
+            assert_eq!(
+                (wc.wr_id, wc.status),
+                (id, WcStatus::Success),
+                "in order, exactly once, no error"
+            );
             let slot = (id % SLOTS) * SLOT;
             match kind {
-                Kind::Write => assert_eq!(read(&b.mem, slot as usize, len as usize), pattern(id, len), "WRITE {id}"),
-                Kind::Read => assert_eq!(read(&a.mem, (0x10_0000 + slot) as usize, len as usize), pattern(id, len), "READ {id}"),
+                Kind::Write => assert_eq!(
+                    read(&b.mem, slot as usize, len as usize),
+                    pattern(id, len),
+                    "WRITE {id}"
+                ),
+                Kind::Read => assert_eq!(
+                    read(&a.mem, (0x10_0000 + slot) as usize, len as usize),
+                    pattern(id, len),
+                    "READ {id}"
+                ),
                 Kind::FetchAdd => {
-                    let got = u64::from_ne_bytes(read(&a.mem, (0x30_0000 + slot / SLOT * 8) as usize, 8).try_into().unwrap());
-                    assert_eq!(got, model, "FETCH_ADD {id} returned the wrong original value");
+                    let got = u64::from_ne_bytes(
+                        read(&a.mem, (0x30_0000 + slot / SLOT * 8) as usize, 8)
+                            .try_into()
+                            .unwrap(),
+                    );
+                    assert_eq!(
+                        got, model,
+                        "FETCH_ADD {id} returned the wrong original value"
+                    );
                     model = model.wrapping_add(id);
                 }
                 Kind::Send => {}
@@ -162,21 +234,41 @@ fn mixed_traffic(a: &Node, b: &Node, n: u64, window: usize) {
         b.cq.poll(64, &mut wcs);
         for wc in &wcs {
             let (id, len) = recvs.pop_front().expect("a receive nobody posted");
-            assert_eq!((wc.wr_id, wc.opcode, wc.byte_len), (id, WcOpcode::Recv, len));
+            assert_eq!(
+                (wc.wr_id, wc.opcode, wc.byte_len),
+                (id, WcOpcode::Recv, len)
+            );
             let slot = (id % SLOTS) * SLOT;
-            assert_eq!(read(&b.mem, (0x20_0000 + slot) as usize, len as usize), pattern(id, len), "SEND {id}");
+            assert_eq!(
+                read(&b.mem, (0x20_0000 + slot) as usize, len as usize),
+                pattern(id, len),
+                "SEND {id}"
+            );
         }
         if wcs.is_empty() {
             std::thread::yield_now();
         }
-        assert!(t0.elapsed() < Duration::from_secs(240), "{done} of {n} messages after 240 s");
+        assert!(
+            t0.elapsed() < Duration::from_secs(240),
+            "{done} of {n} messages after 240 s"
+        );
     }
-    assert_eq!(u64::from_ne_bytes(read(&b.mem, 0x30_0000, 8).try_into().unwrap()), model);
+    assert_eq!(
+        u64::from_ne_bytes(read(&b.mem, 0x30_0000, 8).try_into().unwrap()),
+        model
+    );
 }
 
 fn impaired<P: Port + 'static>(p: P, seed: u64) -> Box<dyn Port> {
-    let imp = Impairments { reorder: 0.01, duplicate: 0.01, ..Default::default() };
-    Box::new(Impaired::new(p, Box::new(RandomImpairments::new(imp, seed))))
+    let imp = Impairments {
+        reorder: 0.01,
+        duplicate: 0.01,
+        ..Default::default()
+    };
+    Box::new(Impaired::new(
+        p,
+        Box::new(RandomImpairments::new(imp, seed)),
+    ))
 }
 
 fn shared_judge() -> Option<PathBuf> {
@@ -186,12 +278,20 @@ fn shared_judge() -> Option<PathBuf> {
 
 #[test]
 fn ten_thousand_messages_through_a_lossy_router_over_afpacket() {
-    routed("ten_thousand_messages_through_a_lossy_router_over_afpacket", Backend::AfPacket, 0);
+    routed(
+        "ten_thousand_messages_through_a_lossy_router_over_afpacket",
+        Backend::AfPacket,
+        0,
+    );
 }
 
 #[test]
 fn ten_thousand_messages_through_a_lossy_router_over_afxdp() {
-    routed("ten_thousand_messages_through_a_lossy_router_over_afxdp", Backend::AfXdp, 1);
+    routed(
+        "ten_thousand_messages_through_a_lossy_router_over_afxdp",
+        Backend::AfXdp,
+        1,
+    );
 }
 
 fn routed(test: &str, backend: Backend, n: u32) {
@@ -200,13 +300,40 @@ fn routed(test: &str, backend: Backend, n: u32) {
     }
     // interface names are short (15 bytes): the pid modulo 10^4 and the backend
     let id = std::process::id() % 10_000 * 10 + n;
-    let (na, nr, nb) = (netns::ns_name(&format!("ra{n}")), netns::ns_name(&format!("rr{n}")), netns::ns_name(&format!("rb{n}")));
+    let (na, nr, nb) = (
+        netns::ns_name(&format!("ra{n}")),
+        netns::ns_name(&format!("rr{n}")),
+        netns::ns_name(&format!("rb{n}")),
+    );
     let _ns = Namespaces::create(&[na.clone(), nr.clone(), nb.clone()]).expect("namespaces");
-    let (va, ra, rb, vb) = (format!("xa{id}"), format!("xra{id}"), format!("xrb{id}"), format!("xb{id}"));
+    let (va, ra, rb, vb) = (
+        format!("xa{id}"),
+        format!("xra{id}"),
+        format!("xrb{id}"),
+        format!("xb{id}"),
+    );
     netns::veth(&na, &va, "192.0.2.1/24", &nr, &ra, "192.0.2.254/24", 9000).unwrap();
-    netns::veth(&nr, &rb, "198.51.100.254/24", &nb, &vb, "198.51.100.1/24", 9000).unwrap();
+    netns::veth(
+        &nr,
+        &rb,
+        "198.51.100.254/24",
+        &nb,
+        &vb,
+        "198.51.100.1/24",
+        9000,
+    )
+    .unwrap();
     ip(&["-n", &na, "route", "add", "default", "via", "192.0.2.254"]).unwrap();
-    ip(&["-n", &nb, "route", "add", "default", "via", "198.51.100.254"]).unwrap();
+    ip(&[
+        "-n",
+        &nb,
+        "route",
+        "add",
+        "default",
+        "via",
+        "198.51.100.254",
+    ])
+    .unwrap();
     sh(&nr, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
     let dir = std::env::temp_dir().join(format!("softrnic-routed-{id}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -237,7 +364,13 @@ fn routed(test: &str, backend: Backend, n: u32) {
     .unwrap();
     assert_ne!(mac_a, pb.mac(), "a's frames go to the router, not to b");
     let pa = PcapTap::new(pa, &tap).unwrap();
-    let cfg = PairConfig { mtu: 4096, timeout: 12, retry_cnt: 7, unlimited_retries: true, ..PairConfig::default() };
+    let cfg = PairConfig {
+        mtu: 4096,
+        timeout: 12,
+        retry_cnt: 7,
+        unlimited_retries: true,
+        ..PairConfig::default()
+    };
     let nodes = start_with(
         vec![impaired(pa, 1), impaired(pb, 2)],
         vec![Gid::from_ipv4(ga), Gid::from_ipv4(gb)],
@@ -246,8 +379,14 @@ fn routed(test: &str, backend: Backend, n: u32) {
     );
     mixed_traffic(&nodes[0], &nodes[1], 10_000, 32);
     let c = nodes[0].dev.counters().unwrap();
-    eprintln!("a: retransmitted {} seq NAKs {} timeouts {}", c.retransmitted_pkts, c.packet_seq_err, c.local_ack_timeout_err);
-    assert!(c.retransmitted_pkts > 0, "2 % loss must have caused retransmissions");
+    eprintln!(
+        "a: retransmitted {} seq NAKs {} timeouts {}",
+        c.retransmitted_pkts, c.packet_seq_err, c.local_ack_timeout_err
+    );
+    assert!(
+        c.retransmitted_pkts > 0,
+        "2 % loss must have caused retransmissions"
+    );
     for n in nodes {
         n.engine.stop();
     }
@@ -265,12 +404,24 @@ fn routed(test: &str, backend: Backend, n: u32) {
     eprintln!("tap {} frames, tcpdump {} frames", t.len(), d.len());
     assert!(d.len() > 10_000);
     // A's MAC is the source of what it sent and the destination of what it got
-    let mac_of_a = tapped.iter().find(|x| roce(&x.1)).map(|x| x.1[6..12].to_vec()).unwrap();
-    let pick = |v: &[&Vec<u8>], at: usize| -> Vec<Vec<u8>> { v.iter().filter(|f| f[at..at + 6] == mac_of_a[..]).map(|f| (*f).clone()).collect() };
+    let mac_of_a = tapped
+        .iter()
+        .find(|x| roce(&x.1))
+        .map(|x| x.1[6..12].to_vec())
+        .unwrap();
+    let pick = |v: &[&Vec<u8>], at: usize| -> Vec<Vec<u8>> {
+        v.iter()
+            .filter(|f| f[at..at + 6] == mac_of_a[..])
+            .map(|f| (*f).clone())
+            .collect()
+    };
     same_frames("sent by A", &pick(&t, 6), &pick(&d, 6));
     same_frames("received by A", &pick(&t, 0), &pick(&d, 0));
     if let Some(judge) = shared_judge() {
-        let out = Command::new(judge).arg(&dump).output().expect("run tshark-judge");
+        let out = Command::new(judge)
+            .arg(&dump)
+            .output()
+            .expect("run tshark-judge");
         let text = String::from_utf8_lossy(&out.stdout);
         eprintln!("tshark-judge: {text}");
         assert!(out.status.success(), "tshark-judge: {text}");
@@ -285,8 +436,24 @@ fn routed(test: &str, backend: Backend, n: u32) {
 fn same_frames(what: &str, tap: &[Vec<u8>], dump: &[Vec<u8>]) {
     let first = tap.iter().zip(dump.iter()).position(|(a, b)| a != b);
     if let Some(i) = first {
-        let show = |f: &Vec<u8>| wire::RoceRepr::parse(f).map(|r| r.to_string()).unwrap_or_else(|e| e.to_string());
-        panic!("{what}: frame {i} differs: tap {} / tcpdump {} (tap {} frames, tcpdump {})", show(&tap[i]), show(&dump[i]), tap.len(), dump.len());
+        let show = |f: &Vec<u8>| {
+            wire::RoceRepr::parse(f)
+                .map(|r| r.to_string())
+                .unwrap_or_else(|e| e.to_string())
+        };
+        panic!(
+            "{what}: frame {i} differs: tap {} / tcpdump {} (tap {} frames, tcpdump {})",
+            show(&tap[i]),
+            show(&dump[i]),
+            tap.len(),
+            dump.len()
+        );
     }
-    assert_eq!(tap.len(), dump.len(), "{what}: tap has {} frames, tcpdump {}", tap.len(), dump.len());
+    assert_eq!(
+        tap.len(),
+        dump.len(),
+        "{what}: tap has {} frames, tcpdump {}",
+        tap.len(),
+        dump.len()
+    );
 }

@@ -107,7 +107,10 @@ impl Run {
             // (a shorter timeout retransmits forever, as on real RNICs)
             timeout: 12,
             unlimited_retries: true,
-            sq_psn: [0xFF_FF00 + rng.gen_range(0..256), rng.gen_range(0..0xFF_FFFF)],
+            sq_psn: [
+                0xFF_FF00 + rng.gen_range(0..256),
+                rng.gen_range(0..0xFF_FFFF),
+            ],
             ..PairConfig::default()
         };
         eprintln!(
@@ -118,8 +121,20 @@ impl Run {
         for i in 0..2 {
             p.sides[i].mem.write(ATOMIC as usize, &0u64.to_ne_bytes());
         }
-        let flow = || Flow { next_id: 0, inflight: VecDeque::new(), recv_expect: VecDeque::new(), model: 0, done: 0, recv_done: 0 };
-        Run { p, rng, flows: [flow(), flow()], seed }
+        let flow = || Flow {
+            next_id: 0,
+            inflight: VecDeque::new(),
+            recv_expect: VecDeque::new(),
+            model: 0,
+            done: 0,
+            recv_done: 0,
+        };
+        Run {
+            p,
+            rng,
+            flows: [flow(), flow()],
+            seed,
+        }
     }
 
     fn post(&mut self, from: usize) {
@@ -135,11 +150,21 @@ impl Run {
             90..=94 => Kind::FetchAdd(self.rng.gen()),
             _ => {
                 let hit = self.rng.gen_bool(0.5);
-                let compare = if hit { self.flows[from].model } else { self.rng.gen() };
-                Kind::CmpSwap { compare, swap: self.rng.gen() }
+                let compare = if hit {
+                    self.flows[from].model
+                } else {
+                    self.rng.gen()
+                };
+                Kind::CmpSwap {
+                    compare,
+                    swap: self.rng.gen(),
+                }
             }
         };
-        let dseed = self.seed.wrapping_mul(1_000_003).wrapping_add(id * 2 + from as u64);
+        let dseed = self
+            .seed
+            .wrapping_mul(1_000_003)
+            .wrapping_add(id * 2 + from as u64);
         let (a, b) = (&self.p.sides[from], &self.p.sides[to]);
         let (lbase, lkey, rbase, rkey) = (a.base, a.lkey, b.base, b.rkey);
         let sl = slot as u64 * SLOT;
@@ -150,32 +175,57 @@ impl Run {
                 match kind {
                     Kind::Send => {
                         // the receiver posts a receive of exactly the slot
-                        let r = RecvWr { wr_id: id, sgl: Sgl::single(rbase + RECV * SLOT + sl, SLOT as u32, b.lkey) };
+                        let r = RecvWr {
+                            wr_id: id,
+                            sgl: Sgl::single(rbase + RECV * SLOT + sl, SLOT as u32, b.lkey),
+                        };
                         let qpn = b.qpn;
                         self.p.sim.nodes[to].post_recv(qpn, r).unwrap();
-                        self.flows[from].recv_expect.push_back((id, kind, len, slot, dseed));
+                        self.flows[from]
+                            .recv_expect
+                            .push_back((id, kind, len, slot, dseed));
                         SendOp::Send
                     }
-                    Kind::Write => SendOp::Write { remote_addr: rbase + WRITE_DST * SLOT + sl, rkey },
+                    Kind::Write => SendOp::Write {
+                        remote_addr: rbase + WRITE_DST * SLOT + sl,
+                        rkey,
+                    },
                     _ => {
-                        let r = RecvWr { wr_id: id, sgl: Sgl::single(rbase, 0, b.lkey) };
+                        let r = RecvWr {
+                            wr_id: id,
+                            sgl: Sgl::single(rbase, 0, b.lkey),
+                        };
                         let qpn = b.qpn;
                         self.p.sim.nodes[to].post_recv(qpn, r).unwrap();
-                        self.flows[from].recv_expect.push_back((id, kind, len, slot, dseed));
-                        SendOp::WriteWithImm { remote_addr: rbase + WRITE_DST * SLOT + sl, rkey, imm: id as u32 }
+                        self.flows[from]
+                            .recv_expect
+                            .push_back((id, kind, len, slot, dseed));
+                        SendOp::WriteWithImm {
+                            remote_addr: rbase + WRITE_DST * SLOT + sl,
+                            rkey,
+                            imm: id as u32,
+                        }
                     }
                 }
             }
             Kind::Read => {
-                b.mem.write((READ_SRC * SLOT + sl) as usize, &data(dseed, len));
-                SendOp::Read { remote_addr: rbase + READ_SRC * SLOT + sl, rkey }
+                b.mem
+                    .write((READ_SRC * SLOT + sl) as usize, &data(dseed, len));
+                SendOp::Read {
+                    remote_addr: rbase + READ_SRC * SLOT + sl,
+                    rkey,
+                }
             }
             Kind::FetchAdd(add) => {
                 len = 8;
                 let f = &mut self.flows[from];
                 expect_orig = f.model;
                 f.model = f.model.wrapping_add(add);
-                SendOp::FetchAdd { remote_addr: rbase + ATOMIC, rkey, add }
+                SendOp::FetchAdd {
+                    remote_addr: rbase + ATOMIC,
+                    rkey,
+                    add,
+                }
             }
             Kind::CmpSwap { compare, swap } => {
                 len = 8;
@@ -184,7 +234,12 @@ impl Run {
                 if f.model == compare {
                     f.model = swap;
                 }
-                SendOp::CompareSwap { remote_addr: rbase + ATOMIC, rkey, compare, swap }
+                SendOp::CompareSwap {
+                    remote_addr: rbase + ATOMIC,
+                    rkey,
+                    compare,
+                    swap,
+                }
             }
         };
         let local = match kind {
@@ -194,17 +249,36 @@ impl Run {
         };
         let wr = SendWr::new(id, op, Sgl::single(local, len as u32, lkey));
         let qpn = a.qpn;
-        self.p.sim.nodes[from].post_send(qpn, wr).unwrap_or_else(|e| panic!("seed {}: post: {e}", self.seed));
-        self.flows[from].inflight.push_back(Msg { id, kind, len, slot, seed: dseed, expect_orig });
+        self.p.sim.nodes[from]
+            .post_send(qpn, wr)
+            .unwrap_or_else(|e| panic!("seed {}: post: {e}", self.seed));
+        self.flows[from].inflight.push_back(Msg {
+            id,
+            kind,
+            len,
+            slot,
+            seed: dseed,
+            expect_orig,
+        });
         self.flows[from].next_id += 1;
     }
 
     fn check_send_completion(&mut self, from: usize, wc: Wc) {
         let seed = self.seed;
         let to = 1 - from;
-        assert_eq!(wc.status, WcStatus::Success, "seed {seed}: error completion {wc:?}");
-        let m = self.flows[from].inflight.pop_front().unwrap_or_else(|| panic!("seed {seed}: completion {wc:?} with nothing in flight"));
-        assert_eq!(wc.wr_id, m.id, "seed {seed}: completion out of order or twice");
+        assert_eq!(
+            wc.status,
+            WcStatus::Success,
+            "seed {seed}: error completion {wc:?}"
+        );
+        let m = self.flows[from]
+            .inflight
+            .pop_front()
+            .unwrap_or_else(|| panic!("seed {seed}: completion {wc:?} with nothing in flight"));
+        assert_eq!(
+            wc.wr_id, m.id,
+            "seed {seed}: completion out of order or twice"
+        );
         let sl = m.slot as u64 * SLOT;
         let mem_of = |i: usize, off: u64, len: usize| {
             let mut v = vec![0u8; len];
@@ -213,14 +287,30 @@ impl Run {
         };
         match m.kind {
             Kind::Write | Kind::WriteImm => {
-                assert!(mem_of(to, WRITE_DST * SLOT + sl, m.len) == data(m.seed, m.len), "seed {seed}: WRITE {} data", m.id)
+                assert!(
+                    mem_of(to, WRITE_DST * SLOT + sl, m.len) == data(m.seed, m.len),
+                    "seed {seed}: WRITE {} data",
+                    m.id
+                )
             }
             Kind::Read => {
-                assert!(mem_of(from, READ_DST * SLOT + sl, m.len) == data(m.seed, m.len), "seed {seed}: READ {} data", m.id)
+                assert!(
+                    mem_of(from, READ_DST * SLOT + sl, m.len) == data(m.seed, m.len),
+                    "seed {seed}: READ {} data",
+                    m.id
+                )
             }
             Kind::FetchAdd(_) | Kind::CmpSwap { .. } => {
-                let got = u64::from_ne_bytes(mem_of(from, ATOMIC_RESULT + m.slot as u64 * 8, 8).try_into().unwrap());
-                assert_eq!(got, m.expect_orig, "seed {seed}: atomic {} returned {got:#x}, model {:#x}", m.id, m.expect_orig);
+                let got = u64::from_ne_bytes(
+                    mem_of(from, ATOMIC_RESULT + m.slot as u64 * 8, 8)
+                        .try_into()
+                        .unwrap(),
+                );
+                assert_eq!(
+                    got, m.expect_orig,
+                    "seed {seed}: atomic {} returned {got:#x}, model {:#x}",
+                    m.id, m.expect_orig
+                );
             }
             Kind::Send => {}
         }
@@ -230,15 +320,24 @@ impl Run {
     fn check_recv_completion(&mut self, from: usize, wc: Wc) {
         let seed = self.seed;
         let to = 1 - from;
-        assert_eq!(wc.status, WcStatus::Success, "seed {seed}: error completion {wc:?}");
-        let (id, kind, len, slot, dseed) = self.flows[from].recv_expect.pop_front().unwrap_or_else(|| panic!("seed {seed}: unexpected receive {wc:?}"));
+        assert_eq!(
+            wc.status,
+            WcStatus::Success,
+            "seed {seed}: error completion {wc:?}"
+        );
+        let (id, kind, len, slot, dseed) = self.flows[from]
+            .recv_expect
+            .pop_front()
+            .unwrap_or_else(|| panic!("seed {seed}: unexpected receive {wc:?}"));
         assert_eq!(wc.wr_id, id, "seed {seed}: receive out of order or twice");
         assert_eq!(wc.byte_len as usize, len, "seed {seed}: byte_len of {id}");
         match kind {
             Kind::Send => {
                 assert_eq!(wc.opcode, WcOpcode::Recv);
                 let mut v = vec![0u8; len];
-                self.p.sides[to].mem.read((RECV * SLOT + slot as u64 * SLOT) as usize, &mut v);
+                self.p.sides[to]
+                    .mem
+                    .read((RECV * SLOT + slot as u64 * SLOT) as usize, &mut v);
                 assert!(v == data(dseed, len), "seed {seed}: SEND {id} data");
             }
             _ => {
@@ -253,10 +352,14 @@ impl Run {
         for node in 0..2 {
             let mut out = Vec::new();
             let cq = self.p.sides[node].cq;
-            self.p.sim.nodes[node].poll_cq(cq, usize::MAX, &mut out).unwrap();
+            self.p.sim.nodes[node]
+                .poll_cq(cq, usize::MAX, &mut out)
+                .unwrap();
             for wc in out {
                 match wc.opcode {
-                    WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => self.check_recv_completion(1 - node, wc),
+                    WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => {
+                        self.check_recv_completion(1 - node, wc)
+                    }
                     _ => self.check_send_completion(node, wc),
                 }
             }
@@ -267,19 +370,35 @@ impl Run {
     fn run(&mut self, n: u64) {
         let deadline = self.p.sim.now + Duration::from_secs(36_000);
         let mut steps = 0u64;
-        while self.flows.iter().any(|f| f.done < n || !f.recv_expect.is_empty()) {
+        while self
+            .flows
+            .iter()
+            .any(|f| f.done < n || !f.recv_expect.is_empty())
+        {
             for from in 0..2 {
-                while self.flows[from].next_id < n && self.flows[from].inflight.len() < SLOTS && self.flows[from].recv_expect.len() < SLOTS {
+                while self.flows[from].next_id < n
+                    && self.flows[from].inflight.len() < SLOTS
+                    && self.flows[from].recv_expect.len() < SLOTS
+                {
                     self.post(from);
                 }
             }
             if !self.p.sim.step() {
                 match self.p.sim.next_event() {
                     Some(t) => self.p.sim.now = t.max(self.p.sim.now),
-                    None => panic!("seed {}: stalled with work outstanding: {:?} / {:?}", self.seed, self.flows[0].inflight.front(), self.flows[1].inflight.front()),
+                    None => panic!(
+                        "seed {}: stalled with work outstanding: {:?} / {:?}",
+                        self.seed,
+                        self.flows[0].inflight.front(),
+                        self.flows[1].inflight.front()
+                    ),
                 }
             }
-            assert!(self.p.sim.now < deadline, "seed {}: no progress in 10 h of virtual time", self.seed);
+            assert!(
+                self.p.sim.now < deadline,
+                "seed {}: no progress in 10 h of virtual time",
+                self.seed
+            );
             steps += 1;
             if steps == 2_000_000 && std::env::var("SOFTRNIC_PROP_TRACE").is_ok() {
                 eprintln!("{}", self.p.sim.nodes[0].debug_qp(self.p.sides[0].qpn));
@@ -287,14 +406,36 @@ impl Run {
                 let n = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
                 self.p.sim.tap = Some(Box::new(move |t, dir, f| {
                     if n.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 60 {
-                        eprintln!("{t:?} {dir} {}", wire::RoceRepr::parse(f).map(|r| r.to_string()).unwrap_or_default());
+                        eprintln!(
+                            "{t:?} {dir} {}",
+                            wire::RoceRepr::parse(f)
+                                .map(|r| r.to_string())
+                                .unwrap_or_default()
+                        );
                     }
                 }));
             }
             if steps % 200_000 == 0 && std::env::var("SOFTRNIC_PROP_TRACE").is_ok() {
-                eprintln!("  t={:?} done {}/{} {}/{} q0 {:?} q1 {:?}", self.p.sim.now, self.flows[0].done, self.flows[0].next_id, self.flows[1].done, self.flows[1].next_id,
-                    self.p.sim.nodes[0].query_qp(self.p.sides[0].qpn).map(|q| (q.state, q.sq_psn, q.rq_psn, q.send_queue_len)),
-                    self.p.sim.nodes[1].query_qp(self.p.sides[1].qpn).map(|q| (q.state, q.sq_psn, q.rq_psn, q.send_queue_len)));
+                eprintln!(
+                    "  t={:?} done {}/{} {}/{} q0 {:?} q1 {:?}",
+                    self.p.sim.now,
+                    self.flows[0].done,
+                    self.flows[0].next_id,
+                    self.flows[1].done,
+                    self.flows[1].next_id,
+                    self.p.sim.nodes[0].query_qp(self.p.sides[0].qpn).map(|q| (
+                        q.state,
+                        q.sq_psn,
+                        q.rq_psn,
+                        q.send_queue_len
+                    )),
+                    self.p.sim.nodes[1].query_qp(self.p.sides[1].qpn).map(|q| (
+                        q.state,
+                        q.sq_psn,
+                        q.rq_psn,
+                        q.send_queue_len
+                    ))
+                );
             }
             self.drain();
         }

@@ -14,14 +14,20 @@ fn capture(name: &str) -> Option<Vec<(Instant, Vec<u8>)>> {
     };
     let path = dir.join(name);
     if !path.is_file() {
-        eprintln!("SKIPPED replay of {name}: {} is missing (../shared is not beside the repository)", path.display());
+        eprintln!(
+            "SKIPPED replay of {name}: {} is missing (../shared is not beside the repository)",
+            path.display()
+        );
         return None;
     }
     let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(&path).unwrap()).unwrap();
     let mut out = Vec::new();
     while let Some(p) = r.next_packet() {
         let p = p.unwrap();
-        out.push((Instant::from_nanos(p.timestamp.as_nanos() as u64), p.data.into_owned()));
+        out.push((
+            Instant::from_nanos(p.timestamp.as_nanos() as u64),
+            p.data.into_owned(),
+        ));
     }
     Some(out)
 }
@@ -33,8 +39,16 @@ fn check(name: &str, min_responses: usize) {
     // replay port into a polling engine gives the same responses.
     let via_engine = replay_with(&frames, &mut drive_engine);
     for (a, b) in reports.iter().zip(&via_engine) {
-        assert!(b.matches(), "{name} through the engine: {}", b.mismatches.join("\n"));
-        assert_eq!((a.expected, a.produced), (b.expected, b.produced), "{name}: engine and direct replay differ");
+        assert!(
+            b.matches(),
+            "{name} through the engine: {}",
+            b.mismatches.join("\n")
+        );
+        assert_eq!(
+            (a.expected, a.produced),
+            (b.expected, b.produced),
+            "{name}: engine and direct replay differ"
+        );
     }
     assert!(!reports.is_empty(), "{name}: no RC connection found");
     let mut total = 0;
@@ -43,10 +57,19 @@ fn check(name: &str, min_responses: usize) {
             "{name}: {} -> {} sport {:#x} mtu {}: {} requests, {} responses expected, {} produced",
             r.requester, r.responder, r.udp_sport, r.mtu, r.requests, r.expected, r.produced
         );
-        assert!(r.matches(), "{name}: {} -> {}:\n{}", r.requester, r.responder, r.mismatches.join("\n"));
+        assert!(
+            r.matches(),
+            "{name}: {} -> {}:\n{}",
+            r.requester,
+            r.responder,
+            r.mismatches.join("\n")
+        );
         total += r.expected;
     }
-    assert!(total >= min_responses, "{name}: only {total} responses compared");
+    assert!(
+        total >= min_responses,
+        "{name}: only {total} responses compared"
+    );
 }
 
 #[test]

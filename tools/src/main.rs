@@ -1,1 +1,340 @@
-fn main() {}
+//! `rnic`: the softrnic command.
+
+use clap::error::ErrorKind;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use tools::perf::{Mode, Verb};
+use tools::perfcmd::PerfRequest;
+use tools::CliError;
+
+#[derive(Parser)]
+#[command(
+    name = "rnic",
+    version,
+    about = "softrnic: a userspace RoCEv2 RDMA NIC — demo, perftest-style runs, capture checks, counters",
+    after_help = "Examples:\n  rnic demo                             # the main job: no root, no configuration\n  rnic perf write lat --loopback        # ib_write_lat on the in-process loopback\n  rnic pcap check capture.pcap          # validate every RoCEv2 frame\n  rnic stats                            # counters of the last run\n\nEvery subcommand has --help with examples."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a short perftest suite on two emulated NICs and write demo.pcap.
+    #[command(
+        long_about = "Two soft RNICs on the in-memory wire, in one process, run a short suite: \
+RDMA WRITE, READ, SEND and atomic latency, WRITE, READ and SEND bandwidth, a few sizes each. \
+It prints perftest's tables with HDR percentiles, writes the frames of every test's warm-up \
+to a pcap that Wireshark reads, and checks that pcap as `rnic pcap check` does.\n\n\
+Measurements: in-process loopback: both NICs in one thread; wall-clock time of the software \
+path (post → requester → frame → ICRC → responder → ACK → completion). No root, no \
+configuration, no network.",
+        after_help = "Examples:\n  rnic demo\n  rnic demo --out /tmp/demo.pcap --json demo.json\n  rnic demo --quick            # fewer iterations"
+    )]
+    Demo(DemoArgs),
+    /// perftest-style bandwidth and latency tests (ib_write_bw, ib_read_lat, ...).
+    #[command(
+        long_about = "perftest-style tests: `rnic perf write bw` is ib_write_bw, `rnic perf read lat` \
+is ib_read_lat, and so on, with perftest's flags where they make sense and the same report \
+columns, plus an HDR histogram (p50, p90, p99, p99.9, p99.99, max).\n\n\
+--loopback: in-process loopback: both NICs in one thread; wall-clock time of the software \
+path (post → requester → frame → ICRC → responder → ACK → completion). WRITE and SEND latency \
+are ping-pong (half the round trip, as ib_write_lat); READ and atomic latency are post to \
+completion; bandwidth keeps -t operations outstanding per QP.\n\n\
+Without --loopback, perftest's model applies (server when no peer address is given, client \
+otherwise, out-of-band exchange over TCP port -p, --dev for the interface): that needs the \
+polling engine and real ports, which are not built yet, so it exits with an error.",
+        after_help = "Examples:\n  rnic perf write lat --loopback\n  rnic perf write bw --loopback -s 4096 -n 20000\n  rnic perf read bw --loopback -a -n 200 --report_gbits\n  rnic perf send lat --loopback -D 5 --hgrm send.hgrm --plot send.svg\n  rnic perf write bw --loopback -q 4 -t 64 --json bw.json\n  rnic perf write bw 192.0.2.2 --dev eth0     # real interface: not built yet"
+    )]
+    Perf(PerfArgs),
+    /// Check, dump or replay capture files (pcap, pcapng).
+    #[command(
+        after_help = "Examples:\n  rnic pcap check demo.pcap\n  rnic pcap dump --roce demo.pcap | less\n  rnic pcap replay ../shared/pcaps/rxe-public/rdma_read_bw.pcap"
+    )]
+    Pcap {
+        #[command(subcommand)]
+        cmd: PcapCmd,
+    },
+    /// Counters of the last `rnic perf` / `rnic demo` run (rdma statistic and ethtool names).
+    #[command(
+        long_about = "Prints the device, port and per-QP counters, named as `rdma statistic` and \
+`ethtool -S` name them. There is no daemon yet: every `rnic perf` and `rnic demo` run saves its \
+counters to last-run.json in $SOFTRNIC_STATE_DIR, else $XDG_RUNTIME_DIR/softrnic, else \
+<temp dir>/softrnic-$USER, and this prints the last one.",
+        after_help = "Examples:\n  rnic stats\n  rnic stats --json | jq '.devices[0].counters'\n  rnic stats --file saved-run.json"
+    )]
+    Stats(StatsArgs),
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Where to write the capture.
+    #[arg(long, short, value_name = "FILE", default_value = "demo.pcap")]
+    out: PathBuf,
+    /// Also write the results and counters as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Fewer iterations per test.
+    #[arg(long)]
+    quick: bool,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Args)]
+struct PerfArgs {
+    /// The operation.
+    #[arg(value_enum)]
+    verb: Verb,
+    /// Bandwidth or latency.
+    #[arg(value_enum)]
+    mode: Mode,
+    /// Server's address (client mode); without it, server mode. Needs the engine.
+    peer: Option<String>,
+    /// Message size in bytes (perftest: 2 for lat, 65536 for bw; atomics: 8).
+    #[arg(short = 's', long = "size", value_name = "BYTES")]
+    size: Option<usize>,
+    /// Iterations per size (perftest: 1000 for lat, 5000 for bw).
+    #[arg(short = 'n', long = "iters", value_name = "N")]
+    iters: Option<u64>,
+    /// Every size from 2 to 2^23 bytes.
+    #[arg(short = 'a', long = "all")]
+    all: bool,
+    /// Run each size for this many seconds instead of -n iterations.
+    #[arg(short = 'D', long = "duration", value_name = "SECONDS")]
+    duration: Option<u64>,
+    /// Number of QPs (bw tests).
+    #[arg(short = 'q', long = "qp", value_name = "N", default_value_t = 1)]
+    qps: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(
+        short = 'm',
+        long = "mtu",
+        value_name = "BYTES",
+        default_value_t = 1024
+    )]
+    mtu: u32,
+    /// TCP port of the out-of-band exchange (real interfaces).
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    port: u16,
+    /// Operations outstanding per QP (bw tests; perftest: 128).
+    #[arg(short = 't', long = "tx-depth", value_name = "N")]
+    tx_depth: Option<u32>,
+    /// Connection type: RC or UC.
+    #[arg(
+        short = 'c',
+        long = "connection",
+        value_name = "TYPE",
+        default_value = "RC"
+    )]
+    connection: String,
+    /// Report bandwidth in Gb/s (10^9 bits) instead of MB/s (2^20 bytes).
+    #[arg(long = "report_gbits", alias = "report-gbits")]
+    report_gbits: bool,
+    /// Network interface to use (real interfaces: needs the engine).
+    #[arg(short = 'd', long = "dev", alias = "ib-dev", value_name = "NAME")]
+    dev: Option<String>,
+    /// Run both NICs in this process (in-process loopback: both NICs in one thread; wall-clock time of the software path).
+    #[arg(long)]
+    loopback: bool,
+    /// Write the results, percentiles and device, port and per-QP counters as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the HDR histogram in HdrHistogram's percentile-distribution format (usec).
+    #[arg(long, value_name = "FILE")]
+    hgrm: Option<PathBuf>,
+    /// Write the latency distribution as an SVG plot.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Write the frames of the warm-up to a pcap.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+    /// How many warm-up frames --pcap keeps per size.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pcap_frames: usize,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Subcommand)]
+enum PcapCmd {
+    /// Validate every RoCEv2 frame; exit non-zero on the first broken one.
+    #[command(
+        long_about = "Validates every RoCEv2 frame of each capture: lengths, pad and headers, the \
+ICRC, the snap length, the opcode sequence of each message (FIRST → MIDDLE* → LAST), PSN \
+continuity per QP (retransmissions and go-back-N replays are legal and counted), payload sizes \
+against the path MTU and the RETH DMA length, ACK/NAK consistency (an ACK, NAK or RNR NAK names \
+a PSN the requester has sent; MSNs count completed messages; read responses and atomic ACKs \
+answer requests). Frames that are not RoCE (TCP, ARP, ...) are skipped and counted. The first \
+broken frame ends the check with one line naming the file, the frame number and the reason, and \
+exit status 1.",
+        after_help = "Examples:\n  rnic pcap check demo.pcap\n  rnic pcap check captures/*.pcap\n  rnic pcap check -q capture.pcapng && echo clean"
+    )]
+    Check {
+        /// Capture files (pcap or pcapng; Ethernet or Linux cooked).
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// Print nothing when the captures are clean.
+        #[arg(short, long)]
+        quiet: bool,
+    },
+    /// One line per frame: time, addresses, QP, opcode, PSN, sizes, ICRC, annotations.
+    #[command(
+        long_about = "Prints one line per frame: number, time since the first frame, addresses and \
+UDP ports, DSCP/ECN, opcode, destination QP, PSN, flags, extension headers, payload length \
+(len=), frame length (frame=), ICRC status, and annotations in [brackets] (retransmission, \
+out of sequence, NAK, RNR NAK, duplicate ACK, path MTU learned, ...). Frames that break a \
+rule of `rnic pcap check` are marked with !! and the reason. A summary goes to stderr.",
+        after_help = "Examples:\n  rnic pcap dump demo.pcap\n  rnic pcap dump --roce -c 20 capture.pcap\n  rnic pcap dump capture.pcap | grep retransmission"
+    )]
+    Dump {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Only RoCEv2 and PAUSE/PFC frames.
+        #[arg(long)]
+        roce: bool,
+        /// Stop after this many lines.
+        #[arg(short = 'c', long = "count", value_name = "N")]
+        count: Option<u64>,
+    },
+    /// Feed a capture's RC requests to our responder; report every difference from the capture's responses.
+    #[command(
+        long_about = "For each RC connection of the capture, sets up our responder from what the \
+capture shows (addresses, QPNs, first PSN, path MTU, one memory region per R_Key, READ and \
+atomic targets pre-filled from the capture's responses), feeds it the capture's requests and \
+compares its responses with the capture's, field by field (opcode, PSN, destination QP, AETH \
+syndrome and MSN, atomic original value, payload). Exit status 1 when any differs.",
+        after_help = "Examples:\n  rnic pcap replay rdma_write_bw.pcap\n  rnic pcap replay rping.pcap"
+    )]
+    Replay {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct StatsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Read this saved run instead of the last one.
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
+}
+
+/// The subcommand words of the command line, for "see 'rnic perf --help'".
+fn subcommand_path() -> String {
+    let words = ["demo", "perf", "pcap", "check", "dump", "replay", "stats"];
+    let mut path = vec!["rnic".to_string()];
+    for a in std::env::args().skip(1) {
+        if words.contains(&a.as_str()) {
+            path.push(a);
+        } else {
+            break;
+        }
+    }
+    path.join(" ")
+}
+
+/// clap's error, in one line.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let mut parts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if i == 0 {
+            parts.push(l.trim_start_matches("error: ").to_string());
+        } else if line.starts_with("  ")
+            && (l.starts_with('[') || l.starts_with('<') || l.starts_with('-'))
+        {
+            parts.push(l.to_string());
+        } else if l.starts_with("tip:") {
+            parts.push(format!("({l})"));
+        }
+    }
+    format!("{} (see '{} --help')", parts.join(" "), subcommand_path())
+}
+
+fn main() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = if let Some(s) = info.payload().downcast_ref::<&str>() {
+            s.to_string()
+        } else if let Some(s) = info.payload().downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "unknown panic".to_string()
+        };
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("rnic: internal error: {msg}{at} (a bug: please report it)");
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                let _ = e.print();
+                std::process::exit(2);
+            }
+            _ => {
+                eprintln!("rnic: {}", one_line(&e));
+                std::process::exit(2);
+            }
+        },
+    };
+    let command = std::iter::once("rnic".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let result: Result<(), CliError> = match cli.cmd {
+        Cmd::Demo(a) => tools::demo::run(&tools::demo::DemoOptions {
+            out: a.out,
+            json: a.json,
+            quick: a.quick,
+            no_progress: a.no_progress,
+            command,
+        }),
+        Cmd::Perf(a) => tools::perfcmd::run(&PerfRequest {
+            verb: Some(a.verb),
+            mode: Some(a.mode),
+            peer: a.peer,
+            size: a.size,
+            iters: a.iters,
+            all: a.all,
+            duration: a.duration,
+            qps: a.qps,
+            mtu: a.mtu,
+            port: a.port,
+            tx_depth: a.tx_depth,
+            connection: a.connection,
+            report_gbits: a.report_gbits,
+            dev: a.dev,
+            loopback: a.loopback,
+            json: a.json,
+            hgrm: a.hgrm,
+            plot: a.plot,
+            pcap: a.pcap,
+            pcap_frames: a.pcap_frames,
+            no_progress: a.no_progress,
+            command,
+        }),
+        Cmd::Pcap { cmd } => match cmd {
+            PcapCmd::Check { files, quiet } => tools::pcapcmd::check(&files, quiet),
+            PcapCmd::Dump { file, roce, count } => tools::pcapcmd::dump(&file, count, roce),
+            PcapCmd::Replay { file } => tools::pcapcmd::replay(&file),
+        },
+        Cmd::Stats(a) => tools::stats::show(a.json, a.file),
+    };
+    if let Err(e) = result {
+        eprintln!("rnic: {e}");
+        std::process::exit(e.code);
+    }
+}

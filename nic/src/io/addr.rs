@@ -18,7 +18,11 @@ pub enum AddrError {
     #[error("no route to {0}")]
     NoRoute(IpAddr),
     #[error("no neighbour entry for {hop} on {dev} after {waited:?}")]
-    NoNeighbour { hop: IpAddr, dev: String, waited: Duration },
+    NoNeighbour {
+        hop: IpAddr,
+        dev: String,
+        waited: Duration,
+    },
 }
 
 /// The route the kernel would use for `dst`.
@@ -43,7 +47,13 @@ fn ip_cmd(v6: bool, args: &[&str]) -> Result<String, AddrError> {
 pub fn route(dst: IpAddr) -> Result<Route, AddrError> {
     let text = ip_cmd(dst.is_ipv6(), &["-o", "route", "get", &dst.to_string()])?;
     let words: Vec<&str> = text.split_whitespace().collect();
-    let after = |k: &str| words.iter().position(|w| *w == k).and_then(|i| words.get(i + 1)).copied();
+    let after = |k: &str| {
+        words
+            .iter()
+            .position(|w| *w == k)
+            .and_then(|i| words.get(i + 1))
+            .copied()
+    };
     let dev = after("dev").ok_or(AddrError::NoRoute(dst))?.to_string();
     let next_hop = after("via").and_then(|v| v.parse().ok()).unwrap_or(dst);
     let src = after("src").and_then(|v| v.parse().ok());
@@ -52,7 +62,10 @@ pub fn route(dst: IpAddr) -> Result<Route, AddrError> {
 
 /// The neighbour table's MAC for `hop` on `dev`, if it has a usable one.
 pub fn neighbour(hop: IpAddr, dev: &str) -> Result<Option<EthernetAddress>, AddrError> {
-    let text = ip_cmd(hop.is_ipv6(), &["neigh", "show", "to", &hop.to_string(), "dev", dev])?;
+    let text = ip_cmd(
+        hop.is_ipv6(),
+        &["neigh", "show", "to", &hop.to_string(), "dev", dev],
+    )?;
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         if words.iter().any(|w| *w == "FAILED" || *w == "INCOMPLETE") {
@@ -78,7 +91,10 @@ pub fn parse_mac(s: &str) -> Option<EthernetAddress> {
 
 /// The destination MAC for frames to `dst`: its next hop's, resolving the
 /// neighbour if needed (waiting at most `patience`).
-pub fn next_hop_mac(dst: IpAddr, patience: Duration) -> Result<(Route, EthernetAddress), AddrError> {
+pub fn next_hop_mac(
+    dst: IpAddr,
+    patience: Duration,
+) -> Result<(Route, EthernetAddress), AddrError> {
     let r = route(dst)?;
     let t0 = Instant::now();
     let mut poked = false;
@@ -88,14 +104,22 @@ pub fn next_hop_mac(dst: IpAddr, patience: Duration) -> Result<(Route, EthernetA
         }
         if !poked {
             // Any datagram towards dst makes the kernel resolve the next hop.
-            let any: IpAddr = if dst.is_ipv6() { "::".parse().expect("literal") } else { "0.0.0.0".parse().expect("literal") };
+            let any: IpAddr = if dst.is_ipv6() {
+                "::".parse().expect("literal")
+            } else {
+                "0.0.0.0".parse().expect("literal")
+            };
             if let Ok(s) = UdpSocket::bind((any, 0)) {
                 let _ = s.send_to(&[0], (dst, 9));
             }
             poked = true;
         }
         if t0.elapsed() > patience {
-            return Err(AddrError::NoNeighbour { hop: r.next_hop, dev: r.dev, waited: patience });
+            return Err(AddrError::NoNeighbour {
+                hop: r.next_hop,
+                dev: r.dev,
+                waited: patience,
+            });
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -107,7 +131,10 @@ mod tests {
 
     #[test]
     fn macs_parse() {
-        assert_eq!(parse_mac("02:00:0a:ff:00:01"), Some(EthernetAddress([2, 0, 10, 255, 0, 1])));
+        assert_eq!(
+            parse_mac("02:00:0a:ff:00:01"),
+            Some(EthernetAddress([2, 0, 10, 255, 0, 1]))
+        );
         assert_eq!(parse_mac("02:00:0a:ff:00"), None);
         assert_eq!(parse_mac("02:00:0a:ff:00:01:02"), None);
         assert_eq!(parse_mac("zz:00:0a:ff:00:01"), None);

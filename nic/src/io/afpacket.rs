@@ -83,7 +83,13 @@ pub struct RingConfig {
 
 impl Default for RingConfig {
     fn default() -> Self {
-        RingConfig { rx_block_size: 1 << 20, rx_blocks: 16, retire_ms: 1, tx_frame_size: 16384, tx_frames: 1024 }
+        RingConfig {
+            rx_block_size: 1 << 20,
+            rx_blocks: 16,
+            retire_ms: 1,
+            tx_frame_size: 16384,
+            tx_frames: 1024,
+        }
     }
 }
 
@@ -93,11 +99,17 @@ pub enum AfPacketError {
     #[error("interface {0}: no such interface")]
     NoInterface(String),
     #[error("{what}: {source} (AF_PACKET needs CAP_NET_RAW, e.g. root)")]
-    Sys { what: &'static str, source: io::Error },
+    Sys {
+        what: &'static str,
+        source: io::Error,
+    },
 }
 
 fn sys(what: &'static str) -> AfPacketError {
-    AfPacketError::Sys { what, source: io::Error::last_os_error() }
+    AfPacketError::Sys {
+        what,
+        source: io::Error::last_os_error(),
+    }
 }
 
 /// A port on a real interface through an AF_PACKET socket.
@@ -121,9 +133,22 @@ pub struct AfPacketPort {
 // SAFETY: the ring mapping is owned by this port and only touched through &mut self.
 unsafe impl Send for AfPacketPort {}
 
-fn setsockopt<T>(fd: libc::c_int, opt: libc::c_int, v: &T, what: &'static str) -> Result<(), AfPacketError> {
+fn setsockopt<T>(
+    fd: libc::c_int,
+    opt: libc::c_int,
+    v: &T,
+    what: &'static str,
+) -> Result<(), AfPacketError> {
     // SAFETY: v points to a live T of the size we pass.
-    let r = unsafe { libc::setsockopt(fd, libc::SOL_PACKET, opt, v as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32) };
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            opt,
+            v as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as u32,
+        )
+    };
     if r != 0 {
         return Err(sys(what));
     }
@@ -132,7 +157,10 @@ fn setsockopt<T>(fd: libc::c_int, opt: libc::c_int, v: &T, what: &'static str) -
 
 /// Interface facts from the kernel through `fd`'s network namespace:
 /// (ifindex, MAC, MTU). (sysfs would show the mount's namespace instead.)
-pub(super) fn interface(fd: libc::c_int, name: &str) -> Result<(i32, EthernetAddress, usize), AfPacketError> {
+pub(super) fn interface(
+    fd: libc::c_int,
+    name: &str,
+) -> Result<(i32, EthernetAddress, usize), AfPacketError> {
     let c = CString::new(name).map_err(|_| AfPacketError::NoInterface(name.into()))?;
     if c.as_bytes().len() >= libc::IFNAMSIZ {
         return Err(AfPacketError::NoInterface(name.into()));
@@ -173,7 +201,11 @@ impl AfPacketPort {
     pub fn open(ifname: &str, cfg: RingConfig) -> Result<AfPacketPort, AfPacketError> {
         // SAFETY: plain socket(2) call.
         let raw = unsafe {
-            libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, (ETH_P_ALL.to_be()) as i32)
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                (ETH_P_ALL.to_be()) as i32,
+            )
         };
         if raw < 0 {
             return Err(sys("socket(AF_PACKET)"));
@@ -207,15 +239,32 @@ impl AfPacketPort {
             feature_req_word: 0,
         };
         setsockopt(raw, PACKET_TX_RING, &tx, "PACKET_TX_RING")?;
-        let ring_len = (cfg.rx_block_size * cfg.rx_blocks) as usize + (tx_block * (cfg.tx_frames / 4)) as usize;
+        let ring_len = (cfg.rx_block_size * cfg.rx_blocks) as usize
+            + (tx_block * (cfg.tx_frames / 4)) as usize;
         // SAFETY: mapping the rings the kernel just set up on this socket.
         let ring = unsafe {
-            libc::mmap(std::ptr::null_mut(), ring_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_LOCKED, raw, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                ring_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_LOCKED,
+                raw,
+                0,
+            )
         };
         let ring = if ring == libc::MAP_FAILED {
             // MAP_LOCKED may exceed RLIMIT_MEMLOCK: try without
             // SAFETY: as above.
-            let r = unsafe { libc::mmap(std::ptr::null_mut(), ring_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, raw, 0) };
+            let r = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    ring_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    raw,
+                    0,
+                )
+            };
             if r == libc::MAP_FAILED {
                 return Err(sys("mmap(rings)"));
             }
@@ -229,7 +278,13 @@ impl AfPacketPort {
         sll.sll_protocol = ETH_P_ALL.to_be();
         sll.sll_ifindex = ifindex;
         // SAFETY: sll is a valid sockaddr_ll.
-        let r = unsafe { libc::bind(raw, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) };
+        let r = unsafe {
+            libc::bind(
+                raw,
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
         if r != 0 {
             // SAFETY: unmapping what we mapped.
             unsafe { libc::munmap(ring, ring_len) };
@@ -261,7 +316,10 @@ impl AfPacketPort {
     fn tx_frame(&self, i: u32) -> *mut u8 {
         let rx_len = (self.cfg.rx_block_size * self.cfg.rx_blocks) as usize;
         // SAFETY: i < tx frames, inside the mapping.
-        unsafe { self.ring.add(rx_len + (i * self.cfg.tx_frame_size) as usize) }
+        unsafe {
+            self.ring
+                .add(rx_len + (i * self.cfg.tx_frame_size) as usize)
+        }
     }
 
     fn tx_frames(&self) -> u32 {
@@ -307,7 +365,12 @@ impl Port for AfPacketPort {
             let len = hdr.snaplen as usize;
             if len <= SLOT_LEN {
                 // SAFETY: the frame's bytes lie inside the block.
-                let data = unsafe { std::slice::from_raw_parts(self.block(self.rx_block).add(off + hdr.mac as usize), len) };
+                let data = unsafe {
+                    std::slice::from_raw_parts(
+                        self.block(self.rx_block).add(off + hdr.mac as usize),
+                        len,
+                    )
+                };
                 batch.push(data);
                 self.counters.rx_packets += 1;
                 self.counters.rx_bytes += len as u64;
@@ -327,7 +390,9 @@ impl Port for AfPacketPort {
             let hdr = slot as *mut Tpacket3Hdr;
             // SAFETY: slot is a TX frame in the ring.
             let status = unsafe { std::ptr::read_volatile(&(*hdr).status) };
-            if status & (TP_STATUS_SEND_REQUEST | 2) != 0 || f.len() + TX_DATA_OFFSET > self.cfg.tx_frame_size as usize {
+            if status & (TP_STATUS_SEND_REQUEST | 2) != 0
+                || f.len() + TX_DATA_OFFSET > self.cfg.tx_frame_size as usize
+            {
                 self.counters.tx_dropped += 1;
                 continue;
             }
@@ -351,7 +416,16 @@ impl Port for AfPacketPort {
         }
         if queued > 0 {
             // SAFETY: a zero-length sendto kicks the TX ring.
-            let r = unsafe { libc::sendto(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+            let r = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::WouldBlock {
@@ -381,7 +455,11 @@ impl Port for AfPacketPort {
 
     /// poll(2) on the socket: readable once a block is handed over.
     fn wait(&mut self, timeout: Duration) {
-        let mut p = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         let ms = timeout.as_millis().clamp(0, 1000) as i32;
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };

@@ -42,7 +42,10 @@ pub struct RandomImpairments {
 
 impl RandomImpairments {
     pub fn new(cfg: Impairments, seed: u64) -> RandomImpairments {
-        RandomImpairments { cfg, rng: SmallRng::seed_from_u64(seed) }
+        RandomImpairments {
+            cfg,
+            rng: SmallRng::seed_from_u64(seed),
+        }
     }
 }
 
@@ -78,7 +81,12 @@ pub struct Impaired<P: Port> {
 
 impl<P: Port> Impaired<P> {
     pub fn new(inner: P, interceptor: Box<dyn Interceptor>) -> Impaired<P> {
-        Impaired { inner, interceptor, out: FrameBatch::new(64), held: None }
+        Impaired {
+            inner,
+            interceptor,
+            out: FrameBatch::new(64),
+            held: None,
+        }
     }
 
     pub fn into_inner(self) -> P {

@@ -27,7 +27,12 @@ impl Lane {
         for _ in 0..depth {
             let _ = free.push(Box::new([0u8; SLOT_LEN]));
         }
-        Lane { full: ArrayQueue::new(depth), free, waiter: Mutex::new(None), dropped: AtomicU64::new(0) }
+        Lane {
+            full: ArrayQueue::new(depth),
+            free,
+            waiter: Mutex::new(None),
+            dropped: AtomicU64::new(0),
+        }
     }
 
     fn put(&self, frame: &[u8]) -> bool {
@@ -104,7 +109,9 @@ impl Port for MemPort {
         }
         let mut n = 0;
         while !batch.is_full() {
-            let Some((buf, len)) = self.rx.full.pop() else { break };
+            let Some((buf, len)) = self.rx.full.pop() else {
+                break;
+            };
             batch.push(&buf[..len as usize]);
             let _ = self.rx.free.push(buf);
             self.counters.rx_packets += 1;
@@ -148,7 +155,13 @@ mod tests {
 
     #[test]
     fn frames_cross_and_impairments_apply() {
-        let (mut a, mut b) = pair([EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2])], 64);
+        let (mut a, mut b) = pair(
+            [
+                EthernetAddress([2, 0, 0, 0, 0, 1]),
+                EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ],
+            64,
+        );
         let mut tx = FrameBatch::new(8);
         for i in 0..8u8 {
             tx.push(&[i; 60]);
@@ -157,7 +170,16 @@ mod tests {
         let mut rx = FrameBatch::new(16);
         assert_eq!(b.recv(&mut rx), 8);
         assert_eq!(rx.get(3), &[3u8; 60][..]);
-        let mut a = Impaired::new(a, Box::new(RandomImpairments::new(Impairments { loss: 1.0, ..Default::default() }, 1)));
+        let mut a = Impaired::new(
+            a,
+            Box::new(RandomImpairments::new(
+                Impairments {
+                    loss: 1.0,
+                    ..Default::default()
+                },
+                1,
+            )),
+        );
         assert_eq!(a.send(&tx), 0);
         rx.clear();
         assert_eq!(b.recv(&mut rx), 0);

@@ -35,7 +35,11 @@ pub struct FrameBatch {
 
 impl FrameBatch {
     pub fn new(cap: usize) -> FrameBatch {
-        FrameBatch { data: vec![0u8; cap * SLOT_LEN].into_boxed_slice(), lens: Vec::with_capacity(cap), cap }
+        FrameBatch {
+            data: vec![0u8; cap * SLOT_LEN].into_boxed_slice(),
+            lens: Vec::with_capacity(cap),
+            cap,
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -13,7 +13,11 @@ pub fn ip(args: &[&str]) -> io::Result<()> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(io::Error::other(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())))
+        Err(io::Error::other(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
     }
 }
 
@@ -23,7 +27,10 @@ pub fn available() -> Result<(), String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("not root: network namespaces need CAP_SYS_ADMIN".into());
     }
-    Command::new("ip").arg("-V").output().map_err(|e| format!("`ip` (iproute2) is not installed: {e}"))?;
+    Command::new("ip")
+        .arg("-V")
+        .output()
+        .map_err(|e| format!("`ip` (iproute2) is not installed: {e}"))?;
     Ok(())
 }
 
@@ -37,10 +44,16 @@ pub fn ns_name(tag: &str) -> String {
 /// test killed before its cleanup ran). Names must end in the full PID of
 /// the process that made them (`ns_name`).
 pub fn reap_stale(prefix: &str) {
-    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
-        let Some(pid) = name.strip_prefix(prefix).and_then(|r| r.rsplit('-').next()).and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = name
+            .strip_prefix(prefix)
+            .and_then(|r| r.rsplit('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
@@ -80,8 +93,18 @@ impl Drop for Namespaces {
 
 /// Joins namespace `ns` with `a` (in `ns_a`) ↔ `b` (in `ns_b`), each end up
 /// with the given address/prefix and MTU.
-pub fn veth(ns_a: &str, a: &str, addr_a: &str, ns_b: &str, b: &str, addr_b: &str, mtu: u32) -> io::Result<()> {
-    ip(&["link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b])?;
+pub fn veth(
+    ns_a: &str,
+    a: &str,
+    addr_a: &str,
+    ns_b: &str,
+    b: &str,
+    addr_b: &str,
+    mtu: u32,
+) -> io::Result<()> {
+    ip(&[
+        "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b,
+    ])?;
     let m = mtu.to_string();
     for (ns, dev, addr) in [(ns_a, a, addr_a), (ns_b, b, addr_b)] {
         ip(&["-n", ns, "link", "set", dev, "mtu", &m])?;

@@ -17,7 +17,10 @@ use wire::EthernetAddress;
 #[derive(Debug, thiserror::Error)]
 pub enum PcapError {
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}: not a pcap file: {msg}")]
     Format { path: String, msg: String },
     #[error("{path}: link type {link:?} is not Ethernet")]
@@ -27,15 +30,24 @@ pub enum PcapError {
 /// Reads every frame of a classic pcap file with its timestamp.
 pub fn read_pcap(path: &Path) -> Result<Vec<(Duration, Vec<u8>)>, PcapError> {
     let p = path.display().to_string();
-    let f = File::open(path).map_err(|source| PcapError::Io { path: p.clone(), source })?;
-    let mut r = PcapReader::new(f).map_err(|e| PcapError::Format { path: p.clone(), msg: e.to_string() })?;
+    let f = File::open(path).map_err(|source| PcapError::Io {
+        path: p.clone(),
+        source,
+    })?;
+    let mut r = PcapReader::new(f).map_err(|e| PcapError::Format {
+        path: p.clone(),
+        msg: e.to_string(),
+    })?;
     let link = r.header().datalink;
     if link != DataLink::ETHERNET {
         return Err(PcapError::LinkType { path: p, link });
     }
     let mut out = Vec::new();
     while let Some(pkt) = r.next_packet() {
-        let pkt = pkt.map_err(|e| PcapError::Format { path: p.clone(), msg: e.to_string() })?;
+        let pkt = pkt.map_err(|e| PcapError::Format {
+            path: p.clone(),
+            msg: e.to_string(),
+        })?;
         out.push((pkt.timestamp, pkt.data.into_owned()));
     }
     Ok(out)
@@ -151,15 +163,31 @@ pub struct PcapTap<P: Port> {
 impl<P: Port> PcapTap<P> {
     pub fn new(inner: P, path: &Path) -> Result<PcapTap<P>, PcapError> {
         let p = path.display().to_string();
-        let f = File::create(path).map_err(|source| PcapError::Io { path: p.clone(), source })?;
-        let header = PcapHeader { datalink: DataLink::ETHERNET, snaplen: 65535, ..Default::default() };
-        let writer = PcapWriter::with_header(BufWriter::new(f), header)
-            .map_err(|e| PcapError::Format { path: p, msg: e.to_string() })?;
-        Ok(PcapTap { inner: Some(inner), writer: Some(writer), errors: 0 })
+        let f = File::create(path).map_err(|source| PcapError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        let header = PcapHeader {
+            datalink: DataLink::ETHERNET,
+            snaplen: 65535,
+            ..Default::default()
+        };
+        let writer =
+            PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| PcapError::Format {
+                path: p,
+                msg: e.to_string(),
+            })?;
+        Ok(PcapTap {
+            inner: Some(inner),
+            writer: Some(writer),
+            errors: 0,
+        })
     }
 
     fn record(&mut self, frame: &[u8]) {
-        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         let pkt = PcapPacket::new(ts, frame.len() as u32, frame);
         match self.writer.as_mut().map(|w| w.write_packet(&pkt)) {
             Some(Ok(_)) => {}
@@ -201,9 +229,15 @@ impl<P: Port> Port for PcapTap<P> {
         let before = batch.len();
         let n = self.port_mut().recv(batch);
         for i in before..batch.len() {
-            let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            let ts = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
             let f = batch.get(i);
-            match self.writer.as_mut().map(|w| w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))) {
+            match self
+                .writer
+                .as_mut()
+                .map(|w| w.write_packet(&PcapPacket::new(ts, f.len() as u32, f)))
+            {
                 Some(Ok(_)) => {}
                 _ => self.errors += 1,
             }

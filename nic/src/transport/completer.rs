@@ -80,7 +80,11 @@ impl Qp {
         }
         // Part of a multi-packet SEND or WRITE may be acknowledged; a READ
         // or atomic is acknowledged only by its own responses.
-        let front_is_rd_atomic = self.req.sq.front().is_some_and(|w| w.wr.op.is_read_or_atomic());
+        let front_is_rd_atomic = self
+            .req
+            .sq
+            .front()
+            .is_some_and(|w| w.wr.op.is_read_or_atomic());
         if !front_is_rd_atomic && !last.before(self.req.una) {
             self.advance_una(last.next());
         }
@@ -289,6 +293,11 @@ impl Qp {
 
     /// Timers: the RNR wait ending, or the local ACK timeout.
     pub(super) fn handle_timeout(&mut self, res: &mut Resources, now: Instant) {
+        // DCQCN rate-increase timer and deferred cuts; a paced QP may go on
+        self.cc.rp.handle_timeout(now);
+        if self.cc.pace_blocked && self.cc.pacer.ready(now) {
+            self.cc.pace_blocked = false;
+        }
         if self.req.rnr_deadline.is_some_and(|d| d <= now) {
             self.req.rnr_deadline = None;
             self.restart_ack_timer(now);

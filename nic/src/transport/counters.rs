@@ -95,4 +95,12 @@ counters! {
     rx_qp_state_drop,
     /// Completion queue overruns.
     cq_overrun,
+    /// CE-marked RoCE packets received (notification point).
+    np_ecn_marked_roce_packets,
+    /// CNPs sent (notification point).
+    np_cnp_sent,
+    /// CNPs that cut the QP's rate (reaction point).
+    rp_cnp_handled,
+    /// CNPs received while DCQCN is off.
+    rp_cnp_ignored,
 }

@@ -10,12 +10,14 @@
 //! retires WQEs on responses and timers.
 
 mod completer;
+mod congestion;
 pub mod counters;
 mod qp;
 mod requester;
 mod responder;
 pub mod timers;
 
+pub use congestion::CcConfig;
 pub use counters::Counters;
 pub use qp::{HeaderTemplate, QpInit};
 
@@ -48,6 +50,10 @@ pub struct RnicConfig {
     pub ack_every: u32,
     /// Simulation only: never give up retrying (retry_cnt is ignored).
     pub unlimited_retries: bool,
+    /// DCQCN, CNPs, ECN marking and PFC.
+    pub cc: CcConfig,
+    /// Link speed (bit/s): the DCQCN line rate and the PFC quantum length.
+    pub link_bps: u64,
 }
 
 impl RnicConfig {
@@ -59,6 +65,8 @@ impl RnicConfig {
             max_unacked_psns: 128,
             ack_every: 64,
             unlimited_retries: false,
+            cc: CcConfig::default(),
+            link_bps: 100_000_000_000,
         }
     }
 }
@@ -123,6 +131,8 @@ pub(crate) struct Resources {
     pub drops: BTreeMap<&'static str, u64>,
     pub ip_ident: u16,
     pub scratch: Vec<u8>,
+    /// Which priorities a peer has paused (PFC reaction).
+    pub pfc: crate::cc::PfcRx,
 }
 
 impl Resources {
@@ -249,6 +259,7 @@ pub struct Rnic {
 impl Rnic {
     pub fn new(cfg: RnicConfig) -> Rnic {
         let seed = cfg.seed;
+        let pfc = congestion::pfc_rx(&cfg.cc, cfg.link_bps);
         Rnic {
             res: Resources {
                 cfg,
@@ -260,6 +271,7 @@ impl Rnic {
                 drops: BTreeMap::new(),
                 ip_ident: 0,
                 scratch: vec![0u8; 4096],
+                pfc,
             },
             qps: Vec::new(),
             tx_queue: VecDeque::new(),
@@ -268,6 +280,20 @@ impl Rnic {
 
     pub fn config(&self) -> &RnicConfig {
         &self.res.cfg
+    }
+
+    /// The port's speed: DCQCN's line rate and PFC's quantum length follow it.
+    pub fn set_link_speed(&mut self, bps: u64) {
+        self.res.cfg.link_bps = bps;
+        self.res.pfc = congestion::pfc_rx(&self.res.cfg.cc, bps);
+        for qp in self.qps.iter_mut().flatten() {
+            qp.cc = congestion::QpCc::new(&self.res.cfg.cc, bps);
+        }
+    }
+
+    /// PFC counters (rx_prio{p}_pause, rx_prio{p}_pause_duration).
+    pub fn pfc_counters(&self, now: Instant) -> crate::cc::PfcCounters {
+        self.res.pfc.counters(now)
     }
 
     // ---- verbs: objects ----
@@ -352,7 +378,7 @@ impl Rnic {
                 self.qps.len() - 1
             });
         let qpn = FIRST_QPN + idx as u32;
-        self.qps[idx] = Some(Qp::new(qpn, init));
+        self.qps[idx] = Some(Qp::new(qpn, init, &self.res.cfg));
         Ok(qpn)
     }
 
@@ -422,19 +448,17 @@ impl Rnic {
             qp.max_rd_atomic = v;
         }
         if let (Some(ah), QpType::Rc | QpType::Uc) = (qp.ah, qp.qp_type()) {
-            qp.hdr = Some(HeaderTemplate::new(
-                self.res.cfg.mac,
-                self.res.cfg.gid,
-                &ah,
-                qp.qpn,
-                qp.dest_qpn,
-            ));
+            let mut hdr =
+                HeaderTemplate::new(self.res.cfg.mac, self.res.cfg.gid, &ah, qp.qpn, qp.dest_qpn);
+            data_class(&mut hdr, &ah, &self.res.cfg.cc);
+            qp.cc.prio = self.res.cfg.cc.qos.priority(hdr.eth.vlan, ip_dscp(&hdr.ip));
+            qp.hdr = Some(hdr);
         }
         match to {
             QpState::Err if qp.state != QpState::Err => qp.to_error(&mut self.res),
             QpState::Reset => {
                 let (qpn, init, counters) = (qp.qpn, qp.init, std::mem::take(&mut qp.counters));
-                *qp = Qp::new(qpn, init);
+                *qp = Qp::new(qpn, init, &self.res.cfg);
                 qp.counters = counters;
             }
             s => qp.state = s,
@@ -533,6 +557,16 @@ impl Rnic {
     /// Takes one received frame. Frames that are not RoCEv2 for a QP of
     /// ours are counted by reason and dropped.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
+        if let Ok(eth) = wire::ethernet::EthernetFrame::new_checked(frame) {
+            if eth.ethertype() == wire::ethernet::ethertype::MAC_CONTROL {
+                // 802.1Qbb / 802.3x: pause the named priorities.
+                match wire::MacControlRepr::parse(frame) {
+                    Ok(m) => self.res.pfc.handle(now, &m.control),
+                    Err(e) => self.res.drop_frame(e.reason()),
+                }
+                return;
+            }
+        }
         let pkt = match RocePacket::new_checked(frame) {
             Ok(p) => p,
             Err(e) => return self.res.drop_frame(e.reason()),
@@ -551,14 +585,20 @@ impl Rnic {
             return self.res.drop_frame("opcode_not_for_qp_type");
         }
         qp.counters.rcvd_pkts += 1;
+        let peer = match (qp.qp_type(), repr.ext.deth) {
+            (QpType::Ud, Some(d)) => d.src_qp,
+            _ => qp.dest_qpn,
+        };
+        qp.cc.on_receive(now, &repr, peer, &self.res.cfg.cc.np);
         if info.is_request() {
             qp.handle_request(&mut self.res, now, &repr);
         } else if info.is_response() {
             qp.handle_response(&mut self.res, now, &repr);
         } else {
-            // CNPs: congestion control is not wired in yet; counted and dropped.
-            self.res.drop_frame("cnp_unhandled");
+            // RoCEv2 A17.9.3: a CNP makes the reaction point cut the QP's rate.
+            qp.cc.rp.handle_cnp(now);
         }
+        qp.sync_cc_counters();
         self.schedule(idx);
     }
 
@@ -587,15 +627,19 @@ impl Rnic {
 
     /// The earliest deadline of any timer.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps
-            .iter()
-            .flatten()
-            .filter_map(|q| q.next_deadline())
-            .min()
+        let qps = self.qps.iter().flatten().filter_map(|q| q.next_deadline());
+        qps.chain(self.res.pfc.poll_timeout()).min()
     }
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.res.pfc.poll_timeout().is_some_and(|t| t <= now) {
+            // a pause ended: every QP may have frames waiting
+            self.res.pfc.handle_timeout(now);
+            for idx in 0..self.qps.len() {
+                self.schedule(idx);
+            }
+        }
         for idx in 0..self.qps.len() {
             let Some(qp) = self.qps[idx].as_mut() else {
                 continue;
@@ -609,7 +653,9 @@ impl Rnic {
 
     /// A multi-line dump of a QP's transport state, for debugging and tools.
     pub fn debug_qp(&self, qpn: u32) -> String {
-        let Some(idx) = self.qp_index(qpn) else { return format!("no QP {qpn:#x}") };
+        let Some(idx) = self.qp_index(qpn) else {
+            return format!("no QP {qpn:#x}");
+        };
         let q = self.qps[idx].as_ref().expect("index is live");
         let mut s = format!(
             "qp {qpn:#x} {:?} {:?}: req npsn={} una={} cur={} cur_off={} rd_atomic={} ack_deadline={:?} rnr_deadline={:?} retry_left={}\n",
@@ -624,7 +670,11 @@ impl Rnic {
         }
         s += &format!(
             "  resp epsn={} msn={} in_msg={:?} nak_sent={} responses={:?}\n",
-            q.resp.epsn, q.resp.msn, q.resp.in_msg.map(|m| m.operation()), q.resp.nak_sent, q.resp.responses
+            q.resp.epsn,
+            q.resp.msn,
+            q.resp.in_msg.map(|m| m.operation()),
+            q.resp.nak_sent,
+            q.resp.responses
         );
         s
     }
@@ -737,14 +787,23 @@ impl Qp {
         Ok(())
     }
 
-    /// Frames the QP has to send: responses first (they unblock the peer),
-    /// then requests.
+    /// Frames the QP has to send: a CNP it owes first (on its own
+    /// priority), then — unless PFC pauses the QP's priority — responses
+    /// (they unblock the peer), then requests at the pace DCQCN allows.
     fn poll_transmit(
         &mut self,
         res: &mut Resources,
         now: Instant,
         buf: &mut [u8],
     ) -> Option<usize> {
+        if let Some(cnp) = self.cc.pending_cnp.take() {
+            if let Ok(n) = cnp.emit(buf) {
+                return Some(n);
+            }
+        }
+        if res.pfc.is_paused(self.cc.prio, now) {
+            return None;
+        }
         if let Some(n) = self.next_response(res, buf) {
             return Some(n);
         }
@@ -753,14 +812,33 @@ impl Qp {
             self.to_error(res);
             return None;
         }
-        self.next_request(res, now, buf)
+        if !self.cc.may_send(now) {
+            return None;
+        }
+        let n = self.next_request(res, now, buf)?;
+        self.cc.on_sent(now, n);
+        Some(n)
+    }
+
+    /// Copies the congestion counters into the QP's counters.
+    fn sync_cc_counters(&mut self) {
+        let np = &self.cc.np_counters;
+        let rp = self.cc.rp.counters();
+        self.counters.np_ecn_marked_roce_packets = np.np_ecn_marked_roce_packets;
+        self.counters.np_cnp_sent = np.np_cnp_sent;
+        self.counters.rp_cnp_handled = rp.rp_cnp_handled;
+        self.counters.rp_cnp_ignored = rp.rp_cnp_ignored;
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        match (self.req.ack_deadline, self.req.rnr_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.req.ack_deadline,
+            self.req.rnr_deadline,
+            self.cc.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).
@@ -895,4 +973,28 @@ impl Qp {
             None => !self.rq.is_empty(),
         }
     }
+}
+
+/// Data traffic class when congestion control is on: ECT(0) so switches can
+/// mark it, and the configured DSCP unless the address handle names one.
+fn data_class(hdr: &mut HeaderTemplate, ah: &crate::verbs::AhAttr, cc: &CcConfig) {
+    let (dscp, ecn) = if ah.traffic_class == 0 {
+        (cc.qos.data_dscp, cc.qos.data_ecn)
+    } else {
+        (ah.traffic_class >> 2, ah.traffic_class & 3)
+    };
+    match &mut hdr.ip {
+        IpRepr::V4(v) => {
+            v.dscp = dscp;
+            v.ecn = ecn;
+        }
+        IpRepr::V6(v) => {
+            v.dscp = dscp;
+            v.ecn = ecn;
+        }
+    }
+}
+
+fn ip_dscp(ip: &IpRepr) -> u8 {
+    ip.dscp()
 }

@@ -270,11 +270,14 @@ pub struct Qp {
     pub counters: Counters,
     /// Queued for transmission in the device's round robin.
     pub scheduled: bool,
+    /// DCQCN reaction point, pacer, notification point.
+    pub(crate) cc: super::congestion::QpCc,
 }
 
 impl Qp {
-    pub fn new(qpn: u32, init: QpInit) -> Qp {
+    pub fn new(qpn: u32, init: QpInit, cfg: &super::RnicConfig) -> Qp {
         Qp {
+            cc: super::congestion::QpCc::new(&cfg.cc, cfg.link_bps),
             qpn,
             init,
             state: QpState::Reset,

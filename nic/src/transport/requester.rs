@@ -329,7 +329,12 @@ impl Qp {
                 };
             }
             None => {
-                self.req.cur = self.req.sq.iter().position(|w| !w.started).unwrap_or(self.req.sq.len());
+                self.req.cur = self
+                    .req
+                    .sq
+                    .iter()
+                    .position(|w| !w.started)
+                    .unwrap_or(self.req.sq.len());
                 self.req.cur_off = 0;
             }
         }

@@ -39,12 +39,24 @@ pub fn start(ports: Vec<Box<dyn Port>>, cfg: PairConfig) -> Vec<Node> {
 
 /// Like `start`, with each node's GID and the MAC its frames go to (the
 /// next hop towards the peer).
-pub fn start_with(ports: Vec<Box<dyn Port>>, gids: Vec<Gid>, dmacs: Vec<wire::EthernetAddress>, cfg: PairConfig) -> Vec<Node> {
+pub fn start_with(
+    ports: Vec<Box<dyn Port>>,
+    gids: Vec<Gid>,
+    dmacs: Vec<wire::EthernetAddress>,
+    cfg: PairConfig,
+) -> Vec<Node> {
     let mut nodes = Vec::new();
     for (i, port) in ports.into_iter().enumerate() {
         let mac = port.mac();
         let rnic = Rnic::new(RnicConfig::new(mac, gids[i]));
-        let engine = Engine::start(rnic, port, EngineConfig { name: format!("engine-{i}"), ..Default::default() });
+        let engine = Engine::start(
+            rnic,
+            port,
+            EngineConfig {
+                name: format!("engine-{i}"),
+                ..Default::default()
+            },
+        );
         let dev = engine.device();
         let cq = dev.create_cq(1 << 16).unwrap();
         let mem = Arc::new(HeapMemory::new(MEM));
@@ -54,21 +66,61 @@ pub fn start_with(ports: Vec<Box<dyn Port>>, gids: Vec<Gid>, dmacs: Vec<wire::Et
         let (qpn, ud_qpn, lkey, rkey) = dev
             .call(move |r| {
                 let pd = r.alloc_pd();
-                let all = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
-                let (l, k) = r.reg_mr(pd, m as Arc<dyn Memory>, 0, base, MEM as u64, all).unwrap();
-                let mk = |t| QpInit { qp_type: t, pd, send_cq: cqn, recv_cq: cqn, srq: None, max_send_wr: 8192, max_recv_wr: 8192, sq_sig_all: true };
-                (r.create_qp(mk(QpType::Rc)).unwrap(), r.create_qp(mk(QpType::Ud)).unwrap(), l, k)
+                let all = access::LOCAL_WRITE
+                    | access::REMOTE_WRITE
+                    | access::REMOTE_READ
+                    | access::REMOTE_ATOMIC;
+                let (l, k) = r
+                    .reg_mr(pd, m as Arc<dyn Memory>, 0, base, MEM as u64, all)
+                    .unwrap();
+                let mk = |t| QpInit {
+                    qp_type: t,
+                    pd,
+                    send_cq: cqn,
+                    recv_cq: cqn,
+                    srq: None,
+                    max_send_wr: 8192,
+                    max_recv_wr: 8192,
+                    sq_sig_all: true,
+                };
+                (
+                    r.create_qp(mk(QpType::Rc)).unwrap(),
+                    r.create_qp(mk(QpType::Ud)).unwrap(),
+                    l,
+                    k,
+                )
             })
             .unwrap();
-        nodes.push(Node { engine, dev, cq, qpn, ud_qpn, mem, base, lkey, rkey, gid: gids[i], mac });
+        nodes.push(Node {
+            engine,
+            dev,
+            cq,
+            qpn,
+            ud_qpn,
+            mem,
+            base,
+            lkey,
+            rkey,
+            gid: gids[i],
+            mac,
+        });
     }
     for i in 0..2 {
         let (peer_qpn, peer_gid, peer_mac) = (nodes[1 - i].qpn, nodes[1 - i].gid, dmacs[i]);
         let (qpn, ud_qpn) = (nodes[i].qpn, nodes[i].ud_qpn);
         let ah = AhAttr::new(peer_gid, peer_mac);
-        nodes[i].dev.call(move |r| connect(r, qpn, cfg, ah, peer_qpn, 100, 100)).unwrap();
-        let ud = PairConfig { qp_type: QpType::Ud, ..cfg };
-        nodes[i].dev.call(move |r| connect(r, ud_qpn, ud, ah, 0, 0, 0)).unwrap();
+        nodes[i]
+            .dev
+            .call(move |r| connect(r, qpn, cfg, ah, peer_qpn, 100, 100))
+            .unwrap();
+        let ud = PairConfig {
+            qp_type: QpType::Ud,
+            ..cfg
+        };
+        nodes[i]
+            .dev
+            .call(move |r| connect(r, ud_qpn, ud, ah, 0, 0, 0))
+            .unwrap();
     }
     nodes
 }
@@ -79,7 +131,11 @@ pub fn wait(cq: &CqHandle, n: usize, limit: Duration) -> Vec<Wc> {
     let mut out = Vec::new();
     while out.len() < n {
         if cq.poll(n - out.len(), &mut out) == 0 {
-            assert!(t0.elapsed() < limit, "only {} of {n} completions after {limit:?}: {out:?}", out.len());
+            assert!(
+                t0.elapsed() < limit,
+                "only {} of {n} completions after {limit:?}: {out:?}",
+                out.len()
+            );
             std::thread::yield_now();
         }
     }

@@ -1,0 +1,139 @@
+//! Congestion control wired into the transport: each QP has a DCQCN
+//! reaction point and a pacer (its requests leave no faster than the RP's
+//! rate), a notification point that answers CE-marked packets with CNPs,
+//! and the device obeys PFC pause frames per priority. The algorithms live
+//! in `crate::cc`; this is where packets meet them.
+
+use crate::cc::{CnpLimiter, DcqcnParams, NpCounters, NpParams, Pacer, PfcRx, Qos, ReactionPoint};
+use crate::time::Instant;
+use wire::{RoceRepr, Transport};
+
+/// Device-wide congestion settings.
+#[derive(Clone, Copy, Debug)]
+pub struct CcConfig {
+    /// DCQCN reaction point; `None` turns it off (CNPs are then counted as
+    /// ignored and nothing is paced).
+    pub dcqcn: Option<DcqcnParams>,
+    /// Notification point (CNP generation).
+    pub np: NpParams,
+    /// DSCP/ECN of data, and the priority classification.
+    pub qos: Qos,
+    /// Obey received PFC frames on these priorities (bit mask).
+    pub pfc_respect: u8,
+}
+
+impl Default for CcConfig {
+    /// As a ConnectX NIC ships: DCQCN and CNPs on with NVIDIA's defaults,
+    /// data ECT(0) at DSCP 26, PFC obeyed on every priority.
+    fn default() -> CcConfig {
+        CcConfig {
+            dcqcn: Some(DcqcnParams::nvidia()),
+            np: NpParams::nvidia(),
+            qos: Qos::default(),
+            pfc_respect: 0xFF,
+        }
+    }
+}
+
+impl CcConfig {
+    /// No congestion control at all (what Linux rxe does).
+    pub fn off() -> CcConfig {
+        let mut qos = Qos::default();
+        qos.data_dscp = 0;
+        qos.data_ecn = crate::cc::ecn::NOT_ECT;
+        CcConfig {
+            dcqcn: None,
+            np: NpParams {
+                enabled: false,
+                ..NpParams::nvidia()
+            },
+            qos,
+            pfc_respect: 0,
+        }
+    }
+}
+
+/// Per-QP congestion state.
+pub(crate) struct QpCc {
+    pub rp: ReactionPoint,
+    pub pacer: Pacer,
+    pub np: CnpLimiter,
+    pub np_counters: NpCounters,
+    /// A CNP owed to the peer, sent before anything else.
+    pub pending_cnp: Option<RoceRepr<'static>>,
+    /// The priority the QP's data travels on (for PFC).
+    pub prio: u8,
+    /// The pacer held a request back: wake at its next send time.
+    pub pace_blocked: bool,
+}
+
+impl QpCc {
+    pub fn new(cfg: &CcConfig, link_bps: u64) -> QpCc {
+        let mut rp = ReactionPoint::new(cfg.dcqcn.unwrap_or_default(), link_bps);
+        rp.set_enabled(cfg.dcqcn.is_some());
+        QpCc {
+            rp,
+            pacer: Pacer::new(),
+            np: CnpLimiter::new(),
+            np_counters: NpCounters::default(),
+            pending_cnp: None,
+            prio: cfg.qos.data_priority(),
+            pace_blocked: false,
+        }
+    }
+
+    /// The rate the pacer enforces (0 = unpaced: not rate-limited).
+    pub fn pace_bps(&self) -> u64 {
+        if self.rp.is_enabled() && self.rp.is_limited() {
+            self.rp.rate_bps()
+        } else {
+            0
+        }
+    }
+
+    /// Notification point: a packet arrived for this QP. CNPs are not
+    /// answered; `peer_qpn` is the QP that sent it.
+    pub fn on_receive(&mut self, now: Instant, pkt: &RoceRepr<'_>, peer_qpn: u32, np: &NpParams) {
+        if pkt
+            .opcode_info()
+            .is_some_and(|i| i.transport == Transport::Cnp)
+        {
+            return;
+        }
+        // RoCEv2 A17.9.2 / NVIDIA DCQCN NP: at most one CNP per QP per
+        // min_time_between_cnps, for CE-marked packets.
+        if self.np.on_roce(now, pkt, np, &mut self.np_counters) {
+            self.pending_cnp = Some(crate::cc::np::cnp_reply(pkt, peer_qpn, np));
+        }
+    }
+
+    /// Reaction point: our frame of `bytes` left at `now`.
+    pub fn on_sent(&mut self, now: Instant, bytes: usize) {
+        // preamble + start-of-frame delimiter + FCS + inter-frame gap
+        let wire = bytes as u64 + 24;
+        let rate = self.pace_bps();
+        self.pacer.on_send(now, wire, rate);
+        self.rp.on_sent(now, bytes as u64);
+    }
+
+    /// Whether the pacer lets a request go at `now` (remembering when it
+    /// did not, so that its next send time becomes a deadline).
+    pub fn may_send(&mut self, now: Instant) -> bool {
+        let ok = self.pace_bps() == 0 || self.pacer.ready(now);
+        self.pace_blocked = !ok;
+        ok
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let pace = (self.pace_blocked && self.pace_bps() != 0).then(|| self.pacer.next_send());
+        match (self.rp.poll_timeout(), pace) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Device-level PFC reaction state.
+pub(crate) fn pfc_rx(cfg: &CcConfig, link_bps: u64) -> PfcRx {
+    PfcRx::with_mask(link_bps, cfg.pfc_respect)
+}

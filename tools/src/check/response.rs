@@ -1,0 +1,298 @@
+//! Response streams: pairing with the requests they answer, ACK/NAK
+//! consistency (PSNs sent, MSNs counting completed messages), read
+//! responses and atomic ACKs.
+
+use super::{Checker, StreamKey, MTUS};
+use wire::{NakCode, Operation, Position, Psn, RoceRepr, Syndrome, Transport};
+
+#[derive(Clone, Copy)]
+pub(super) struct ReadInProgress {
+    pub(super) start: Psn,
+    pub(super) next: Psn,
+    pub(super) bytes: u64,
+    pub(super) want: Option<u32>,
+}
+
+/// Responses towards one QP.
+#[derive(Default)]
+pub(super) struct RespStream {
+    pub(super) pair: Option<StreamKey>,
+    pub(super) seen: u64,
+    pub(super) read: Option<ReadInProgress>,
+    pub(super) msn: Option<u32>,
+    pub(super) last_ack: Option<Psn>,
+    /// (PSN, MSN) of the last positive response checked: the origin for
+    /// the next MSN check.
+    pub(super) calib: Option<(Psn, u32)>,
+}
+
+impl Checker {
+    /// Finds the request stream a response stream answers.
+    fn pair(&mut self, rkey: StreamKey, sport: u16, psn: Psn) -> Option<StreamKey> {
+        let cands: Vec<StreamKey> = self
+            .req
+            .iter()
+            .filter(|(k, s)| {
+                k.src == rkey.dst && k.dst == rkey.src && s.transport == Transport::Rc && !s.paired
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        let by_port: Vec<StreamKey> = cands
+            .iter()
+            .copied()
+            .filter(|k| self.req[k].sport == sport)
+            .collect();
+        let in_range = |v: &[StreamKey]| -> Vec<StreamKey> {
+            v.iter()
+                .copied()
+                .filter(|k| {
+                    let s = &self.req[k];
+                    !psn.before(s.first) && psn.before(s.upper())
+                })
+                .collect()
+        };
+        let pick = if by_port.len() == 1 {
+            Some(by_port[0])
+        } else if cands.len() == 1 {
+            Some(cands[0])
+        } else {
+            let pool = if by_port.is_empty() { &cands } else { &by_port };
+            let r = in_range(pool);
+            (r.len() == 1).then(|| r[0])
+        };
+        if let Some(k) = pick {
+            self.req.get_mut(&k).expect("candidate").paired = true;
+        }
+        pick
+    }
+
+    pub(super) fn response(
+        &mut self,
+        r: &RoceRepr<'_>,
+        notes: &mut Vec<String>,
+    ) -> Result<(), String> {
+        let info = r.opcode_info().expect("parsed frames have a known opcode");
+        let name = info.name;
+        let rkey = StreamKey {
+            src: r.ip.src(),
+            dst: r.ip.dst(),
+            dest_qp: r.bth.dest_qp,
+        };
+        let p = r.bth.psn;
+        let paired = self.resp.get(&rkey).and_then(|x| x.pair);
+        let pair = match paired {
+            Some(k) => Some(k),
+            None => {
+                let k = self.pair(rkey, r.udp.src_port, p);
+                self.resp.entry(rkey).or_default().pair = k;
+                k
+            }
+        };
+        let rs = self.resp.get_mut(&rkey).expect("inserted above");
+        rs.seen += 1;
+        let first_of_stream = rs.seen == 1;
+
+        // AETH bookkeeping: the MSN does not go back.
+        if let Some(aeth) = r.ext.aeth {
+            match aeth.syndrome {
+                Syndrome::Nak(code) => {
+                    rs.calib = None;
+                    self.stats.naks += 1;
+                    notes.push(match code {
+                        NakCode::PsnSequenceError => {
+                            format!("NAK: PSN sequence error, the responder expects PSN {p}")
+                        }
+                        other => format!("NAK {other:?} at PSN {p}"),
+                    });
+                }
+                Syndrome::RnrNak { timer } => {
+                    rs.calib = None;
+                    self.stats.rnr_naks += 1;
+                    notes.push(format!("RNR NAK at PSN {p} (timer code {timer})"));
+                }
+                Syndrome::Reserved(b) => {
+                    return Err(format!(
+                        "{name} carries the reserved AETH syndrome {b:#04x}"
+                    ));
+                }
+                Syndrome::Ack { .. } => {
+                    if info.operation == Operation::Acknowledge {
+                        if rs.last_ack == Some(p) {
+                            self.stats.duplicate_acks += 1;
+                            notes.push("duplicate ACK".into());
+                        }
+                        rs.last_ack = Some(p);
+                    }
+                }
+            }
+            if let Some(prev) = rs.msn {
+                if Psn::new(aeth.msn).before(Psn::new(prev)) {
+                    notes.push(format!("MSN went back from {prev} to {}", aeth.msn));
+                }
+            }
+            if !rs
+                .msn
+                .is_some_and(|prev| Psn::new(aeth.msn).before(Psn::new(prev)))
+            {
+                rs.msn = Some(aeth.msn);
+            }
+        }
+
+        let Some(qkey) = pair else {
+            if first_of_stream {
+                notes.push(format!(
+                    "no requests to the QP these responses answer ({} > {}) are in the capture so far",
+                    rkey.dst, rkey.src
+                ));
+            }
+            return Ok(());
+        };
+        let s = self.req.get_mut(&qkey).expect("paired streams exist");
+        if p.before(s.first) {
+            notes.push("answers a request sent before the capture began".into());
+            return Ok(());
+        }
+        let upper = s.upper();
+        if !p.before(upper) {
+            return Err(format!(
+                "{name} for PSN {p}, but QP {:#x} of {} has been sent requests only up to PSN {}",
+                qkey.dest_qp,
+                qkey.dst,
+                upper.sub(1)
+            ));
+        }
+
+        // The AETH's MSN counts the messages the responder has
+        // completed, so between two positive responses it grows by the
+        // number of messages that end between their PSNs.
+        if let Some(aeth) = r.ext.aeth.filter(|a| a.syndrome.is_ack()) {
+            if s.retransmitted {
+                rs.calib = None;
+            } else {
+                match rs.calib {
+                    Some((p0, _)) if p.before(p0) => {}
+                    Some((p0, m0)) => {
+                        while s.ends.front().is_some_and(|e| !e.after(p0)) {
+                            s.ends.pop_front();
+                        }
+                        let n = s.ends.iter().take_while(|e| !e.after(p)).count() as u32;
+                        let want = Psn::new(m0).add(n).value();
+                        if aeth.msn != want {
+                            return Err(format!(
+                                "{name} for PSN {p} carries MSN {}, but {n} message{} ended after PSN {p0}, answered with MSN {m0}: the MSN should be {want}",
+                                aeth.msn,
+                                if n == 1 { "" } else { "s" }
+                            ));
+                        }
+                        rs.calib = Some((p, aeth.msn));
+                    }
+                    None => rs.calib = Some((p, aeth.msn)),
+                }
+            }
+        }
+
+        match info.operation {
+            Operation::AtomicAcknowledge if !s.atomics.contains(&p) => {
+                return Err(format!(
+                    "{name} for PSN {p}, which is not an atomic request"
+                ));
+            }
+            Operation::ReadResponse => {
+                let len = r.payload.len() as u32;
+                let name = info.name;
+                // payload sizes
+                match info.position {
+                    Position::First | Position::Middle => match s.mtu {
+                        Some(m) if m != len => {
+                            return Err(format!(
+                                "{name} carries {len} bytes; every read response packet but the last carries exactly the path MTU ({m})"
+                            ));
+                        }
+                        Some(_) => {}
+                        None if MTUS.contains(&len) => {
+                            notes.push(format!("path MTU {len}"));
+                            s.set_mtu(len);
+                        }
+                        None => {
+                            return Err(format!("{name} carries {len} bytes, which is no path MTU"))
+                        }
+                    },
+                    Position::Last | Position::Only => {
+                        let m = s.mtu.unwrap_or(4096);
+                        if len > m {
+                            return Err(format!(
+                                "{name} carries {len} bytes, more than the path MTU ({m})"
+                            ));
+                        }
+                    }
+                }
+                if info.position.is_start() {
+                    if let Some(cur) = rs.read {
+                        if p.after(cur.next) {
+                            return Err(format!(
+                                "{name} at PSN {p} while the read response begun at PSN {} stopped at PSN {}: packets are missing from the capture",
+                                cur.start,
+                                cur.next.sub(1)
+                            ));
+                        }
+                        notes.push(format!(
+                            "the read response begun at PSN {} was left unfinished",
+                            cur.start
+                        ));
+                    }
+                    let want = s.reads.iter().rev().find(|(q, _)| *q == p).map(|x| x.1);
+                    if want.is_none() {
+                        return Err(format!(
+                            "{name} at PSN {p} answers no RDMA READ request (none was sent with that PSN)"
+                        ));
+                    }
+                    rs.read = Some(ReadInProgress {
+                        start: p,
+                        next: p,
+                        bytes: 0,
+                        want,
+                    });
+                }
+                let Some(mut cur) = rs.read else {
+                    if first_of_stream {
+                        notes.push("read response begun before the capture".into());
+                    } else {
+                        return Err(format!(
+                            "{name} at PSN {p}, but no read response is in progress"
+                        ));
+                    }
+                    return Ok(());
+                };
+                if p != cur.next {
+                    return Err(if p.after(cur.next) {
+                        format!(
+                            "read response PSN gap: expected PSN {}, found {p}: packets are missing from the capture",
+                            cur.next
+                        )
+                    } else {
+                        format!(
+                            "{name} at PSN {p} goes back inside the read response (expected PSN {})",
+                            cur.next
+                        )
+                    });
+                }
+                cur.bytes += len as u64;
+                cur.next = p.next();
+                rs.read = Some(cur);
+                if info.position.is_end() {
+                    rs.read = None;
+                    if let Some(want) = cur.want {
+                        if cur.bytes != want as u64 {
+                            return Err(format!(
+                                "the read response begun at PSN {} carried {} bytes, the READ asked for {want}",
+                                cur.start, cur.bytes
+                            ));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}

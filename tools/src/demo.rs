@@ -1,0 +1,156 @@
+//! `rnic demo`: two emulated NICs on the in-memory wire run a short
+//! perftest suite (WRITE, READ, SEND and atomic latency; WRITE, READ and
+//! SEND bandwidth, a few sizes each), print the tables and percentiles,
+//! write the warm-up frames of every test to a pcap, and check that pcap.
+
+use crate::loopback::{Loopback, LOOPBACK_NOTE};
+use crate::perf::{run_size, Mode, Settings, Verb};
+use crate::perfcmd::title;
+use crate::progress::Progress;
+use crate::{report, say, stats, CliError};
+use nic::verbs::QpType;
+use serde_json::json;
+use std::path::PathBuf;
+
+pub struct DemoOptions {
+    pub out: PathBuf,
+    pub json: Option<PathBuf>,
+    /// Fewer iterations (for tests and slow machines).
+    pub quick: bool,
+    pub no_progress: bool,
+    pub command: String,
+}
+
+/// Frames of each size's warm-up written to the pcap.
+const RECORD_LAT: usize = 24;
+const RECORD_BW: usize = 300;
+
+fn suite(quick: bool) -> Vec<Settings> {
+    let (lat_iters, bw_iters) = if quick { (200, 400) } else { (10_000, 5000) };
+    let case = |verb, mode, sizes: &[usize]| Settings {
+        verb,
+        mode,
+        sizes: sizes.to_vec(),
+        iters: if mode == Mode::Lat {
+            lat_iters
+        } else {
+            bw_iters
+        },
+        duration: None,
+        qps: 1,
+        mtu: 1024,
+        tx_depth: if mode == Mode::Lat { 1 } else { 128 },
+        qp_type: QpType::Rc,
+        record: if mode == Mode::Lat {
+            RECORD_LAT
+        } else {
+            RECORD_BW
+        },
+    };
+    vec![
+        case(Verb::Write, Mode::Lat, &[2, 4096]),
+        case(Verb::Read, Mode::Lat, &[2, 4096]),
+        case(Verb::Send, Mode::Lat, &[2, 4096]),
+        case(Verb::Atomic, Mode::Lat, &[8]),
+        case(Verb::Write, Mode::Bw, &[4096, 65536]),
+        case(Verb::Read, Mode::Bw, &[4096, 65536]),
+        case(Verb::Send, Mode::Bw, &[4096, 65536]),
+    ]
+}
+
+pub fn run(opts: &DemoOptions) -> Result<(), CliError> {
+    let cases = suite(opts.quick);
+    if let Some(dir) = opts.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(CliError::new(format!(
+                "cannot write {}: {} is not a directory",
+                opts.out.display(),
+                dir.display()
+            )));
+        }
+    }
+    let mem = cases.iter().map(|c| c.mem_len()).max().unwrap_or(1 << 20);
+    let mut lb = Loopback::new(mem);
+    say(&format!(
+        "rnic demo: two soft RNICs (srnic0 192.0.2.1, srnic1 192.0.2.2) on the in-memory wire\n\
+         {LOOPBACK_NOTE}\n\
+         RC, MTU 1024, {} latency / {} bandwidth iterations per size\n",
+        cases[0].iters,
+        cases[cases.len() - 1].iters
+    ))?;
+    let mut progress = Progress::new(!opts.no_progress);
+    let total: usize = cases.iter().map(|c| c.sizes.len()).sum();
+    let mut done = 0usize;
+    let mut all = Vec::new();
+    for s in &cases {
+        let mut results = Vec::new();
+        for &size in &s.sizes {
+            progress.stage(
+                format!("{} {} {size} B", s.verb.name(), s.mode.name()),
+                done as f64 / total as f64,
+                1.0 / total as f64,
+            );
+            let r = run_size(&mut lb, s, size, &mut progress).map_err(|e| {
+                progress.finish();
+                CliError::new(format!(
+                    "demo: {} {} {size} B: {e}",
+                    s.verb.name(),
+                    s.mode.name()
+                ))
+            })?;
+            results.push(r);
+            done += 1;
+        }
+        progress.finish();
+        say(&format!(
+            "\n{}  ({})\n{}",
+            title(s.verb, s.mode),
+            s.method(),
+            report::text(s, &results, false)
+        ))?;
+        all.push((s.clone(), results));
+    }
+    let frames = std::mem::take(&mut lb.wire.borrow_mut().recorded);
+    crate::capture::write_pcap(&opts.out, &frames)
+        .map_err(|e| CliError::new(format!("cannot write {}: {e}", opts.out.display())))?;
+    let verdict = match crate::pcapcmd::check_one(&opts.out) {
+        Ok(line) => format!("rnic pcap check: ok: {line}"),
+        Err(e) => {
+            return Err(CliError::new(format!(
+                "demo wrote a capture that fails its own check: {e}"
+            )))
+        }
+    };
+    say(&format!(
+        "\n{}: {} frames (the warm-up of every test); {verdict}\nOpen it in Wireshark, or: tshark -r {}\n",
+        opts.out.display(),
+        frames.len(),
+        opts.out.display()
+    ))?;
+    let devices = report::devices_json(&lb);
+    if let Some(p) = &opts.json {
+        let doc = json!({
+            "tool": "rnic",
+            "version": env!("CARGO_PKG_VERSION"),
+            "command": opts.command,
+            "transport": LOOPBACK_NOTE,
+            "pcap": opts.out.display().to_string(),
+            "tests": all.iter().map(|(s, rs)| json!({
+                "test": s.verb.name(),
+                "mode": s.mode.name(),
+                "title": title(s.verb, s.mode),
+                "method": s.method(),
+                "results": rs.iter().map(|r| report::result_json(s, r, false)).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "devices": devices.clone(),
+        });
+        let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
+        std::fs::write(p, text + "\n")
+            .map_err(|e| CliError::new(format!("cannot write {}: {e}", p.display())))?;
+        eprintln!("rnic: wrote {}", p.display());
+    }
+    if let Err(e) = stats::save(&opts.command, devices) {
+        eprintln!("rnic: warning: counters not saved for `rnic stats`: {e}");
+    }
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! The in-process loopback: two soft RNICs built from the real transport,
+//! joined by the simulator's in-memory wire with zero latency and unlimited
+//! bandwidth, driven from one thread. Time on the simulator's clock does not
+//! move (nothing waits on the wire), so what a wall clock measures around an
+//! operation is the software path itself: post → requester → frame → ICRC
+//! → responder → ACK → completion.
+
+use nic::sim::{connect, LinkConfig, PairConfig, Sim};
+use nic::transport::{QpInit, Rnic, RnicConfig};
+use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpState, QpType, Wc};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wire::{EthernetAddress, Gid};
+
+/// What the output header says about the loopback.
+pub const LOOPBACK_NOTE: &str =
+    "in-process loopback: both NICs in one thread; wall-clock time of the software path";
+
+/// One node: its verbs objects and the memory of its one region.
+pub struct Node {
+    pub name: String,
+    pub pd: u32,
+    pub cq: u32,
+    pub mem: Arc<HeapMemory>,
+    pub base: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+    pub mac: EthernetAddress,
+    pub gid: Gid,
+}
+
+/// A connected QP pair: `qpn[i]` lives on node `i`.
+#[derive(Clone, Copy, Debug)]
+pub struct Conn {
+    pub qpn: [u32; 2],
+    pub qp_type: QpType,
+}
+
+/// Frames and bytes seen on the wire, per sending node, and the frames
+/// kept for a capture file.
+#[derive(Default)]
+pub struct Wire {
+    pub tx_packets: [u64; 2],
+    pub tx_bytes: [u64; 2],
+    /// Frames still to be recorded (0: recording is off).
+    pub record_budget: usize,
+    pub recorded: Vec<(Duration, Vec<u8>)>,
+    origin: Option<(SystemTime, std::time::Instant)>,
+}
+
+impl Wire {
+    fn see(&mut self, dir: usize, frame: &[u8]) {
+        self.tx_packets[dir] += 1;
+        self.tx_bytes[dir] += frame.len() as u64;
+        if self.record_budget > 0 {
+            self.record_budget -= 1;
+            let (wall, mono) = *self
+                .origin
+                .get_or_insert_with(|| (SystemTime::now(), std::time::Instant::now()));
+            let since_epoch = wall.duration_since(UNIX_EPOCH).unwrap_or_default();
+            self.recorded
+                .push((since_epoch + mono.elapsed(), frame.to_vec()));
+        }
+    }
+}
+
+/// Two RNICs on the in-memory wire.
+pub struct Loopback {
+    pub sim: Sim,
+    pub nodes: [Node; 2],
+    pub conns: Vec<Conn>,
+    pub wire: Rc<RefCell<Wire>>,
+    next_psn: u32,
+}
+
+/// A link that takes no time: no latency, no serialisation delay, no loss.
+pub fn instant_link() -> LinkConfig {
+    LinkConfig {
+        latency: Duration::ZERO,
+        bandwidth_bps: 0,
+        loss: 0.0,
+        duplicate: 0.0,
+        corrupt: 0.0,
+        ce_mark: 0.0,
+        reorder: 0.0,
+        ..LinkConfig::default()
+    }
+}
+
+impl Loopback {
+    /// Two nodes, each with a PD, a CQ and one registered region of
+    /// `mem_len` bytes, and no QP yet.
+    pub fn new(mem_len: usize) -> Loopback {
+        let mut rnics = Vec::new();
+        let mut nodes = Vec::new();
+        for i in 0..2u8 {
+            let mac = EthernetAddress([0x02, 0, 0, 0, 0, i + 1]);
+            let gid = Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, i + 1));
+            let mut cfg = RnicConfig::new(mac, gid);
+            cfg.seed = 0x5eed + i as u64;
+            let mut r = Rnic::new(cfg);
+            let pd = r.alloc_pd();
+            let cq = r.create_cq(1 << 16);
+            let mem = Arc::new(HeapMemory::new(mem_len));
+            let base = 0x1000_0000u64 * (i as u64 + 1);
+            let all = access::LOCAL_WRITE
+                | access::REMOTE_WRITE
+                | access::REMOTE_READ
+                | access::REMOTE_ATOMIC;
+            let (lkey, rkey) = r
+                .reg_mr(
+                    pd,
+                    mem.clone() as Arc<dyn Memory>,
+                    0,
+                    base,
+                    mem_len as u64,
+                    all,
+                )
+                .expect("a fresh device registers its region");
+            rnics.push(r);
+            nodes.push(Node {
+                name: format!("srnic{i}"),
+                pd,
+                cq,
+                mem,
+                base,
+                lkey,
+                rkey,
+                mac,
+                gid,
+            });
+        }
+        let b = rnics.pop().expect("two");
+        let a = rnics.pop().expect("two");
+        let mut sim = Sim::new(a, b, instant_link(), 1);
+        let wire = Rc::new(RefCell::new(Wire::default()));
+        let w = wire.clone();
+        sim.tap = Some(Box::new(move |_, dir, frame| {
+            w.borrow_mut().see(dir, frame)
+        }));
+        let nodes: [Node; 2] = match nodes.try_into() {
+            Ok(n) => n,
+            Err(_) => unreachable!("two nodes were built"),
+        };
+        Loopback {
+            sim,
+            nodes,
+            conns: Vec::new(),
+            wire,
+            next_psn: 0x1000,
+        }
+    }
+
+    /// Creates a QP on each node and connects them (RC or UC), with queues
+    /// of `depth` work requests. Returns the connection's index.
+    pub fn connect(&mut self, qp_type: QpType, mtu: u32, depth: u32) -> Result<usize, String> {
+        let mut qpn = [0u32; 2];
+        for (i, q) in qpn.iter_mut().enumerate() {
+            let n = &self.nodes[i];
+            *q = self.sim.nodes[i]
+                .create_qp(QpInit {
+                    qp_type,
+                    pd: n.pd,
+                    send_cq: n.cq,
+                    recv_cq: n.cq,
+                    srq: None,
+                    max_send_wr: depth,
+                    max_recv_wr: depth,
+                    sq_sig_all: false,
+                })
+                .map_err(|e| format!("create_qp: {e}"))?;
+        }
+        let cfg = PairConfig {
+            qp_type,
+            mtu,
+            max_wr: depth,
+            ..PairConfig::default()
+        };
+        // distinct starting PSNs per connection and direction
+        let psn = [self.next_psn, self.next_psn + 0x80_0000];
+        self.next_psn = (self.next_psn + 0x1_0000) & 0x7F_FFFF;
+        for i in 0..2 {
+            let peer = &self.nodes[1 - i];
+            let ah = AhAttr::new(peer.gid, peer.mac);
+            connect(
+                &mut self.sim.nodes[i],
+                qpn[i],
+                cfg,
+                ah,
+                qpn[1 - i],
+                psn[i],
+                psn[1 - i],
+            );
+        }
+        self.conns.push(Conn { qpn, qp_type });
+        Ok(self.conns.len() - 1)
+    }
+
+    /// Drains node `i`'s completions into `out`.
+    pub fn poll(&mut self, i: usize, out: &mut Vec<Wc>) {
+        let cq = self.nodes[i].cq;
+        let _ = self.sim.nodes[i].poll_cq(cq, usize::MAX, out);
+    }
+
+    /// One round of the simulator; when nothing happened, jumps its clock
+    /// to the next timer. Returns false when nothing is left to happen at
+    /// all (the transport stalled).
+    pub fn turn(&mut self) -> bool {
+        if self.sim.step() {
+            return true;
+        }
+        match self.sim.next_event() {
+            Some(t) => {
+                self.sim.now = t.max(self.sim.now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The state of every QP of connection `c`, for error messages.
+    pub fn describe(&self, c: usize) -> String {
+        let conn = self.conns[c];
+        (0..2)
+            .map(|i| self.sim.nodes[i].debug_qp(conn.qpn[i]))
+            .collect::<Vec<_>>()
+            .join("")
+            .replace('\n', " | ")
+    }
+
+    /// Whether both QPs of connection `c` are still ready to send.
+    pub fn healthy(&self, c: usize) -> bool {
+        let conn = self.conns[c];
+        (0..2).all(|i| {
+            self.sim.nodes[i]
+                .query_qp(conn.qpn[i])
+                .is_ok_and(|q| q.state == QpState::Rts)
+        })
+    }
+}

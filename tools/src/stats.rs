@@ -1,0 +1,148 @@
+//! `rnic stats`: the counters of the last `rnic perf` or `rnic demo` run.
+//!
+//! There is no daemon yet, so every run saves its devices' counters to
+//! `last-run.json` in the state directory: `$SOFTRNIC_STATE_DIR` when set,
+//! else `$XDG_RUNTIME_DIR/softrnic`, else `<temp dir>/softrnic-$USER`.
+
+use crate::pcapcmd::write_or_quit;
+use crate::CliError;
+use serde_json::{json, Value};
+use std::io;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Where runs leave their counters.
+pub fn state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SOFTRNIC_STATE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("softrnic");
+    }
+    let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
+    std::env::temp_dir().join(format!("softrnic-{user}"))
+}
+
+pub fn last_run_path() -> PathBuf {
+    state_dir().join("last-run.json")
+}
+
+/// Saves a run's devices. Failing to save is not the run's failure: the
+/// caller prints the returned message as a warning.
+pub fn save(command: &str, devices: Value) -> Result<PathBuf, String> {
+    let path = last_run_path();
+    let finished = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let doc = json!({
+        "command": command,
+        "finished_unix": finished,
+        "devices": devices,
+    });
+    let dir = state_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let tmp = dir.join(format!("last-run.json.{}", std::process::id()));
+    let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
+    std::fs::write(&tmp, text + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// Prints the saved counters, as `rdma statistic show` lays them out (one
+/// line per device and per QP, `name value` pairs), or as JSON.
+pub fn show(as_json: bool, file: Option<PathBuf>) -> Result<(), CliError> {
+    let path = file.unwrap_or_else(last_run_path);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(CliError::new(format!(
+                "no counters: {} does not exist (no daemon is running and no `rnic perf` or `rnic demo` has run yet)",
+                path.display()
+            )))
+        }
+        Err(e) => {
+            return Err(CliError::new(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    let doc: Value = serde_json::from_str(&text).map_err(|e| {
+        CliError::new(format!(
+            "{} is not a saved run (bad JSON: {e})",
+            path.display()
+        ))
+    })?;
+    let Some(devices) = doc.get("devices").and_then(|d| d.as_array()) else {
+        return Err(CliError::new(format!(
+            "{} is not a saved run (no \"devices\")",
+            path.display()
+        )));
+    };
+    let mut out = io::stdout().lock();
+    if as_json {
+        let s = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
+        return write_or_quit(&mut out, format_args!("{s}\n"));
+    }
+    let command = doc.get("command").and_then(|c| c.as_str()).unwrap_or("?");
+    let ago = doc
+        .get("finished_unix")
+        .and_then(|t| t.as_u64())
+        .and_then(|t| {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
+            Some(now.saturating_sub(t))
+        })
+        .map_or(String::new(), |s| format!(", {s} s ago"));
+    write_or_quit(
+        &mut out,
+        format_args!(
+            "# counters of the last run (`{command}`{ago}), from {}\n",
+            path.display()
+        ),
+    )?;
+    for d in devices {
+        let name = d.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+        let port = d.get("port").and_then(|n| n.as_u64()).unwrap_or(1);
+        let link = format!("link {name}/{port}");
+        let pairs = |v: Option<&Value>| -> String {
+            v.and_then(|c| c.as_object())
+                .map(|m| {
+                    m.iter()
+                        .filter(|(_, v)| v.is_number())
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default()
+        };
+        write_or_quit(
+            &mut out,
+            format_args!("{link} {}\n", pairs(d.get("counters"))),
+        )?;
+        write_or_quit(
+            &mut out,
+            format_args!("ethtool {name} {}\n", pairs(d.get("port_counters"))),
+        )?;
+        for q in d
+            .get("qps")
+            .and_then(|q| q.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let get = |k: &str| q.get(k).map(|v| v.to_string().replace('"', ""));
+            write_or_quit(
+                &mut out,
+                format_args!(
+                    "{link} lqpn {} rqpn {} type {} state {} {}\n",
+                    get("lqpn").unwrap_or_default(),
+                    get("rqpn").unwrap_or_default(),
+                    get("type").unwrap_or_default(),
+                    get("state").unwrap_or_default(),
+                    pairs(q.get("counters"))
+                ),
+            )?;
+        }
+    }
+    Ok(())
+}

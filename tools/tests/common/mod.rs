@@ -1,0 +1,159 @@
+//! Helpers shared by the CLI tests: the `rnic` binary with a private state
+//! directory, the third-party captures, and a minimal classic-pcap codec
+//! for making damaged copies.
+#![allow(dead_code)]
+
+use assert_cmd::Command;
+use std::path::{Path, PathBuf};
+
+/// `rnic` with its own state directory (so parallel tests do not share
+/// `last-run.json`) and no progress bar.
+pub fn rnic(state: &Path) -> Command {
+    let mut c = Command::cargo_bin("rnic").expect("the rnic binary is built");
+    c.env("SOFTRNIC_STATE_DIR", state);
+    c.env_remove("XDG_RUNTIME_DIR");
+    c
+}
+
+/// `../shared/pcaps/rxe-public` beside the repository, or
+/// `$SOFTRNIC_RXE_PCAPS`; None (with a loud SKIPPED line) when missing.
+pub fn rxe_dir(test: &str) -> Option<PathBuf> {
+    let dir = match std::env::var_os("SOFTRNIC_RXE_PCAPS") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/pcaps/rxe-public"),
+    };
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED {test}: {} is missing (set SOFTRNIC_RXE_PCAPS to the folder); \
+             the third-party captures are not in this checkout",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// Every `.pcap` below `dir`, sorted.
+pub fn pcap_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "pcap") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A classic little-endian pcap file: the 24-byte header and the records
+/// (record header, data).
+pub struct Pcap {
+    pub header: Vec<u8>,
+    pub records: Vec<([u8; 16], Vec<u8>)>,
+}
+
+impl Pcap {
+    pub fn read(path: &Path) -> Pcap {
+        let b = std::fs::read(path).unwrap();
+        assert_eq!(
+            &b[..4],
+            &[0xD4, 0xC3, 0xB2, 0xA1],
+            "{}: little-endian pcap expected",
+            path.display()
+        );
+        let mut records = Vec::new();
+        let mut off = 24;
+        while off < b.len() {
+            let mut h = [0u8; 16];
+            h.copy_from_slice(&b[off..off + 16]);
+            let incl = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+            records.push((h, b[off + 16..off + 16 + incl].to_vec()));
+            off += 16 + incl;
+        }
+        Pcap {
+            header: b[..24].to_vec(),
+            records,
+        }
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut out = self.header.clone();
+        for (h, d) in &self.records {
+            out.extend_from_slice(h);
+            out.extend_from_slice(d);
+        }
+        out
+    }
+
+    pub fn write(&self, path: &Path) {
+        std::fs::write(path, self.bytes()).unwrap();
+    }
+
+    /// Replaces record `i`'s data, setting the captured length to the new
+    /// length and the original length to `orig`.
+    pub fn set_data(&mut self, i: usize, data: Vec<u8>, orig: u32) {
+        let h = &mut self.records[i].0;
+        h[8..12].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        h[12..16].copy_from_slice(&orig.to_le_bytes());
+        self.records[i].1 = data;
+    }
+
+    /// Index of the first record whose RoCEv2 opcode is `name`.
+    pub fn find(&self, name: &str) -> usize {
+        self.records
+            .iter()
+            .position(|(_, d)| wire::RoceRepr::parse(d).is_ok_and(|r| r.bth.opcode.name() == name))
+            .unwrap_or_else(|| panic!("no {name} frame"))
+    }
+}
+
+/// Runs tshark's verdict on a capture: `Some(Ok)` clean, `Some(Err(why))`
+/// not, `None` when tshark is not installed (the caller skips or, under
+/// CI, fails).
+pub fn tshark_verdict(file: &Path) -> Option<Result<String, String>> {
+    let have = std::process::Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        return None;
+    }
+    let judge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/tshark-judge");
+    let out = if judge.is_file() {
+        std::process::Command::new("bash")
+            .arg(&judge)
+            .arg(file)
+            .output()
+            .unwrap()
+    } else {
+        std::process::Command::new("tshark")
+            .args(["-r"])
+            .arg(file)
+            .args(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
+            .output()
+            .unwrap()
+    };
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let clean = if judge.is_file() {
+        out.status.success()
+    } else {
+        out.status.success() && out.stdout.is_empty()
+    };
+    Some(if clean { Ok(text) } else { Err(text) })
+}
+
+/// Skips (loudly) or, when CI is set, fails for a missing tool.
+pub fn missing_tool(test: &str, tool: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {tool} is not installed, and CI is set: install it (.ci/run does)");
+    }
+    eprintln!("SKIPPED {test}: {tool} is not installed (Debian package tshark)");
+}

@@ -1,0 +1,568 @@
+//! `rnic pcap check | dump | replay` on the third-party Linux Soft-RoCE
+//! captures, and on damaged copies of them made here: one corrupted byte,
+//! one dropped frame, one truncated frame, a truncated file.
+
+mod common;
+
+use common::{pcap_files, rnic, rxe_dir, Pcap};
+use predicates::prelude::*;
+use std::path::Path;
+
+/// Every frame of every rxe capture passes, and the checker counts as
+/// RoCEv2 exactly the frames the wire crate parses.
+#[test]
+fn every_rxe_capture_passes_the_check() {
+    let Some(dir) = rxe_dir("every_rxe_capture_passes_the_check") else {
+        return;
+    };
+    let files = pcap_files(&dir);
+    assert!(
+        files.len() >= 20,
+        "expected 11 + 9 captures, found {}",
+        files.len()
+    );
+    assert!(files.iter().any(|f| f.to_string_lossy().contains("nccl")));
+    let state = tempfile::tempdir().unwrap();
+    let out = rnic(state.path())
+        .arg("pcap")
+        .arg("check")
+        .args(&files)
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    for f in &files {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{}: ok: ", f.display())))
+            .unwrap_or_else(|| panic!("no verdict for {}:\n{text}", f.display()));
+        let roce: u64 = line
+            .split(" frames: ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("cannot read the RoCE count in {line}"));
+        let p = Pcap::read(f);
+        let parsed = p
+            .records
+            .iter()
+            .filter(|(_, d)| wire::RoceRepr::parse(d).is_ok())
+            .count() as u64;
+        assert!(parsed > 0, "{}: no RoCE frame", f.display());
+        assert_eq!(roce, parsed, "{line}");
+    }
+}
+
+fn damaged(
+    test: &str,
+    name: &str,
+    damage: impl FnOnce(&mut Pcap) -> usize,
+) -> Option<(tempfile::TempDir, std::path::PathBuf, usize)> {
+    let dir = rxe_dir(test)?;
+    let mut p = Pcap::read(&dir.join(name));
+    let frame = damage(&mut p);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join(format!("damaged-{name}"));
+    p.write(&path);
+    Some((tmp, path, frame))
+}
+
+fn fails_with(path: &Path, needles: &[&str]) {
+    let state = tempfile::tempdir().unwrap();
+    let out = rnic(state.path())
+        .args(["pcap", "check"])
+        .arg(path)
+        .assert()
+        .failure()
+        .code(1);
+    let err = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert_eq!(err.lines().count(), 1, "one line expected:\n{err}");
+    assert!(err.starts_with("rnic: "), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} missing from: {err}");
+    }
+}
+
+#[test]
+fn a_corrupted_byte_fails_the_icrc_naming_the_frame() {
+    // a byte of the payload of the first RDMA WRITE MIDDLE packet
+    let Some((_t, path, frame)) = damaged(
+        "a_corrupted_byte_fails_the_icrc_naming_the_frame",
+        "rdma_write_bw.pcap",
+        |p| {
+            let i = p.find("RC_RDMA_WRITE_MIDDLE");
+            let n = p.records[i].1.len();
+            p.records[i].1[n - 100] ^= 0x01;
+            i + 1
+        },
+    ) else {
+        return;
+    };
+    fails_with(
+        &path,
+        &[&format!("frame {frame}: "), "ICRC", "RC_RDMA_WRITE_MIDDLE"],
+    );
+}
+
+#[test]
+fn a_corrupted_psn_fails_the_icrc() {
+    // the BTH (PSN field) of the first ACK: covered by the ICRC
+    let Some((_t, path, frame)) =
+        damaged("a_corrupted_psn_fails_the_icrc", "rdma_read_bw.pcap", |p| {
+            let i = p.find("RC_RDMA_READ_RESPONSE_MIDDLE");
+            p.records[i].1[14 + 20 + 8 + 11] ^= 0x80;
+            i + 1
+        })
+    else {
+        return;
+    };
+    fails_with(&path, &[&format!("frame {frame}: "), "ICRC"]);
+}
+
+#[test]
+fn a_dropped_frame_fails_the_psn_sequence() {
+    let Some((_t, path, frame)) = damaged(
+        "a_dropped_frame_fails_the_psn_sequence",
+        "rdma_write_bw.pcap",
+        |p| {
+            let i = p.find("RC_RDMA_WRITE_MIDDLE");
+            p.records.remove(i);
+            // the frame that now has that number is the WRITE LAST
+            i + 1
+        },
+    ) else {
+        return;
+    };
+    fails_with(
+        &path,
+        &[
+            &format!("frame {frame}: "),
+            "PSN gap",
+            "missing",
+            "RC_RDMA_WRITE_LAST",
+        ],
+    );
+}
+
+#[test]
+fn a_dropped_read_request_fails() {
+    // the third READ request (the first two show the path MTU: 3000 bytes
+    // take 3 PSNs): the next one's PSN then jumps by two READs
+    let Some((_t, path, frame)) =
+        damaged("a_dropped_read_request_fails", "rdma_read_bw.pcap", |p| {
+            let i = p.find("RC_RDMA_READ_REQUEST");
+            p.records.remove(i + 2);
+            i + 3
+        })
+    else {
+        return;
+    };
+    fails_with(&path, &[&format!("frame {frame}: "), "PSN gap"]);
+}
+
+#[test]
+fn a_dropped_write_last_fails_the_ack_check() {
+    let Some((_t, path, frame)) = damaged(
+        "a_dropped_write_last_fails_the_ack_check",
+        "rdma_write_bw.pcap",
+        |p| {
+            let i = p.find("RC_RDMA_WRITE_LAST");
+            p.records.remove(i);
+            // the next frame is the ACK of the missing LAST: it names a PSN
+            // that was never sent
+            i + 1
+        },
+    ) else {
+        return;
+    };
+    fails_with(
+        &path,
+        &[&format!("frame {frame}: "), "RC_ACKNOWLEDGE for PSN"],
+    );
+}
+
+#[test]
+fn a_truncated_frame_fails_naming_the_frame() {
+    let Some((_t, path, frame)) = damaged(
+        "a_truncated_frame_fails_naming_the_frame",
+        "rdma_write_bw.pcap",
+        |p| {
+            let i = p.find("RC_RDMA_WRITE_FIRST");
+            let cut = p.records[i].1[..60].to_vec();
+            p.set_data(i, cut, 60);
+            i + 1
+        },
+    ) else {
+        return;
+    };
+    fails_with(&path, &[&format!("frame {frame}: "), "IPv4: total length"]);
+}
+
+#[test]
+fn a_frame_cut_by_the_snap_length_fails() {
+    let Some((_t, path, frame)) = damaged(
+        "a_frame_cut_by_the_snap_length_fails",
+        "rdma_send_bw.pcap",
+        |p| {
+            let i = p.find("RC_SEND_MIDDLE");
+            let orig = p.records[i].1.len() as u32;
+            let cut = p.records[i].1[..128].to_vec();
+            p.set_data(i, cut, orig);
+            i + 1
+        },
+    ) else {
+        return;
+    };
+    fails_with(&path, &[&format!("frame {frame}: "), "snap length"]);
+}
+
+#[test]
+fn a_truncated_file_fails_naming_the_frame() {
+    let Some(dir) = rxe_dir("a_truncated_file_fails_naming_the_frame") else {
+        return;
+    };
+    let p = Pcap::read(&dir.join("rdma_read_bw.pcap"));
+    let i = p.find("RC_RDMA_READ_RESPONSE_FIRST");
+    let keep = Pcap {
+        header: p.header.clone(),
+        records: p.records[..=i].to_vec(),
+    };
+    let mut bytes = keep.bytes();
+    bytes.truncate(bytes.len() - 500);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("cut.pcap");
+    std::fs::write(&path, bytes).unwrap();
+    fails_with(
+        &path,
+        &[&format!("frame {}: truncated capture file", i + 1)],
+    );
+    // and dump reports it the same way after printing the frames before it
+    let state = tempfile::tempdir().unwrap();
+    rnic(state.path())
+        .args(["pcap", "dump"])
+        .arg(&path)
+        .assert()
+        .failure()
+        .stdout(predicate::str::contains("RC_RDMA_READ_REQUEST"))
+        .stderr(predicate::str::contains(format!(
+            "frame {}: truncated capture file",
+            i + 1
+        )));
+}
+
+#[test]
+fn unreadable_files_fail_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = tmp.path().join("notes.txt");
+    std::fs::write(&text, "this is not a capture\n").unwrap();
+    let empty = tmp.path().join("empty.pcap");
+    std::fs::write(&empty, b"").unwrap();
+    let header_only = tmp.path().join("short.pcap");
+    std::fs::write(&header_only, [0xD4, 0xC3, 0xB2, 0xA1, 2, 0, 4, 0]).unwrap();
+    let missing = tmp.path().join("missing.pcap");
+    let cases: [(&Path, &str); 5] = [
+        (&missing, "No such file or directory"),
+        (tmp.path(), "it is a directory"),
+        (&text, "is not a pcap or pcapng file: unknown magic number"),
+        (&empty, "is not a pcap or pcapng file"),
+        (&header_only, "the pcap file header needs 24 bytes"),
+    ];
+    for sub in ["check", "dump", "replay"] {
+        for (path, why) in cases {
+            let state = tempfile::tempdir().unwrap();
+            let out = rnic(state.path())
+                .args(["pcap", sub])
+                .arg(path)
+                .assert()
+                .failure()
+                .code(1);
+            let err = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+            assert_eq!(
+                err.lines().count(),
+                1,
+                "pcap {sub} {}: {err}",
+                path.display()
+            );
+            assert!(
+                err.contains(why),
+                "pcap {sub} {}: {why:?} missing from {err}",
+                path.display()
+            );
+            assert!(
+                !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn dump_prints_one_line_per_frame() {
+    let Some(dir) = rxe_dir("dump_prints_one_line_per_frame") else {
+        return;
+    };
+    let file = dir.join("rdma_read_bw.pcap");
+    let frames = Pcap::read(&file).records.len();
+    let state = tempfile::tempdir().unwrap();
+    let out = rnic(state.path())
+        .args(["pcap", "dump"])
+        .arg(&file)
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert_eq!(text.lines().count(), frames, "{text}");
+    let first_read = text
+        .lines()
+        .find(|l| l.contains("RC_RDMA_READ_REQUEST"))
+        .expect("a READ request line");
+    for field in [
+        "10.1.16.62:",
+        "> 10.1.16.61:4791",
+        "qp=0x",
+        "psn=",
+        "len=0",
+        "frame=",
+        "icrc=ok",
+    ] {
+        assert!(
+            first_read.contains(field),
+            "{field} missing from {first_read}"
+        );
+    }
+    assert!(text.lines().any(|l| l.contains("not RoCE: TCP")), "{text}");
+    // --roce and -c
+    let out = rnic(state.path())
+        .args(["pcap", "dump", "--roce", "-c", "3"])
+        .arg(&file)
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(text.lines().all(|l| l.contains("RC_RDMA_READ")), "{text}");
+}
+
+#[test]
+fn dump_annotates_retransmissions_and_marks_broken_frames() {
+    let Some(dir) = rxe_dir("dump_annotates_retransmissions_and_marks_broken_frames") else {
+        return;
+    };
+    let mut p = Pcap::read(&dir.join("rdma_write_bw.pcap"));
+    // replay the first WRITE message after the second: a go-back-N retransmission
+    let first = p.find("RC_RDMA_WRITE_FIRST");
+    let again: Vec<_> = p.records[first..first + 3].to_vec();
+    let at = p.find("RC_ACKNOWLEDGE") + 4;
+    for (k, r) in again.into_iter().enumerate() {
+        p.records.insert(at + k, r);
+    }
+    // and corrupt the last RoCE frame
+    let last = p
+        .records
+        .iter()
+        .rposition(|(_, d)| wire::RoceRepr::parse(d).is_ok())
+        .unwrap();
+    let n = p.records[last].1.len();
+    p.records[last].1[n - 6] ^= 0xFF;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("retx.pcap");
+    p.write(&path);
+    let state = tempfile::tempdir().unwrap();
+    let out = rnic(state.path())
+        .args(["pcap", "dump"])
+        .arg(&path)
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(text.contains("[retransmission (go-back-N"), "{text}");
+    assert!(text.contains("icrc=BAD !! ICRC: found"), "{text}");
+    // check passes the retransmission and stops at the corrupted frame
+    rnic(state.path())
+        .args(["pcap", "check"])
+        .arg(&path)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(format!(
+            "frame {}: ICRC",
+            last + 1
+        )));
+}
+
+#[test]
+fn replay_reports_our_responder_identical_to_rxe() {
+    let Some(dir) = rxe_dir("replay_reports_our_responder_identical_to_rxe") else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    for name in [
+        "rdma_write_bw.pcap",
+        "rdma_read_bw.pcap",
+        "rdma_atomic_bw.pcap",
+    ] {
+        rnic(state.path())
+            .args(["pcap", "replay"])
+            .arg(dir.join(name))
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("10.1.16.62 -> 10.1.16.61"))
+            .stdout(predicate::str::contains(": identical"));
+    }
+    // a capture with no RC traffic has nothing to replay
+    rnic(state.path())
+        .args(["pcap", "replay"])
+        .arg(dir.join("pingpong_ud.pcap"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("nothing to replay"));
+}
+
+#[test]
+fn replay_reports_differences() {
+    // the capture's responses altered: our responder's differ from them
+    let Some((_t, path, _)) = damaged("replay_reports_differences", "rdma_write_bw.pcap", |p| {
+        let i = p.find("RC_ACKNOWLEDGE");
+        // re-emit the ACK with another MSN, so the frame stays valid
+        let mut r = wire::RoceRepr::parse(&p.records[i].1).unwrap();
+        let mut aeth = r.ext.aeth.unwrap();
+        aeth.msn += 7;
+        r.ext.aeth = Some(aeth);
+        let mut buf = vec![0u8; r.buffer_len()];
+        r.emit(&mut buf).unwrap();
+        let n = buf.len() as u32;
+        p.set_data(i, buf, n);
+        i + 1
+    }) else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    rnic(state.path())
+        .args(["pcap", "replay"])
+        .arg(&path)
+        .assert()
+        .failure()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "aeth.msn: ours Some(1), capture Some(8)",
+        ))
+        .stderr(predicate::str::contains(
+            "answered differently from the capture",
+        ));
+}
+
+#[test]
+fn pcapng_files_are_checked_too() {
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+    use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+    use pcap_file::pcapng::PcapNgWriter;
+    use pcap_file::DataLink;
+    let Some(dir) = rxe_dir("pcapng_files_are_checked_too") else {
+        return;
+    };
+    let p = Pcap::read(&dir.join("rdma_read_bw.pcap"));
+    let write = |path: &Path, skip: Option<usize>| {
+        let f = std::fs::File::create(path).unwrap();
+        let mut w = PcapNgWriter::new(f).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ETHERNET, 0))
+            .unwrap();
+        for (i, (_, d)) in p.records.iter().enumerate() {
+            if Some(i) == skip {
+                continue;
+            }
+            w.write_pcapng_block(EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: std::time::Duration::from_micros(i as u64),
+                original_len: d.len() as u32,
+                data: std::borrow::Cow::Borrowed(d),
+                options: vec![],
+            })
+            .unwrap();
+        }
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("good.pcapng");
+    write(&good, None);
+    let state = tempfile::tempdir().unwrap();
+    rnic(state.path())
+        .args(["pcap", "check"])
+        .arg(&good)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("20 RoCEv2"));
+    // a dropped READ response MIDDLE
+    let i = p.find("RC_RDMA_READ_RESPONSE_MIDDLE");
+    let bad = tmp.path().join("bad.pcapng");
+    write(&bad, Some(i));
+    fails_with(
+        &bad,
+        &[&format!("frame {}: ", i + 1), "read response PSN gap"],
+    );
+}
+
+/// Damaged input never makes the checker or the capture reader panic:
+/// seeded random byte flips, cuts and extensions of every rxe frame, and of
+/// the files' record headers.
+#[test]
+fn mutated_captures_never_panic() {
+    use tools::capture::{CaptureReader, Record};
+    use tools::check::Checker;
+    let Some(dir) = rxe_dir("mutated_captures_never_panic") else {
+        return;
+    };
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut rand = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n.max(1) as u64) as usize
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut checked = 0u64;
+    for file in pcap_files(&dir) {
+        let p = Pcap::read(&file);
+        for round in 0..20 {
+            let mut c = Checker::new();
+            for (i, (_, d)) in p.records.iter().enumerate() {
+                let mut d = d.clone();
+                match rand(4) {
+                    0 if !d.is_empty() => {
+                        let at = rand(d.len());
+                        d[at] ^= 1 << rand(8);
+                    }
+                    1 => d.truncate(rand(d.len() + 1)),
+                    2 => d.extend((0..rand(64)).map(|_| rand(256) as u8)),
+                    _ => {}
+                }
+                let orig = (d.len() + rand(2) * rand(100)) as u32;
+                let _ = c.frame(&Record {
+                    number: i as u64 + 1,
+                    ts: std::time::Duration::ZERO,
+                    data: d,
+                    orig_len: orig,
+                    linktype: [1, 1, 1, 113, 276, 7][rand(6)],
+                });
+                checked += 1;
+            }
+            // the file itself, with a damaged byte anywhere
+            let mut bytes = p.bytes();
+            for _ in 0..=round % 3 {
+                let at = rand(bytes.len());
+                bytes[at] = rand(256) as u8;
+            }
+            let path = tmp.path().join("m.pcap");
+            std::fs::write(&path, &bytes).unwrap();
+            if let Ok(r) = CaptureReader::open(&path) {
+                let mut c = Checker::new();
+                for rec in r {
+                    match rec {
+                        Ok(rec) => {
+                            let _ = c.frame(&rec);
+                        }
+                        Err(e) => {
+                            assert!(e.to_string().starts_with("frame "), "{e}");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 10_000, "{checked}");
+}
