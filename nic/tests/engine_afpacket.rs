@@ -6,7 +6,7 @@
 
 mod enginecommon;
 
-use enginecommon::{read, start, wait};
+use enginecommon::{can_run, read, start, wait};
 use nic::io::afpacket::{AfPacketPort, RingConfig};
 use nic::io::netns::{self, Namespaces};
 use nic::io::Port;
@@ -14,23 +14,9 @@ use nic::sim::PairConfig;
 use nic::verbs::{AhAttr, Memory, RecvWr, SendOp, SendWr, Sgl, UdDest, WcOpcode, WcStatus};
 use std::time::Duration;
 
-/// Namespaces need root; CI runs as root and must not skip.
-fn can_run(test: &str) -> bool {
-    match netns::available() {
-        Ok(()) => true,
-        Err(why) if std::env::var_os("CI").is_some() => {
-            panic!("{test}: {why} — CI must run this test as root")
-        }
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
-    }
-}
-
 #[test]
 fn every_rc_verb_and_ud_send_over_afpacket_between_namespaces() {
-    if !can_run("every_rc_verb_and_ud_send_over_afpacket_between_namespaces") {
+    if !can_run("every_rc_verb_and_ud_send_over_afpacket_between_namespaces", &[]) {
         return;
     }
     let id = std::process::id() % 100_000;

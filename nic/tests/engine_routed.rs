@@ -12,51 +12,17 @@
 
 mod enginecommon;
 
-use enginecommon::{read, start_with, Node};
-use nic::io::addr::next_hop_mac;
-use nic::io::afxdp::{open_port, Backend};
+use enginecommon::{can_run, read, start_with, Node, Routed};
+use nic::io::afxdp::Backend;
 use nic::io::impair::{Impaired, Impairments, RandomImpairments};
-use nic::io::netns::{self, ip, Namespaces};
 use nic::io::pcap::{read_pcap, PcapTap};
 use nic::io::Port;
 use nic::sim::PairConfig;
 use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sgl, WcOpcode, WcStatus};
 use std::collections::VecDeque;
-use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use wire::Gid;
-
-fn can_run(test: &str) -> bool {
-    let tools = ["tcpdump", "nft"]
-        .iter()
-        .find(|t| Command::new(t).arg("--version").output().is_err())
-        .map(|t| format!("`{t}` is not installed"));
-    match netns::available().err().or(tools) {
-        None => true,
-        Some(why) if std::env::var_os("CI").is_some() => {
-            panic!("{test}: {why} — CI must run this as root with tcpdump and nftables")
-        }
-        Some(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
-    }
-}
-
-fn sh(ns: &str, cmd: &[&str]) {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(cmd)
-        .output()
-        .expect("ip netns exec");
-    assert!(
-        out.status.success(),
-        "{ns}: {cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// tcpdump in a namespace; killed (and waited for) on drop.
 struct Capture(Child);
@@ -295,73 +261,16 @@ fn ten_thousand_messages_through_a_lossy_router_over_afxdp() {
 }
 
 fn routed(test: &str, backend: Backend, n: u32) {
-    if !can_run(test) {
+    if !can_run(test, &["tcpdump", "nft"]) {
         return;
     }
-    // interface names are short (15 bytes): the pid modulo 10^4 and the backend
-    let id = std::process::id() % 10_000 * 10 + n;
-    let (na, nr, nb) = (
-        netns::ns_name(&format!("ra{n}")),
-        netns::ns_name(&format!("rr{n}")),
-        netns::ns_name(&format!("rb{n}")),
-    );
-    let _ns = Namespaces::create(&[na.clone(), nr.clone(), nb.clone()]).expect("namespaces");
-    let (va, ra, rb, vb) = (
-        format!("xa{id}"),
-        format!("xra{id}"),
-        format!("xrb{id}"),
-        format!("xb{id}"),
-    );
-    netns::veth(&na, &va, "192.0.2.1/24", &nr, &ra, "192.0.2.254/24", 9000).unwrap();
-    netns::veth(
-        &nr,
-        &rb,
-        "198.51.100.254/24",
-        &nb,
-        &vb,
-        "198.51.100.1/24",
-        9000,
-    )
-    .unwrap();
-    ip(&["-n", &na, "route", "add", "default", "via", "192.0.2.254"]).unwrap();
-    ip(&[
-        "-n",
-        &nb,
-        "route",
-        "add",
-        "default",
-        "via",
-        "198.51.100.254",
-    ])
-    .unwrap();
-    sh(&nr, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-    let dir = std::env::temp_dir().join(format!("softrnic-routed-{id}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let rules = dir.join("drop.nft");
-    std::fs::write(
-        &rules,
-        "table inet rnic {\n  chain forward_drop {\n    type filter hook forward priority 0;\n    udp dport 4791 numgen random mod 100 < 2 counter drop\n  }\n}\n",
-    )
-    .unwrap();
-    sh(&nr, &["nft", "-f", rules.to_str().unwrap()]);
-    let (dump, tap) = (dir.join("router.pcap"), dir.join("tap.pcap"));
-    let capture = Capture::start(&nr, &ra, &dump);
-
-    let (ga, gb) = (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(198, 51, 100, 1));
-    let (pa, mac_a) = netns::run_in(&na, || {
-        let (p, got) = open_port(&va, backend).expect("port a");
-        assert_eq!(got, backend);
-        let (_, mac) = next_hop_mac(IpAddr::V4(gb), Duration::from_secs(5)).expect("next hop of a");
-        (p, mac)
-    })
-    .unwrap();
-    let (pb, mac_b) = netns::run_in(&nb, || {
-        let (p, got) = open_port(&vb, backend).expect("port b");
-        assert_eq!(got, backend);
-        let (_, mac) = next_hop_mac(IpAddr::V4(ga), Duration::from_secs(5)).expect("next hop of b");
-        (p, mac)
-    })
-    .unwrap();
+    let net = Routed::new(&format!("r{n}"));
+    // 2 % of the RoCEv2 frames the router forwards are dropped
+    net.nft("table inet rnic {\n  chain forward_drop {\n    type filter hook forward priority 0;\n    udp dport 4791 numgen random mod 100 < 2 counter drop\n  }\n}\n");
+    let (dump, tap) = (net.dir.join("router.pcap"), net.dir.join("tap.pcap"));
+    let capture = Capture::start(&net.r, &net.ra, &dump);
+    let (pa, mac_a) = net.open(0, backend);
+    let (pb, mac_b) = net.open(1, backend);
     assert_ne!(mac_a, pb.mac(), "a's frames go to the router, not to b");
     let pa = PcapTap::new(pa, &tap).unwrap();
     let cfg = PairConfig {
@@ -373,7 +282,7 @@ fn routed(test: &str, backend: Backend, n: u32) {
     };
     let nodes = start_with(
         vec![impaired(pa, 1), impaired(pb, 2)],
-        vec![Gid::from_ipv4(ga), Gid::from_ipv4(gb)],
+        net.gids(),
         vec![mac_a, mac_b],
         cfg,
     );
@@ -428,7 +337,6 @@ fn routed(test: &str, backend: Backend, n: u32) {
     } else {
         eprintln!("SKIPPED the tshark-judge part: ../shared/tools/tshark-judge is missing");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Frame-for-frame equality, reported by count and first difference (never

@@ -45,10 +45,23 @@ pub fn start_with(
     dmacs: Vec<wire::EthernetAddress>,
     cfg: PairConfig,
 ) -> Vec<Node> {
+    start_cc(ports, gids, dmacs, cfg, nic::transport::CcConfig::default())
+}
+
+/// Like `start_with`, with the congestion control settings `cc`.
+pub fn start_cc(
+    ports: Vec<Box<dyn Port>>,
+    gids: Vec<Gid>,
+    dmacs: Vec<wire::EthernetAddress>,
+    cfg: PairConfig,
+    cc: nic::transport::CcConfig,
+) -> Vec<Node> {
     let mut nodes = Vec::new();
     for (i, port) in ports.into_iter().enumerate() {
         let mac = port.mac();
-        let rnic = Rnic::new(RnicConfig::new(mac, gids[i]));
+        let mut rc = RnicConfig::new(mac, gids[i]);
+        rc.cc = cc;
+        let rnic = Rnic::new(rc);
         let engine = Engine::start(
             rnic,
             port,
@@ -146,4 +159,111 @@ pub fn read(m: &HeapMemory, off: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     m.read(off, &mut v);
     v
+}
+
+/// Whether this test can run here: root (namespaces) and the given tools.
+/// Under CI it must: a missing piece fails the test instead of skipping it.
+pub fn can_run(test: &str, tools: &[&str]) -> bool {
+    let missing_tool = tools
+        .iter()
+        .find(|t| std::process::Command::new(t).arg("--version").output().is_err())
+        .map(|t| format!("`{t}` is not installed"));
+    match nic::io::netns::available().err().or(missing_tool) {
+        None => true,
+        Some(why) if std::env::var_os("CI").is_some() => {
+            panic!("{test}: {why} — CI must run this test as root with {tools:?}")
+        }
+        Some(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            false
+        }
+    }
+}
+
+/// Runs a command inside a namespace, failing the test on error.
+pub fn sh(ns: &str, cmd: &[&str]) {
+    let out = std::process::Command::new("ip").args(["netns", "exec", ns]).args(cmd).output().expect("ip netns exec");
+    assert!(out.status.success(), "{ns}: {cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A ── R ── B: three namespaces, R routing between 192.0.2.0/24 and
+/// 198.51.100.0/24 (addresses only inside the namespaces), veth MTU 9000.
+/// Everything is removed on drop.
+pub struct Routed {
+    pub a: String,
+    pub r: String,
+    pub b: String,
+    /// Interfaces: A's, R's towards A, R's towards B, B's.
+    pub va: String,
+    pub ra: String,
+    pub rb: String,
+    pub vb: String,
+    pub ga: std::net::Ipv4Addr,
+    pub gb: std::net::Ipv4Addr,
+    /// A scratch folder for captures and rule files.
+    pub dir: std::path::PathBuf,
+    _ns: nic::io::netns::Namespaces,
+}
+
+impl Routed {
+    /// `tag` keeps concurrent tests apart (a short word and a digit).
+    pub fn new(tag: &str) -> Routed {
+        use nic::io::netns::{self, ip};
+        let names = [netns::ns_name(&format!("{tag}a")), netns::ns_name(&format!("{tag}r")), netns::ns_name(&format!("{tag}b"))];
+        let ns = netns::Namespaces::create(&names).expect("namespaces");
+        let [a, r, b] = names;
+        // interface names are at most 15 bytes: the pid modulo 10^4
+        let id = std::process::id() % 10_000;
+        let [va, ra, rb, vb] = ["a", "ra", "rb", "b"].map(|s| format!("{tag}{s}{id}"));
+        netns::veth(&a, &va, "192.0.2.1/24", &r, &ra, "192.0.2.254/24", 9000).unwrap();
+        netns::veth(&r, &rb, "198.51.100.254/24", &b, &vb, "198.51.100.1/24", 9000).unwrap();
+        ip(&["-n", &a, "route", "add", "default", "via", "192.0.2.254"]).unwrap();
+        ip(&["-n", &b, "route", "add", "default", "via", "198.51.100.254"]).unwrap();
+        sh(&r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        let dir = std::env::temp_dir().join(format!("softrnic-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Routed {
+            a,
+            r,
+            b,
+            va,
+            ra,
+            rb,
+            vb,
+            ga: std::net::Ipv4Addr::new(192, 0, 2, 1),
+            gb: std::net::Ipv4Addr::new(198, 51, 100, 1),
+            dir,
+            _ns: ns,
+        }
+    }
+
+    /// Loads an nftables ruleset into the router.
+    pub fn nft(&self, rules: &str) {
+        let f = self.dir.join("rules.nft");
+        std::fs::write(&f, rules).unwrap();
+        sh(&self.r, &["nft", "-f", f.to_str().unwrap()]);
+    }
+
+    /// Opens side 0 (A) or 1 (B) with `backend`; returns the port and the
+    /// MAC of its next hop towards the other side.
+    pub fn open(&self, side: usize, backend: nic::io::afxdp::Backend) -> (Box<dyn Port>, wire::EthernetAddress) {
+        let (ns, dev, peer) = if side == 0 { (&self.a, &self.va, self.gb) } else { (&self.b, &self.vb, self.ga) };
+        nic::io::netns::run_in(ns, || {
+            let (p, got) = nic::io::afxdp::open_port(dev, backend).expect("open port");
+            assert!(backend == nic::io::afxdp::Backend::Auto || got == backend);
+            let (_, mac) = nic::io::addr::next_hop_mac(std::net::IpAddr::V4(peer), Duration::from_secs(5)).expect("next hop");
+            (p, mac)
+        })
+        .unwrap()
+    }
+
+    pub fn gids(&self) -> Vec<Gid> {
+        vec![Gid::from_ipv4(self.ga), Gid::from_ipv4(self.gb)]
+    }
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
