@@ -14,6 +14,10 @@
 //! queue, completions come back through per-CQ lock-free queues, so the
 //! data path has no syscall in either direction (a post wakes a parked
 //! engine with `unpark`, which is a syscall only when it was parked).
+//!
+//! An inline engine ([`Engine::start_inline`]) has no thread: the
+//! application turns the same loop from its own thread ([`Device::turn`]),
+//! run to completion — one busy thread per device instead of two.
 
 use crate::io::{FrameBatch, Port, PortCounters};
 use crate::time::Instant;
@@ -64,12 +68,21 @@ enum Post {
 
 type Call = Box<dyn FnOnce(&mut Rnic, &dyn Port) + Send>;
 
+/// A callback the loop runs once per turn on the engine thread, right after
+/// taking posted work requests; it returns how much work it did (0: none,
+/// which lets the loop back off). The softrnic daemon uses it to poll the
+/// doorbells of shared-memory rings and to move completions out.
+pub type TurnHook = Box<dyn FnMut(&mut Rnic) -> usize + Send>;
+
 struct Shared {
     stop: AtomicBool,
     posts: ArrayQueue<Post>,
     thread: Mutex<Option<Thread>>,
     /// CQ number → the queue the application polls.
     new_cqs: Mutex<Vec<(u32, Arc<ArrayQueue<Wc>>)>>,
+    /// An inline engine's loop, turned by the application (`Device::turn`);
+    /// None for a threaded engine and once an inline engine has stopped.
+    inline: Option<Mutex<Option<Loop>>>,
 }
 
 impl Shared {
@@ -139,19 +152,32 @@ pub struct Device {
 
 impl Engine {
     /// Starts the loop on a new thread.
-    pub fn start(mut rnic: Rnic, port: Box<dyn Port>, cfg: EngineConfig) -> Engine {
+    pub fn start(rnic: Rnic, port: Box<dyn Port>, cfg: EngineConfig) -> Engine {
+        Engine::start_with_hook(rnic, port, cfg, None)
+    }
+
+    /// Like `start`, with a per-turn callback (see [`TurnHook`]).
+    pub fn start_with_hook(
+        mut rnic: Rnic,
+        port: Box<dyn Port>,
+        cfg: EngineConfig,
+        hook: Option<TurnHook>,
+    ) -> Engine {
         rnic.set_link_speed(port.link_speed_bps());
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             posts: ArrayQueue::new(cfg.post_queue.max(1)),
             thread: Mutex::new(None),
             new_cqs: Mutex::new(Vec::new()),
+            inline: None,
         });
         let (calls, rx) = channel::unbounded::<Call>();
         let sh = shared.clone();
+        let name = cfg.name.clone();
+        let lp = Loop::new(rnic, port, cfg, Some(rx), hook);
         let join = std::thread::Builder::new()
-            .name(cfg.name.clone())
-            .spawn(move || run(rnic, port, cfg, sh, rx))
+            .name(name)
+            .spawn(move || run(lp, sh))
             .expect("spawn the engine thread");
         // wait until the loop has registered itself for wake-ups
         while shared.thread.lock().map(|t| t.is_none()).unwrap_or(false) {
@@ -161,6 +187,38 @@ impl Engine {
             shared,
             calls,
             join: Some(join),
+        }
+    }
+
+    /// An engine without a thread of its own (run to completion, as a
+    /// DPDK application polls its port from the thread that does the
+    /// work): the application turns the loop with [`Device::turn`]
+    /// whenever it polls — while waiting for a completion, and now and
+    /// then while it does nothing else, since frames, ACKs and timers
+    /// wait for the next turn. Control verbs (`call`) run directly on the
+    /// calling thread. A process then needs one busy thread per device
+    /// instead of two, which on a machine with few cores is the difference
+    /// between a core of its own and sharing one with the engine.
+    pub fn start_inline(mut rnic: Rnic, port: Box<dyn Port>, cfg: EngineConfig) -> Engine {
+        rnic.set_link_speed(port.link_speed_bps());
+        if let Some(core) = cfg.core {
+            core_affinity::set_for_current(core_affinity::CoreId { id: core });
+        }
+        let posts = ArrayQueue::new(cfg.post_queue.max(1));
+        let lp = Loop::new(rnic, port, cfg, None, None);
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            posts,
+            thread: Mutex::new(None),
+            new_cqs: Mutex::new(Vec::new()),
+            inline: Some(Mutex::new(Some(lp))),
+        });
+        // calls never go through the channel of an inline engine
+        let (calls, _) = channel::unbounded::<Call>();
+        Engine {
+            shared,
+            calls,
+            join: None,
         }
     }
 
@@ -178,6 +236,11 @@ impl Engine {
 
     fn halt(&mut self) -> EngineStats {
         self.shared.stop.store(true, Ordering::Release);
+        if let Some(m) = &self.shared.inline {
+            // dropping the loop closes the port
+            let lp = m.lock().ok().and_then(|mut l| l.take());
+            return lp.map(|l| l.stats).unwrap_or_default();
+        }
         self.shared.wake();
         self.join
             .take()
@@ -188,7 +251,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        if self.join.is_some() {
+        if self.join.is_some() || self.shared.inline.is_some() {
             self.halt();
         }
     }
@@ -210,6 +273,11 @@ impl Device {
     ) -> Result<R, EngineError> {
         if self.shared.stop.load(Ordering::Acquire) {
             return Err(EngineError::Stopped);
+        }
+        if let Some(m) = &self.shared.inline {
+            let mut guard = m.lock().map_err(|_| EngineError::Stopped)?;
+            let lp = guard.as_mut().ok_or(EngineError::Stopped)?;
+            return Ok(f(&mut lp.rnic, &*lp.port));
         }
         let (tx, rx) = channel::bounded(1);
         let call: Call = Box::new(move |r, p| {
@@ -265,38 +333,85 @@ impl Device {
     pub fn port_counters(&self) -> Result<PortCounters, EngineError> {
         self.call_with_port(|_, p| p.counters())
     }
+
+    /// An inline engine ([`Engine::start_inline`]): runs one turn of the
+    /// loop on the calling thread and returns how much it did (0: nothing
+    /// to do). A threaded engine turns by itself: this returns 0.
+    pub fn turn(&self) -> usize {
+        match &self.shared.inline {
+            Some(m) => match m.try_lock() {
+                Ok(mut g) => g.as_mut().map_or(0, |lp| lp.turn(&self.shared)),
+                Err(_) => 0,
+            },
+            None => 0,
+        }
+    }
+
+    /// Whether the application must turn this engine itself.
+    pub fn is_inline(&self) -> bool {
+        self.shared.inline.is_some()
+    }
 }
 
-fn run(
-    mut rnic: Rnic,
-    mut port: Box<dyn Port>,
+/// The loop's state: everything a turn needs.
+struct Loop {
+    rnic: Rnic,
+    port: Box<dyn Port>,
     cfg: EngineConfig,
-    sh: Arc<Shared>,
-    calls: Receiver<Call>,
-) -> EngineStats {
-    if let Some(core) = cfg.core {
-        core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    /// Control calls (threaded engines; an inline engine runs them directly).
+    calls: Option<Receiver<Call>>,
+    hook: Option<TurnHook>,
+    start: std::time::Instant,
+    rx: FrameBatch,
+    tx: FrameBatch,
+    cqs: Vec<(u32, Arc<ArrayQueue<Wc>>)>,
+    wcs: Vec<Wc>,
+    stats: EngineStats,
+}
+
+impl Loop {
+    fn new(
+        rnic: Rnic,
+        port: Box<dyn Port>,
+        cfg: EngineConfig,
+        calls: Option<Receiver<Call>>,
+        hook: Option<TurnHook>,
+    ) -> Loop {
+        Loop {
+            rnic,
+            port,
+            calls,
+            hook,
+            start: std::time::Instant::now(),
+            rx: FrameBatch::new(cfg.batch),
+            tx: FrameBatch::new(cfg.batch),
+            cqs: Vec::new(),
+            wcs: Vec::with_capacity(cfg.batch * 2),
+            stats: EngineStats::default(),
+            cfg,
+        }
     }
-    *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
-    let start = std::time::Instant::now();
-    let clock = || Instant::from_nanos(start.elapsed().as_nanos() as u64);
-    let mut rx = FrameBatch::new(cfg.batch);
-    let mut tx = FrameBatch::new(cfg.batch);
-    let mut cqs: Vec<(u32, Arc<ArrayQueue<Wc>>)> = Vec::new();
-    let mut wcs: Vec<Wc> = Vec::with_capacity(cfg.batch * 2);
-    let mut stats = EngineStats::default();
-    let mut idle = 0u32;
-    while !sh.stop.load(Ordering::Acquire) {
-        stats.turns += 1;
+
+    fn clock(&self) -> Instant {
+        Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
+    }
+
+    /// One turn: control calls, doorbells, receive, timers, transmit,
+    /// completions. Returns the work done (0: an idle turn).
+    fn turn(&mut self, sh: &Shared) -> usize {
+        self.stats.turns += 1;
         let mut work = 0usize;
         // control path
-        while let Ok(call) = calls.try_recv() {
-            call(&mut rnic, &*port);
-            work += 1;
+        if let Some(calls) = &self.calls {
+            while let Ok(call) = calls.try_recv() {
+                call(&mut self.rnic, &*self.port);
+                work += 1;
+            }
         }
         if let Ok(mut new) = sh.new_cqs.try_lock() {
-            cqs.append(&mut new);
+            self.cqs.append(&mut new);
         }
+        let rnic = &mut self.rnic;
         // doorbells: posted work requests
         while let Some(p) = sh.posts.pop() {
             work += 1;
@@ -311,20 +426,23 @@ fn run(
                 // report the refusal as a completion on the QP's CQ
                 let wc = Wc::new(wr_id, WcStatus::LocQpOpErr, opcode, qpn);
                 if let Some(cq) = rnic.qp_cq(qpn, opcode == WcOpcode::Recv) {
-                    if let Some((_, q)) = cqs.iter().find(|(n, _)| *n == cq) {
+                    if let Some((_, q)) = self.cqs.iter().find(|(n, _)| *n == cq) {
                         let _ = q.push(wc);
                     }
                 }
             }
         }
+        if let Some(h) = self.hook.as_mut() {
+            work += h(rnic);
+        }
         // receive and dispatch
-        let now = clock();
-        rx.clear();
-        let n = port.recv(&mut rx);
-        for f in rx.iter() {
+        let now = Instant::from_nanos(self.start.elapsed().as_nanos() as u64);
+        self.rx.clear();
+        let n = self.port.recv(&mut self.rx);
+        for f in self.rx.iter() {
             rnic.handle_frame(now, f);
         }
-        stats.rx_frames += n as u64;
+        self.stats.rx_frames += n as u64;
         work += n;
         // timers
         if rnic.poll_timeout().is_some_and(|t| t <= now) {
@@ -332,48 +450,68 @@ fn run(
             work += 1;
         }
         // transmit
-        tx.clear();
-        while let Some(slot) = tx.next_slot() {
+        self.tx.clear();
+        while let Some(slot) = self.tx.next_slot() {
             match rnic.poll_transmit(now, slot) {
-                Some(len) => tx.commit(len),
+                Some(len) => self.tx.commit(len),
                 None => break,
             }
         }
-        if !tx.is_empty() {
-            port.send(&tx);
-            stats.tx_frames += tx.len() as u64;
-            work += tx.len();
+        if !self.tx.is_empty() {
+            self.port.send(&self.tx);
+            self.stats.tx_frames += self.tx.len() as u64;
+            work += self.tx.len();
         }
         // completions to the application
-        for (cqn, q) in &cqs {
+        for (cqn, q) in &self.cqs {
             let room = q.capacity() - q.len();
             if room == 0 {
                 continue;
             }
-            wcs.clear();
-            let _ = rnic.poll_cq(*cqn, room, &mut wcs);
-            for wc in wcs.drain(..) {
+            self.wcs.clear();
+            let _ = rnic.poll_cq(*cqn, room, &mut self.wcs);
+            for wc in self.wcs.drain(..) {
                 let _ = q.push(wc);
             }
         }
-        if work > 0 {
+        if work == 0 {
+            self.stats.idle_turns += 1;
+        }
+        work
+    }
+
+    /// The idle backoff's last step: wait for a frame, a doorbell or the
+    /// next timer (at most `cfg.park`).
+    fn park(&mut self) {
+        let until_timer = self
+            .rnic
+            .poll_timeout()
+            .map(|t| t.saturating_since(self.clock()))
+            .unwrap_or(self.cfg.park);
+        self.stats.parks += 1;
+        self.port.wait(until_timer.min(self.cfg.park));
+    }
+}
+
+fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
+    if let Some(core) = lp.cfg.core {
+        core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    }
+    *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
+    let mut idle = 0u32;
+    while !sh.stop.load(Ordering::Acquire) {
+        if lp.turn(&sh) > 0 {
             idle = 0;
             continue;
         }
-        stats.idle_turns += 1;
         idle = idle.saturating_add(1);
-        if idle < cfg.spin {
+        if idle < lp.cfg.spin {
             std::hint::spin_loop();
-        } else if idle < cfg.spin + cfg.yields {
+        } else if idle < lp.cfg.spin + lp.cfg.yields {
             std::thread::yield_now();
         } else {
-            let until_timer = rnic
-                .poll_timeout()
-                .map(|t| t.saturating_since(clock()))
-                .unwrap_or(cfg.park);
-            stats.parks += 1;
-            port.wait(until_timer.min(cfg.park));
+            lp.park();
         }
     }
-    stats
+    lp.stats
 }

@@ -1,0 +1,158 @@
+/* softrnic client C API: verbs with ibverbs-like names over the softrnic
+ * daemon (rnicd). Link with -lsoftrnic. Functions returning int return 0
+ * or an errno value; constructors return NULL on failure. Posting and
+ * polling touch only shared memory (no syscall). */
+#ifndef SOFTRNIC_H
+#define SOFTRNIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct srnic_context;
+struct srnic_pd;
+struct srnic_mr;
+struct srnic_cq;
+struct srnic_qp;
+
+enum srnic_access_flags {
+    SRNIC_ACCESS_LOCAL_WRITE = 1,
+    SRNIC_ACCESS_REMOTE_WRITE = 2,
+    SRNIC_ACCESS_REMOTE_READ = 4,
+    SRNIC_ACCESS_REMOTE_ATOMIC = 8,
+};
+
+enum srnic_wr_opcode {
+    SRNIC_WR_SEND = 0,
+    SRNIC_WR_SEND_WITH_IMM = 1,
+    SRNIC_WR_RDMA_WRITE = 2,
+    SRNIC_WR_RDMA_WRITE_WITH_IMM = 3,
+    SRNIC_WR_RDMA_READ = 4,
+    SRNIC_WR_ATOMIC_CMP_AND_SWP = 5,
+    SRNIC_WR_ATOMIC_FETCH_AND_ADD = 6,
+    SRNIC_WR_SEND_WITH_INV = 7,
+};
+
+enum srnic_send_flags {
+    SRNIC_SEND_SIGNALED = 1,
+    SRNIC_SEND_FENCE = 2,
+    SRNIC_SEND_SOLICITED = 4,
+};
+
+enum srnic_wc_status {
+    SRNIC_WC_SUCCESS = 0,
+    SRNIC_WC_LOC_LEN_ERR,
+    SRNIC_WC_LOC_QP_OP_ERR,
+    SRNIC_WC_LOC_PROT_ERR,
+    SRNIC_WC_WR_FLUSH_ERR,
+    SRNIC_WC_LOC_ACCESS_ERR,
+    SRNIC_WC_REM_INV_REQ_ERR,
+    SRNIC_WC_REM_ACCESS_ERR,
+    SRNIC_WC_REM_OP_ERR,
+    SRNIC_WC_RETRY_EXC_ERR,
+    SRNIC_WC_RNR_RETRY_EXC_ERR,
+    SRNIC_WC_BAD_RESP_ERR,
+    SRNIC_WC_GENERAL_ERR,
+};
+
+enum srnic_wc_opcode {
+    SRNIC_WC_SEND = 0,
+    SRNIC_WC_RDMA_WRITE,
+    SRNIC_WC_RDMA_READ,
+    SRNIC_WC_COMP_SWAP,
+    SRNIC_WC_FETCH_ADD,
+    SRNIC_WC_RECV,
+    SRNIC_WC_RECV_RDMA_WITH_IMM,
+};
+
+struct srnic_device_attr {
+    uint8_t gid[16];
+    uint8_t mac[6];
+    uint32_t mtu;
+    uint32_t max_qp_wr;
+    uint32_t max_cqe;
+    uint32_t max_sge;
+};
+
+struct srnic_sge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t lkey;
+};
+
+struct srnic_send_wr {
+    uint64_t wr_id;
+    uint32_t opcode;     /* enum srnic_wr_opcode */
+    uint32_t send_flags; /* enum srnic_send_flags */
+    const struct srnic_sge *sg_list;
+    uint32_t num_sge;    /* at most 8 */
+    uint32_t imm_data;   /* or the rkey to invalidate */
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint32_t _pad;
+    uint64_t compare_add;
+    uint64_t swap;
+};
+
+struct srnic_recv_wr {
+    uint64_t wr_id;
+    const struct srnic_sge *sg_list;
+    uint32_t num_sge;
+};
+
+struct srnic_wc {
+    uint64_t wr_id;
+    uint32_t status;  /* enum srnic_wc_status */
+    uint32_t opcode;  /* enum srnic_wc_opcode */
+    uint32_t qp_num;
+    uint32_t byte_len;
+    uint32_t imm_data;
+    uint32_t wc_flags; /* bit 0: imm_data valid */
+};
+
+struct srnic_qp_init_attr {
+    struct srnic_cq *send_cq;
+    struct srnic_cq *recv_cq;
+    uint32_t max_send_wr;
+    uint32_t max_recv_wr;
+    int sq_sig_all;
+};
+
+/* path: the device's control socket, e.g. /run/softrnic/srnic0.sock */
+struct srnic_context *srnic_open_device(const char *path);
+int srnic_close_device(struct srnic_context *ctx);
+int srnic_query_device(const struct srnic_context *ctx, struct srnic_device_attr *attr);
+
+struct srnic_pd *srnic_alloc_pd(struct srnic_context *ctx);
+int srnic_dealloc_pd(struct srnic_pd *pd);
+
+/* Shared memory the daemon accesses in place; freed with the context. */
+void *srnic_alloc_buf(struct srnic_pd *pd, size_t len);
+/* [addr, addr+len) must lie in one srnic_alloc_buf buffer. */
+struct srnic_mr *srnic_reg_mr(struct srnic_pd *pd, void *addr, size_t len, int access);
+uint32_t srnic_mr_lkey(const struct srnic_mr *mr);
+uint32_t srnic_mr_rkey(const struct srnic_mr *mr);
+int srnic_dereg_mr(struct srnic_mr *mr);
+
+struct srnic_cq *srnic_create_cq(struct srnic_context *ctx, int cqe);
+int srnic_destroy_cq(struct srnic_cq *cq);
+int srnic_poll_cq(struct srnic_cq *cq, int num_entries, struct srnic_wc *wc);
+
+/* RC QPs. */
+struct srnic_qp *srnic_create_qp(struct srnic_pd *pd, const struct srnic_qp_init_attr *attr);
+uint32_t srnic_qp_num(const struct srnic_qp *qp);
+/* INIT -> RTR -> RTS towards dest_qpn at (dgid, dmac). */
+int srnic_connect_qp(struct srnic_qp *qp, const uint8_t dgid[16], const uint8_t dmac[6],
+                     uint32_t dest_qpn, uint32_t sq_psn, uint32_t rq_psn);
+int srnic_destroy_qp(struct srnic_qp *qp);
+
+int srnic_post_send(struct srnic_qp *qp, const struct srnic_send_wr *wr);
+int srnic_post_recv(struct srnic_qp *qp, const struct srnic_recv_wr *wr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,199 @@
+//! rnicd: the softrnic daemon. Owns a port (AF_XDP or AF_PACKET on an
+//! interface, or both ends of an in-memory wire) and an engine per device,
+//! and serves clients on `<sock-dir>/<name>.sock`.
+
+use clap::Parser;
+use nic::engine::EngineConfig;
+use nic::io::afxdp::{open_port, Backend};
+use nic::io::Port;
+use softrnic::server::{Server, ServerConfig};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use wire::{EthernetAddress, Gid};
+
+#[derive(Parser, Debug)]
+#[command(name = "rnicd", about = "softrnic daemon", args_override_self = true)]
+struct Args {
+    /// Device name: the socket is <sock-dir>/<name>.sock (with --mem-pair:
+    /// <name>0 and <name>1).
+    #[arg(long, default_value = "srnic0")]
+    name: String,
+    /// Interface to bind (AF_XDP or AF_PACKET).
+    #[arg(long)]
+    iface: Option<String>,
+    /// Instead of an interface: two devices on the two ends of an
+    /// in-memory wire (tests, benchmarks).
+    #[arg(long)]
+    mem_pair: bool,
+    /// auto | afxdp | afpacket
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    /// The device's IP address (its GID); with --mem-pair the first of
+    /// two (the second gets the next address).
+    #[arg(long)]
+    gid: Option<IpAddr>,
+    #[arg(long, default_value = "/run/softrnic")]
+    sock_dir: PathBuf,
+    /// Socket file permissions (octal).
+    #[arg(long, default_value = "666")]
+    mode: String,
+    /// Engine: idle turns spent spinning before yielding, then parking.
+    #[arg(long, default_value_t = 200)]
+    spin: u32,
+    /// Engine: longest park when idle, in microseconds.
+    #[arg(long, default_value_t = 200)]
+    park_us: u64,
+    /// Pin the engine thread(s) to this core (and the next).
+    #[arg(long)]
+    core: Option<usize>,
+    /// A file of `key = value` lines with the same names as the flags
+    /// (flags on the command line win).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Release);
+}
+
+fn parse() -> Result<Args, String> {
+    let cli: Vec<String> = std::env::args().collect();
+    let first = Args::try_parse_from(&cli).map_err(|e| e.to_string())?;
+    let Some(path) = first.config.clone() else {
+        return Ok(first);
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut args = vec![cli[0].clone()];
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .unwrap_or((line, ""));
+        if k == "config" {
+            return Err(format!("{}:{}: config may not nest", path.display(), n + 1));
+        }
+        if v.is_empty() || v == "true" {
+            args.push(format!("--{k}"));
+        } else if v != "false" {
+            args.push(format!("--{k}"));
+            args.push(v.to_string());
+        }
+    }
+    args.extend(cli[1..].iter().cloned());
+    Args::try_parse_from(&args).map_err(|e| e.to_string())
+}
+
+fn main() {
+    let a = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let mode = u32::from_str_radix(&a.mode, 8).unwrap_or_else(|_| {
+        eprintln!("rnicd: --mode must be octal");
+        std::process::exit(2)
+    });
+    let engine = |i: usize| EngineConfig {
+        core: a.core.map(|c| c + i),
+        spin: a.spin,
+        park: Duration::from_micros(a.park_us),
+        ..Default::default()
+    };
+    let mut ports: Vec<(String, Box<dyn Port>, Gid)> = Vec::new();
+    if a.mem_pair {
+        let macs = [
+            EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
+            EthernetAddress([0x02, 0x53, 0x52, 0, 0, 2]),
+        ];
+        let (p0, p1) = nic::io::mem::pair(macs, 4096);
+        let base = match a.gid {
+            Some(IpAddr::V4(v4)) => u32::from(v4),
+            Some(IpAddr::V6(_)) => {
+                eprintln!("rnicd: --mem-pair takes an IPv4 --gid");
+                std::process::exit(2)
+            }
+            None => u32::from(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+        };
+        ports.push((
+            format!("{}0", a.name),
+            Box::new(p0),
+            Gid::from_ipv4(base.into()),
+        ));
+        ports.push((
+            format!("{}1", a.name),
+            Box::new(p1),
+            Gid::from_ipv4((base + 1).into()),
+        ));
+    } else if let Some(ifname) = &a.iface {
+        let backend = match a.backend.as_str() {
+            "auto" => Backend::Auto,
+            "afxdp" => Backend::AfXdp,
+            "afpacket" => Backend::AfPacket,
+            b => {
+                eprintln!("rnicd: unknown backend {b}");
+                std::process::exit(2)
+            }
+        };
+        let Some(gid) = a.gid else {
+            eprintln!("rnicd: --iface needs --gid (the interface's address)");
+            std::process::exit(2)
+        };
+        match open_port(ifname, backend) {
+            Ok((p, b)) => {
+                eprintln!("rnicd: {ifname}: {b:?}");
+                ports.push((a.name.clone(), p, Gid::from_ip(gid)));
+            }
+            Err(e) => {
+                eprintln!("rnicd: {ifname}: {e}");
+                std::process::exit(1)
+            }
+        }
+    } else {
+        eprintln!("rnicd: give --iface IFNAME or --mem-pair");
+        std::process::exit(2)
+    }
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let mut servers = Vec::new();
+    for (i, (name, port, gid)) in ports.into_iter().enumerate() {
+        let cfg = ServerConfig {
+            name: name.clone(),
+            sock_dir: a.sock_dir.clone(),
+            mode,
+            gid,
+            engine: engine(i),
+        };
+        match Server::start(port, cfg) {
+            Ok(s) => {
+                eprintln!("rnicd: {name} listening on {}", s.socket_path().display());
+                servers.push(s);
+            }
+            Err(e) => {
+                eprintln!("rnicd: {name}: {e}");
+                std::process::exit(1)
+            }
+        }
+    }
+    println!("READY");
+    while !STOP.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("rnicd: shutting down");
+    for s in servers {
+        s.stop();
+    }
+}

@@ -1,0 +1,492 @@
+//! The C API (`include/softrnic.h`, built into `libsoftrnic.so`): verbs
+//! with ibverbs-like names over the Rust client. Objects are opaque
+//! pointers; functions return 0 or an errno value (or NULL). Panics never
+//! cross the boundary.
+
+use crate::client::{Buffer, ConnectParams, Context, Cq, Mr, Pd, Qp, QpInitAttr};
+use crate::proto::QpKind;
+use crate::ring;
+use nic::verbs::{AhAttr, RecvWr, Sge, Sgl, Wc, MAX_SGE};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+type Bufs = Arc<Mutex<Vec<Buffer>>>;
+
+pub struct SrnicContext {
+    ctx: Arc<Context>,
+    bufs: Bufs,
+}
+pub struct SrnicPd {
+    pd: Pd,
+    bufs: Bufs,
+}
+pub struct SrnicMr {
+    mr: Mr,
+}
+pub struct SrnicCq {
+    cq: Cq,
+}
+pub struct SrnicQp {
+    qp: Qp,
+}
+
+#[repr(C)]
+pub struct SrnicDeviceAttr {
+    pub gid: [u8; 16],
+    pub mac: [u8; 6],
+    pub mtu: u32,
+    pub max_qp_wr: u32,
+    pub max_cqe: u32,
+    pub max_sge: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SrnicSge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+#[repr(C)]
+pub struct SrnicSendWr {
+    pub wr_id: u64,
+    pub opcode: u32,
+    pub send_flags: u32,
+    pub sg_list: *const SrnicSge,
+    pub num_sge: u32,
+    pub imm_data: u32,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub _pad: u32,
+    pub compare_add: u64,
+    pub swap: u64,
+}
+
+#[repr(C)]
+pub struct SrnicRecvWr {
+    pub wr_id: u64,
+    pub sg_list: *const SrnicSge,
+    pub num_sge: u32,
+}
+
+#[repr(C)]
+pub struct SrnicWc {
+    pub wr_id: u64,
+    pub status: u32,
+    pub opcode: u32,
+    pub qp_num: u32,
+    pub byte_len: u32,
+    pub imm_data: u32,
+    /// bit 0: imm_data valid
+    pub wc_flags: u32,
+}
+
+#[repr(C)]
+pub struct SrnicQpInitAttr {
+    pub send_cq: *mut SrnicCq,
+    pub recv_cq: *mut SrnicCq,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub sq_sig_all: c_int,
+}
+
+fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+fn boxed<T>(v: Option<T>) -> *mut T {
+    v.map(|v| Box::into_raw(Box::new(v)))
+        .unwrap_or(std::ptr::null_mut())
+}
+
+/// Opens the device whose control socket is `path`; NULL on failure.
+///
+/// # Safety
+/// `path` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_open_device(path: *const c_char) -> *mut SrnicContext {
+    guard(std::ptr::null_mut(), || {
+        if path.is_null() {
+            return std::ptr::null_mut();
+        }
+        let p = unsafe { CStr::from_ptr(path) }
+            .to_string_lossy()
+            .into_owned();
+        boxed(Context::open(p).ok().map(|ctx| SrnicContext {
+            ctx,
+            bufs: Default::default(),
+        }))
+    })
+}
+
+/// # Safety
+/// `ctx` came from `srnic_open_device` and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_close_device(ctx: *mut SrnicContext) -> c_int {
+    if !ctx.is_null() {
+        drop(unsafe { Box::from_raw(ctx) });
+    }
+    0
+}
+
+/// # Safety
+/// Valid pointers.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_query_device(
+    ctx: *const SrnicContext,
+    attr: *mut SrnicDeviceAttr,
+) -> c_int {
+    let (Some(c), false) = (unsafe { ctx.as_ref() }, attr.is_null()) else {
+        return libc::EINVAL;
+    };
+    let d = &c.ctx.device;
+    unsafe {
+        *attr = SrnicDeviceAttr {
+            gid: d.gid.0,
+            mac: d.mac.0,
+            mtu: d.mtu,
+            max_qp_wr: d.max_qp_wr,
+            max_cqe: d.max_cqe,
+            max_sge: d.max_sge,
+        }
+    };
+    0
+}
+
+/// # Safety
+/// Valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_alloc_pd(ctx: *mut SrnicContext) -> *mut SrnicPd {
+    let Some(c) = (unsafe { ctx.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    guard(std::ptr::null_mut(), || {
+        boxed(c.ctx.alloc_pd().ok().map(|pd| SrnicPd {
+            pd,
+            bufs: c.bufs.clone(),
+        }))
+    })
+}
+
+/// # Safety
+/// `pd` from `srnic_alloc_pd`, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_dealloc_pd(pd: *mut SrnicPd) -> c_int {
+    if pd.is_null() {
+        return libc::EINVAL;
+    }
+    let p = unsafe { Box::from_raw(pd) };
+    guard(libc::EIO, || match p.pd.dealloc() {
+        Ok(()) => 0,
+        Err(_) => libc::EBUSY,
+    })
+}
+
+/// Allocates `len` bytes of shared memory (zeroed, page-aligned) that
+/// `srnic_reg_mr` registers zero-copy. Freed when the context closes.
+///
+/// # Safety
+/// Valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_alloc_buf(pd: *mut SrnicPd, len: usize) -> *mut c_void {
+    let Some(p) = (unsafe { pd.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    guard(std::ptr::null_mut(), || match Buffer::new(len) {
+        Ok(b) => {
+            let ptr = b.as_ptr() as *mut c_void;
+            p.bufs.lock().map(|mut v| v.push(b)).ok();
+            ptr
+        }
+        Err(_) => std::ptr::null_mut(),
+    })
+}
+
+/// Registers `[addr, addr+len)`, which must lie inside one buffer from
+/// `srnic_alloc_buf` (other process memory is not supported).
+///
+/// # Safety
+/// Valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_reg_mr(
+    pd: *mut SrnicPd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut SrnicMr {
+    let Some(p) = (unsafe { pd.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    guard(std::ptr::null_mut(), || {
+        let a = addr as u64;
+        let buf = p.bufs.lock().ok().and_then(|v| {
+            v.iter()
+                .find(|b| a >= b.addr() && a + len as u64 <= b.addr() + b.len() as u64)
+                .cloned()
+        });
+        let Some(b) = buf else {
+            return std::ptr::null_mut();
+        };
+        let off = (a - b.addr()) as usize;
+        boxed(
+            p.pd.reg_mr(&b, off, len, access as u32)
+                .ok()
+                .map(|mr| SrnicMr { mr }),
+        )
+    })
+}
+
+/// # Safety
+/// Valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_mr_lkey(mr: *const SrnicMr) -> u32 {
+    unsafe { mr.as_ref() }.map(|m| m.mr.lkey).unwrap_or(0)
+}
+
+/// # Safety
+/// Valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_mr_rkey(mr: *const SrnicMr) -> u32 {
+    unsafe { mr.as_ref() }.map(|m| m.mr.rkey).unwrap_or(0)
+}
+
+/// # Safety
+/// `mr` from `srnic_reg_mr`, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_dereg_mr(mr: *mut SrnicMr) -> c_int {
+    if mr.is_null() {
+        return libc::EINVAL;
+    }
+    let m = unsafe { Box::from_raw(mr) };
+    guard(libc::EIO, || match m.mr.dereg() {
+        Ok(()) => 0,
+        Err(_) => libc::EINVAL,
+    })
+}
+
+/// # Safety
+/// Valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_create_cq(ctx: *mut SrnicContext, cqe: c_int) -> *mut SrnicCq {
+    let Some(c) = (unsafe { ctx.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    if cqe <= 0 {
+        return std::ptr::null_mut();
+    }
+    guard(std::ptr::null_mut(), || {
+        boxed(c.ctx.create_cq(cqe as u32).ok().map(|cq| SrnicCq { cq }))
+    })
+}
+
+/// # Safety
+/// `cq` from `srnic_create_cq`, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_destroy_cq(cq: *mut SrnicCq) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    let c = unsafe { Box::from_raw(cq) };
+    guard(libc::EIO, || match c.cq.destroy() {
+        Ok(()) => 0,
+        Err(_) => libc::EBUSY,
+    })
+}
+
+/// Polls up to `num` completions into `wc`; returns how many.
+///
+/// # Safety
+/// `wc` has room for `num` entries.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_poll_cq(cq: *mut SrnicCq, num: c_int, wc: *mut SrnicWc) -> c_int {
+    let Some(c) = (unsafe { cq.as_mut() }) else {
+        return -libc::EINVAL;
+    };
+    if num <= 0 || wc.is_null() {
+        return 0;
+    }
+    let mut out: Vec<Wc> = Vec::with_capacity(num as usize);
+    let n = c.cq.poll(num as usize, &mut out);
+    for (i, w) in out.iter().enumerate() {
+        unsafe {
+            *wc.add(i) = SrnicWc {
+                wr_id: w.wr_id,
+                status: ring::status_code(w.status) as u32,
+                opcode: ring::opcode_code(w.opcode) as u32,
+                qp_num: w.qp_num,
+                byte_len: w.byte_len,
+                imm_data: w.imm.unwrap_or(0),
+                wc_flags: w.imm.is_some() as u32,
+            }
+        };
+    }
+    n as c_int
+}
+
+/// An RC QP.
+///
+/// # Safety
+/// Valid pointers.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_create_qp(
+    pd: *mut SrnicPd,
+    attr: *const SrnicQpInitAttr,
+) -> *mut SrnicQp {
+    let (Some(p), Some(a)) = (unsafe { pd.as_ref() }, unsafe { attr.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    let (Some(s), Some(r)) = (unsafe { a.send_cq.as_ref() }, unsafe { a.recv_cq.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    let init = QpInitAttr {
+        qp_type: QpKind::Rc,
+        send_cq: s.cq.handle,
+        recv_cq: r.cq.handle,
+        max_send_wr: a.max_send_wr,
+        max_recv_wr: a.max_recv_wr,
+        sq_sig_all: a.sq_sig_all != 0,
+    };
+    guard(std::ptr::null_mut(), || {
+        boxed(p.pd.create_qp(&init).ok().map(|qp| SrnicQp { qp }))
+    })
+}
+
+/// # Safety
+/// Valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_qp_num(qp: *const SrnicQp) -> u32 {
+    unsafe { qp.as_ref() }.map(|q| q.qp.qpn).unwrap_or(0)
+}
+
+/// Moves an RC QP through INIT, RTR and RTS towards `dest_qpn` at
+/// (`dgid`, `dmac`) with default path settings (MTU 1024, all access).
+///
+/// # Safety
+/// `dgid` points at 16 bytes, `dmac` at 6.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_connect_qp(
+    qp: *mut SrnicQp,
+    dgid: *const u8,
+    dmac: *const u8,
+    dest_qpn: u32,
+    sq_psn: u32,
+    rq_psn: u32,
+) -> c_int {
+    let Some(q) = (unsafe { qp.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    if dgid.is_null() || dmac.is_null() {
+        return libc::EINVAL;
+    }
+    let mut g = [0u8; 16];
+    let mut m = [0u8; 6];
+    unsafe {
+        std::ptr::copy_nonoverlapping(dgid, g.as_mut_ptr(), 16);
+        std::ptr::copy_nonoverlapping(dmac, m.as_mut_ptr(), 6);
+    }
+    let ah = AhAttr::new(wire::Gid(g), wire::EthernetAddress(m));
+    guard(libc::EIO, || {
+        match q
+            .qp
+            .connect(&ConnectParams::default(), ah, dest_qpn, sq_psn, rq_psn)
+        {
+            Ok(()) => 0,
+            Err(_) => libc::EINVAL,
+        }
+    })
+}
+
+/// # Safety
+/// `qp` from `srnic_create_qp`, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_destroy_qp(qp: *mut SrnicQp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    let q = unsafe { Box::from_raw(qp) };
+    guard(libc::EIO, || match q.qp.destroy() {
+        Ok(()) => 0,
+        Err(_) => libc::EINVAL,
+    })
+}
+
+unsafe fn sges<'a>(list: *const SrnicSge, n: u32) -> Option<&'a [SrnicSge]> {
+    if n as usize > MAX_SGE || (n > 0 && list.is_null()) {
+        return None;
+    }
+    if n == 0 {
+        return Some(&[]);
+    }
+    Some(unsafe { std::slice::from_raw_parts(list, n as usize) })
+}
+
+/// Writes the WQE into the send ring and rings the doorbell: no syscall.
+/// ENOMEM: the ring is full; EINVAL: more than 8 SGEs.
+///
+/// # Safety
+/// `wr` and its `sg_list` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_post_send(qp: *mut SrnicQp, wr: *const SrnicSendWr) -> c_int {
+    let (Some(q), Some(w)) = (unsafe { qp.as_mut() }, unsafe { wr.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    let Some(s) = (unsafe { sges(w.sg_list, w.num_sge) }) else {
+        return libc::EINVAL;
+    };
+    let mut raw = ring::WqeRaw {
+        wr_id: w.wr_id,
+        opcode: w.opcode.min(255) as u8,
+        flags: w.send_flags.min(255) as u8,
+        num_sge: s.len() as u8,
+        imm: w.imm_data,
+        remote_addr: w.remote_addr,
+        rkey: w.rkey,
+        compare_add: w.compare_add,
+        swap: w.swap,
+        ..Default::default()
+    };
+    for (d, s) in raw.sge.iter_mut().zip(s) {
+        *d = ring::SgeRaw {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
+    }
+    // SAFETY: the daemon validates the WQE; bad ones complete with errors.
+    match unsafe { q.qp.post_raw_send(&raw) } {
+        Ok(()) => 0,
+        Err(_) => libc::ENOMEM,
+    }
+}
+
+/// # Safety
+/// `wr` and its `sg_list` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_post_recv(qp: *mut SrnicQp, wr: *const SrnicRecvWr) -> c_int {
+    let (Some(q), Some(w)) = (unsafe { qp.as_mut() }, unsafe { wr.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    let Some(s) = (unsafe { sges(w.sg_list, w.num_sge) }) else {
+        return libc::EINVAL;
+    };
+    let list: Vec<Sge> = s
+        .iter()
+        .map(|s| Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+        .collect();
+    let Some(sgl) = Sgl::new(&list) else {
+        return libc::EINVAL;
+    };
+    match q.qp.post_recv(&RecvWr {
+        wr_id: w.wr_id,
+        sgl,
+    }) {
+        Ok(()) => 0,
+        Err(_) => libc::ENOMEM,
+    }
+}

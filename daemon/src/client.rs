@@ -1,0 +1,580 @@
+//! The client library: verbs in Rust over a softrnic daemon. Control verbs
+//! are messages on the device's Unix socket; posts and polls touch only
+//! shared memory (write the WQE, release-store the producer index; read
+//! CQEs up to the daemon's producer index, release-store the consumer
+//! index) — no syscall on the data path.
+
+use crate::proto::{self, QpAttrMsg, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
+use crate::ring::{self, CqeRaw, Ring, WqeRaw, CQE_SIZE, WQE_SIZE};
+use crate::shm::{Mapping, SeqPacket};
+use nic::verbs::{access, AhAttr, QpAttr, QpState, RecvWr, SendWr, Wc};
+use std::os::fd::{OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wire::{EthernetAddress, Gid};
+
+pub use crate::proto::QpKind as QpType;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the daemon refused: {0}")]
+    Daemon(String),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("the work queue is full")]
+    QueueFull,
+    #[error("timed out")]
+    Timeout,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What `query_device` reports.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub gid: Gid,
+    pub mac: EthernetAddress,
+    pub mtu: u32,
+    pub max_qp_wr: u32,
+    pub max_cqe: u32,
+    pub max_sge: u32,
+}
+
+/// An open device (`ibv_context`).
+pub struct Context {
+    sock: Mutex<SeqPacket>,
+    pub device: DeviceInfo,
+}
+
+/// Where device sockets live: `$SOFTRNIC_SOCK_DIR` or `/run/softrnic`.
+pub fn sock_dir() -> PathBuf {
+    std::env::var_os("SOFTRNIC_SOCK_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/softrnic"))
+}
+
+impl Context {
+    /// Opens device `name` (`<sock_dir>/<name>.sock`).
+    pub fn open_device(name: &str) -> Result<Arc<Context>> {
+        Context::open(sock_dir().join(format!("{name}.sock")))
+    }
+
+    /// Opens the device whose control socket is `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Arc<Context>> {
+        let sock = SeqPacket::connect(path.as_ref())?;
+        let mut c = Context {
+            sock: Mutex::new(sock),
+            device: DeviceInfo {
+                name: String::new(),
+                gid: Gid::default(),
+                mac: EthernetAddress([0; 6]),
+                mtu: 0,
+                max_qp_wr: 0,
+                max_cqe: 0,
+                max_sge: 0,
+            },
+        };
+        match c.request(Request::QueryDevice, None)?.0 {
+            Response::Device {
+                name,
+                gid,
+                mac,
+                mtu,
+                max_qp_wr,
+                max_cqe,
+                max_sge,
+            } => {
+                c.device = DeviceInfo {
+                    name,
+                    gid: Gid(gid),
+                    mac: EthernetAddress(mac),
+                    mtu,
+                    max_qp_wr,
+                    max_cqe,
+                    max_sge,
+                }
+            }
+            r => return Err(unexpected(r)),
+        }
+        Ok(Arc::new(c))
+    }
+
+    fn request(&self, req: Request, fd: Option<RawFd>) -> Result<(Response, Vec<OwnedFd>)> {
+        let sock = self
+            .sock
+            .lock()
+            .map_err(|_| Error::Protocol("poisoned".into()))?;
+        let msg = proto::encode(&ReqMsg {
+            v: proto::VERSION,
+            req,
+        });
+        let fds: Vec<RawFd> = fd.into_iter().collect();
+        sock.send(&msg, &fds)?;
+        let mut buf = Vec::new();
+        let fds = sock
+            .recv(&mut buf)?
+            .ok_or_else(|| Error::Protocol("the daemon closed the connection".into()))?;
+        let m: RespMsg =
+            serde_json::from_slice(&buf).map_err(|e| Error::Protocol(e.to_string()))?;
+        if m.v != proto::VERSION {
+            return Err(Error::Protocol(format!("daemon speaks version {}", m.v)));
+        }
+        match m.resp {
+            Response::Error { msg } => Err(Error::Daemon(msg)),
+            r => Ok((r, fds)),
+        }
+    }
+
+    fn simple(&self, req: Request) -> Result<()> {
+        match self.request(req, None)?.0 {
+            Response::Ok => Ok(()),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn alloc_pd(self: &Arc<Self>) -> Result<Pd> {
+        match self.request(Request::AllocPd, None)?.0 {
+            Response::Pd { pd } => Ok(Pd {
+                ctx: self.clone(),
+                handle: pd,
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// A completion queue of at least `cqe` entries.
+    pub fn create_cq(self: &Arc<Self>, cqe: u32) -> Result<Cq> {
+        let (r, mut fds) = self.request(Request::CreateCq { cqe }, None)?;
+        match r {
+            Response::Cq {
+                cq,
+                entries,
+                map_len,
+            } => {
+                if fds.len() != 1
+                    || ring::ring_entries(entries) != Some(entries)
+                    || (map_len as usize) < ring::ring_bytes(entries, CQE_SIZE)
+                {
+                    return Err(Error::Protocol("bad CQ reply".into()));
+                }
+                let map = Arc::new(Mapping::from_untrusted_fd(fds.remove(0), map_len as usize)?);
+                // SAFETY: the ring lies inside the mapping the Cq keeps.
+                let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
+                Ok(Cq {
+                    ctx: self.clone(),
+                    handle: cq,
+                    _map: map,
+                    ring,
+                    cons: 0,
+                })
+            }
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Daemon-wide object counts.
+    pub fn stats(&self) -> Result<Stats> {
+        match self.request(Request::Stats, None)?.0 {
+            Response::Stats(s) => Ok(s),
+            r => Err(unexpected(r)),
+        }
+    }
+}
+
+fn unexpected(r: Response) -> Error {
+    Error::Protocol(format!("unexpected reply {r:?}"))
+}
+
+/// A protection domain.
+pub struct Pd {
+    ctx: Arc<Context>,
+    pub handle: u32,
+}
+
+/// Memory shared with the daemon (a sealed memfd mapped here and, once
+/// registered, in the daemon): the engine reads and writes it in place.
+#[derive(Clone)]
+pub struct Buffer {
+    map: Arc<Mapping>,
+}
+
+impl Buffer {
+    /// A zeroed buffer of `len` bytes (page-aligned).
+    pub fn new(len: usize) -> Result<Buffer> {
+        Ok(Buffer {
+            map: Arc::new(Mapping::create("softrnic-buf", len)?),
+        })
+    }
+
+    /// The virtual address of byte 0 (what SGEs and remote addresses use).
+    pub fn addr(&self) -> u64 {
+        self.map.addr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.ptr()
+    }
+
+    pub fn write(&self, off: usize, src: &[u8]) {
+        nic::verbs::Memory::write(&*self.map, off, src);
+    }
+
+    pub fn read(&self, off: usize, dst: &mut [u8]) {
+        nic::verbs::Memory::read(&*self.map, off, dst);
+    }
+
+    pub fn to_vec(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.read(off, &mut v);
+        v
+    }
+}
+
+/// A registered memory region.
+pub struct Mr {
+    ctx: Arc<Context>,
+    pub lkey: u32,
+    pub rkey: u32,
+    pub addr: u64,
+    pub len: u64,
+    _buf: Buffer,
+}
+
+impl Mr {
+    pub fn dereg(self) -> Result<()> {
+        self.ctx.simple(Request::DeregMr { lkey: self.lkey })
+    }
+}
+
+/// What a QP is created with (`ibv_qp_init_attr`).
+#[derive(Clone, Copy, Debug)]
+pub struct QpInitAttr {
+    pub qp_type: QpKind,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub sq_sig_all: bool,
+}
+
+/// All access rights (local write, remote write/read/atomic).
+pub const ACCESS_ALL: u32 =
+    access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+
+impl Pd {
+    pub fn alloc_buffer(&self, len: usize) -> Result<Buffer> {
+        Buffer::new(len)
+    }
+
+    /// Registers `len` bytes of `buf` from `offset` (zero-copy).
+    pub fn reg_mr(&self, buf: &Buffer, offset: usize, len: usize, access: u32) -> Result<Mr> {
+        if !matches!(offset.checked_add(len), Some(e) if e <= buf.len()) {
+            return Err(Error::Protocol("region outside the buffer".into()));
+        }
+        let addr = buf.addr() + offset as u64;
+        let req = Request::RegMr {
+            pd: self.handle,
+            offset: offset as u64,
+            addr,
+            len: len as u64,
+            access,
+        };
+        match self.ctx.request(req, Some(buf.map.fd()))?.0 {
+            Response::Mr { lkey, rkey } => Ok(Mr {
+                ctx: self.ctx.clone(),
+                lkey,
+                rkey,
+                addr,
+                len: len as u64,
+                _buf: buf.clone(),
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn create_qp(&self, a: &QpInitAttr) -> Result<Qp> {
+        let req = Request::CreateQp {
+            pd: self.handle,
+            qp_type: a.qp_type,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            max_send_wr: a.max_send_wr,
+            max_recv_wr: a.max_recv_wr,
+            sq_sig_all: a.sq_sig_all,
+        };
+        let (r, mut fds) = self.ctx.request(req, None)?;
+        match r {
+            Response::Qp {
+                qpn,
+                sq_entries,
+                rq_entries,
+                rq_offset,
+                map_len,
+            } => {
+                let ok = fds.len() == 1
+                    && ring::ring_entries(sq_entries) == Some(sq_entries)
+                    && ring::ring_entries(rq_entries) == Some(rq_entries)
+                    && rq_offset as usize >= ring::ring_bytes(sq_entries, WQE_SIZE)
+                    && rq_offset % 64 == 0
+                    && map_len as usize
+                        >= rq_offset as usize + ring::ring_bytes(rq_entries, WQE_SIZE);
+                if !ok {
+                    return Err(Error::Protocol("bad QP reply".into()));
+                }
+                let map = Arc::new(Mapping::from_untrusted_fd(fds.remove(0), map_len as usize)?);
+                // SAFETY: both rings lie inside the mapping the Qp keeps.
+                let (sq, rq) = unsafe {
+                    (
+                        Ring::new(map.ptr(), sq_entries, WQE_SIZE),
+                        Ring::new(map.ptr().add(rq_offset as usize), rq_entries, WQE_SIZE),
+                    )
+                };
+                Ok(Qp {
+                    ctx: self.ctx.clone(),
+                    qpn,
+                    kind: a.qp_type,
+                    _map: map,
+                    sq,
+                    rq,
+                    sq_prod: 0,
+                    rq_prod: 0,
+                })
+            }
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn dealloc(self) -> Result<()> {
+        self.ctx.simple(Request::DeallocPd { pd: self.handle })
+    }
+}
+
+/// A completion queue; `poll` reads the shared ring directly.
+pub struct Cq {
+    ctx: Arc<Context>,
+    pub handle: u32,
+    _map: Arc<Mapping>,
+    ring: Ring,
+    cons: u32,
+}
+
+impl Cq {
+    /// Moves up to `max` completions into `out` (`ibv_poll_cq`).
+    pub fn poll(&mut self, max: usize, out: &mut Vec<Wc>) -> usize {
+        let prod = self.ring.producer().load(Ordering::Acquire);
+        let avail = prod.wrapping_sub(self.cons).min(self.ring.entries) as usize;
+        let n = avail.min(max);
+        for _ in 0..n {
+            let c: CqeRaw = self.ring.read(self.cons);
+            out.push(ring::decode_cqe(&c));
+            self.cons = self.cons.wrapping_add(1);
+        }
+        if n > 0 {
+            self.ring.consumer().store(self.cons, Ordering::Release);
+        }
+        n
+    }
+
+    /// Polls (spinning, then yielding) until `n` completions arrived.
+    pub fn wait(&mut self, n: usize, timeout: Duration) -> Result<Vec<Wc>> {
+        let t0 = Instant::now();
+        let mut out = Vec::with_capacity(n);
+        let mut spins = 0u32;
+        while out.len() < n {
+            if self.poll(n - out.len(), &mut out) == 0 {
+                if t0.elapsed() > timeout {
+                    return Err(Error::Timeout);
+                }
+                spins += 1;
+                if spins > 1000 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn destroy(self) -> Result<()> {
+        self.ctx.simple(Request::DestroyCq { cq: self.handle })
+    }
+}
+
+/// What `query_qp` reports.
+#[derive(Clone, Debug)]
+pub struct QpInfo {
+    pub state: QpState,
+    pub dest_qpn: u32,
+    pub mtu: u32,
+    pub sq_psn: u32,
+    pub rq_psn: u32,
+}
+
+/// A queue pair; posts write its shared rings directly.
+pub struct Qp {
+    ctx: Arc<Context>,
+    pub qpn: u32,
+    pub kind: QpKind,
+    _map: Arc<Mapping>,
+    sq: Ring,
+    rq: Ring,
+    sq_prod: u32,
+    rq_prod: u32,
+}
+
+/// How `Qp::connect` sets up an RC/UC QP (defaults as in `nic::sim`).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectParams {
+    pub mtu: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub access: u32,
+}
+
+impl Default for ConnectParams {
+    fn default() -> Self {
+        ConnectParams {
+            mtu: 1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 16,
+            access: ACCESS_ALL,
+        }
+    }
+}
+
+impl Qp {
+    /// Writes the WQE and rings the doorbell (a release store of the
+    /// producer index). Fails only when the ring is full.
+    pub fn post_send(&mut self, wr: &SendWr) -> Result<()> {
+        let w = ring::encode_send(wr);
+        // SAFETY: a well-formed WQE.
+        unsafe { self.post_raw_send(&w) }
+    }
+
+    pub fn post_recv(&mut self, wr: &RecvWr) -> Result<()> {
+        let cons = self.rq.consumer().load(Ordering::Acquire);
+        if self.rq_prod.wrapping_sub(cons) >= self.rq.entries {
+            return Err(Error::QueueFull);
+        }
+        self.rq.write(self.rq_prod, &ring::encode_recv(wr));
+        self.rq_prod = self.rq_prod.wrapping_add(1);
+        self.rq.producer().store(self.rq_prod, Ordering::Release);
+        Ok(())
+    }
+
+    /// Posts a raw WQE as it is (for tests of the daemon's validation).
+    ///
+    /// # Safety
+    /// Always memory-safe for this process; "unsafe" marks that the WQE is
+    /// not checked here and may complete with an error.
+    pub unsafe fn post_raw_send(&mut self, w: &WqeRaw) -> Result<()> {
+        let cons = self.sq.consumer().load(Ordering::Acquire);
+        if self.sq_prod.wrapping_sub(cons) >= self.sq.entries {
+            return Err(Error::QueueFull);
+        }
+        self.sq.write(self.sq_prod, w);
+        self.sq_prod = self.sq_prod.wrapping_add(1);
+        self.sq.producer().store(self.sq_prod, Ordering::Release);
+        Ok(())
+    }
+
+    /// The shared rings' raw bytes: (send ring, receive ring), each as
+    /// (pointer, length). For hostile-client tests.
+    pub fn raw_rings(&self) -> [(*mut u8, usize); 2] {
+        [self.sq.raw_bytes(), self.rq.raw_bytes()]
+    }
+
+    pub fn modify(&self, attr: &QpAttr) -> Result<()> {
+        self.ctx.simple(Request::ModifyQp {
+            qpn: self.qpn,
+            attr: QpAttrMsg::from_attr(attr),
+        })
+    }
+
+    pub fn query(&self) -> Result<QpInfo> {
+        match self
+            .ctx
+            .request(Request::QueryQp { qpn: self.qpn }, None)?
+            .0
+        {
+            Response::QpInfo {
+                state,
+                dest_qpn,
+                mtu,
+                sq_psn,
+                rq_psn,
+                ..
+            } => Ok(QpInfo {
+                state: proto::parse_state(&state)
+                    .ok_or_else(|| Error::Protocol("bad state".into()))?,
+                dest_qpn,
+                mtu,
+                sq_psn,
+                rq_psn,
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// INIT → RTR → RTS towards `dest_qpn` at `ah` (RC or UC).
+    pub fn connect(
+        &self,
+        p: &ConnectParams,
+        ah: AhAttr,
+        dest_qpn: u32,
+        sq_psn: u32,
+        rq_psn: u32,
+    ) -> Result<()> {
+        self.modify(&QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port: Some(1),
+            access_flags: Some(p.access),
+            ..Default::default()
+        })?;
+        let rc = self.kind == QpKind::Rc;
+        self.modify(&QpAttr {
+            state: Some(QpState::Rtr),
+            ah: Some(ah),
+            path_mtu: Some(p.mtu),
+            dest_qpn: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            max_dest_rd_atomic: rc.then_some(p.max_rd_atomic),
+            min_rnr_timer: rc.then_some(p.min_rnr_timer),
+            ..Default::default()
+        })?;
+        self.modify(&QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            timeout: rc.then_some(p.timeout),
+            retry_cnt: rc.then_some(p.retry_cnt),
+            rnr_retry: rc.then_some(p.rnr_retry),
+            max_rd_atomic: rc.then_some(p.max_rd_atomic),
+            ..Default::default()
+        })
+    }
+
+    pub fn destroy(self) -> Result<()> {
+        self.ctx.simple(Request::DestroyQp { qpn: self.qpn })
+    }
+}

@@ -1,0 +1,229 @@
+//! The daemon's data plane: runs once per engine turn on the engine thread
+//! (a `nic::engine::TurnHook`). It polls the doorbells (producer indices)
+//! of every active QP's send and receive rings, fetches and validates the
+//! new WQEs and posts them to the transport, then moves completions from
+//! the transport's CQs into the clients' shared CQ rings.
+//!
+//! Every ring is hostile: the daemon keeps its own consumer/producer
+//! indices and only *reads* the client's; a producer index more than a
+//! ring's size ahead moves that QP to the error state; garbage WQEs
+//! complete with errors on that client's CQ; a CQ ring whose consumer
+//! index is wild counts as full (the client only hurts itself).
+
+use crate::ring::{self, CqeRaw, Ring, WqeRaw};
+use crate::shm::Mapping;
+use nic::transport::{Rnic, VerbsError};
+use nic::verbs::{QpAttr, QpState, Wc, WcOpcode, WcStatus};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// WQEs taken from one ring per turn (fairness between QPs).
+const BATCH: u32 = 32;
+
+pub struct QpRings {
+    pub qpn: u32,
+    pub _map: Arc<Mapping>,
+    pub sq: Ring,
+    pub rq: Ring,
+    pub sq_cons: u32,
+    pub rq_cons: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub broken: bool,
+}
+
+pub struct CqRing {
+    pub _map: Arc<Mapping>,
+    pub ring: Ring,
+    pub prod: u32,
+    /// Completions the daemon made itself (refused WQEs), written first.
+    pub pending: VecDeque<Wc>,
+}
+
+#[derive(Default)]
+pub struct DataPlane {
+    pub qps: Vec<QpRings>,
+    pub cqs: HashMap<u32, CqRing>,
+    wcs: Vec<Wc>,
+    /// WQEs refused by the daemon (bad opcode, SGE count, wild index).
+    pub refused: u64,
+}
+
+fn status_of(e: &VerbsError) -> WcStatus {
+    match e {
+        VerbsError::InvalidWr(_) => WcStatus::LocQpOpErr,
+        VerbsError::BadMr(_) => WcStatus::LocProtErr,
+        _ => WcStatus::LocQpOpErr,
+    }
+}
+
+impl DataPlane {
+    pub fn add_qp(&mut self, q: QpRings) {
+        self.qps.push(q);
+    }
+
+    pub fn remove_qp(&mut self, qpn: u32) {
+        self.qps.retain(|q| q.qpn != qpn);
+    }
+
+    pub fn add_cq(&mut self, cqn: u32, c: CqRing) {
+        self.cqs.insert(cqn, c);
+    }
+
+    pub fn remove_cq(&mut self, cqn: u32) {
+        self.cqs.remove(&cqn);
+    }
+
+    fn error_wc(&mut self, cq: u32, wc: Wc) {
+        self.refused += 1;
+        if let Some(c) = self.cqs.get_mut(&cq) {
+            if c.pending.len() < 4096 {
+                c.pending.push_back(wc);
+            }
+        }
+    }
+
+    /// One pass: doorbells, then completions. Returns the work done.
+    pub fn turn(&mut self, rnic: &mut Rnic) -> usize {
+        let mut work = 0;
+        for i in 0..self.qps.len() {
+            work += self.fetch_sq(rnic, i);
+            work += self.fetch_rq(rnic, i);
+        }
+        work + self.complete(rnic)
+    }
+
+    fn wild(&mut self, rnic: &mut Rnic, i: usize, cq: u32, opcode: WcOpcode) {
+        let q = &mut self.qps[i];
+        q.broken = true;
+        let qpn = q.qpn;
+        let _ = rnic.modify_qp(
+            qpn,
+            &QpAttr {
+                state: Some(QpState::Err),
+                ..Default::default()
+            },
+        );
+        self.error_wc(cq, Wc::new(0, WcStatus::LocQpOpErr, opcode, qpn));
+    }
+
+    fn fetch_sq(&mut self, rnic: &mut Rnic, i: usize) -> usize {
+        let q = &self.qps[i];
+        if q.broken {
+            return 0;
+        }
+        let prod = q.sq.producer().load(std::sync::atomic::Ordering::Acquire);
+        let pending = prod.wrapping_sub(q.sq_cons);
+        if pending == 0 {
+            return 0;
+        }
+        if pending > q.sq.entries {
+            let cq = q.send_cq;
+            self.wild(rnic, i, cq, WcOpcode::Send);
+            return 1;
+        }
+        let (qpn, cq, sq) = (q.qpn, q.send_cq, q.sq);
+        let mut cons = q.sq_cons;
+        let mut n = 0;
+        while n < pending.min(BATCH) {
+            let raw: WqeRaw = sq.read(cons);
+            match ring::decode_send(&raw) {
+                Ok(wr) => {
+                    let (id, op) = (wr.wr_id, wr.op.wc_opcode());
+                    match rnic.post_send(qpn, wr) {
+                        Ok(()) => {}
+                        // back-pressure: leave it in the ring for next turn
+                        Err(VerbsError::QueueFull) => break,
+                        Err(e) => self.error_wc(cq, Wc::new(id, status_of(&e), op, qpn)),
+                    }
+                }
+                Err(bad) => {
+                    self.error_wc(cq, Wc::new(raw.wr_id, bad.status(), WcOpcode::Send, qpn))
+                }
+            }
+            cons = cons.wrapping_add(1);
+            n += 1;
+        }
+        let q = &mut self.qps[i];
+        q.sq_cons = cons;
+        q.sq.consumer()
+            .store(cons, std::sync::atomic::Ordering::Release);
+        n as usize
+    }
+
+    fn fetch_rq(&mut self, rnic: &mut Rnic, i: usize) -> usize {
+        let q = &self.qps[i];
+        if q.broken {
+            return 0;
+        }
+        let prod = q.rq.producer().load(std::sync::atomic::Ordering::Acquire);
+        let pending = prod.wrapping_sub(q.rq_cons);
+        if pending == 0 {
+            return 0;
+        }
+        if pending > q.rq.entries {
+            let cq = q.recv_cq;
+            self.wild(rnic, i, cq, WcOpcode::Recv);
+            return 1;
+        }
+        let (qpn, cq, rq) = (q.qpn, q.recv_cq, q.rq);
+        let mut cons = q.rq_cons;
+        let mut n = 0;
+        while n < pending.min(BATCH) {
+            let raw: WqeRaw = rq.read(cons);
+            match ring::decode_recv(&raw) {
+                Ok(wr) => match rnic.post_recv(qpn, wr) {
+                    Ok(()) => {}
+                    Err(VerbsError::QueueFull) => break,
+                    Err(e) => {
+                        self.error_wc(cq, Wc::new(raw.wr_id, status_of(&e), WcOpcode::Recv, qpn))
+                    }
+                },
+                Err(bad) => {
+                    self.error_wc(cq, Wc::new(raw.wr_id, bad.status(), WcOpcode::Recv, qpn))
+                }
+            }
+            cons = cons.wrapping_add(1);
+            n += 1;
+        }
+        let q = &mut self.qps[i];
+        q.rq_cons = cons;
+        q.rq.consumer()
+            .store(cons, std::sync::atomic::Ordering::Release);
+        n as usize
+    }
+
+    fn complete(&mut self, rnic: &mut Rnic) -> usize {
+        let mut work = 0;
+        for (cqn, c) in self.cqs.iter_mut() {
+            let cons = c.ring.consumer().load(std::sync::atomic::Ordering::Acquire);
+            let used = c.prod.wrapping_sub(cons);
+            // a wild consumer index (used > entries): treat the ring as full
+            let mut room = c.ring.entries.saturating_sub(used);
+            let start = c.prod;
+            while room > 0 {
+                let Some(wc) = c.pending.pop_front() else {
+                    break;
+                };
+                c.ring.write::<CqeRaw>(c.prod, &ring::encode_cqe(&wc));
+                c.prod = c.prod.wrapping_add(1);
+                room -= 1;
+            }
+            if room > 0 {
+                self.wcs.clear();
+                let _ = rnic.poll_cq(*cqn, room as usize, &mut self.wcs);
+                for wc in &self.wcs {
+                    c.ring.write::<CqeRaw>(c.prod, &ring::encode_cqe(wc));
+                    c.prod = c.prod.wrapping_add(1);
+                }
+            }
+            if c.prod != start {
+                c.ring
+                    .producer()
+                    .store(c.prod, std::sync::atomic::Ordering::Release);
+                work += c.prod.wrapping_sub(start) as usize;
+            }
+        }
+        work
+    }
+}

@@ -1,0 +1,22 @@
+//! softrnic: the daemon that owns a soft-RNIC (`rnicd`) and the client
+//! library applications link. See README.md for the design.
+//!
+//! - [`client`]: the Rust verbs API (device, PD, MR, CQ, QP, post, poll).
+//! - [`capi`]: the C API (`include/softrnic.h`, `libsoftrnic.so`).
+//! - [`server`]: the daemon side (control socket, clients, cleanup).
+//! - [`dataplane`]: the engine hook that polls doorbells and fills CQ rings.
+//! - [`ring`], [`shm`], [`proto`]: ring layouts, shared memory, messages.
+
+pub mod capi;
+pub mod client;
+pub mod dataplane;
+pub mod proto;
+pub mod ring;
+pub mod server;
+pub mod shm;
+
+pub use client::{
+    Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Pd, Qp, QpInfo, QpInitAttr,
+    ACCESS_ALL,
+};
+pub use proto::{QpKind, Stats};

@@ -1,0 +1,268 @@
+//! The control protocol: one JSON object per SOCK_SEQPACKET message,
+//! `{"v":1,"req":{...}}` from the client and `{"v":1,"resp":{...}}` back.
+//! Memfds travel as SCM_RIGHTS on the same message (RegMr: client→daemon;
+//! CreateCq/CreateQp: daemon→client). Unknown versions, unknown fields'
+//! types, oversize messages and missing descriptors are refused with an
+//! `Error` response; nothing a client sends can make the daemon panic.
+
+use nic::verbs::{AhAttr, QpAttr, QpState};
+use serde::{Deserialize, Serialize};
+
+pub const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct ReqMsg {
+    pub v: u32,
+    pub req: Request,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct RespMsg {
+    pub v: u32,
+    pub resp: Response,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum QpKind {
+    Rc,
+    Uc,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    QueryDevice,
+    AllocPd,
+    DeallocPd {
+        pd: u32,
+    },
+    /// Attach the memfd holding the buffer; `offset` is where the region
+    /// starts in it, `addr` the client's virtual address of that byte.
+    RegMr {
+        pd: u32,
+        offset: u64,
+        addr: u64,
+        len: u64,
+        access: u32,
+    },
+    DeregMr {
+        lkey: u32,
+    },
+    CreateCq {
+        cqe: u32,
+    },
+    DestroyCq {
+        cq: u32,
+    },
+    CreateQp {
+        pd: u32,
+        qp_type: QpKind,
+        send_cq: u32,
+        recv_cq: u32,
+        max_send_wr: u32,
+        max_recv_wr: u32,
+        sq_sig_all: bool,
+    },
+    ModifyQp {
+        qpn: u32,
+        attr: QpAttrMsg,
+    },
+    QueryQp {
+        qpn: u32,
+    },
+    DestroyQp {
+        qpn: u32,
+    },
+    /// Daemon-wide object counts (administration and tests).
+    Stats,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "r", rename_all = "snake_case")]
+pub enum Response {
+    Ok,
+    Error {
+        msg: String,
+    },
+    Device {
+        name: String,
+        gid: [u8; 16],
+        mac: [u8; 6],
+        mtu: u32,
+        max_qp_wr: u32,
+        max_cqe: u32,
+        max_sge: u32,
+    },
+    Pd {
+        pd: u32,
+    },
+    Mr {
+        lkey: u32,
+        rkey: u32,
+    },
+    /// With the CQ ring's memfd attached.
+    Cq {
+        cq: u32,
+        entries: u32,
+        map_len: u64,
+    },
+    /// With the QP rings' memfd attached: SQ ring at 0, RQ ring at rq_offset.
+    Qp {
+        qpn: u32,
+        sq_entries: u32,
+        rq_entries: u32,
+        rq_offset: u64,
+        map_len: u64,
+    },
+    QpInfo {
+        qpn: u32,
+        state: String,
+        dest_qpn: u32,
+        mtu: u32,
+        sq_psn: u32,
+        rq_psn: u32,
+    },
+    Stats(Stats),
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub clients: u32,
+    pub pds: u32,
+    pub mrs: u32,
+    pub cqs: u32,
+    pub qps: u32,
+    /// QPs the transport still has (probes every QPN the daemon handed out).
+    pub rnic_qps: u32,
+    /// Rings the engine polls.
+    pub active_qp_rings: u32,
+    pub active_cq_rings: u32,
+    /// Clients that went away and were cleaned up.
+    pub clients_reaped: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default)]
+pub struct AhMsg {
+    pub dgid: [u8; 16],
+    pub dmac: [u8; 6],
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    pub flow_label: u32,
+}
+
+/// `QpAttr` on the wire (no VLAN in this version).
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct QpAttrMsg {
+    pub state: Option<String>,
+    pub pkey_index: Option<u16>,
+    pub port: Option<u8>,
+    pub access_flags: Option<u32>,
+    pub qkey: Option<u32>,
+    pub ah: Option<AhMsg>,
+    pub path_mtu: Option<u32>,
+    pub dest_qpn: Option<u32>,
+    pub rq_psn: Option<u32>,
+    pub max_dest_rd_atomic: Option<u8>,
+    pub min_rnr_timer: Option<u8>,
+    pub sq_psn: Option<u32>,
+    pub timeout: Option<u8>,
+    pub retry_cnt: Option<u8>,
+    pub rnr_retry: Option<u8>,
+    pub max_rd_atomic: Option<u8>,
+}
+
+pub fn state_name(s: QpState) -> &'static str {
+    match s {
+        QpState::Reset => "reset",
+        QpState::Init => "init",
+        QpState::Rtr => "rtr",
+        QpState::Rts => "rts",
+        QpState::Sqd => "sqd",
+        QpState::Sqe => "sqe",
+        QpState::Err => "err",
+    }
+}
+
+pub fn parse_state(s: &str) -> Option<QpState> {
+    Some(match s {
+        "reset" => QpState::Reset,
+        "init" => QpState::Init,
+        "rtr" => QpState::Rtr,
+        "rts" => QpState::Rts,
+        "sqd" => QpState::Sqd,
+        "sqe" => QpState::Sqe,
+        "err" => QpState::Err,
+        _ => return None,
+    })
+}
+
+impl QpAttrMsg {
+    pub fn from_attr(a: &QpAttr) -> QpAttrMsg {
+        QpAttrMsg {
+            state: a.state.map(|s| state_name(s).to_string()),
+            pkey_index: a.pkey_index,
+            port: a.port,
+            access_flags: a.access_flags,
+            qkey: a.qkey,
+            ah: a.ah.map(|ah| AhMsg {
+                dgid: ah.dgid.0,
+                dmac: ah.dmac.0,
+                traffic_class: ah.traffic_class,
+                hop_limit: ah.hop_limit,
+                flow_label: ah.flow_label,
+            }),
+            path_mtu: a.path_mtu,
+            dest_qpn: a.dest_qpn,
+            rq_psn: a.rq_psn,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            sq_psn: a.sq_psn,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            max_rd_atomic: a.max_rd_atomic,
+        }
+    }
+
+    /// Validates and converts; `check_modify` in the transport validates
+    /// the combination.
+    pub fn to_attr(&self) -> Result<QpAttr, String> {
+        let state = match &self.state {
+            Some(s) => Some(parse_state(s).ok_or_else(|| format!("unknown QP state {s:?}"))?),
+            None => None,
+        };
+        if self.ah.is_some_and(|a| a.flow_label > 0xf_ffff) {
+            return Err("flow_label out of range".into());
+        }
+        Ok(QpAttr {
+            state,
+            pkey_index: self.pkey_index,
+            port: self.port,
+            access_flags: self.access_flags,
+            qkey: self.qkey,
+            ah: self.ah.map(|a| AhAttr {
+                dgid: wire::Gid(a.dgid),
+                dmac: wire::EthernetAddress(a.dmac),
+                traffic_class: a.traffic_class,
+                hop_limit: a.hop_limit,
+                flow_label: a.flow_label & 0xf_ffff,
+                vlan: None,
+            }),
+            path_mtu: self.path_mtu,
+            dest_qpn: self.dest_qpn,
+            rq_psn: self.rq_psn,
+            max_dest_rd_atomic: self.max_dest_rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
+            sq_psn: self.sq_psn,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            max_rd_atomic: self.max_rd_atomic,
+        })
+    }
+}
+
+pub fn encode<T: Serialize>(m: &T) -> Vec<u8> {
+    serde_json::to_vec(m).unwrap_or_default()
+}

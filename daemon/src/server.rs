@@ -1,0 +1,614 @@
+//! The daemon side: one `Server` per device (an engine on a port, a
+//! control socket, the data plane hook) and one thread per client
+//! connection. A client's objects are recorded against its connection;
+//! every request is checked against that record, and when the connection
+//! closes (exit, crash, SIGKILL) everything it owned is torn down.
+
+use crate::dataplane::{CqRing, DataPlane, QpRings};
+use crate::proto::{self, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
+use crate::ring::{self, Ring, CQE_SIZE, WQE_SIZE};
+use crate::shm::{Listener, Mapping, SeqPacket};
+use nic::engine::{Device, Engine, EngineConfig};
+use nic::io::Port;
+use nic::transport::{QpInit, Rnic, RnicConfig, FIRST_QPN};
+use nic::verbs::{access, Memory, QpAttr, QpState, QpType, Wc, MAX_SGE};
+use std::collections::{HashMap, HashSet};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use wire::Gid;
+
+/// Largest work queue a client may ask for.
+pub const MAX_QP_WR: u32 = 16384;
+pub const MAX_CQE: u32 = 65536;
+/// Objects one client may hold (a bound, not a quota system).
+const MAX_OBJECTS: usize = 65536;
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub name: String,
+    pub sock_dir: PathBuf,
+    /// Permissions of the socket file.
+    pub mode: u32,
+    pub gid: Gid,
+    pub engine: EngineConfig,
+}
+
+#[derive(Default)]
+struct Owned {
+    pds: HashSet<u32>,
+    /// lkey → PD
+    mrs: HashMap<u32, u32>,
+    cqs: HashSet<u32>,
+    /// QPN → (PD, send CQ, recv CQ)
+    qps: HashMap<u32, (u32, u32, u32)>,
+}
+
+impl Owned {
+    fn count(&self) -> usize {
+        self.pds.len() + self.mrs.len() + self.cqs.len() + self.qps.len()
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    clients: HashMap<u64, Owned>,
+    next_id: u64,
+    pd_pool: Vec<u32>,
+    /// (CQN, capacity) of transport CQs no client holds (the transport has
+    /// no destroy_cq: they are drained and reused).
+    cq_pool: Vec<(u32, usize)>,
+    /// CQN → the capacity it was created with.
+    cq_cap: HashMap<u32, usize>,
+    max_qpn: u32,
+    reaped: u64,
+}
+
+struct Shared {
+    cfg: ServerConfig,
+    dev: Device,
+    dp: Arc<Mutex<DataPlane>>,
+    reg: Mutex<Registry>,
+    mac: [u8; 6],
+    mtu: u32,
+    stop: AtomicBool,
+}
+
+/// A running device.
+pub struct Server {
+    sh: Arc<Shared>,
+    engine: Option<Engine>,
+    accept: Option<JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl Server {
+    /// Starts the engine on `port` and listens on `<sock_dir>/<name>.sock`.
+    pub fn start(port: Box<dyn Port>, cfg: ServerConfig) -> std::io::Result<Server> {
+        let mac = port.mac();
+        let mtu = port.mtu() as u32;
+        let mut rc = RnicConfig::new(mac, cfg.gid);
+        rc.seed = rand::random();
+        let rnic = Rnic::new(rc);
+        let dp = Arc::new(Mutex::new(DataPlane::default()));
+        let hdp = dp.clone();
+        let hook: nic::engine::TurnHook = Box::new(move |r: &mut Rnic| match hdp.try_lock() {
+            Ok(mut d) => d.turn(r),
+            Err(_) => 1,
+        });
+        let mut ecfg = cfg.engine.clone();
+        ecfg.name = format!("rnicd-{}", cfg.name);
+        let engine = Engine::start_with_hook(rnic, port, ecfg, Some(hook));
+        std::fs::create_dir_all(&cfg.sock_dir)?;
+        let path = cfg.sock_dir.join(format!("{}.sock", cfg.name));
+        let listener = Listener::bind(&path, cfg.mode)?;
+        let sh = Arc::new(Shared {
+            dev: engine.device(),
+            dp,
+            reg: Mutex::new(Registry::default()),
+            mac: mac.0,
+            mtu,
+            stop: AtomicBool::new(false),
+            cfg,
+        });
+        let s2 = sh.clone();
+        let accept = std::thread::Builder::new()
+            .name("rnicd-accept".into())
+            .spawn(move || accept_loop(s2, listener))?;
+        Ok(Server {
+            sh,
+            engine: Some(engine),
+            accept: Some(accept),
+            path,
+        })
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn stats(&self) -> Stats {
+        stats(&self.sh)
+    }
+
+    /// Stops accepting, stops the engine and removes the socket.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.sh.stop.store(true, Ordering::Release);
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+        if let Some(e) = self.engine.take() {
+            e.stop();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn accept_loop(sh: Arc<Shared>, l: Listener) {
+    while !sh.stop.load(Ordering::Acquire) {
+        match l.accept_timeout(100) {
+            Ok(Some(sock)) => {
+                let s2 = sh.clone();
+                let _ = std::thread::Builder::new()
+                    .name("rnicd-client".into())
+                    .spawn(move || client_loop(s2, sock));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("rnicd: accept: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn client_loop(sh: Arc<Shared>, sock: SeqPacket) {
+    let id = {
+        let mut r = sh.reg.lock().expect("registry");
+        r.next_id += 1;
+        let id = r.next_id;
+        r.clients.insert(id, Owned::default());
+        id
+    };
+    let mut buf = Vec::new();
+    loop {
+        let fds = match sock.recv(&mut buf) {
+            Ok(Some(fds)) => fds,
+            Ok(None) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                let _ = reply(&sock, Response::Error { msg: e.to_string() }, None);
+                continue;
+            }
+            Err(_) => break,
+        };
+        let (resp, fd) = match serde_json::from_slice::<ReqMsg>(&buf) {
+            Ok(m) if m.v != proto::VERSION => (
+                Response::Error {
+                    msg: format!(
+                        "protocol version {} (this daemon speaks {})",
+                        m.v,
+                        proto::VERSION
+                    ),
+                },
+                None,
+            ),
+            Ok(m) => match handle(&sh, id, m.req, fds) {
+                Ok(x) => x,
+                Err(msg) => (Response::Error { msg }, None),
+            },
+            Err(e) => (
+                Response::Error {
+                    msg: format!("malformed request: {e}"),
+                },
+                None,
+            ),
+        };
+        if reply(&sock, resp, fd.as_ref()).is_err() {
+            break;
+        }
+    }
+    cleanup(&sh, id);
+}
+
+fn reply(sock: &SeqPacket, resp: Response, fd: Option<&Arc<Mapping>>) -> std::io::Result<()> {
+    let m = RespMsg {
+        v: proto::VERSION,
+        resp,
+    };
+    let fds: Vec<_> = fd.map(|m| m.fd()).into_iter().collect();
+    sock.send(&proto::encode(&m), &fds)
+}
+
+type Reply = (Response, Option<Arc<Mapping>>);
+
+fn call<R: Send + 'static>(
+    sh: &Shared,
+    f: impl FnOnce(&mut Rnic) -> R + Send + 'static,
+) -> Result<R, String> {
+    sh.dev.call(f).map_err(|e| e.to_string())
+}
+
+fn with_owned<R>(sh: &Shared, id: u64, f: impl FnOnce(&mut Owned) -> R) -> R {
+    let mut r = sh.reg.lock().expect("registry");
+    let o = r.clients.entry(id).or_default();
+    f(o)
+}
+
+fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<Reply, String> {
+    let ok = |r: Response| Ok((r, None));
+    if !matches!(req, Request::RegMr { .. }) && !fds.is_empty() {
+        return Err("unexpected file descriptors".into());
+    }
+    if with_owned(sh, id, |o| o.count()) >= MAX_OBJECTS
+        && matches!(
+            req,
+            Request::AllocPd
+                | Request::RegMr { .. }
+                | Request::CreateCq { .. }
+                | Request::CreateQp { .. }
+        )
+    {
+        return Err("too many objects".into());
+    }
+    match req {
+        Request::QueryDevice => ok(Response::Device {
+            name: sh.cfg.name.clone(),
+            gid: sh.cfg.gid.0,
+            mac: sh.mac,
+            mtu: sh.mtu,
+            max_qp_wr: MAX_QP_WR,
+            max_cqe: MAX_CQE,
+            max_sge: MAX_SGE as u32,
+        }),
+        Request::AllocPd => {
+            let pooled = sh.reg.lock().expect("registry").pd_pool.pop();
+            let pd = match pooled {
+                Some(pd) => pd,
+                None => call(sh, |r| r.alloc_pd())?,
+            };
+            with_owned(sh, id, |o| o.pds.insert(pd));
+            ok(Response::Pd { pd })
+        }
+        Request::DeallocPd { pd } => {
+            let mut r = sh.reg.lock().expect("registry");
+            let o = r.clients.entry(id).or_default();
+            if !o.pds.contains(&pd) {
+                return Err(format!("no PD {pd}"));
+            }
+            if o.mrs.values().any(|p| *p == pd) || o.qps.values().any(|q| q.0 == pd) {
+                return Err("the PD still has MRs or QPs".into());
+            }
+            o.pds.remove(&pd);
+            r.pd_pool.push(pd);
+            ok(Response::Ok)
+        }
+        Request::RegMr {
+            pd,
+            offset,
+            addr,
+            len,
+            access: acc,
+        } => {
+            if fds.len() != 1 {
+                return Err("reg_mr needs exactly one memfd".into());
+            }
+            if !with_owned(sh, id, |o| o.pds.contains(&pd)) {
+                return Err(format!("no PD {pd}"));
+            }
+            let all = access::LOCAL_WRITE
+                | access::REMOTE_WRITE
+                | access::REMOTE_READ
+                | access::REMOTE_ATOMIC;
+            if acc & !all != 0 {
+                return Err("unknown access flags".into());
+            }
+            let end = offset
+                .checked_add(len)
+                .filter(|e| len > 0 && *e <= crate::shm::MAX_MAP as u64)
+                .ok_or("bad region")?;
+            if addr.checked_add(len).is_none() {
+                return Err("bad address".into());
+            }
+            let map = Mapping::from_untrusted_fd(fds.remove(0), end as usize)
+                .map_err(|e| e.to_string())?;
+            let mem: Arc<dyn Memory> = Arc::new(map);
+            let (lkey, rkey) = call(sh, move |r| {
+                r.reg_mr(pd, mem, offset as usize, addr, len, acc)
+            })?
+            .map_err(|e| e.to_string())?;
+            with_owned(sh, id, |o| o.mrs.insert(lkey, pd));
+            ok(Response::Mr { lkey, rkey })
+        }
+        Request::DeregMr { lkey } => {
+            if with_owned(sh, id, |o| o.mrs.remove(&lkey)).is_none() {
+                return Err(format!("no MR {lkey:#x}"));
+            }
+            call(sh, move |r| r.dereg_mr(lkey))?;
+            ok(Response::Ok)
+        }
+        Request::CreateCq { cqe } => {
+            let entries = ring::ring_entries(cqe).ok_or("bad CQ size")?;
+            let map = Arc::new(
+                Mapping::create("softrnic-cq", ring::ring_bytes(entries, CQE_SIZE))
+                    .map_err(|e| e.to_string())?,
+            );
+            let cap = entries as usize * 2;
+            let pooled = {
+                let mut r = sh.reg.lock().expect("registry");
+                let i = r.cq_pool.iter().position(|(_, c)| *c >= cap);
+                i.map(|i| r.cq_pool.swap_remove(i))
+            };
+            let cq = match pooled {
+                Some((cq, _)) => cq,
+                None => {
+                    let cq = call(sh, move |r| r.create_cq(cap))?;
+                    sh.reg.lock().expect("registry").cq_cap.insert(cq, cap);
+                    cq
+                }
+            };
+            // SAFETY: the ring covers the mapping, which CqRing keeps alive.
+            let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
+            sh.dp.lock().expect("dp").add_cq(
+                cq,
+                CqRing {
+                    _map: map.clone(),
+                    ring,
+                    prod: 0,
+                    pending: Default::default(),
+                },
+            );
+            with_owned(sh, id, |o| o.cqs.insert(cq));
+            Ok((
+                Response::Cq {
+                    cq,
+                    entries,
+                    map_len: map.len() as u64,
+                },
+                Some(map),
+            ))
+        }
+        Request::DestroyCq { cq } => {
+            let busy = with_owned(sh, id, |o| {
+                if !o.cqs.contains(&cq) {
+                    return Some(format!("no CQ {cq}"));
+                }
+                if o.qps.values().any(|q| q.1 == cq || q.2 == cq) {
+                    return Some("the CQ still has QPs".into());
+                }
+                o.cqs.remove(&cq);
+                None
+            });
+            if let Some(e) = busy {
+                return Err(e);
+            }
+            release_cqs(sh, vec![cq]);
+            ok(Response::Ok)
+        }
+        Request::CreateQp {
+            pd,
+            qp_type,
+            send_cq,
+            recv_cq,
+            max_send_wr,
+            max_recv_wr,
+            sq_sig_all,
+        } => {
+            let owns = with_owned(sh, id, |o| {
+                o.pds.contains(&pd) && o.cqs.contains(&send_cq) && o.cqs.contains(&recv_cq)
+            });
+            if !owns {
+                return Err("PD or CQ not found".into());
+            }
+            let sq_entries = ring::ring_entries(max_send_wr)
+                .filter(|n| *n <= MAX_QP_WR)
+                .ok_or("bad max_send_wr")?;
+            let rq_entries = ring::ring_entries(max_recv_wr)
+                .filter(|n| *n <= MAX_QP_WR)
+                .ok_or("bad max_recv_wr")?;
+            let sq_len = ring::ring_bytes(sq_entries, WQE_SIZE);
+            let rq_offset = sq_len.next_multiple_of(4096);
+            let total = rq_offset + ring::ring_bytes(rq_entries, WQE_SIZE);
+            let map = Arc::new(Mapping::create("softrnic-qp", total).map_err(|e| e.to_string())?);
+            let init = QpInit {
+                qp_type: match qp_type {
+                    QpKind::Rc => QpType::Rc,
+                    QpKind::Uc => QpType::Uc,
+                },
+                pd,
+                send_cq,
+                recv_cq,
+                srq: None,
+                max_send_wr: sq_entries,
+                max_recv_wr: rq_entries,
+                sq_sig_all,
+            };
+            let qpn = call(sh, move |r| r.create_qp(init))?.map_err(|e| e.to_string())?;
+            // SAFETY: both rings lie inside the mapping QpRings keeps alive.
+            let (sq, rq) = unsafe {
+                (
+                    Ring::new(map.ptr(), sq_entries, WQE_SIZE),
+                    Ring::new(map.ptr().add(rq_offset), rq_entries, WQE_SIZE),
+                )
+            };
+            sh.dp.lock().expect("dp").add_qp(QpRings {
+                qpn,
+                _map: map.clone(),
+                sq,
+                rq,
+                sq_cons: 0,
+                rq_cons: 0,
+                send_cq,
+                recv_cq,
+                broken: false,
+            });
+            {
+                let mut r = sh.reg.lock().expect("registry");
+                r.max_qpn = r.max_qpn.max(qpn);
+                r.clients
+                    .entry(id)
+                    .or_default()
+                    .qps
+                    .insert(qpn, (pd, send_cq, recv_cq));
+            }
+            Ok((
+                Response::Qp {
+                    qpn,
+                    sq_entries,
+                    rq_entries,
+                    rq_offset: rq_offset as u64,
+                    map_len: total as u64,
+                },
+                Some(map),
+            ))
+        }
+        Request::ModifyQp { qpn, attr } => {
+            if !with_owned(sh, id, |o| o.qps.contains_key(&qpn)) {
+                return Err(format!("no QP {qpn:#x}"));
+            }
+            let a = attr.to_attr()?;
+            call(sh, move |r| r.modify_qp(qpn, &a))?.map_err(|e| e.to_string())?;
+            ok(Response::Ok)
+        }
+        Request::QueryQp { qpn } => {
+            if !with_owned(sh, id, |o| o.qps.contains_key(&qpn)) {
+                return Err(format!("no QP {qpn:#x}"));
+            }
+            let i = call(sh, move |r| r.query_qp(qpn))?.map_err(|e| e.to_string())?;
+            ok(Response::QpInfo {
+                qpn,
+                state: proto::state_name(i.state).into(),
+                dest_qpn: i.dest_qpn,
+                mtu: i.mtu,
+                sq_psn: i.sq_psn,
+                rq_psn: i.rq_psn,
+            })
+        }
+        Request::DestroyQp { qpn } => {
+            if with_owned(sh, id, |o| o.qps.remove(&qpn)).is_none() {
+                return Err(format!("no QP {qpn:#x}"));
+            }
+            destroy_qps(sh, vec![qpn]);
+            ok(Response::Ok)
+        }
+        Request::Stats => ok(Response::Stats(stats(sh))),
+    }
+}
+
+fn destroy_qps(sh: &Shared, qpns: Vec<u32>) {
+    {
+        let mut dp = sh.dp.lock().expect("dp");
+        for q in &qpns {
+            dp.remove_qp(*q);
+        }
+    }
+    let _ = call(sh, move |r| {
+        let err = QpAttr {
+            state: Some(QpState::Err),
+            ..Default::default()
+        };
+        for q in qpns {
+            let _ = r.modify_qp(q, &err);
+            let _ = r.destroy_qp(q);
+        }
+    });
+}
+
+fn release_cqs(sh: &Shared, cqs: Vec<u32>) {
+    {
+        let mut dp = sh.dp.lock().expect("dp");
+        for c in &cqs {
+            dp.remove_cq(*c);
+        }
+    }
+    // drain what is left; an overrun CQ cannot be reset and is not reused
+    let reusable = call(sh, move |r| {
+        let mut out: Vec<Wc> = Vec::new();
+        let mut keep = Vec::new();
+        for c in cqs {
+            loop {
+                out.clear();
+                match r.poll_cq(c, 4096, &mut out) {
+                    Ok(0) => {
+                        keep.push(c);
+                        break;
+                    }
+                    Ok(_) => continue,
+                    Err(_) => break,
+                }
+            }
+        }
+        keep
+    })
+    .unwrap_or_default();
+    let mut r = sh.reg.lock().expect("registry");
+    for c in reusable {
+        let cap = r.cq_cap.get(&c).copied().unwrap_or(0);
+        r.cq_pool.push((c, cap));
+    }
+}
+
+/// Tears down everything client `id` owned: its QPs go to the error state
+/// (their WQEs flush; peers' packets to them are dropped, so peers see
+/// retry-exceeded errors) and are destroyed, MRs deregistered (the
+/// mappings are unmapped when the transport drops its last reference),
+/// CQs drained and pooled, PDs pooled.
+fn cleanup(sh: &Shared, id: u64) {
+    let o = {
+        let mut r = sh.reg.lock().expect("registry");
+        r.clients.remove(&id).unwrap_or_default()
+    };
+    destroy_qps(sh, o.qps.keys().copied().collect());
+    let lkeys: Vec<u32> = o.mrs.keys().copied().collect();
+    let _ = call(sh, move |r| {
+        for k in lkeys {
+            r.dereg_mr(k);
+        }
+    });
+    release_cqs(sh, o.cqs.into_iter().collect());
+    let mut r = sh.reg.lock().expect("registry");
+    r.pd_pool.extend(o.pds);
+    r.reaped += 1;
+}
+
+fn stats(sh: &Shared) -> Stats {
+    let (mut s, max_qpn) = {
+        let r = sh.reg.lock().expect("registry");
+        let mut s = Stats {
+            clients: r.clients.len() as u32,
+            clients_reaped: r.reaped,
+            ..Default::default()
+        };
+        for o in r.clients.values() {
+            s.pds += o.pds.len() as u32;
+            s.mrs += o.mrs.len() as u32;
+            s.cqs += o.cqs.len() as u32;
+            s.qps += o.qps.len() as u32;
+        }
+        (s, r.max_qpn)
+    };
+    {
+        let dp = sh.dp.lock().expect("dp");
+        s.active_qp_rings = dp.qps.len() as u32;
+        s.active_cq_rings = dp.cqs.len() as u32;
+    }
+    s.rnic_qps = call(sh, move |r| {
+        (FIRST_QPN..=max_qpn)
+            .filter(|q| r.query_qp(*q).is_ok())
+            .count() as u32
+    })
+    .unwrap_or(0);
+    s
+}

@@ -1,0 +1,218 @@
+//! The daemon on the in-memory wire (one rnicd, devices t0 and t1 on the
+//! two ends): client processes on each device.
+
+mod common;
+
+use common::{pair, stats, tempdir, Client, Daemon};
+use std::time::{Duration, Instant};
+
+fn daemon(tag: &str) -> Daemon {
+    let dir = tempdir(tag);
+    Daemon::start(None, &["--mem-pair", "--name", "t"], &dir)
+}
+
+/// Acceptance 1 (in-memory wire): SEND, WRITE, WRITE_WITH_IMM, READ and
+/// both atomics between two client processes; data checked on both sides.
+#[test]
+fn two_processes_every_verb_over_mem_wire() {
+    let d = daemon("verbs");
+    let mut a = Client::spawn("a", None, "verbs-a", &d.sock("t0"), &[]);
+    let mut b = Client::spawn("b", None, "verbs-b", &d.sock("t1"), &[]);
+    pair(&mut a, &mut b);
+    b.expect("READY");
+    a.send("GO");
+    a.expect("OK verbs-a");
+    b.send("CHECK");
+    b.expect("OK verbs-b");
+    assert_eq!(a.finish(), Some(0));
+    assert_eq!(b.finish(), Some(0));
+}
+
+fn pingpong_pair(d: &Daemon, tag: &str, qps: usize, iters: u64) -> (Client, Client) {
+    let q = qps.to_string();
+    let it = iters.to_string();
+    let args = ["--qps", q.as_str(), "--iters", it.as_str()];
+    let mut a = Client::spawn(
+        &format!("{tag}-lead"),
+        None,
+        "pingpong-lead",
+        &d.sock("t0"),
+        &args,
+    );
+    let mut b = Client::spawn(
+        &format!("{tag}-follow"),
+        None,
+        "pingpong",
+        &d.sock("t1"),
+        &args,
+    );
+    pair(&mut a, &mut b);
+    a.expect("READY");
+    b.expect("READY");
+    (a, b)
+}
+
+fn wait_stats(sock: &str, what: &str, ok: impl Fn(&softrnic::Stats) -> bool) -> softrnic::Stats {
+    let t0 = Instant::now();
+    loop {
+        let s = stats(sock);
+        if ok(&s) {
+            return s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{what}: {s:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Acceptance 3: a client killed with SIGKILL mid-transfer. The daemon
+/// frees its QPs, MR, CQ and PD (seen through the daemon's stats), the
+/// peer's QP completes with an error, and another pair on the same devices
+/// carries on.
+#[test]
+fn sigkilled_client_is_reaped_and_others_carry_on() {
+    let d = daemon("kill");
+    let (s0, s1) = (d.sock("t0"), d.sock("t1"));
+    let before = stats(&s0);
+    assert_eq!(before.qps, 0);
+    // the victim (on t0) and its peer (on t1) stream WRITEs at each other
+    // 4.096 us * 2^12 = 16.8 ms per try: quick to notice the death, but
+    // not so quick that a CPU-starved daemon looks dead to the peer
+    let opts = ["--timeout", "12", "--retry", "2"];
+    let mut victim = Client::spawn("victim", None, "stream", &s0, &opts);
+    let mut peer = Client::spawn("peer", None, "stream", &s1, &opts);
+    pair(&mut victim, &mut peer);
+    victim.expect("READY");
+    peer.expect("READY");
+    // a bystander pair on the same two devices
+    let (mut c, mut e) = pingpong_pair(&d, "bystander", 4, 20_000);
+    victim.send("GO");
+    peer.send("GO");
+    c.send("GO");
+    e.send("GO");
+    victim.expect("STREAMING");
+    peer.expect("STREAMING");
+    let s = stats(&s0);
+    assert_eq!(s.qps, 1 + 4, "{s:?}");
+    victim.kill();
+    // the daemon tears the victim down
+    // the daemon tears the victim down: only the bystander's objects stay
+    // (the stats connections themselves come and go, and own nothing)
+    let s = wait_stats(&s0, "victim reaped", |s| {
+        s.qps == 4
+            && s.active_qp_rings == 4
+            && s.rnic_qps == 4
+            && (s.pds, s.mrs, s.cqs, s.active_cq_rings) == (1, 1, 1, 1)
+    });
+    assert!(s.clients_reaped >= 1, "{s:?}");
+    // the peer's QP reports errors
+    let l = peer.expect("PEER_ERROR");
+    assert!(l.contains("RetryExcErr"), "{l}");
+    // the bystanders finish untouched
+    c.expect("OK pingpong");
+    e.expect("OK pingpong");
+    assert_eq!(c.finish(), Some(0));
+    assert_eq!(e.finish(), Some(0));
+    drop(peer);
+    wait_stats(&s0, "all reaped", |s| {
+        s.qps == 0 && s.pds == 0 && s.active_qp_rings == 0
+    });
+}
+
+/// Acceptance 4: a hostile client posts WQEs with bad opcodes, SGE counts,
+/// lkeys, lengths and flags, and scribbles random bytes over its rings: it
+/// gets error completions; the daemon and another pair are unaffected.
+#[test]
+fn hostile_client_gets_errors_others_unaffected() {
+    let mut d = daemon("hostile");
+    let (s0, s1) = (d.sock("t0"), d.sock("t1"));
+    let mut h = Client::spawn("hostile", None, "hostile", &s0, &[]);
+    let info = h.expect("INFO");
+    // a peer that does not exist: the other device's address, no QPs
+    let f: Vec<&str> = info.split_whitespace().collect();
+    let peer_dev = softrnic::Context::open(&s1).unwrap();
+    let g = peer_dev.device.gid.to_hex();
+    let m = peer_dev.device.mac.0;
+    let mac = format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    );
+    let qpns: Vec<String> = (0..f.len() - 4).map(|i| (0x9000 + i).to_string()).collect();
+    h.send(&format!("PEER {g} {mac} 4096 1 {}", qpns.join(" ")));
+    h.expect("READY");
+    let (mut c, mut e) = pingpong_pair(&d, "bystander", 8, 5_000);
+    c.send("GO");
+    e.send("GO");
+    h.send("GO");
+    let l = h.expect("OK hostile");
+    assert!(l.starts_with("7 error completions"), "{l}");
+    c.expect("OK pingpong");
+    e.expect("OK pingpong");
+    assert!(d.alive(), "the daemon survived");
+    // and still serves: a fresh pair does every verb
+    let mut a = Client::spawn("a", None, "verbs-a", &s0, &[]);
+    let mut b = Client::spawn("b", None, "verbs-b", &s1, &[]);
+    pair(&mut a, &mut b);
+    b.expect("READY");
+    a.send("GO");
+    a.expect("OK verbs-a");
+    b.send("CHECK");
+    b.expect("OK verbs-b");
+    drop(h);
+    assert!(d.alive());
+}
+
+/// Acceptance 5: 10 processes with 100 QPs each on one daemon (5 on each
+/// device, in pairs) all complete a ping-pong.
+#[test]
+fn ten_processes_hundred_qps_each_pingpong() {
+    let d = daemon("scale");
+    let mut pairs = Vec::new();
+    for i in 0..5 {
+        pairs.push(pingpong_pair(&d, &format!("p{i}"), 100, 50));
+    }
+    let s = stats(&d.sock("t0"));
+    assert_eq!(s.qps, 500, "{s:?}");
+    for (a, b) in pairs.iter_mut() {
+        a.send("GO");
+        b.send("GO");
+    }
+    for (a, b) in pairs.iter_mut() {
+        a.expect("OK pingpong 100 QPs x 50");
+        b.expect("OK pingpong 100 QPs x 50");
+    }
+}
+
+/// Malformed control messages get an error reply; the connection and the
+/// daemon survive.
+#[test]
+fn malformed_control_messages_are_refused() {
+    let d = daemon("proto");
+    let s = softrnic::shm::SeqPacket::connect(std::path::Path::new(&d.sock("t0"))).unwrap();
+    let mut buf = Vec::new();
+    for m in [
+        &b"not json"[..],
+        br#"{"v":2,"req":{"op":"alloc_pd"}}"#,
+        br#"{"v":1,"req":{"op":"modify_qp","qpn":17,"attr":{"state":"bogus"}}}"#,
+        br#"{"v":1,"req":{"op":"create_qp","pd":0,"qp_type":"rc","send_cq":0,"recv_cq":0,"max_send_wr":0,"max_recv_wr":1,"sq_sig_all":false}}"#,
+        br#"{"v":1,"req":{"op":"reg_mr","pd":0,"offset":0,"addr":0,"len":1,"access":1}}"#,
+        br#"{"v":1,"req":{"op":"destroy_qp","qpn":4294967295}}"#,
+        br#"{"v":1,"req":{"op":"create_cq","cqe":4294967295}}"#,
+    ] {
+        s.send(m, &[]).unwrap();
+        assert!(s.recv(&mut buf).unwrap().is_some());
+        let r: softrnic::proto::RespMsg = serde_json::from_slice(&buf).unwrap();
+        assert!(matches!(r.resp, softrnic::proto::Response::Error { .. }), "{r:?}");
+    }
+    s.send(br#"{"v":1,"req":{"op":"alloc_pd"}}"#, &[]).unwrap();
+    s.recv(&mut buf).unwrap();
+    let r: softrnic::proto::RespMsg = serde_json::from_slice(&buf).unwrap();
+    assert!(
+        matches!(r.resp, softrnic::proto::Response::Pd { .. }),
+        "{r:?}"
+    );
+    // another client cannot touch that PD
+    let other = softrnic::Context::open(d.sock("t0")).unwrap();
+    let s2 = stats(&d.sock("t0"));
+    assert_eq!(s2.pds, 1);
+    drop(other);
+}
