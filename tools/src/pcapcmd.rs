@@ -9,10 +9,10 @@ use std::time::Duration;
 
 /// Checks every file; the first broken frame ends the run with an error
 /// naming the file, the frame and the rule.
-pub fn check(files: &[std::path::PathBuf], quiet: bool) -> Result<(), CliError> {
+pub fn check(files: &[std::path::PathBuf], quiet: bool, lossy: bool) -> Result<(), CliError> {
     let mut out = io::stdout().lock();
     for path in files {
-        let line = check_one(path)?;
+        let line = check_with(path, lossy)?;
         if !quiet {
             write_or_quit(&mut out, format_args!("{}: ok: {line}\n", path.display()))?;
         }
@@ -22,8 +22,14 @@ pub fn check(files: &[std::path::PathBuf], quiet: bool) -> Result<(), CliError> 
 
 /// Checks one file: `Ok(summary)` or the first problem.
 pub fn check_one(path: &Path) -> Result<String, CliError> {
+    check_with(path, false)
+}
+
+/// Like `check_one`; `lossy`: the capture was taken behind a lossy hop, so
+/// packets missing from it are counted, not failures (`Checker::lossy`).
+pub fn check_with(path: &Path, lossy: bool) -> Result<String, CliError> {
     let reader = CaptureReader::open(path).map_err(|e| CliError::new(e.to_string()))?;
-    let mut checker = Checker::new();
+    let mut checker = if lossy { Checker::lossy() } else { Checker::new() };
     for rec in reader {
         let rec = rec.map_err(|e| CliError::new(format!("{}: {e}", path.display())))?;
         let f = checker.frame(&rec);

@@ -61,6 +61,7 @@ pub fn start_cc(
         let mac = port.mac();
         let mut rc = RnicConfig::new(mac, gids[i]);
         rc.cc = cc;
+        rc.unlimited_retries = cfg.unlimited_retries;
         let rnic = Rnic::new(rc);
         let engine = Engine::start(
             rnic,
@@ -166,7 +167,12 @@ pub fn read(m: &HeapMemory, off: usize, len: usize) -> Vec<u8> {
 pub fn can_run(test: &str, tools: &[&str]) -> bool {
     let missing_tool = tools
         .iter()
-        .find(|t| std::process::Command::new(t).arg("--version").output().is_err())
+        .find(|t| {
+            std::process::Command::new(t)
+                .arg("--version")
+                .output()
+                .is_err()
+        })
         .map(|t| format!("`{t}` is not installed"));
     match nic::io::netns::available().err().or(missing_tool) {
         None => true,
@@ -182,8 +188,16 @@ pub fn can_run(test: &str, tools: &[&str]) -> bool {
 
 /// Runs a command inside a namespace, failing the test on error.
 pub fn sh(ns: &str, cmd: &[&str]) {
-    let out = std::process::Command::new("ip").args(["netns", "exec", ns]).args(cmd).output().expect("ip netns exec");
-    assert!(out.status.success(), "{ns}: {cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .output()
+        .expect("ip netns exec");
+    assert!(
+        out.status.success(),
+        "{ns}: {cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A ── R ── B: three namespaces, R routing between 192.0.2.0/24 and
@@ -209,14 +223,27 @@ impl Routed {
     /// `tag` keeps concurrent tests apart (a short word and a digit).
     pub fn new(tag: &str) -> Routed {
         use nic::io::netns::{self, ip};
-        let names = [netns::ns_name(&format!("{tag}a")), netns::ns_name(&format!("{tag}r")), netns::ns_name(&format!("{tag}b"))];
+        let names = [
+            netns::ns_name(&format!("{tag}a")),
+            netns::ns_name(&format!("{tag}r")),
+            netns::ns_name(&format!("{tag}b")),
+        ];
         let ns = netns::Namespaces::create(&names).expect("namespaces");
         let [a, r, b] = names;
         // interface names are at most 15 bytes: the pid modulo 10^4
         let id = std::process::id() % 10_000;
         let [va, ra, rb, vb] = ["a", "ra", "rb", "b"].map(|s| format!("{tag}{s}{id}"));
         netns::veth(&a, &va, "192.0.2.1/24", &r, &ra, "192.0.2.254/24", 9000).unwrap();
-        netns::veth(&r, &rb, "198.51.100.254/24", &b, &vb, "198.51.100.1/24", 9000).unwrap();
+        netns::veth(
+            &r,
+            &rb,
+            "198.51.100.254/24",
+            &b,
+            &vb,
+            "198.51.100.1/24",
+            9000,
+        )
+        .unwrap();
         ip(&["-n", &a, "route", "add", "default", "via", "192.0.2.254"]).unwrap();
         ip(&["-n", &b, "route", "add", "default", "via", "198.51.100.254"]).unwrap();
         sh(&r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
@@ -246,12 +273,22 @@ impl Routed {
 
     /// Opens side 0 (A) or 1 (B) with `backend`; returns the port and the
     /// MAC of its next hop towards the other side.
-    pub fn open(&self, side: usize, backend: nic::io::afxdp::Backend) -> (Box<dyn Port>, wire::EthernetAddress) {
-        let (ns, dev, peer) = if side == 0 { (&self.a, &self.va, self.gb) } else { (&self.b, &self.vb, self.ga) };
+    pub fn open(
+        &self,
+        side: usize,
+        backend: nic::io::afxdp::Backend,
+    ) -> (Box<dyn Port>, wire::EthernetAddress) {
+        let (ns, dev, peer) = if side == 0 {
+            (&self.a, &self.va, self.gb)
+        } else {
+            (&self.b, &self.vb, self.ga)
+        };
         nic::io::netns::run_in(ns, || {
             let (p, got) = nic::io::afxdp::open_port(dev, backend).expect("open port");
             assert!(backend == nic::io::afxdp::Backend::Auto || got == backend);
-            let (_, mac) = nic::io::addr::next_hop_mac(std::net::IpAddr::V4(peer), Duration::from_secs(5)).expect("next hop");
+            let (_, mac) =
+                nic::io::addr::next_hop_mac(std::net::IpAddr::V4(peer), Duration::from_secs(5))
+                    .expect("next hop");
             (p, mac)
         })
         .unwrap()

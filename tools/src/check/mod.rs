@@ -120,6 +120,8 @@ pub struct Stats {
     pub rnr_naks: u64,
     pub duplicate_acks: u64,
     pub notes: u64,
+    /// Places where packets were missing (only in lossy mode).
+    pub losses: u64,
 }
 
 impl Stats {
@@ -142,12 +144,24 @@ pub struct Checker {
     req: HashMap<StreamKey, ReqStream>,
     resp: HashMap<StreamKey, RespStream>,
     pub stats: Stats,
+    /// The capture was taken behind a hop that loses, reorders or
+    /// duplicates frames (a router's egress after a drop rule, an impaired
+    /// link): packets missing from it, and stale copies of earlier ones,
+    /// are counted (`Stats::losses`) and the streams resynchronise, instead
+    /// of failing the check. Every other rule still applies.
+    pub lossy: bool,
 }
 
 impl Checker {
     pub fn new() -> Checker {
         Checker::default()
     }
+
+    /// A checker for captures of a lossy path (see `lossy`).
+    pub fn lossy() -> Checker {
+        Checker { lossy: true, ..Checker::default() }
+    }
+
 
     /// Number of request streams (QP directions) seen.
     pub fn streams(&self) -> usize {
@@ -298,6 +312,9 @@ pub fn summary_line(stats: &Stats, streams: usize) -> String {
             .collect();
         let _ = write!(s, ", {skipped} other frames skipped ({})", kinds.join(", "));
     }
+    if stats.losses > 0 {
+        let _ = write!(s, ", {} places where packets were lost upstream (lossy mode: losses, reordering, duplicates)", stats.losses);
+    }
     let _ = write!(
         s,
         "; {} retransmissions, {} NAKs, {} RNR NAKs",
@@ -308,3 +325,9 @@ pub fn summary_line(stats: &Stats, streams: usize) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// Lossy mode: counts a loss (or a stale copy) and keeps `msg` as a note.
+pub(super) fn lost(stats: &mut Stats, notes: &mut Vec<String>, msg: String) {
+    stats.losses += 1;
+    notes.push(format!("{msg} (lossy path: lost, reordered or duplicated upstream of the capture point)"));
+}

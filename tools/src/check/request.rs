@@ -152,16 +152,29 @@ impl Checker {
                     .collect();
                 if fits.is_empty() {
                     let hi = q.add(npkts(len, MTUS[0]));
-                    return Err(if p.after(hi) {
-                        format!(
-                            "PSN gap: PSN {p} follows the READ of {len} bytes at PSN {q}, which spans at most {} PSNs: packets are missing from the capture",
-                            npkts(len, MTUS[0])
-                        )
-                    } else {
-                        format!("PSN {p} after the READ of {len} bytes at PSN {q} fits no path MTU")
-                    });
+                    if !p.after(hi) {
+                        return Err(format!("PSN {p} after the READ of {len} bytes at PSN {q} fits no path MTU"));
+                    }
+                    let msg = format!(
+                        "PSN gap: PSN {p} follows the READ of {len} bytes at PSN {q}, which spans at most {} PSNs: packets are missing from the capture",
+                        npkts(len, MTUS[0])
+                    );
+                    if !self.lossy {
+                        return Err(msg);
+                    }
+                    super::lost(&mut self.stats, notes, msg);
+                    s.pending_read = None;
+                    s.after_pending = false;
+                    s.msg = Msg::Unknown;
+                    s.cursor = p;
+                    if p.after(s.npsn) {
+                        s.npsn = p;
+                    }
+                    in_order = true;
                 }
-                if fits.len() == 1 {
+                if in_order {
+                    // resynchronised after a loss
+                } else if fits.len() == 1 {
                     s.set_mtu(fits[0]);
                 } else {
                     s.pending_read = None;
@@ -197,12 +210,21 @@ impl Checker {
                 s.msg = Msg::Unknown;
             } else {
                 let missing = s.cursor.distance_to(p);
-                return Err(format!(
+                let msg = format!(
                     "PSN gap: expected PSN {}, found {p}: {missing} packet{} to QP {:#x} missing from the capture",
                     s.cursor,
                     if missing == 1 { "" } else { "s" },
                     key.dest_qp
-                ));
+                );
+                if !self.lossy {
+                    return Err(msg);
+                }
+                super::lost(&mut self.stats, notes, msg);
+                s.cursor = p;
+                s.msg = Msg::Unknown;
+                if p.after(s.npsn) {
+                    s.npsn = p;
+                }
             }
         }
 
@@ -230,10 +252,14 @@ impl Checker {
             }
             (Msg::In { op, start, .. }, Position::First | Position::Only) => {
                 let at = start.map_or(String::new(), |s| format!(" at PSN {s}"));
-                return Err(format!(
+                let msg = format!(
                     "{name} begins a message while the {} message begun{at} is unfinished (its LAST packet is missing)",
                     op_name(op)
-                ));
+                );
+                if !self.lossy {
+                    return Err(msg);
+                }
+                super::lost(&mut self.stats, notes, msg);
             }
             _ => {}
         }

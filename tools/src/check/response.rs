@@ -229,16 +229,21 @@ impl Checker {
                 if info.position.is_start() {
                     if let Some(cur) = rs.read {
                         if p.after(cur.next) {
-                            return Err(format!(
+                            let msg = format!(
                                 "{name} at PSN {p} while the read response begun at PSN {} stopped at PSN {}: packets are missing from the capture",
                                 cur.start,
                                 cur.next.sub(1)
+                            );
+                            if !self.lossy {
+                                return Err(msg);
+                            }
+                            super::lost(&mut self.stats, notes, msg);
+                        } else {
+                            notes.push(format!(
+                                "the read response begun at PSN {} was left unfinished",
+                                cur.start
                             ));
                         }
-                        notes.push(format!(
-                            "the read response begun at PSN {} was left unfinished",
-                            cur.start
-                        ));
                     }
                     let want = s.reads.iter().rev().find(|(q, _)| *q == p).map(|x| x.1);
                     if want.is_none() {
@@ -257,24 +262,37 @@ impl Checker {
                     if first_of_stream {
                         notes.push("read response begun before the capture".into());
                     } else {
-                        return Err(format!(
-                            "{name} at PSN {p}, but no read response is in progress"
-                        ));
+                        let msg = format!("{name} at PSN {p}, but no read response is in progress");
+                        if !self.lossy {
+                            return Err(msg);
+                        }
+                        super::lost(&mut self.stats, notes, msg);
                     }
                     return Ok(());
                 };
                 if p != cur.next {
-                    return Err(if p.after(cur.next) {
-                        format!(
-                            "read response PSN gap: expected PSN {}, found {p}: packets are missing from the capture",
-                            cur.next
-                        )
-                    } else {
-                        format!(
+                    if !p.after(cur.next) {
+                        let msg = format!(
                             "{name} at PSN {p} goes back inside the read response (expected PSN {})",
                             cur.next
-                        )
-                    });
+                        );
+                        if !self.lossy {
+                            return Err(msg);
+                        }
+                        // reordered or duplicated upstream: nothing to learn from it
+                        super::lost(&mut self.stats, notes, msg);
+                        return Ok(());
+                    }
+                    let msg = format!(
+                        "read response PSN gap: expected PSN {}, found {p}: packets are missing from the capture",
+                        cur.next
+                    );
+                    if !self.lossy {
+                        return Err(msg);
+                    }
+                    super::lost(&mut self.stats, notes, msg);
+                    // the bytes in the gap are unknown: stop checking the total
+                    cur.want = None;
                 }
                 cur.bytes += len as u64;
                 cur.next = p.next();
