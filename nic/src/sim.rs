@@ -10,7 +10,7 @@ use crate::verbs::{access, AhAttr, HeapMemory, Memory, QpAttr, QpState, QpType, 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use wire::{EthernetAddress, Gid};
@@ -64,11 +64,34 @@ pub struct LinkStats {
     pub filtered: u64,
 }
 
+/// A frame on a link: (arrival time, sequence number, slot). Frames
+/// arrive in (time, sequence) order.
+type InFlight = (Instant, u64, usize);
+
+/// Transmit buffers a link lends out before it copies frames instead.
+const MAX_TX_BUFFERS: usize = 512;
+
 struct Link {
     cfg: LinkConfig,
     busy_until: Instant,
-    queue: BinaryHeap<Reverse<(Instant, u64, usize)>>,
+    /// Frames in flight in arrival order, as long as each arrives no
+    /// earlier than the one queued before it (the common case: a link
+    /// without reordering or jitter is a FIFO).
+    fifo: VecDeque<InFlight>,
+    /// Frames that overtake frames already queued (reordered, duplicated,
+    /// or sent after the latency was lowered).
+    queue: BinaryHeap<Reverse<InFlight>>,
+    /// Frame buffers. A node writes its frame straight into a transmit
+    /// buffer (`MAX_FRAME_LEN` long), which travels as is while fewer than
+    /// `MAX_TX_BUFFERS` are in use; beyond that (a link that queues up
+    /// millions of frames) a frame is copied into a buffer of its own size.
     frames: Vec<Vec<u8>>,
+    /// The length of the frame in each slot.
+    lens: Vec<usize>,
+    /// Which slots are transmit buffers.
+    tx_buffer: Vec<bool>,
+    tx_buffers: usize,
+    free_tx: Vec<usize>,
     free: Vec<usize>,
     seq: u64,
     stats: LinkStats,
@@ -79,47 +102,95 @@ impl Link {
         Link {
             cfg,
             busy_until: Instant::ZERO,
+            fifo: VecDeque::new(),
             queue: BinaryHeap::new(),
             frames: Vec::new(),
+            lens: Vec::new(),
+            tx_buffer: Vec::new(),
+            tx_buffers: 0,
+            free_tx: Vec::new(),
             free: Vec::new(),
             seq: 0,
             stats: LinkStats::default(),
         }
     }
 
-    fn enqueue(&mut self, at: Instant, frame: &[u8]) {
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.frames[s].clear();
-                self.frames[s].extend_from_slice(frame);
-                s
-            }
-            None => {
-                self.frames.push(frame.to_vec());
-                self.frames.len() - 1
-            }
-        };
-        self.seq += 1;
-        self.queue.push(Reverse((at, self.seq, slot)));
+    /// A free transmit buffer.
+    fn alloc_tx(&mut self) -> usize {
+        self.free_tx.pop().unwrap_or_else(|| {
+            self.frames.push(vec![0; MAX_FRAME_LEN]);
+            self.lens.push(0);
+            self.tx_buffer.push(true);
+            self.tx_buffers += 1;
+            self.frames.len() - 1
+        })
     }
 
-    fn send(&mut self, now: Instant, frame: &[u8], rng: &mut SmallRng) {
+    /// A slot holding a copy of `frame`.
+    fn alloc_copy(&mut self, frame: &[u8]) -> usize {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.frames.push(Vec::new());
+            self.lens.push(0);
+            self.tx_buffer.push(false);
+            self.frames.len() - 1
+        });
+        self.frames[slot].clear();
+        self.frames[slot].extend_from_slice(frame);
+        slot
+    }
+
+    /// A copy of the first `len` bytes of `slot` in a slot of its own.
+    fn copy_slot(&mut self, slot: usize, len: usize) -> usize {
+        let f = std::mem::take(&mut self.frames[slot]);
+        let copy = self.alloc_copy(&f[..len]);
+        self.frames[slot] = f;
+        copy
+    }
+
+    fn release(&mut self, slot: usize) {
+        if self.tx_buffer[slot] {
+            self.free_tx.push(slot);
+        } else {
+            self.free.push(slot);
+        }
+    }
+
+    /// Queues the first `len` bytes of `slot` to arrive at `at`.
+    fn enqueue_slot(&mut self, at: Instant, slot: usize, len: usize) {
+        self.seq += 1;
+        self.lens[slot] = len;
+        let e = (at, self.seq, slot);
+        match self.fifo.back() {
+            Some(b) if b.0 > at => self.queue.push(Reverse(e)),
+            _ => self.fifo.push_back(e),
+        }
+    }
+
+    fn enqueue(&mut self, at: Instant, frame: &[u8]) {
+        let slot = self.alloc_copy(frame);
+        self.enqueue_slot(at, slot, frame.len());
+    }
+
+    /// Puts the frame a node wrote into `slot` (`len` bytes) on the link,
+    /// or frees the slot if the link drops it.
+    fn send(&mut self, now: Instant, slot: usize, len: usize, rng: &mut SmallRng) {
         self.stats.sent += 1;
-        if frame.len() > self.cfg.max_frame {
+        if len > self.cfg.max_frame {
             self.stats.too_big += 1;
+            self.release(slot);
             return;
         }
         let start = now.max(self.busy_until);
-        let tx = if self.cfg.bandwidth_bps == 0 {
-            Duration::ZERO
-        } else {
-            Duration::from_nanos(
-                (frame.len() as u64 + 24) * 8 * 1_000_000_000 / self.cfg.bandwidth_bps,
-            )
-        };
+        // bandwidth 0: infinitely fast
+        let tx = Duration::from_nanos(
+            ((len as u64 + 24) * 8 * 1_000_000_000)
+                .checked_div(self.cfg.bandwidth_bps)
+                .unwrap_or(0),
+        );
         self.busy_until = start + tx;
         if rng.gen_bool(self.cfg.loss) {
             self.stats.lost += 1;
+            self.release(slot);
             return;
         }
         let mut at = self.busy_until + self.cfg.latency;
@@ -127,24 +198,52 @@ impl Link {
             self.stats.reordered += 1;
             at = at + self.cfg.reorder_delay;
         }
-        let mut f = frame.to_vec();
+        let f = &mut self.frames[slot][..len];
         if rng.gen_bool(self.cfg.corrupt) {
             self.stats.corrupted += 1;
             let bit = rng.gen_range(0..f.len() * 8);
             f[bit / 8] ^= 1 << (bit % 8);
         }
-        if rng.gen_bool(self.cfg.ce_mark) && mark_ce(&mut f) {
+        if rng.gen_bool(self.cfg.ce_mark) && mark_ce(f) {
             self.stats.ce_marked += 1;
         }
         if rng.gen_bool(self.cfg.duplicate) {
             self.stats.duplicated += 1;
-            self.enqueue(at + Duration::from_nanos(rng.gen_range(0..2000)), &f);
+            let dup_at = at + Duration::from_nanos(rng.gen_range(0..2000));
+            let dup = self.copy_slot(slot, len);
+            self.enqueue_slot(dup_at, dup, len);
         }
-        self.enqueue(at, &f);
+        if self.tx_buffer[slot] && self.tx_buffers - self.free_tx.len() > MAX_TX_BUFFERS {
+            let copy = self.copy_slot(slot, len);
+            self.free_tx.push(slot);
+            self.enqueue_slot(at, copy, len);
+        } else {
+            self.enqueue_slot(at, slot, len);
+        }
+    }
+
+    /// The frame that arrives next: the earlier of the FIFO's head and the
+    /// heap's top.
+    fn peek(&self) -> Option<InFlight> {
+        match (self.fifo.front(), self.queue.peek()) {
+            (Some(&f), Some(&Reverse(h))) => Some(if (h.0, h.1) < (f.0, f.1) { h } else { f }),
+            (Some(&f), None) => Some(f),
+            (None, Some(&Reverse(h))) => Some(h),
+            (None, None) => None,
+        }
+    }
+
+    /// Takes the frame `peek` returned.
+    fn pop(&mut self, e: InFlight) {
+        if self.fifo.front() == Some(&e) {
+            self.fifo.pop_front();
+        } else {
+            self.queue.pop();
+        }
     }
 
     fn next_arrival(&self) -> Option<Instant> {
-        self.queue.peek().map(|Reverse((t, _, _))| *t)
+        self.peek().map(|e| e.0)
     }
 }
 
@@ -202,7 +301,6 @@ pub struct Sim {
     pub nodes: [Rnic; 2],
     links: [Link; 2],
     rng: SmallRng,
-    buf: Vec<u8>,
     /// Sees every frame a node sends (before the link's impairments).
     pub tap: Option<Tap>,
     /// Drops the frames it returns `false` for (after the tap).
@@ -220,7 +318,6 @@ impl Sim {
             nodes: [a, b],
             links: [Link::new(links[0]), Link::new(links[1])],
             rng: SmallRng::seed_from_u64(seed),
-            buf: vec![0u8; MAX_FRAME_LEN],
             tap: None,
             filter: None,
         }
@@ -248,32 +345,40 @@ impl Sim {
     pub fn step(&mut self) -> bool {
         let mut busy = false;
         for i in 0..2 {
-            while let Some(n) = self.nodes[i].poll_transmit(self.now, &mut self.buf) {
+            let link = &mut self.links[i];
+            loop {
+                // the node writes its frame straight into a link buffer
+                let slot = link.alloc_tx();
+                let Some(n) = self.nodes[i].poll_transmit(self.now, &mut link.frames[slot]) else {
+                    link.free_tx.push(slot);
+                    break;
+                };
                 busy = true;
                 if let Some(tap) = self.tap.as_mut() {
-                    tap(self.now, i, &self.buf[..n]);
+                    tap(self.now, i, &link.frames[slot][..n]);
                 }
                 if let Some(filter) = self.filter.as_mut() {
-                    if !filter(i, &self.buf[..n]) {
-                        self.links[i].stats.sent += 1;
-                        self.links[i].stats.filtered += 1;
+                    if !filter(i, &link.frames[slot][..n]) {
+                        link.stats.sent += 1;
+                        link.stats.filtered += 1;
+                        link.free_tx.push(slot);
                         continue;
                     }
                 }
-                self.links[i].send(self.now, &self.buf[..n], &mut self.rng);
+                link.send(self.now, slot, n, &mut self.rng);
             }
         }
         for i in 0..2 {
-            while let Some(t) = self.links[i].next_arrival() {
+            let link = &mut self.links[i];
+            while let Some(e @ (t, _, slot)) = link.peek() {
                 if t > self.now {
                     break;
                 }
-                let Reverse((_, _, slot)) = self.links[i].queue.pop().expect("peeked");
-                self.links[i].stats.delivered += 1;
-                let frame = std::mem::take(&mut self.links[i].frames[slot]);
-                self.nodes[1 - i].handle_frame(self.now, &frame);
-                self.links[i].frames[slot] = frame;
-                self.links[i].free.push(slot);
+                link.pop(e);
+                link.stats.delivered += 1;
+                let len = link.lens[slot];
+                self.nodes[1 - i].handle_frame(self.now, &link.frames[slot][..len]);
+                link.release(slot);
                 busy = true;
             }
         }

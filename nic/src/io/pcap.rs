@@ -153,11 +153,14 @@ impl Port for ReplayPort {
     }
 }
 
-/// Wraps a port and writes every frame it sends or receives to a pcap file.
+/// Wraps a port and writes every frame it sends or receives to a pcap file
+/// (or only the first `limit` of them).
 pub struct PcapTap<P: Port> {
     inner: Option<P>,
     writer: Option<PcapWriter<BufWriter<File>>>,
     pub errors: u64,
+    /// Frames still to record.
+    left: u64,
 }
 
 impl<P: Port> PcapTap<P> {
@@ -181,10 +184,22 @@ impl<P: Port> PcapTap<P> {
             inner: Some(inner),
             writer: Some(writer),
             errors: 0,
+            left: u64::MAX,
         })
     }
 
+    /// Records only the first `frames` frames (sent and received); the rest
+    /// pass through unrecorded (a long run's capture stays small).
+    pub fn with_limit(mut self, frames: u64) -> PcapTap<P> {
+        self.left = frames;
+        self
+    }
+
     fn record(&mut self, frame: &[u8]) {
+        if self.left == 0 {
+            return;
+        }
+        self.left -= 1;
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -229,6 +244,10 @@ impl<P: Port> Port for PcapTap<P> {
         let before = batch.len();
         let n = self.port_mut().recv(batch);
         for i in before..batch.len() {
+            if self.left == 0 {
+                break;
+            }
+            self.left -= 1;
             let ts = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default();

@@ -12,6 +12,7 @@
 mod completer;
 mod congestion;
 pub mod counters;
+mod frame;
 mod qp;
 mod requester;
 mod responder;
@@ -130,7 +131,6 @@ pub(crate) struct Resources {
     /// Received frames dropped before reaching a QP, by reason.
     pub drops: BTreeMap<&'static str, u64>,
     pub ip_ident: u16,
-    pub scratch: Vec<u8>,
     /// Which priorities a peer has paused (PFC reaction).
     pub pfc: crate::cc::PfcRx,
 }
@@ -140,19 +140,23 @@ impl Resources {
         *self.drops.entry(reason).or_default() += 1;
     }
 
-    /// Builds a frame from a QP's header template into `buf`.
-    pub(crate) fn emit(
+    /// Builds a frame from a QP's header template into `buf`, with a
+    /// payload of `payload_len` bytes that `fill` writes straight into the
+    /// frame (from registered memory, say: no staging copy). `fill` runs
+    /// first; if it fails nothing is sent and no IPv4 ident is used.
+    /// `Ok(None)`: the frame could not be built.
+    pub(crate) fn emit<E>(
         &mut self,
         hdr: &qp::HeaderTemplate,
         bth: BthRepr,
         ext: ExtHeaders,
         payload_len: usize,
         buf: &mut [u8],
-    ) -> Option<usize> {
+        fill: impl FnOnce(&Resources, &mut [u8]) -> Result<(), E>,
+    ) -> Result<Option<usize>, E> {
         let mut ip = hdr.ip;
         if let IpRepr::V4(v4) = &mut ip {
             v4.ident = self.ip_ident;
-            self.ip_ident = self.ip_ident.wrapping_add(1);
         }
         let repr = RoceRepr {
             eth: hdr.eth,
@@ -161,10 +165,27 @@ impl Resources {
             udp_checksum: hdr.udp_checksum,
             bth,
             ext,
-            payload: &self.scratch[..payload_len],
+            payload: &[],
             trailer_len: 0,
         };
-        repr.emit(buf).ok()
+        let this = &*self;
+        let n = frame::emit_with(&repr, payload_len, buf, |dst| fill(this, dst))?;
+        if let IpRepr::V4(_) = ip {
+            self.ip_ident = self.ip_ident.wrapping_add(1);
+        }
+        Ok(n)
+    }
+
+    /// `emit` for a frame without payload.
+    pub(crate) fn emit_bare(
+        &mut self,
+        hdr: &qp::HeaderTemplate,
+        bth: BthRepr,
+        ext: ExtHeaders,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let n = self.emit(hdr, bth, ext, 0, buf, |_, _| Ok::<(), ()>(()));
+        n.ok().flatten()
     }
 
     /// Copies `dst.len()` bytes of the message described by `sgl`, starting
@@ -270,7 +291,6 @@ impl Rnic {
                 dev: Counters::default(),
                 drops: BTreeMap::new(),
                 ip_ident: 0,
-                scratch: vec![0u8; 4096],
                 pfc,
             },
             qps: Vec::new(),

@@ -77,6 +77,9 @@ impl Qp {
         bth.pkey = self.pkey;
         let mut ext = ExtHeaders::default();
         let mut payload_len = 0usize;
+        // message offset of the payload; where the cursor goes once sent
+        let mut payload_off = 0u64;
+        let mut next_off = None;
         let msg_done;
         let mut consumed = 1;
         match w.wr.op {
@@ -130,21 +133,7 @@ impl Qp {
                 let first = off == 0;
                 let last = off + seg == w.len;
                 payload_len = seg as usize;
-                match &w.inline {
-                    Some(data) => res.scratch[..payload_len]
-                        .copy_from_slice(&data[off as usize..(off + seg) as usize]),
-                    None => {
-                        let mut scratch = std::mem::take(&mut res.scratch);
-                        let r =
-                            res.gather(self.init.pd, &w.wr.sgl, off, &mut scratch[..payload_len]);
-                        res.scratch = scratch;
-                        if r.is_err() {
-                            // The region went away after the WQE started.
-                            self.complete_front_at(res, cur, WcStatus::LocProtErr);
-                            return None;
-                        }
-                    }
-                }
+                payload_off = off;
                 bth.opcode = match op {
                     SendOp::Send => send_opcode(first, last, false, false),
                     SendOp::SendWithImm { imm } => {
@@ -217,7 +206,7 @@ impl Qp {
                 bth.ack_req = rc && (last || self.req.noack_pkts + 1 >= res.cfg.ack_every);
                 msg_done = last;
                 if !last {
-                    self.req.cur_off = off + seg;
+                    next_off = Some(off + seg);
                 }
             }
         }
@@ -228,7 +217,33 @@ impl Qp {
             }
             _ => self.hdr?,
         };
-        let n = res.emit(&hdr, bth, ext, payload_len, buf)?;
+        // The payload goes from registered memory (or the inline copy)
+        // straight into the frame.
+        let pd = self.init.pd;
+        let filled = res.emit(&hdr, bth, ext, payload_len, buf, |res, dst| {
+            if dst.is_empty() {
+                return Ok(());
+            }
+            match &w.inline {
+                Some(data) => {
+                    let at = payload_off as usize;
+                    dst.copy_from_slice(&data[at..at + dst.len()]);
+                    Ok(())
+                }
+                None => res.gather(pd, &w.wr.sgl, payload_off, dst),
+            }
+        });
+        let n = match filled {
+            Ok(n) => n?,
+            Err(_) => {
+                // The region went away after the WQE started.
+                self.complete_front_at(res, cur, WcStatus::LocProtErr);
+                return None;
+            }
+        };
+        if let Some(off) = next_off {
+            self.req.cur_off = off;
+        }
         // bookkeeping after the frame is built
         if bth.ack_req {
             self.req.noack_pkts = 0;

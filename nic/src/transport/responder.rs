@@ -575,7 +575,6 @@ impl Qp {
         let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, self.dest_qpn, Psn::new(0));
         bth.pkey = self.pkey;
         let mut ext = ExtHeaders::default();
-        let mut payload_len = 0;
         match front {
             Response::Ack { psn, syndrome, msn } => {
                 bth.psn = psn;
@@ -605,30 +604,32 @@ impl Qp {
                         msn: job.msn,
                     });
                 }
-                if len > 0 {
-                    // The region may have gone since the request was checked.
-                    match res.mrs.check_remote(
-                        job.rkey,
-                        self.init.pd,
-                        job.va,
-                        len,
-                        access::REMOTE_READ,
-                    ) {
-                        Ok((mr, at)) => mr.mem.read(at, &mut res.scratch[..len as usize]),
-                        Err(_) => {
-                            self.resp.responses.pop_front();
-                            self.counters.resp_remote_access_errors += 1;
-                            self.resp.responses.push_front(Response::Ack {
-                                psn: job.psn,
-                                syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
-                                msn: job.msn,
-                            });
-                            self.resp.error_after_flush = true;
-                            return self.next_response(res, buf);
+                // The data goes from registered memory straight into the
+                // frame. The region may have gone since the request was
+                // checked.
+                let pd = self.init.pd;
+                let filled: Result<_, crate::verbs::KeyError> =
+                    res.emit(&hdr, bth, ext, len as usize, buf, |res, dst| {
+                        if dst.is_empty() {
+                            return Ok(());
                         }
-                    }
-                    payload_len = len as usize;
-                }
+                        let (mr, at) =
+                            res.mrs
+                                .check_remote(job.rkey, pd, job.va, len, access::REMOTE_READ)?;
+                        mr.mem.read(at, dst);
+                        Ok(())
+                    });
+                let Ok(n) = filled else {
+                    self.resp.responses.pop_front();
+                    self.counters.resp_remote_access_errors += 1;
+                    self.resp.responses.push_front(Response::Ack {
+                        psn: job.psn,
+                        syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+                        msn: job.msn,
+                    });
+                    self.resp.error_after_flush = true;
+                    return self.next_response(res, buf);
+                };
                 let next = ReadJob {
                     psn: job.psn.next(),
                     va: job.va + len,
@@ -641,8 +642,9 @@ impl Qp {
                 } else {
                     *self.resp.responses.front_mut().expect("front exists") = Response::Read(next);
                 }
+                return n;
             }
         }
-        res.emit(&hdr, bth, ext, payload_len, buf)
+        res.emit_bare(&hdr, bth, ext, buf)
     }
 }
