@@ -385,7 +385,7 @@ impl Port for AfPacketPort {
 
     fn send(&mut self, batch: &FrameBatch) -> usize {
         let mut queued = 0;
-        for f in batch.iter() {
+        for (i, f) in batch.iter().enumerate() {
             let slot = self.tx_frame(self.tx_next);
             let hdr = slot as *mut Tpacket3Hdr;
             // SAFETY: slot is a TX frame in the ring.
@@ -393,8 +393,9 @@ impl Port for AfPacketPort {
             if status & (TP_STATUS_SEND_REQUEST | 2) != 0
                 || f.len() + TX_DATA_OFFSET > self.cfg.tx_frame_size as usize
             {
-                self.counters.tx_dropped += 1;
-                continue;
+                // sends a prefix of the batch (see `Port::send`)
+                self.counters.tx_dropped += (batch.len() - i) as u64;
+                break;
             }
             if status & TP_STATUS_WRONG_FORMAT != 0 {
                 self.counters.tx_dropped += 1;

@@ -481,14 +481,15 @@ impl Port for AfXdpPort {
         self.reclaim();
         let mut room = self.xsk.tx.free();
         let (mut queued, mut sent) = (0u32, 0usize);
-        for f in batch.iter() {
+        for (i, f) in batch.iter().enumerate() {
             let descs = f.len().div_ceil(FRAME_SIZE as usize);
             if descs == 0
                 || descs > MAX_DESCS_PER_FRAME
                 || (descs > 1 && !self.binding.multi_buffer)
             {
-                self.counters.tx_dropped += 1;
-                continue;
+                // sends a prefix of the batch (see `Port::send`)
+                self.counters.tx_dropped += (batch.len() - i) as u64;
+                break;
             }
             if descs > self.tx_free.len() || descs as u32 > room - queued {
                 // publish what we have, let the kernel send it, take back what it finished
@@ -498,8 +499,8 @@ impl Port for AfXdpPort {
                 self.reclaim();
                 room = self.xsk.tx.free();
                 if descs > self.tx_free.len() || descs as u32 > room {
-                    self.counters.tx_dropped += 1;
-                    continue;
+                    self.counters.tx_dropped += (batch.len() - i) as u64;
+                    break;
                 }
             }
             for (j, piece) in f.chunks(FRAME_SIZE as usize).enumerate() {

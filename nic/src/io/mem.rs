@@ -122,7 +122,10 @@ impl Port for MemPort {
     }
 
     fn send(&mut self, batch: &FrameBatch) -> usize {
-        let sent = batch.iter().filter(|f| self.transmit(f)).count();
+        // a prefix of the batch (see `Port::send`)
+        let sent = batch.iter().take_while(|f| self.transmit(f)).count();
+        // the frame that failed is counted by `transmit`; those behind it here
+        self.counters.tx_dropped += batch.len().saturating_sub(sent + 1) as u64;
         if sent > 0 {
             self.tx.wake();
         }

@@ -139,8 +139,10 @@ pub trait Port: Send {
     /// Appends received frames to `batch` (up to its capacity); returns how
     /// many. Never blocks.
     fn recv(&mut self, batch: &mut FrameBatch) -> usize;
-    /// Sends every frame of `batch`; returns how many went out (the rest
-    /// were dropped and counted). Never blocks.
+    /// Sends the frames of `batch` in order and returns how many went out:
+    /// always a prefix of the batch (a port that cannot take a frame drops
+    /// it and all behind it, and counts them), so a wrapper knows exactly
+    /// which frames reached the wire. Never blocks.
     fn send(&mut self, batch: &FrameBatch) -> usize;
     fn mac(&self) -> EthernetAddress;
     /// Largest IP datagram (the interface MTU).

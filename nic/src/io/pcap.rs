@@ -265,10 +265,12 @@ impl<P: Port> Port for PcapTap<P> {
     }
 
     fn send(&mut self, batch: &FrameBatch) -> usize {
-        for f in batch.iter() {
-            self.record(f);
+        // only what went out (a prefix, see `Port::send`) is on the wire
+        let n = self.port_mut().send(batch);
+        for i in 0..n {
+            self.record(batch.get(i));
         }
-        self.port_mut().send(batch)
+        n
     }
 
     fn mac(&self) -> EthernetAddress {
