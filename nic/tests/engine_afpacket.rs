@@ -14,7 +14,10 @@ use nic::sim::PairConfig;
 
 #[test]
 fn every_rc_verb_and_ud_send_over_afpacket_between_namespaces() {
-    if !can_run("every_rc_verb_and_ud_send_over_afpacket_between_namespaces", &[]) {
+    if !can_run(
+        "every_rc_verb_and_ud_send_over_afpacket_between_namespaces",
+        &[],
+    ) {
         return;
     }
     let id = std::process::id() % 100_000;

@@ -98,7 +98,6 @@ fn link_show(ns: &str, dev: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-
 fn exchange(test: &str, tag: &str, mode: Option<AttachMode>) {
     if !can_run(test) {
         return;

@@ -24,7 +24,12 @@ const MSG: u32 = 65536;
 fn stream(net: &Routed, cc: CcConfig, secs: f64) -> (Counters, Counters, f64) {
     let (pa, mac_a) = net.open(0, Backend::Auto);
     let (pb, mac_b) = net.open(1, Backend::Auto);
-    let cfg = PairConfig { mtu: 4096, timeout: 14, unlimited_retries: true, ..PairConfig::default() };
+    let cfg = PairConfig {
+        mtu: 4096,
+        timeout: 14,
+        unlimited_retries: true,
+        ..PairConfig::default()
+    };
     let nodes = start_cc(vec![pa, pb], net.gids(), vec![mac_a, mac_b], cfg, cc);
     let (a, b) = (&nodes[0], &nodes[1]);
     let t0 = Instant::now();
@@ -32,7 +37,14 @@ fn stream(net: &Routed, cc: CcConfig, secs: f64) -> (Counters, Counters, f64) {
     let mut wcs = Vec::new();
     while t0.elapsed().as_secs_f64() < secs || done < posted {
         while posted - done < 16 && t0.elapsed().as_secs_f64() < secs {
-            let wr = SendWr::new(posted, SendOp::Write { remote_addr: b.base, rkey: b.rkey }, Sgl::single(a.base, MSG, a.lkey));
+            let wr = SendWr::new(
+                posted,
+                SendOp::Write {
+                    remote_addr: b.base,
+                    rkey: b.rkey,
+                },
+                Sgl::single(a.base, MSG, a.lkey),
+            );
             a.dev.post_send(a.qpn, wr).unwrap();
             posted += 1;
         }
@@ -44,7 +56,10 @@ fn stream(net: &Routed, cc: CcConfig, secs: f64) -> (Counters, Counters, f64) {
             assert_eq!(w.status, WcStatus::Success, "{w:?}");
             done += 1;
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "stuck: {done} of {posted}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "stuck: {done} of {posted}"
+        );
     }
     let rate = done as f64 * MSG as f64 * 8.0 / t0.elapsed().as_secs_f64();
     let (ca, cb) = (a.dev.counters().unwrap(), b.dev.counters().unwrap());
@@ -56,11 +71,20 @@ fn stream(net: &Routed, cc: CcConfig, secs: f64) -> (Counters, Counters, f64) {
 
 #[test]
 fn ce_marks_on_a_shaped_router_drive_dcqcn_on_real_ports() {
-    if !can_run("ce_marks_on_a_shaped_router_drive_dcqcn_on_real_ports", &["nft", "tc"]) {
+    if !can_run(
+        "ce_marks_on_a_shaped_router_drive_dcqcn_on_real_ports",
+        &["nft", "tc"],
+    ) {
         return;
     }
     let net = Routed::new("e0");
-    sh(&net.r, &["tc", "qdisc", "add", "dev", &net.rb, "root", "tbf", "rate", "400mbit", "burst", "256kb", "latency", "10ms"]);
+    sh(
+        &net.r,
+        &[
+            "tc", "qdisc", "add", "dev", &net.rb, "root", "tbf", "rate", "400mbit", "burst",
+            "256kb", "latency", "10ms",
+        ],
+    );
     net.nft(&format!(
         "table inet rnic {{\n  chain mark_ce {{\n    type filter hook forward priority 0;\n    oifname \"{}\" udp dport 4791 limit rate over 30 mbytes/second ip ecn set ce\n  }}\n}}\n",
         net.rb
@@ -70,10 +94,17 @@ fn ce_marks_on_a_shaped_router_drive_dcqcn_on_real_ports() {
         "DCQCN on: {:.0} Mbit/s; B: ecn_marked {} cnp_sent {}; A: cnp_handled {} sent {} retransmitted {} timeouts {}",
         rate / 1e6, b.np_ecn_marked_roce_packets, b.np_cnp_sent, a.rp_cnp_handled, a.sent_pkts, a.retransmitted_pkts, a.local_ack_timeout_err
     );
-    assert!(b.np_ecn_marked_roce_packets > 0, "the router marked nothing");
+    assert!(
+        b.np_ecn_marked_roce_packets > 0,
+        "the router marked nothing"
+    );
     assert!(b.np_cnp_sent > 0 && b.np_cnp_sent <= b.np_ecn_marked_roce_packets);
     assert!(a.rp_cnp_handled > 0, "A's reaction point saw no CNP");
     assert!(rate < 400e6 * 1.05, "faster than the shaper: {rate}");
-    assert!(a.retransmitted_pkts * 20 < a.sent_pkts, "a retransmission storm: {} of {}", a.retransmitted_pkts, a.sent_pkts);
-
+    assert!(
+        a.retransmitted_pkts * 20 < a.sent_pkts,
+        "a retransmission storm: {} of {}",
+        a.retransmitted_pkts,
+        a.sent_pkts
+    );
 }

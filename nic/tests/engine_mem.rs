@@ -15,13 +15,23 @@ use std::time::{Duration, Instant};
 use wire::EthernetAddress;
 
 fn macs() -> [EthernetAddress; 2] {
-    [EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2])]
+    [
+        EthernetAddress([2, 0, 0, 0, 0, 1]),
+        EthernetAddress([2, 0, 0, 0, 0, 2]),
+    ]
 }
 
 #[test]
 fn every_verb_between_two_engine_threads() {
     let (a, b) = pair(macs(), 1024);
-    let nodes = start(vec![Box::new(a), Box::new(b)], PairConfig { mtu: 4096, timeout: 10, ..PairConfig::default() });
+    let nodes = start(
+        vec![Box::new(a), Box::new(b)],
+        PairConfig {
+            mtu: 4096,
+            timeout: 10,
+            ..PairConfig::default()
+        },
+    );
     every_verb(&nodes[0], &nodes[1]);
     let pc = nodes[0].dev.port_counters().unwrap();
     assert!(pc.tx_packets > 50 && pc.rx_packets > 50, "{pc:?}");
@@ -34,14 +44,29 @@ fn every_verb_between_two_engine_threads() {
 #[test]
 fn thousands_of_messages_through_an_impairing_wire_with_a_pcap_tap() {
     let (a, b) = pair(macs(), 4096);
-    let imp = Impairments { loss: 0.02, duplicate: 0.01, reorder: 0.02, corrupt: 0.005, ce_mark: 0.0 };
+    let imp = Impairments {
+        loss: 0.02,
+        duplicate: 0.01,
+        reorder: 0.02,
+        corrupt: 0.005,
+        ce_mark: 0.0,
+    };
     let dir = std::env::temp_dir().join(format!("softrnic-engine-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("tap.pcap");
     // impairments apply first; the tap records what reaches the wire
-    let a: Box<dyn Port> = Box::new(Impaired::new(PcapTap::new(a, &pcap).unwrap(), Box::new(RandomImpairments::new(imp, 11))));
+    let a: Box<dyn Port> = Box::new(Impaired::new(
+        PcapTap::new(a, &pcap).unwrap(),
+        Box::new(RandomImpairments::new(imp, 11)),
+    ));
     let b: Box<dyn Port> = Box::new(Impaired::new(b, Box::new(RandomImpairments::new(imp, 12))));
-    let nodes = start(vec![a, b], PairConfig { timeout: 10, ..PairConfig::default() });
+    let nodes = start(
+        vec![a, b],
+        PairConfig {
+            timeout: 10,
+            ..PairConfig::default()
+        },
+    );
     let (na, nb) = (&nodes[0], &nodes[1]);
     const N: u64 = 3000;
     let mut posted = 0u64;
@@ -51,31 +76,58 @@ fn thousands_of_messages_through_an_impairing_wire_with_a_pcap_tap() {
         while posted < N && posted - done.len() as u64 <= 64 {
             let off = (posted % 64) * 4096;
             let len = (posted * 37 % 4000) as u32 + 1;
-            na.mem.write(off as usize, &vec![(posted % 256) as u8; len as usize]);
+            na.mem
+                .write(off as usize, &vec![(posted % 256) as u8; len as usize]);
             let read = posted % 3 == 0;
             let op = if read {
-                SendOp::Read { remote_addr: nb.base + off, rkey: nb.rkey }
+                SendOp::Read {
+                    remote_addr: nb.base + off,
+                    rkey: nb.rkey,
+                }
             } else {
-                SendOp::Write { remote_addr: nb.base + off, rkey: nb.rkey }
+                SendOp::Write {
+                    remote_addr: nb.base + off,
+                    rkey: nb.rkey,
+                }
             };
             let local = na.base + 0x20_0000 * read as u64 + off;
-            na.dev.post_send(na.qpn, SendWr::new(posted, op, Sgl::single(local, len, na.lkey))).unwrap();
+            na.dev
+                .post_send(
+                    na.qpn,
+                    SendWr::new(posted, op, Sgl::single(local, len, na.lkey)),
+                )
+                .unwrap();
             posted += 1;
         }
         if na.cq.poll(64, &mut done) == 0 {
             std::thread::yield_now();
         }
-        assert!(t0.elapsed() < Duration::from_secs(120), "{} of {N} after 120 s", done.len());
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "{} of {N} after 120 s",
+            done.len()
+        );
     }
     for (i, w) in done.iter().enumerate() {
-        assert_eq!((w.wr_id, w.status), (i as u64, WcStatus::Success), "in order, exactly once");
+        assert_eq!(
+            (w.wr_id, w.status),
+            (i as u64, WcStatus::Success),
+            "in order, exactly once"
+        );
     }
     let c = na.dev.counters().unwrap();
-    assert!(c.retransmitted_pkts > 0, "loss must have caused retransmissions: {c:?}");
+    assert!(
+        c.retransmitted_pkts > 0,
+        "loss must have caused retransmissions: {c:?}"
+    );
     for n in nodes {
         n.engine.stop();
     }
     let frames = read_pcap(&pcap).unwrap();
-    assert!(frames.len() > N as usize, "the tap recorded {} frames", frames.len());
+    assert!(
+        frames.len() > N as usize,
+        "the tap recorded {} frames",
+        frames.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

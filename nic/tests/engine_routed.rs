@@ -334,7 +334,8 @@ fn routed(test: &str, backend: Backend, n: u32) {
     // Our own checker (`rnic pcap check --lossy`) accepts the router's
     // capture: the B→A frames nftables dropped never reach it, so gaps on
     // that side are counted losses; every other rule still applies.
-    let verdict = tools::pcapcmd::check_with(&dump, true).unwrap_or_else(|e| panic!("rnic pcap check --lossy: {e}"));
+    let verdict = tools::pcapcmd::check_with(&dump, true)
+        .unwrap_or_else(|e| panic!("rnic pcap check --lossy: {e}"));
     eprintln!("rnic pcap check --lossy: {verdict}");
     if let Some(judge) = shared_judge() {
         let out = Command::new(judge)

@@ -4,10 +4,14 @@
 pub mod capture;
 pub mod check;
 pub mod demo;
+pub mod devperf;
 pub mod loopback;
+pub mod netdev;
+pub mod oob;
 pub mod pcapcmd;
 pub mod perf;
 pub mod perfcmd;
+pub mod pingpong;
 pub mod progress;
 pub mod report;
 pub mod stats;

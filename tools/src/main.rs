@@ -12,7 +12,7 @@ use tools::CliError;
     name = "rnic",
     version,
     about = "softrnic: a userspace RoCEv2 RDMA NIC — demo, perftest-style runs, capture checks, counters",
-    after_help = "Examples:\n  rnic demo                             # the main job: no root, no configuration\n  rnic perf write lat --loopback        # ib_write_lat on the in-process loopback\n  rnic pcap check capture.pcap          # validate every RoCEv2 frame\n  rnic stats                            # counters of the last run\n\nEvery subcommand has --help with examples."
+    after_help = "Examples:\n  rnic demo                             # the main job: no root, no configuration\n  rnic perf write lat --loopback        # ib_write_lat on the in-process loopback\n  rnic perf write bw --dev eth0 HOST    # ib_write_bw against `rnic perf write bw --dev IFACE` on HOST\n  rnic pingpong -d eth0 HOST            # ibv_rc_pingpong\n  rnic pcap check capture.pcap          # validate every RoCEv2 frame\n  rnic stats                            # counters of the last run\n\nEvery subcommand has --help with examples."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,12 +42,33 @@ columns, plus an HDR histogram (p50, p90, p99, p99.9, p99.99, max).\n\n\
 path (post → requester → frame → ICRC → responder → ACK → completion). WRITE and SEND latency \
 are ping-pong (half the round trip, as ib_write_lat); READ and atomic latency are post to \
 completion; bandwidth keeps -t operations outstanding per QP.\n\n\
-Without --loopback, perftest's model applies (server when no peer address is given, client \
-otherwise, out-of-band exchange over TCP port -p, --dev for the interface): that needs the \
-polling engine and real ports, which are not built yet, so it exits with an error.",
-        after_help = "Examples:\n  rnic perf write lat --loopback\n  rnic perf write bw --loopback -s 4096 -n 20000\n  rnic perf read bw --loopback -a -n 200 --report_gbits\n  rnic perf send lat --loopback -D 5 --hgrm send.hgrm --plot send.svg\n  rnic perf write bw --loopback -q 4 -t 64 --json bw.json\n  rnic perf write bw 192.0.2.2 --dev eth0     # real interface: not built yet"
+--dev IFACE: perftest's model on a real interface — the server when no peer address is given, \
+the client otherwise; the two meet on TCP port -p (18515), exchange QPN, PSN, GID, rkey, \
+address and MTU (rnic's own text records, not perftest's format), connect their QPs and run; \
+the client measures, the server serves and prints the client's report too. The polling engine \
+runs on the interface through AF_XDP (else AF_PACKET; --backend), inline in the measuring \
+thread by default (--engine thread gives it a thread of its own); frames go to the next hop's \
+MAC from the kernel's route and neighbour tables; our GID is the interface's address (--gid). \
+--json carries both devices' port, device and per-QP counters; --pcap records the port's first \
+--pcap-frames frames.",
+        after_help = "Examples:\n  rnic perf write lat --loopback\n  rnic perf write bw --loopback -s 4096 -n 20000\n  rnic perf read bw --loopback -a -n 200 --report_gbits\n  rnic perf send lat --loopback -D 5 --hgrm send.hgrm --plot send.svg\n  rnic perf write bw --loopback -q 4 -t 64 --json bw.json\n  ip netns exec ns1 rnic perf write bw --dev veth1                 # server\n  ip netns exec ns2 rnic perf write bw --dev veth2 -m 4096 192.0.2.1  # client\n  rnic perf write lat --dev eth0 -s 64 -n 100000 --json lat.json 10.0.0.1"
     )]
     Perf(PerfArgs),
+    /// ibv_rc_pingpong / ibv_ud_pingpong on a real interface (same flags, exchange and output).
+    #[command(
+        long_about = "rdma-core's ibv_rc_pingpong (and, with --ud, ibv_ud_pingpong) on a soft RNIC on a \
+network interface: without a peer address it is the server, with one the client. The two \
+exchange LID:QPN:PSN:GID records over TCP port 18515 exactly as the examples do (so either side \
+can be the real tool), then SEND -s bytes back and forth -n times — the client first, each side \
+again once its last SEND completed and a message arrived — and print the examples' two lines: \
+bytes and Mbit/sec, iterations and usec/iter.\n\n\
+-d names the interface (default: the one the route to the peer takes; a server: the only one \
+with an address). -g is accepted and ignored: our one GID is the interface's address (or \
+--gid). A peer that sends an all-zero GID (the real tool without -g) is reached at its TCP \
+address. UD messages fit one packet of our transport's UD MTU (1024 bytes).",
+        after_help = "Examples:\n  ip netns exec ns1 rnic pingpong -d veth1                 # server\n  ip netns exec ns2 rnic pingpong -d veth2 192.0.2.1       # client\n  rnic pingpong -d eth0 -s 64 -n 100000 10.0.0.1\n  rnic pingpong --ud -d eth0 -s 1024 10.0.0.1"
+    )]
+    Pingpong(PingpongArgs),
     /// Check, dump or replay capture files (pcap, pcapng).
     #[command(
         after_help = "Examples:\n  rnic pcap check demo.pcap\n  rnic pcap dump --roce demo.pcap | less\n  rnic pcap replay ../shared/pcaps/rxe-public/rdma_read_bw.pcap"
@@ -91,7 +112,7 @@ struct PerfArgs {
     /// Bandwidth or latency.
     #[arg(value_enum)]
     mode: Mode,
-    /// Server's address (client mode); without it, server mode. Needs the engine.
+    /// Server's address (client mode); without it, server mode (with --dev).
     peer: Option<String>,
     /// Message size in bytes (perftest: 2 for lat, 65536 for bw; atomics: 8).
     #[arg(short = 's', long = "size", value_name = "BYTES")]
@@ -133,9 +154,21 @@ struct PerfArgs {
     /// Report bandwidth in Gb/s (10^9 bits) instead of MB/s (2^20 bytes).
     #[arg(long = "report_gbits", alias = "report-gbits")]
     report_gbits: bool,
-    /// Network interface to use (real interfaces: needs the engine).
+    /// Network interface to run on (client: default the one the route to the peer takes).
     #[arg(short = 'd', long = "dev", alias = "ib-dev", value_name = "NAME")]
     dev: Option<String>,
+    /// Port backend on the interface: auto (AF_XDP, else AF_PACKET), afxdp, afxdp-generic (XDP in SKB mode) or afpacket.
+    #[arg(long, value_name = "KIND", default_value = "auto")]
+    backend: String,
+    /// Our GID (32 hex digits) or IP address instead of the interface's address.
+    #[arg(long, alias = "ip", value_name = "GID|ADDR")]
+    gid: Option<String>,
+    /// Pin the polling engine (inline: this thread) to this core.
+    #[arg(long, value_name = "N")]
+    core: Option<usize>,
+    /// inline: the measuring thread turns the engine (one busy thread); thread: the engine polls on its own thread.
+    #[arg(long, value_name = "MODE", default_value = "inline")]
+    engine: String,
     /// Run both NICs in this process (in-process loopback: both NICs in one thread; wall-clock time of the software path).
     #[arg(long)]
     loopback: bool,
@@ -148,15 +181,91 @@ struct PerfArgs {
     /// Write the latency distribution as an SVG plot.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// Write the frames of the warm-up to a pcap.
+    /// Write the frames of the warm-up (--loopback) or the port's first frames (--dev) to a pcap.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
-    /// How many warm-up frames --pcap keeps per size.
+    /// How many frames --pcap keeps (per size with --loopback).
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pcap_frames: usize,
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+}
+
+#[derive(Args)]
+struct PingpongArgs {
+    /// The server's address (client mode); without it, server mode.
+    peer: Option<String>,
+    /// Listen on / connect to this TCP port.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    port: u16,
+    /// The network interface (our device).
+    #[arg(short = 'd', long = "ib-dev", alias = "dev", value_name = "IFACE")]
+    dev: Option<String>,
+    /// Port of the device (a soft RNIC has port 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u32,
+    /// Size of the messages (default 4096; --ud: 1024, the UD MTU).
+    #[arg(short = 's', long = "size", value_name = "BYTES")]
+    size: Option<u32>,
+    /// Path MTU (RC): 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    mtu: u32,
+    /// Receives to post at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    rx_depth: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    iters: u32,
+    /// Service level (accepted; the soft RNIC sends every QP on priority 0's class).
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    sl: u8,
+    /// Sleep on CQ events (accepted; rnic always polls).
+    #[arg(short = 'e', long = "events")]
+    events: bool,
+    /// Local GID index (accepted and ignored: the device has one GID).
+    #[arg(short = 'g', long = "gid-idx", value_name = "INDEX")]
+    gid_idx: Option<i32>,
+    /// ibv_ud_pingpong: UD QPs, Q_Key 0x11111111, 40-byte GRH in front of each received message.
+    #[arg(long)]
+    ud: bool,
+    /// Port backend on the interface: auto (AF_XDP, else AF_PACKET), afxdp, afxdp-generic (XDP in SKB mode) or afpacket.
+    #[arg(long, value_name = "KIND", default_value = "auto")]
+    backend: String,
+    /// Our GID (32 hex digits) or IP address instead of the interface's address.
+    #[arg(long, alias = "ip", value_name = "GID|ADDR")]
+    gid: Option<String>,
+    /// Record every frame the port sends or receives to this pcap.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+    /// inline: this thread turns the engine (one busy thread); thread: the engine polls on its own thread.
+    #[arg(long, value_name = "MODE", default_value = "inline")]
+    engine: String,
+    /// Pin the polling engine (inline: this thread) to this core.
+    #[arg(long, value_name = "N")]
+    core: Option<usize>,
+}
+
+fn pingpong(a: PingpongArgs) -> Result<(), CliError> {
+    let _ = (a.events, a.sl);
+    tools::pingpong::run(&tools::pingpong::PingpongOptions {
+        peer: a.peer,
+        port: a.port,
+        ifname: a.dev,
+        ib_port: a.ib_port,
+        size: a.size,
+        mtu: a.mtu,
+        rx_depth: a.rx_depth,
+        iters: a.iters,
+        sl: a.sl,
+        gid_idx: a.gid_idx,
+        ud: a.ud,
+        backend: tools::netdev::parse_backend(&a.backend)?,
+        gid: a.gid.as_deref().map(tools::netdev::parse_gid).transpose()?,
+        pcap: a.pcap,
+        inline: tools::netdev::parse_engine(&a.engine)?,
+        core: a.core,
+    })
 }
 
 #[derive(Subcommand)]
@@ -180,6 +289,11 @@ exit status 1.",
         /// Print nothing when the captures are clean.
         #[arg(short, long)]
         quiet: bool,
+        /// The capture was taken behind a hop that loses, reorders or duplicates
+        /// frames (e.g. a router's egress after a drop rule): count missing packets
+        /// and stale copies instead of failing; every other rule still applies.
+        #[arg(long)]
+        lossy: bool,
     },
     /// One line per frame: time, addresses, QP, opcode, PSN, sizes, ICRC, annotations.
     #[command(
@@ -227,7 +341,9 @@ struct StatsArgs {
 
 /// The subcommand words of the command line, for "see 'rnic perf --help'".
 fn subcommand_path() -> String {
-    let words = ["demo", "perf", "pcap", "check", "dump", "replay", "stats"];
+    let words = [
+        "demo", "perf", "pingpong", "pcap", "check", "dump", "replay", "stats",
+    ];
     let mut path = vec!["rnic".to_string()];
     for a in std::env::args().skip(1) {
         if words.contains(&a.as_str()) {
@@ -324,10 +440,19 @@ fn main() {
             pcap: a.pcap,
             pcap_frames: a.pcap_frames,
             no_progress: a.no_progress,
+            backend: a.backend,
+            gid: a.gid,
+            core: a.core,
+            engine: a.engine,
             command,
         }),
+        Cmd::Pingpong(a) => pingpong(a),
         Cmd::Pcap { cmd } => match cmd {
-            PcapCmd::Check { files, quiet } => tools::pcapcmd::check(&files, quiet),
+            PcapCmd::Check {
+                files,
+                quiet,
+                lossy,
+            } => tools::pcapcmd::check(&files, quiet, lossy),
             PcapCmd::Dump { file, roce, count } => tools::pcapcmd::dump(&file, count, roce),
             PcapCmd::Replay { file } => tools::pcapcmd::replay(&file),
         },

@@ -29,7 +29,11 @@ pub fn check_one(path: &Path) -> Result<String, CliError> {
 /// packets missing from it are counted, not failures (`Checker::lossy`).
 pub fn check_with(path: &Path, lossy: bool) -> Result<String, CliError> {
     let reader = CaptureReader::open(path).map_err(|e| CliError::new(e.to_string()))?;
-    let mut checker = if lossy { Checker::lossy() } else { Checker::new() };
+    let mut checker = if lossy {
+        Checker::lossy()
+    } else {
+        Checker::new()
+    };
     for rec in reader {
         let rec = rec.map_err(|e| CliError::new(format!("{}: {e}", path.display())))?;
         let f = checker.frame(&rec);

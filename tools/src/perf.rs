@@ -89,7 +89,7 @@ impl Settings {
 }
 
 /// The send/receive halves of a node's region start at 0 and at this.
-fn half(max_size: usize) -> usize {
+pub fn half(max_size: usize) -> usize {
     max_size.max(8).div_ceil(4096) * 4096
 }
 
@@ -220,7 +220,7 @@ fn wait(
     }
 }
 
-fn check_wc(wc: &Wc) -> Result<(), String> {
+pub fn check_wc(wc: &Wc) -> Result<(), String> {
     if wc.status == WcStatus::Success {
         Ok(())
     } else {
@@ -307,7 +307,7 @@ fn quiesce(lb: &mut Loopback, conn: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn warmup_iters(iters: u64) -> u64 {
+pub fn warmup_iters(iters: u64) -> u64 {
     (iters / 10).clamp(1, 100)
 }
 

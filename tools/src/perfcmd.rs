@@ -36,6 +36,14 @@ pub struct PerfRequest {
     pub pcap: Option<PathBuf>,
     pub pcap_frames: usize,
     pub no_progress: bool,
+    /// Real interfaces: the port backend (auto, afxdp, afpacket).
+    pub backend: String,
+    /// Real interfaces: our GID (or IP address) instead of the interface's.
+    pub gid: Option<String>,
+    /// Real interfaces: pin the polling engine to this core.
+    pub core: Option<usize>,
+    /// Real interfaces: "inline" (the measuring thread turns the engine) or "thread".
+    pub engine: String,
     /// The command line, for the report and `rnic stats`.
     pub command: String,
 }
@@ -56,16 +64,6 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
         return Err(CliError::usage(
             "--loopback runs both sides in this process: give no peer address",
         ));
-    }
-    if !req.loopback {
-        let role = match (&req.peer, &req.dev) {
-            (_, Some(d)) => format!("--dev {d}"),
-            (Some(p), None) => format!("client of {p} (port {})", req.port),
-            (None, None) => format!("server on port {}", req.port),
-        };
-        return Err(CliError::new(format!(
-            "real interfaces need the engine (not built yet): cannot run as {role}; use --loopback for the in-process loopback"
-        )));
     }
     let qp_type = match req.connection.to_ascii_uppercase().as_str() {
         "RC" => QpType::Rc,
@@ -216,7 +214,7 @@ pub fn header(s: &Settings) -> String {
 }
 
 /// `FILE` for one size; `stem-<size>B.ext` for each of several.
-fn per_size_path(path: &Path, size: usize, several: bool) -> PathBuf {
+pub fn per_size_path(path: &Path, size: usize, several: bool) -> PathBuf {
     if !several {
         return path.to_path_buf();
     }
@@ -261,10 +259,8 @@ pub fn json_doc(req: &PerfRequest, s: &Settings, results: &[SizeResult], lb: &Lo
     })
 }
 
-/// Runs `rnic perf`.
-pub fn run(req: &PerfRequest) -> Result<(), CliError> {
-    let s = settings(req)?;
-    // check the output paths before spending time on the run
+/// Checks the output paths before spending time on the run.
+fn check_paths(req: &PerfRequest) -> Result<(), CliError> {
     for p in [&req.json, &req.hgrm, &req.plot, &req.pcap]
         .into_iter()
         .flatten()
@@ -278,6 +274,21 @@ pub fn run(req: &PerfRequest) -> Result<(), CliError> {
                 )));
             }
         }
+    }
+    Ok(())
+}
+
+/// Runs `rnic perf`.
+pub fn run(req: &PerfRequest) -> Result<(), CliError> {
+    let s = settings(req)?;
+    check_paths(req)?;
+    if !req.loopback {
+        if req.peer.is_none() && req.dev.is_none() {
+            return Err(CliError::usage(
+                "the server needs its interface: --dev IFACE (or --loopback for the in-process loopback)",
+            ));
+        }
+        return crate::devperf::run(req, s);
     }
     crate::say(&header(&s))?;
     let mut lb = Loopback::new(s.mem_len());

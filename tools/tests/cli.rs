@@ -36,6 +36,7 @@ fn every_subcommand_has_help_with_examples() {
         vec!["--help"],
         vec!["demo", "--help"],
         vec!["perf", "--help"],
+        vec!["pingpong", "--help"],
         vec!["pcap", "--help"],
         vec!["pcap", "check", "--help"],
         vec!["pcap", "dump", "--help"],
@@ -170,19 +171,38 @@ fn perf_rejects_impossible_requests_in_one_line() {
 }
 
 #[test]
-fn real_interfaces_say_the_engine_is_not_built() {
+fn real_interfaces_fail_in_one_line_without_touching_the_network() {
+    // a server needs its interface; a missing interface is a clear error
+    // (the device is opened before any TCP connection is tried)
+    one_line_error(
+        &["perf", "write", "bw"],
+        2,
+        &["the server needs its interface: --dev IFACE"],
+    );
     for args in [
-        vec!["perf", "write", "bw"],
-        vec!["perf", "write", "lat", "192.0.2.2"],
-        vec!["perf", "read", "bw", "--dev", "eth0", "-p", "20000"],
-        vec!["perf", "send", "lat", "192.0.2.2", "-d", "eth0"],
+        vec!["perf", "read", "bw", "--dev", "rnicnone0", "-p", "20000"],
+        vec!["perf", "send", "lat", "192.0.2.2", "-d", "rnicnone0"],
+        vec!["pingpong", "-d", "rnicnone0"],
+        vec!["pingpong", "--ud", "-d", "rnicnone0", "192.0.2.2"],
     ] {
-        one_line_error(
-            &args,
-            1,
-            &["real interfaces need the engine (not built yet)"],
-        );
+        one_line_error(&args, 1, &["interface rnicnone0: no such interface"]);
     }
+    one_line_error(
+        &["pingpong"],
+        2,
+        &["the server needs its interface: -d IFACE"],
+    );
+    one_line_error(&["pingpong", "-m", "3000", "-d", "x"], 2, &["-m 3000"]);
+    one_line_error(
+        &["perf", "write", "bw", "--dev", "x", "--backend", "dpdk"],
+        2,
+        &["--backend dpdk: one of auto, afxdp, afxdp-generic, afpacket"],
+    );
+    one_line_error(
+        &["perf", "write", "bw", "--dev", "x", "--engine", "fast"],
+        2,
+        &["--engine fast: inline or thread"],
+    );
     one_line_error(
         &["perf", "write", "bw", "--dev", "eth0", "--loopback"],
         2,

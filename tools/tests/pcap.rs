@@ -148,11 +148,15 @@ fn a_dropped_frame_fails_the_psn_sequence() {
 /// ICRC and every other rule still apply.
 #[test]
 fn lossy_mode_counts_a_dropped_frame_and_still_checks_the_rest() {
-    let Some((_t, path, _)) = damaged("lossy_mode_counts_a_dropped_frame", "rdma_write_bw.pcap", |p| {
-        let i = p.find("RC_RDMA_WRITE_MIDDLE");
-        p.records.remove(i);
-        i + 1
-    }) else {
+    let Some((_t, path, _)) = damaged(
+        "lossy_mode_counts_a_dropped_frame",
+        "rdma_write_bw.pcap",
+        |p| {
+            let i = p.find("RC_RDMA_WRITE_MIDDLE");
+            p.records.remove(i);
+            i + 1
+        },
+    ) else {
         return;
     };
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rnic"))
@@ -161,20 +165,38 @@ fn lossy_mode_counts_a_dropped_frame_and_still_checks_the_rest() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("1 places where packets were lost upstream"), "{text}");
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("1 places where packets were lost upstream"),
+        "{text}"
+    );
     // a corrupted byte still fails in lossy mode
-    let Some((_t2, bad, frame)) = damaged("lossy_mode_still_checks_the_icrc", "rdma_write_bw.pcap", |p| {
-        let i = p.find("RC_RDMA_WRITE_MIDDLE");
-        let n = p.records[i].1.len();
-        p.records[i].1[n - 100] ^= 0x20;
-        i + 1
-    }) else {
+    let Some((_t2, bad, frame)) = damaged(
+        "lossy_mode_still_checks_the_icrc",
+        "rdma_write_bw.pcap",
+        |p| {
+            let i = p.find("RC_RDMA_WRITE_MIDDLE");
+            let n = p.records[i].1.len();
+            p.records[i].1[n - 100] ^= 0x20;
+            i + 1
+        },
+    ) else {
         return;
     };
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rnic")).args(["pcap", "check", "--lossy"]).arg(&bad).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rnic"))
+        .args(["pcap", "check", "--lossy"])
+        .arg(&bad)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains(&format!("frame {frame}: ")) && err.contains("ICRC"), "{err}");
+    assert!(
+        !out.status.success() && err.contains(&format!("frame {frame}: ")) && err.contains("ICRC"),
+        "{err}"
+    );
 }
 
 #[test]

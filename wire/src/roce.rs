@@ -8,7 +8,7 @@
 
 use crate::bth::{self, BthHeader, BthRepr};
 use crate::error::{need, Error, Layer, Result};
-use crate::ethernet::{ethertype, EthernetFrame, EthernetRepr};
+use crate::ethernet::{self, ethertype, EthernetFrame, EthernetRepr};
 use crate::ext::ExtHeaders;
 use crate::icrc::{self, IpVersion, ICRC_LEN};
 use crate::ipv4::{self, Ipv4Packet, Ipv4Repr};
@@ -101,6 +101,15 @@ pub const fn pad_for(len: usize) -> u8 {
     ((4 - (len & 3)) & 3) as u8
 }
 
+/// `N` bytes of `b` from `at`, as an array: a header view over it knows its
+/// length at compile time, so its accessors need no bounds checks.
+#[inline(always)]
+fn fixed<const N: usize>(b: &[u8], at: usize) -> &[u8; N] {
+    b[at..at + N]
+        .try_into()
+        .expect("lengths checked by new_checked")
+}
+
 /// A validated zero-copy view of a RoCEv2 frame.
 #[derive(Debug, Clone, Copy)]
 pub struct RocePacket<T: AsRef<[u8]>> {
@@ -115,11 +124,30 @@ pub struct RocePacket<T: AsRef<[u8]>> {
     info: &'static OpcodeInfo,
 }
 
-impl<T: AsRef<[u8]>> RocePacket<T> {
-    /// Walks and validates every header and length; the ICRC is not checked
-    /// here (`verify_icrc`), so tools can still show a frame with a bad one.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let b = buffer.as_ref();
+/// Where the headers of a validated frame are: what `RocePacket::new_checked`
+/// finds, computed by a non-generic function so that it is compiled once.
+#[derive(Clone, Copy)]
+struct Layout {
+    version: IpVersion,
+    ip_at: usize,
+    udp_at: usize,
+    bth_at: usize,
+    payload_at: usize,
+    payload_len: usize,
+    icrc_at: usize,
+    info: &'static OpcodeInfo,
+}
+
+impl Layout {
+    /// Walks and validates every header and length of `b`, and the UDP
+    /// checksum when it is not zero.
+    ///
+    /// Always inlined into `new_checked`, so that the layout stays in
+    /// registers and the view is written once, straight into the caller's
+    /// `Result` (returning it through memory costs store-forwarding stalls
+    /// worth more than the header checks themselves).
+    #[inline(always)]
+    fn walk(b: &[u8]) -> Result<Layout> {
         let eth = EthernetFrame::new_checked(b)?;
         let ip_at = eth.header_len();
         let (version, ip_end) = match eth.ethertype() {
@@ -154,20 +182,17 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
             .opcode()
             .info()
             .ok_or(Error::UnknownOpcode(bth.opcode().0))?;
+        let ext_len = info.ext_len();
         let ext_at = bth_at + bth::HEADER_LEN;
-        let payload_at = ext_at + info.ext_len();
-        need(
-            Layer::ExtHeader,
-            &b[ext_at..ip_end],
-            info.ext_len() + ICRC_LEN,
-        )?;
+        let payload_at = ext_at + ext_len;
+        need(Layer::ExtHeader, &b[ext_at..ip_end], ext_len + ICRC_LEN)?;
         let icrc_at = ip_end - ICRC_LEN;
         let padded = icrc_at - payload_at;
         let pad = bth.pad() as usize;
         // IBA 9.2 (PadCnt): the pad brings the payload to a multiple of four
         // bytes; an opcode without payload carries neither payload nor pad.
         let ok = match info.payload {
-            PayloadRule::None => padded == 0,
+            PayloadRule::None => padded == 0 && pad == 0,
             PayloadRule::Any => padded % 4 == 0 && padded >= pad,
             PayloadRule::Exactly(n) => {
                 padded % 4 == 0 && padded >= pad && padded - pad == n as usize
@@ -180,8 +205,11 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
                 pad: bth.pad(),
             });
         }
-        let p = RocePacket {
-            buffer,
+        // Linux rxe sends a zero UDP checksum; only a non-zero one is checked.
+        if udp.checksum() != 0 {
+            check_udp_checksum(b, version, ip_at, udp_at, ip_end)?;
+        }
+        Ok(Layout {
             version,
             ip_at,
             udp_at,
@@ -190,32 +218,54 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
             payload_len: padded - pad,
             icrc_at,
             info,
-        };
-        p.check_udp_checksum()?;
-        Ok(p)
+        })
     }
+}
 
-    fn check_udp_checksum(&self) -> Result<()> {
-        let b = self.buffer.as_ref();
-        let udp = UdpPacket::new_unchecked(&b[self.udp_at..self.icrc_at + ICRC_LEN]);
-        if udp.checksum() == 0 {
-            return Ok(());
+/// Verifies the non-zero UDP checksum of the datagram `b[udp_at..ip_end]`.
+fn check_udp_checksum(
+    b: &[u8],
+    version: IpVersion,
+    ip_at: usize,
+    udp_at: usize,
+    ip_end: usize,
+) -> Result<()> {
+    let datagram = &b[udp_at..ip_end];
+    let udp = UdpPacket::new_unchecked(datagram);
+    let sum = match version {
+        IpVersion::V4 => {
+            let ip = Ipv4Packet::new_unchecked(&b[ip_at..]);
+            udp::checksum_ipv4(ip.src(), ip.dst(), datagram)
         }
-        let sum = match self.version {
-            IpVersion::V4 => {
-                let ip = Ipv4Packet::new_unchecked(&b[self.ip_at..]);
-                udp::checksum_ipv4(ip.src(), ip.dst(), &b[self.udp_at..self.icrc_at + ICRC_LEN])
-            }
-            IpVersion::V6 => {
-                let ip = Ipv6Packet::new_unchecked(&b[self.ip_at..]);
-                udp::checksum_ipv6(ip.src(), ip.dst(), &b[self.udp_at..self.icrc_at + ICRC_LEN])
-            }
-        };
-        if udp::checksum_ok(sum) {
-            Ok(())
-        } else {
-            Err(Error::UdpBadChecksum(udp.checksum()))
+        IpVersion::V6 => {
+            let ip = Ipv6Packet::new_unchecked(&b[ip_at..]);
+            udp::checksum_ipv6(ip.src(), ip.dst(), datagram)
         }
+    };
+    if udp::checksum_ok(sum) {
+        Ok(())
+    } else {
+        Err(Error::UdpBadChecksum(udp.checksum()))
+    }
+}
+
+impl<T: AsRef<[u8]>> RocePacket<T> {
+    /// Walks and validates every header and length; the ICRC is not checked
+    /// here (`verify_icrc`), so tools can still show a frame with a bad one.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let l = Layout::walk(buffer.as_ref())?;
+        Ok(RocePacket {
+            buffer,
+            version: l.version,
+            ip_at: l.ip_at,
+            udp_at: l.udp_at,
+            bth_at: l.bth_at,
+            payload_at: l.payload_at,
+            payload_len: l.payload_len,
+            icrc_at: l.icrc_at,
+            info: l.info,
+        })
     }
 
     pub fn into_inner(self) -> T {
@@ -297,23 +347,47 @@ impl<'a> RoceRepr<'a> {
     }
 
     /// The repr of an already validated view (the ICRC is not looked at).
+    #[inline]
     pub fn from_packet(p: &RocePacket<&'a [u8]>) -> RoceRepr<'a> {
         let b: &'a [u8] = p.buffer;
-        let eth = EthernetRepr::parse(&EthernetFrame::new_unchecked(b));
+        // Each view is built over a fixed-size array (`new_checked` has
+        // checked the lengths), so its accessors need no bounds checks. The
+        // Ethernet view gets 18 bytes, room for a VLAN tag, which it only
+        // reads when the frame is tagged. `new_checked` has also checked the
+        // protocol / next header, so the IP repr is built field by field
+        // rather than through the `Result` of `Ipv4Repr::parse` /
+        // `Ipv6Repr::parse` (same fields).
         let ip = match p.version {
-            IpVersion::V4 => IpRepr::V4(
-                Ipv4Repr::parse(&Ipv4Packet::new_unchecked(&b[p.ip_at..]))
-                    .expect("protocol checked by new_checked"),
-            ),
-            IpVersion::V6 => IpRepr::V6(
-                Ipv6Repr::parse(&Ipv6Packet::new_unchecked(&b[p.ip_at..]))
-                    .expect("next header checked by new_checked"),
-            ),
+            IpVersion::V4 => {
+                let v = Ipv4Packet::new_unchecked(fixed::<{ ipv4::HEADER_LEN }>(b, p.ip_at));
+                IpRepr::V4(Ipv4Repr {
+                    src: v.src(),
+                    dst: v.dst(),
+                    dscp: v.dscp(),
+                    ecn: v.ecn(),
+                    ident: v.ident(),
+                    dont_frag: v.dont_frag(),
+                    ttl: v.ttl(),
+                })
+            }
+            IpVersion::V6 => {
+                let v = Ipv6Packet::new_unchecked(fixed::<{ ipv6::HEADER_LEN }>(b, p.ip_at));
+                let tc = v.traffic_class();
+                IpRepr::V6(Ipv6Repr {
+                    src: v.src(),
+                    dst: v.dst(),
+                    dscp: tc >> 2,
+                    ecn: tc & 3,
+                    flow_label: v.flow_label(),
+                    hop_limit: v.hop_limit(),
+                })
+            }
         };
-        let udp_view = UdpPacket::new_unchecked(&b[p.udp_at..]);
-        let bth = BthRepr::parse(&BthHeader::new_unchecked(&b[p.bth_at..]));
+        let eth = EthernetFrame::new_unchecked(fixed::<{ ethernet::VLAN_HEADER_LEN }>(b, 0));
+        let udp_view = UdpPacket::new_unchecked(fixed::<{ udp::HEADER_LEN }>(b, p.udp_at));
+        let bth_view = BthHeader::new_unchecked(fixed::<{ bth::HEADER_LEN }>(b, p.bth_at));
         RoceRepr {
-            eth,
+            eth: EthernetRepr::parse(&eth),
             ip,
             udp: UdpRepr::parse(&udp_view),
             udp_checksum: if udp_view.checksum() == 0 {
@@ -321,8 +395,8 @@ impl<'a> RoceRepr<'a> {
             } else {
                 UdpChecksum::Computed
             },
-            bth,
-            ext: ExtHeaders::parse(p.info, &b[p.bth_at + bth::HEADER_LEN..]),
+            bth: BthRepr::parse(&bth_view),
+            ext: ExtHeaders::parse(p.info, &b[p.bth_at + bth::HEADER_LEN..p.payload_at]),
             payload: &b[p.payload_at..p.payload_at + p.payload_len],
             trailer_len: b.len() - (p.icrc_at + ICRC_LEN),
         }

@@ -159,9 +159,11 @@ impl Checker {
 
     /// A checker for captures of a lossy path (see `lossy`).
     pub fn lossy() -> Checker {
-        Checker { lossy: true, ..Checker::default() }
+        Checker {
+            lossy: true,
+            ..Checker::default()
+        }
     }
-
 
     /// Number of request streams (QP directions) seen.
     pub fn streams(&self) -> usize {
@@ -329,5 +331,7 @@ mod tests;
 /// Lossy mode: counts a loss (or a stale copy) and keeps `msg` as a note.
 pub(super) fn lost(stats: &mut Stats, notes: &mut Vec<String>, msg: String) {
     stats.losses += 1;
-    notes.push(format!("{msg} (lossy path: lost, reordered or duplicated upstream of the capture point)"));
+    notes.push(format!(
+        "{msg} (lossy path: lost, reordered or duplicated upstream of the capture point)"
+    ));
 }

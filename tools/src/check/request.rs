@@ -153,7 +153,9 @@ impl Checker {
                 if fits.is_empty() {
                     let hi = q.add(npkts(len, MTUS[0]));
                     if !p.after(hi) {
-                        return Err(format!("PSN {p} after the READ of {len} bytes at PSN {q} fits no path MTU"));
+                        return Err(format!(
+                            "PSN {p} after the READ of {len} bytes at PSN {q} fits no path MTU"
+                        ));
                     }
                     let msg = format!(
                         "PSN gap: PSN {p} follows the READ of {len} bytes at PSN {q}, which spans at most {} PSNs: packets are missing from the capture",

@@ -3,6 +3,8 @@
 //! for making damaged copies.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
 

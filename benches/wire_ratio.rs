@@ -1,0 +1,82 @@
+//! The same three measurements as `wire.rs` (bare CRC-32, verified parse,
+//! build), interleaved: each round times a short batch of each back to back,
+//! and the ratios are taken from the medians and minima over many rounds.
+//! On a shared, noisy machine this is steadier than comparing criterion runs
+//! made seconds apart, because load changes hit all three alike.
+//!
+//! `cargo bench -p benches --bench wire_ratio`
+
+use benches::{frame, payload, rdma_write_only, PAYLOAD_SIZES};
+use std::hint::black_box;
+use std::time::Instant;
+use wire::{RoceRepr, UdpChecksum};
+
+const ROUNDS: usize = 1000;
+
+/// Nanoseconds per call of `f` over a batch of `n` calls.
+fn batch(n: usize, mut f: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
+fn min_median(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[0], v[v.len() / 2])
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a name filter is not supported.
+    let cases = PAYLOAD_SIZES
+        .iter()
+        .map(|&n| (n.to_string(), n, false, UdpChecksum::Zero))
+        .chain([
+            ("4096-ipv6".to_string(), 4096, true, UdpChecksum::Computed),
+            ("4096-ipv6-csum0".to_string(), 4096, true, UdpChecksum::Zero),
+        ]);
+    println!("{ROUNDS} interleaved rounds; ns per frame, min / median; ratios to crc32");
+    println!(
+        "{:<16} {:>15} {:>15} {:>15} {:>13} {:>13}",
+        "case", "crc32", "parse_verify", "build_icrc", "parse/crc32", "build/crc32"
+    );
+    for (id, len, v6, udp_checksum) in cases {
+        let p = payload(len);
+        let repr = rdma_write_only(&p, v6, udp_checksum);
+        let f = frame(&repr);
+        assert_eq!(RoceRepr::parse(&f), Ok(repr));
+        let mut buf = vec![0u8; f.len()];
+        // About 0.1 ms per batch.
+        let n = 100_000 / (f.len() / 64 + 10);
+        let (mut crc, mut parse, mut build) = (vec![], vec![], vec![]);
+        for _ in 0..ROUNDS {
+            crc.push(batch(n, || {
+                black_box(crc32fast::hash(black_box(&f)));
+            }));
+            parse.push(batch(n, || {
+                let r = RoceRepr::parse(black_box(&f));
+                black_box(&r);
+            }));
+            build.push(batch(n, || {
+                let r = black_box(&repr).emit(black_box(&mut buf[..]));
+                black_box(&r);
+            }));
+        }
+        assert_eq!(buf, f);
+        let (c, p, b) = (min_median(crc), min_median(parse), min_median(build));
+        println!(
+            "{id:<16} {:>6.1} / {:>6.1} {:>6.1} / {:>6.1} {:>6.1} / {:>6.1} {:>5.2} / {:>5.2} {:>5.2} / {:>5.2}",
+            c.0,
+            c.1,
+            p.0,
+            p.1,
+            b.0,
+            b.1,
+            p.0 / c.0,
+            p.1 / c.1,
+            b.0 / c.0,
+            b.1 / c.1
+        );
+    }
+}

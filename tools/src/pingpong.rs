@@ -1,0 +1,473 @@
+//! `rnic pingpong`: ibv_rc_pingpong (and, with `--ud`, ibv_ud_pingpong)
+//! from rdma-core's libibverbs examples, on a soft RNIC on a real
+//! interface — same flags, same out-of-band exchange, same output.
+//!
+//! The exchange, as the examples do it: TCP port 18515 (`-p`); the client
+//! connects and writes its address record, the server reads it, brings
+//! its QP to RTS (RC) and answers with its own, the client reads that and
+//! writes `"done"` (5 bytes with the NUL), the server reads it, and both
+//! close the socket before the first SEND. A record is the 52 bytes of
+//! `sprintf("%04x:%06x:%06x:%s", lid, qpn, psn, gid)` with its NUL: LID
+//! (0 on Ethernet), QPN, first PSN, and the GID as `gid_to_wire_gid`
+//! writes it — four `%08x` of `htonl(*(uint32_t *)(gid + 4 * i))`, which
+//! is the 16 GID bytes in order as 32 hex digits on any host.
+//!
+//! The run: both sides post `-r` receives; the client SENDs first; a side
+//! SENDs again once its previous SEND completed and a message arrived,
+//! until each side sent and received `-n` messages of `-s` bytes. Timing
+//! starts after the client's first post (the server: after connecting)
+//! and ends with the last completion, and each side prints
+//! `N bytes in T seconds = X Mbit/sec` (N = 2 × size × iters) and
+//! `N iters in T seconds = Y usec/iter`. UD (`--ud`): Q_Key 0x11111111,
+//! receive buffers of size + 40 for the GRH, the send from offset 40.
+
+use crate::netdev::{Connect, DevOptions, NetDev};
+use crate::oob::{self, Ctrl};
+use crate::CliError;
+use nic::verbs::{Memory, QpType, RecvWr, SendOp, SendWr, Sgl, UdDest, Wc, WcStatus};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use wire::Gid;
+
+/// `sizeof "0000:000000:000000:00000000000000000000000000000000"`.
+pub const MSG_LEN: usize = 52;
+/// `sizeof "done"`.
+pub const DONE: &[u8; 5] = b"done\0";
+/// ibv_ud_pingpong's receive buffers hold the 40-byte GRH before the data.
+pub const GRH_LEN: usize = 40;
+/// The UD path MTU of our transport (UD QPs carry one packet per message).
+pub const UD_MTU: u32 = 1024;
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+
+/// What `rnic pingpong` was asked.
+#[derive(Clone, Debug)]
+pub struct PingpongOptions {
+    pub peer: Option<String>,
+    pub port: u16,
+    pub ifname: Option<String>,
+    pub ib_port: u32,
+    pub size: Option<u32>,
+    pub mtu: u32,
+    pub rx_depth: u32,
+    pub iters: u32,
+    pub sl: u8,
+    pub gid_idx: Option<i32>,
+    pub ud: bool,
+    pub backend: crate::netdev::PortKind,
+    pub gid: Option<Gid>,
+    pub pcap: Option<PathBuf>,
+    pub inline: bool,
+    pub core: Option<usize>,
+}
+
+/// One side's address record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dest {
+    pub lid: u32,
+    pub qpn: u32,
+    pub psn: u32,
+    pub gid: Gid,
+}
+
+/// `gid_to_wire_gid`: each 32-bit word of the GID as the host loads it,
+/// through `htonl`, printed `%08x`.
+pub fn gid_to_wire(gid: &Gid) -> String {
+    gid.0
+        .chunks(4)
+        .map(|w| {
+            let host = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
+            format!("{:08x}", host.to_be())
+        })
+        .collect()
+}
+
+/// `wire_gid_to_gid`: each 8 hex digits scanned `%x`, through `ntohl`,
+/// stored as a host word.
+pub fn wire_to_gid(s: &str) -> Option<Gid> {
+    if s.len() < 32 || !s.is_char_boundary(32) {
+        return None;
+    }
+    let mut g = [0u8; 16];
+    for i in 0..4 {
+        let v = u32::from_str_radix(&s[i * 8..i * 8 + 8], 16).ok()?;
+        g[i * 4..i * 4 + 4].copy_from_slice(&u32::from_be(v).to_ne_bytes());
+    }
+    Some(Gid(g))
+}
+
+impl Dest {
+    /// The 52-byte record (NUL-terminated).
+    pub fn encode(&self) -> [u8; MSG_LEN] {
+        let text = format!(
+            "{:04x}:{:06x}:{:06x}:{}",
+            self.lid,
+            self.qpn,
+            self.psn,
+            gid_to_wire(&self.gid)
+        );
+        let mut out = [0u8; MSG_LEN];
+        let n = text.len().min(MSG_LEN - 1);
+        out[..n].copy_from_slice(&text.as_bytes()[..n]);
+        out
+    }
+
+    /// `sscanf(msg, "%x:%x:%x:%s", ...)` and `wire_gid_to_gid`.
+    pub fn decode(b: &[u8]) -> Result<Dest, String> {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        let text = std::str::from_utf8(&b[..end])
+            .map_err(|_| "the peer's address record is not text".to_string())?;
+        let mut f = text.splitn(4, ':');
+        let mut hex = |what: &str| {
+            let s = f.next().unwrap_or("");
+            u32::from_str_radix(s.trim(), 16)
+                .map_err(|_| format!("bad {what} {s:?} in the peer's record {text:?}"))
+        };
+        let lid = hex("LID")?;
+        let qpn = hex("QPN")?;
+        let psn = hex("PSN")?;
+        let g = f.next().unwrap_or("");
+        let gid = wire_to_gid(g.trim())
+            .ok_or_else(|| format!("bad GID {g:?} in the peer's record {text:?}"))?;
+        if qpn > 0xFF_FFFF || psn > 0xFF_FFFF {
+            return Err(format!("QPN or PSN out of range in {text:?}"));
+        }
+        Ok(Dest { lid, qpn, psn, gid })
+    }
+}
+
+fn inet6(g: &Gid) -> String {
+    std::net::Ipv6Addr::from(g.0).to_string()
+}
+
+/// Runs `rnic pingpong`.
+pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
+    if !crate::check::MTUS.contains(&o.mtu) {
+        return Err(CliError::usage(format!(
+            "-m {}: the MTU is one of 256, 512, 1024, 2048, 4096",
+            o.mtu
+        )));
+    }
+    if o.ib_port != 1 {
+        return Err(CliError::usage(format!(
+            "-i {}: a soft RNIC has one port, port 1",
+            o.ib_port
+        )));
+    }
+    if o.rx_depth < 2 || o.rx_depth > 8192 {
+        return Err(CliError::usage(format!(
+            "-r {}: the receive depth is 2 to 8192",
+            o.rx_depth
+        )));
+    }
+    if o.iters == 0 {
+        return Err(CliError::usage("-n 0: at least one exchange"));
+    }
+    let qp_type = if o.ud { QpType::Ud } else { QpType::Rc };
+    let size = o.size.unwrap_or(if o.ud { 2048.min(UD_MTU) } else { 4096 });
+    if size as usize > crate::perfcmd::MAX_SIZE {
+        return Err(CliError::usage(format!(
+            "-s {size}: at most {} bytes",
+            crate::perfcmd::MAX_SIZE
+        )));
+    }
+    let ifname = match (&o.ifname, &o.peer) {
+        (Some(d), _) => d.clone(),
+        (None, Some(p)) => {
+            let ip = oob_resolve(p, o.port)?;
+            crate::netdev::route_dev(ip)?
+        }
+        (None, None) => {
+            return Err(CliError::usage(
+                "the server needs its interface: -d IFACE (the device is an interface)",
+            ))
+        }
+    };
+    let grh = if o.ud { GRH_LEN } else { 0 };
+    let buf_len = size as usize + grh;
+    let mut d = DevOptions::new(&ifname, o.backend, buf_len);
+    d.gid = o.gid;
+    d.pcap = o.pcap.clone();
+    d.pcap_frames = usize::MAX;
+    d.inline = o.inline;
+    d.core = o.core;
+    let mut nd = NetDev::open(&d)?;
+    if o.ud {
+        let limit = UD_MTU.min(nd.max_mtu);
+        if size > limit {
+            return Err(CliError::new(format!(
+                "Requested size larger than port MTU ({limit})"
+            )));
+        }
+    }
+    // memset(ctx->buf, 0x7b, size)
+    nd.mem.write(0, &vec![0x7b; buf_len]);
+    let qpn = nd.create_qp(qp_type, o.rx_depth.max(16))?;
+    nd.init(qpn, qp_type)?;
+    let recv = RecvWr {
+        wr_id: RECV_WRID,
+        sgl: Sgl::single(nd.base, buf_len as u32, nd.lkey),
+    };
+    for _ in 0..o.rx_depth {
+        nd.dev
+            .post_recv(qpn, recv)
+            .map_err(|e| CliError::new(format!("Couldn't post receive: {e}")))?;
+    }
+    let mut routs = o.rx_depth;
+    let me = Dest {
+        lid: 0,
+        qpn,
+        psn: crate::netdev::random_psn(),
+        gid: nd.gid,
+    };
+    let sep = if o.ud { ":" } else { "," };
+    crate::say(&format!(
+        "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {}\n",
+        me.lid,
+        me.qpn,
+        me.psn,
+        inet6(&me.gid)
+    ))?;
+    let mtu = if o.ud { UD_MTU } else { o.mtu.min(nd.max_mtu) };
+    if !o.ud && mtu < o.mtu {
+        eprintln!(
+            "rnic: -m {}: {} (MTU {}) carries IB MTU {mtu} at most; using {mtu}",
+            o.mtu, nd.ifname, nd.if_mtu
+        );
+    }
+    let connect = |nd: &NetDev, rem: &Dest| -> Result<Connect, CliError> {
+        let ah = nd.ah_to(rem.gid)?;
+        let mut c = Connect::new(qp_type, ah, mtu, rem.qpn);
+        c.sq_psn = me.psn;
+        c.rq_psn = rem.psn;
+        c.max_rd_atomic = 1;
+        c.min_rnr_timer = 12;
+        c.timeout = 14;
+        nd.connect(qpn, c)?;
+        Ok(c)
+    };
+    // the exchange
+    let (rem, conn) = match &o.peer {
+        Some(host) => {
+            let mut ctrl = Ctrl::connect(host, o.port)?;
+            ctrl.write_all(&me.encode())
+                .map_err(|e| CliError::new(format!("Couldn't send local address: {e}")))?;
+            let msg = ctrl
+                .read_exact(MSG_LEN)
+                .map_err(|e| CliError::new(format!("Couldn't read/write remote address: {e}")))?;
+            ctrl.write_all(DONE)?;
+            let rem = fix_gid(Dest::decode(&msg).map_err(CliError::new)?, &ctrl);
+            print_remote(&rem)?;
+            let c = connect(&nd, &rem)?;
+            (rem, c)
+        }
+        None => {
+            let l = oob::listen(o.port)?;
+            let mut ctrl = Ctrl::accept(&l)?;
+            drop(l);
+            let msg = ctrl
+                .read_exact(MSG_LEN)
+                .map_err(|e| CliError::new(format!("{e}: Couldn't read remote address")))?;
+            let rem = fix_gid(Dest::decode(&msg).map_err(CliError::new)?, &ctrl);
+            let c = connect(&nd, &rem)?;
+            ctrl.write_all(&me.encode())?;
+            // "done" (5 bytes; some versions read a whole record's worth)
+            let done = ctrl.read_some(MSG_LEN)?;
+            if !done.starts_with(b"done") {
+                return Err(CliError::new("Couldn't send/recv local address"));
+            }
+            print_remote(&rem)?;
+            (rem, c)
+        }
+    };
+    let ud = o.ud.then_some(UdDest {
+        ah: conn.ah,
+        remote_qpn: rem.qpn,
+        remote_qkey: crate::netdev::UD_QKEY,
+    });
+    let send = SendWr {
+        ud,
+        ..SendWr::new(
+            SEND_WRID,
+            SendOp::Send,
+            Sgl::single(nd.base + grh as u64, size, nd.lkey),
+        )
+    };
+    let post_send = |nd: &NetDev| {
+        nd.dev
+            .post_send(qpn, send.clone())
+            .map_err(|e| CliError::new(format!("Couldn't post send: {e}")))
+    };
+    let mut pending = RECV_WRID;
+    if o.peer.is_some() {
+        post_send(&nd)?;
+        pending |= SEND_WRID;
+    }
+    let start = Instant::now();
+    let (mut rcnt, mut scnt) = (0u32, 0u32);
+    let mut wcs: Vec<Wc> = Vec::with_capacity(2);
+    let mut last_progress = Instant::now();
+    let mut spins = 0u32;
+    while rcnt < o.iters || scnt < o.iters {
+        wcs.clear();
+        if nd.cq.poll(2, &mut wcs) == 0 {
+            spins = spins.wrapping_add(1);
+            nd.idle(spins as u64);
+            if spins.is_multiple_of(4096) && last_progress.elapsed() > Duration::from_secs(20) {
+                let state = nd.dev.call(move |r| r.debug_qp(qpn)).unwrap_or_default();
+                return Err(CliError::new(format!(
+                    "no completion for 20 s ({scnt} sent, {rcnt} received): {}",
+                    state.trim().replace('\n', " | ")
+                )));
+            }
+            continue;
+        }
+        last_progress = Instant::now();
+        for wc in &wcs {
+            if wc.status != WcStatus::Success {
+                return Err(CliError::new(format!(
+                    "Failed status {} ({}) for wr_id {}",
+                    wc.status.as_str(),
+                    wc.status as i32,
+                    wc.wr_id
+                )));
+            }
+            match wc.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    routs -= 1;
+                    if routs <= 1 {
+                        while routs < o.rx_depth {
+                            nd.dev.post_recv(qpn, recv).map_err(|e| {
+                                CliError::new(format!("Couldn't post receive ({routs}): {e}"))
+                            })?;
+                            routs += 1;
+                        }
+                    }
+                    rcnt += 1;
+                }
+                other => {
+                    return Err(CliError::new(format!(
+                        "Completion for unknown wr_id {other}"
+                    )))
+                }
+            }
+            pending &= !wc.wr_id;
+            if scnt < o.iters && pending == 0 {
+                post_send(&nd)?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = size as u64 * o.iters as u64 * 2;
+    nd.stop();
+    crate::say(&format!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter\n",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec,
+        o.iters,
+        usec / 1e6,
+        usec / o.iters as f64
+    ))?;
+    if let Some(p) = &nd.pcap {
+        eprintln!("rnic: wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn print_remote(rem: &Dest) -> Result<(), CliError> {
+    crate::say(&format!(
+        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}\n",
+        rem.lid,
+        rem.qpn,
+        rem.psn,
+        inet6(&rem.gid)
+    ))
+}
+
+/// A peer that sent no GID (ibv_rc_pingpong without `-g`) is reached at
+/// the address its TCP connection came from.
+fn fix_gid(mut rem: Dest, ctrl: &Ctrl) -> Dest {
+    if rem.gid.0[8..].iter().all(|&b| b == 0) {
+        eprintln!(
+            "rnic: the peer sent no GID (run ibv_*_pingpong with -g); using its TCP address {}",
+            ctrl.peer
+        );
+        rem.gid = Gid::from_ip(ctrl.peer);
+    }
+    rem
+}
+
+fn oob_resolve(host: &str, port: u16) -> Result<std::net::IpAddr, CliError> {
+    use std::net::ToSocketAddrs;
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| CliError::new(format!("{host}: {e}")))?
+        .next()
+        .map(|a| a.ip())
+        .ok_or_else(|| CliError::new(format!("{host}: no address")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `gid_to_wire_gid` does in C: load each 4 bytes as a host word,
+    /// `htonl`, print `%08x` — written out for both byte orders.
+    fn c_gid_to_wire(raw: &[u8; 16], little_endian_host: bool) -> String {
+        let mut s = String::new();
+        for w in raw.chunks(4) {
+            let host = if little_endian_host {
+                u32::from_le_bytes([w[0], w[1], w[2], w[3]])
+            } else {
+                u32::from_be_bytes([w[0], w[1], w[2], w[3]])
+            };
+            let net = if little_endian_host {
+                host.swap_bytes()
+            } else {
+                host
+            };
+            s += &format!("{net:08x}");
+        }
+        s
+    }
+
+    #[test]
+    fn wire_gid_is_the_bytes_in_order_on_any_host() {
+        let g = Gid::from_ipv4("192.0.2.1".parse().unwrap());
+        assert_eq!(gid_to_wire(&g), "00000000000000000000ffffc0000201");
+        let raw: [u8; 16] = core::array::from_fn(|i| (i * 17 + 3) as u8);
+        let g = Gid(raw);
+        assert_eq!(gid_to_wire(&g), c_gid_to_wire(&raw, true));
+        assert_eq!(gid_to_wire(&g), c_gid_to_wire(&raw, false));
+        assert_eq!(gid_to_wire(&g), g.to_hex());
+        assert_eq!(wire_to_gid(&gid_to_wire(&g)), Some(g));
+        let v6 = Gid::from_ipv6("fe80::1234:56ff:fe78:9abc".parse().unwrap());
+        assert_eq!(gid_to_wire(&v6), "fe80000000000000123456fffe789abc");
+    }
+
+    #[test]
+    fn records_are_52_bytes_with_the_nul() {
+        let d = Dest {
+            lid: 0,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            gid: Gid::from_ipv4("192.0.2.2".parse().unwrap()),
+        };
+        let b = d.encode();
+        assert_eq!(b.len(), 52);
+        assert_eq!(
+            &b[..51],
+            b"0000:000011:abcdef:00000000000000000000ffffc0000202"
+        );
+        assert_eq!(b[51], 0);
+        assert_eq!(Dest::decode(&b), Ok(d));
+        // as sscanf reads it: fields need not be zero-padded
+        let d2 = Dest::decode(b"1:2a:3:00000000000000000000ffffc0000202\0").unwrap();
+        assert_eq!((d2.lid, d2.qpn, d2.psn), (1, 0x2a, 3));
+        assert!(Dest::decode(b"0000:zz:000000:00\0").is_err());
+        assert!(Dest::decode(b"0000:000011:000001:0000\0").is_err());
+    }
+}
