@@ -38,9 +38,11 @@
 //! Then, per size: the client sends `size N`, the server readies itself
 //! and answers `go`; the client runs the size and, once everything it
 //! posted has completed, sends `end N`; the server stops serving and
-//! answers `ok`. Last, the client sends `done {json}` (its results, its
+//! answers `ok M` (M: the messages it served). A side that fails sends
+//! `error <why>` instead of its next line. Last, the client sends `done {json}` (its results, its
 //! printed report and its device's counters) and the server answers
-//! `done {json}` (its device's counters); both close.
+//! `done {json}` (its device's counters); both close. The client retries
+//! its connection for 10 s while the server is not listening yet.
 //!
 //! The peer's MAC address is not taken from the exchange: frames go to
 //! the next hop towards the peer's IP, from the kernel's route and

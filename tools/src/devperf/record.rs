@@ -1,6 +1,7 @@
-//! The out-of-band record of `rnic perf --dev` (see the module above for
-//! the whole exchange): what one side tells the other, as `key value`
-//! lines ended by `end`, and the small line protocol around it.
+//! The out-of-band record of `rnic perf --dev` (the parent module's
+//! documentation describes the whole exchange): what one side tells the
+//! other, as `key value` lines ended by `end`, and the line protocol
+//! around it.
 
 use super::conn_name;
 use crate::netdev::NetDev;
