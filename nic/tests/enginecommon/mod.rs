@@ -56,21 +56,53 @@ pub fn start_cc(
     cfg: PairConfig,
     cc: nic::transport::CcConfig,
 ) -> Vec<Node> {
-    let mut nodes = Vec::new();
+    start_engines(ports, gids, dmacs, cfg, cc, false)
+}
+
+/// Like `start`, with both devices on ONE engine thread
+/// (`Engine::start_group`).
+pub fn start_grouped(ports: Vec<Box<dyn Port>>, cfg: PairConfig) -> Vec<Node> {
+    let macs: Vec<_> = ports.iter().map(|p| p.mac()).collect();
+    let cc = nic::transport::CcConfig::default();
+    start_engines(ports, vec![gid(0), gid(1)], vec![macs[1], macs[0]], cfg, cc, true)
+}
+
+fn start_engines(
+    ports: Vec<Box<dyn Port>>,
+    gids: Vec<Gid>,
+    dmacs: Vec<wire::EthernetAddress>,
+    cfg: PairConfig,
+    cc: nic::transport::CcConfig,
+    grouped: bool,
+) -> Vec<Node> {
+    let mut members = Vec::new();
+    let mut macs = Vec::new();
     for (i, port) in ports.into_iter().enumerate() {
         let mac = port.mac();
         let mut rc = RnicConfig::new(mac, gids[i]);
         rc.cc = cc;
         rc.unlimited_retries = cfg.unlimited_retries;
-        let rnic = Rnic::new(rc);
-        let engine = Engine::start(
-            rnic,
-            port,
-            EngineConfig {
-                name: format!("engine-{i}"),
-                ..Default::default()
-            },
-        );
+        members.push((Rnic::new(rc), port, None));
+        macs.push(mac);
+    }
+    let engines = if grouped {
+        Engine::start_group(members, EngineConfig::default())
+    } else {
+        members
+            .into_iter()
+            .enumerate()
+            .map(|(i, (rnic, port, _))| {
+                let cfg = EngineConfig {
+                    name: format!("engine-{i}"),
+                    ..Default::default()
+                };
+                Engine::start(rnic, port, cfg)
+            })
+            .collect()
+    };
+    let mut nodes = Vec::new();
+    for (i, engine) in engines.into_iter().enumerate() {
+        let mac = macs[i];
         let dev = engine.device();
         let cq = dev.create_cq(1 << 16).unwrap();
         let mem = Arc::new(HeapMemory::new(MEM));
