@@ -9,13 +9,20 @@ use std::process::Command;
 
 /// Runs `ip` with `args`; an error carries its stderr.
 pub fn ip(args: &[&str]) -> io::Result<()> {
-    let out = Command::new("ip").args(args).output()?;
+    let mut c = Command::new("ip");
+    c.args(args);
+    checked(c, || format!("ip {}", args.join(" ")))
+}
+
+/// Runs `c`; a failure is an error naming `what` with the command's stderr.
+fn checked(mut c: Command, what: impl FnOnce() -> String) -> io::Result<()> {
+    let out = c.output()?;
     if out.status.success() {
         Ok(())
     } else {
         Err(io::Error::other(format!(
-            "ip {}: {}",
-            args.join(" "),
+            "{}: {}",
+            what(),
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
@@ -135,19 +142,9 @@ pub fn run_in<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> io::Result<T> 
 /// Runs `cmd` inside namespace `ns` (`ip netns exec`); an error carries its
 /// stderr.
 pub fn exec(ns: &str, cmd: &[&str]) -> io::Result<()> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(cmd)
-        .output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "{ns}: {}: {}",
-            cmd.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).args(cmd);
+    checked(c, || format!("{ns}: {}", cmd.join(" ")))
 }
 
 /// A ── R ── B: three namespaces, R routing between 192.0.2.0/24 (A is .1,
