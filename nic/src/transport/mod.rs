@@ -55,6 +55,15 @@ pub struct RnicConfig {
     pub cc: CcConfig,
     /// Link speed (bit/s): the DCQCN line rate and the PFC quantum length.
     pub link_bps: u64,
+    /// The port's active MTU (`ibv_port_attr.active_mtu`, one of
+    /// [`crate::verbs::MTUS`]): the largest payload one packet carries on
+    /// this port. UD QPs have no path MTU attribute (the INIT→RTR row for
+    /// UD in IBA Table 93 has none) and use this one: a UD message is a
+    /// single SEND ONLY packet (IBA 9.8, unreliable service), so it is also
+    /// the largest UD message. A device on an
+    /// interface sets it from the interface MTU as rxe does (the largest
+    /// IB MTU that fits with the RoCEv2 headers); 4096 otherwise.
+    pub port_mtu: u32,
 }
 
 impl RnicConfig {
@@ -68,6 +77,7 @@ impl RnicConfig {
             unlimited_retries: false,
             cc: CcConfig::default(),
             link_bps: 100_000_000_000,
+            port_mtu: 4096,
         }
     }
 }
@@ -309,6 +319,29 @@ impl Rnic {
         for qp in self.qps.iter_mut().flatten() {
             qp.cc = congestion::QpCc::new(&self.res.cfg.cc, bps);
         }
+    }
+
+    /// Sets the port's active MTU (see [`RnicConfig::port_mtu`]); UD QPs,
+    /// existing and new, take it as their message limit.
+    pub fn set_port_mtu(&mut self, mtu: u32) -> Result<(), VerbsError> {
+        if !crate::verbs::MTUS.contains(&mtu) {
+            return Err(VerbsError::Modify(ModifyError::OutOfRange {
+                name: "active_mtu",
+                value: mtu,
+            }));
+        }
+        self.res.cfg.port_mtu = mtu;
+        for qp in self.qps.iter_mut().flatten() {
+            if qp.qp_type() == QpType::Ud {
+                qp.mtu = mtu;
+            }
+        }
+        Ok(())
+    }
+
+    /// The port's active MTU (`ibv_query_port`'s `active_mtu`).
+    pub fn port_mtu(&self) -> u32 {
+        self.res.cfg.port_mtu
     }
 
     /// PFC counters (rx_prio{p}_pause, rx_prio{p}_pause_duration).
