@@ -508,7 +508,7 @@ impl Rnic {
             qp.hdr = Some(hdr);
         }
         match to {
-            QpState::Err if qp.state != QpState::Err => qp.to_error(&mut self.res),
+            QpState::Err if qp.state != QpState::Err => qp.enter_error(&mut self.res),
             QpState::Reset => {
                 let (qpn, init, counters) = (qp.qpn, qp.init, std::mem::take(&mut qp.counters));
                 *qp = Qp::new(qpn, init, &self.res.cfg);
@@ -862,7 +862,7 @@ impl Qp {
         }
         if self.resp.error_after_flush && self.resp.responses.is_empty() {
             self.resp.error_after_flush = false;
-            self.to_error(res);
+            self.enter_error(res);
             return None;
         }
         if !self.cc.may_send(now) {
@@ -895,7 +895,7 @@ impl Qp {
     }
 
     /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).
-    pub(crate) fn to_error(&mut self, res: &mut Resources) {
+    pub(crate) fn enter_error(&mut self, res: &mut Resources) {
         self.state = QpState::Err;
         self.req.ack_deadline = None;
         self.req.rnr_deadline = None;
@@ -953,7 +953,7 @@ impl Qp {
                 wc.byte_len = w.len as u32;
                 if res.complete(self.init.send_cq, wc).is_err() {
                     self.counters.cq_overrun += 1;
-                    self.to_error(res);
+                    self.enter_error(res);
                     return;
                 }
             }
@@ -976,7 +976,7 @@ impl Qp {
     /// `modify_qp(SQE → RTS)` resumes sending.
     pub(crate) fn fail_send_queue(&mut self, res: &mut Resources) {
         match self.qp_type() {
-            QpType::Rc => self.to_error(res),
+            QpType::Rc => self.enter_error(res),
             QpType::Uc | QpType::Ud => {
                 self.state = QpState::Sqe;
                 self.flush_send_queue(res);
@@ -991,7 +991,7 @@ impl Qp {
         }
         if res.complete(self.init.recv_cq, wc).is_err() {
             self.counters.cq_overrun += 1;
-            self.to_error(res);
+            self.enter_error(res);
         }
     }
 
