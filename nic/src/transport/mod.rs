@@ -55,6 +55,15 @@ pub struct RnicConfig {
     pub cc: CcConfig,
     /// Link speed (bit/s): the DCQCN line rate and the PFC quantum length.
     pub link_bps: u64,
+    /// The port's active MTU (`ibv_port_attr.active_mtu`, one of
+    /// [`crate::verbs::MTUS`]): the largest payload one packet carries on
+    /// this port. UD QPs have no path MTU attribute (the INIT→RTR row for
+    /// UD in IBA Table 93 has none) and use this one: a UD message is a
+    /// single SEND ONLY packet (IBA 9.8, unreliable service), so it is also
+    /// the largest UD message. A device on an
+    /// interface sets it from the interface MTU as rxe does (the largest
+    /// IB MTU that fits with the RoCEv2 headers); 4096 otherwise.
+    pub port_mtu: u32,
 }
 
 impl RnicConfig {
@@ -68,6 +77,7 @@ impl RnicConfig {
             unlimited_retries: false,
             cc: CcConfig::default(),
             link_bps: 100_000_000_000,
+            port_mtu: 4096,
         }
     }
 }
@@ -311,6 +321,29 @@ impl Rnic {
         }
     }
 
+    /// Sets the port's active MTU (see [`RnicConfig::port_mtu`]); UD QPs,
+    /// existing and new, take it as their message limit.
+    pub fn set_port_mtu(&mut self, mtu: u32) -> Result<(), VerbsError> {
+        if !crate::verbs::MTUS.contains(&mtu) {
+            return Err(VerbsError::Modify(ModifyError::OutOfRange {
+                name: "active_mtu",
+                value: mtu,
+            }));
+        }
+        self.res.cfg.port_mtu = mtu;
+        for qp in self.qps.iter_mut().flatten() {
+            if qp.qp_type() == QpType::Ud {
+                qp.mtu = mtu;
+            }
+        }
+        Ok(())
+    }
+
+    /// The port's active MTU (`ibv_query_port`'s `active_mtu`).
+    pub fn port_mtu(&self) -> u32 {
+        self.res.cfg.port_mtu
+    }
+
     /// PFC counters (rx_prio{p}_pause, rx_prio{p}_pause_duration).
     pub fn pfc_counters(&self, now: Instant) -> crate::cc::PfcCounters {
         self.res.pfc.counters(now)
@@ -475,7 +508,7 @@ impl Rnic {
             qp.hdr = Some(hdr);
         }
         match to {
-            QpState::Err if qp.state != QpState::Err => qp.to_error(&mut self.res),
+            QpState::Err if qp.state != QpState::Err => qp.enter_error(&mut self.res),
             QpState::Reset => {
                 let (qpn, init, counters) = (qp.qpn, qp.init, std::mem::take(&mut qp.counters));
                 *qp = Qp::new(qpn, init, &self.res.cfg);
@@ -829,7 +862,7 @@ impl Qp {
         }
         if self.resp.error_after_flush && self.resp.responses.is_empty() {
             self.resp.error_after_flush = false;
-            self.to_error(res);
+            self.enter_error(res);
             return None;
         }
         if !self.cc.may_send(now) {
@@ -862,7 +895,7 @@ impl Qp {
     }
 
     /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).
-    pub(crate) fn to_error(&mut self, res: &mut Resources) {
+    pub(crate) fn enter_error(&mut self, res: &mut Resources) {
         self.state = QpState::Err;
         self.req.ack_deadline = None;
         self.req.rnr_deadline = None;
@@ -920,7 +953,7 @@ impl Qp {
                 wc.byte_len = w.len as u32;
                 if res.complete(self.init.send_cq, wc).is_err() {
                     self.counters.cq_overrun += 1;
-                    self.to_error(res);
+                    self.enter_error(res);
                     return;
                 }
             }
@@ -943,7 +976,7 @@ impl Qp {
     /// `modify_qp(SQE → RTS)` resumes sending.
     pub(crate) fn fail_send_queue(&mut self, res: &mut Resources) {
         match self.qp_type() {
-            QpType::Rc => self.to_error(res),
+            QpType::Rc => self.enter_error(res),
             QpType::Uc | QpType::Ud => {
                 self.state = QpState::Sqe;
                 self.flush_send_queue(res);
@@ -958,7 +991,7 @@ impl Qp {
         }
         if res.complete(self.init.recv_cq, wc).is_err() {
             self.counters.cq_overrun += 1;
-            self.to_error(res);
+            self.enter_error(res);
         }
     }
 
