@@ -183,6 +183,7 @@ impl Engine {
         hook: Option<TurnHook>,
     ) -> Engine {
         rnic.set_link_speed(port.link_speed_bps());
+        rnic.set_port_ip_mtu(port.mtu());
         let shared = Arc::new(Shared::new(cfg.post_queue, None));
         let (calls, rx) = channel::unbounded::<Call>();
         let sh = shared.clone();
@@ -222,6 +223,7 @@ impl Engine {
         let group = Arc::new(Mutex::new(None));
         for (mut rnic, port, hook) in members {
             rnic.set_link_speed(port.link_speed_bps());
+            rnic.set_port_ip_mtu(port.mtu());
             let shared = Arc::new(Shared::new(cfg.post_queue, None));
             let (calls, rx) = channel::unbounded::<Call>();
             loops.push((Loop::new(rnic, port, cfg.clone(), Some(rx), hook), shared.clone()));
@@ -257,6 +259,7 @@ impl Engine {
     /// between a core of its own and sharing one with the engine.
     pub fn start_inline(mut rnic: Rnic, port: Box<dyn Port>, cfg: EngineConfig) -> Engine {
         rnic.set_link_speed(port.link_speed_bps());
+        rnic.set_port_ip_mtu(port.mtu());
         if let Some(core) = cfg.core {
             core_affinity::set_for_current(core_affinity::CoreId { id: core });
         }

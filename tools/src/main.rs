@@ -67,7 +67,7 @@ bytes and Mbit/sec, iterations and usec/iter.\n\n\
 with an address). -g is accepted and ignored: our one GID is the interface's address (or \
 --gid). A peer that sends an all-zero GID (the real tool without -g) is reached at its TCP \
 address. A UD message is one packet: -s is at most the port's active MTU, the largest IB MTU \
-the interface MTU carries (4096 needs an interface MTU of 4156 or more over IPv4; 1500 gives 1024). \
+the interface MTU carries (4096 needs an interface MTU of 4160 or more over IPv4; 1500 gives 1024). \
 -c checks the data as the examples do (the client marks each page, the server prints \
 `invalid data in page N`); rnic also checks every byte and exits non-zero on a difference.",
         after_help = "Examples:\n  ip netns exec ns1 rnic pingpong -d veth1                 # server\n  ip netns exec ns2 rnic pingpong -d veth2 192.0.2.1       # client\n  rnic pingpong -d eth0 -s 64 -n 100000 10.0.0.1\n  rnic pingpong --ud -d eth0 -s 1024 10.0.0.1\n  rnic pingpong --uc -c -d eth0 10.0.0.1"

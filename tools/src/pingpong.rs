@@ -231,13 +231,9 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     d.inline = o.inline;
     d.core = o.core;
     let mut nd = NetDev::open(&d)?;
-    // The port's active MTU follows the interface MTU (as rxe sets it from
-    // the netdev's); a UD message is one packet of at most that.
+    // NetDev::open set the port's active MTU from the interface MTU; a UD
+    // message is one packet of at most that
     let port_mtu = nd.max_mtu;
-    nd.dev
-        .call(move |r| r.set_port_mtu(port_mtu))
-        .map_err(|e| CliError::new(format!("the engine: {e}")))?
-        .map_err(|e| CliError::new(format!("port MTU {port_mtu}: {e}")))?;
     if o.ud && size > port_mtu {
         // ud_pingpong.c: size > 1 << (active_mtu + 7)
         return Err(CliError::new(format!(

@@ -321,6 +321,15 @@ impl Rnic {
         }
     }
 
+    /// Sets the port's active MTU from the interface MTU (the largest IP
+    /// datagram): the largest IB MTU whose packets fit (see
+    /// [`ib_mtu_for_ip_mtu`]), as rxe derives its port's active MTU from
+    /// its netdev's MTU.
+    pub fn set_port_ip_mtu(&mut self, ip_mtu: usize) {
+        let ipv6 = self.res.cfg.gid.to_ipv4().is_none();
+        let _ = self.set_port_mtu(ib_mtu_for_ip_mtu(ip_mtu, ipv6));
+    }
+
     /// Sets the port's active MTU (see [`RnicConfig::port_mtu`]); UD QPs,
     /// existing and new, take it as their message limit.
     pub fn set_port_mtu(&mut self, mtu: u32) -> Result<(), VerbsError> {
@@ -1050,4 +1059,21 @@ fn data_class(hdr: &mut HeaderTemplate, ah: &crate::verbs::AhAttr, cc: &CcConfig
 
 fn ip_dscp(ip: &IpRepr) -> u8 {
     ip.dscp()
+}
+
+/// What a RoCEv2 packet adds to its payload inside the IP MTU, at most: IP
+/// (20, or 40 for IPv6) + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 (RDMA
+/// WRITE Only with Immediate carries both) + ICRC 4.
+const ROCE_OVERHEAD_V4: usize = 20 + 8 + 12 + 16 + 4 + 4;
+
+/// The largest IB MTU (256..4096) whose packets fit an interface whose IP
+/// MTU is `ip_mtu`; 256 when nothing larger fits.
+pub fn ib_mtu_for_ip_mtu(ip_mtu: usize, ipv6: bool) -> u32 {
+    let room = ip_mtu.saturating_sub(ROCE_OVERHEAD_V4 + if ipv6 { 20 } else { 0 });
+    crate::verbs::MTUS
+        .iter()
+        .rev()
+        .copied()
+        .find(|&m| m as usize <= room)
+        .unwrap_or(256)
 }
