@@ -23,6 +23,7 @@ pub struct PerfRequest {
     pub all: bool,
     pub duration: Option<u64>,
     pub qps: u32,
+    /// 0: not given (perftest: the port's active MTU).
     pub mtu: u32,
     pub port: u16,
     pub tx_depth: Option<u32>,
@@ -85,7 +86,8 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
             verb.name()
         )));
     }
-    if !crate::check::MTUS.contains(&req.mtu) {
+    // 0: not given (perftest: the port's active MTU; the loopback: 1024)
+    if req.mtu != 0 && !crate::check::MTUS.contains(&req.mtu) {
         return Err(CliError::usage(format!(
             "-m {}: the MTU is one of 256, 512, 1024, 2048, 4096",
             req.mtu
@@ -164,7 +166,7 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
         iters,
         duration,
         qps: req.qps,
-        mtu: req.mtu,
+        mtu: if req.mtu == 0 { 1024 } else { req.mtu },
         tx_depth,
         qp_type,
         record: if req.pcap.is_some() {
