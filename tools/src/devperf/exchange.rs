@@ -164,13 +164,22 @@ pub struct PeerVersion {
     pub rnic: bool,
 }
 
-/// Our 16-byte version field: "6.06", NUL, the mark, NUL.
+/// Set (to anything but "0") to leave the mark out: `rnic perf` then
+/// behaves exactly as plain perftest towards another rnic (no settings
+/// line, no data checks, no closing line). For tests and comparisons.
+pub const PLAIN_ENV: &str = "SOFTRNIC_PERFTEST_PLAIN";
+
+/// Our 16-byte version field: "6.06", NUL, the mark, NUL (without the
+/// mark under [`PLAIN_ENV`]: what perftest's `strncpy` leaves).
 pub fn encode_version() -> [u8; VERSION_LEN] {
+    let plain = std::env::var_os(PLAIN_ENV).is_some_and(|v| !v.is_empty() && v != "0");
     let mut out = [0u8; VERSION_LEN];
     let v = PERFTEST_VERSION.as_bytes();
     out[..v.len()].copy_from_slice(v);
-    let m = RNIC_MARK.as_bytes();
-    out[v.len() + 1..v.len() + 1 + m.len()].copy_from_slice(m);
+    if !plain {
+        let m = RNIC_MARK.as_bytes();
+        out[v.len() + 1..v.len() + 1 + m.len()].copy_from_slice(m);
+    }
     out
 }
 

@@ -360,11 +360,11 @@ fn hand_shakes(
         theirs[i] = d;
     }
     for d in &theirs {
-        if d.qpn == 0 || d.rkey == 0 && s.verb != Verb::Send {
-            return Err(CliError::new(format!(
-                "the peer's handshake names QPN {:#x} and rkey {:#x}: not a QP's",
-                d.qpn, d.rkey
-            )));
+        // QP 0 is the subnet management QP, never a connected one
+        if d.qpn == 0 {
+            return Err(CliError::new(
+                "the peer's handshake names QP 0: not a connected QP's",
+            ));
         }
     }
     connect_all(nd, s, mine, &theirs)?;
@@ -732,6 +732,12 @@ fn finish(
                 results_doc = v["results"].clone();
             }
         }
+    } else if !client && s.mode == Mode::Lat && matches!(s.verb, Verb::Read | Verb::Atomic) {
+        shown = format!(
+            " (the client measures: a {} server only lends its memory and prints no result, as perftest's)\n{}\n",
+            title(s.verb, s.mode),
+            report::RESULT_LINE
+        );
     } else if let Some(r) = &out.peer_report {
         let r = result_of_report(r, req.report_gbits);
         shown = report::bw_table(std::slice::from_ref(&r), req.report_gbits);
