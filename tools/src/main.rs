@@ -123,7 +123,7 @@ struct PerfArgs {
     /// Message size in bytes (perftest: 2 for lat, 65536 for bw; atomics: 8).
     #[arg(short = 's', long = "size", value_name = "BYTES")]
     size: Option<usize>,
-    /// Iterations per size (perftest: 1000 for lat, 5000 for bw).
+    /// Iterations per size (perftest: 5000 for write bw, 1000 for the others).
     #[arg(short = 'n', long = "iters", value_name = "N")]
     iters: Option<u64>,
     /// Every size from 2 to 2^23 bytes.
