@@ -520,9 +520,6 @@ fn test(
     };
     match (s.mode, s.verb) {
         (Mode::Bw, Verb::Send) => {
-            if check && !client {
-                link.check_recv = 0;
-            }
             for (i, &size) in s.sizes.iter().enumerate() {
                 stage(progress, i, size);
                 peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
