@@ -392,6 +392,11 @@ impl Peer {
     /// read it (it precedes our own closing exchange).
     pub fn close(&mut self, mine: &Dest, idle: &mut dyn FnMut(u64)) -> Result<(), CliError> {
         self.hand_shake(mine, Wait::Test, idle)?;
+        self.done(idle)
+    }
+
+    /// The `"done"` that ends [`Peer::close`] (after its handshake).
+    pub fn done(&mut self, idle: &mut dyn FnMut(u64)) -> Result<(), CliError> {
         self.ctrl.write_all(DONE)?;
         if self.rnic() {
             let d = self.ctrl.read_exact_while(DONE.len(), Some(READ_PATIENCE), idle)?;

@@ -19,7 +19,8 @@
 //!    - WRITE, READ, atomic bw: none while the client runs every size; then
 //!      one handshake, the client's last result (`xchg_bw_reports`), which
 //!      the server prints, and the close;
-//!    - SEND bw: a handshake before and after each size; the close;
+//!    - SEND bw: a handshake before each size, with `-a` also one after
+//!      each size; the close;
 //!    - SEND lat: a handshake before each size; the close;
 //!    - READ, atomic lat: the server goes straight to the close, which
 //!      waits for the client's;
@@ -520,14 +521,20 @@ fn test(
     };
     match (s.mode, s.verb) {
         (Mode::Bw, Verb::Send) => {
+            // ib_send_bw: a handshake before each size; with -a (RUN_ALL)
+            // one after each size too, without it the next is the close's
+            let run_all = s.sizes.len() > 1;
             for (i, &size) in s.sizes.iter().enumerate() {
                 stage(progress, i, size);
                 peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
                 if client {
                     results.push(bw_client(link, size, check, progress).map_err(|e| fail(size, e))?);
-                    peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
+                    if run_all {
+                        peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
+                    }
                 } else {
-                    // serve until the client's handshake after its run
+                    // serve until the client's next handshake (-a: the one
+                    // after its run; else its close's)
                     link.check_recv = if check { size } else { 0 };
                     let mut err = None;
                     peer.hand_shake(me, Wait::Test, &mut |k| {
@@ -545,7 +552,11 @@ fn test(
                     results.push(send_server_result(size, recvs, t));
                 }
             }
-            peer.close(me, &mut |k| nd.idle(k))?;
+            if client || run_all {
+                peer.close(me, &mut |k| nd.idle(k))?;
+            } else {
+                peer.done(&mut |k| nd.idle(k))?;
+            }
         }
         (Mode::Bw, _) => {
             if client {
