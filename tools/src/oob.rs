@@ -227,8 +227,8 @@ impl Ctrl {
                         )))
                     }
                     Ok(_) => continue,
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                    }
+                    Err(e)
+                        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
                     Err(e) => return Err(io_err("reading from the peer", e)),
                 }
                 if let Some(p) = patience {

@@ -359,9 +359,16 @@ fn plain_perftest_exchange_every_verb_and_mode() {
             ("send", "bw") => {
                 let sl = sl.unwrap_or_else(|| panic!("{what}: {so}"));
                 let w: Vec<&str> = sl.split_whitespace().collect();
-                assert!(w[1].parse::<u64>().unwrap() > 0, "{what}: receives counted: {sl}");
+                assert!(
+                    w[1].parse::<u64>().unwrap() > 0,
+                    "{what}: receives counted: {sl}"
+                );
             }
-            (_, "bw") => assert_eq!(sl, Some(cl), "{what}: the server prints the client's report"),
+            (_, "bw") => assert_eq!(
+                sl,
+                Some(cl),
+                "{what}: the server prints the client's report"
+            ),
             _ => {
                 let sl = sl.unwrap_or_else(|| panic!("{what}: {so}"));
                 assert_eq!(
@@ -383,7 +390,11 @@ fn plain_perftest_exchange_every_verb_and_mode() {
 /// `want` in its one-line error.
 fn refused(l: &Link, state: &Path, bytes: &str, want: &str) {
     let srv = spawn(
-        rnic_in(&l.ns[0], state, &["perf", "write", "bw", "--dev", &l.ifs[0]]),
+        rnic_in(
+            &l.ns[0],
+            state,
+            &["perf", "write", "bw", "--dev", &l.ifs[0]],
+        ),
         "the rnic server",
     );
     let script = format!(
@@ -425,15 +436,30 @@ fn malformed_peer_messages_are_refused() {
     let version = format!("6.06{}", nul(12));
     let sys = format!(r"{}\020{}{}\100", nul(2), nul(1), nul(3)); // 4096 and 64, big-endian
     let good_hs = "0000:0001:000011:abcdef:00001234:0000000010010000:00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:02:00000000:";
-    refused(&l, state.path(), "rnic-perf 1\nrole client\n", "not perftest");
-    refused(&l, state.path(), &format!("5.60{}", nul(12)), "older than 5.70");
+    refused(
+        &l,
+        state.path(),
+        "rnic-perf 1\nrole client\n",
+        "not perftest",
+    );
+    refused(
+        &l,
+        state.path(),
+        &format!("5.60{}", nul(12)),
+        "older than 5.70",
+    );
     refused(
         &l,
         state.path(),
         &format!("{version}{}", nul(8)),
         "cycle buffer size is 0",
     );
-    refused(&l, state.path(), &format!("{version}{sys}9{}", nul(1)), "MTU field");
+    refused(
+        &l,
+        state.path(),
+        &format!("{version}{sys}9{}", nul(1)),
+        "MTU field",
+    );
     let bad_hs = good_hs.replacen("abcdef", "abcdeg", 1);
     refused(
         &l,

@@ -104,12 +104,13 @@ impl Dest {
                 b.len()
             ));
         }
-        let show = || String::from_utf8_lossy(&b[..b.len() - 1]).escape_debug().to_string();
+        let show = || {
+            String::from_utf8_lossy(&b[..b.len() - 1])
+                .escape_debug()
+                .to_string()
+        };
         if b[KEY_MSG_SIZE_GID - 1] != 0 {
-            return Err(format!(
-                "the handshake {:?} does not end in a NUL",
-                show()
-            ));
+            return Err(format!("the handshake {:?} does not end in a NUL", show()));
         }
         let mut vals = [0u64; 23];
         let mut at = 0;
@@ -399,7 +400,9 @@ impl Peer {
     pub fn done(&mut self, idle: &mut dyn FnMut(u64)) -> Result<(), CliError> {
         self.ctrl.write_all(DONE)?;
         if self.rnic() {
-            let d = self.ctrl.read_exact_while(DONE.len(), Some(READ_PATIENCE), idle)?;
+            let d = self
+                .ctrl
+                .read_exact_while(DONE.len(), Some(READ_PATIENCE), idle)?;
             if d != DONE {
                 return Err(CliError::new(format!(
                     "the peer closed with {:?}, not \"done\"",
@@ -460,11 +463,46 @@ mod tests {
     fn malformed_handshakes_are_refused_with_the_reason() {
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (CAPTURED[..59].to_vec(), "108 bytes, not 59"),
-            ({ let mut b = CAPTURED.to_vec(); b[107] = b'x'; b }, "does not end in a NUL"),
-            ({ let mut b = CAPTURED.to_vec(); b[4] = b'-'; b }, "byte 4 is '-'"),
-            ({ let mut b = CAPTURED.to_vec(); b[10] = b'g'; b }, "field 3"),
-            ({ let mut b = CAPTURED.to_vec(); b[33] = b' '; b }, "field 6"),
-            ({ let mut b = CAPTURED.to_vec(); b[99] = 0; b }, "field 23"),
+            (
+                {
+                    let mut b = CAPTURED.to_vec();
+                    b[107] = b'x';
+                    b
+                },
+                "does not end in a NUL",
+            ),
+            (
+                {
+                    let mut b = CAPTURED.to_vec();
+                    b[4] = b'-';
+                    b
+                },
+                "byte 4 is '-'",
+            ),
+            (
+                {
+                    let mut b = CAPTURED.to_vec();
+                    b[10] = b'g';
+                    b
+                },
+                "field 3",
+            ),
+            (
+                {
+                    let mut b = CAPTURED.to_vec();
+                    b[33] = b' ';
+                    b
+                },
+                "field 6",
+            ),
+            (
+                {
+                    let mut b = CAPTURED.to_vec();
+                    b[99] = 0;
+                    b
+                },
+                "field 23",
+            ),
             (vec![0u8; 108], "field 1"),
             (vec![0xffu8; 108], "NUL"),
         ];
@@ -487,7 +525,9 @@ mod tests {
         assert!(!p.rnic && (p.value - 6.06).abs() < 1e-9);
         let mut old = [0u8; 16];
         old[..4].copy_from_slice(b"5.60");
-        assert!(decode_version(&old).unwrap_err().contains("older than 5.70"));
+        assert!(decode_version(&old)
+            .unwrap_err()
+            .contains("older than 5.70"));
         assert!(decode_version(&[b'6'; 16]).unwrap_err().contains("no NUL"));
         assert!(decode_version(b"rnic-perf 1\nrol\0").is_err());
         assert!(decode_version(&[0u8; 16]).is_err());

@@ -115,7 +115,12 @@ impl Spin {
 }
 
 impl<'a> Link<'a> {
-    pub fn new(nd: &'a NetDev, s: &'a Settings, qpns: Vec<u32>, peers: Vec<(u32, u64)>) -> Link<'a> {
+    pub fn new(
+        nd: &'a NetDev,
+        s: &'a Settings,
+        qpns: Vec<u32>,
+        peers: Vec<(u32, u64)>,
+    ) -> Link<'a> {
         Link {
             nd,
             s,
@@ -560,10 +565,7 @@ fn bw_loop(
 pub fn send_server_result(size: usize, recvs: u64, elapsed: Duration) -> SizeResult {
     let secs = elapsed.as_secs_f64();
     let (bps, rate) = if secs > 0.0 {
-        (
-            recvs as f64 * size as f64 / secs,
-            recvs as f64 / secs,
-        )
+        (recvs as f64 * size as f64 / secs, recvs as f64 / secs)
     } else {
         (0.0, 0.0)
     };

@@ -221,7 +221,10 @@ fn adopt(s: &mut Settings, v: &Value) -> Result<(), String> {
         return Err(bad());
     }
     let iters = v["iters"].as_u64().filter(|&x| x > 0).ok_or_else(bad)?;
-    let duration = v["duration"].as_u64().filter(|&d| d <= 86_400).ok_or_else(bad)?;
+    let duration = v["duration"]
+        .as_u64()
+        .filter(|&d| d <= 86_400)
+        .ok_or_else(bad)?;
     let qps = v["qps"]
         .as_u64()
         .filter(|&q| (1..=256).contains(&q))
@@ -301,12 +304,7 @@ fn make_qps(
     Ok(out)
 }
 
-fn connect_all(
-    nd: &NetDev,
-    s: &Settings,
-    mine: &[Dest],
-    peer: &[Dest],
-) -> Result<(), CliError> {
+fn connect_all(nd: &NetDev, s: &Settings, mine: &[Dest], peer: &[Dest]) -> Result<(), CliError> {
     let gid = peer[0].gid;
     if gid.to_ipv4().is_none() != nd.gid.to_ipv4().is_none() {
         // perftest's ctx_check_gid_compatibility
@@ -528,7 +526,8 @@ fn test(
                 stage(progress, i, size);
                 peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
                 if client {
-                    results.push(bw_client(link, size, check, progress).map_err(|e| fail(size, e))?);
+                    results
+                        .push(bw_client(link, size, check, progress).map_err(|e| fail(size, e))?);
                     if run_all {
                         peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
                     }
@@ -562,7 +561,8 @@ fn test(
             if client {
                 for (i, &size) in s.sizes.iter().enumerate() {
                     stage(progress, i, size);
-                    results.push(bw_client(link, size, check, progress).map_err(|e| fail(size, e))?);
+                    results
+                        .push(bw_client(link, size, check, progress).map_err(|e| fail(size, e))?);
                 }
             }
             peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
@@ -580,14 +580,17 @@ fn test(
         (Mode::Lat, Verb::Write) => {
             for (i, &size) in s.sizes.iter().enumerate() {
                 stage(progress, i, size);
-                results.push(lat_run(link, size, !client, check, progress).map_err(|e| fail(size, e))?);
+                results.push(
+                    lat_run(link, size, !client, check, progress).map_err(|e| fail(size, e))?,
+                );
             }
         }
         (Mode::Lat, Verb::Send) => {
             for (i, &size) in s.sizes.iter().enumerate() {
                 stage(progress, i, size);
                 peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
-                results.push(lat_run(link, size, client, check, progress).map_err(|e| fail(size, e))?);
+                results
+                    .push(lat_run(link, size, client, check, progress).map_err(|e| fail(size, e))?);
             }
             peer.close(me, &mut |k| nd.idle(k))?;
         }
@@ -595,7 +598,9 @@ fn test(
             if client {
                 for (i, &size) in s.sizes.iter().enumerate() {
                     stage(progress, i, size);
-                    results.push(lat_run(link, size, true, check, progress).map_err(|e| fail(size, e))?);
+                    results.push(
+                        lat_run(link, size, true, check, progress).map_err(|e| fail(size, e))?,
+                    );
                 }
             }
             peer.close(me, &mut |k| nd.idle(k))?;
@@ -644,7 +649,11 @@ fn check_report(r: &BwReport, s: &Settings) -> Result<(), CliError> {
 
 /// A result line built from the numbers of perftest's report.
 fn result_of_report(r: &BwReport, gbits: bool) -> SizeResult {
-    let unit = if gbits { 1e9 / 8.0 } else { (1u64 << 20) as f64 };
+    let unit = if gbits {
+        1e9 / 8.0
+    } else {
+        (1u64 << 20) as f64
+    };
     SizeResult {
         bytes: r.size as usize,
         iterations: r.iters,
@@ -709,7 +718,8 @@ fn finish(
     let mut results_doc = Value::Array(results_json.clone());
     if peer.rnic() {
         if client {
-            let done = json!({"results": results_json, "report": own_text, "device": local, "ops": ops});
+            let done =
+                json!({"results": results_json, "report": own_text, "device": local, "ops": ops});
             peer.ctrl.send_line(&format!("rnic-done {done}"))?;
             let l = peer.ctrl.recv_line()?;
             let v: Value = l
@@ -728,8 +738,10 @@ fn finish(
                 .ok_or_else(|| CliError::new(format!("the client said {l:?}")))?;
             let checked = server_checks(s, &nd, v["ops"].as_u64().unwrap_or(0));
             let err = checked.as_ref().err().cloned();
-            peer.ctrl
-                .send_line(&format!("rnic-done {}", json!({"device": local, "error": err})))?;
+            peer.ctrl.send_line(&format!(
+                "rnic-done {}",
+                json!({"device": local, "error": err})
+            ))?;
             if let Some(e) = err {
                 return Err(CliError::new(format!("data check: {e}")));
             }
