@@ -42,16 +42,22 @@ columns, plus an HDR histogram (p50, p90, p99, p99.9, p99.99, max).\n\n\
 path (post → requester → frame → ICRC → responder → ACK → completion). WRITE and SEND latency \
 are ping-pong (half the round trip, as ib_write_lat); READ and atomic latency are post to \
 completion; bandwidth keeps -t operations outstanding per QP.\n\n\
---dev IFACE: perftest's model on a real interface — the server when no peer address is given, \
-the client otherwise; the two meet on TCP port -p (18515), exchange QPN, PSN, GID, rkey, \
-address and MTU (rnic's own text records, not perftest's format), connect their QPs and run; \
-the client measures, the server serves and prints the client's report too. The polling engine \
+--dev IFACE: perftest's model on a real interface, speaking perftest's own exchange, so either \
+side can be the real ib_write_bw, ib_send_lat, ... (Debian bookworm's perftest): the server \
+when no peer address is given, the client otherwise; the two meet on TCP port -p (18515), \
+exchange versions, MTU and each QP's LID:out_reads:QPN:PSN:rkey:address:GID:SRQN, connect \
+their QPs and run perftest's test (ib_write_lat's server posts first; the SEND server counts \
+receives; READ and atomic servers are passive). As with perftest, give both sides the same \
+test, -s/-a, -n/-D, -q and -c; an rnic server facing an rnic client adopts the client's \
+settings and the two verify the data. The client measures; the bw server prints the client's \
+report, the ping-pong and SEND servers their own. -m defaults to the interface's largest MTU \
+(perftest: the port's active MTU); -x and -F are accepted and ignored. The polling engine \
 runs on the interface through AF_XDP (else AF_PACKET; --backend), inline in the measuring \
 thread by default (--engine thread gives it a thread of its own); frames go to the next hop's \
 MAC from the kernel's route and neighbour tables; our GID is the interface's address (--gid). \
 --json carries both devices' port, device and per-QP counters; --pcap records the port's first \
 --pcap-frames frames.",
-        after_help = "Examples:\n  rnic perf write lat --loopback\n  rnic perf write bw --loopback -s 4096 -n 20000\n  rnic perf read bw --loopback -a -n 200 --report_gbits\n  rnic perf send lat --loopback -D 5 --hgrm send.hgrm --plot send.svg\n  rnic perf write bw --loopback -q 4 -t 64 --json bw.json\n  ip netns exec ns1 rnic perf write bw --dev veth1                 # server\n  ip netns exec ns2 rnic perf write bw --dev veth2 -m 4096 192.0.2.1  # client\n  rnic perf write lat --dev eth0 -s 64 -n 100000 --json lat.json 10.0.0.1"
+        after_help = "Examples:\n  rnic perf write lat --loopback\n  rnic perf write bw --loopback -s 4096 -n 20000\n  rnic perf read bw --loopback -a -n 200 --report_gbits\n  rnic perf send lat --loopback -D 5 --hgrm send.hgrm --plot send.svg\n  rnic perf write bw --loopback -q 4 -t 64 --json bw.json\n  ip netns exec ns1 rnic perf write bw --dev veth1                 # server\n  ip netns exec ns2 rnic perf write bw --dev veth2 -m 4096 192.0.2.1  # client\n  rnic perf send lat -d eth0 -s 64                                 # server for: ib_send_lat -x 1 -s 64 HOST\n  rnic perf write lat --dev eth0 -s 64 -n 100000 --json lat.json 10.0.0.1"
     )]
     Perf(PerfArgs),
     /// ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong on a real interface (same flags, exchange and output).
@@ -121,7 +127,7 @@ struct PerfArgs {
     /// Message size in bytes (perftest: 2 for lat, 65536 for bw; atomics: 8).
     #[arg(short = 's', long = "size", value_name = "BYTES")]
     size: Option<usize>,
-    /// Iterations per size (perftest: 1000 for lat, 5000 for bw).
+    /// Iterations per size (perftest: 5000 for write bw, 1000 for the others).
     #[arg(short = 'n', long = "iters", value_name = "N")]
     iters: Option<u64>,
     /// Every size from 2 to 2^23 bytes.
@@ -133,14 +139,20 @@ struct PerfArgs {
     /// Number of QPs (bw tests).
     #[arg(short = 'q', long = "qp", value_name = "N", default_value_t = 1)]
     qps: u32,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[arg(
-        short = 'm',
-        long = "mtu",
-        value_name = "BYTES",
-        default_value_t = 1024
-    )]
-    mtu: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: --loopback 1024; --dev the interface's largest, as perftest takes the port's active MTU).
+    #[arg(short = 'm', long = "mtu", value_name = "BYTES")]
+    mtu: Option<u32>,
+    /// perftest's GID index (accepted; the soft RNIC has one GID, the interface's address or --gid).
+    #[arg(short = 'x', long = "gid-index", value_name = "N")]
+    #[allow(dead_code)]
+    gid_index: Option<u32>,
+    /// perftest's -F / --CPU-freq (accepted; rnic measures wall-clock time, not CPU cycles).
+    #[arg(short = 'F', long = "CPU-freq")]
+    #[allow(dead_code)]
+    cpu_freq: bool,
+    /// perftest's IB port (a soft RNIC has port 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u32,
     /// TCP port of the out-of-band exchange (real interfaces).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     port: u16,
@@ -434,6 +446,10 @@ fn main() {
             no_progress: a.no_progress,
             command,
         }),
+        Cmd::Perf(a) if a.ib_port != 1 => Err(CliError::usage(format!(
+            "-i {}: a soft RNIC has one port, port 1",
+            a.ib_port
+        ))),
         Cmd::Perf(a) => tools::perfcmd::run(&PerfRequest {
             verb: Some(a.verb),
             mode: Some(a.mode),
@@ -443,7 +459,7 @@ fn main() {
             all: a.all,
             duration: a.duration,
             qps: a.qps,
-            mtu: a.mtu,
+            mtu: a.mtu.unwrap_or(0),
             port: a.port,
             tx_depth: a.tx_depth,
             connection: a.connection,

@@ -2,8 +2,9 @@
 //! the server listens (perftest's and the pingpong examples' port 18515
 //! by default), the client connects — retrying while the server is not
 //! listening yet, for a few seconds — and both then exchange what their
-//! QPs need. Lines for `rnic perf` (see `devperf`), fixed-size
-//! NUL-terminated records for `rnic pingpong`.
+//! QPs need: fixed-size records in both cases (perftest's for `rnic perf`,
+//! see `devperf::exchange`; the pingpong examples' for `rnic pingpong`),
+//! and text lines between two `rnic perf` sides.
 
 use crate::CliError;
 use std::io::{ErrorKind, Read, Write};
@@ -197,6 +198,51 @@ impl Ctrl {
             }
             idle(n);
             n += 1;
+        }
+    }
+
+    /// Reads exactly `n` bytes (perftest's fixed-size messages), calling
+    /// `idle` between non-blocking attempts (to keep an inline engine
+    /// turning); gives up after `patience`, or with `None` waits as long as
+    /// the peer keeps the connection open.
+    pub fn read_exact_while(
+        &mut self,
+        n: usize,
+        patience: Option<Duration>,
+        idle: &mut dyn FnMut(u64),
+    ) -> Result<Vec<u8>, CliError> {
+        let t0 = Instant::now();
+        let mut k = 0u64;
+        loop {
+            if self.buf.len() >= n {
+                return Ok(self.buf.drain(..n).collect());
+            }
+            if k.is_multiple_of(64) {
+                self.set_nonblocking(true)?;
+                match self.fill() {
+                    Ok(0) => {
+                        return Err(CliError::new(format!(
+                            "the peer closed the connection after {} of {n} bytes",
+                            self.buf.len()
+                        )))
+                    }
+                    Ok(_) => continue,
+                    Err(e)
+                        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+                    Err(e) => return Err(io_err("reading from the peer", e)),
+                }
+                if let Some(p) = patience {
+                    if t0.elapsed() > p {
+                        return Err(CliError::new(format!(
+                            "the peer sent {} of {n} bytes in {} s",
+                            self.buf.len(),
+                            p.as_secs()
+                        )));
+                    }
+                }
+            }
+            idle(k);
+            k += 1;
         }
     }
 

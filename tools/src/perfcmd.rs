@@ -23,6 +23,7 @@ pub struct PerfRequest {
     pub all: bool,
     pub duration: Option<u64>,
     pub qps: u32,
+    /// 0: not given (perftest: the port's active MTU).
     pub mtu: u32,
     pub port: u16,
     pub tx_depth: Option<u32>,
@@ -49,7 +50,7 @@ pub struct PerfRequest {
 }
 
 /// perftest's defaults: 2-byte latency tests, 64 KiB bandwidth tests,
-/// 1000 / 5000 iterations, tx depth 1 / 128.
+/// 5000 iterations for WRITE bandwidth and 1000 for the rest, tx depth 1 / 128.
 pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
     let verb = req
         .verb
@@ -85,7 +86,8 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
             verb.name()
         )));
     }
-    if !crate::check::MTUS.contains(&req.mtu) {
+    // 0: not given (perftest: the port's active MTU; the loopback: 1024)
+    if req.mtu != 0 && !crate::check::MTUS.contains(&req.mtu) {
         return Err(CliError::usage(format!(
             "-m {}: the MTU is one of 256, 512, 1024, 2048, 4096",
             req.mtu
@@ -140,9 +142,11 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
         }
         vec![s]
     };
-    let iters = req.iters.unwrap_or(match mode {
-        Mode::Lat => 1000,
-        Mode::Bw => 5000,
+    // perftest (init_perftest_params): 5000 for ib_write_bw, 1000 otherwise
+    // (a SEND server counts its receives: the defaults must agree)
+    let iters = req.iters.unwrap_or(match (mode, verb) {
+        (Mode::Bw, Verb::Write) => 5000,
+        _ => 1000,
     });
     if iters == 0 {
         return Err(CliError::usage("-n 0: at least one iteration"));
@@ -164,7 +168,7 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
         iters,
         duration,
         qps: req.qps,
-        mtu: req.mtu,
+        mtu: if req.mtu == 0 { 1024 } else { req.mtu },
         tx_depth,
         qp_type,
         record: if req.pcap.is_some() {

@@ -81,9 +81,9 @@ fn bad_invocations_fail_in_one_line() {
         &["unexpected argument '--bogus'", "rnic demo --help"],
     );
     one_line_error(
-        &["perf", "write", "lat", "--loopback", "-x", "3"],
+        &["perf", "write", "lat", "--loopback", "-j", "3"],
         2,
-        &["unexpected argument '-x'", "rnic perf --help"],
+        &["unexpected argument '-j'", "rnic perf --help"],
     );
     one_line_error(
         &["perf", "fly", "lat"],

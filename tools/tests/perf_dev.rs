@@ -1,16 +1,22 @@
 //! `rnic perf ... --dev IFACE [PEER]` between two network namespaces
 //! joined by a veth pair: server and client are two `rnic` processes run
-//! with `ip netns exec` that meet on TCP port 18515. WRITE bandwidth and
+//! with `ip netns exec` that meet on TCP port 18515 and speak perftest's
+//! out-of-band exchange. Between two rnic sides (which recognise each
+//! other and add their settings line and data checks): WRITE bandwidth and
 //! latency with `--json` parsed (results, and both devices' port, device
 //! and per-QP counters under their `rdma statistic` / `ethtool -S`
 //! names); every other verb and mode; UC; several QPs; every size; the
 //! engine on its own thread; AF_PACKET; a server started for another
-//! test refusing the client; `--pcap` passing `rnic pcap check`. Needs
+//! test refusing the client; `--pcap` passing `rnic pcap check`. As plain
+//! perftest (SOFTRNIC_PERFTEST_PLAIN=1 on both sides: exactly what the
+//! real tools exchange): every verb × bw/lat, both sides given the same
+//! flags, each printing what perftest prints. A fake peer sending
+//! malformed preambles and handshakes is refused with the reason. Needs
 //! root (namespaces): a loud SKIPPED line without it, a failure under CI.
 
 mod common;
 
-use common::netns::{can_run, link, pair, text, Link};
+use common::netns::{can_run, link, pair, rnic_in, spawn, text, Link};
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -279,4 +285,193 @@ fn pcap_of_the_port_passes_rnic_pcap_check() {
     assert!(out.status.success(), "{msg}");
     // the capture holds both directions: SENDs out, ACKs in
     assert!(msg.contains("300 frames"), "{msg}");
+}
+
+/// Runs server and client with SOFTRNIC_PERFTEST_PLAIN=1: each side
+/// behaves as the real perftest tool towards the other.
+fn plain_pair(l: &Link, state: &Path, server: &[&str], client: &[&str]) -> (String, String) {
+    let mut sa: Vec<&str> = server.to_vec();
+    sa.extend(["--dev", &l.ifs[0]]);
+    let mut sc = rnic_in(&l.ns[0], state, &sa);
+    sc.env("SOFTRNIC_PERFTEST_PLAIN", "1");
+    let srv = spawn(sc, "the rnic server");
+    let mut ca: Vec<&str> = client.to_vec();
+    ca.extend(["--dev", &l.ifs[1], l.ips[0]]);
+    let mut cc = rnic_in(&l.ns[1], state, &ca);
+    cc.env("SOFTRNIC_PERFTEST_PLAIN", "1");
+    let c = spawn(cc, "the rnic client").finish(LIMIT);
+    let s = srv.finish(Duration::from_secs(5));
+    let ctx = format!(
+        "rnic {}\n-- server --\n{}\n-- client --\n{}",
+        client.join(" "),
+        text(&s),
+        text(&c)
+    );
+    assert!(s.status.success() && c.status.success(), "{ctx}");
+    (
+        String::from_utf8_lossy(&s.stdout).into_owned(),
+        String::from_utf8_lossy(&c.stdout).into_owned(),
+    )
+}
+
+/// A result line of perftest's tables: size, iterations, figures.
+fn result_line(out: &str) -> Option<&str> {
+    out.lines().find(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        w.len() >= 5 && w[0].parse::<u64>().is_ok() && w[1].parse::<u64>().is_ok()
+    })
+}
+
+#[test]
+fn plain_perftest_exchange_every_verb_and_mode() {
+    let test = "plain_perftest_exchange_every_verb_and_mode";
+    if !can_run(test) {
+        return;
+    }
+    let l = link("fq");
+    let state = tempfile::tempdir().unwrap();
+    for (verb, mode, flags) in [
+        ("write", "bw", vec!["-s", "8192", "-n", "300"]),
+        ("read", "bw", vec!["-s", "16384", "-n", "200"]),
+        ("send", "bw", vec!["-s", "4096", "-n", "300", "-q", "2"]),
+        ("atomic", "bw", vec!["-n", "300"]),
+        ("write", "lat", vec!["-s", "64", "-n", "300"]),
+        ("read", "lat", vec!["-n", "300"]),
+        ("send", "lat", vec!["-s", "1000", "-n", "300", "-m", "1024"]),
+        ("atomic", "lat", vec!["-n", "300"]),
+        ("send", "bw", vec!["-a", "-n", "5"]),
+    ] {
+        let mut args = vec!["perf", verb, mode, "--no-progress"];
+        args.extend(flags.iter().copied());
+        let (so, co) = plain_pair(&l, state.path(), &args, &args);
+        let what = format!("{verb} {mode} {flags:?}");
+        assert!(
+            co.contains("the peer is perftest 6.06") && so.contains("the peer is perftest 6.06"),
+            "{what}: both sides see plain perftest:\n{co}\n{so}"
+        );
+        let cl = result_line(&co).unwrap_or_else(|| panic!("{what}: no result line:\n{co}"));
+        // perftest's servers: the bw ones print the client's report, the
+        // SEND bw server and the ping-pong servers their own, the READ and
+        // atomic latency servers nothing
+        let sl = result_line(&so);
+        match (verb, mode) {
+            ("read" | "atomic", "lat") => assert!(sl.is_none(), "{what}: {so}"),
+            ("send", "bw") => {
+                let sl = sl.unwrap_or_else(|| panic!("{what}: {so}"));
+                let w: Vec<&str> = sl.split_whitespace().collect();
+                assert!(
+                    w[1].parse::<u64>().unwrap() > 0,
+                    "{what}: receives counted: {sl}"
+                );
+            }
+            (_, "bw") => assert_eq!(
+                sl,
+                Some(cl),
+                "{what}: the server prints the client's report"
+            ),
+            _ => {
+                let sl = sl.unwrap_or_else(|| panic!("{what}: {so}"));
+                assert_eq!(
+                    sl.split_whitespace().take(2).collect::<Vec<_>>(),
+                    cl.split_whitespace().take(2).collect::<Vec<_>>(),
+                    "{what}: both sides ping-pong the same count"
+                );
+            }
+        }
+        if flags.contains(&"-a") {
+            let n = co.lines().filter(|l| result_line(l).is_some()).count();
+            assert!(n >= 23, "{what}: every size from 2 to 2^23: {co}");
+        }
+    }
+}
+
+/// A fake client (bash's /dev/tcp in the client namespace) sends `bytes`
+/// (a printf format) to an rnic write bw server, which must refuse with
+/// `want` in its one-line error.
+fn refused(l: &Link, state: &Path, bytes: &str, want: &str) {
+    let srv = spawn(
+        rnic_in(
+            &l.ns[0],
+            state,
+            &["perf", "write", "bw", "--dev", &l.ifs[0]],
+        ),
+        "the rnic server",
+    );
+    let script = format!(
+        "for i in $(seq 100); do exec 3<>/dev/tcp/{}/18515 && break; sleep 0.1; done 2>/dev/null; printf '{bytes}' >&3; sleep 2",
+        l.ips[0]
+    );
+    let c = spawn(
+        {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", &l.ns[1], "bash", "-c", &script])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            c
+        },
+        "the fake client",
+    )
+    .finish(Duration::from_secs(15));
+    let s = srv.finish(Duration::from_secs(5));
+    let err = String::from_utf8_lossy(&s.stderr);
+    assert!(
+        !s.status.success() && err.contains(want),
+        "{want:?}:\n{}\n-- fake client --\n{}",
+        text(&s),
+        text(&c)
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn malformed_peer_messages_are_refused() {
+    let test = "malformed_peer_messages_are_refused";
+    if !can_run(test) {
+        return;
+    }
+    let l = link("fm");
+    let state = tempfile::tempdir().unwrap();
+    // printf(1) escapes: \000 is a NUL (three digits, so that a digit after it stays a digit)
+    let nul = |n: usize| r"\000".repeat(n);
+    let version = format!("6.06{}", nul(12));
+    let sys = format!(r"{}\020{}{}\100", nul(2), nul(1), nul(3)); // 4096 and 64, big-endian
+    let good_hs = "0000:0001:000011:abcdef:00001234:0000000010010000:00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:02:00000000:";
+    refused(
+        &l,
+        state.path(),
+        "rnic-perf 1\nrole client\n",
+        "not perftest",
+    );
+    refused(
+        &l,
+        state.path(),
+        &format!("5.60{}", nul(12)),
+        "older than 5.70",
+    );
+    refused(
+        &l,
+        state.path(),
+        &format!("{version}{}", nul(8)),
+        "cycle buffer size is 0",
+    );
+    refused(
+        &l,
+        state.path(),
+        &format!("{version}{sys}9{}", nul(1)),
+        "MTU field",
+    );
+    let bad_hs = good_hs.replacen("abcdef", "abcdeg", 1);
+    refused(
+        &l,
+        state.path(),
+        &format!("{version}{sys}3{}{bad_hs}{}", nul(1), nul(1)),
+        "the peer's handshake",
+    );
+    let short_hs = &good_hs[..58];
+    refused(
+        &l,
+        state.path(),
+        &format!("{version}{sys}3{}{short_hs}{}", nul(1), nul(1)),
+        "handshake",
+    );
 }

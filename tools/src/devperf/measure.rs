@@ -1,12 +1,34 @@
-//! The measurements of `rnic perf --dev`: the client's latency and
-//! bandwidth loops (perftest's, as the loopback runs them, over a device
-//! on a real interface) and the server's side of each test.
+//! The measurements of `rnic perf --dev`, each side of each test as
+//! perftest 6.06 (bookworm's 4.5-0.17) runs it, so that either side can be
+//! the real tool (`src/perftest_resources.c`):
+//!
+//! - bandwidth (`run_iter_bw`): the client keeps `-t` operations
+//!   outstanding per QP, `-n` per QP (or `-D` seconds); WRITE, READ and
+//!   atomic servers are passive; the SEND server (`run_iter_bw_server`)
+//!   counts receives and reposts them.
+//! - `ib_write_lat` (`run_iter_lat_write`): each side RDMA WRITEs its
+//!   buffer to the other, the last byte carrying the iteration number
+//!   (1, 2, … as a `char`), and polls the last byte of its own receive
+//!   buffer for the other's; the *server* posts first.
+//! - `ib_send_lat` (`run_iter_lat_send`): SEND ping-pong; the client
+//!   sends first.
+//! - `ib_read_lat`, `ib_atomic_lat` (`run_iter_lat`): one operation at a
+//!   time on the client; the server is passive.
+//!
+//! Latency samples are perftest's: the time between successive posts
+//! (`tposted[i+1] - tposted[i]`), halved for the ping-pongs. perftest does
+//! no warm-up by default; neither do the latency tests and the SEND
+//! bandwidth test here (the peer counts every message). WRITE, READ and
+//! atomic bandwidth warm up with 2 × tx depth operations per QP, which a
+//! passive peer does not see.
+//!
+//! Our region: the send half `[0, h)` holds [`pattern`], the receive half
+//! `[h, 2h)` is the address the peer gets (zero, or the pattern on a READ
+//! server).
 
 use crate::netdev::NetDev;
-use crate::oob::Ctrl;
-use crate::perf::{check_wc, half, new_histogram, warmup_iters, Mode, Settings, SizeResult, Verb};
+use crate::perf::{check_wc, half, new_histogram, Settings, SizeResult, Verb};
 use crate::progress::Progress;
-use crate::CliError;
 use hdrhistogram::Histogram;
 use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sgl, Wc, WcOpcode};
 use std::time::{Duration, Instant};
@@ -14,23 +36,53 @@ use std::time::{Duration, Instant};
 /// A side gives up after this long without progress.
 const STALL: Duration = Duration::from_secs(20);
 
-/// Where the run happens: our device, our QPs and the peer's memory.
-pub struct Link<'a> {
-    nd: &'a NetDev,
-    s: &'a Settings,
-    qpns: Vec<u32>,
-    peer_rkey: u32,
-    peer_va: u64,
-    /// Offset of the receive half of each region.
-    h: u64,
-    wcs: Vec<Wc>,
-    /// Send WRs posted and completed (to wait for quiet).
-    posted: u64,
-    completed: u64,
+/// The byte at offset `i` of a message between two rnic sides.
+pub fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(131) ^ (i >> 9) ^ 0xa5) as u8
 }
 
-/// Busy-waiting with a stall guard: spin, and yield now and then so that
-/// the engine thread (and the peer, on a small machine) get the core.
+/// Fills `[at, at + len)` of our region with the pattern (offset 0 at `at`).
+pub fn fill_pattern(nd: &NetDev, at: usize, len: usize) {
+    let p: Vec<u8> = (0..len).map(pattern).collect();
+    nd.mem.write(at, &p);
+}
+
+/// Checks `[at, at + len)` against the pattern; names the first difference.
+pub fn check_pattern(nd: &NetDev, at: usize, len: usize, what: &str) -> Result<(), String> {
+    let mut got = vec![0u8; len];
+    nd.mem.read(at, &mut got);
+    match got.iter().enumerate().find(|&(i, &b)| b != pattern(i)) {
+        None => Ok(()),
+        Some((i, &b)) => Err(format!(
+            "{what}: byte {i} of {len} is {b:#04x}, the sender wrote {:#04x}",
+            pattern(i)
+        )),
+    }
+}
+
+/// Where the run happens: our device, our QPs and the peer's buffers.
+pub struct Link<'a> {
+    pub nd: &'a NetDev,
+    s: &'a Settings,
+    qpns: Vec<u32>,
+    /// The peer's rkey and address per QP (its handshake's).
+    peers: Vec<(u32, u64)>,
+    /// Offset of our receive half.
+    pub h: u64,
+    wcs: Vec<Wc>,
+    /// Send WRs posted and completed.
+    pub posted: u64,
+    pub completed: u64,
+    /// Receive completions (each reposted at once).
+    pub recvs: u64,
+    first_recv: Option<Instant>,
+    last_recv: Option<Instant>,
+    /// Check each receive's first bytes against the pattern (SEND bandwidth
+    /// between rnic sides): the message size, 0 for no check.
+    pub check_recv: usize,
+}
+
+/// Busy-waiting with a stall guard.
 struct Spin {
     last: Instant,
     n: u64,
@@ -63,24 +115,25 @@ impl Spin {
 }
 
 impl<'a> Link<'a> {
-    /// Our QPs `qpns` (in the order of the peer's) and the peer's region.
     pub fn new(
         nd: &'a NetDev,
         s: &'a Settings,
         qpns: Vec<u32>,
-        peer_rkey: u32,
-        peer_va: u64,
+        peers: Vec<(u32, u64)>,
     ) -> Link<'a> {
         Link {
             nd,
             s,
             qpns,
-            peer_rkey,
-            peer_va,
+            peers,
             h: half(s.sizes.iter().copied().max().unwrap_or(8)) as u64,
             wcs: Vec::with_capacity(256),
             posted: 0,
             completed: 0,
+            recvs: 0,
+            first_recv: None,
+            last_recv: None,
+            check_recv: 0,
         }
     }
 
@@ -94,66 +147,86 @@ impl<'a> Link<'a> {
             .replace('\n', " | ")
     }
 
-    fn work_request(&self, size: usize, wr_id: u64) -> SendWr {
+    fn work_request(&self, qi: usize, size: usize, wr_id: u64) -> SendWr {
+        let (rkey, va) = self.peers[qi];
+        let base = self.nd.base;
         let (op, local) = match self.s.verb {
             Verb::Write => (
                 SendOp::Write {
-                    remote_addr: self.peer_va + self.h,
-                    rkey: self.peer_rkey,
+                    remote_addr: va,
+                    rkey,
                 },
-                self.nd.base,
+                base,
             ),
-            Verb::Send => (SendOp::Send, self.nd.base),
+            Verb::Send => (SendOp::Send, base),
             Verb::Read => (
                 SendOp::Read {
-                    remote_addr: self.peer_va,
-                    rkey: self.peer_rkey,
+                    remote_addr: va,
+                    rkey,
                 },
-                self.nd.base + self.h,
+                base + self.h,
             ),
             Verb::Atomic => (
                 SendOp::FetchAdd {
-                    remote_addr: self.peer_va + self.h,
-                    rkey: self.peer_rkey,
+                    remote_addr: va,
+                    rkey,
                     add: 1,
                 },
-                self.nd.base,
+                base,
             ),
         };
         SendWr::new(wr_id, op, Sgl::single(local, size as u32, self.nd.lkey))
     }
 
-    fn recv_request(&self, wr_id: u64) -> RecvWr {
-        RecvWr {
-            wr_id,
-            sgl: Sgl::single(self.nd.base + self.h, self.h as u32, self.nd.lkey),
-        }
-    }
-
-    fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), String> {
+    fn post_send(&mut self, qi: usize, size: usize, wr_id: u64) -> Result<(), String> {
+        let wr = self.work_request(qi, size, wr_id);
         self.nd
             .dev
-            .post_send(qpn, wr)
+            .post_send(self.qpns[qi], wr)
             .map_err(|e| format!("post_send: {e}"))?;
         self.posted += 1;
         Ok(())
     }
 
-    fn post_recv(&self, qpn: u32, wr_id: u64) -> Result<(), String> {
-        self.nd
-            .dev
-            .post_recv(qpn, self.recv_request(wr_id))
-            .map_err(|e| format!("post_recv: {e}"))
-    }
-
-    /// Polls completions into `self.wcs` (cleared first); checks their
-    /// status and counts send completions. Returns how many.
-    fn poll(&mut self) -> Result<usize, String> {
+    /// Polls completions into `self.wcs` (cleared first): checks their
+    /// status, counts sends, counts and reposts receives. Returns how many.
+    pub fn poll(&mut self) -> Result<usize, String> {
         self.wcs.clear();
         let n = self.nd.cq.poll(256, &mut self.wcs);
-        for wc in &self.wcs {
-            check_wc(wc)?;
-            if !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+        for i in 0..n {
+            let wc = self.wcs[i];
+            check_wc(&wc)?;
+            if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+                let now = Instant::now();
+                self.first_recv.get_or_insert(now);
+                self.last_recv = Some(now);
+                self.recvs += 1;
+                if self.check_recv > 0 {
+                    if wc.byte_len as usize != self.check_recv {
+                        return Err(format!(
+                            "a SEND of {} bytes arrived where {} were due",
+                            wc.byte_len, self.check_recv
+                        ));
+                    }
+                    check_pattern(
+                        self.nd,
+                        self.h as usize,
+                        self.check_recv,
+                        &format!("SEND {}", self.recvs),
+                    )?;
+                }
+                let h = self.h;
+                self.nd
+                    .dev
+                    .post_recv(
+                        wc.qp_num,
+                        RecvWr {
+                            wr_id: wc.wr_id,
+                            sgl: Sgl::single(self.nd.base + h, h as u32, self.nd.lkey),
+                        },
+                    )
+                    .map_err(|e| format!("post_recv: {e}"))?;
+            } else {
                 self.completed += 1;
             }
         }
@@ -161,7 +234,7 @@ impl<'a> Link<'a> {
     }
 
     /// Waits until every posted send WR has completed.
-    fn quiesce(&mut self) -> Result<(), String> {
+    pub fn quiesce(&mut self) -> Result<(), String> {
         let mut spin = Spin::new();
         while self.completed < self.posted {
             if self.poll()? == 0 {
@@ -173,111 +246,165 @@ impl<'a> Link<'a> {
         Ok(())
     }
 
-    pub fn at(&self, size: usize) -> usize {
-        self.h as usize + size - 1
-    }
-
     fn byte(&self, at: usize) -> u8 {
         let mut b = [0u8];
         self.nd.mem.read(at, &mut b);
         b[0]
     }
+
+    /// The receive statistics of a SEND bandwidth server: (receives, time
+    /// from the first to the last).
+    pub fn take_recv_stats(&mut self) -> (u64, Duration) {
+        let d = match (self.first_recv.take(), self.last_recv.take()) {
+            (Some(a), Some(b)) => b - a,
+            _ => Duration::ZERO,
+        };
+        let n = self.recvs;
+        self.recvs = 0;
+        (n, d)
+    }
 }
 
-// ---- the client's measurements ----
+// ---- latency ----
 
-pub fn lat_client(
+/// One size of a latency test. `first`: this side posts first (the server
+/// of ib_write_lat, the client of ib_send_lat). `check`: the peer is rnic;
+/// verify the payload at the end of the size.
+pub fn lat_run(
     link: &mut Link,
     size: usize,
+    first: bool,
+    check: bool,
     progress: &mut Progress,
 ) -> Result<SizeResult, String> {
     let s = link.s;
-    let q = link.qpns[0];
-    let at = link.at(size);
-    let warm = warmup_iters(s.iters);
-    let mut samples = Vec::with_capacity(s.iters.min(1 << 24) as usize);
-    let mut hist = new_histogram();
-    let mut measured_start = None;
-    let mut it = 0u64;
-    loop {
-        if it == warm {
-            measured_start = Some(Instant::now());
+    let n = s.iters;
+    let start = Instant::now();
+    let deadline = s.duration.map(|d| start + d);
+    let h = link.h as usize;
+    let mut posts: Vec<u64> = Vec::with_capacity(n.min(1 << 24) as usize);
+    let mut last_progress = Instant::now();
+    let more = |k: u64| match deadline {
+        Some(d) => Instant::now() < d,
+        None => k < n,
+    };
+    let mut tick = |k: u64, progress: &mut Progress| {
+        if last_progress.elapsed() > Duration::from_millis(50) {
+            last_progress = Instant::now();
+            progress.set(match s.duration {
+                Some(d) => start.elapsed().as_secs_f64() / d.as_secs_f64(),
+                None => k as f64 / n as f64,
+            });
         }
-        if it >= warm {
-            let measured = it - warm;
-            let elapsed = measured_start.map_or(Duration::ZERO, |t| t.elapsed());
-            match s.duration {
-                Some(d) if elapsed >= d => break,
-                Some(d) => progress.set(elapsed.as_secs_f64() / d.as_secs_f64()),
-                None if measured >= s.iters => break,
-                None => progress.set(measured as f64 / s.iters as f64),
-            }
-        }
-        let tag = (it % 250 + 1) as u8;
-        let mut spin = Spin::new();
-        let t0;
-        match s.verb {
-            Verb::Write => {
-                link.nd.mem.write(size - 1, &[tag]);
-                let wr = link.work_request(size, it);
-                t0 = Instant::now();
-                link.post_send(q, wr)?;
-                while link.byte(at) != tag {
+    };
+    let ns = |t: Instant| t.duration_since(start).as_nanos() as u64;
+    match s.verb {
+        Verb::Write => {
+            // perftest polls the last byte of its buffer for (char)rcnt
+            let at = h + size - 1;
+            let (mut k, mut r) = (0u64, 0u64);
+            let wait = |link: &mut Link, r: &mut u64| -> Result<bool, String> {
+                let want = (*r + 1) as u8;
+                let mut spin = Spin::new();
+                while link.byte(at) != want {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(false);
+                    }
+                    link.poll()?;
                     spin.idle(link, "the peer's RDMA WRITE")?;
                 }
-            }
-            Verb::Send => {
-                let wr = link.work_request(size, it);
-                t0 = Instant::now();
-                link.post_send(q, wr)?;
-                loop {
-                    link.poll()?;
-                    let got = link
-                        .wcs
-                        .iter()
-                        .filter(|w| w.opcode == WcOpcode::Recv)
-                        .count();
-                    for _ in 0..got {
-                        link.post_recv(q, it)?;
-                    }
-                    if got > 0 {
-                        break;
-                    }
-                    spin.idle(link, "the peer's SEND")?;
+                *r += 1;
+                Ok(true)
+            };
+            while more(k) {
+                if !(k == 0 && first) && !wait(link, &mut r)? {
+                    break;
                 }
+                k += 1;
+                link.nd.mem.write(size - 1, &[k as u8]);
+                posts.push(ns(Instant::now()));
+                link.post_send(0, size, k)?;
+                link.poll()?;
+                tick(k, progress);
             }
-            Verb::Read | Verb::Atomic => {
-                let wr = link.work_request(size, it);
-                t0 = Instant::now();
-                link.post_send(q, wr)?;
+            if first && deadline.is_none() {
+                wait(link, &mut r)?;
+            }
+            link.quiesce()?;
+            link.nd.mem.write(size - 1, &[pattern(size - 1)]);
+            if check {
+                check_pattern(link.nd, h, size - 1, "the peer's last RDMA WRITE")?;
+            }
+        }
+        Verb::Send => {
+            let (mut k, mut r) = (0u64, 0u64);
+            let wait = |link: &mut Link, r: &mut u64| -> Result<bool, String> {
+                let mut spin = Spin::new();
+                while link.recvs <= *r {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(false);
+                    }
+                    if link.poll()? == 0 {
+                        spin.idle(link, "the peer's SEND")?;
+                    }
+                }
+                *r += 1;
+                Ok(true)
+            };
+            link.recvs = 0;
+            while more(k) {
+                if !(k == 0 && first) && !wait(link, &mut r)? {
+                    break;
+                }
+                k += 1;
+                posts.push(ns(Instant::now()));
+                link.post_send(0, size, k)?;
+                tick(k, progress);
+            }
+            if first && deadline.is_none() {
+                wait(link, &mut r)?;
+            }
+            link.quiesce()?;
+            link.recvs = 0;
+            if check {
+                check_pattern(link.nd, h, size, "the peer's last SEND")?;
+            }
+        }
+        Verb::Read | Verb::Atomic => {
+            let mut k = 0u64;
+            while more(k) {
+                k += 1;
+                posts.push(ns(Instant::now()));
+                link.post_send(0, size, k)?;
+                let mut spin = Spin::new();
                 while link.completed < link.posted {
                     if link.poll()? == 0 {
                         spin.idle(link, "the completion")?;
                     }
                 }
+                tick(k, progress);
+            }
+            if check && s.verb == Verb::Read {
+                check_pattern(link.nd, h, size, "the last RDMA READ's data")?;
             }
         }
-        let rtt = t0.elapsed().as_nanos() as u64;
-        let t = match s.verb {
-            Verb::Write | Verb::Send => rtt / 2,
-            _ => rtt,
-        };
-        if it >= warm {
-            samples.push(t);
-            hist.saturating_record(t.max(1));
-        }
-        if matches!(s.verb, Verb::Write) {
-            link.poll()?;
-        }
-        it += 1;
     }
-    let elapsed = measured_start.map_or(Duration::ZERO, |t| t.elapsed());
-    link.quiesce()?;
+    let elapsed = start.elapsed();
+    let div = if matches!(s.verb, Verb::Write | Verb::Send) {
+        2
+    } else {
+        1
+    };
+    let mut samples: Vec<u64> = posts.windows(2).map(|w| (w[1] - w[0]) / div).collect();
+    let mut hist = new_histogram();
+    for &t in &samples {
+        hist.saturating_record(t.max(1));
+    }
     samples.sort_unstable();
-    let n = samples.len() as u64;
+    let iters = posts.len() as u64;
     Ok(SizeResult {
         bytes: size,
-        iterations: n,
+        iterations: iters,
         elapsed,
         samples,
         hist,
@@ -286,10 +413,12 @@ pub fn lat_client(
         msg_rate: if elapsed.is_zero() {
             0.0
         } else {
-            n as f64 / elapsed.as_secs_f64()
+            iters as f64 / elapsed.as_secs_f64()
         },
     })
 }
+
+// ---- bandwidth ----
 
 #[derive(Clone, Copy)]
 enum Target {
@@ -297,29 +426,37 @@ enum Target {
     Time(Duration),
 }
 
+/// The client of a bandwidth test. `check`: the peer is rnic (READ data
+/// verified after the size).
 pub fn bw_client(
     link: &mut Link,
     size: usize,
+    check: bool,
     progress: &mut Progress,
 ) -> Result<SizeResult, String> {
     let s = link.s;
     let nq = link.qpns.len() as u64;
-    let warm = (2 * s.tx_depth as u64 * nq).min(s.iters.max(1));
-    let mut scratch = new_histogram();
-    bw_loop(
-        link,
-        size,
-        Target::Ops(warm),
-        &mut scratch,
-        &mut Progress::hidden(),
-    )?;
+    if s.verb != Verb::Send {
+        let warm = 2 * s.tx_depth as u64 * nq;
+        let mut scratch = new_histogram();
+        bw_loop(
+            link,
+            size,
+            Target::Ops(warm),
+            &mut scratch,
+            &mut Progress::hidden(),
+        )?;
+    }
     let mut hist = new_histogram();
     let target = match s.duration {
         Some(d) => Target::Time(d),
-        None => Target::Ops(s.iters),
+        None => Target::Ops(s.iters * nq),
     };
     let (done, elapsed, peak) = bw_loop(link, size, target, &mut hist, progress)?;
     link.quiesce()?;
+    if check && s.verb == Verb::Read {
+        check_pattern(link.nd, link.h as usize, size, "the last RDMA READ's data")?;
+    }
     let secs = elapsed.as_secs_f64().max(1e-9);
     Ok(SizeResult {
         bytes: size,
@@ -333,8 +470,9 @@ pub fn bw_client(
     })
 }
 
-/// Keeps tx depth operations outstanding per QP until the target is met.
-/// Returns (operations completed, wall time, peak bytes/s).
+/// Keeps tx depth operations outstanding per QP, each QP posting its
+/// share (perftest: `-n` per QP), until the target is met. Returns
+/// (operations completed, wall time, peak bytes/s).
 fn bw_loop(
     link: &mut Link,
     size: usize,
@@ -344,9 +482,14 @@ fn bw_loop(
 ) -> Result<(u64, Duration, f64), String> {
     let depth = link.s.tx_depth.max(1) as usize;
     let nq = link.qpns.len();
+    let per_qp = match target {
+        Target::Ops(n) => n / nq as u64,
+        Target::Time(_) => u64::MAX,
+    };
     let cap = (depth * nq).next_power_of_two();
     let mut posted_at = vec![0u64; cap];
     let mut outstanding = vec![0usize; nq];
+    let mut posted_q = vec![0u64; nq];
     let (mut posted, mut completed) = (0u64, 0u64);
     let window = match target {
         Target::Ops(n) => (2 * depth * nq).max(16).min((n as usize / 4).max(1)),
@@ -356,36 +499,24 @@ fn bw_loop(
     let mut peak = 0f64;
     let start = Instant::now();
     let ns = |t: Instant| t.duration_since(start).as_nanos() as u64;
-    let mut next_q = 0usize;
     let mut last_progress = Instant::now();
     let mut spin = Spin::new();
     let wr_base: u64 = 1 << 40;
     loop {
-        let stop_posting = match target {
-            Target::Ops(n) => posted >= n,
-            Target::Time(d) => start.elapsed() >= d,
-        };
-        if stop_posting && outstanding.iter().all(|&o| o == 0) {
+        let time_up = matches!(target, Target::Time(d) if start.elapsed() >= d);
+        let all_posted = time_up || posted_q.iter().all(|&p| p >= per_qp);
+        if all_posted && outstanding.iter().all(|&o| o == 0) {
             break;
         }
-        if !stop_posting {
-            let mut tries = 0;
-            while tries < nq {
-                if matches!(target, Target::Ops(n) if posted >= n) {
-                    break;
+        if !all_posted {
+            for q in 0..nq {
+                while outstanding[q] < depth && posted_q[q] < per_qp {
+                    link.post_send(q, size, wr_base + posted)?;
+                    posted_at[(posted as usize) & (cap - 1)] = ns(Instant::now());
+                    outstanding[q] += 1;
+                    posted_q[q] += 1;
+                    posted += 1;
                 }
-                let q = next_q;
-                next_q = (next_q + 1) % nq;
-                if outstanding[q] >= depth {
-                    tries += 1;
-                    continue;
-                }
-                tries = 0;
-                let wr = link.work_request(size, wr_base + posted);
-                link.post_send(link.qpns[q], wr)?;
-                posted_at[(posted as usize) & (cap - 1)] = ns(Instant::now());
-                outstanding[q] += 1;
-                posted += 1;
             }
         }
         if link.poll()? == 0 {
@@ -396,6 +527,9 @@ fn bw_loop(
         let now = ns(Instant::now());
         for i in 0..link.wcs.len() {
             let wc = link.wcs[i];
+            if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+                continue;
+            }
             let Some(q) = link.qpns.iter().position(|&x| x == wc.qp_num) else {
                 continue;
             };
@@ -426,77 +560,23 @@ fn bw_loop(
     Ok((completed, start.elapsed(), peak))
 }
 
-// ---- the server's part ----
-
-/// Serves one size until the client's `end`: echoes ping-pongs, reposts
-/// receives, or (READ, atomics, WRITE bandwidth) just waits.
-pub fn serve(link: &mut Link, ctrl: &mut Ctrl, size: usize) -> Result<u64, CliError> {
-    let s = link.s;
-    let at = link.at(size);
-    let fail = |e: String| CliError::new(e);
-    if s.verb == Verb::Write && s.mode == Mode::Lat {
-        link.nd.mem.write(at, &[0]);
+/// The SEND bandwidth server's figures for one size, from its receives
+/// (perftest's server prints its own line too).
+pub fn send_server_result(size: usize, recvs: u64, elapsed: Duration) -> SizeResult {
+    let secs = elapsed.as_secs_f64();
+    let (bps, rate) = if secs > 0.0 {
+        (recvs as f64 * size as f64 / secs, recvs as f64 / secs)
+    } else {
+        (0.0, 0.0)
+    };
+    SizeResult {
+        bytes: size,
+        iterations: recvs,
+        elapsed,
+        samples: Vec::new(),
+        hist: new_histogram(),
+        peak_bps: bps,
+        avg_bps: bps,
+        msg_rate: rate,
     }
-    ctrl.send_line("go")?;
-    let mut it = 0u64;
-    let mut served = 0u64;
-    let mut spin = Spin::new();
-    let active = matches!((s.verb, s.mode), (Verb::Write, Mode::Lat) | (Verb::Send, _));
-    loop {
-        let mut did = false;
-        match (s.verb, s.mode) {
-            (Verb::Write, Mode::Lat) => {
-                let tag = (it % 250 + 1) as u8;
-                if link.byte(at) == tag {
-                    link.nd.mem.write(size - 1, &[tag]);
-                    let wr = link.work_request(size, it);
-                    link.post_send(link.qpns[0], wr).map_err(fail)?;
-                    it += 1;
-                    served += 1;
-                    did = true;
-                }
-                link.poll().map_err(fail)?;
-            }
-            (Verb::Send, mode) => {
-                link.poll().map_err(fail)?;
-                for i in 0..link.wcs.len() {
-                    let wc = link.wcs[i];
-                    if wc.opcode != WcOpcode::Recv {
-                        continue;
-                    }
-                    link.post_recv(wc.qp_num, wc.wr_id).map_err(fail)?;
-                    served += 1;
-                    did = true;
-                    if mode == Mode::Lat {
-                        let wr = link.work_request(size, served);
-                        link.post_send(wc.qp_num, wr).map_err(fail)?;
-                    }
-                }
-            }
-            _ => {}
-        }
-        if did {
-            spin.progress();
-            continue;
-        }
-        // the client's `end`, checked now and then
-        spin.n += 1;
-        if spin.n.is_multiple_of(1024) || (!active && !link.nd.inline) {
-            if let Some(l) = ctrl.try_line()? {
-                if l.starts_with("end") {
-                    break;
-                }
-                return Err(CliError::new(format!(
-                    "the client said {l:?} in the middle of a test"
-                )));
-            }
-        }
-        if active || link.nd.inline {
-            link.nd.idle(spin.n);
-        } else {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    link.quiesce().map_err(fail)?;
-    Ok(served)
 }

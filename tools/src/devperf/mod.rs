@@ -1,68 +1,77 @@
 //! `rnic perf {write|read|send|atomic} {bw|lat} --dev IFACE [PEER]`: the
-//! perftest tools between two soft RNICs on real interfaces. As perftest:
-//! without a peer address the command is the server, with one the client;
-//! the two meet on TCP port 18515 (`-p`), exchange what their QPs need,
-//! connect them and run the test; the client measures and prints, the
-//! server serves (answers ping-pongs, reposts receives, or just lends its
-//! memory) and prints the client's report too.
+//! perftest tools on a soft RNIC on a real interface, speaking perftest's
+//! own out-of-band exchange so that either side can be the real
+//! `ib_write_bw`, `ib_read_lat`, … (Debian bookworm's perftest 4.5-0.17,
+//! version 6.06). As perftest: without a peer address the command is the
+//! server, with one the client; the two meet on TCP port 18515 (`-p`).
+//! docs/perftest-interop.md has the whole story; [`exchange`] the byte
+//! formats.
 //!
-//! ## The out-of-band exchange (rnic ↔ rnic; not perftest's wire format)
+//! ## The order of the exchange (per test, as each perftest `main` runs it)
 //!
-//! Text lines over the TCP connection, `key value...`, one record ended by
-//! `end`. The client sends its record first:
+//! 1. version, cycle buffer, cache line, MTU (both use the smaller MTU);
+//! 2. handshakes of 108 bytes carrying each QP's LID (0), outstanding
+//!    reads, QPN, PSN, rkey, address, GID and SRQ number; `q` = `-q`:
+//!    - bw tests: `q` handshakes, connect, `q` + 1 more;
+//!    - ib_send_bw, ib_send_lat: `q`, connect, 1 + `q`;
+//!    - ib_write_lat, ib_read_lat, ib_atomic_lat: 1 + `q`, connect, `q` + 1;
+//! 3. the test, with these syncs:
+//!    - WRITE, READ, atomic bw: none while the client runs every size; then
+//!      one handshake, the client's last result (`xchg_bw_reports`), which
+//!      the server prints, and the close;
+//!    - SEND bw: a handshake before each size, with `-a` also one after
+//!      each size; the close;
+//!    - SEND lat: a handshake before each size; the close;
+//!    - READ, atomic lat: the server goes straight to the close, which
+//!      waits for the client's;
+//!    - WRITE lat: none at all, not even a close: both sides run every size
+//!      in lockstep and exit;
+//! 4. the close: a handshake, then `"done"` (`ctx_close_connection`).
 //!
-//! ```text
-//! rnic-perf 1                                   (format version)
-//! role client
-//! test write bw RC                              (verb, mode, connection type)
-//! mtu 4096                                      (IB MTU the sender can carry)
-//! sizes 65536                                   (message sizes, in order)
-//! iters 5000                                    (iterations per size)
-//! duration 0                                    (seconds per size; 0: use iters)
-//! tx_depth 128
-//! gid 00000000000000000000ffffc0000201          (32 hex digits)
-//! mac 02:a1:b2:c3:d4:e5                         (the sender's port; informational)
-//! mr 0x00a1b2c3 0x10000000 262144               (rkey, virtual address, length)
-//! qp 0x000011 0x3a5c01                          (QPN and first PSN; one line per QP)
-//! end
-//! ```
+//! perftest does not exchange its test parameters: both sides must be
+//! started with the same test, `-s`/`-a`, `-n`/`-D`, `-q` and `-c` (the
+//! SEND server counts `-n` receives; ib_write_lat's server ping-pongs `-n`
+//! times).
 //!
-//! The server checks that it was started for the same test (else it
-//! answers `error <why>` and exits), adopts the client's sizes,
-//! iterations, duration, QP count and tx depth, registers its memory,
-//! creates and connects its QPs (the path MTU is the smaller of the two
-//! `mtu` lines), posts receives, and answers with its own record (`role
-//! server`, `mtu` the agreed one). Lines with unknown keys are ignored,
-//! so later versions can add some.
+//! ## Between two rnic sides
 //!
-//! Then, per size: the client sends `size N`, the server readies itself
-//! and answers `go`; the client runs the size and, once everything it
-//! posted has completed, sends `end N`; the server stops serving and
-//! answers `ok M` (M: the messages it served). A side that fails sends
-//! `error <why>` instead of its next line. Last, the client sends `done {json}` (its results, its
-//! printed report and its device's counters) and the server answers
-//! `done {json}` (its device's counters); both close. The client retries
-//! its connection for 10 s while the server is not listening yet.
+//! The version field carries our mark after its NUL (perftest ignores
+//! it). When both sides see it, two text lines are added, which perftest
+//! never sees:
 //!
-//! The peer's MAC address is not taken from the exchange: frames go to
-//! the next hop towards the peer's IP, from the kernel's route and
+//! - after the MTU: the client sends `rnic-settings {json}` (test, sizes,
+//!   iterations, duration, QPs, tx depth, connection) and the server — which
+//!   adopts them, so it needs no flags but the test — answers `rnic-ok` or
+//!   `rnic-error <why>` (a server started for another test refuses);
+//! - after the test (after the close, or after the last size of WRITE
+//!   latency): the client sends `rnic-done {json}` (its results, printed
+//!   report, device counters, operation count) and the server answers
+//!   `rnic-done {json}` (its counters and the outcome of its data checks).
+//!
+//! Between two rnic sides the data is verified too: messages carry a known
+//! pattern, and the WRITE, SEND and READ payloads and the atomic counter
+//! are checked (docs/perftest-interop.md lists what and when).
+//!
+//! The peer's MAC address is not exchanged: frames go to the next hop
+//! towards the peer's GID (its IPv4 address), from the kernel's route and
 //! neighbour tables.
 
+mod exchange;
 mod measure;
-mod record;
+
+pub use exchange::{decode_mtu, decode_version, BwReport, Dest, KEY_MSG_SIZE_GID};
 
 use crate::netdev::{self, Connect, DevOptions, NetDev};
 use crate::oob::{self, Ctrl};
-use crate::perf::{half, Mode, Settings, Verb};
+use crate::perf::{half, Mode, Settings, SizeResult, Verb};
 use crate::perfcmd::{title, PerfRequest};
 use crate::progress::Progress;
 use crate::{report, stats, CliError};
-use measure::{bw_client, lat_client, serve, Link};
+use exchange::{Peer, Wait};
+use measure::{bw_client, fill_pattern, lat_run, send_server_result, Link};
 use nic::verbs::{Memory, QpType, RecvWr, Sgl};
-use record::{expect, next_line, recv_hello, send_hello, Hello};
 use serde_json::{json, Value};
 use std::time::Duration;
-use wire::Gid;
 
 fn conn_name(t: QpType) -> &'static str {
     match t {
@@ -72,11 +81,11 @@ fn conn_name(t: QpType) -> &'static str {
     }
 }
 
-/// Queue depths: send and receive queues hold a bw test's window (and
-/// twice that in receives), a latency test's few.
+/// Receives posted per QP: perftest's SEND default (512), at least twice
+/// the tx depth.
 fn rx_depth(s: &Settings) -> u32 {
     match s.mode {
-        Mode::Bw => (s.tx_depth * 2).max(16),
+        Mode::Bw => (s.tx_depth * 2).max(512),
         Mode::Lat => 64,
     }
 }
@@ -84,6 +93,11 @@ fn rx_depth(s: &Settings) -> u32 {
 fn qp_depth(s: &Settings) -> u32 {
     s.tx_depth.max(rx_depth(s)).max(64)
 }
+
+/// Outstanding RDMA READs / atomics our responder takes (and that we
+/// advertise; perftest: the device's maximum for READ and atomic tests, 1
+/// otherwise).
+const OUT_READS: u16 = 16;
 
 /// What the report header says about where the numbers come from.
 pub fn dev_note(nd: &NetDev) -> String {
@@ -93,7 +107,8 @@ pub fn dev_note(nd: &NetDev) -> String {
     )
 }
 
-fn gid_dotted(g: &Gid) -> String {
+/// perftest's `PERF_GID_FMT`: the 16 bytes as two-digit *decimal* numbers.
+fn gid_dotted(g: &wire::Gid) -> String {
     g.0.iter()
         .map(|b| format!("{b:02}"))
         .collect::<Vec<_>>()
@@ -101,14 +116,19 @@ fn gid_dotted(g: &Gid) -> String {
 }
 
 /// perftest's parameter block and address lines.
-fn header(s: &Settings, nd: &NetDev, me: &Hello, peer: &Hello) -> String {
+fn header(s: &Settings, nd: &NetDev, peer: &Peer, mine: &[Dest], theirs: &[Dest]) -> String {
     let runs = match s.duration {
         Some(d) => format!("{} s per size", d.as_secs()),
         None => format!("{} per size", s.iters),
     };
     let line = report::RESULT_LINE;
+    let who = match peer.version.as_ref() {
+        Some(v) if v.rnic => "rnic perf".to_string(),
+        Some(v) => format!("perftest {}", v.text),
+        None => "?".into(),
+    };
     let mut out = format!(
-        "{line}\n{:>20}{}\n {}\n Method          : {}\n Device          : {} ({}, MTU {}, {})\n Number of qps   : {:<12} Transport type : RoCEv2 (UDP 4791, ICRC computed and verified)\n Connection type : {:<12} Mtu            : {}[B]\n TX depth        : {:<12} Iterations     : {runs}\n Data ex. method : TCP port (rnic-perf records)\n{line}\n",
+        "{line}\n{:>20}{}\n {}\n Method          : {}\n Device          : {} ({}, MTU {}, {})\n Number of qps   : {:<12} Transport type : RoCEv2 (UDP 4791, ICRC computed and verified)\n Connection type : {:<12} Mtu            : {}[B]\n TX depth        : {:<12} Iterations     : {runs}\n Data ex. method : Ethernet (perftest's TCP exchange; the peer is {who})\n{line}\n",
         "",
         title(s.verb, s.mode),
         dev_note(nd),
@@ -122,56 +142,22 @@ fn header(s: &Settings, nd: &NetDev, me: &Hello, peer: &Hello) -> String {
         s.mtu,
         s.tx_depth,
     );
-    for (who, h) in [("local", me), ("remote", peer)] {
-        for &(q, p) in &h.qps {
+    for (side, dests) in [("local", mine), ("remote", theirs)] {
+        for d in dests {
             out += &format!(
-                " {who} address: LID 0000 QPN {q:#06x} PSN {p:#08x} RKey {:#08x} VAddr {:#016x}\n GID: {}  ({})\n",
-                h.rkey,
-                h.va,
-                gid_dotted(&h.gid),
-                h.gid.to_ip()
+                " {side} address: LID {:#06x} QPN {:#06x} PSN {:#08x}",
+                d.lid, d.qpn, d.psn
             );
+            if s.verb == Verb::Read {
+                out += &format!(" OUT {:#04x}", d.out_reads);
+            }
+            if s.verb != Verb::Send {
+                out += &format!(" RKey {:#08x} VAddr {:#016x}", d.rkey, d.vaddr);
+            }
+            out += &format!("\n GID: {}  ({})\n", gid_dotted(&d.gid), d.gid.to_ip());
         }
     }
     out
-}
-
-// ---- the two roles ----
-
-/// The JSON document of a run on real interfaces.
-fn dev_json_doc(
-    req: &PerfRequest,
-    s: &Settings,
-    nd: &NetDev,
-    role: &str,
-    results: Value,
-    devices: Value,
-) -> Value {
-    json!({
-        "tool": "rnic",
-        "version": env!("CARGO_PKG_VERSION"),
-        "command": req.command,
-        "test": s.verb.name(),
-        "mode": s.mode.name(),
-        "title": title(s.verb, s.mode),
-        "transport": dev_note(nd),
-        "method": s.method(),
-        "role": role,
-        "interface": nd.ifname,
-        "backend": nd.backend,
-        "settings": {
-            "connection": conn_name(s.qp_type),
-            "qps": s.qps,
-            "mtu": s.mtu,
-            "tx_depth": s.tx_depth,
-            "iterations": s.iters,
-            "duration_sec": s.duration.map(|d| d.as_secs()),
-            "sizes": s.sizes,
-            "report_gbits": req.report_gbits,
-        },
-        "results": results,
-        "devices": devices,
-    })
 }
 
 fn write_file(path: &std::path::Path, text: &str) -> Result<(), CliError> {
@@ -189,28 +175,105 @@ fn dev_options(req: &PerfRequest, ifname: &str, mem_len: usize) -> Result<DevOpt
     Ok(d)
 }
 
-fn my_hello(s: &Settings, nd: &NetDev, role: &str, mtu: u32, qps: &[(u32, u32)]) -> Hello {
-    Hello {
-        role: role.into(),
-        verb: s.verb,
-        mode: s.mode,
-        qp_type: s.qp_type,
-        mtu,
-        sizes: s.sizes.clone(),
-        iters: s.iters,
-        duration: s.duration.map_or(0, |d| d.as_secs()),
-        tx_depth: s.tx_depth,
-        gid: nd.gid,
-        mac: nd.mac,
-        rkey: nd.rkey,
-        va: nd.base,
-        len: nd.mem.len() as u64,
-        qps: qps.to_vec(),
+// ---- the rnic-only settings line ----
+
+fn settings_json(s: &Settings) -> Value {
+    json!({
+        "verb": s.verb.name(),
+        "mode": s.mode.name(),
+        "connection": conn_name(s.qp_type),
+        "sizes": s.sizes,
+        "iters": s.iters,
+        "duration": s.duration.map_or(0, |d| d.as_secs()),
+        "qps": s.qps,
+        "tx_depth": s.tx_depth,
+    })
+}
+
+/// Adopts the client's settings (the server was started for `s`'s test).
+fn adopt(s: &mut Settings, v: &Value) -> Result<(), String> {
+    let str_of = |k: &str| v[k].as_str().unwrap_or("?").to_string();
+    let (verb, mode, conn) = (str_of("verb"), str_of("mode"), str_of("connection"));
+    if (verb.as_str(), mode.as_str(), conn.as_str())
+        != (s.verb.name(), s.mode.name(), conn_name(s.qp_type))
+    {
+        return Err(format!(
+            "the server runs {} {} {}, the client asked for {verb} {mode} {conn}",
+            s.verb.name(),
+            s.mode.name(),
+            conn_name(s.qp_type)
+        ));
+    }
+    let bad = || format!("the client's settings are malformed: {v}");
+    let sizes: Vec<usize> = v["sizes"]
+        .as_array()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|x| x.as_u64().map(|x| x as usize))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if sizes.is_empty()
+        || sizes.len() > 64
+        || sizes
+            .iter()
+            .any(|&x| x == 0 || x > crate::perfcmd::MAX_SIZE)
+    {
+        return Err(bad());
+    }
+    let iters = v["iters"].as_u64().filter(|&x| x > 0).ok_or_else(bad)?;
+    let duration = v["duration"]
+        .as_u64()
+        .filter(|&d| d <= 86_400)
+        .ok_or_else(bad)?;
+    let qps = v["qps"]
+        .as_u64()
+        .filter(|&q| (1..=256).contains(&q))
+        .ok_or_else(bad)?;
+    let tx = v["tx_depth"]
+        .as_u64()
+        .filter(|&t| (1..=8192).contains(&t))
+        .ok_or_else(bad)?;
+    s.sizes = sizes;
+    s.iters = iters;
+    s.duration = (duration > 0).then(|| Duration::from_secs(duration));
+    s.qps = qps as u32;
+    s.tx_depth = tx as u32;
+    Ok(())
+}
+
+/// The rnic line after perftest's preamble (both sides are rnic).
+fn rnic_settings(peer: &mut Peer, s: &mut Settings) -> Result<(), CliError> {
+    if peer.client {
+        peer.ctrl
+            .send_line(&format!("rnic-settings {}", settings_json(s)))?;
+        let l = peer.ctrl.recv_line()?;
+        if let Some(why) = l.strip_prefix("rnic-error ") {
+            return Err(CliError::new(format!("the peer refused: {why}")));
+        }
+        if l != "rnic-ok" {
+            return Err(CliError::new(format!(
+                "the peer said {l:?} where rnic-ok was due"
+            )));
+        }
+        Ok(())
+    } else {
+        let l = peer.ctrl.recv_line()?;
+        let v: Value = l
+            .strip_prefix("rnic-settings ")
+            .and_then(|j| serde_json::from_str(j).ok())
+            .ok_or_else(|| CliError::new(format!("the client said {l:?}")))?;
+        if let Err(why) = adopt(s, &v) {
+            let _ = peer.ctrl.send_line(&format!("rnic-error {why}"));
+            return Err(CliError::new(why));
+        }
+        peer.ctrl.send_line("rnic-ok")
     }
 }
 
-/// Creates `n` QPs, brings them to INIT and (for SEND tests, on the side
-/// that receives) posts receives. Returns (QPN, first PSN) pairs.
+// ---- QPs ----
+
+/// Creates `n` QPs, brings them to INIT and (where SENDs arrive) posts
+/// receives. Returns (QPN, first PSN) pairs.
 fn make_qps(
     nd: &mut NetDev,
     s: &Settings,
@@ -241,36 +304,107 @@ fn make_qps(
     Ok(out)
 }
 
-fn connect_all(
-    nd: &NetDev,
-    s: &Settings,
-    mine: &[(u32, u32)],
-    peer: &Hello,
-) -> Result<(), CliError> {
-    let ah = nd.ah_to(peer.gid)?;
-    for (&(q, psn), &(pq, ppsn)) in mine.iter().zip(&peer.qps) {
-        let mut c = Connect::new(s.qp_type, ah, s.mtu, pq);
-        c.sq_psn = psn;
-        c.rq_psn = ppsn;
-        nd.connect(q, c)?;
+fn connect_all(nd: &NetDev, s: &Settings, mine: &[Dest], peer: &[Dest]) -> Result<(), CliError> {
+    let gid = peer[0].gid;
+    if gid.to_ipv4().is_none() != nd.gid.to_ipv4().is_none() {
+        // perftest's ctx_check_gid_compatibility
+        return Err(CliError::new(format!(
+            "the peer's GID {} and ours {} are not both IPv4 (or both IPv6)",
+            gid.to_ip(),
+            nd.gid.to_ip()
+        )));
+    }
+    let ah = nd.ah_to(gid)?;
+    for (m, p) in mine.iter().zip(peer) {
+        let mut c = Connect::new(s.qp_type, ah, s.mtu, p.qpn);
+        c.sq_psn = m.psn;
+        c.rq_psn = p.psn;
+        // perftest: max_rd_atomic = the peer's out_reads
+        c.max_rd_atomic = p.out_reads.clamp(1, OUT_READS) as u8;
+        nd.connect(m.qpn, c)?;
     }
     Ok(())
 }
 
-/// Runs `rnic perf` against a real interface (client or server).
-pub fn run(req: &PerfRequest, s: Settings) -> Result<(), CliError> {
-    match req.peer.clone() {
-        Some(peer) => client(req, s, &peer),
-        None => server(req, s),
+/// perftest's handshakes before and after connecting the QPs.
+fn hand_shakes(
+    peer: &mut Peer,
+    nd: &NetDev,
+    s: &Settings,
+    mine: &[Dest],
+) -> Result<Vec<Dest>, CliError> {
+    let mut idle = |n: u64| nd.idle(n);
+    let q = mine.len();
+    let mut theirs = vec![mine[0]; q];
+    let lat_not_send = s.mode == Mode::Lat && s.verb != Verb::Send;
+    // the expected order of our records: (index, "where")
+    let mut before: Vec<usize> = Vec::new();
+    if lat_not_send {
+        before.push(0);
     }
+    before.extend(0..q);
+    let mut after: Vec<usize> = Vec::new();
+    if s.verb == Verb::Send {
+        after.push(0);
+        after.extend(0..q);
+    } else {
+        after.extend(0..q);
+        after.push(0);
+    }
+    for (k, &i) in before.iter().enumerate() {
+        let d = peer.hand_shake(&mine[i], Wait::Setup, &mut idle)?;
+        if lat_not_send && k == 0 {
+            continue;
+        }
+        theirs[i] = d;
+    }
+    for d in &theirs {
+        // QP 0 is the subnet management QP, never a connected one
+        if d.qpn == 0 {
+            return Err(CliError::new(
+                "the peer's handshake names QP 0: not a connected QP's",
+            ));
+        }
+    }
+    connect_all(nd, s, mine, &theirs)?;
+    for &i in &after {
+        let d = peer.hand_shake(&mine[i], Wait::Setup, &mut idle)?;
+        check_same(&d, &theirs[i])?;
+    }
+    Ok(theirs)
 }
 
-fn client(req: &PerfRequest, mut s: Settings, peer: &str) -> Result<(), CliError> {
-    let ifname = match &req.dev {
-        Some(d) => d.clone(),
-        None => {
+/// Every later handshake repeats the QP's first record (perftest sends the
+/// same `my_dest` each time); a different one means the two sides run
+/// different tests or `-q`.
+fn check_same(got: &Dest, want: &Dest) -> Result<(), CliError> {
+    if got.qpn != want.qpn || got.psn != want.psn {
+        return Err(CliError::new(format!(
+            "the peer's handshake names QPN {:#x} PSN {:#x} where QPN {:#x} PSN {:#x} was due: the two sides run different tests, -q or -a",
+            got.qpn, got.psn, want.qpn, want.psn
+        )));
+    }
+    Ok(())
+}
+
+// ---- the run ----
+
+/// What one side ends with.
+struct Outcome {
+    /// Our own results (the client's; the ping-pong and SEND bw server's).
+    results: Vec<SizeResult>,
+    /// What the server prints for the client (perftest's bw report).
+    peer_report: Option<BwReport>,
+}
+
+/// Runs `rnic perf` against a real interface (client or server).
+pub fn run(req: &PerfRequest, mut s: Settings) -> Result<(), CliError> {
+    let client = req.peer.is_some();
+    let ifname = match (&req.dev, &req.peer) {
+        (Some(d), _) => d.clone(),
+        (None, Some(peer)) => {
             use std::net::ToSocketAddrs;
-            let ip = (peer, req.port)
+            let ip = (peer.as_str(), req.port)
                 .to_socket_addrs()
                 .map_err(|e| CliError::new(format!("{peer}: {e}")))?
                 .next()
@@ -278,93 +412,388 @@ fn client(req: &PerfRequest, mut s: Settings, peer: &str) -> Result<(), CliError
                 .ip();
             netdev::route_dev(ip)?
         }
+        (None, None) => {
+            return Err(CliError::usage(
+                "the server needs its interface: --dev IFACE",
+            ))
+        }
     };
     let mut nd = NetDev::open(&dev_options(req, &ifname, s.mem_len())?)?;
-    let mtu = s.mtu.min(nd.max_mtu);
-    if mtu < s.mtu {
-        eprintln!(
-            "rnic: -m {}: {} (MTU {}) carries IB MTU {mtu} at most; using {mtu}",
-            s.mtu, nd.ifname, nd.if_mtu
-        );
+    let our_mtu = if req.mtu == 0 {
+        nd.max_mtu
+    } else {
+        if req.mtu > nd.max_mtu {
+            eprintln!(
+                "rnic: -m {}: {} (MTU {}) carries IB MTU {} at most; using {}",
+                req.mtu, nd.ifname, nd.if_mtu, nd.max_mtu, nd.max_mtu
+            );
+        }
+        req.mtu.min(nd.max_mtu)
+    };
+    let ctrl = match &req.peer {
+        Some(p) => Ctrl::connect(p, req.port)?,
+        None => {
+            let listener = oob::listen(req.port)?;
+            eprintln!(
+                "rnic: {} via {}: waiting for a client on TCP port {}",
+                nd.ifname, nd.backend, req.port
+            );
+            let c = Ctrl::accept(&listener)?;
+            drop(listener);
+            c
+        }
+    };
+    let mut peer = Peer::new(ctrl, client);
+    s.mtu = peer.preamble(our_mtu, &mut |n| nd.idle(n))?;
+    let rnic_peer = peer.rnic();
+    if rnic_peer {
+        let before = s.mem_len();
+        rnic_settings(&mut peer, &mut s)?;
+        if s.mem_len() != before {
+            nd.register(s.mem_len())?;
+        }
     }
-    let send_lat = s.verb == Verb::Send && s.mode == Mode::Lat;
-    let mine = make_qps(&mut nd, &s, s.qps as usize, send_lat)?;
-    let me = my_hello(&s, &nd, "client", mtu, &mine);
-    let mut ctrl = Ctrl::connect(peer, req.port)?;
-    send_hello(&mut ctrl, &me)?;
-    let sh = recv_hello(&mut ctrl)?;
-    if sh.qps.len() != mine.len() {
-        return Err(CliError::new(format!(
-            "the server made {} QPs, not {}",
-            sh.qps.len(),
-            mine.len()
-        )));
+    let h = half(s.sizes.iter().copied().max().unwrap_or(8));
+    fill_pattern(&nd, 0, h);
+    if s.verb == Verb::Read && !client {
+        fill_pattern(&nd, h, h);
     }
-    s.mtu = sh.mtu.min(mtu);
-    connect_all(&nd, &s, &mine, &sh)?;
-    let me = Hello { mtu: s.mtu, ..me };
-    crate::say(&header(&s, &nd, &me, &sh))?;
-    let qpns = mine.iter().map(|q| q.0).collect();
-    let mut link = Link::new(&nd, &s, qpns, sh.rkey, sh.va);
-    let mut progress = Progress::new(!req.no_progress);
-    let mut results = Vec::new();
+    let receives = s.verb == Verb::Send && (s.mode == Mode::Lat || !client);
+    let qps = make_qps(&mut nd, &s, s.qps as usize, receives)?;
+    let out_reads = if matches!(s.verb, Verb::Read | Verb::Atomic) {
+        OUT_READS
+    } else {
+        1
+    };
+    let mine: Vec<Dest> = qps
+        .iter()
+        .map(|&(qpn, psn)| Dest {
+            lid: 0,
+            out_reads,
+            qpn,
+            psn,
+            rkey: nd.rkey,
+            vaddr: nd.base + h as u64,
+            gid: nd.gid,
+            srqn: 0,
+        })
+        .collect();
+    let theirs = hand_shakes(&mut peer, &nd, &s, &mine)?;
+    crate::say(&header(&s, &nd, &peer, &mine, &theirs))?;
+    let qpns = qps.iter().map(|q| q.0).collect();
+    let targets = theirs.iter().map(|d| (d.rkey, d.vaddr)).collect();
+    let mut link = Link::new(&nd, &s, qpns, targets);
+    let mut progress = Progress::new(client && !req.no_progress);
+    let out = test(&mut peer, &mut link, &s, req, &mine[0], &mut progress);
+    progress.finish();
+    let out = out?;
+    let ops = link.completed;
+    drop(link);
+    finish(req, &s, nd, peer, out, ops)
+}
+
+/// The test itself, per verb, mode and role.
+fn test(
+    peer: &mut Peer,
+    link: &mut Link,
+    s: &Settings,
+    req: &PerfRequest,
+    me: &Dest,
+    progress: &mut Progress,
+) -> Result<Outcome, CliError> {
+    let client = peer.client;
+    let check = peer.rnic();
+    let nd = link.nd;
+    let fail = |size: usize, e: String| {
+        CliError::new(format!("{} {} {size} B: {e}", s.verb.name(), s.mode.name()))
+    };
     let n = s.sizes.len() as f64;
-    for (i, &size) in s.sizes.iter().enumerate() {
+    let mut results = Vec::new();
+    let mut peer_report = None;
+    let stage = |progress: &mut Progress, i: usize, size: usize| {
         progress.stage(
             format!("{} {} {size} B", s.verb.name(), s.mode.name()),
             i as f64 / n,
             1.0 / n,
-        );
-        if s.verb == Verb::Write && s.mode == Mode::Lat {
-            nd.mem.write(link.at(size), &[0]);
+        )
+    };
+    match (s.mode, s.verb) {
+        (Mode::Bw, Verb::Send) => {
+            // ib_send_bw: a handshake before each size; with -a (RUN_ALL)
+            // one after each size too, without it the next is the close's
+            let run_all = s.sizes.len() > 1;
+            for (i, &size) in s.sizes.iter().enumerate() {
+                stage(progress, i, size);
+                peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
+                if client {
+                    results
+                        .push(bw_client(link, size, check, progress).map_err(|e| fail(size, e))?);
+                    if run_all {
+                        peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
+                    }
+                } else {
+                    // serve until the client's next handshake (-a: the one
+                    // after its run; else its close's)
+                    link.check_recv = if check { size } else { 0 };
+                    let mut err = None;
+                    peer.hand_shake(me, Wait::Test, &mut |k| {
+                        if err.is_none() {
+                            if let Err(e) = link.poll() {
+                                err = Some(e);
+                            }
+                        }
+                        link.nd.idle(k)
+                    })?;
+                    if let Some(e) = err {
+                        return Err(fail(size, e));
+                    }
+                    let (recvs, t) = link.take_recv_stats();
+                    results.push(send_server_result(size, recvs, t));
+                }
+            }
+            if client || run_all {
+                peer.close(me, &mut |k| nd.idle(k))?;
+            } else {
+                peer.done(&mut |k| nd.idle(k))?;
+            }
         }
-        ctrl.send_line(&format!("size {size}"))?;
-        expect(&mut ctrl, &nd, "go")?;
-        let r = match s.mode {
-            Mode::Lat => lat_client(&mut link, size, &mut progress),
-            Mode::Bw => bw_client(&mut link, size, &mut progress),
-        };
-        let r = r.map_err(|e| {
-            progress.finish();
-            let _ = ctrl.send_line(&format!("error {e}"));
-            CliError::new(format!("{} {} {size} B: {e}", s.verb.name(), s.mode.name()))
-        })?;
-        ctrl.send_line(&format!("end {size}"))?;
-        expect(&mut ctrl, &nd, "ok")?;
-        results.push(r);
+        (Mode::Bw, _) => {
+            if client {
+                for (i, &size) in s.sizes.iter().enumerate() {
+                    stage(progress, i, size);
+                    results
+                        .push(bw_client(link, size, check, progress).map_err(|e| fail(size, e))?);
+                }
+            }
+            peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
+            let mine = match results.last() {
+                Some(r) => bw_report_of(s, r, req.report_gbits),
+                None => BwReport::default(),
+            };
+            let theirs = peer.bw_reports(&mine, &mut |k| nd.idle(k))?;
+            if !client {
+                check_report(&theirs, s)?;
+                peer_report = Some(theirs);
+            }
+            peer.close(me, &mut |k| nd.idle(k))?;
+        }
+        (Mode::Lat, Verb::Write) => {
+            for (i, &size) in s.sizes.iter().enumerate() {
+                stage(progress, i, size);
+                results.push(
+                    lat_run(link, size, !client, check, progress).map_err(|e| fail(size, e))?,
+                );
+            }
+        }
+        (Mode::Lat, Verb::Send) => {
+            for (i, &size) in s.sizes.iter().enumerate() {
+                stage(progress, i, size);
+                peer.hand_shake(me, Wait::Test, &mut |k| nd.idle(k))?;
+                results
+                    .push(lat_run(link, size, client, check, progress).map_err(|e| fail(size, e))?);
+            }
+            peer.close(me, &mut |k| nd.idle(k))?;
+        }
+        (Mode::Lat, _) => {
+            if client {
+                for (i, &size) in s.sizes.iter().enumerate() {
+                    stage(progress, i, size);
+                    results.push(
+                        lat_run(link, size, true, check, progress).map_err(|e| fail(size, e))?,
+                    );
+                }
+            }
+            peer.close(me, &mut |k| nd.idle(k))?;
+        }
     }
-    progress.finish();
-    let text = report::text(&s, &results, req.report_gbits);
-    crate::say(&text)?;
-    let results_json: Vec<Value> = results
+    // the last ACKs of what we served reach the peer
+    nd.turn_for(Duration::from_millis(50));
+    Ok(Outcome {
+        results,
+        peer_report,
+    })
+}
+
+/// perftest's report of one size: MB/s (2^20) or Gb/s, Mpps.
+fn bw_report_of(s: &Settings, r: &SizeResult, gbits: bool) -> BwReport {
+    BwReport {
+        size: r.bytes as u64,
+        iters: if s.duration.is_some() {
+            r.iterations
+        } else {
+            s.iters * s.qps as u64
+        },
+        bw_peak: report::bw_value(r.peak_bps, gbits),
+        bw_avg: report::bw_value(r.avg_bps, gbits),
+        msg_rate: r.msg_rate / 1e6,
+    }
+}
+
+/// The client's report, as the server prints it: numbers, not garbage.
+fn check_report(r: &BwReport, s: &Settings) -> Result<(), CliError> {
+    let ok = |x: f64| x.is_finite() && x >= 0.0;
+    if !(ok(r.bw_peak) && ok(r.bw_avg) && ok(r.msg_rate)) || r.size == 0 {
+        return Err(CliError::new(format!(
+            "the client's report is malformed: {r:?}"
+        )));
+    }
+    if s.sizes.last().is_some_and(|&l| l as u64 != r.size) {
+        eprintln!(
+            "rnic: the client's last size is {} bytes, this server's {:?}: start both with the same -s/-a",
+            r.size,
+            s.sizes.last()
+        );
+    }
+    Ok(())
+}
+
+/// A result line built from the numbers of perftest's report.
+fn result_of_report(r: &BwReport, gbits: bool) -> SizeResult {
+    let unit = if gbits {
+        1e9 / 8.0
+    } else {
+        (1u64 << 20) as f64
+    };
+    SizeResult {
+        bytes: r.size as usize,
+        iterations: r.iters,
+        elapsed: Duration::ZERO,
+        samples: Vec::new(),
+        hist: crate::perf::new_histogram(),
+        peak_bps: r.bw_peak * unit,
+        avg_bps: r.bw_avg * unit,
+        msg_rate: r.msg_rate * 1e6,
+    }
+}
+
+/// Our data checks as the server of two rnic sides, once the client has
+/// told its operation count.
+fn server_checks(s: &Settings, nd: &NetDev, client_ops: u64) -> Result<(), String> {
+    let h = half(s.sizes.iter().copied().max().unwrap_or(8));
+    let last = s.sizes.last().copied().unwrap_or(0);
+    match (s.verb, s.mode) {
+        (Verb::Write, Mode::Bw) => {
+            measure::check_pattern(nd, h, last, "the last RDMA WRITE's data")
+        }
+        (Verb::Atomic, _) => {
+            let mut b = [0u8; 8];
+            nd.mem.read(h, &mut b);
+            let v = u64::from_le_bytes(b);
+            if v == client_ops {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the FETCH_AND_ADD counter is {v} after {client_ops} additions of 1"
+                ))
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+fn finish(
+    req: &PerfRequest,
+    s: &Settings,
+    mut nd: NetDev,
+    mut peer: Peer,
+    out: Outcome,
+    ops: u64,
+) -> Result<(), CliError> {
+    let client = peer.client;
+    let results_json: Vec<Value> = out
+        .results
         .iter()
-        .map(|r| report::result_json(&s, r, req.report_gbits))
+        .map(|r| report::result_json(s, r, req.report_gbits))
         .collect();
-    let local = nd.json("client");
-    let done = json!({"results": results_json, "report": text, "device": local});
-    ctrl.send_line(&format!("done {done}"))?;
-    let reply = expect(&mut ctrl, &nd, "done")?;
-    let remote: Value = serde_json::from_str(reply.trim_start_matches("done").trim())
-        .map_err(|e| CliError::new(format!("the server's counters: {e}")))?;
-    let devices = Value::Array(vec![local, remote["device"].clone()]);
+    let own_text = if out.results.is_empty() {
+        String::new()
+    } else if !client && s.mode == Mode::Bw {
+        report::bw_table(&out.results, req.report_gbits)
+    } else {
+        report::text(s, &out.results, req.report_gbits)
+    };
+    let local = nd.json(if client { "client" } else { "server" });
+    let mut remote = Value::Null;
+    let mut shown = own_text.clone();
+    let mut results_doc = Value::Array(results_json.clone());
+    if peer.rnic() {
+        if client {
+            let done =
+                json!({"results": results_json, "report": own_text, "device": local, "ops": ops});
+            peer.ctrl.send_line(&format!("rnic-done {done}"))?;
+            let l = peer.ctrl.recv_line()?;
+            let v: Value = l
+                .strip_prefix("rnic-done ")
+                .and_then(|j| serde_json::from_str(j).ok())
+                .ok_or_else(|| CliError::new(format!("the server said {l:?}")))?;
+            if let Some(e) = v["error"].as_str() {
+                return Err(CliError::new(format!("the server's data check: {e}")));
+            }
+            remote = v["device"].clone();
+        } else {
+            let l = peer.ctrl.recv_line()?;
+            let v: Value = l
+                .strip_prefix("rnic-done ")
+                .and_then(|j| serde_json::from_str(j).ok())
+                .ok_or_else(|| CliError::new(format!("the client said {l:?}")))?;
+            let checked = server_checks(s, &nd, v["ops"].as_u64().unwrap_or(0));
+            let err = checked.as_ref().err().cloned();
+            peer.ctrl.send_line(&format!(
+                "rnic-done {}",
+                json!({"device": local, "error": err})
+            ))?;
+            if let Some(e) = err {
+                return Err(CliError::new(format!("data check: {e}")));
+            }
+            remote = v["device"].clone();
+            // the ping-pong and SEND servers measured for themselves
+            if out.results.is_empty() {
+                shown = v["report"].as_str().unwrap_or("").to_string();
+                results_doc = v["results"].clone();
+            }
+        }
+    } else if !client && s.mode == Mode::Lat && matches!(s.verb, Verb::Read | Verb::Atomic) {
+        shown = format!(
+            " (the client measures: a {} server only lends its memory and prints no result, as perftest's)\n{}\n",
+            title(s.verb, s.mode),
+            report::RESULT_LINE
+        );
+    } else if let Some(r) = &out.peer_report {
+        let r = result_of_report(r, req.report_gbits);
+        shown = report::bw_table(std::slice::from_ref(&r), req.report_gbits);
+        results_doc = Value::Array(vec![report::result_json(s, &r, req.report_gbits)]);
+    }
     nd.stop();
-    let several = results.len() > 1;
+    crate::say(&shown)?;
+    let mut devices = vec![local];
+    if !remote.is_null() {
+        devices.push(remote);
+    }
+    let devices = Value::Array(devices);
+    let several = out.results.len() > 1;
     if let Some(p) = &req.hgrm {
-        for r in &results {
+        if out.results.is_empty() {
+            eprintln!("rnic: --hgrm: the client keeps the histograms; give it to the client");
+        }
+        for r in &out.results {
             let path = crate::perfcmd::per_size_path(p, r.bytes, several);
             write_file(&path, &report::hgrm(&r.hist))?;
             eprintln!("rnic: wrote {}", path.display());
         }
     }
     if let Some(p) = &req.plot {
-        let t = format!(
-            "rnic perf {} {}: {}",
-            s.verb.name(),
-            s.mode.name(),
-            dev_note(&nd)
-        );
-        write_file(p, &report::svg(&t, &results))?;
-        eprintln!("rnic: wrote {}", p.display());
+        if out.results.is_empty() {
+            eprintln!("rnic: --plot: the client keeps the histograms; give it to the client");
+        } else {
+            let t = format!(
+                "rnic perf {} {}: {}",
+                s.verb.name(),
+                s.mode.name(),
+                dev_note(&nd)
+            );
+            write_file(p, &report::svg(&t, &out.results))?;
+            eprintln!("rnic: wrote {}", p.display());
+        }
     }
     if let Some(p) = &req.pcap {
         eprintln!(
@@ -376,10 +805,11 @@ fn client(req: &PerfRequest, mut s: Settings, peer: &str) -> Result<(), CliError
     if let Some(p) = &req.json {
         let doc = dev_json_doc(
             req,
-            &s,
+            s,
             &nd,
-            "client",
-            Value::Array(results_json),
+            if client { "client" } else { "server" },
+            peer.version.as_ref().map(|v| v.text.clone()),
+            results_doc,
             devices.clone(),
         );
         let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
@@ -392,108 +822,40 @@ fn client(req: &PerfRequest, mut s: Settings, peer: &str) -> Result<(), CliError
     Ok(())
 }
 
-fn server(req: &PerfRequest, mut s: Settings) -> Result<(), CliError> {
-    let ifname = req
-        .dev
-        .clone()
-        .ok_or_else(|| CliError::usage("the server needs its interface: --dev IFACE"))?;
-    let mut nd = NetDev::open(&dev_options(req, &ifname, 4096)?)?;
-    let listener = oob::listen(req.port)?;
-    eprintln!(
-        "rnic: {} via {}: waiting for a client on TCP port {}",
-        nd.ifname, nd.backend, req.port
-    );
-    let mut ctrl = Ctrl::accept(&listener)?;
-    drop(listener);
-    let ch = recv_hello(&mut ctrl)?;
-    if (ch.verb, ch.mode, ch.qp_type) != (s.verb, s.mode, s.qp_type) {
-        let why = format!(
-            "the server runs {} {} {}, the client asked for {} {} {}",
-            s.verb.name(),
-            s.mode.name(),
-            conn_name(s.qp_type),
-            ch.verb.name(),
-            ch.mode.name(),
-            conn_name(ch.qp_type)
-        );
-        let _ = ctrl.send_line(&format!("error {why}"));
-        return Err(CliError::new(why));
-    }
-    // the client's run parameters apply
-    s.sizes = ch.sizes.clone();
-    s.iters = ch.iters.max(1);
-    s.duration = (ch.duration > 0).then(|| Duration::from_secs(ch.duration));
-    s.qps = ch.qps.len() as u32;
-    s.tx_depth = ch.tx_depth;
-    s.mtu = ch.mtu.min(nd.max_mtu);
-    nd.register(s.mem_len())?;
-    let mine = make_qps(&mut nd, &s, ch.qps.len(), s.verb == Verb::Send)?;
-    connect_all(&nd, &s, &mine, &ch)?;
-    let me = my_hello(&s, &nd, "server", s.mtu, &mine);
-    send_hello(&mut ctrl, &me)?;
-    crate::say(&header(&s, &nd, &me, &ch))?;
-    let qpns = mine.iter().map(|q| q.0).collect();
-    let mut link = Link::new(&nd, &s, qpns, ch.rkey, ch.va);
-    let done = loop {
-        let l = next_line(&mut ctrl, &nd)?;
-        let mut w = l.split_whitespace();
-        match w.next() {
-            Some("size") => {
-                let size: usize = w
-                    .next()
-                    .and_then(|x| x.parse().ok())
-                    .filter(|x| s.sizes.contains(x))
-                    .ok_or_else(|| CliError::new(format!("the client said {l:?}")))?;
-                let served = serve(&mut link, &mut ctrl, size)?;
-                ctrl.send_line(&format!("ok {served}"))?;
-            }
-            Some("done") => break l,
-            Some("error") => {
-                return Err(CliError::new(format!(
-                    "the client failed: {}",
-                    l.trim_start_matches("error ")
-                )))
-            }
-            _ => return Err(CliError::new(format!("the client said {l:?}"))),
-        }
-    };
-    let client: Value = serde_json::from_str(done.trim_start_matches("done").trim())
-        .map_err(|e| CliError::new(format!("the client's results: {e}")))?;
-    let local = nd.json("server");
-    ctrl.send_line(&format!("done {}", json!({ "device": local })))?;
-    nd.stop();
-    crate::say(client["report"].as_str().unwrap_or(""))?;
-    let devices = Value::Array(vec![local, client["device"].clone()]);
-    for (flag, given) in [
-        ("--hgrm", req.hgrm.is_some()),
-        ("--plot", req.plot.is_some()),
-    ] {
-        if given {
-            eprintln!("rnic: {flag}: the client keeps the histograms; give it to the client");
-        }
-    }
-    if let Some(p) = &req.pcap {
-        eprintln!(
-            "rnic: wrote {} (the first {} frames the port sent or received)",
-            p.display(),
-            req.pcap_frames
-        );
-    }
-    if let Some(p) = &req.json {
-        let doc = dev_json_doc(
-            req,
-            &s,
-            &nd,
-            "server",
-            client["results"].clone(),
-            devices.clone(),
-        );
-        let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
-        write_file(p, &(text + "\n"))?;
-        eprintln!("rnic: wrote {}", p.display());
-    }
-    if let Err(e) = stats::save(&req.command, devices) {
-        eprintln!("rnic: warning: counters not saved for `rnic stats`: {e}");
-    }
-    Ok(())
+/// The JSON document of a run on real interfaces.
+fn dev_json_doc(
+    req: &PerfRequest,
+    s: &Settings,
+    nd: &NetDev,
+    role: &str,
+    peer_version: Option<String>,
+    results: Value,
+    devices: Value,
+) -> Value {
+    json!({
+        "tool": "rnic",
+        "version": env!("CARGO_PKG_VERSION"),
+        "command": req.command,
+        "test": s.verb.name(),
+        "mode": s.mode.name(),
+        "title": title(s.verb, s.mode),
+        "transport": dev_note(nd),
+        "method": s.method(),
+        "role": role,
+        "interface": nd.ifname,
+        "backend": nd.backend,
+        "peer_version": peer_version,
+        "settings": {
+            "connection": conn_name(s.qp_type),
+            "qps": s.qps,
+            "mtu": s.mtu,
+            "tx_depth": s.tx_depth,
+            "iterations": s.iters,
+            "duration_sec": s.duration.map(|d| d.as_secs()),
+            "sizes": s.sizes,
+            "report_gbits": req.report_gbits,
+        },
+        "results": results,
+        "devices": devices,
+    })
 }
