@@ -244,6 +244,22 @@ fn a_server_refuses_a_client_asking_for_another_test() {
         "{cerr}"
     );
     assert_eq!(cerr.lines().count(), 1, "one line: {cerr}");
+
+    // a client may not make the server allocate more than perftest's
+    // largest size (8 MiB) unless the server was started with a larger -s
+    let (s, c) = pair(
+        &l,
+        state.path(),
+        &["perf", "write", "bw"],
+        &["perf", "write", "bw", "-n", "10", "-s", "16777216"],
+        LIMIT,
+    );
+    assert!(!s.status.success() && !c.status.success(), "{}\n{}", text(&s), text(&c));
+    let cerr = String::from_utf8_lossy(&c.stderr);
+    assert!(
+        cerr.contains("the client asks for 16777216-byte messages; this server takes at most 8388608"),
+        "{cerr}"
+    );
 }
 
 #[test]

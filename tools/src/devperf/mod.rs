@@ -212,12 +212,18 @@ fn adopt(s: &mut Settings, v: &Value) -> Result<(), String> {
         .map(|x| x.as_u64().map(|x| x as usize))
         .collect::<Option<_>>()
         .ok_or_else(bad)?;
-    if sizes.is_empty()
-        || sizes.len() > 64
-        || sizes
-            .iter()
-            .any(|&x| x == 0 || x > crate::perfcmd::MAX_SIZE)
-    {
+    // The server allocates for the largest size: a client may ask for up
+    // to perftest's largest (-a: 2^23 bytes) or what the server itself was
+    // started with, not more (untrusted input must not make it allocate
+    // gigabytes).
+    let limit = s.sizes.iter().copied().max().unwrap_or(0).max(MAX_CLIENT_SIZE);
+    if let Some(&x) = sizes.iter().find(|&&x| x > limit) {
+        return Err(format!(
+            "the client asks for {x}-byte messages; this server takes at most {limit} \
+             (start it with -s {x} to allow more)"
+        ));
+    }
+    if sizes.is_empty() || sizes.len() > 64 || sizes.contains(&0) {
         return Err(bad());
     }
     let iters = v["iters"].as_u64().filter(|&x| x > 0).ok_or_else(bad)?;
@@ -271,6 +277,10 @@ fn rnic_settings(peer: &mut Peer, s: &mut Settings) -> Result<(), CliError> {
 }
 
 // ---- QPs ----
+
+/// The largest message a server takes from a client by default: perftest's
+/// largest (`-a` runs 2 B .. 8 MiB).
+const MAX_CLIENT_SIZE: usize = 1 << 23;
 
 /// Creates `n` QPs, brings them to INIT and (where SENDs arrive) posts
 /// receives. Returns (QPN, first PSN) pairs.
