@@ -68,19 +68,25 @@ host_sync() {
   echo "host_sync $1: the host did not release" >&2; return 1
 }
 
-# Run what the host drops in /share/req (ID.sh) in the background, each with
-# its output in /share/logs/ID.guest.log and its status in /share/req/ID.rc,
-# until /share/req/stop appears.
+# Run what the host drops in /share/req (ID.sh) in the background, each in
+# its own session, with its output in /share/logs/ID.guest.log and its status
+# in /share/req/ID.rc; ID.kill stops ID's session. Until /share/req/stop.
 agent() {
-  local f id
+  local f id pid
   glog "agent: serving the host"
   while :; do
     for f in "$SH"/req/*.sh; do
       [ -e "$f" ] || continue
       id=${f##*/}; id=${id%.sh}
       mv "$f" "$SH/req/$id.run" 2>/dev/null || continue
-      ( bash "$SH/req/$id.run" > "$SH/logs/$id.guest.log" 2>&1 < /dev/null
+      ( setsid -w bash "$SH/req/$id.run" > "$SH/logs/$id.guest.log" 2>&1 < /dev/null
         echo $? > "$SH/req/$id.rc.tmp"; mv "$SH/req/$id.rc.tmp" "$SH/req/$id.rc" ) &
+    done
+    for f in "$SH"/req/*.kill; do
+      [ -e "$f" ] || continue
+      id=${f##*/}; id=${id%.kill}
+      pid=$(cat "$SH/req/$id.pid" 2>/dev/null) && kill -TERM -- "-$pid" 2>/dev/null
+      rm -f "$f"
     done
     [ -e "$SH/req/stop" ] && break
     sleep 0.1

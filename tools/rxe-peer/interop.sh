@@ -70,13 +70,26 @@ table inet rxe_peer {
   chain input { type filter hook input priority 0; iifname "$LVA" udp dport 4791 drop; }
 }
 EOF
-  # Both directions carry UDP destination port 4791 (RoCEv2 requests and ACKs alike).
+}
+
+# The drop rules for one loss case: ~LOSS_PCT % of UDP 4791 frames both ways
+# (requests and ACKs alike carry destination port 4791), except the ACKs
+# (BTH opcode 0x11, the byte after the UDP header) the pingpong *client*
+# sends: the client leaves as soon as its last message is ACKed and the
+# server's last message has arrived, so if the ACK of that last message is
+# lost nobody is left to answer the server's retransmissions (rxe treats
+# rdma-core's retry_cnt 7 as "retry forever").
+loss_rules() {
+  local client_if=$TAP
+  [ "$1" = rnic-client ] && client_if=$LVB
   ip netns exec "$NS" nft -f - <<EOF
+table inet rxe_peer_loss
+delete table inet rxe_peer_loss
 table inet rxe_peer_loss {
   chain forward {
     type filter hook forward priority 0;
-    udp dport 4791 iifname "$TAP" numgen random mod 100 < $LOSS_PCT counter drop
-    udp dport 4791 iifname "$LVB" numgen random mod 100 < $LOSS_PCT counter drop
+    iifname "$client_if" udp dport 4791 @th,64,8 0x11 counter accept
+    udp dport 4791 numgen random mod 100 < $LOSS_PCT counter drop
   }
 }
 EOF
@@ -94,6 +107,7 @@ pp_case() {
   if [ "$RXE_CHK" = 1 ] && [ "$RNIC_CHK" = 1 ]; then g+=" -c"; r+=(-c); fi
   if [ "$path" = lossy ]; then
     rns=$LNS rdev=$LVA rip=$LOSS_IP lossy=(--lossy) to=300
+    loss_rules "$role"
   fi
   # AF_XDP frames bypass tcpdump on the host side: rnic records its own port.
   r+=(-d "$rdev" --pcap "$OUT/pcap/$name.rnic.pcap")
@@ -103,9 +117,14 @@ pp_case() {
   g_run "$name.gcap" "gcap_start $name" 30 || why+=(guest-capture)
   if [ "$role" = rnic-client ]; then
     g_start "$name.rxe" "echo '# $tool $g'; $tool $g" "$to"
-    g_run "$name.listen" "wait_tcp $PP_PORT 60" 90 || why+=(rxe-server-not-listening)
     echo "# rnic ${r[*]} $GUEST_IP" > "$L/$name.rnic.log"
-    ip netns exec "$rns" timeout -k 5 "$to" "$RNIC" "${r[@]}" "$GUEST_IP" >> "$L/$name.rnic.log" 2>&1 || rrc=$?
+    if g_run "$name.listen" "wait_tcp $PP_PORT 60" 90; then
+      ip netns exec "$rns" timeout -k 5 "$to" "$RNIC" "${r[@]}" "$GUEST_IP" >> "$L/$name.rnic.log" 2>&1 || rrc=$?
+    else
+      why+=(rxe-server-not-listening); rrc=125
+    fi
+    # a failed client leaves the server waiting for ever: stop it now
+    [ $rrc = 0 ] || { sleep 1; g_kill "$name.rxe"; }
     g_wait "$name.rxe" $((to + 30)) || grc=$?
   else
     echo "# rnic ${r[*]}" > "$L/$name.rnic.log"
@@ -117,7 +136,12 @@ pp_case() {
       kill -0 "$rpid" 2>/dev/null || break
       sleep 0.1
     done
-    g_run "$name.rxe" "echo '# $tool $g $rip'; $tool $g $rip" "$to" || grc=$?
+    if kill -0 "$rpid" 2>/dev/null; then
+      g_run "$name.rxe" "echo '# $tool $g $rip'; $tool $g $rip" "$to" || grc=$?
+    else
+      echo "# not run: rnic's server is gone" > "$L/$name.rxe.guest.log"; grc=125
+    fi
+    [ $grc = 0 ] || { sleep 1; kill -TERM "$rpid" 2>/dev/null || true; }
     wait "$rpid" || rrc=$?
   fi
   g_run "$name.gcapstop" "gcap_stop $name" 30 >/dev/null || why+=(guest-capture)
@@ -130,9 +154,9 @@ pp_case() {
     # rdma-core's --chk prints "invalid data in page N" (and keeps going)
     grep -qi 'invalid data\|mismatch\|corrupt' "$f" 2>/dev/null && why+=("data-check:${f##*/}")
   done
-  # rnic's own record is taken at its port, before any loss: never lossy.
+  # rnic's own record (its port) misses what the router dropped on the way to it.
   {
-    "$RNIC" pcap check "$OUT/pcap/$name.rnic.pcap" 2>&1 || prc=$?
+    "$RNIC" pcap check "${lossy[@]}" "$OUT/pcap/$name.rnic.pcap" 2>&1 || prc=$?
     "$RNIC" pcap check "${lossy[@]}" "$OUT/pcap/$name.host.pcap" 2>&1 || prc=$?
     "$RNIC" pcap check "${lossy[@]}" "$OUT/pcap/$name.guest.pcap" 2>&1 || prc=$?
   } > "$L/$name.pcap-check.log"
