@@ -85,7 +85,8 @@ agent() {
     for f in "$SH"/req/*.kill; do
       [ -e "$f" ] || continue
       id=${f##*/}; id=${id%.kill}
-      pid=$(cat "$SH/req/$id.pid" 2>/dev/null) && kill -TERM -- "-$pid" 2>/dev/null
+      # the whole session: timeout(1) puts its command in a process group of its own
+      pid=$(cat "$SH/req/$id.pid" 2>/dev/null) && pkill -TERM -s "$pid"
       rm -f "$f"
     done
     [ -e "$SH/req/stop" ] && break
