@@ -1,7 +1,10 @@
 //! Client-visible 64 B RDMA WRITE latency (post → signaled completion),
 //! through the daemon (rnicd on the in-memory wire, a separate process,
 //! shared-memory rings) against the in-process engine (nic::engine,
-//! lock-free queues) on the same in-memory wire, in the same run.
+//! lock-free queues) on the same in-memory wire, in the same run. In both,
+//! the two devices share ONE engine thread (`Engine::start_group`, `rnicd
+//! --one-thread`), so a run has two busy threads — the client and the
+//! engine — and fits a two-core machine without time-slicing.
 //!
 //! cargo build --release -p softrnic && \
 //!   cargo run --release -p softrnic --example latency [-- ITERS]
@@ -44,17 +47,22 @@ fn in_process(iters: usize) -> Vec<u64> {
         Gid::from_ipv4([192, 0, 2, 2].into()),
     ];
     let ports: Vec<Box<dyn nic::io::Port>> = vec![Box::new(p0), Box::new(p1)];
+    // both devices on one engine thread, as `rnicd --mem-pair --one-thread`
+    let members = ports
+        .into_iter()
+        .enumerate()
+        .map(|(i, port)| (Rnic::new(RnicConfig::new(macs[i], gids[i])), port, None))
+        .collect();
+    let engines = Engine::start_group(
+        members,
+        EngineConfig {
+            spin: 200,
+            park: Duration::from_micros(200),
+            ..Default::default()
+        },
+    );
     let mut nodes = Vec::new();
-    for (i, port) in ports.into_iter().enumerate() {
-        let engine = Engine::start(
-            Rnic::new(RnicConfig::new(macs[i], gids[i])),
-            port,
-            EngineConfig {
-                spin: 200,
-                park: Duration::from_micros(200),
-                ..Default::default()
-            },
-        );
+    for engine in engines {
         let dev = engine.device();
         let cq = dev.create_cq(4096).unwrap();
         let mem = Arc::new(HeapMemory::new(1 << 16));
@@ -136,7 +144,7 @@ fn daemon(iters: usize) -> Vec<u64> {
     let rnicd = exe.parent().unwrap().parent().unwrap().join("rnicd");
     let dir = std::env::temp_dir().join(format!("softrnic-bench-{}", std::process::id()));
     let mut child = Command::new(&rnicd)
-        .args(["--mem-pair", "--name", "b", "--sock-dir"])
+        .args(["--mem-pair", "--one-thread", "--name", "b", "--sock-dir"])
         .arg(&dir)
         .stdout(Stdio::piped())
         .spawn()

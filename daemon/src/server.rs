@@ -88,42 +88,79 @@ pub struct Server {
 impl Server {
     /// Starts the engine on `port` and listens on `<sock_dir>/<name>.sock`.
     pub fn start(port: Box<dyn Port>, cfg: ServerConfig) -> std::io::Result<Server> {
-        let mac = port.mac();
-        let mtu = port.mtu() as u32;
-        let mut rc = RnicConfig::new(mac, cfg.gid);
-        rc.seed = rand::random();
-        let rnic = Rnic::new(rc);
-        let dp = Arc::new(Mutex::new(DataPlane::default()));
-        let hdp = dp.clone();
-        let hook: nic::engine::TurnHook = Box::new(move |r: &mut Rnic| match hdp.try_lock() {
-            Ok(mut d) => d.turn(r),
-            Err(_) => 1,
-        });
-        let mut ecfg = cfg.engine.clone();
-        ecfg.name = format!("rnicd-{}", cfg.name);
-        let engine = Engine::start_with_hook(rnic, port, ecfg, Some(hook));
-        std::fs::create_dir_all(&cfg.sock_dir)?;
-        let path = cfg.sock_dir.join(format!("{}.sock", cfg.name));
-        let listener = Listener::bind(&path, cfg.mode)?;
-        let sh = Arc::new(Shared {
-            dev: engine.device(),
-            dp,
-            reg: Mutex::new(Registry::default()),
-            mac: mac.0,
-            mtu,
-            stop: AtomicBool::new(false),
-            cfg,
-        });
-        let s2 = sh.clone();
-        let accept = std::thread::Builder::new()
-            .name("rnicd-accept".into())
-            .spawn(move || accept_loop(s2, listener))?;
-        Ok(Server {
-            sh,
-            engine: Some(engine),
-            accept: Some(accept),
-            path,
-        })
+        let mut v = Server::start_many(vec![(port, cfg)], false)?;
+        Ok(v.pop().expect("one server"))
+    }
+
+    /// Starts a device per `(port, config)`: each with an engine thread of
+    /// its own, or — `one_thread` — all on ONE engine thread
+    /// (`Engine::start_group`, pinned and tuned by the first config's
+    /// engine settings), e.g. both ends of an in-memory wire on a machine
+    /// with few cores.
+    pub fn start_many(
+        items: Vec<(Box<dyn Port>, ServerConfig)>,
+        one_thread: bool,
+    ) -> std::io::Result<Vec<Server>> {
+        let mut members = Vec::new();
+        let mut rest = Vec::new();
+        for (port, cfg) in items {
+            let mac = port.mac();
+            let mtu = port.mtu() as u32;
+            let mut rc = RnicConfig::new(mac, cfg.gid);
+            rc.seed = rand::random();
+            let rnic = Rnic::new(rc);
+            let dp = Arc::new(Mutex::new(DataPlane::default()));
+            let hdp = dp.clone();
+            let hook: nic::engine::TurnHook =
+                Box::new(move |r: &mut Rnic| match hdp.try_lock() {
+                    Ok(mut d) => d.turn(r),
+                    Err(_) => 1,
+                });
+            members.push((rnic, port, Some(hook)));
+            rest.push((dp, mac, mtu, cfg));
+        }
+        let engines: Vec<Engine> = match rest.first() {
+            Some((_, _, _, first)) if one_thread => {
+                let mut ecfg = first.engine.clone();
+                ecfg.name = format!("rnicd-{}", first.name);
+                Engine::start_group(members, ecfg)
+            }
+            _ => members
+                .into_iter()
+                .zip(&rest)
+                .map(|((rnic, port, hook), (_, _, _, cfg))| {
+                    let mut ecfg = cfg.engine.clone();
+                    ecfg.name = format!("rnicd-{}", cfg.name);
+                    Engine::start_with_hook(rnic, port, ecfg, hook)
+                })
+                .collect(),
+        };
+        let mut servers = Vec::new();
+        for (engine, (dp, mac, mtu, cfg)) in engines.into_iter().zip(rest) {
+            std::fs::create_dir_all(&cfg.sock_dir)?;
+            let path = cfg.sock_dir.join(format!("{}.sock", cfg.name));
+            let listener = Listener::bind(&path, cfg.mode)?;
+            let sh = Arc::new(Shared {
+                dev: engine.device(),
+                dp,
+                reg: Mutex::new(Registry::default()),
+                mac: mac.0,
+                mtu,
+                stop: AtomicBool::new(false),
+                cfg,
+            });
+            let s2 = sh.clone();
+            let accept = std::thread::Builder::new()
+                .name("rnicd-accept".into())
+                .spawn(move || accept_loop(s2, listener))?;
+            servers.push(Server {
+                sh,
+                engine: Some(engine),
+                accept: Some(accept),
+                path,
+            });
+        }
+        Ok(servers)
     }
 
     pub fn socket_path(&self) -> &Path {

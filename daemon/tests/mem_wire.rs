@@ -15,7 +15,21 @@ fn daemon(tag: &str) -> Daemon {
 /// both atomics between two client processes; data checked on both sides.
 #[test]
 fn two_processes_every_verb_over_mem_wire() {
-    let d = daemon("verbs");
+    every_verb(daemon("verbs"));
+}
+
+/// The same with both devices on one engine thread (`--one-thread`).
+#[test]
+fn two_processes_every_verb_with_one_engine_thread() {
+    let dir = tempdir("verbs1");
+    every_verb(Daemon::start(
+        None,
+        &["--mem-pair", "--one-thread", "--name", "t"],
+        &dir,
+    ));
+}
+
+fn every_verb(d: Daemon) {
     let mut a = Client::spawn("a", None, "verbs-a", &d.sock("t0"), &[]);
     let mut b = Client::spawn("b", None, "verbs-b", &d.sock("t1"), &[]);
     pair(&mut a, &mut b);

@@ -83,6 +83,22 @@ struct Shared {
     /// An inline engine's loop, turned by the application (`Device::turn`);
     /// None for a threaded engine and once an inline engine has stopped.
     inline: Option<Mutex<Option<Loop>>>,
+    /// A member of a group ([`Engine::start_group`]): its loop's statistics,
+    /// left here by the group thread when it drops the loop after `stop`.
+    done: Mutex<Option<EngineStats>>,
+}
+
+impl Shared {
+    fn new(post_queue: usize, inline: Option<Mutex<Option<Loop>>>) -> Shared {
+        Shared {
+            stop: AtomicBool::new(false),
+            posts: ArrayQueue::new(post_queue.max(1)),
+            thread: Mutex::new(None),
+            new_cqs: Mutex::new(Vec::new()),
+            inline,
+            done: Mutex::new(None),
+        }
+    }
 }
 
 impl Shared {
@@ -121,6 +137,9 @@ pub struct Engine {
     shared: Arc<Shared>,
     calls: Sender<Call>,
     join: Option<JoinHandle<EngineStats>>,
+    /// A group member: the group's thread, joined by whichever member
+    /// stops last.
+    group: Option<Arc<Mutex<Option<JoinHandle<()>>>>>,
 }
 
 /// A completion queue as the application sees it.
@@ -164,13 +183,8 @@ impl Engine {
         hook: Option<TurnHook>,
     ) -> Engine {
         rnic.set_link_speed(port.link_speed_bps());
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            posts: ArrayQueue::new(cfg.post_queue.max(1)),
-            thread: Mutex::new(None),
-            new_cqs: Mutex::new(Vec::new()),
-            inline: None,
-        });
+        rnic.set_port_ip_mtu(port.mtu());
+        let shared = Arc::new(Shared::new(cfg.post_queue, None));
         let (calls, rx) = channel::unbounded::<Call>();
         let sh = shared.clone();
         let name = cfg.name.clone();
@@ -187,7 +201,51 @@ impl Engine {
             shared,
             calls,
             join: Some(join),
+            group: None,
         }
+    }
+
+    /// Several devices on ONE engine thread, turned one after the other
+    /// each round (as one DPDK lcore serves several ports): e.g. both ends
+    /// of an in-memory wire, so that a two-core machine has one busy engine
+    /// thread instead of two. Each member gets its own [`Engine`] (posts,
+    /// calls, completions and `stop` are per device); the thread ends when
+    /// every member has stopped. When all members are idle the thread
+    /// parks until a doorbell or the next timer (at most `cfg.park`): a
+    /// frame arriving on a port does not end the park early, unlike a
+    /// single-device engine, which waits on its port.
+    pub fn start_group(
+        members: Vec<(Rnic, Box<dyn Port>, Option<TurnHook>)>,
+        cfg: EngineConfig,
+    ) -> Vec<Engine> {
+        let mut loops = Vec::new();
+        let mut engines = Vec::new();
+        let group = Arc::new(Mutex::new(None));
+        for (mut rnic, port, hook) in members {
+            rnic.set_link_speed(port.link_speed_bps());
+            rnic.set_port_ip_mtu(port.mtu());
+            let shared = Arc::new(Shared::new(cfg.post_queue, None));
+            let (calls, rx) = channel::unbounded::<Call>();
+            loops.push((Loop::new(rnic, port, cfg.clone(), Some(rx), hook), shared.clone()));
+            engines.push(Engine {
+                shared,
+                calls,
+                join: None,
+                group: Some(group.clone()),
+            });
+        }
+        let shareds: Vec<Arc<Shared>> = loops.iter().map(|(_, s)| s.clone()).collect();
+        let join = std::thread::Builder::new()
+            .name(cfg.name.clone())
+            .spawn(move || run_group(loops, cfg))
+            .expect("spawn the engine thread");
+        *group.lock().expect("not poisoned") = Some(join);
+        for sh in shareds {
+            while sh.thread.lock().map(|t| t.is_none()).unwrap_or(false) {
+                std::thread::yield_now();
+            }
+        }
+        engines
     }
 
     /// An engine without a thread of its own (run to completion, as a
@@ -201,24 +259,20 @@ impl Engine {
     /// between a core of its own and sharing one with the engine.
     pub fn start_inline(mut rnic: Rnic, port: Box<dyn Port>, cfg: EngineConfig) -> Engine {
         rnic.set_link_speed(port.link_speed_bps());
+        rnic.set_port_ip_mtu(port.mtu());
         if let Some(core) = cfg.core {
             core_affinity::set_for_current(core_affinity::CoreId { id: core });
         }
-        let posts = ArrayQueue::new(cfg.post_queue.max(1));
+        let post_queue = cfg.post_queue;
         let lp = Loop::new(rnic, port, cfg, None, None);
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            posts,
-            thread: Mutex::new(None),
-            new_cqs: Mutex::new(Vec::new()),
-            inline: Some(Mutex::new(Some(lp))),
-        });
+        let shared = Arc::new(Shared::new(post_queue, Some(Mutex::new(Some(lp)))));
         // calls never go through the channel of an inline engine
         let (calls, _) = channel::unbounded::<Call>();
         Engine {
             shared,
             calls,
             join: None,
+            group: None,
         }
     }
 
@@ -242,16 +296,43 @@ impl Engine {
             return lp.map(|l| l.stats).unwrap_or_default();
         }
         self.shared.wake();
-        self.join
-            .take()
-            .and_then(|j| j.join().ok())
-            .unwrap_or_default()
+        if let Some(group) = self.group.take() {
+            // wait for the group thread to drop this member's loop
+            loop {
+                if let Some(s) = self.shared.done.lock().ok().and_then(|mut d| d.take()) {
+                    break s;
+                }
+                let mut j = group.lock().expect("not poisoned");
+                if j.as_ref().is_none_or(|h| h.is_finished()) {
+                    // the thread is gone (every member stopped, or it
+                    // panicked): join it once, report what is left
+                    if let Some(h) = j.take() {
+                        let _ = h.join();
+                    }
+                    break self
+                        .shared
+                        .done
+                        .lock()
+                        .ok()
+                        .and_then(|mut d| d.take())
+                        .unwrap_or_default();
+                }
+                drop(j);
+                self.shared.wake();
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        } else {
+            self.join
+                .take()
+                .and_then(|j| j.join().ok())
+                .unwrap_or_default()
+        }
     }
 }
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        if self.join.is_some() || self.shared.inline.is_some() {
+        if self.join.is_some() || self.group.is_some() || self.shared.inline.is_some() {
             self.halt();
         }
     }
@@ -514,4 +595,52 @@ fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
         }
     }
     lp.stats
+}
+
+fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig) {
+    if let Some(core) = cfg.core {
+        core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    }
+    for (_, sh) in &members {
+        *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
+    }
+    let mut idle = 0u32;
+    while !members.is_empty() {
+        // a stopped member leaves its statistics and its loop (and port) goes
+        members.retain(|(lp, sh)| {
+            let stopped = sh.stop.load(Ordering::Acquire);
+            if stopped {
+                *sh.done.lock().expect("not poisoned") = Some(lp.stats.clone());
+            }
+            !stopped
+        });
+        let mut work = 0;
+        for (lp, sh) in members.iter_mut() {
+            work += lp.turn(sh);
+        }
+        if work > 0 {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if idle < cfg.spin {
+            std::hint::spin_loop();
+        } else if idle < cfg.spin + cfg.yields {
+            std::thread::yield_now();
+        } else {
+            let until = members
+                .iter()
+                .filter_map(|(lp, _)| {
+                    lp.rnic
+                        .poll_timeout()
+                        .map(|t| t.saturating_since(lp.clock()))
+                })
+                .min()
+                .unwrap_or(cfg.park);
+            for (lp, _) in members.iter_mut() {
+                lp.stats.parks += 1;
+            }
+            std::thread::park_timeout(until.min(cfg.park));
+        }
+    }
 }

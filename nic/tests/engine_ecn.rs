@@ -10,7 +10,7 @@
 
 mod enginecommon;
 
-use enginecommon::{can_run, sh, start_cc, Routed};
+use enginecommon::{can_run, start_cc, Routed};
 use nic::io::afxdp::Backend;
 use nic::sim::PairConfig;
 use nic::transport::{CcConfig, Counters};
@@ -78,17 +78,8 @@ fn ce_marks_on_a_shaped_router_drive_dcqcn_on_real_ports() {
         return;
     }
     let net = Routed::new("e0");
-    sh(
-        &net.r,
-        &[
-            "tc", "qdisc", "add", "dev", &net.rb, "root", "tbf", "rate", "400mbit", "burst",
-            "256kb", "latency", "10ms",
-        ],
-    );
-    net.nft(&format!(
-        "table inet rnic {{\n  chain mark_ce {{\n    type filter hook forward priority 0;\n    oifname \"{}\" udp dport 4791 limit rate over 30 mbytes/second ip ecn set ce\n  }}\n}}\n",
-        net.rb
-    ));
+    net.ecn_bottleneck("400mbit", "30 mbytes/second")
+        .expect("shaper and marking");
     let (a, b, rate) = stream(&net, CcConfig::default(), 2.0);
     eprintln!(
         "DCQCN on: {:.0} Mbit/s; B: ecn_marked {} cnp_sent {}; A: cnp_handled {} sent {} retransmitted {} timeouts {}",

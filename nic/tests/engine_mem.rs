@@ -4,7 +4,7 @@
 
 mod enginecommon;
 
-use enginecommon::{every_verb, start};
+use enginecommon::{every_verb, start, start_grouped};
 use nic::io::impair::{Impaired, Impairments, RandomImpairments};
 use nic::io::mem::pair;
 use nic::io::pcap::{read_pcap, PcapTap};
@@ -39,6 +39,31 @@ fn every_verb_between_two_engine_threads() {
         let s = n.engine.stop();
         assert!(s.tx_frames > 0 && s.rx_frames > 0);
     }
+}
+
+/// Both devices on one engine thread (`Engine::start_group`): the same
+/// verbs, and each member stops on its own.
+#[test]
+fn every_verb_with_both_devices_on_one_engine_thread() {
+    let (a, b) = pair(macs(), 1024);
+    let mut nodes = start_grouped(
+        vec![Box::new(a), Box::new(b)],
+        PairConfig {
+            mtu: 4096,
+            timeout: 10,
+            ..PairConfig::default()
+        },
+    );
+    every_verb(&nodes[0], &nodes[1]);
+    let b = nodes.pop().unwrap();
+    let sb = b.engine.stop();
+    assert!(sb.tx_frames > 0 && sb.rx_frames > 0, "{sb:?}");
+    assert!(b.dev.counters().is_err(), "a stopped member still answers");
+    // the other member keeps running after its partner stopped
+    let a = nodes.pop().unwrap();
+    assert!(a.dev.counters().unwrap().sent_pkts > 0);
+    let sa = a.engine.stop();
+    assert!(sa.tx_frames > 0 && sa.rx_frames > 0, "{sa:?}");
 }
 
 #[test]

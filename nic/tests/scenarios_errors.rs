@@ -593,3 +593,140 @@ fn misaligned_atomic_is_invalid_request() {
     assert_eq!(h.counters(1).resp_invalid_request, 1);
     assert_eq!(h.qp(1).state, QpState::Err);
 }
+
+// ---- SEND with Invalidate naming an R_Key that cannot be invalidated ----
+
+/// A SEND_WITH_INVALIDATE whose IETH names `rkey`: the responder cannot
+/// invalidate it, so (as rxe's RESPST_ERR_INVALIDATE_RKEY) the receive WQE
+/// completes with REM_INV_REQ_ERR and the responder's QP fails; the request
+/// is NAKed as a remote invalid request (IBA 9.9.3), so the send completes
+/// with REM_INV_REQ_ERR too and nothing is invalidated.
+fn send_with_bad_invalidate(h: &mut H, rkey: u32) {
+    let recvs_before = h.counters(1).rdma_recvs;
+    h.fill(0, 0, b"invalidate?");
+    h.recv(1, 10, 0x8000, 4096);
+    h.recv(1, 11, 0x9000, 4096);
+    h.send(
+        0,
+        wr(
+            1,
+            SendOp::SendWithInv {
+                invalidate_rkey: rkey,
+            },
+            h.sgl(0, 0, 11),
+        ),
+    );
+    h.send(0, wr(2, SendOp::Send, h.sgl(0, 0, 11)));
+    h.run_for_wcs(2, 2);
+    let (wa, wb) = (h.take(0), h.take(1));
+    assert_eq!(
+        (wa[0].wr_id, wa[0].status),
+        (1, WcStatus::RemInvReqErr),
+        "{wa:?}"
+    );
+    assert_eq!((wa[1].wr_id, wa[1].status), (2, WcStatus::WrFlushErr));
+    assert_eq!(
+        (wb[0].wr_id, wb[0].status),
+        (10, WcStatus::RemInvReqErr),
+        "{wb:?}"
+    );
+    assert_eq!(wb[0].invalidated_rkey, None);
+    assert_eq!((wb[1].wr_id, wb[1].status), (11, WcStatus::WrFlushErr));
+    assert_eq!(h.qp(0).state, QpState::Err);
+    assert_eq!(h.qp(1).state, QpState::Err);
+    let (ca, cb) = (h.counters(0), h.counters(1));
+    assert_eq!(ca.req_remote_invalid_request, 1);
+    assert_eq!(cb.resp_invalid_request, 1);
+    assert_eq!(cb.rdma_recvs, recvs_before, "no receive succeeded");
+}
+
+#[test]
+fn send_with_invalidate_of_unknown_rkey_is_remote_invalid_request() {
+    let mut h = H::rc();
+    let b = h.ep(1);
+    // an R_Key in no slot, and one in B's slot with the wrong key byte
+    send_with_bad_invalidate(&mut h, 0x00ff_ff00 | (b.rkey & 0xff));
+    let mut h = H::rc();
+    let b2 = h.ep(1);
+    assert_eq!(b.rkey, b2.rkey, "same seed, same keys");
+    send_with_bad_invalidate(&mut h, b.rkey ^ 0x01);
+}
+
+#[test]
+fn send_with_invalidate_of_another_pds_rkey_is_remote_invalid_request() {
+    let mut h = H::rc();
+    // a region of B registered under a second PD
+    let pd2 = h.p.sim.nodes[1].alloc_pd();
+    let mem = h.p.sides[1].mem.clone();
+    let (_, rkey2) = h.p.sim.nodes[1]
+        .reg_mr(
+            pd2,
+            mem as Arc<dyn Memory>,
+            0x40000,
+            0x7000_0000,
+            0x1000,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        )
+        .unwrap();
+    send_with_bad_invalidate(&mut h, rkey2);
+}
+
+#[test]
+fn send_with_invalidate_twice_fails_the_second_time() {
+    let mut h = H::rc();
+    let b = h.ep(1);
+    let mem = h.p.sides[1].mem.clone();
+    let (_, rkey2) = h.p.sim.nodes[1]
+        .reg_mr(
+            b.pd,
+            mem as Arc<dyn Memory>,
+            0x40000,
+            0x7000_0000,
+            0x1000,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        )
+        .unwrap();
+    h.recv(1, 1, 0x8000, 4096);
+    h.send(
+        0,
+        wr(
+            9,
+            SendOp::SendWithInv {
+                invalidate_rkey: rkey2,
+            },
+            h.sgl(0, 0, 8),
+        ),
+    );
+    h.run_for_wcs(1, 1);
+    assert_eq!(h.take(0)[0].status, WcStatus::Success);
+    let wb = h.take(1);
+    assert_eq!(
+        (wb[0].status, wb[0].invalidated_rkey),
+        (WcStatus::Success, Some(rkey2))
+    );
+    // the key is now invalid: invalidating it again is an error
+    send_with_bad_invalidate(&mut h, rkey2);
+}
+
+#[test]
+fn multi_packet_send_with_bad_invalidate_fails_on_its_last_packet() {
+    let mut h = H::rc();
+    let data = pattern(9, 3000);
+    h.fill(0, 0, &data);
+    h.recv(1, 10, 0x8000, 4096);
+    h.send(
+        0,
+        wr(
+            1,
+            SendOp::SendWithInv {
+                invalidate_rkey: 0xdead_be00,
+            },
+            h.sgl(0, 0, 3000),
+        ),
+    );
+    h.run_for_wcs(1, 1);
+    let (wa, wb) = (h.take(0), h.take(1));
+    assert_eq!(wa[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(wb[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(h.qp(1).state, QpState::Err);
+}

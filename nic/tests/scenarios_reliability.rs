@@ -611,7 +611,7 @@ fn rc_mix_is_deterministic() {
 /// `cargo test --release --test scenarios_reliability -- --ignored`
 /// (`SEED=n` runs one).
 #[test]
-#[ignore]
+#[ignore = "slow 200-seed sweep: cargo test --release -p nic --test scenarios_reliability -- --ignored"]
 fn sweep_mixed_impairments() {
     let only: Option<u64> = std::env::var("SEED").ok().map(|s| s.parse().unwrap());
     for seed in 0..200u64 {
@@ -785,7 +785,7 @@ fn go_back_n_under_heavy_loss_keeps_its_retries() {
 
 /// `rnr_race` over 100 seeded configurations; see `sweep_mixed_impairments`.
 #[test]
-#[ignore]
+#[ignore = "slow 100-seed sweep: cargo test --release -p nic --test scenarios_reliability -- --ignored"]
 fn sweep_rnr_races() {
     let only: Option<u64> = std::env::var("SEED").ok().map(|s| s.parse().unwrap());
     for seed in 0..100u64 {

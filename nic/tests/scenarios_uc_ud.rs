@@ -517,3 +517,105 @@ fn rc_over_ipv6() {
     same(&h.mem(1, 0x1000, 5000), &d, "WRITE");
     same(&h.mem(0, 0x4000, 5000), &d, "READ");
 }
+
+// ---- UD message size follows the port's active MTU ----
+
+/// A UD pair whose ports run at active MTU `mtu`.
+fn ud_at(mtu: u32) -> H {
+    let mut h = ud();
+    for n in 0..2 {
+        h.p.sim.nodes[n].set_port_mtu(mtu).unwrap();
+        assert_eq!(h.p.sim.nodes[n].port_mtu(), mtu);
+    }
+    h
+}
+
+#[test]
+fn ud_mtu_defaults_to_4096_and_follows_the_port() {
+    let h = ud();
+    assert_eq!(h.p.sim.nodes[0].port_mtu(), 4096);
+    assert_eq!(h.qp(0).mtu, 4096, "a UD QP takes the port's active MTU");
+    let mut h = ud_at(1024);
+    assert_eq!((h.qp(0).mtu, h.qp(1).mtu), (1024, 1024));
+    // not an IB MTU
+    for bad in [0, 1500, 9000] {
+        let r = h.p.sim.nodes[0].set_port_mtu(bad);
+        assert!(r.is_err(), "{bad}: {r:?}");
+    }
+    assert_eq!(h.p.sim.nodes[0].port_mtu(), 1024);
+    // RC QPs keep their own path MTU
+    let rc = H::rc();
+    assert_eq!(rc.qp(0).mtu, 1024);
+}
+
+#[test]
+fn ud_messages_of_2048_and_4096_bytes_are_one_packet() {
+    for mtu in [2048u32, 4096] {
+        let mut h = ud_at(mtu);
+        let sizes = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let seen = sizes.clone();
+        h.sim().filter = Some(Box::new(move |_, f| {
+            if let Ok(r) = nic::wire::RoceRepr::parse(f) {
+                seen.borrow_mut().push((r.bth.opcode, r.payload.len()));
+            }
+            true
+        }));
+        let d = pattern(mtu, mtu as usize);
+        h.fill(0, 0, &d);
+        h.recv(1, 1, 0x8000, mtu + 40);
+        h.recv(1, 2, 0x10000, mtu + 40);
+        let w = ud_wr(&h, 1, SendOp::Send, 0, mtu, QKEY);
+        h.send(0, w);
+        let w = ud_wr(&h, 2, SendOp::SendWithImm { imm: 5 }, 0, mtu - 3, QKEY);
+        h.send(0, w);
+        h.run_for_wcs(2, 2);
+        let (wa, wb) = (h.take(0), h.take(1));
+        assert!(wa.iter().all(|w| w.status == WcStatus::Success), "{wa:?}");
+        assert_eq!(wb.len(), 2);
+        assert!(wb.iter().all(|w| w.status == WcStatus::Success), "{wb:?}");
+        assert_eq!(wb[0].byte_len, 40 + mtu, "mtu {mtu}");
+        assert_eq!((wb[1].byte_len, wb[1].imm), (40 + mtu - 3, Some(5)));
+        same(&h.mem(1, 0x8000 + 40, mtu as usize), &d, "UD at the MTU");
+        same(
+            &h.mem(1, 0x10000 + 40, mtu as usize - 3),
+            &d[..mtu as usize - 3],
+            "UD just under the MTU",
+        );
+        assert_eq!(h.counters(0).sent_pkts, 2, "one packet per message");
+        assert_eq!(
+            *sizes.borrow(),
+            [
+                (Opcode::UD_SEND_ONLY, mtu as usize),
+                (Opcode::UD_SEND_ONLY_WITH_IMMEDIATE, mtu as usize - 3)
+            ]
+        );
+        // one byte more than the port's MTU: a local length error (IBA 9.8:
+        // UD messages are single packets), nothing on the wire
+        let w = ud_wr(&h, 3, SendOp::Send, 0, mtu + 1, QKEY);
+        h.send(0, w);
+        h.settle(std::time::Duration::from_millis(10));
+        let wa = h.take(0);
+        assert_eq!((wa[0].wr_id, wa[0].status), (3, WcStatus::LocLenErr));
+        assert_eq!(h.counters(0).sent_pkts, 2);
+        assert_eq!(h.qp(0).state, QpState::Sqe);
+    }
+}
+
+#[test]
+fn ud_limit_shrinks_with_the_port_mtu() {
+    // a 1024-byte port (an interface MTU of 1500) refuses a 2048-byte message
+    let mut h = ud_at(1024);
+    h.recv(1, 1, 0x8000, 4096);
+    let w = ud_wr(&h, 1, SendOp::Send, 0, 2048, QKEY);
+    h.send(0, w);
+    h.settle(std::time::Duration::from_millis(10));
+    assert_eq!(h.take(0)[0].status, WcStatus::LocLenErr);
+    assert!(h.take(1).is_empty());
+    // and 1024 bytes go
+    let mut h = ud_at(1024);
+    h.recv(1, 1, 0x8000, 4096);
+    let w = ud_wr(&h, 1, SendOp::Send, 0, 1024, QKEY);
+    h.send(0, w);
+    h.run_for_wcs(1, 1);
+    assert_eq!(h.take(1)[0].byte_len, 40 + 1024);
+}

@@ -5,9 +5,9 @@
 //! operation is the software path itself: post → requester → frame → ICRC
 //! → responder → ACK → completion.
 
-use nic::sim::{connect, LinkConfig, PairConfig, Sim};
-use nic::transport::{QpInit, Rnic, RnicConfig};
-use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpState, QpType, Wc};
+use nic::sim::{connect, Endpoint, LinkConfig, PairConfig, Sim};
+use nic::transport::QpInit;
+use nic::verbs::{AhAttr, HeapMemory, QpState, QpType, Wc};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -96,40 +96,20 @@ impl Loopback {
         let mut rnics = Vec::new();
         let mut nodes = Vec::new();
         for i in 0..2u8 {
-            let mac = EthernetAddress([0x02, 0, 0, 0, 0, i + 1]);
-            let gid = Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, i + 1));
-            let mut cfg = RnicConfig::new(mac, gid);
-            cfg.seed = 0x5eed + i as u64;
-            let mut r = Rnic::new(cfg);
-            let pd = r.alloc_pd();
-            let cq = r.create_cq(1 << 16);
-            let mem = Arc::new(HeapMemory::new(mem_len));
-            let base = 0x1000_0000u64 * (i as u64 + 1);
-            let all = access::LOCAL_WRITE
-                | access::REMOTE_WRITE
-                | access::REMOTE_READ
-                | access::REMOTE_ATOMIC;
-            let (lkey, rkey) = r
-                .reg_mr(
-                    pd,
-                    mem.clone() as Arc<dyn Memory>,
-                    0,
-                    base,
-                    mem_len as u64,
-                    all,
-                )
-                .expect("a fresh device registers its region");
+            let (r, e) = Endpoint::create(i, false, mem_len, 1 << 16, |c| {
+                c.seed = 0x5eed + i as u64;
+            });
             rnics.push(r);
             nodes.push(Node {
                 name: format!("srnic{i}"),
-                pd,
-                cq,
-                mem,
-                base,
-                lkey,
-                rkey,
-                mac,
-                gid,
+                pd: e.pd,
+                cq: e.cq,
+                mem: e.mem,
+                base: e.base,
+                lkey: e.lkey,
+                rkey: e.rkey,
+                mac: e.mac,
+                gid: e.gid,
             });
         }
         let b = rnics.pop().expect("two");

@@ -54,9 +54,10 @@ MAC from the kernel's route and neighbour tables; our GID is the interface's add
         after_help = "Examples:\n  rnic perf write lat --loopback\n  rnic perf write bw --loopback -s 4096 -n 20000\n  rnic perf read bw --loopback -a -n 200 --report_gbits\n  rnic perf send lat --loopback -D 5 --hgrm send.hgrm --plot send.svg\n  rnic perf write bw --loopback -q 4 -t 64 --json bw.json\n  ip netns exec ns1 rnic perf write bw --dev veth1                 # server\n  ip netns exec ns2 rnic perf write bw --dev veth2 -m 4096 192.0.2.1  # client\n  rnic perf write lat --dev eth0 -s 64 -n 100000 --json lat.json 10.0.0.1"
     )]
     Perf(PerfArgs),
-    /// ibv_rc_pingpong / ibv_ud_pingpong on a real interface (same flags, exchange and output).
+    /// ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong on a real interface (same flags, exchange and output).
     #[command(
-        long_about = "rdma-core's ibv_rc_pingpong (and, with --ud, ibv_ud_pingpong) on a soft RNIC on a \
+        long_about = "rdma-core's ibv_rc_pingpong (with --ud: ibv_ud_pingpong, with --uc: \
+ibv_uc_pingpong) on a soft RNIC on a \
 network interface: without a peer address it is the server, with one the client. The two \
 exchange LID:QPN:PSN:GID records over TCP port 18515 exactly as the examples do (so either side \
 can be the real tool), then SEND -s bytes back and forth -n times — the client first, each side \
@@ -65,8 +66,11 @@ bytes and Mbit/sec, iterations and usec/iter.\n\n\
 -d names the interface (default: the one the route to the peer takes; a server: the only one \
 with an address). -g is accepted and ignored: our one GID is the interface's address (or \
 --gid). A peer that sends an all-zero GID (the real tool without -g) is reached at its TCP \
-address. UD messages fit one packet of our transport's UD MTU (1024 bytes).",
-        after_help = "Examples:\n  ip netns exec ns1 rnic pingpong -d veth1                 # server\n  ip netns exec ns2 rnic pingpong -d veth2 192.0.2.1       # client\n  rnic pingpong -d eth0 -s 64 -n 100000 10.0.0.1\n  rnic pingpong --ud -d eth0 -s 1024 10.0.0.1"
+address. A UD message is one packet: -s is at most the port's active MTU, the largest IB MTU \
+the interface MTU carries (4096 needs an interface MTU of 4160 or more over IPv4; 1500 gives 1024). \
+-c checks the data as the examples do (the client marks each page, the server prints \
+`invalid data in page N`); rnic also checks every byte and exits non-zero on a difference.",
+        after_help = "Examples:\n  ip netns exec ns1 rnic pingpong -d veth1                 # server\n  ip netns exec ns2 rnic pingpong -d veth2 192.0.2.1       # client\n  rnic pingpong -d eth0 -s 64 -n 100000 10.0.0.1\n  rnic pingpong --ud -d eth0 -s 1024 10.0.0.1\n  rnic pingpong --uc -c -d eth0 10.0.0.1"
     )]
     Pingpong(PingpongArgs),
     /// Check, dump or replay capture files (pcap, pcapng).
@@ -205,7 +209,7 @@ struct PingpongArgs {
     /// Port of the device (a soft RNIC has port 1).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     ib_port: u32,
-    /// Size of the messages (default 4096; --ud: 1024, the UD MTU).
+    /// Size of the messages (default 4096; --ud: 2048, at most the port's active MTU).
     #[arg(short = 's', long = "size", value_name = "BYTES")]
     size: Option<u32>,
     /// Path MTU (RC): 256, 512, 1024, 2048 or 4096.
@@ -229,6 +233,15 @@ struct PingpongArgs {
     /// ibv_ud_pingpong: UD QPs, Q_Key 0x11111111, 40-byte GRH in front of each received message.
     #[arg(long)]
     ud: bool,
+    /// ibv_uc_pingpong: UC QPs (no acknowledgements; a lost packet loses its message).
+    #[arg(long, conflicts_with = "ud")]
+    uc: bool,
+    /// Validate the received buffer (the examples' -c/--chk).
+    #[arg(short = 'c', long = "chk")]
+    chk: bool,
+    /// The page size -c marks and checks at (default: this host's, as the examples' sysconf).
+    #[arg(long, value_name = "BYTES")]
+    page_size: Option<usize>,
     /// Port backend on the interface: auto (AF_XDP, else AF_PACKET), afxdp, afxdp-generic (XDP in SKB mode) or afpacket.
     #[arg(long, value_name = "KIND", default_value = "auto")]
     backend: String,
@@ -260,6 +273,9 @@ fn pingpong(a: PingpongArgs) -> Result<(), CliError> {
         sl: a.sl,
         gid_idx: a.gid_idx,
         ud: a.ud,
+        uc: a.uc,
+        chk: a.chk,
+        page_size: a.page_size,
         backend: tools::netdev::parse_backend(&a.backend)?,
         gid: a.gid.as_deref().map(tools::netdev::parse_gid).transpose()?,
         pcap: a.pcap,

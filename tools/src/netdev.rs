@@ -26,9 +26,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wire::{EthernetAddress, Gid};
 
-/// IP + UDP + BTH + RETH + ICRC: what a RoCEv2 packet adds to its payload
-/// inside the interface MTU (IPv4; IPv6 adds 20 more).
-const ROCE_OVERHEAD_V4: usize = 20 + 8 + 12 + 16 + 4;
 
 /// Which port to open on the interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,13 +156,7 @@ pub fn parse_gid(s: &str) -> Result<Gid, CliError> {
 
 /// The largest IB MTU a port with this interface MTU carries.
 pub fn max_ib_mtu(if_mtu: usize, ipv6: bool) -> u32 {
-    let room = if_mtu.saturating_sub(ROCE_OVERHEAD_V4 + if ipv6 { 20 } else { 0 });
-    crate::check::MTUS
-        .iter()
-        .rev()
-        .copied()
-        .find(|&m| m as usize <= room)
-        .unwrap_or(256)
+    nic::transport::ib_mtu_for_ip_mtu(if_mtu, ipv6)
 }
 
 /// What to open.
@@ -642,9 +633,10 @@ mod tests {
     fn ib_mtu_follows_the_interface_mtu() {
         assert_eq!(max_ib_mtu(9000, false), 4096);
         assert_eq!(max_ib_mtu(1500, false), 1024);
-        assert_eq!(max_ib_mtu(4156, false), 4096);
-        assert_eq!(max_ib_mtu(4155, false), 2048);
-        assert_eq!(max_ib_mtu(4156, true), 2048);
+        assert_eq!(max_ib_mtu(4160, false), 4096);
+        assert_eq!(max_ib_mtu(4159, false), 2048);
+        assert_eq!(max_ib_mtu(4160, true), 2048);
+        assert_eq!(max_ib_mtu(4180, true), 4096);
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! `rnic pingpong`: ibv_rc_pingpong (and, with `--ud`, ibv_ud_pingpong)
-//! from rdma-core's libibverbs examples, on a soft RNIC on a real
-//! interface — same flags, same out-of-band exchange, same output.
+//! `rnic pingpong`: ibv_rc_pingpong (with `--ud`: ibv_ud_pingpong, with
+//! `--uc`: ibv_uc_pingpong) from rdma-core's libibverbs examples, on a soft
+//! RNIC on a real interface — same flags, same out-of-band exchange, same
+//! output.
 //!
 //! The exchange, as the examples do it: TCP port 18515 (`-p`); the client
 //! connects and writes its address record, the server reads it, brings
@@ -19,7 +20,21 @@
 //! and ends with the last completion, and each side prints
 //! `N bytes in T seconds = X Mbit/sec` (N = 2 × size × iters) and
 //! `N iters in T seconds = Y usec/iter`. UD (`--ud`): Q_Key 0x11111111,
-//! receive buffers of size + 40 for the GRH, the send from offset 40.
+//! receive buffers of size + 40 for the GRH, the send from offset 40, and
+//! a message limit of the port's active MTU (the largest IB MTU the
+//! interface MTU carries, as rxe derives it; `-s` defaults to 2048 as in
+//! ud_pingpong.c, which refuses `size > active_mtu`). UC (`--uc`): as RC,
+//! with uc_pingpong.c's attributes: INIT with no remote access, RTR with
+//! AV, path MTU, dest QPN and RQ PSN, RTS with just the SQ PSN.
+//!
+//! `-c/--chk` (validate received buffer), as the examples do it: before
+//! its first SEND the client sets the byte at each page-size offset of its
+//! message (UD: after the 40-byte GRH room) to `i / page_size %
+//! sizeof(char)` — always 0 — and after the run the server checks those
+//! bytes and prints `invalid data in page N` for each that is not 0. Both
+//! sides' buffers otherwise hold memset's 0x7b, and every message echoes
+//! the client's, so rnic also checks every byte of the last message each
+//! side received and fails (non-zero exit) on the first difference.
 
 use crate::netdev::{Connect, DevOptions, NetDev};
 use crate::oob::{self, Ctrl};
@@ -35,8 +50,8 @@ pub const MSG_LEN: usize = 52;
 pub const DONE: &[u8; 5] = b"done\0";
 /// ibv_ud_pingpong's receive buffers hold the 40-byte GRH before the data.
 pub const GRH_LEN: usize = 40;
-/// The UD path MTU of our transport (UD QPs carry one packet per message).
-pub const UD_MTU: u32 = 1024;
+/// memset's fill of the examples' buffers (`memset(ctx->buf, 0x7b, size)`).
+pub const FILL: u8 = 0x7b;
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -55,6 +70,13 @@ pub struct PingpongOptions {
     pub sl: u8,
     pub gid_idx: Option<i32>,
     pub ud: bool,
+    /// ibv_uc_pingpong: UC QPs.
+    pub uc: bool,
+    /// `-c/--chk`: validate the received buffer.
+    pub chk: bool,
+    /// The page size `--chk` marks and checks at (the examples use
+    /// `sysconf(_SC_PAGESIZE)`; `None`: this host's).
+    pub page_size: Option<usize>,
     pub backend: crate::netdev::PortKind,
     pub gid: Option<Gid>,
     pub pcap: Option<PathBuf>,
@@ -164,8 +186,24 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     if o.iters == 0 {
         return Err(CliError::usage("-n 0: at least one exchange"));
     }
-    let qp_type = if o.ud { QpType::Ud } else { QpType::Rc };
-    let size = o.size.unwrap_or(if o.ud { 2048.min(UD_MTU) } else { 4096 });
+    let qp_type = match (o.ud, o.uc) {
+        (true, true) => return Err(CliError::usage("--ud and --uc: pick one QP type")),
+        (true, false) => QpType::Ud,
+        (false, true) => QpType::Uc,
+        (false, false) => QpType::Rc,
+    };
+    // ud_pingpong.c: size 2048; rc_ and uc_pingpong.c: 4096
+    let size = o.size.unwrap_or(if o.ud { 2048 } else { 4096 });
+    if size == 0 {
+        return Err(CliError::usage("-s 0: messages of at least one byte"));
+    }
+    let page_size = match o.page_size {
+        Some(p) if p == 0 || !p.is_power_of_two() => {
+            return Err(CliError::usage(format!("--page-size {p}: a power of two")))
+        }
+        Some(p) => p,
+        None => host_page_size(),
+    };
     if size as usize > crate::perfcmd::MAX_SIZE {
         return Err(CliError::usage(format!(
             "-s {size}: at most {} bytes",
@@ -193,16 +231,19 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     d.inline = o.inline;
     d.core = o.core;
     let mut nd = NetDev::open(&d)?;
-    if o.ud {
-        let limit = UD_MTU.min(nd.max_mtu);
-        if size > limit {
-            return Err(CliError::new(format!(
-                "Requested size larger than port MTU ({limit})"
-            )));
-        }
+    // NetDev::open set the port's active MTU from the interface MTU; a UD
+    // message is one packet of at most that
+    let port_mtu = nd.max_mtu;
+    if o.ud && size > port_mtu {
+        // ud_pingpong.c: size > 1 << (active_mtu + 7)
+        return Err(CliError::new(format!(
+            "Requested size larger than port MTU ({port_mtu}): {} has MTU {}; \
+             UD messages are single packets",
+            nd.ifname, nd.if_mtu
+        )));
     }
     // memset(ctx->buf, 0x7b, size)
-    nd.mem.write(0, &vec![0x7b; buf_len]);
+    nd.mem.write(0, &vec![FILL; buf_len]);
     let qpn = nd.create_qp(qp_type, o.rx_depth.max(16))?;
     nd.init(qpn, qp_type)?;
     let recv = RecvWr {
@@ -229,7 +270,11 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
         me.psn,
         inet6(&me.gid)
     ))?;
-    let mtu = if o.ud { UD_MTU } else { o.mtu.min(nd.max_mtu) };
+    let mtu = if o.ud {
+        port_mtu
+    } else {
+        o.mtu.min(nd.max_mtu)
+    };
     if !o.ud && mtu < o.mtu {
         eprintln!(
             "rnic: -m {}: {} (MTU {}) carries IB MTU {mtu} at most; using {mtu}",
@@ -301,6 +346,12 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     };
     let mut pending = RECV_WRID;
     if o.peer.is_some() {
+        if o.chk {
+            // the examples' client: buf[i (+ 40)] = i / page_size % sizeof(char)
+            for i in (0..size as usize).step_by(page_size) {
+                nd.mem.write(grh + i, &[chk_byte(i, page_size)]);
+            }
+        }
         post_send(&nd)?;
         pending |= SEND_WRID;
     }
@@ -374,7 +425,79 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     if let Some(p) = &nd.pcap {
         eprintln!("rnic: wrote {}", p.display());
     }
+    if o.chk {
+        let mut got = vec![0u8; size as usize];
+        nd.mem.read(grh, &mut got);
+        if o.peer.is_none() {
+            // the examples' server: one line per page whose first byte is off
+            let mut lines = String::new();
+            for p in invalid_pages(&got, page_size) {
+                lines += &format!("invalid data in page {p}\n");
+            }
+            crate::say(&lines)?;
+        }
+        if let Some(off) = first_mismatch(&got, page_size) {
+            return Err(CliError::new(format!(
+                "--chk: the last message received differs at byte {off}: {:#04x}, expected {:#04x} \
+                 (0x7b with 0 at each {page_size}-byte page)",
+                got[off],
+                expected_byte(off, page_size)
+            )));
+        }
+    }
     Ok(())
+}
+
+/// What the examples' client writes at message offset `i` (a multiple of
+/// the page size): `i / page_size % sizeof(char)`, which is 0 since
+/// `sizeof(char)` is 1.
+pub fn chk_byte(i: usize, page_size: usize) -> u8 {
+    (i / page_size % std::mem::size_of::<std::ffi::c_char>()) as u8
+}
+
+/// The byte a `--chk` message holds at `off`: the client's mark at page
+/// starts, memset's 0x7b elsewhere.
+pub fn expected_byte(off: usize, page_size: usize) -> u8 {
+    if off.is_multiple_of(page_size) {
+        chk_byte(off, page_size)
+    } else {
+        FILL
+    }
+}
+
+/// The pages the examples' server reports: those whose first byte is not
+/// the client's mark.
+pub fn invalid_pages(msg: &[u8], page_size: usize) -> Vec<usize> {
+    (0..msg.len())
+        .step_by(page_size)
+        .filter(|&i| msg[i] != chk_byte(i, page_size))
+        .map(|i| i / page_size)
+        .collect()
+}
+
+/// The first byte of a `--chk` message that is not what the client sent.
+pub fn first_mismatch(msg: &[u8], page_size: usize) -> Option<usize> {
+    msg.iter()
+        .enumerate()
+        .position(|(i, &b)| b != expected_byte(i, page_size))
+}
+
+/// `sysconf(_SC_PAGESIZE)`, from the auxiliary vector (AT_PAGESZ); 4096
+/// if it cannot be read.
+pub fn host_page_size() -> usize {
+    const AT_PAGESZ: usize = 6;
+    const W: usize = std::mem::size_of::<usize>();
+    let Ok(auxv) = std::fs::read("/proc/self/auxv") else {
+        return 4096;
+    };
+    let word = |b: &[u8]| <[u8; W]>::try_from(b).ok().map(usize::from_ne_bytes);
+    auxv.chunks_exact(2 * W)
+        .find_map(|e| match (word(&e[..W]), word(&e[W..])) {
+            (Some(AT_PAGESZ), Some(v)) => Some(v),
+            _ => None,
+        })
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
 }
 
 fn print_remote(rem: &Dest) -> Result<(), CliError> {
@@ -469,5 +592,38 @@ mod tests {
         assert_eq!((d2.lid, d2.qpn, d2.psn), (1, 0x2a, 3));
         assert!(Dest::decode(b"0000:zz:000000:00\0").is_err());
         assert!(Dest::decode(b"0000:000011:000001:0000\0").is_err());
+    }
+
+    #[test]
+    fn chk_marks_are_zero_and_checks_find_the_first_difference() {
+        // i / page_size % sizeof(char): 0 at every page
+        for i in [0, 4096, 8192, 65536] {
+            assert_eq!(chk_byte(i, 4096), 0);
+        }
+        let page = 1024;
+        let mut msg = vec![FILL; 5000];
+        for i in (0..msg.len()).step_by(page) {
+            msg[i] = 0;
+        }
+        assert_eq!(invalid_pages(&msg, page), Vec::<usize>::new());
+        assert_eq!(first_mismatch(&msg, page), None);
+        msg[2048] = FILL;
+        msg[3000] = 1;
+        assert_eq!(invalid_pages(&msg, page), [2]);
+        assert_eq!(first_mismatch(&msg, page), Some(2048));
+        msg[2048] = 0;
+        assert_eq!(invalid_pages(&msg, page), Vec::<usize>::new());
+        assert_eq!(first_mismatch(&msg, page), Some(3000));
+        // marked for 4096-byte pages, checked for 1024-byte ones
+        let mut four_k = vec![FILL; 4096];
+        four_k[0] = 0;
+        assert_eq!(invalid_pages(&four_k, 1024), [1, 2, 3]);
+        assert_eq!(first_mismatch(&four_k, 1024), Some(1024));
+    }
+
+    #[test]
+    fn host_page_size_is_a_power_of_two() {
+        let p = host_page_size();
+        assert!(p.is_power_of_two() && p >= 4096, "{p}");
     }
 }

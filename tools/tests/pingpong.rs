@@ -1,7 +1,7 @@
 //! `rnic pingpong` between two network namespaces joined by a veth pair:
 //! server and client are two `rnic` processes run with `ip netns exec`,
-//! RC (ibv_rc_pingpong) and UD (ibv_ud_pingpong), several sizes and path
-//! MTUs, AF_XDP and AF_PACKET; each side must print the examples' address
+//! RC (ibv_rc_pingpong), UD (ibv_ud_pingpong) and UC (ibv_uc_pingpong),
+//! several sizes and path MTUs, AF_XDP and AF_PACKET, `-c/--chk`; each side must print the examples' address
 //! lines (matching the other side's) and their two result lines. One test
 //! plays an ibv_rc_pingpong client by hand to check the server's side of
 //! the out-of-band exchange byte for byte. Needs root (namespaces): a loud
@@ -85,6 +85,7 @@ fn run(l: &Link, state: &std::path::Path, args: &[&str], size: u64, iters: u64) 
     assert_eq!(address(&co, "local").2, "::ffff:192.0.2.2", "{ctx}");
     results(&so, size, iters);
     results(&co, size, iters);
+    assert!(!so.contains("invalid data"), "{ctx}");
 }
 
 #[test]
@@ -125,9 +126,10 @@ fn ud_pingpong_between_namespaces() {
     }
     let l = link("pu");
     let state = tempfile::tempdir().unwrap();
-    // ibv_ud_pingpong's default size does not fit our UD MTU: 1024
-    run(&l, state.path(), &["--ud", "-n", "300"], 1024, 300);
-    for size in [1u64, 100, 512] {
+    // ibv_ud_pingpong's default size, 2048: the veth's MTU of 9000 gives
+    // an active MTU of 4096
+    run(&l, state.path(), &["--ud", "-n", "300"], 2048, 300);
+    for size in [1u64, 100, 512, 4096] {
         let s = size.to_string();
         run(
             &l,
@@ -137,19 +139,152 @@ fn ud_pingpong_between_namespaces() {
             200,
         );
     }
-    // a message larger than the UD MTU is refused as ibv_ud_pingpong refuses it
+    // a message larger than the port's active MTU is refused as
+    // ibv_ud_pingpong refuses it: 4097 bytes at MTU 9000 ...
+    refused(&l, state.path(), &["-s", "4097"], 4096);
+    // ... and, with interface MTUs of 1500 (active MTU 1024, as rxe has
+    // it), the default 2048
+    for i in 0..2 {
+        set_mtu(&l, i, 1500);
+    }
+    refused(&l, state.path(), &[], 1024);
+    run(
+        &l,
+        state.path(),
+        &["--ud", "-s", "1024", "-n", "100"],
+        1024,
+        100,
+    );
+}
+
+fn set_mtu(l: &Link, i: usize, mtu: u32) {
+    let st = std::process::Command::new("ip")
+        .args(["-n", &l.ns[i], "link", "set", "dev", &l.ifs[i], "mtu"])
+        .arg(mtu.to_string())
+        .status()
+        .expect("ip link set mtu");
+    assert!(st.success(), "ip link set {} mtu {mtu}", l.ifs[i]);
+}
+
+fn refused(l: &Link, state: &std::path::Path, extra: &[&str], limit: u32) {
+    let mut a = vec!["pingpong", "--ud", "-d", &l.ifs[0]];
+    a.extend_from_slice(extra);
+    let out = rnic_in(&l.ns[0], state, &a).output().unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(&format!("Requested size larger than port MTU ({limit})")),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn uc_pingpong_between_namespaces() {
+    let test = "uc_pingpong_between_namespaces";
+    if !can_run(test) {
+        return;
+    }
+    let l = link("pc");
+    let state = tempfile::tempdir().unwrap();
+    // ibv_uc_pingpong's defaults: 4096 bytes, MTU 1024, 1000 exchanges
+    run(&l, state.path(), &["--uc"], 4096, 1000);
+    for (size, mtu) in [(1u64, "256"), (3000, "2048"), (20000, "4096")] {
+        let s = size.to_string();
+        run(
+            &l,
+            state.path(),
+            &["--uc", "-s", &s, "-m", mtu, "-n", "200", "-r", "50"],
+            size,
+            200,
+        );
+    }
+    // --ud and --uc together: a usage error
     let out = rnic_in(
         &l.ns[0],
         state.path(),
-        &["pingpong", "--ud", "-s", "2048", "-d", &l.ifs[0]],
+        &["pingpong", "--ud", "--uc", "-d", &l.ifs[0]],
     )
     .output()
     .unwrap();
-    assert!(!out.status.success(), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+/// `-c/--chk` on RC, UC and UD (several pages, UD after the GRH room): no
+/// `invalid data` line, success on both sides.
+#[test]
+fn chk_pingpong_between_namespaces() {
+    let test = "chk_pingpong_between_namespaces";
+    if !can_run(test) {
+        return;
+    }
+    let l = link("pk");
+    let state = tempfile::tempdir().unwrap();
+    for (args, size) in [
+        (vec!["-c"], 4096u64),
+        (vec!["-c", "-s", "20000", "--page-size", "4096"], 20000),
+        (
+            vec!["--uc", "--chk", "-s", "10000", "--page-size", "1024"],
+            10000,
+        ),
+        (
+            vec!["--ud", "-c", "-s", "4096", "--page-size", "1024"],
+            4096,
+        ),
+    ] {
+        let mut a = args.clone();
+        a.extend(["-n", "100"]);
+        run(&l, state.path(), &a, size, 100);
+    }
+    // the check must be able to fail: a client that marks pages of 4096
+    // bytes and a server that expects marks every 1024 bytes (two hosts
+    // with different page sizes) disagree about bytes 1024, 2048 and 3072
+    let (s, c) = pair(
+        &l,
+        state.path(),
+        &[
+            "pingpong",
+            "-c",
+            "-s",
+            "4096",
+            "-n",
+            "20",
+            "--page-size",
+            "1024",
+        ],
+        &[
+            "pingpong",
+            "-c",
+            "-s",
+            "4096",
+            "-n",
+            "20",
+            "--page-size",
+            "4096",
+        ],
+        LIMIT,
+    );
+    let ctx = format!("-- server --\n{}\n-- client --\n{}", text(&s), text(&c));
+    assert!(c.status.success(), "{ctx}");
+    assert!(!s.status.success(), "{ctx}");
+    let so = String::from_utf8_lossy(&s.stdout);
+    let pages: Vec<&str> = so
+        .lines()
+        .filter(|l| l.starts_with("invalid data in page"))
+        .collect();
+    assert_eq!(
+        pages,
+        [
+            "invalid data in page 1",
+            "invalid data in page 2",
+            "invalid data in page 3"
+        ],
+        "{ctx}"
+    );
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("Requested size larger than port MTU (1024)"),
-        "{}",
-        text(&out)
+        String::from_utf8_lossy(&s.stderr)
+            .contains("--chk: the last message received differs at byte 1024"),
+        "{ctx}"
     );
 }
 

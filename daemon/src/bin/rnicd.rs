@@ -48,6 +48,10 @@ struct Args {
     /// Pin the engine thread(s) to this core (and the next).
     #[arg(long)]
     core: Option<usize>,
+    /// With --mem-pair: both devices on ONE engine thread (a two-core
+    /// machine then has one busy engine thread, not two).
+    #[arg(long)]
+    one_thread: bool,
     /// A file of `key = value` lines with the same names as the flags
     /// (flags on the command line win).
     #[arg(long)]
@@ -168,25 +172,29 @@ fn main() {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
-    let mut servers = Vec::new();
-    for (i, (name, port, gid)) in ports.into_iter().enumerate() {
-        let cfg = ServerConfig {
-            name: name.clone(),
-            sock_dir: a.sock_dir.clone(),
-            mode,
-            gid,
-            engine: engine(i),
-        };
-        match Server::start(port, cfg) {
-            Ok(s) => {
-                eprintln!("rnicd: {name} listening on {}", s.socket_path().display());
-                servers.push(s);
-            }
-            Err(e) => {
-                eprintln!("rnicd: {name}: {e}");
-                std::process::exit(1)
-            }
+    let items: Vec<(Box<dyn Port>, ServerConfig)> = ports
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, port, gid))| {
+            let cfg = ServerConfig {
+                name,
+                sock_dir: a.sock_dir.clone(),
+                mode,
+                gid,
+                engine: engine(i),
+            };
+            (port, cfg)
+        })
+        .collect();
+    let servers = match Server::start_many(items, a.one_thread) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rnicd: {e}");
+            std::process::exit(1)
         }
+    };
+    for s in &servers {
+        eprintln!("rnicd: listening on {}", s.socket_path().display());
     }
     println!("READY");
     while !STOP.load(Ordering::Acquire) {

@@ -9,13 +9,20 @@ use std::process::Command;
 
 /// Runs `ip` with `args`; an error carries its stderr.
 pub fn ip(args: &[&str]) -> io::Result<()> {
-    let out = Command::new("ip").args(args).output()?;
+    let mut c = Command::new("ip");
+    c.args(args);
+    checked(c, || format!("ip {}", args.join(" ")))
+}
+
+/// Runs `c`; a failure is an error naming `what` with the command's stderr.
+fn checked(mut c: Command, what: impl FnOnce() -> String) -> io::Result<()> {
+    let out = c.output()?;
     if out.status.success() {
         Ok(())
     } else {
         Err(io::Error::other(format!(
-            "ip {}: {}",
-            args.join(" "),
+            "{}: {}",
+            what(),
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
@@ -130,4 +137,101 @@ pub fn run_in<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> io::Result<T> 
         .join()
         .map_err(|_| io::Error::other("the thread in the namespace panicked"))?
     })
+}
+
+/// Runs `cmd` inside namespace `ns` (`ip netns exec`); an error carries its
+/// stderr.
+pub fn exec(ns: &str, cmd: &[&str]) -> io::Result<()> {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).args(cmd);
+    checked(c, || format!("{ns}: {}", cmd.join(" ")))
+}
+
+/// A ── R ── B: three namespaces, R routing between 192.0.2.0/24 (A is .1,
+/// R .254) and 198.51.100.0/24 (B is .1, R .254), veth MTU 9000, addresses
+/// only inside the namespaces. RoCEv2 is routable (it rides UDP/IP), so the
+/// endpoints reach each other through R's forwarding, where tests shape,
+/// drop, mark and capture. Everything is removed on drop.
+pub struct Routed {
+    pub a: String,
+    pub r: String,
+    pub b: String,
+    /// Interfaces: A's, R's towards A, R's towards B, B's.
+    pub va: String,
+    pub ra: String,
+    pub rb: String,
+    pub vb: String,
+    pub ga: std::net::Ipv4Addr,
+    pub gb: std::net::Ipv4Addr,
+    /// A scratch folder for captures and rule files.
+    pub dir: std::path::PathBuf,
+    _ns: Namespaces,
+}
+
+impl Routed {
+    /// `tag` keeps concurrent users apart (a short word and a digit: the
+    /// interface names, tag + role + pid modulo 10^4, must fit 15 bytes).
+    pub fn create(tag: &str) -> io::Result<Routed> {
+        let names = [
+            ns_name(&format!("{tag}a")),
+            ns_name(&format!("{tag}r")),
+            ns_name(&format!("{tag}b")),
+        ];
+        let ns = Namespaces::create(&names)?;
+        let [a, r, b] = names;
+        let id = std::process::id() % 10_000;
+        let [va, ra, rb, vb] = ["a", "ra", "rb", "b"].map(|s| format!("{tag}{s}{id}"));
+        veth(&a, &va, "192.0.2.1/24", &r, &ra, "192.0.2.254/24", 9000)?;
+        veth(&r, &rb, "198.51.100.254/24", &b, &vb, "198.51.100.1/24", 9000)?;
+        ip(&["-n", &a, "route", "add", "default", "via", "192.0.2.254"])?;
+        ip(&["-n", &b, "route", "add", "default", "via", "198.51.100.254"])?;
+        exec(&r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        let dir = std::env::temp_dir().join(format!("softrnic-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Routed {
+            a,
+            r,
+            b,
+            va,
+            ra,
+            rb,
+            vb,
+            ga: std::net::Ipv4Addr::new(192, 0, 2, 1),
+            gb: std::net::Ipv4Addr::new(198, 51, 100, 1),
+            dir,
+            _ns: ns,
+        })
+    }
+
+    /// Loads an nftables ruleset into the router.
+    pub fn nft(&self, rules: &str) -> io::Result<()> {
+        let f = self.dir.join("rules.nft");
+        std::fs::write(&f, rules)?;
+        exec(&self.r, &["nft", "-f", &f.to_string_lossy()])
+    }
+
+    /// Makes R's egress towards B a congested ECN-capable bottleneck: a tbf
+    /// shaper of `rate` (tc syntax, e.g. "400mbit") and CE marking of the
+    /// RoCEv2 frames (UDP 4791) that exceed `mark_over` (nft syntax, e.g.
+    /// "30 mbytes/second"). The kernels here have no RED, so nftables'
+    /// `limit rate over … ip ecn set ce` stands in for a marking threshold.
+    pub fn ecn_bottleneck(&self, rate: &str, mark_over: &str) -> io::Result<()> {
+        exec(
+            &self.r,
+            &[
+                "tc", "qdisc", "add", "dev", &self.rb, "root", "tbf", "rate", rate, "burst",
+                "256kb", "latency", "10ms",
+            ],
+        )?;
+        self.nft(&format!(
+            "table inet rnic {{\n  chain mark_ce {{\n    type filter hook forward priority 0;\n    oifname \"{}\" udp dport 4791 limit rate over {mark_over} ip ecn set ce\n  }}\n}}\n",
+            self.rb
+        ))
+    }
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -55,6 +55,15 @@ pub struct RnicConfig {
     pub cc: CcConfig,
     /// Link speed (bit/s): the DCQCN line rate and the PFC quantum length.
     pub link_bps: u64,
+    /// The port's active MTU (`ibv_port_attr.active_mtu`, one of
+    /// [`crate::verbs::MTUS`]): the largest payload one packet carries on
+    /// this port. UD QPs have no path MTU attribute (the INIT→RTR row for
+    /// UD in IBA Table 93 has none) and use this one: a UD message is a
+    /// single SEND ONLY packet (IBA 9.8, unreliable service), so it is also
+    /// the largest UD message. A device on an
+    /// interface sets it from the interface MTU as rxe does (the largest
+    /// IB MTU that fits with the RoCEv2 headers); 4096 otherwise.
+    pub port_mtu: u32,
 }
 
 impl RnicConfig {
@@ -68,6 +77,7 @@ impl RnicConfig {
             unlimited_retries: false,
             cc: CcConfig::default(),
             link_bps: 100_000_000_000,
+            port_mtu: 4096,
         }
     }
 }
@@ -311,6 +321,38 @@ impl Rnic {
         }
     }
 
+    /// Sets the port's active MTU from the interface MTU (the largest IP
+    /// datagram): the largest IB MTU whose packets fit (see
+    /// [`ib_mtu_for_ip_mtu`]), as rxe derives its port's active MTU from
+    /// its netdev's MTU.
+    pub fn set_port_ip_mtu(&mut self, ip_mtu: usize) {
+        let ipv6 = self.res.cfg.gid.to_ipv4().is_none();
+        let _ = self.set_port_mtu(ib_mtu_for_ip_mtu(ip_mtu, ipv6));
+    }
+
+    /// Sets the port's active MTU (see [`RnicConfig::port_mtu`]); UD QPs,
+    /// existing and new, take it as their message limit.
+    pub fn set_port_mtu(&mut self, mtu: u32) -> Result<(), VerbsError> {
+        if !crate::verbs::MTUS.contains(&mtu) {
+            return Err(VerbsError::Modify(ModifyError::OutOfRange {
+                name: "active_mtu",
+                value: mtu,
+            }));
+        }
+        self.res.cfg.port_mtu = mtu;
+        for qp in self.qps.iter_mut().flatten() {
+            if qp.qp_type() == QpType::Ud {
+                qp.mtu = mtu;
+            }
+        }
+        Ok(())
+    }
+
+    /// The port's active MTU (`ibv_query_port`'s `active_mtu`).
+    pub fn port_mtu(&self) -> u32 {
+        self.res.cfg.port_mtu
+    }
+
     /// PFC counters (rx_prio{p}_pause, rx_prio{p}_pause_duration).
     pub fn pfc_counters(&self, now: Instant) -> crate::cc::PfcCounters {
         self.res.pfc.counters(now)
@@ -475,7 +517,7 @@ impl Rnic {
             qp.hdr = Some(hdr);
         }
         match to {
-            QpState::Err if qp.state != QpState::Err => qp.to_error(&mut self.res),
+            QpState::Err if qp.state != QpState::Err => qp.enter_error(&mut self.res),
             QpState::Reset => {
                 let (qpn, init, counters) = (qp.qpn, qp.init, std::mem::take(&mut qp.counters));
                 *qp = Qp::new(qpn, init, &self.res.cfg);
@@ -829,7 +871,7 @@ impl Qp {
         }
         if self.resp.error_after_flush && self.resp.responses.is_empty() {
             self.resp.error_after_flush = false;
-            self.to_error(res);
+            self.enter_error(res);
             return None;
         }
         if !self.cc.may_send(now) {
@@ -862,7 +904,7 @@ impl Qp {
     }
 
     /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).
-    pub(crate) fn to_error(&mut self, res: &mut Resources) {
+    pub(crate) fn enter_error(&mut self, res: &mut Resources) {
         self.state = QpState::Err;
         self.req.ack_deadline = None;
         self.req.rnr_deadline = None;
@@ -920,7 +962,7 @@ impl Qp {
                 wc.byte_len = w.len as u32;
                 if res.complete(self.init.send_cq, wc).is_err() {
                     self.counters.cq_overrun += 1;
-                    self.to_error(res);
+                    self.enter_error(res);
                     return;
                 }
             }
@@ -943,7 +985,7 @@ impl Qp {
     /// `modify_qp(SQE → RTS)` resumes sending.
     pub(crate) fn fail_send_queue(&mut self, res: &mut Resources) {
         match self.qp_type() {
-            QpType::Rc => self.to_error(res),
+            QpType::Rc => self.enter_error(res),
             QpType::Uc | QpType::Ud => {
                 self.state = QpState::Sqe;
                 self.flush_send_queue(res);
@@ -958,7 +1000,7 @@ impl Qp {
         }
         if res.complete(self.init.recv_cq, wc).is_err() {
             self.counters.cq_overrun += 1;
-            self.to_error(res);
+            self.enter_error(res);
         }
     }
 
@@ -1017,4 +1059,21 @@ fn data_class(hdr: &mut HeaderTemplate, ah: &crate::verbs::AhAttr, cc: &CcConfig
 
 fn ip_dscp(ip: &IpRepr) -> u8 {
     ip.dscp()
+}
+
+/// What a RoCEv2 packet adds to its payload inside the IP MTU, at most: IP
+/// (20, or 40 for IPv6) + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 (RDMA
+/// WRITE Only with Immediate carries both) + ICRC 4.
+const ROCE_OVERHEAD_V4: usize = 20 + 8 + 12 + 16 + 4 + 4;
+
+/// The largest IB MTU (256..4096) whose packets fit an interface whose IP
+/// MTU is `ip_mtu`; 256 when nothing larger fits.
+pub fn ib_mtu_for_ip_mtu(ip_mtu: usize, ipv6: bool) -> u32 {
+    let room = ip_mtu.saturating_sub(ROCE_OVERHEAD_V4 + if ipv6 { 20 } else { 0 });
+    crate::verbs::MTUS
+        .iter()
+        .rev()
+        .copied()
+        .find(|&m| m as usize <= room)
+        .unwrap_or(256)
 }

@@ -285,7 +285,12 @@ impl Qp {
             qkey: 0,
             pkey: wire::bth::DEFAULT_PKEY,
             ah: None,
-            mtu: 1024,
+            // UD: the port's active MTU; RC and UC: set by modify_qp(RTR)
+            mtu: if init.qp_type == wire::QpType::Ud {
+                cfg.port_mtu
+            } else {
+                1024
+            },
             dest_qpn: 0,
             timeout: 14,
             retry_cnt: 7,

@@ -288,6 +288,9 @@ impl Qp {
         }
         let need = if rd_atomic { access::LOCAL_WRITE } else { 0 };
         let keys_ok = w.inline.is_some() || res.check_sgl(self.init.pd, &w.wr.sgl, need).is_ok();
+        // IBA 9.8 (unreliable service): a UD message is one SEND ONLY packet,
+        // so it may not exceed the port's active MTU (`Qp::mtu` of a UD QP):
+        // a local length error, as rxe completes it (IB_WC_LOC_LEN_ERR).
         let too_long = self.qp_type() == QpType::Ud && w.len > self.mtu as u64;
         if !keys_ok || too_long {
             let status = if too_long {

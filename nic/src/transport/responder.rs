@@ -340,6 +340,20 @@ impl Qp {
         {
             return Outcome::Nak(NakCode::RemoteOperationalError, Some(WcStatus::LocProtErr));
         }
+        // SEND with Invalidate (IBA 10.6.7.3, as MrTable::invalidate cites
+        // it; RC only): the last
+        // packet's IETH names an R_Key the responder invalidates. One that
+        // names no region of ours, a region of another PD or one already
+        // invalid cannot be invalidated: rxe's responder
+        // (RESPST_ERR_INVALIDATE_RKEY) completes the receive WQE with
+        // IB_WC_REM_INV_REQ_ERR and moves the QP to ERR; we do that and
+        // NAK the request as a remote invalid request (IBA 9.9.3, class C
+        // responder errors), so the requester learns it too.
+        if let (true, Some(rkey)) = (pos.is_end(), pkt.ext.ieth) {
+            if !res.mrs.invalidate(rkey, self.init.pd) {
+                return Outcome::Nak(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
+            }
+        }
         self.resp.in_msg = Some(InMessage::Send {
             recv,
             offset: offset + len,
@@ -352,10 +366,8 @@ impl Qp {
             wc.byte_len = (offset + len) as u32;
             wc.imm = pkt.ext.imm;
             wc.solicited = pkt.bth.solicited;
-            if let Some(rkey) = pkt.ext.ieth {
-                res.mrs.invalidate(rkey, self.init.pd);
-                wc.invalidated_rkey = Some(rkey);
-            }
+            // invalidated above
+            wc.invalidated_rkey = pkt.ext.ieth;
             self.counters.rdma_recvs += 1;
             self.complete_recv(res, wc);
         }

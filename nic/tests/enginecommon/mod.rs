@@ -56,21 +56,53 @@ pub fn start_cc(
     cfg: PairConfig,
     cc: nic::transport::CcConfig,
 ) -> Vec<Node> {
-    let mut nodes = Vec::new();
+    start_engines(ports, gids, dmacs, cfg, cc, false)
+}
+
+/// Like `start`, with both devices on ONE engine thread
+/// (`Engine::start_group`).
+pub fn start_grouped(ports: Vec<Box<dyn Port>>, cfg: PairConfig) -> Vec<Node> {
+    let macs: Vec<_> = ports.iter().map(|p| p.mac()).collect();
+    let cc = nic::transport::CcConfig::default();
+    start_engines(ports, vec![gid(0), gid(1)], vec![macs[1], macs[0]], cfg, cc, true)
+}
+
+fn start_engines(
+    ports: Vec<Box<dyn Port>>,
+    gids: Vec<Gid>,
+    dmacs: Vec<wire::EthernetAddress>,
+    cfg: PairConfig,
+    cc: nic::transport::CcConfig,
+    grouped: bool,
+) -> Vec<Node> {
+    let mut members = Vec::new();
+    let mut macs = Vec::new();
     for (i, port) in ports.into_iter().enumerate() {
         let mac = port.mac();
         let mut rc = RnicConfig::new(mac, gids[i]);
         rc.cc = cc;
         rc.unlimited_retries = cfg.unlimited_retries;
-        let rnic = Rnic::new(rc);
-        let engine = Engine::start(
-            rnic,
-            port,
-            EngineConfig {
-                name: format!("engine-{i}"),
-                ..Default::default()
-            },
-        );
+        members.push((Rnic::new(rc), port, None));
+        macs.push(mac);
+    }
+    let engines = if grouped {
+        Engine::start_group(members, EngineConfig::default())
+    } else {
+        members
+            .into_iter()
+            .enumerate()
+            .map(|(i, (rnic, port, _))| {
+                let cfg = EngineConfig {
+                    name: format!("engine-{i}"),
+                    ..Default::default()
+                };
+                Engine::start(rnic, port, cfg)
+            })
+            .collect()
+    };
+    let mut nodes = Vec::new();
+    for (i, engine) in engines.into_iter().enumerate() {
+        let mac = macs[i];
         let dev = engine.device();
         let cq = dev.create_cq(1 << 16).unwrap();
         let mem = Arc::new(HeapMemory::new(MEM));
@@ -186,89 +218,26 @@ pub fn can_run(test: &str, tools: &[&str]) -> bool {
     }
 }
 
-/// Runs a command inside a namespace, failing the test on error.
-pub fn sh(ns: &str, cmd: &[&str]) {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(cmd)
-        .output()
-        .expect("ip netns exec");
-    assert!(
-        out.status.success(),
-        "{ns}: {cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+/// A ── R ── B (`nic::io::netns::Routed`) with the tests' conveniences:
+/// creation and rule loading that fail the test, and ports opened on A or B.
+pub struct Routed(pub nic::io::netns::Routed);
 
-/// A ── R ── B: three namespaces, R routing between 192.0.2.0/24 and
-/// 198.51.100.0/24 (addresses only inside the namespaces), veth MTU 9000.
-/// Everything is removed on drop.
-pub struct Routed {
-    pub a: String,
-    pub r: String,
-    pub b: String,
-    /// Interfaces: A's, R's towards A, R's towards B, B's.
-    pub va: String,
-    pub ra: String,
-    pub rb: String,
-    pub vb: String,
-    pub ga: std::net::Ipv4Addr,
-    pub gb: std::net::Ipv4Addr,
-    /// A scratch folder for captures and rule files.
-    pub dir: std::path::PathBuf,
-    _ns: nic::io::netns::Namespaces,
+impl std::ops::Deref for Routed {
+    type Target = nic::io::netns::Routed;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Routed {
     /// `tag` keeps concurrent tests apart (a short word and a digit).
     pub fn new(tag: &str) -> Routed {
-        use nic::io::netns::{self, ip};
-        let names = [
-            netns::ns_name(&format!("{tag}a")),
-            netns::ns_name(&format!("{tag}r")),
-            netns::ns_name(&format!("{tag}b")),
-        ];
-        let ns = netns::Namespaces::create(&names).expect("namespaces");
-        let [a, r, b] = names;
-        // interface names are at most 15 bytes: the pid modulo 10^4
-        let id = std::process::id() % 10_000;
-        let [va, ra, rb, vb] = ["a", "ra", "rb", "b"].map(|s| format!("{tag}{s}{id}"));
-        netns::veth(&a, &va, "192.0.2.1/24", &r, &ra, "192.0.2.254/24", 9000).unwrap();
-        netns::veth(
-            &r,
-            &rb,
-            "198.51.100.254/24",
-            &b,
-            &vb,
-            "198.51.100.1/24",
-            9000,
-        )
-        .unwrap();
-        ip(&["-n", &a, "route", "add", "default", "via", "192.0.2.254"]).unwrap();
-        ip(&["-n", &b, "route", "add", "default", "via", "198.51.100.254"]).unwrap();
-        sh(&r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-        let dir = std::env::temp_dir().join(format!("softrnic-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Routed {
-            a,
-            r,
-            b,
-            va,
-            ra,
-            rb,
-            vb,
-            ga: std::net::Ipv4Addr::new(192, 0, 2, 1),
-            gb: std::net::Ipv4Addr::new(198, 51, 100, 1),
-            dir,
-            _ns: ns,
-        }
+        Routed(nic::io::netns::Routed::create(tag).expect("A ── R ── B namespaces"))
     }
 
     /// Loads an nftables ruleset into the router.
     pub fn nft(&self, rules: &str) {
-        let f = self.dir.join("rules.nft");
-        std::fs::write(&f, rules).unwrap();
-        sh(&self.r, &["nft", "-f", f.to_str().unwrap()]);
+        self.0.nft(rules).expect("nft ruleset");
     }
 
     /// Opens side 0 (A) or 1 (B) with `backend`; returns the port and the
@@ -296,12 +265,6 @@ impl Routed {
 
     pub fn gids(&self) -> Vec<Gid> {
         vec![Gid::from_ipv4(self.ga), Gid::from_ipv4(self.gb)]
-    }
-}
-
-impl Drop for Routed {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -1,0 +1,122 @@
+//! Acceptance 4 of the congestion issue, seen through the tool: `rnic perf
+//! write bw --dev` from A to B through a router namespace whose egress
+//! towards B is shaped (tbf, 400 Mbit/s) and CE-marks RoCEv2 frames above
+//! 30 MB/s with nftables (no RED here). B's notification point counts the
+//! marks and sends CNPs, A's reaction point handles them and A's rate stays
+//! under the shaper with no retransmission storm — and the `--json` files
+//! of both sides carry those counters under their rdma-statistic names.
+//! Needs root, tc and nft: a loud SKIPPED line without them, a failure
+//! under CI.
+
+mod common;
+
+use common::netns::{can_run, rnic_in, spawn, text};
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+
+fn have(tool: &str) -> bool {
+    std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+/// The device this side ran: the one with our address in the JSON's
+/// `devices` (both sides may be listed).
+fn device<'a>(doc: &'a Value, ip: &str) -> &'a Value {
+    doc["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .find(|d| d["ip"] == ip)
+        .unwrap_or_else(|| panic!("no device with ip {ip} in {doc}"))
+}
+
+fn counter(dev: &Value, name: &str) -> u64 {
+    dev["counters"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name} missing from {dev}"))
+}
+
+fn read_json(p: &Path) -> Value {
+    let s = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn perf_json_shows_cnps_through_an_ecn_marking_router() {
+    let test = "perf_json_shows_cnps_through_an_ecn_marking_router";
+    if !can_run(test) {
+        return;
+    }
+    for tool in ["tc", "nft"] {
+        if !have(tool) {
+            common::missing_tool(test, tool);
+            return;
+        }
+    }
+    let net = nic::io::netns::Routed::create("pe").expect("A ── R ── B namespaces");
+    net.ecn_bottleneck("400mbit", "30 mbytes/second")
+        .expect("shaper and CE marking on the router");
+    let dir = tempfile::tempdir().unwrap();
+    let (sj, cj) = (dir.path().join("server.json"), dir.path().join("client.json"));
+    let (ga, gb) = (net.ga.to_string(), net.gb.to_string());
+
+    let server = spawn(
+        rnic_in(
+            &net.b,
+            dir.path(),
+            &[
+                "perf", "write", "bw", "--no-progress", "--json", sj.to_str().unwrap(),
+                "--dev", &net.vb,
+            ],
+        ),
+        "the rnic server",
+    );
+    // the client retries while the server is not listening yet
+    let client = spawn(
+        rnic_in(
+            &net.a,
+            dir.path(),
+            &[
+                "perf", "write", "bw", "--no-progress", "-m", "4096", "-D", "2",
+                "--report_gbits", "--json", cj.to_str().unwrap(), "--dev", &net.va, &gb,
+            ],
+        ),
+        "the rnic client",
+    )
+    .finish(Duration::from_secs(40));
+    let server = server.finish(Duration::from_secs(10));
+    let ctx = format!("-- server --\n{}\n-- client --\n{}", text(&server), text(&client));
+    assert!(server.status.success() && client.status.success(), "{ctx}");
+
+    let (c, s) = (read_json(&cj), read_json(&sj));
+    let sender = device(&c, &ga);
+    let receiver = device(&s, &gb);
+    let (marked, cnps) = (
+        counter(receiver, "np_ecn_marked_roce_packets"),
+        counter(receiver, "np_cnp_sent"),
+    );
+    let (handled, sent, retx) = (
+        counter(sender, "rp_cnp_handled"),
+        counter(sender, "sent_pkts"),
+        counter(sender, "retransmitted_pkts"),
+    );
+    let gbits = c["results"][0]["bytes_per_sec"].as_f64().expect("bytes_per_sec") * 8e-9;
+    eprintln!(
+        "{gbits:.3} Gbit/s; B: np_ecn_marked_roce_packets {marked} np_cnp_sent {cnps}; \
+         A: rp_cnp_handled {handled} sent_pkts {sent} retransmitted_pkts {retx}"
+    );
+    assert!(marked > 0, "the router marked nothing\n{ctx}");
+    // IBTA RoCEv2 annex A17.9.3: at most one CNP per QP per
+    // min_time_between_cnps, so never more CNPs than marked packets
+    assert!(cnps > 0 && cnps <= marked, "{cnps} CNPs for {marked} marks");
+    assert!(handled > 0, "A's reaction point saw no CNP");
+    assert!(handled <= cnps, "{handled} handled of {cnps} sent");
+    assert!(gbits < 0.4 * 1.05, "faster than the 400 Mbit/s shaper: {gbits}");
+    assert!(
+        retx * 20 < sent,
+        "a retransmission storm: {retx} of {sent} packets"
+    );
+}
