@@ -72,24 +72,22 @@ table inet rxe_peer {
 EOF
 }
 
-# The drop rules for one loss case: ~LOSS_PCT % of UDP 4791 frames both ways
-# (requests and ACKs alike carry destination port 4791), except the ACKs
-# (BTH opcode 0x11, the byte after the UDP header) the pingpong *client*
-# sends: the client leaves as soon as its last message is ACKed and the
-# server's last message has arrived, so if the ACK of that last message is
-# lost nobody is left to answer the server's retransmissions (rxe treats
-# rdma-core's retry_cnt 7 as "retry forever").
+# The drop rules for one loss case: ~LOSS_PCT % of the UDP 4791 frames both
+# ways (requests and ACKs alike carry destination port 4791) until LOSS_BYTES
+# bytes of them went through (a stateful quota, new for each case; 300
+# exchanges of 4 KiB are ~2.6 MB both ways). The end runs clean on purpose: the pingpong
+# programs destroy their QP as soon as their own counts are reached, so a lost
+# ACK of either side's last message leaves the other side retransmitting to a
+# QP that is gone (rxe treats rdma-core's retry_cnt 7 as "retry for ever").
+LOSS_BYTES=${RXE_PEER_LOSS_BYTES:-2000000}
 loss_rules() {
-  local client_if=$TAP
-  [ "$1" = rnic-client ] && client_if=$LVB
   ip netns exec "$NS" nft -f - <<EOF
 table inet rxe_peer_loss
 delete table inet rxe_peer_loss
 table inet rxe_peer_loss {
   chain forward {
     type filter hook forward priority 0;
-    iifname "$client_if" udp dport 4791 @th,64,8 0x11 counter accept
-    udp dport 4791 numgen random mod 100 < $LOSS_PCT counter drop
+    udp dport 4791 quota until $LOSS_BYTES bytes numgen random mod 100 < $LOSS_PCT counter drop
   }
 }
 EOF
@@ -107,7 +105,7 @@ pp_case() {
   if [ "$RXE_CHK" = 1 ] && [ "$RNIC_CHK" = 1 ]; then g+=" -c"; r+=(-c); fi
   if [ "$path" = lossy ]; then
     rns=$LNS rdev=$LVA rip=$LOSS_IP lossy=(--lossy) to=300
-    loss_rules "$role"
+    loss_rules
   fi
   # AF_XDP frames bypass tcpdump on the host side: rnic records its own port.
   r+=(-d "$rdev" --pcap "$OUT/pcap/$name.rnic.pcap")
@@ -217,7 +215,8 @@ interop_main() {
   say "rdma-core buffer check (-c): $([ "${RXE_CHK:-0}" = 1 ] && [ $RNIC_CHK = 1 ] && echo on || echo off)"
   # Wireshark's opinion of one capture, when the shared helper is there (optional).
   local judge=$REPO/../shared/tools/tshark-judge f
-  f=$(ls "$OUT"/pcap/rc-rnic-client-s4096-m1024.host.pcap "$OUT"/pcap/*.host.pcap 2>/dev/null | head -n1 || true)
+  f=$OUT/pcap/rc-rnic-client-s4096-m1024.rnic.pcap
+  [ -s "$f" ] || f=$(ls "$OUT"/pcap/*.rnic.pcap 2>/dev/null | head -n1 || true)
   if [ -x "$judge" ] && [ -n "$f" ] && command -v tshark >/dev/null; then
     { echo "# tshark-judge $f"; "$judge" "$f"; echo "# exit=$?"; } > "$OUT/logs/tshark-judge.log" 2>&1 || true
     say "tshark-judge ${f##*/}: $(sed -n 2p "$OUT/logs/tshark-judge.log")"
