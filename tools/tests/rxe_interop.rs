@@ -30,11 +30,21 @@ fn on_path(tool: &str) -> bool {
 /// Why this machine cannot run the suite, if it cannot.
 fn missing() -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok();
-    let root = uid.map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
+    let root = uid
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
     if !root {
         return Some("needs root (network namespaces, tap, debootstrap)".into());
     }
-    for t in ["qemu-system-x86_64", "debootstrap", "cpio", "depmod", "tcpdump", "nft", "ip"] {
+    for t in [
+        "qemu-system-x86_64",
+        "debootstrap",
+        "cpio",
+        "depmod",
+        "tcpdump",
+        "nft",
+        "ip",
+    ] {
         if !on_path(t) && !Path::new("/usr/sbin").join(t).is_file() {
             return Some(format!("{t} is not installed (apt-get install qemu-system-x86 debootstrap cpio kmod tcpdump nftables iproute2)"));
         }
@@ -90,7 +100,10 @@ fn rnic_pingpong_against_linux_soft_roce() {
         }
         if t0.elapsed() > LIMIT {
             // SIGTERM: the script's trap stops QEMU and removes its namespaces.
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
             std::thread::sleep(Duration::from_secs(15));
             let _ = child.kill();
             let _ = child.wait();
@@ -123,5 +136,8 @@ fn rnic_pingpong_against_linux_soft_roce() {
         results.lines().all(|l| l.contains(" PASS ")),
         "failing cases:\n{results}"
     );
-    eprintln!("rxe interop: {cases} cases passed in {:.0} s", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "rxe interop: {cases} cases passed in {:.0} s",
+        t0.elapsed().as_secs_f64()
+    );
 }
