@@ -16,8 +16,10 @@ interop_usage() {
   cat <<'EOF'
 rxe-peer interop [--full] [--only REGEX] [--out DIR]
   Boots the rxe guest once and runs rnic pingpong against ibv_rc/uc/ud_pingpong
-  in both roles (rnic client <-> rxe server, rxe client <-> rnic server), plus
-  an RC loss test (nftables drops ~2 % of UDP 4791 both ways). Every case must
+  in both roles (rnic client <-> rxe server, rxe client <-> rnic server), an
+  RC loss test (nftables drops ~2 % of UDP 4791 both ways), and rnic perf
+  against perftest (ib_write/read/send/atomic_bw and _lat, both roles;
+  perftest/cases-ci.txt, --full: perftest/cases.txt). Every case must
   exit 0 on both sides, print the result lines, pass rdma-core's and rnic's
   buffer checks (when available), and both captures must pass `rnic pcap check`.
   Default: the trimmed CI list (a few sizes); --full: all sizes and MTUs.
@@ -177,6 +179,14 @@ interop_hook() {
     # shellcheck disable=SC2086
     pp_case $line || fails=$((fails + 1))
   done < "$OUT/cases.txt"
+  echo "pingpong_seconds=$(since "$t0")" >> "$OUT/timings"
+  # perftest: rnic perf against ib_*_bw / ib_*_lat, both roles (perftest/hook.sh)
+  local tp; tp=$(now)
+  ( PERFTEST_CASES=$PT_LIST PERFTEST_ONLY=$PT_ONLY
+    # shellcheck source=perftest/hook.sh
+    . "$HERE/perftest/hook.sh" ) > "$OUT/logs/perftest.log" 2>&1 || fails=$((fails + 1))
+  [ -f "$OUT/perftest-results.txt" ] && cat "$OUT/perftest-results.txt" >&2
+  echo "perftest_seconds=$(since "$tp")" >> "$OUT/timings"
   echo "suite_seconds=$(since "$t0")" >> "$OUT/timings"
   [ $fails = 0 ]
 }
@@ -205,7 +215,9 @@ interop_main() {
   mkdir -p "$OUT"
   echo "image_seconds=$tbuild" > "$OUT/timings"
   interop_cases "$full" | { if [ -n "$only" ]; then grep -E -- "$only" || true; else cat; fi; } > "$OUT/cases.txt"
-  [ -s "$OUT/cases.txt" ] || die "no case matches --only $only"
+  PT_LIST=$HERE/perftest/cases-ci.txt
+  [ "$full" = 1 ] && PT_LIST=$HERE/perftest/cases.txt
+  PT_ONLY=$only
   local h; h=$("$RNIC" pingpong --help)
   RNIC_CHK=0; grep -q -- '--chk' <<< "$h" && RNIC_CHK=1
   grep -q -- '--uc' <<< "$h" || say "note: this rnic has no 'pingpong --uc': the UC cases will fail"
@@ -221,10 +233,13 @@ interop_main() {
     { echo "# tshark-judge $f"; "$judge" "$f"; echo "# exit=$?"; } > "$OUT/logs/tshark-judge.log" 2>&1 || true
     say "tshark-judge ${f##*/}: $(sed -n 2p "$OUT/logs/tshark-judge.log")"
   fi
-  local pass total
+  local pass total ptpass ptotal
   pass=$(grep -c ' PASS ' "$OUT/results.txt" || true)
   total=$(wc -l < "$OUT/cases.txt")
-  echo "---- rxe interop: $pass/$total passed ($(tr '\n' ' ' < "$OUT/timings")); logs, captures: $OUT"
-  cat "$OUT/results.txt"
-  [ "$pass" = "$total" ] && [ $rc = 0 ]
+  ptpass=$(grep -c ' PASS ' "$OUT/perftest-results.txt" 2>/dev/null || true)
+  ptotal=$(grep -c . "$OUT/perftest-results.txt" 2>/dev/null || true)
+  echo "---- rxe interop: pingpong $pass/$total, perftest $ptpass/$ptotal passed ($(tr '\n' ' ' < "$OUT/timings")); logs, captures: $OUT"
+  cat "$OUT/results.txt" "$OUT/perftest-results.txt" 2>/dev/null
+  [ $((total + ptotal)) -gt 0 ] || { say "no case matches --only $only"; return 1; }
+  [ "$pass" = "$total" ] && [ "${ptpass:-0}" = "${ptotal:-0}" ] && [ $rc = 0 ]
 }

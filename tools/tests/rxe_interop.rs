@@ -1,7 +1,8 @@
 //! Interop with the Linux kernel's Soft-RoCE: runs the trimmed suite of
 //! `tools/rxe-peer/rxe-peer interop` (one QEMU guest with rdma_rxe and
 //! rdma-core; `rnic pingpong` on the host against `ibv_rc/uc/ud_pingpong`
-//! in both roles, a few sizes, and the RC loss test), see docs/interop.md.
+//! in both roles, a few sizes, the RC loss test, and `rnic perf` against
+//! perftest's ib_*_bw / ib_*_lat in both roles), see docs/interop.md.
 //!
 //! Needs root, QEMU, debootstrap and a Debian mirror (the guest image is
 //! built from Debian packages on first use and cached). Without them it
@@ -136,8 +137,15 @@ fn rnic_pingpong_against_linux_soft_roce() {
         results.lines().all(|l| l.contains(" PASS ")),
         "failing cases:\n{results}"
     );
+    let perftest = std::fs::read_to_string(out.join("perftest-results.txt")).unwrap_or_default();
+    let pt_cases = perftest.lines().count();
+    assert!(pt_cases >= 16, "only {pt_cases} perftest cases ran:\n{perftest}");
+    assert!(
+        perftest.lines().all(|l| l.contains(" PASS ")),
+        "failing perftest cases:\n{perftest}"
+    );
     eprintln!(
-        "rxe interop: {cases} cases passed in {:.0} s",
+        "rxe interop: {cases} pingpong and {pt_cases} perftest cases passed in {:.0} s",
         t0.elapsed().as_secs_f64()
     );
 }
