@@ -1,7 +1,7 @@
 //! The extension headers that follow the BTH (IBA 9.3-9.5; FETH from the IBA
 //! 1.5 Memory Placement Extensions) and the set of them one packet carries.
 
-use crate::bytes::{be24, be32, be64, put24, put32, put64};
+use crate::bytes::{array, be24, be32, be64, put24, put32, put64};
 use crate::opcode::{Header, OpcodeInfo};
 use core::fmt;
 
@@ -186,51 +186,58 @@ impl ExtHeaders {
 
     /// Parses the headers `info` names from `b`, which starts right after
     /// the BTH and holds at least `info.ext_len()` bytes.
+    ///
+    /// Each header is taken as one fixed-size array (one bounds check) and
+    /// its fields are read from that.
+    #[inline(never)]
     pub fn parse(info: &OpcodeInfo, b: &[u8]) -> ExtHeaders {
         let mut x = ExtHeaders::default();
-        let hs = info.headers;
-        if let Some(o) = hs.offset(Header::Deth) {
+        if let Some(o) = info.offset(Header::Deth) {
+            let h: [u8; 8] = array(b, o);
             x.deth = Some(Deth {
-                qkey: be32(b, o),
-                src_qp: be24(b, o + 5),
+                qkey: be32(&h, 0),
+                src_qp: be24(&h, 5),
             });
         }
-        if let Some(o) = hs.offset(Header::Feth) {
-            let v = be32(b, o);
+        if let Some(o) = info.offset(Header::Feth) {
+            let v = u32::from_be_bytes(array(b, o));
             x.feth = Some(Feth {
                 selectivity: ((v >> 4) & 3) as u8,
                 placement_type: (v & 0xF) as u8,
             });
         }
-        if let Some(o) = hs.offset(Header::Reth) {
+        if let Some(o) = info.offset(Header::Reth) {
+            let h: [u8; 16] = array(b, o);
             x.reth = Some(Reth {
-                va: be64(b, o),
-                rkey: be32(b, o + 8),
-                dma_len: be32(b, o + 12),
+                va: be64(&h, 0),
+                rkey: be32(&h, 8),
+                dma_len: be32(&h, 12),
             });
         }
-        if let Some(o) = hs.offset(Header::AtomicEth) {
+        if let Some(o) = info.offset(Header::AtomicEth) {
+            let h: [u8; 28] = array(b, o);
             x.atomic = Some(AtomicEth {
-                va: be64(b, o),
-                rkey: be32(b, o + 8),
-                swap_add: be64(b, o + 12),
-                compare: be64(b, o + 20),
+                va: be64(&h, 0),
+                rkey: be32(&h, 8),
+                swap_add: be64(&h, 12),
+                compare: be64(&h, 20),
             });
         }
-        if let Some(o) = hs.offset(Header::Aeth) {
+        if let Some(o) = info.offset(Header::Aeth) {
+            let h: [u8; 4] = array(b, o);
             x.aeth = Some(Aeth {
-                syndrome: Syndrome::from_byte(b[o]),
-                msn: be24(b, o + 1),
+                syndrome: Syndrome::from_byte(h[0]),
+                msn: be24(&h, 1),
             });
         }
-        if let Some(o) = hs.offset(Header::AtomicAckEth) {
-            x.atomic_ack = Some(be64(b, o));
+        if let Some(o) = info.offset(Header::AtomicAckEth) {
+            x.atomic_ack = Some(u64::from_be_bytes(array(b, o)));
         }
-        if let Some(o) = hs.offset(Header::ImmDt) {
-            x.imm = Some(be32(b, o));
+        if let Some(o) = info.offset(Header::ImmDt) {
+            x.imm = Some(u32::from_be_bytes(array(b, o)));
         }
-        if let Some(o) = hs.offset(Header::Ieth) {
-            x.ieth = Some(be32(b, o));
+        if let Some(o) = info.offset(Header::Ieth) {
+            x.ieth = Some(u32::from_be_bytes(array(b, o)));
         }
         x
     }
@@ -239,7 +246,7 @@ impl ExtHeaders {
     /// bytes). Headers the opcode does not name are not written; a missing
     /// one is written as zeros (callers check `matches` first).
     pub fn emit(&self, info: &OpcodeInfo, b: &mut [u8]) {
-        let hs = info.headers;
+        let hs = info;
         if let Some(o) = hs.offset(Header::Deth) {
             let d = self.deth.unwrap_or_default();
             put32(b, o, d.qkey);
