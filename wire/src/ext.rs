@@ -2,7 +2,7 @@
 //! 1.5 Memory Placement Extensions) and the set of them one packet carries.
 
 use crate::bytes::{array, be24, be32, be64, put24, put32, put64};
-use crate::opcode::{Header, OpcodeInfo};
+use crate::opcode::{Header, Headers, OpcodeInfo};
 use core::fmt;
 
 /// RDMA Extended Transport Header (IBA 9.3.3), 16 bytes.
@@ -187,10 +187,43 @@ impl ExtHeaders {
     /// Parses the headers `info` names from `b`, which starts right after
     /// the BTH and holds at least `info.ext_len()` bytes.
     ///
-    /// Each header is taken as one fixed-size array (one bounds check) and
-    /// its fields are read from that.
-    #[inline(never)]
+    /// The shapes of the data path (none, RETH alone, AETH alone) are built
+    /// in one expression each; every other set goes through `parse_any`.
+    #[inline]
     pub fn parse(info: &OpcodeInfo, b: &[u8]) -> ExtHeaders {
+        const RETH: Headers = Headers::NONE.with(Header::Reth);
+        const AETH: Headers = Headers::NONE.with(Header::Aeth);
+        match info.headers {
+            Headers::NONE => ExtHeaders::default(),
+            RETH => {
+                let h: [u8; 16] = array(b, 0);
+                ExtHeaders {
+                    reth: Some(Reth {
+                        va: be64(&h, 0),
+                        rkey: be32(&h, 8),
+                        dma_len: be32(&h, 12),
+                    }),
+                    ..ExtHeaders::default()
+                }
+            }
+            AETH => {
+                let h: [u8; 4] = array(b, 0);
+                ExtHeaders {
+                    aeth: Some(Aeth {
+                        syndrome: Syndrome::from_byte(h[0]),
+                        msn: be24(&h, 1),
+                    }),
+                    ..ExtHeaders::default()
+                }
+            }
+            _ => Self::parse_any(info, b),
+        }
+    }
+
+    /// `parse` for any set of headers. Each header is taken as one
+    /// fixed-size array (one bounds check) and its fields are read from it.
+    #[inline(never)]
+    fn parse_any(info: &OpcodeInfo, b: &[u8]) -> ExtHeaders {
         let mut x = ExtHeaders::default();
         if let Some(o) = info.offset(Header::Deth) {
             let h: [u8; 8] = array(b, o);

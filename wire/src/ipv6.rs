@@ -46,6 +46,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         Ok(p)
     }
 
+    #[inline(always)]
     fn word0(&self) -> u32 {
         be32(self.buffer.as_ref(), field::VER_TC_FLOW)
     }
@@ -75,22 +76,17 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
     #[inline(always)]
     pub fn src(&self) -> Ipv6Addr {
-        addr(&self.buffer.as_ref()[field::SRC..field::SRC + 16])
+        Ipv6Addr::from(crate::bytes::array::<16>(self.buffer.as_ref(), field::SRC))
     }
     #[inline(always)]
     pub fn dst(&self) -> Ipv6Addr {
-        addr(&self.buffer.as_ref()[field::DST..field::DST + 16])
+        Ipv6Addr::from(crate::bytes::array::<16>(self.buffer.as_ref(), field::DST))
     }
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + self.payload_len() as usize]
     }
 }
 
-fn addr(b: &[u8]) -> Ipv6Addr {
-    let mut a = [0u8; 16];
-    a.copy_from_slice(b);
-    Ipv6Addr::from(a)
-}
 
 /// The parsed form of an IPv6 header. Next header is always UDP; the payload
 /// length is derived on emit.
