@@ -162,26 +162,32 @@ pub struct ExtHeaders {
 }
 
 impl ExtHeaders {
-    fn has(&self, h: Header) -> bool {
-        match h {
-            Header::Deth => self.deth.is_some(),
-            Header::Feth => self.feth.is_some(),
-            Header::Reth => self.reth.is_some(),
-            Header::AtomicEth => self.atomic.is_some(),
-            Header::Aeth => self.aeth.is_some(),
-            Header::AtomicAckEth => self.atomic_ack.is_some(),
-            Header::ImmDt => self.imm.is_some(),
-            Header::Ieth => self.ieth.is_some(),
-            Header::CnpReserved => true,
+    /// The set of headers present.
+    #[inline]
+    fn present(&self) -> Headers {
+        let mut h = Headers::NONE;
+        for (some, header) in [
+            (self.deth.is_some(), Header::Deth),
+            (self.feth.is_some(), Header::Feth),
+            (self.reth.is_some(), Header::Reth),
+            (self.atomic.is_some(), Header::AtomicEth),
+            (self.aeth.is_some(), Header::Aeth),
+            (self.atomic_ack.is_some(), Header::AtomicAckEth),
+            (self.imm.is_some(), Header::ImmDt),
+            (self.ieth.is_some(), Header::Ieth),
+        ] {
+            if some {
+                h = h.with(header);
+            }
         }
+        h
     }
 
-    /// True when exactly the headers the opcode calls for are present.
+    /// True when exactly the headers the opcode calls for are present (the
+    /// CNP's reserved bytes are not a field of `ExtHeaders`).
+    #[inline]
     pub fn matches(&self, info: &OpcodeInfo) -> bool {
-        Header::ORDER
-            .iter()
-            .filter(|h| **h != Header::CnpReserved)
-            .all(|h| self.has(*h) == info.headers.contains(*h))
+        self.present() == info.headers.without(Header::CnpReserved)
     }
 
     /// Parses the headers `info` names from `b`, which starts right after
@@ -334,6 +340,45 @@ impl ExtHeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `matches` against the header-by-header definition, for every opcode
+    /// and every subset of the eight optional headers.
+    #[test]
+    fn matches_exactly_the_opcode_headers() {
+        let fields = [
+            Header::Deth,
+            Header::Feth,
+            Header::Reth,
+            Header::AtomicEth,
+            Header::Aeth,
+            Header::AtomicAckEth,
+            Header::ImmDt,
+            Header::Ieth,
+        ];
+        for info in crate::Opcode::all() {
+            for subset in 0u32..256 {
+                let has = |i: usize| subset & (1 << i) != 0;
+                let x = ExtHeaders {
+                    deth: has(0).then(Deth::default),
+                    feth: has(1).then(Feth::default),
+                    reth: has(2).then(Reth::default),
+                    atomic: has(3).then(AtomicEth::default),
+                    aeth: has(4).then_some(Aeth {
+                        syndrome: Syndrome::Ack { credits: 0 },
+                        msn: 0,
+                    }),
+                    atomic_ack: has(5).then_some(0),
+                    imm: has(6).then_some(0),
+                    ieth: has(7).then_some(0),
+                };
+                let want = fields
+                    .iter()
+                    .enumerate()
+                    .all(|(i, h)| has(i) == info.headers.contains(*h));
+                assert_eq!(x.matches(info), want, "{} {subset:#010b}", info.name);
+            }
+        }
+    }
 
     #[test]
     fn syndromes_round_trip_every_byte() {

@@ -160,6 +160,11 @@ impl Headers {
         Headers(self.0 | h.bit())
     }
 
+    /// The set without `h`.
+    pub const fn without(self, h: Header) -> Headers {
+        Headers(self.0 & !h.bit())
+    }
+
     pub const fn contains(self, h: Header) -> bool {
         self.0 & h.bit() != 0
     }
