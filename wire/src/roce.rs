@@ -342,11 +342,8 @@ impl<'a> RoceRepr<'a> {
     /// Parses a frame completely: headers, lengths and the ICRC.
     pub fn parse(frame: &'a [u8]) -> Result<RoceRepr<'a>> {
         let p = RocePacket::new_checked(frame)?;
-        // The repr is built before the ICRC is checked (and dropped if it
-        // is wrong): measured 2-3 ns faster at 4 KiB than the other order.
-        let r = Self::from_packet(&p);
         p.verify_icrc()?;
-        Ok(r)
+        Ok(Self::from_packet(&p))
     }
 
     /// The repr of an already validated view (the ICRC is not looked at).
