@@ -29,7 +29,9 @@ fn main() {
         "bytes", "crc32fast", "crc-fast", "speed-up"
     );
     for len in [64usize, 138, 1098, 4170, 4190, 65536] {
-        let buf: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ 0x5A).collect();
+        let buf: Vec<u8> = (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ 0x5A)
+            .collect();
         assert_eq!(
             crc32fast::hash(&buf),
             crc_fast::crc32_iso_hdlc(&buf),

@@ -69,7 +69,6 @@ pub fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
-
 /// A pair ready for `write_batch` of `size`-byte WRITEs: the source holds
 /// the pattern, one batch has run and landed.
 pub fn ready_pair(size: usize) -> (Pair, Vec<Wc>) {

@@ -24,9 +24,7 @@ fn min_median(mut v: Vec<f64>) -> (f64, f64) {
 
 fn main() {
     // `cargo bench` passes `--bench`; a name filter is not supported.
-    println!(
-        "{ROUNDS} interleaved rounds of {TX_DEPTH} WRITEs on one QP vs memcpy; min / median"
-    );
+    println!("{ROUNDS} interleaved rounds of {TX_DEPTH} WRITEs on one QP vs memcpy; min / median");
     for size in SIZES {
         let (mut p, mut wcs) = ready_pair(size);
         let src = pattern(size);

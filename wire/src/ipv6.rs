@@ -87,7 +87,6 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 }
 
-
 /// The parsed form of an IPv6 header. Next header is always UDP; the payload
 /// length is derived on emit.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

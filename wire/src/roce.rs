@@ -350,8 +350,10 @@ impl<'a> RoceRepr<'a> {
     #[inline]
     pub fn from_packet(p: &RocePacket<&'a [u8]>) -> RoceRepr<'a> {
         let b: &'a [u8] = p.buffer;
-        // The extension headers first: the copy of this value into the repr
-        // comes last, once its (narrower) stores have left the store buffer.
+        // The extension headers first: the 120-byte value is built apart and
+        // copied into the repr with wide loads, which wait for its narrower
+        // stores to reach the cache; built first, it waits less (measured
+        // 2 ns faster than parsing it in the struct literal below).
         let ext = ExtHeaders::parse(p.info, &b[p.bth_at + bth::HEADER_LEN..p.payload_at]);
         // Each view is built over a fixed-size array (`new_checked` has
         // checked the lengths), so its accessors need no bounds checks. The
