@@ -36,11 +36,13 @@ pub struct BthHeader<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> BthHeader<T> {
+    #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         BthHeader { buffer }
     }
 
     /// Validates the length and the transport header version.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let h = Self::new_unchecked(buffer);
         need(Layer::Bth, h.buffer.as_ref(), HEADER_LEN)?;
@@ -52,45 +54,59 @@ impl<T: AsRef<[u8]>> BthHeader<T> {
         Ok(h)
     }
 
+    #[inline(always)]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
+    #[inline(always)]
     pub fn opcode(&self) -> Opcode {
         Opcode(self.b()[field::OPCODE])
     }
+    #[inline(always)]
     pub fn solicited(&self) -> bool {
         self.b()[field::FLAGS] & 0x80 != 0
     }
+    #[inline(always)]
     pub fn migreq(&self) -> bool {
         self.b()[field::FLAGS] & 0x40 != 0
     }
+    #[inline(always)]
     pub fn pad(&self) -> u8 {
         (self.b()[field::FLAGS] >> 4) & 3
     }
+    #[inline(always)]
     pub fn tver(&self) -> u8 {
         self.b()[field::FLAGS] & 0x0F
     }
+    #[inline(always)]
     pub fn pkey(&self) -> u16 {
         be16(self.b(), field::PKEY)
     }
+    #[inline(always)]
     pub fn fecn(&self) -> bool {
         self.b()[field::BECN_FECN] & 0x80 != 0
     }
+    #[inline(always)]
     pub fn becn(&self) -> bool {
         self.b()[field::BECN_FECN] & 0x40 != 0
     }
+    #[inline(always)]
     pub fn resv6(&self) -> u8 {
         self.b()[field::BECN_FECN] & 0x3F
     }
+    #[inline(always)]
     pub fn dest_qp(&self) -> u32 {
         be24(self.b(), field::DEST_QP)
     }
+    #[inline(always)]
     pub fn ack_req(&self) -> bool {
         self.b()[field::ACK_REQ] & 0x80 != 0
     }
+    #[inline(always)]
     pub fn resv7(&self) -> u8 {
         self.b()[field::ACK_REQ] & 0x7F
     }
+    #[inline(always)]
     pub fn psn(&self) -> Psn {
         Psn::new(be24(self.b(), field::PSN))
     }
@@ -116,6 +132,7 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(h: &BthHeader<T>) -> BthRepr {
         BthRepr {
             opcode: h.opcode(),

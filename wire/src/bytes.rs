@@ -1,26 +1,46 @@
 //! Big-endian field access on byte slices. Callers check lengths first (each
 //! `new_checked` does), so these index directly.
 
+// Each read takes its bytes as one sub-slice converted to an array: one
+// bounds check and one (byte-swapped) load, where indexing byte by byte
+// costs a check and a load per byte.
+
 #[inline(always)]
 pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+    u16::from_be_bytes(array(b, at))
 }
 
 #[inline(always)]
 pub(crate) fn be24(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
+    let [x, y, z] = array(b, at);
+    u32::from_be_bytes([0, x, y, z])
 }
 
 #[inline(always)]
 pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    u32::from_be_bytes(array(b, at))
 }
 
 #[inline(always)]
 pub(crate) fn be64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_be_bytes(a)
+    u64::from_be_bytes(array(b, at))
+}
+
+/// `N` bytes of `b` from `at`; panics, as indexing does, when they are not
+/// all there (every caller has checked the length first).
+#[inline(always)]
+pub(crate) fn array<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    match b.get(at..at + N) {
+        Some(s) => s.try_into().unwrap_or([0; N]),
+        None => out_of_range(at + N, b.len()),
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn out_of_range(end: usize, len: usize) -> ! {
+    panic!("range end index {end} out of range for slice of length {len}")
 }
 
 #[inline(always)]

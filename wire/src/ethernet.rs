@@ -13,12 +13,14 @@ impl EthernetAddress {
     /// IEEE 802.1Qbb / 802.3x MAC control destination (01:80:C2:00:00:01).
     pub const MAC_CONTROL: EthernetAddress = EthernetAddress([0x01, 0x80, 0xC2, 0, 0, 0x01]);
 
+    #[inline(always)]
     pub fn from_bytes(b: &[u8]) -> EthernetAddress {
         let mut a = [0u8; 6];
         a.copy_from_slice(&b[..6]);
         EthernetAddress(a)
     }
 
+    #[inline(always)]
     pub fn is_multicast(&self) -> bool {
         self.0[0] & 1 == 1
     }
@@ -63,6 +65,7 @@ impl VlanTag {
         ((self.pcp as u16 & 7) << 13) | ((self.dei as u16) << 12) | (self.vid & 0x0FFF)
     }
 
+    #[inline(always)]
     fn from_tci(tci: u16) -> VlanTag {
         VlanTag {
             pcp: (tci >> 13) as u8,
@@ -93,11 +96,13 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
+    #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         EthernetFrame { buffer }
     }
 
     /// Validates that the header (and the VLAN tag when present) fits.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let f = Self::new_unchecked(buffer);
         let b = f.buffer.as_ref();
@@ -108,20 +113,24 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         Ok(f)
     }
 
+    #[inline(always)]
     pub fn dst(&self) -> EthernetAddress {
         EthernetAddress::from_bytes(&self.buffer.as_ref()[field::DST])
     }
 
+    #[inline(always)]
     pub fn src(&self) -> EthernetAddress {
         EthernetAddress::from_bytes(&self.buffer.as_ref()[field::SRC])
     }
 
+    #[inline(always)]
     pub fn vlan(&self) -> Option<VlanTag> {
         let b = self.buffer.as_ref();
         (be16(b, field::TYPE) == ethertype::VLAN).then(|| VlanTag::from_tci(be16(b, field::TCI)))
     }
 
     /// The EtherType of what follows (after the tag, if tagged).
+    #[inline(always)]
     pub fn ethertype(&self) -> u16 {
         let b = self.buffer.as_ref();
         match be16(b, field::TYPE) {
@@ -130,6 +139,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         }
     }
 
+    #[inline(always)]
     pub fn header_len(&self) -> usize {
         if be16(self.buffer.as_ref(), field::TYPE) == ethertype::VLAN {
             VLAN_HEADER_LEN
@@ -153,6 +163,7 @@ pub struct EthernetRepr {
 }
 
 impl EthernetRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(f: &EthernetFrame<T>) -> EthernetRepr {
         EthernetRepr {
             dst: f.dst(),
@@ -162,6 +173,7 @@ impl EthernetRepr {
         }
     }
 
+    #[inline(always)]
     pub const fn header_len(&self) -> usize {
         if self.vlan.is_some() {
             VLAN_HEADER_LEN

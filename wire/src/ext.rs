@@ -1,8 +1,8 @@
 //! The extension headers that follow the BTH (IBA 9.3-9.5; FETH from the IBA
 //! 1.5 Memory Placement Extensions) and the set of them one packet carries.
 
-use crate::bytes::{be24, be32, be64, put24, put32, put64};
-use crate::opcode::{Header, OpcodeInfo};
+use crate::bytes::{array, be24, be32, be64, put24, put32, put64};
+use crate::opcode::{Header, Headers, OpcodeInfo};
 use core::fmt;
 
 /// RDMA Extended Transport Header (IBA 9.3.3), 16 bytes.
@@ -162,75 +162,121 @@ pub struct ExtHeaders {
 }
 
 impl ExtHeaders {
-    fn has(&self, h: Header) -> bool {
-        match h {
-            Header::Deth => self.deth.is_some(),
-            Header::Feth => self.feth.is_some(),
-            Header::Reth => self.reth.is_some(),
-            Header::AtomicEth => self.atomic.is_some(),
-            Header::Aeth => self.aeth.is_some(),
-            Header::AtomicAckEth => self.atomic_ack.is_some(),
-            Header::ImmDt => self.imm.is_some(),
-            Header::Ieth => self.ieth.is_some(),
-            Header::CnpReserved => true,
+    /// The set of headers present.
+    #[inline]
+    fn present(&self) -> Headers {
+        let mut h = Headers::NONE;
+        for (some, header) in [
+            (self.deth.is_some(), Header::Deth),
+            (self.feth.is_some(), Header::Feth),
+            (self.reth.is_some(), Header::Reth),
+            (self.atomic.is_some(), Header::AtomicEth),
+            (self.aeth.is_some(), Header::Aeth),
+            (self.atomic_ack.is_some(), Header::AtomicAckEth),
+            (self.imm.is_some(), Header::ImmDt),
+            (self.ieth.is_some(), Header::Ieth),
+        ] {
+            if some {
+                h = h.with(header);
+            }
         }
+        h
     }
 
-    /// True when exactly the headers the opcode calls for are present.
+    /// True when exactly the headers the opcode calls for are present (the
+    /// CNP's reserved bytes are not a field of `ExtHeaders`).
+    #[inline]
     pub fn matches(&self, info: &OpcodeInfo) -> bool {
-        Header::ORDER
-            .iter()
-            .filter(|h| **h != Header::CnpReserved)
-            .all(|h| self.has(*h) == info.headers.contains(*h))
+        self.present() == info.headers.without(Header::CnpReserved)
     }
 
     /// Parses the headers `info` names from `b`, which starts right after
     /// the BTH and holds at least `info.ext_len()` bytes.
+    ///
+    /// The shapes of the data path (none, RETH alone, AETH alone) are built
+    /// in one expression each; every other set goes through `parse_any`.
+    #[inline]
     pub fn parse(info: &OpcodeInfo, b: &[u8]) -> ExtHeaders {
+        const RETH: Headers = Headers::NONE.with(Header::Reth);
+        const AETH: Headers = Headers::NONE.with(Header::Aeth);
+        match info.headers {
+            Headers::NONE => ExtHeaders::default(),
+            RETH => {
+                let h: [u8; 16] = array(b, 0);
+                ExtHeaders {
+                    reth: Some(Reth {
+                        va: be64(&h, 0),
+                        rkey: be32(&h, 8),
+                        dma_len: be32(&h, 12),
+                    }),
+                    ..ExtHeaders::default()
+                }
+            }
+            AETH => {
+                let h: [u8; 4] = array(b, 0);
+                ExtHeaders {
+                    aeth: Some(Aeth {
+                        syndrome: Syndrome::from_byte(h[0]),
+                        msn: be24(&h, 1),
+                    }),
+                    ..ExtHeaders::default()
+                }
+            }
+            _ => Self::parse_any(info, b),
+        }
+    }
+
+    /// `parse` for any set of headers. Each header is taken as one
+    /// fixed-size array (one bounds check) and its fields are read from it.
+    #[inline(never)]
+    fn parse_any(info: &OpcodeInfo, b: &[u8]) -> ExtHeaders {
         let mut x = ExtHeaders::default();
-        let hs = info.headers;
-        if let Some(o) = hs.offset(Header::Deth) {
+        if let Some(o) = info.offset(Header::Deth) {
+            let h: [u8; 8] = array(b, o);
             x.deth = Some(Deth {
-                qkey: be32(b, o),
-                src_qp: be24(b, o + 5),
+                qkey: be32(&h, 0),
+                src_qp: be24(&h, 5),
             });
         }
-        if let Some(o) = hs.offset(Header::Feth) {
-            let v = be32(b, o);
+        if let Some(o) = info.offset(Header::Feth) {
+            let v = u32::from_be_bytes(array(b, o));
             x.feth = Some(Feth {
                 selectivity: ((v >> 4) & 3) as u8,
                 placement_type: (v & 0xF) as u8,
             });
         }
-        if let Some(o) = hs.offset(Header::Reth) {
+        if let Some(o) = info.offset(Header::Reth) {
+            let h: [u8; 16] = array(b, o);
             x.reth = Some(Reth {
-                va: be64(b, o),
-                rkey: be32(b, o + 8),
-                dma_len: be32(b, o + 12),
+                va: be64(&h, 0),
+                rkey: be32(&h, 8),
+                dma_len: be32(&h, 12),
             });
         }
-        if let Some(o) = hs.offset(Header::AtomicEth) {
+        if let Some(o) = info.offset(Header::AtomicEth) {
+            let h: [u8; 28] = array(b, o);
             x.atomic = Some(AtomicEth {
-                va: be64(b, o),
-                rkey: be32(b, o + 8),
-                swap_add: be64(b, o + 12),
-                compare: be64(b, o + 20),
+                va: be64(&h, 0),
+                rkey: be32(&h, 8),
+                swap_add: be64(&h, 12),
+                compare: be64(&h, 20),
             });
         }
-        if let Some(o) = hs.offset(Header::Aeth) {
+        if let Some(o) = info.offset(Header::Aeth) {
+            let h: [u8; 4] = array(b, o);
             x.aeth = Some(Aeth {
-                syndrome: Syndrome::from_byte(b[o]),
-                msn: be24(b, o + 1),
+                syndrome: Syndrome::from_byte(h[0]),
+                msn: be24(&h, 1),
             });
         }
-        if let Some(o) = hs.offset(Header::AtomicAckEth) {
-            x.atomic_ack = Some(be64(b, o));
+        if let Some(o) = info.offset(Header::AtomicAckEth) {
+            x.atomic_ack = Some(u64::from_be_bytes(array(b, o)));
         }
-        if let Some(o) = hs.offset(Header::ImmDt) {
-            x.imm = Some(be32(b, o));
+        if let Some(o) = info.offset(Header::ImmDt) {
+            x.imm = Some(u32::from_be_bytes(array(b, o)));
         }
-        if let Some(o) = hs.offset(Header::Ieth) {
-            x.ieth = Some(be32(b, o));
+        if let Some(o) = info.offset(Header::Ieth) {
+            x.ieth = Some(u32::from_be_bytes(array(b, o)));
         }
         x
     }
@@ -239,7 +285,7 @@ impl ExtHeaders {
     /// bytes). Headers the opcode does not name are not written; a missing
     /// one is written as zeros (callers check `matches` first).
     pub fn emit(&self, info: &OpcodeInfo, b: &mut [u8]) {
-        let hs = info.headers;
+        let hs = info;
         if let Some(o) = hs.offset(Header::Deth) {
             let d = self.deth.unwrap_or_default();
             put32(b, o, d.qkey);
@@ -294,6 +340,45 @@ impl ExtHeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `matches` against the header-by-header definition, for every opcode
+    /// and every subset of the eight optional headers.
+    #[test]
+    fn matches_exactly_the_opcode_headers() {
+        let fields = [
+            Header::Deth,
+            Header::Feth,
+            Header::Reth,
+            Header::AtomicEth,
+            Header::Aeth,
+            Header::AtomicAckEth,
+            Header::ImmDt,
+            Header::Ieth,
+        ];
+        for info in crate::Opcode::all() {
+            for subset in 0u32..256 {
+                let has = |i: usize| subset & (1 << i) != 0;
+                let x = ExtHeaders {
+                    deth: has(0).then(Deth::default),
+                    feth: has(1).then(Feth::default),
+                    reth: has(2).then(Reth::default),
+                    atomic: has(3).then(AtomicEth::default),
+                    aeth: has(4).then_some(Aeth {
+                        syndrome: Syndrome::Ack { credits: 0 },
+                        msn: 0,
+                    }),
+                    atomic_ack: has(5).then_some(0),
+                    imm: has(6).then_some(0),
+                    ieth: has(7).then_some(0),
+                };
+                let want = fields
+                    .iter()
+                    .enumerate()
+                    .all(|(i, h)| has(i) == info.headers.contains(*h));
+                assert_eq!(x.matches(info), want, "{} {subset:#010b}", info.name);
+            }
+        }
+    }
 
     #[test]
     fn syndromes_round_trip_every_byte() {

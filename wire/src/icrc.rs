@@ -46,8 +46,10 @@ const _: () = {
 /// modules' own `icrc_mask` functions (every one of them only sets bits, so
 /// applying a mask is OR-ing in the mask applied to zeros).
 struct Masks {
-    /// The CRC-32 state after the 8 bytes of ones that stand for the LRH.
-    lrh_ones: u32,
+    /// A hasher in the CRC-32 state after the 8 bytes of ones that stand
+    /// for the LRH, cloned for each ICRC (`crc32fast` detects the CPU's
+    /// features each time a hasher is made).
+    lrh_ones: crc32fast::Hasher,
     v4: [u8; V4_PREFIX],
     v6: [u8; V6_PREFIX],
 }
@@ -62,7 +64,7 @@ static MASKS: LazyLock<Masks> = LazyLock::new(|| {
     udp::icrc_mask(&mut v6[ipv6::HEADER_LEN..]);
     bth::icrc_mask(&mut v6[ipv6::HEADER_LEN + udp::HEADER_LEN..]);
     Masks {
-        lrh_ones: crc32fast::hash(&[0xFF; 8]),
+        lrh_ones: crc32fast::Hasher::new_with_initial(crc32fast::hash(&[0xFF; 8])),
         v4,
         v6,
     }
@@ -108,7 +110,7 @@ pub fn compute(version: IpVersion, datagram: &[u8]) -> u32 {
         "ICRC over a datagram shorter than its IP, UDP and BTH headers"
     );
     let masks = &*MASKS;
-    let mut h = crc32fast::Hasher::new_with_initial(masks.lrh_ones);
+    let mut h = masks.lrh_ones.clone();
     match version {
         IpVersion::V4 => {
             h.update(&masked_prefix(datagram, &masks.v4));

@@ -1,7 +1,7 @@
 //! IPv4 (RFC 791) as RoCEv2 uses it: a 20-byte header, no options, no
 //! fragments, protocol UDP.
 
-use crate::bytes::{be16, fold_checksum, ones_complement_sum, put16};
+use crate::bytes::{be16, put16};
 use crate::error::{need, Error, Layer, Result};
 use std::net::Ipv4Addr;
 
@@ -31,82 +31,99 @@ pub struct Ipv4Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
+    #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         Ipv4Packet { buffer }
     }
 
     /// Validates version, header length, total length against the buffer,
     /// the absence of fragmentation and the header checksum.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let p = Self::new_unchecked(buffer);
         let b = p.buffer.as_ref();
         need(Layer::Ipv4, b, HEADER_LEN)?;
-        if p.version() != 4 {
-            return Err(Error::Ipv4BadVersion(p.version()));
+        // The checks read a fixed-size copy of the header: no bounds checks.
+        let h = Ipv4Packet::new_unchecked(crate::bytes::array::<HEADER_LEN>(b, 0));
+        if h.version() != 4 {
+            return Err(Error::Ipv4BadVersion(h.version()));
         }
-        let hl = p.header_len();
+        let hl = h.header_len();
         if hl < HEADER_LEN {
             return Err(Error::Ipv4BadHeaderLen(hl));
         }
         if hl > HEADER_LEN {
             return Err(Error::Ipv4Options);
         }
-        let total = p.total_len() as usize;
+        let total = h.total_len() as usize;
         if total < hl || total > b.len() {
             return Err(Error::Ipv4BadTotalLen {
                 total,
                 have: b.len(),
             });
         }
-        if p.more_frags() || p.frag_offset() != 0 {
+        if h.more_frags() || h.frag_offset() != 0 {
             return Err(Error::Ipv4Fragment);
         }
-        let expected = p.compute_checksum();
-        if expected != p.checksum() {
+        let expected = header_checksum_of(&h.buffer);
+        if expected != h.checksum() {
             return Err(Error::Ipv4BadChecksum {
-                found: p.checksum(),
+                found: h.checksum(),
                 expected,
             });
         }
         Ok(p)
     }
 
+    #[inline(always)]
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_IHL] >> 4
     }
+    #[inline(always)]
     pub fn header_len(&self) -> usize {
         ((self.buffer.as_ref()[field::VER_IHL] & 0x0F) as usize) * 4
     }
+    #[inline(always)]
     pub fn dscp(&self) -> u8 {
         self.buffer.as_ref()[field::TOS] >> 2
     }
+    #[inline(always)]
     pub fn ecn(&self) -> u8 {
         self.buffer.as_ref()[field::TOS] & 3
     }
+    #[inline(always)]
     pub fn total_len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::LEN)
     }
+    #[inline(always)]
     pub fn ident(&self) -> u16 {
         be16(self.buffer.as_ref(), field::IDENT)
     }
+    #[inline(always)]
     pub fn dont_frag(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_DF != 0
     }
+    #[inline(always)]
     pub fn more_frags(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_MF != 0
     }
+    #[inline(always)]
     pub fn frag_offset(&self) -> u16 {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FRAG_OFFSET
     }
+    #[inline(always)]
     pub fn ttl(&self) -> u8 {
         self.buffer.as_ref()[field::TTL]
     }
+    #[inline(always)]
     pub fn protocol(&self) -> u8 {
         self.buffer.as_ref()[field::PROTOCOL]
     }
+    #[inline(always)]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
+    #[inline(always)]
     pub fn src(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
         Ipv4Addr::new(
@@ -116,6 +133,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
             b[field::SRC + 3],
         )
     }
+    #[inline(always)]
     pub fn dst(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
         Ipv4Addr::new(
@@ -127,6 +145,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// The header checksum this header should carry.
+    #[inline(always)]
     pub fn compute_checksum(&self) -> u16 {
         header_checksum(&self.buffer.as_ref()[..HEADER_LEN])
     }
@@ -138,11 +157,23 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 }
 
 fn header_checksum(h: &[u8]) -> u16 {
-    let acc = ones_complement_sum(0, &h[..field::CHECKSUM]);
-    fold_checksum(ones_complement_sum(
-        acc,
-        &h[field::CHECKSUM + 2..HEADER_LEN],
-    ))
+    header_checksum_of(&crate::bytes::array(h, 0))
+}
+
+/// The checksum a 20-byte header should carry (RFC 791, RFC 1071): the
+/// one's-complement sum of its 32-bit words as they lie in memory, with the
+/// checksum field (bytes 10 and 11) left out, folded, byte-swapped and
+/// complemented (the identities `bytes::ones_complement_sum` describes).
+#[inline(always)]
+fn header_checksum_of(h: &[u8; HEADER_LEN]) -> u16 {
+    let w = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as u64;
+    // bytes 8 and 9 (TTL, protocol) of the third word, without the checksum
+    let ttl_proto = u16::from_le_bytes([h[8], h[9]]) as u64;
+    let mut acc = w(0) + w(4) + ttl_proto + w(12) + w(16);
+    while acc > 0xFFFF {
+        acc = (acc & 0xFFFF) + (acc >> 16);
+    }
+    !(acc as u16).swap_bytes()
 }
 
 /// The parsed form of an IPv4 header. The protocol is always UDP; the total
@@ -210,6 +241,7 @@ pub(crate) fn icrc_mask(h: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bytes::{fold_checksum, ones_complement_sum};
 
     // The IPv4 header of the known-good CNP from the issue.
     const CNP_IP: [u8; 20] = [
@@ -230,6 +262,29 @@ mod tests {
         let mut out = [0u8; 20];
         r.emit(&mut out, 40);
         assert_eq!(out, CNP_IP);
+    }
+
+    /// The word-wise header checksum against the generic RFC 1071 sum.
+    #[test]
+    fn header_checksum_matches_the_generic_sum() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for round in 0..2000 {
+            let mut h = [0u8; HEADER_LEN];
+            for b in h.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = match round {
+                    0 => 0,
+                    1 => 0xFF,
+                    _ => x as u8,
+                };
+            }
+            let acc = ones_complement_sum(0, &h[..field::CHECKSUM]);
+            let want = fold_checksum(ones_complement_sum(acc, &h[field::CHECKSUM + 2..]));
+            assert_eq!(header_checksum_of(&h), want, "{h:02x?}");
+        }
+        assert_eq!(header_checksum_of(&CNP_IP), 0x6927);
     }
 
     #[test]

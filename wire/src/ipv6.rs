@@ -23,10 +23,12 @@ pub struct Ipv6Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
+    #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         Ipv6Packet { buffer }
     }
 
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let p = Self::new_unchecked(buffer);
         let b = p.buffer.as_ref();
@@ -44,42 +46,45 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         Ok(p)
     }
 
+    #[inline(always)]
     fn word0(&self) -> u32 {
         be32(self.buffer.as_ref(), field::VER_TC_FLOW)
     }
+    #[inline(always)]
     pub fn version(&self) -> u8 {
         (self.word0() >> 28) as u8
     }
+    #[inline(always)]
     pub fn traffic_class(&self) -> u8 {
         (self.word0() >> 20) as u8
     }
+    #[inline(always)]
     pub fn flow_label(&self) -> u32 {
         self.word0() & 0x000F_FFFF
     }
+    #[inline(always)]
     pub fn payload_len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::PAYLOAD_LEN)
     }
+    #[inline(always)]
     pub fn next_header(&self) -> u8 {
         self.buffer.as_ref()[field::NEXT_HEADER]
     }
+    #[inline(always)]
     pub fn hop_limit(&self) -> u8 {
         self.buffer.as_ref()[field::HOP_LIMIT]
     }
+    #[inline(always)]
     pub fn src(&self) -> Ipv6Addr {
-        addr(&self.buffer.as_ref()[field::SRC..field::SRC + 16])
+        Ipv6Addr::from(crate::bytes::array::<16>(self.buffer.as_ref(), field::SRC))
     }
+    #[inline(always)]
     pub fn dst(&self) -> Ipv6Addr {
-        addr(&self.buffer.as_ref()[field::DST..field::DST + 16])
+        Ipv6Addr::from(crate::bytes::array::<16>(self.buffer.as_ref(), field::DST))
     }
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + self.payload_len() as usize]
     }
-}
-
-fn addr(b: &[u8]) -> Ipv6Addr {
-    let mut a = [0u8; 16];
-    a.copy_from_slice(b);
-    Ipv6Addr::from(a)
 }
 
 /// The parsed form of an IPv6 header. Next header is always UDP; the payload

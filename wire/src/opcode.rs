@@ -160,6 +160,11 @@ impl Headers {
         Headers(self.0 | h.bit())
     }
 
+    /// The set without `h`.
+    pub const fn without(self, h: Header) -> Headers {
+        Headers(self.0 & !h.bit())
+    }
+
     pub const fn contains(self, h: Header) -> bool {
         self.0 & h.bit() != 0
     }
@@ -226,6 +231,40 @@ pub struct OpcodeInfo {
     pub headers: Headers,
     pub payload: PayloadRule,
     pub direction: Direction,
+    /// `headers`' total length and per-header offsets, worked out once when
+    /// the table is built (`ext_len` and `offset` are on every parse).
+    layout: ExtLayout,
+}
+
+/// Where the extension headers of an opcode lie after the BTH.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct ExtLayout {
+    len: u8,
+    /// Offset of each header, indexed by `Header as usize`; `ABSENT` when the
+    /// opcode does not carry it.
+    offsets: [u8; Header::ORDER.len()],
+}
+
+const ABSENT: u8 = u8::MAX;
+
+impl ExtLayout {
+    const fn of(headers: Headers) -> ExtLayout {
+        let mut offsets = [ABSENT; Header::ORDER.len()];
+        let mut i = 0;
+        while i < Header::ORDER.len() {
+            let h = Header::ORDER[i];
+            if let Some(o) = headers.offset(h) {
+                offsets[h as usize] = o as u8;
+            }
+            i += 1;
+        }
+        let len = headers.len();
+        assert!(len < ABSENT as usize);
+        ExtLayout {
+            len: len as u8,
+            offsets,
+        }
+    }
 }
 
 impl OpcodeInfo {
@@ -245,12 +284,17 @@ impl OpcodeInfo {
         matches!(self.direction, Direction::Response)
     }
     /// Length of all headers after the BTH.
+    #[inline(always)]
     pub const fn ext_len(&self) -> usize {
-        self.headers.len()
+        self.layout.len as usize
     }
     /// Offset of an extension header from the end of the BTH.
+    #[inline(always)]
     pub const fn offset(&self, h: Header) -> Option<usize> {
-        self.headers.offset(h)
+        match self.layout.offsets[h as usize] {
+            ABSENT => None,
+            o => Some(o as usize),
+        }
     }
     /// IBA Table 39 and transport header validation (IBA 9.6.1): an opcode
     /// is accepted only by a QP of its own service. CNPs address a QP of
@@ -350,6 +394,7 @@ const fn e(
         headers: h(headers),
         payload,
         direction,
+        layout: ExtLayout::of(h(headers)),
     }
 }
 
@@ -476,6 +521,13 @@ mod tests {
             }
         }
         assert_eq!(Opcode::all().count(), 40);
+        // the precomputed layout agrees with the header set it came from
+        for i in Opcode::all() {
+            assert_eq!(i.ext_len(), i.headers.len(), "{}", i.name);
+            for h in Header::ORDER {
+                assert_eq!(i.offset(h), i.headers.offset(h), "{} {h:?}", i.name);
+            }
+        }
         assert!(Opcode(0x15).info().is_none());
         assert!(Opcode(0x40).info().is_none());
     }

@@ -350,6 +350,11 @@ impl<'a> RoceRepr<'a> {
     #[inline]
     pub fn from_packet(p: &RocePacket<&'a [u8]>) -> RoceRepr<'a> {
         let b: &'a [u8] = p.buffer;
+        // The extension headers first: the 120-byte value is built apart and
+        // copied into the repr with wide loads, which wait for its narrower
+        // stores to reach the cache; built first, it waits less (measured
+        // 2 ns faster than parsing it in the struct literal below).
+        let ext = ExtHeaders::parse(p.info, &b[p.bth_at + bth::HEADER_LEN..p.payload_at]);
         // Each view is built over a fixed-size array (`new_checked` has
         // checked the lengths), so its accessors need no bounds checks. The
         // Ethernet view gets 18 bytes, room for a VLAN tag, which it only
@@ -396,7 +401,7 @@ impl<'a> RoceRepr<'a> {
                 UdpChecksum::Computed
             },
             bth: BthRepr::parse(&bth_view),
-            ext: ExtHeaders::parse(p.info, &b[p.bth_at + bth::HEADER_LEN..p.payload_at]),
+            ext,
             payload: &b[p.payload_at..p.payload_at + p.payload_len],
             trailer_len: b.len() - (p.icrc_at + ICRC_LEN),
         }

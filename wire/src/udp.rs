@@ -22,12 +22,14 @@ pub struct UdpPacket<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> UdpPacket<T> {
+    #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         UdpPacket { buffer }
     }
 
     /// Validates the header length and that the UDP length equals the IP
     /// payload length (the buffer is exactly the IP payload).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let p = Self::new_unchecked(buffer);
         let b = p.buffer.as_ref();
@@ -42,18 +44,23 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         Ok(p)
     }
 
+    #[inline(always)]
     pub fn src_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::SRC_PORT)
     }
+    #[inline(always)]
     pub fn dst_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::DST_PORT)
     }
+    #[inline(always)]
     pub fn len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::LEN)
     }
+    #[inline(always)]
     pub fn is_empty(&self) -> bool {
         self.len() as usize <= HEADER_LEN
     }
+    #[inline(always)]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
@@ -72,6 +79,7 @@ pub struct UdpRepr {
 }
 
 impl UdpRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> UdpRepr {
         UdpRepr {
             src_port: p.src_port(),
