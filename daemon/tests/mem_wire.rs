@@ -45,7 +45,19 @@ fn every_verb(d: Daemon) {
 fn pingpong_pair(d: &Daemon, tag: &str, qps: usize, iters: u64) -> (Client, Client) {
     let q = qps.to_string();
     let it = iters.to_string();
-    let args = ["--qps", q.as_str(), "--iters", it.as_str()];
+    // 4.096 us * 2^17 = 0.54 s per try, 7 retries: a machine loaded by
+    // other jobs may starve the daemon's engine for a while, and these
+    // pairs must not give up (the victim's peer uses short timeouts)
+    let args = [
+        "--qps",
+        q.as_str(),
+        "--iters",
+        it.as_str(),
+        "--timeout",
+        "17",
+        "--retry",
+        "7",
+    ];
     let mut a = Client::spawn(
         &format!("{tag}-lead"),
         None,
