@@ -214,10 +214,7 @@ fn backlog_of(frames: &[Vec<u8>]) -> RxBacklog {
     assert_eq!(a.send(&batch), frames.len());
     let bl = b.rx_backlog().unwrap();
     assert_eq!(bl.frames, frames.len() as u64);
-    assert_eq!(
-        bl.bytes,
-        frames.iter().map(|f| f.len() as u64).sum::<u64>()
-    );
+    assert_eq!(bl.bytes, frames.iter().map(|f| f.len() as u64).sum::<u64>());
     bl
 }
 
@@ -226,7 +223,11 @@ fn the_backlog_priority_comes_from_dscp_or_pcp() {
     // 1000 B tagged PCP 6 / DSCP 10; 2000 B untagged DSCP 26; 300 B non-IP
     let mut non_ip = vec![0u8; 300];
     non_ip[12..14].copy_from_slice(&[0x88, 0xB5]);
-    let frames = vec![ip_frame(Some(6), 10, 1000), ip_frame(None, 26, 2000), non_ip];
+    let frames = vec![
+        ip_frame(Some(6), 10, 1000),
+        ip_frame(None, 26, 2000),
+        non_ip,
+    ];
     let bl = backlog_of(&frames);
     // trust dscp (default): DSCP >> 3 — 10 → 1, 26 → 3, non-IP → 0
     let dscp = Qos::default();
@@ -293,7 +294,10 @@ fn classifying_short_or_odd_frames_never_panics() {
         let f = vec![0x81u8; len];
         let _ = RxClasses::classify(&f);
     }
-    assert_eq!(RxClasses::classify(&ip_frame(Some(5), 46, 60)), (Some(5), 46));
+    assert_eq!(
+        RxClasses::classify(&ip_frame(Some(5), 46, 60)),
+        (Some(5), 46)
+    );
     assert_eq!(RxClasses::classify(&ip_frame(None, 26, 60)), (None, 26));
     // IPv6: traffic class 0xB8 (DSCP 46)
     let mut v6 = vec![0u8; 60];

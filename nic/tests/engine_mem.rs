@@ -290,7 +290,10 @@ fn a_stalled_receiver_pauses_the_sender_with_pfc_and_resumes_it() {
     }
     let t0 = Instant::now();
     while na.dev.port_counters().unwrap().tx_packets < 128 {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the window never left");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the window never left"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let sent_before = log.lock().unwrap().len();
@@ -298,7 +301,10 @@ fn a_stalled_receiver_pauses_the_sender_with_pfc_and_resumes_it() {
     gate_tx.send(()).unwrap();
     holder.join().unwrap();
     let done = enginecommon::wait(&na.cq, N as usize, Duration::from_secs(60));
-    assert!(done.iter().all(|w| w.status == WcStatus::Success), "{done:?}");
+    assert!(
+        done.iter().all(|w| w.status == WcStatus::Success),
+        "{done:?}"
+    );
 
     // the sender's view, in order
     let log = log.lock().unwrap().clone();
@@ -318,7 +324,10 @@ fn a_stalled_receiver_pauses_the_sender_with_pfc_and_resumes_it() {
             }
             Seen::Pfc(None) => panic!("a PFC frame not naming priority 3"),
             Seen::Data => {
-                assert!(!paused, "frame {i} sent while priority 3 was paused: {log:?}");
+                assert!(
+                    !paused,
+                    "frame {i} sent while priority 3 was paused: {log:?}"
+                );
                 after_xon += (xon > 0) as usize;
             }
         }
@@ -346,7 +355,10 @@ fn a_stalled_receiver_pauses_the_sender_with_pfc_and_resumes_it() {
     let got = enginecommon::read(&nb.mem, 0, (N * 4096) as usize);
     for i in 0..N as usize {
         let want = (i as u64 * 7 % 251) as u8 + 1;
-        if let Some(at) = got[i * 4096..(i + 1) * 4096].iter().position(|&x| x != want) {
+        if let Some(at) = got[i * 4096..(i + 1) * 4096]
+            .iter()
+            .position(|&x| x != want)
+        {
             panic!("WRITE {i}: byte {at} differs");
         }
     }

@@ -173,7 +173,11 @@ impl RxClasses {
     pub fn classify(frame: &[u8]) -> (Option<u8>, u8) {
         let mut off = 12;
         let mut pcp = None;
-        let et = |o: usize| frame.get(o..o + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+        let et = |o: usize| {
+            frame
+                .get(o..o + 2)
+                .map(|b| u16::from_be_bytes([b[0], b[1]]))
+        };
         let mut ethertype = et(off);
         if matches!(ethertype, Some(0x8100 | 0x88A8)) {
             pcp = frame.get(off + 2).map(|b| b >> 5);
