@@ -2,8 +2,9 @@
 //! owns an [`Rnic`] and a [`Port`], like one lcore of a DPDK application.
 //!
 //! Each turn: take posted work requests (the doorbell) → receive a batch →
-//! parse and dispatch by destination QP → run due timers → build and send a
-//! batch → move completions to the completion queues the application
+//! parse and dispatch by destination QP → report the receive backlog left
+//! in the port's ring (PFC generation, when configured) → run due timers →
+//! build and send a batch → move completions to the completion queues the application
 //! polls. Nothing allocates per packet; the only locks are on the control
 //! path (creating objects). When a turn finds nothing to do the loop backs
 //! off: spin, then yield, then park until a doorbell, a frame or the next
@@ -525,6 +526,13 @@ impl Loop {
         }
         self.stats.rx_frames += n as u64;
         work += n;
+        // PFC generation: what is still waiting in the receive ring
+        if rnic.pfc_tx_enabled() {
+            if let Some(b) = self.port.rx_backlog() {
+                let by_prio = b.by_priority(&rnic.config().cc.qos);
+                rnic.on_rx_backlogs(now, &by_prio);
+            }
+        }
         // timers
         if rnic.poll_timeout().is_some_and(|t| t <= now) {
             rnic.handle_timeout(now);

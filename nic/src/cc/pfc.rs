@@ -287,6 +287,12 @@ impl PfcTx {
         &self.p
     }
 
+    /// The link speed changed: refreshes are spaced by the new half pause
+    /// time (the state and counters stay).
+    pub fn set_link_bps(&mut self, link_bps: u64) {
+        self.p.link_bps = link_bps;
+    }
+
     /// The backlog of priority `prio` is now `backlog_bytes`.
     pub fn on_backlog(&mut self, prio: u8, backlog_bytes: u64) {
         if prio as usize >= PRIORITIES || self.p.enabled & (1 << prio) == 0 {

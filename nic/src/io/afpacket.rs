@@ -11,6 +11,10 @@
 //! The kernel's UDP stack sees RoCEv2 frames too and would answer each with
 //! an ICMP port-unreachable; a UDP socket bound to port 4791 that nobody
 //! reads (as rxe has its tunnel socket) keeps it quiet.
+//!
+//! The port reports no receive backlog (`Port::rx_backlog` is `None`):
+//! frames wait in blocks the kernel has not retired yet, which userspace
+//! cannot count, so a device on AF_PACKET generates no PFC.
 
 use super::{FrameBatch, Port, PortCounters, SLOT_LEN};
 use std::ffi::CString;

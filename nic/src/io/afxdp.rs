@@ -30,7 +30,7 @@ mod ring;
 mod xsk;
 
 use super::afpacket::{self, AfPacketError, AfPacketPort, RingConfig};
-use super::{FrameBatch, Port, PortCounters, SLOT_LEN};
+use super::{FrameBatch, Port, PortCounters, RxBacklog, SLOT_LEN};
 use ring::XdpDesc;
 use std::fmt;
 use std::io;
@@ -547,6 +547,23 @@ impl Port for AfXdpPort {
             c.tx_dropped += s.tx_invalid_descs;
         }
         c
+    }
+
+    /// The RX ring's producer − consumer: frames the kernel has placed and
+    /// we have not taken, their bytes summed from the descriptors. Nothing
+    /// says which priority they are on without reading them: the total is
+    /// attributed to the data priority.
+    fn rx_backlog(&self) -> Option<RxBacklog> {
+        let avail = self.xsk.rx.available().min(self.xsk.rx.size());
+        let mut b = RxBacklog::default();
+        for i in 0..avail {
+            let d = self.xsk.rx.read(i);
+            b.bytes += d.len as u64;
+            if d.options & XDP_PKT_CONTD == 0 {
+                b.frames += 1;
+            }
+        }
+        Some(b)
     }
 
     /// poll(2) on the socket: readable once the RX ring holds a frame.

@@ -3,22 +3,95 @@
 //! [`super::impair::Impaired`] to drop, reorder, duplicate, corrupt or
 //! CE-mark what it sends.
 
-use super::{FrameBatch, Port, PortCounters, SLOT_LEN};
+use super::{FrameBatch, Port, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
 use crossbeam::queue::ArrayQueue;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use wire::EthernetAddress;
 
 type Buf = Box<[u8; SLOT_LEN]>;
 
+/// A queued frame's class for the backlog accounting: bit 15 set when it
+/// was counted, bit 12 when VLAN-tagged, bits 8..11 the PCP, 0..6 the DSCP.
+type Tag = u16;
+const COUNTED: Tag = 1 << 15;
+const TAGGED: Tag = 1 << 12;
+
+/// Bytes queued on a lane, by class (PFC generation reads them).
+struct Backlog {
+    /// Set by the first `rx_backlog` call: frames queued from then on are
+    /// classified and counted (a port whose device does not generate PFC
+    /// pays nothing).
+    on: AtomicBool,
+    frames: AtomicU64,
+    bytes: AtomicU64,
+    pcp: [AtomicU64; 8],
+    dscp: [AtomicU64; 64],
+}
+
+impl Backlog {
+    fn new() -> Backlog {
+        Backlog {
+            on: AtomicBool::new(false),
+            frames: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            pcp: std::array::from_fn(|_| AtomicU64::new(0)),
+            dscp: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    fn tag(&self, frame: &[u8]) -> Tag {
+        if !self.on.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let (pcp, dscp) = RxClasses::classify(frame);
+        COUNTED | pcp.map_or(0, |p| TAGGED | ((p as Tag & 7) << 8)) | (dscp as Tag & 63)
+    }
+
+    /// Adds (`add`) or removes a frame of `len` bytes, if it was counted.
+    fn account(&self, tag: Tag, len: u16, add: bool) {
+        if tag & COUNTED == 0 {
+            return;
+        }
+        let op = |a: &AtomicU64, v: u64| {
+            if add {
+                a.fetch_add(v, Ordering::Relaxed);
+            } else {
+                a.fetch_sub(v, Ordering::Relaxed);
+            }
+        };
+        let len = len as u64;
+        op(&self.frames, 1);
+        op(&self.bytes, len);
+        if tag & TAGGED != 0 {
+            op(&self.pcp[((tag >> 8) & 7) as usize], len);
+        }
+        op(&self.dscp[(tag & 63) as usize], len);
+    }
+
+    fn snapshot(&self) -> RxBacklog {
+        self.on.store(true, Ordering::Relaxed);
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RxBacklog {
+            frames: ld(&self.frames),
+            bytes: ld(&self.bytes),
+            classes: Some(RxClasses {
+                pcp: std::array::from_fn(|i| ld(&self.pcp[i])),
+                dscp: std::array::from_fn(|i| ld(&self.dscp[i])),
+            }),
+        }
+    }
+}
+
 /// One direction of the wire.
 struct Lane {
-    full: ArrayQueue<(Buf, u16)>,
+    full: ArrayQueue<(Buf, u16, Tag)>,
     free: ArrayQueue<Buf>,
     /// The thread to wake when a frame arrives (the receiving engine).
     waiter: Mutex<Option<Thread>>,
     dropped: AtomicU64,
+    backlog: Backlog,
 }
 
 impl Lane {
@@ -32,6 +105,7 @@ impl Lane {
             free,
             waiter: Mutex::new(None),
             dropped: AtomicU64::new(0),
+            backlog: Backlog::new(),
         }
     }
 
@@ -41,7 +115,11 @@ impl Lane {
             return false;
         };
         b[..frame.len()].copy_from_slice(frame);
-        if let Err((b, _)) = self.full.push((b, frame.len() as u16)) {
+        let (len, tag) = (frame.len() as u16, self.backlog.tag(frame));
+        // counted before it can be popped, so the sum never goes below zero
+        self.backlog.account(tag, len, true);
+        if let Err((b, _, _)) = self.full.push((b, len, tag)) {
+            self.backlog.account(tag, len, false);
             let _ = self.free.push(b);
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -88,6 +166,12 @@ impl MemPort {
         self.mtu = mtu;
     }
 
+    /// The speed the port reports (default 100 Gb/s): the device's DCQCN
+    /// line rate and PFC quantum length follow it.
+    pub fn set_link_speed(&mut self, bps: u64) {
+        self.speed = bps;
+    }
+
     fn transmit(&mut self, frame: &[u8]) -> bool {
         let ok = self.tx.put(frame);
         if ok {
@@ -109,9 +193,10 @@ impl Port for MemPort {
         }
         let mut n = 0;
         while !batch.is_full() {
-            let Some((buf, len)) = self.rx.full.pop() else {
+            let Some((buf, len, tag)) = self.rx.full.pop() else {
                 break;
             };
+            self.rx.backlog.account(tag, len, false);
             batch.push(&buf[..len as usize]);
             let _ = self.rx.free.push(buf);
             self.counters.rx_packets += 1;
@@ -148,6 +233,12 @@ impl Port for MemPort {
         let mut c = self.counters.clone();
         c.rx_dropped = self.rx.dropped.load(Ordering::Relaxed);
         c
+    }
+
+    /// The frames queued towards this port, by PCP and DSCP. Counting
+    /// starts with the first call: frames queued before it are not in it.
+    fn rx_backlog(&self) -> Option<RxBacklog> {
+        Some(self.rx.backlog.snapshot())
     }
 }
 

@@ -134,6 +134,99 @@ impl PortCounters {
     }
 }
 
+/// Bytes of received frames waiting in a port's receive ring (received by
+/// the port, not yet handed to the engine): the backlog PFC generation
+/// watches ([`crate::transport::Rnic::on_rx_backlog`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RxBacklog {
+    pub frames: u64,
+    pub bytes: u64,
+    /// The same bytes by class, when the port knows the frames (see
+    /// [`RxClasses`]); `None`: only the total is known, and it counts
+    /// against the priority of our RoCE data.
+    pub classes: Option<RxClasses>,
+}
+
+/// Backlog bytes by the fields a priority comes from: the VLAN PCP of
+/// tagged frames and the IP DSCP of every frame (non-IP frames under DSCP
+/// 0). The device's trust mode picks one ([`RxBacklog::by_priority`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RxClasses {
+    /// Bytes of VLAN-tagged frames by PCP (untagged ones: the rest).
+    pub pcp: [u64; 8],
+    /// Bytes by IP DSCP.
+    pub dscp: [u64; 64],
+}
+
+impl Default for RxClasses {
+    fn default() -> RxClasses {
+        RxClasses {
+            pcp: [0; 8],
+            dscp: [0; 64],
+        }
+    }
+}
+
+impl RxClasses {
+    /// The (tagged PCP, DSCP) class of a frame: `None` PCP when untagged;
+    /// DSCP 0 when it is not IPv4 or IPv6. Never panics on short frames.
+    pub fn classify(frame: &[u8]) -> (Option<u8>, u8) {
+        let mut off = 12;
+        let mut pcp = None;
+        let et = |o: usize| {
+            frame
+                .get(o..o + 2)
+                .map(|b| u16::from_be_bytes([b[0], b[1]]))
+        };
+        let mut ethertype = et(off);
+        if matches!(ethertype, Some(0x8100 | 0x88A8)) {
+            pcp = frame.get(off + 2).map(|b| b >> 5);
+            off += 4;
+            ethertype = et(off);
+        }
+        let ip = off + 2;
+        let dscp = match ethertype {
+            // IPv4: the DS field is the second byte (RFC 2474)
+            Some(0x0800) => frame.get(ip + 1).map_or(0, |b| b >> 2),
+            // IPv6: traffic class spans the first two bytes
+            Some(0x86DD) => match frame.get(ip..ip + 2) {
+                Some(b) => ((b[0] & 0x0F) << 2) | (b[1] >> 6),
+                None => 0,
+            },
+            _ => 0,
+        };
+        (pcp, dscp)
+    }
+}
+
+impl RxBacklog {
+    /// Bytes per priority under `qos` (trust pcp: tagged frames by PCP,
+    /// untagged ones on the default priority; trust dscp: through the DSCP
+    /// table). Without classes, everything is on the data priority.
+    pub fn by_priority(&self, qos: &crate::cc::Qos) -> [u64; 8] {
+        let mut out = [0u64; 8];
+        let Some(c) = &self.classes else {
+            out[qos.data_priority() as usize & 7] = self.bytes;
+            return out;
+        };
+        match qos.trust {
+            crate::cc::TrustMode::Pcp => {
+                let tagged: u64 = c.pcp.iter().sum();
+                for (p, &b) in c.pcp.iter().enumerate() {
+                    out[p] += b;
+                }
+                out[qos.default_priority as usize & 7] += self.bytes.saturating_sub(tagged);
+            }
+            crate::cc::TrustMode::Dscp => {
+                for (d, &b) in c.dscp.iter().enumerate() {
+                    out[qos.dscp2prio[d] as usize & 7] += b;
+                }
+            }
+        }
+        out
+    }
+}
+
 /// What a port does: move batches of frames.
 pub trait Port: Send {
     /// Appends received frames to `batch` (up to its capacity); returns how
@@ -153,6 +246,12 @@ pub trait Port: Send {
     /// of the engine's idle backoff). Ports without a wait primitive sleep.
     fn wait(&mut self, timeout: Duration) {
         std::thread::park_timeout(timeout);
+    }
+    /// What waits in the receive ring right now, for PFC generation; `None`
+    /// when the port cannot tell (AF_PACKET: the kernel's socket queue and
+    /// TPACKET blocks are not counted), and then no PFC is generated.
+    fn rx_backlog(&self) -> Option<RxBacklog> {
+        None
     }
 }
 
@@ -178,5 +277,8 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn wait(&mut self, timeout: Duration) {
         (**self).wait(timeout)
+    }
+    fn rx_backlog(&self) -> Option<RxBacklog> {
+        (**self).rx_backlog()
     }
 }

@@ -4,7 +4,10 @@
 //! and the device obeys PFC pause frames per priority. The algorithms live
 //! in `crate::cc`; this is where packets meet them.
 
-use crate::cc::{CnpLimiter, DcqcnParams, NpCounters, NpParams, Pacer, PfcRx, Qos, ReactionPoint};
+use crate::cc::{
+    CnpLimiter, DcqcnParams, NpCounters, NpParams, Pacer, PfcRx, PfcTx, PfcTxParams, Qos,
+    ReactionPoint,
+};
 use crate::time::Instant;
 use wire::{RoceRepr, Transport};
 
@@ -18,8 +21,54 @@ pub struct CcConfig {
     pub np: NpParams,
     /// DSCP/ECN of data, and the priority classification.
     pub qos: Qos,
-    /// Obey received PFC frames on these priorities (bit mask).
+    /// Obey received PFC frames on these priorities (bit mask; mlx5
+    /// `pfcrx`).
     pub pfc_respect: u8,
+    /// Generate PFC frames from the receive backlog (mlx5 `pfctx`); `None`
+    /// (the default) sends none.
+    pub pfc_tx: Option<PfcTxConfig>,
+}
+
+/// PFC generation (802.1Qbb) from the receive backlog of the port: when
+/// the bytes waiting for a priority reach `xoff_bytes` the NIC sends a PFC
+/// frame pausing the peer on it (refreshed every half pause time while the
+/// backlog stays above `xon_bytes`), and one with pause time 0 once the
+/// backlog has fallen to `xon_bytes`. The names follow the mlx5 receive
+/// buffer thresholds (`xoff` / `xon`) and `mlnx_qos --pfc` (`enabled`, the
+/// priorities PFC is on for).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PfcTxConfig {
+    /// Pause the peer when a priority's receive backlog reaches this many bytes.
+    pub xoff_bytes: u64,
+    /// Resume it when the backlog falls to this many bytes (below `xoff_bytes`).
+    pub xon_bytes: u64,
+    /// Pause time sent, in quanta of 512 bit times (default 0xFFFF).
+    pub quanta: u16,
+    /// Priorities PFC is generated for (bit mask; default all).
+    pub enabled: u8,
+}
+
+impl PfcTxConfig {
+    /// XOFF / XON thresholds, pause time 0xFFFF, every priority.
+    pub fn new(xoff_bytes: u64, xon_bytes: u64) -> PfcTxConfig {
+        PfcTxConfig {
+            xoff_bytes,
+            xon_bytes,
+            quanta: 0xFFFF,
+            enabled: 0xFF,
+        }
+    }
+
+    /// The generator's parameters on a link of `link_bps`.
+    pub fn params(&self, link_bps: u64) -> PfcTxParams {
+        PfcTxParams {
+            xoff_bytes: self.xoff_bytes,
+            xon_bytes: self.xon_bytes,
+            quanta: self.quanta,
+            link_bps,
+            enabled: self.enabled,
+        }
+    }
 }
 
 impl Default for CcConfig {
@@ -31,6 +80,7 @@ impl Default for CcConfig {
             np: NpParams::nvidia(),
             qos: Qos::default(),
             pfc_respect: 0xFF,
+            pfc_tx: None,
         }
     }
 }
@@ -49,6 +99,7 @@ impl CcConfig {
             },
             qos,
             pfc_respect: 0,
+            pfc_tx: None,
         }
     }
 }
@@ -136,4 +187,9 @@ impl QpCc {
 /// Device-level PFC reaction state.
 pub(crate) fn pfc_rx(cfg: &CcConfig, link_bps: u64) -> PfcRx {
     PfcRx::with_mask(link_bps, cfg.pfc_respect)
+}
+
+/// Device-level PFC generation state (`None`: generation off).
+pub(crate) fn pfc_tx(cfg: &CcConfig, link_bps: u64) -> Option<PfcTx> {
+    cfg.pfc_tx.map(|c| PfcTx::new(c.params(link_bps)))
 }

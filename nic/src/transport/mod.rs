@@ -18,7 +18,7 @@ mod requester;
 mod responder;
 pub mod timers;
 
-pub use congestion::CcConfig;
+pub use congestion::{CcConfig, PfcTxConfig};
 pub use counters::Counters;
 pub use qp::{HeaderTemplate, QpInit};
 
@@ -143,6 +143,10 @@ pub(crate) struct Resources {
     pub ip_ident: u16,
     /// Which priorities a peer has paused (PFC reaction).
     pub pfc: crate::cc::PfcRx,
+    /// PFC generation from the receive backlog (`None`: off).
+    pub pfc_tx: Option<crate::cc::PfcTx>,
+    /// The latest `now` the device was handed.
+    pub now: Instant,
 }
 
 impl Resources {
@@ -291,6 +295,7 @@ impl Rnic {
     pub fn new(cfg: RnicConfig) -> Rnic {
         let seed = cfg.seed;
         let pfc = congestion::pfc_rx(&cfg.cc, cfg.link_bps);
+        let pfc_tx = congestion::pfc_tx(&cfg.cc, cfg.link_bps);
         Rnic {
             res: Resources {
                 cfg,
@@ -302,6 +307,8 @@ impl Rnic {
                 drops: BTreeMap::new(),
                 ip_ident: 0,
                 pfc,
+                pfc_tx,
+                now: Instant::ZERO,
             },
             qps: Vec::new(),
             tx_queue: VecDeque::new(),
@@ -316,6 +323,9 @@ impl Rnic {
     pub fn set_link_speed(&mut self, bps: u64) {
         self.res.cfg.link_bps = bps;
         self.res.pfc = congestion::pfc_rx(&self.res.cfg.cc, bps);
+        if let Some(tx) = &mut self.res.pfc_tx {
+            tx.set_link_bps(bps);
+        }
         for qp in self.qps.iter_mut().flatten() {
             qp.cc = congestion::QpCc::new(&self.res.cfg.cc, bps);
         }
@@ -353,9 +363,57 @@ impl Rnic {
         self.res.cfg.port_mtu
     }
 
-    /// PFC counters (rx_prio{p}_pause, rx_prio{p}_pause_duration).
+    /// PFC counters as of `now`, under the mlx5 `ethtool -S` names:
+    /// `rx_prio{p}_pause`, `rx_prio{p}_pause_duration` (frames we obeyed)
+    /// and `tx_prio{p}_pause`, `tx_prio{p}_pause_duration` (frames we
+    /// generated, see [`Self::on_rx_backlog`]).
     pub fn pfc_counters(&self, now: Instant) -> crate::cc::PfcCounters {
-        self.res.pfc.counters(now)
+        let mut c = self.res.pfc.counters(now);
+        if let Some(tx) = &self.res.pfc_tx {
+            c.add(&tx.counters(now));
+        }
+        c
+    }
+
+    /// The latest `now` handed to the device (by `handle_frame`,
+    /// `handle_timeout`, `poll_transmit` or `on_rx_backlog`): what a
+    /// caller without the driver's clock passes to [`Self::pfc_counters`].
+    pub fn last_now(&self) -> Instant {
+        self.res.now
+    }
+
+    /// Turns PFC generation on (or off with `None`), as
+    /// [`CcConfig::pfc_tx`] does at creation; counters start again.
+    pub fn set_pfc_tx(&mut self, cfg: Option<PfcTxConfig>) {
+        self.res.cfg.cc.pfc_tx = cfg;
+        self.res.pfc_tx = congestion::pfc_tx(&self.res.cfg.cc, self.res.cfg.link_bps);
+    }
+
+    /// Whether the device generates PFC (so its driver should report the
+    /// receive backlog through [`Self::on_rx_backlog`]).
+    pub fn pfc_tx_enabled(&self) -> bool {
+        self.res.pfc_tx.is_some()
+    }
+
+    /// The receive backlog of priority `prio` (bytes received by the port
+    /// and not yet handed to [`Self::handle_frame`]) is `bytes` at `now`.
+    /// With PFC generation on (IEEE 802.1Qbb): reaching the XOFF threshold
+    /// queues a PFC frame pausing the peer on `prio`, refreshed every half
+    /// pause time while the backlog stays above XON; falling to XON queues
+    /// one with pause time 0. The frames leave through
+    /// [`Self::poll_transmit`], ahead of any data. Without it, nothing.
+    pub fn on_rx_backlog(&mut self, now: Instant, prio: u8, bytes: u64) {
+        self.res.now = self.res.now.max(now);
+        if let Some(tx) = &mut self.res.pfc_tx {
+            tx.on_backlog(prio, bytes);
+        }
+    }
+
+    /// [`Self::on_rx_backlog`] for the eight priorities at once.
+    pub fn on_rx_backlogs(&mut self, now: Instant, bytes: &[u64; crate::cc::PRIORITIES]) {
+        for (p, &b) in bytes.iter().enumerate() {
+            self.on_rx_backlog(now, p as u8, b);
+        }
     }
 
     // ---- verbs: objects ----
@@ -619,6 +677,7 @@ impl Rnic {
     /// Takes one received frame. Frames that are not RoCEv2 for a QP of
     /// ours are counted by reason and dropped.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
+        self.res.now = self.res.now.max(now);
         if let Ok(eth) = wire::ethernet::EthernetFrame::new_checked(frame) {
             if eth.ethertype() == wire::ethernet::ethertype::MAC_CONTROL {
                 // 802.1Qbb / 802.3x: pause the named priorities.
@@ -670,6 +729,21 @@ impl Rnic {
         if buf.len() < MAX_FRAME_LEN {
             return None;
         }
+        self.res.now = self.res.now.max(now);
+        // 802.1Qbb: a PFC frame owed to the peer goes first. MAC control
+        // frames are never held back by a pause (802.3 Annex 31B).
+        if let Some(tx) = &mut self.res.pfc_tx {
+            if let Some(control) = tx.poll_transmit(now) {
+                let repr = wire::MacControlRepr {
+                    src: self.res.cfg.mac,
+                    dst: EthernetAddress::MAC_CONTROL,
+                    control,
+                };
+                if let Ok(n) = repr.emit(buf) {
+                    return Some(n);
+                }
+            }
+        }
         while let Some(idx) = self.tx_queue.pop_front() {
             let Some(qp) = self.qps[idx as usize].as_mut() else {
                 continue;
@@ -690,11 +764,17 @@ impl Rnic {
     /// The earliest deadline of any timer.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let qps = self.qps.iter().flatten().filter_map(|q| q.next_deadline());
-        qps.chain(self.res.pfc.poll_timeout()).min()
+        let pfc_tx = self.res.pfc_tx.as_ref().and_then(|t| t.poll_timeout());
+        qps.chain(self.res.pfc.poll_timeout()).chain(pfc_tx).min()
     }
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.res.now = self.res.now.max(now);
+        if let Some(tx) = &mut self.res.pfc_tx {
+            // a PFC refresh falls due: `poll_transmit` sends it
+            tx.handle_timeout(now);
+        }
         if self.res.pfc.poll_timeout().is_some_and(|t| t <= now) {
             // a pause ended: every QP may have frames waiting
             self.res.pfc.handle_timeout(now);
