@@ -156,4 +156,7 @@ impl<P: Port> Port for Impaired<P> {
     fn wait(&mut self, timeout: Duration) {
         self.inner.wait(timeout)
     }
+    fn rx_backlog(&self) -> Option<super::RxBacklog> {
+        self.inner.rx_backlog()
+    }
 }

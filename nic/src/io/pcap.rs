@@ -288,4 +288,7 @@ impl<P: Port> Port for PcapTap<P> {
     fn wait(&mut self, timeout: Duration) {
         self.port_mut().wait(timeout)
     }
+    fn rx_backlog(&self) -> Option<super::RxBacklog> {
+        self.port().rx_backlog()
+    }
 }
