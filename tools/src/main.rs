@@ -114,6 +114,21 @@ struct DemoArgs {
     no_progress: bool,
 }
 
+/// Congestion control on a real interface (`--dev`).
+#[derive(Args, Clone)]
+struct CcArgs {
+    /// Congestion control: nvidia (DCQCN and CNPs with NVIDIA's firmware
+    /// values, data ECT(0) at DSCP 26, PFC obeyed: a ConnectX as shipped),
+    /// sigcomm15 (the DCQCN paper's values) or off (as Linux rxe: no DCQCN,
+    /// no CNPs, data not-ECT, PFC ignored).
+    #[arg(long = "cc", value_name = "PRESET", default_value = "nvidia")]
+    cc: String,
+    /// Send PFC pauses when the port's receive backlog reaches XOFF bytes,
+    /// resume at XON (e.g. 262144:131072); off by default.
+    #[arg(long = "pfc-tx", value_name = "XOFF:XON")]
+    pfc_tx: Option<String>,
+}
+
 #[derive(Args)]
 struct PerfArgs {
     /// The operation.
@@ -206,6 +221,8 @@ struct PerfArgs {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+    #[command(flatten)]
+    cc: CcArgs,
 }
 
 #[derive(Args)]
@@ -269,6 +286,8 @@ struct PingpongArgs {
     /// Pin the polling engine (inline: this thread) to this core.
     #[arg(long, value_name = "N")]
     core: Option<usize>,
+    #[command(flatten)]
+    cc: CcArgs,
 }
 
 fn pingpong(a: PingpongArgs) -> Result<(), CliError> {
@@ -293,6 +312,7 @@ fn pingpong(a: PingpongArgs) -> Result<(), CliError> {
         pcap: a.pcap,
         inline: tools::netdev::parse_engine(&a.engine)?,
         core: a.core,
+        cc: tools::netdev::parse_cc(&a.cc.cc, a.cc.pfc_tx.as_deref())?,
     })
 }
 
@@ -476,6 +496,8 @@ fn main() {
             gid: a.gid,
             core: a.core,
             engine: a.engine,
+            cc: a.cc.cc,
+            pfc_tx: a.cc.pfc_tx,
             command,
         }),
         Cmd::Pingpong(a) => pingpong(a),

@@ -179,6 +179,45 @@ pub struct DevOptions {
     /// Run the engine inline (the application's thread turns it) rather
     /// than on a thread of its own.
     pub inline: bool,
+    /// Congestion control: DCQCN/CNP, data marking, PFC.
+    pub cc: nic::transport::CcConfig,
+}
+
+/// `--cc nvidia|sigcomm15|off` and `--pfc-tx XOFF:XON` → the device's
+/// congestion settings. `nvidia` (the default) is a ConnectX NIC as
+/// shipped: DCQCN with NVIDIA's firmware values, CNPs, data ECT(0) at DSCP
+/// 26, PFC obeyed; `sigcomm15` the same with the DCQCN paper's values;
+/// `off` is Linux rxe: no DCQCN, no CNPs, data not-ECT, PFC ignored.
+/// `--pfc-tx` makes the NIC send PFC pauses when its receive backlog
+/// reaches XOFF bytes (resuming at XON), on every priority.
+pub fn parse_cc(cc: &str, pfc_tx: Option<&str>) -> Result<nic::transport::CcConfig, CliError> {
+    use nic::transport::{CcConfig, PfcTxConfig};
+    let mut c = match cc {
+        "nvidia" => CcConfig::default(),
+        "sigcomm15" => CcConfig {
+            dcqcn: Some(nic::cc::DcqcnParams::sigcomm15()),
+            ..CcConfig::default()
+        },
+        "off" => CcConfig::off(),
+        other => {
+            return Err(CliError::usage(format!(
+                "--cc {other}: nvidia, sigcomm15 or off"
+            )))
+        }
+    };
+    if let Some(t) = pfc_tx {
+        let bad = || CliError::usage(format!("--pfc-tx {t}: XOFF:XON in bytes, XON < XOFF"));
+        let (off, on) = t.split_once(':').ok_or_else(bad)?;
+        let (off, on): (u64, u64) = (
+            off.trim().parse().map_err(|_| bad())?,
+            on.trim().parse().map_err(|_| bad())?,
+        );
+        if off == 0 || on >= off {
+            return Err(bad());
+        }
+        c.pfc_tx = Some(PfcTxConfig::new(off, on));
+    }
+    Ok(c)
 }
 
 impl DevOptions {
@@ -194,6 +233,7 @@ impl DevOptions {
             core: None,
             spin: EngineConfig::default().spin,
             inline: true,
+            cc: nic::transport::CcConfig::default(),
         }
     }
 }
@@ -265,6 +305,7 @@ impl NetDev {
         };
         let mut cfg = RnicConfig::new(mac, gid);
         cfg.seed = seed();
+        cfg.cc = o.cc;
         let started = std::time::Instant::now();
         let ecfg = EngineConfig {
             core: o.core,

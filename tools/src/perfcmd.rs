@@ -45,6 +45,10 @@ pub struct PerfRequest {
     pub core: Option<usize>,
     /// Real interfaces: "inline" (the measuring thread turns the engine) or "thread".
     pub engine: String,
+    /// Real interfaces: congestion control preset (nvidia, sigcomm15, off).
+    pub cc: String,
+    /// Real interfaces: PFC generation thresholds "XOFF:XON" in bytes.
+    pub pfc_tx: Option<String>,
     /// The command line, for the report and `rnic stats`.
     pub command: String,
 }
@@ -286,6 +290,12 @@ fn check_paths(req: &PerfRequest) -> Result<(), CliError> {
 pub fn run(req: &PerfRequest) -> Result<(), CliError> {
     let s = settings(req)?;
     check_paths(req)?;
+    crate::netdev::parse_cc(&req.cc, req.pfc_tx.as_deref())?;
+    if req.loopback && (req.cc != "nvidia" || req.pfc_tx.is_some()) {
+        return Err(CliError::usage(
+            "--cc and --pfc-tx set up a real interface's NIC (--dev); the loopback has no congestion",
+        ));
+    }
     if !req.loopback {
         if req.peer.is_none() && req.dev.is_none() {
             return Err(CliError::usage(

@@ -82,6 +82,8 @@ pub struct PingpongOptions {
     pub pcap: Option<PathBuf>,
     pub inline: bool,
     pub core: Option<usize>,
+    /// Congestion control (see `netdev::parse_cc`).
+    pub cc: nic::transport::CcConfig,
 }
 
 /// One side's address record.
@@ -230,6 +232,7 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     d.pcap_frames = usize::MAX;
     d.inline = o.inline;
     d.core = o.core;
+    d.cc = o.cc;
     let mut nd = NetDev::open(&d)?;
     // NetDev::open set the port's active MTU from the interface MTU; a UD
     // message is one packet of at most that

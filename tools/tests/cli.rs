@@ -155,6 +155,21 @@ fn perf_rejects_impossible_requests_in_one_line() {
             "-a runs every size",
         ),
         (vec!["write", "bw", "-t", "0"], 2, "-t 0"),
+        (
+            vec!["write", "bw", "--cc", "dctcp"],
+            2,
+            "--cc dctcp: nvidia, sigcomm15 or off",
+        ),
+        (
+            vec!["write", "bw", "--pfc-tx", "100:200"],
+            2,
+            "--pfc-tx 100:200: XOFF:XON in bytes, XON < XOFF",
+        ),
+        (
+            vec!["write", "bw", "--cc", "off"],
+            2,
+            "--cc and --pfc-tx set up a real interface's NIC (--dev)",
+        ),
         (vec!["write", "lat", "-t", "4"], 2, "-t is for bw tests"),
         (
             vec!["write", "bw", "--json", "/nonexistent-dir/x.json"],

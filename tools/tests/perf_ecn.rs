@@ -11,6 +11,7 @@
 mod common;
 
 use common::netns::{can_run, rnic_in, spawn, text};
+use nic::io::netns::Routed;
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -44,71 +45,55 @@ fn read_json(p: &Path) -> Value {
     serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-#[test]
-fn perf_json_shows_cnps_through_an_ecn_marking_router() {
-    let test = "perf_json_shows_cnps_through_an_ecn_marking_router";
+/// One run at a time: each side is a busy-polling process, and the
+/// machine may have two cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+type Setup = (
+    Routed,
+    tempfile::TempDir,
+    std::sync::MutexGuard<'static, ()>,
+);
+
+fn setup(test: &str, tag: &str) -> Option<Setup> {
+    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !can_run(test) {
-        return;
+        return None;
     }
     for tool in ["tc", "nft"] {
         if !have(tool) {
             common::missing_tool(test, tool);
-            return;
+            return None;
         }
     }
-    let net = nic::io::netns::Routed::create("pe").expect("A ── R ── B namespaces");
+    let net = Routed::create(tag).expect("A ── R ── B namespaces");
     net.ecn_bottleneck("400mbit", "30 mbytes/second")
         .expect("shaper and CE marking on the router");
-    let dir = tempfile::tempdir().unwrap();
-    let (sj, cj) = (dir.path().join("server.json"), dir.path().join("client.json"));
-    let (ga, gb) = (net.ga.to_string(), net.gb.to_string());
+    Some((net, tempfile::tempdir().unwrap(), serial))
+}
 
-    let server = spawn(
-        rnic_in(
-            &net.b,
-            dir.path(),
-            &[
-                "perf", "write", "bw", "--no-progress", "--json", sj.to_str().unwrap(),
-                "--dev", &net.vb,
-            ],
-        ),
-        "the rnic server",
-    );
-    // the client retries while the server is not listening yet
-    let client = spawn(
-        rnic_in(
-            &net.a,
-            dir.path(),
-            &[
-                "perf", "write", "bw", "--no-progress", "-m", "4096", "-D", "2",
-                "--report_gbits", "--json", cj.to_str().unwrap(), "--dev", &net.va, &gb,
-            ],
-        ),
-        "the rnic client",
-    )
-    .finish(Duration::from_secs(40));
-    let server = server.finish(Duration::from_secs(10));
-    let ctx = format!("-- server --\n{}\n-- client --\n{}", text(&server), text(&client));
-    assert!(server.status.success() && client.status.success(), "{ctx}");
-
-    let (c, s) = (read_json(&cj), read_json(&sj));
-    let sender = device(&c, &ga);
-    let receiver = device(&s, &gb);
+#[test]
+fn perf_json_shows_cnps_through_an_ecn_marking_router() {
+    let Some((net, dir, _serial)) =
+        setup("perf_json_shows_cnps_through_an_ecn_marking_router", "pe")
+    else {
+        return;
+    };
+    let (sender, receiver, gbits) = run(&net, dir.path(), &[]);
     let (marked, cnps) = (
-        counter(receiver, "np_ecn_marked_roce_packets"),
-        counter(receiver, "np_cnp_sent"),
+        counter(&receiver, "np_ecn_marked_roce_packets"),
+        counter(&receiver, "np_cnp_sent"),
     );
     let (handled, sent, retx) = (
-        counter(sender, "rp_cnp_handled"),
-        counter(sender, "sent_pkts"),
-        counter(sender, "retransmitted_pkts"),
+        counter(&sender, "rp_cnp_handled"),
+        counter(&sender, "sent_pkts"),
+        counter(&sender, "retransmitted_pkts"),
     );
-    let gbits = c["results"][0]["bytes_per_sec"].as_f64().expect("bytes_per_sec") * 8e-9;
     eprintln!(
         "{gbits:.3} Gbit/s; B: np_ecn_marked_roce_packets {marked} np_cnp_sent {cnps}; \
          A: rp_cnp_handled {handled} sent_pkts {sent} retransmitted_pkts {retx}"
     );
-    assert!(marked > 0, "the router marked nothing\n{ctx}");
+    assert!(marked > 0, "the router marked nothing");
     // IBTA RoCEv2 annex A17.9.3: at most one CNP per QP per
     // min_time_between_cnps, so never more CNPs than marked packets
     assert!(cnps > 0 && cnps <= marked, "{cnps} CNPs for {marked} marks");
@@ -119,4 +104,54 @@ fn perf_json_shows_cnps_through_an_ecn_marking_router() {
         retx * 20 < sent,
         "a retransmission storm: {retx} of {sent} packets"
     );
+}
+
+/// `--cc off` (as Linux rxe): the receiver sends no CNP however many of
+/// its packets arrive marked, and the sender handles none.
+#[test]
+fn perf_with_cc_off_sends_and_handles_no_cnps() {
+    let Some((net, dir, _serial)) = setup("perf_with_cc_off_sends_and_handles_no_cnps", "pf")
+    else {
+        return;
+    };
+    let (sender, receiver, gbits) = run(&net, dir.path(), &["--cc", "off"]);
+    let cnps = counter(&receiver, "np_cnp_sent");
+    let marked = counter(&receiver, "np_ecn_marked_roce_packets");
+    let handled = counter(&sender, "rp_cnp_handled");
+    eprintln!(
+        "--cc off: {gbits:.3} Gbit/s; B: np_ecn_marked_roce_packets {marked} np_cnp_sent {cnps}; \
+         A: rp_cnp_handled {handled}"
+    );
+    // nft's `ip ecn set ce` marks not-ECT packets too: they arrive marked
+    assert!(marked > 0, "the router marked nothing");
+    assert_eq!(cnps, 0, "CNPs with the notification point off");
+    assert_eq!(handled, 0, "CNPs handled with DCQCN off");
+}
+
+/// Runs `rnic perf write bw` A → B through the marking router with
+/// `cc_args` on both sides; returns (the sender's device, the receiver's
+/// device, Gbit/s) from their --json files.
+fn run(net: &Routed, dir: &Path, cc_args: &[&str]) -> (Value, Value, f64) {
+    let (sj, cj) = (dir.join("server.json"), dir.join("client.json"));
+    let (ga, gb) = (net.ga.to_string(), net.gb.to_string());
+    let mut sargs = vec![
+        "perf", "write", "bw", "--no-progress", "--json", sj.to_str().unwrap(), "--dev", &net.vb,
+    ];
+    sargs.extend(cc_args);
+    let server = spawn(rnic_in(&net.b, dir, &sargs), "the rnic server");
+    let mut cargs = vec![
+        "perf", "write", "bw", "--no-progress", "-m", "4096", "-D", "2", "--report_gbits",
+        "--json", cj.to_str().unwrap(), "--dev", &net.va,
+    ];
+    cargs.extend(cc_args);
+    cargs.push(&gb);
+    // the client retries while the server is not listening yet
+    let client = spawn(rnic_in(&net.a, dir, &cargs), "the rnic client")
+        .finish(Duration::from_secs(40));
+    let server = server.finish(Duration::from_secs(10));
+    let ctx = format!("-- server --\n{}\n-- client --\n{}", text(&server), text(&client));
+    assert!(server.status.success() && client.status.success(), "{ctx}");
+    let (c, s) = (read_json(&cj), read_json(&sj));
+    let gbits = c["results"][0]["bytes_per_sec"].as_f64().expect("bytes_per_sec") * 8e-9;
+    (device(&c, &ga).clone(), device(&s, &gb).clone(), gbits)
 }

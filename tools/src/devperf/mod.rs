@@ -172,6 +172,7 @@ fn dev_options(req: &PerfRequest, ifname: &str, mem_len: usize) -> Result<DevOpt
     d.pcap_frames = req.pcap_frames;
     d.core = req.core;
     d.inline = netdev::parse_engine(&req.engine)?;
+    d.cc = netdev::parse_cc(&req.cc, req.pfc_tx.as_deref())?;
     Ok(d)
 }
 
