@@ -342,19 +342,39 @@ impl<'a> RoceRepr<'a> {
     /// Parses a frame completely: headers, lengths and the ICRC.
     pub fn parse(frame: &'a [u8]) -> Result<RoceRepr<'a>> {
         let p = RocePacket::new_checked(frame)?;
+        // The extension headers are parsed before the ICRC is checked (they
+        // are only used if it matches). The 120-byte `ExtHeaders` is built
+        // on the stack with narrow stores (a discriminant here, a field
+        // there) and copied into the repr with 16-byte loads, which cannot
+        // be forwarded from those stores and wait until they reach the
+        // cache. Built before the 4 KiB CRC, the stores have long reached it
+        // when the copy runs; built after it (as `from_packet` does), the
+        // copy stalled: about 3 ns of a 130 ns 4 KiB parse (BENCHMARKS.md,
+        // wire, third round).
+        let ext = Self::ext_of(&p);
         p.verify_icrc()?;
-        Ok(Self::from_packet(&p))
+        Ok(Self::from_packet_and_ext(&p, ext))
+    }
+
+    /// The extension headers of a validated view.
+    #[inline(always)]
+    fn ext_of(p: &RocePacket<&'a [u8]>) -> ExtHeaders {
+        ExtHeaders::parse(p.info, &p.buffer[p.bth_at + bth::HEADER_LEN..p.payload_at])
     }
 
     /// The repr of an already validated view (the ICRC is not looked at).
     #[inline]
     pub fn from_packet(p: &RocePacket<&'a [u8]>) -> RoceRepr<'a> {
+        Self::from_packet_and_ext(p, Self::ext_of(p))
+    }
+
+    /// `from_packet` with the extension headers already parsed (`ext_of`).
+    /// Parsing them before the rest, rather than in the struct literal
+    /// below, measured 2 ns faster (the copy of the 120-byte value waits
+    /// less for its stores).
+    #[inline(always)]
+    fn from_packet_and_ext(p: &RocePacket<&'a [u8]>, ext: ExtHeaders) -> RoceRepr<'a> {
         let b: &'a [u8] = p.buffer;
-        // The extension headers first: the 120-byte value is built apart and
-        // copied into the repr with wide loads, which wait for its narrower
-        // stores to reach the cache; built first, it waits less (measured
-        // 2 ns faster than parsing it in the struct literal below).
-        let ext = ExtHeaders::parse(p.info, &b[p.bth_at + bth::HEADER_LEN..p.payload_at]);
         // Each view is built over a fixed-size array (`new_checked` has
         // checked the lengths), so its accessors need no bounds checks. The
         // Ethernet view gets 18 bytes, room for a VLAN tag, which it only
