@@ -474,17 +474,18 @@ impl Endpoint {
 }
 
 /// One side of a test connection: an RNIC with a PD, a CQ, a registered
-/// buffer and a QP.
+/// buffer (the [`Endpoint`], whose fields read through: `side.lkey`) and a
+/// QP.
 pub struct Side {
-    pub pd: u32,
-    pub cq: u32,
+    pub ep: Endpoint,
     pub qpn: u32,
-    pub mem: Arc<HeapMemory>,
-    pub base: u64,
-    pub lkey: u32,
-    pub rkey: u32,
-    pub mac: EthernetAddress,
-    pub gid: Gid,
+}
+
+impl std::ops::Deref for Side {
+    type Target = Endpoint;
+    fn deref(&self) -> &Endpoint {
+        &self.ep
+    }
 }
 
 /// How to build a connected pair.
@@ -547,22 +548,12 @@ impl Pair {
                     rc.link_bps = cfg.link.bandwidth_bps;
                 }
             });
-            let Endpoint {
-                pd,
-                cq,
-                mem,
-                base,
-                lkey,
-                rkey,
-                mac,
-                gid,
-            } = e;
             let qpn = r
                 .create_qp(QpInit {
                     qp_type: cfg.qp_type,
-                    pd,
-                    send_cq: cq,
-                    recv_cq: cq,
+                    pd: e.pd,
+                    send_cq: e.cq,
+                    recv_cq: e.cq,
                     srq: None,
                     max_send_wr: cfg.max_wr,
                     max_recv_wr: cfg.max_wr,
@@ -570,17 +561,7 @@ impl Pair {
                 })
                 .expect("create qp");
             rnics.push(r);
-            sides.push(Side {
-                pd,
-                cq,
-                qpn,
-                mem,
-                base,
-                lkey,
-                rkey,
-                mac,
-                gid,
-            });
+            sides.push(Side { ep: e, qpn });
         }
         for i in 0..2 {
             let peer = &sides[1 - i];

@@ -7,12 +7,10 @@
 
 use nic::sim::{connect, Endpoint, LinkConfig, PairConfig, Sim};
 use nic::transport::QpInit;
-use nic::verbs::{AhAttr, HeapMemory, QpState, QpType, Wc};
+use nic::verbs::{AhAttr, QpState, QpType, Wc};
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use wire::{EthernetAddress, Gid};
 
 /// What the output header says about the loopback.
 pub const LOOPBACK_NOTE: &str =
@@ -21,14 +19,15 @@ pub const LOOPBACK_NOTE: &str =
 /// One node: its verbs objects and the memory of its one region.
 pub struct Node {
     pub name: String,
-    pub pd: u32,
-    pub cq: u32,
-    pub mem: Arc<HeapMemory>,
-    pub base: u64,
-    pub lkey: u32,
-    pub rkey: u32,
-    pub mac: EthernetAddress,
-    pub gid: Gid,
+    /// PD, CQ, the registered region and the addresses (`node.lkey`).
+    pub ep: Endpoint,
+}
+
+impl std::ops::Deref for Node {
+    type Target = Endpoint;
+    fn deref(&self) -> &Endpoint {
+        &self.ep
+    }
 }
 
 /// A connected QP pair: `qpn[i]` lives on node `i`.
@@ -102,14 +101,7 @@ impl Loopback {
             rnics.push(r);
             nodes.push(Node {
                 name: format!("srnic{i}"),
-                pd: e.pd,
-                cq: e.cq,
-                mem: e.mem,
-                base: e.base,
-                lkey: e.lkey,
-                rkey: e.rkey,
-                mac: e.mac,
-                gid: e.gid,
+                ep: e,
             });
         }
         let b = rnics.pop().expect("two");
