@@ -243,6 +243,23 @@ fn write_file(path: &Path, text: &str) -> Result<(), CliError> {
 
 /// The JSON document of a run.
 pub fn json_doc(req: &PerfRequest, s: &Settings, results: &[SizeResult], lb: &Loopback) -> Value {
+    let results: Vec<Value> = results
+        .iter()
+        .map(|r| report::result_json(s, r, req.report_gbits))
+        .collect();
+    json_head(req, s, LOOPBACK_NOTE, results.into(), report::devices_json(lb))
+}
+
+/// What every run's JSON document holds (the tool, the test, its settings,
+/// the results and the devices); a run on real interfaces adds its role,
+/// interface and backend.
+pub fn json_head(
+    req: &PerfRequest,
+    s: &Settings,
+    transport: &str,
+    results: Value,
+    devices: Value,
+) -> Value {
     json!({
         "tool": "rnic",
         "version": env!("CARGO_PKG_VERSION"),
@@ -250,7 +267,7 @@ pub fn json_doc(req: &PerfRequest, s: &Settings, results: &[SizeResult], lb: &Lo
         "test": s.verb.name(),
         "mode": s.mode.name(),
         "title": title(s.verb, s.mode),
-        "transport": LOOPBACK_NOTE,
+        "transport": transport,
         "method": s.method(),
         "settings": {
             "connection": format!("{:?}", s.qp_type).to_uppercase(),
@@ -262,8 +279,8 @@ pub fn json_doc(req: &PerfRequest, s: &Settings, results: &[SizeResult], lb: &Lo
             "sizes": s.sizes,
             "report_gbits": req.report_gbits,
         },
-        "results": results.iter().map(|r| report::result_json(s, r, req.report_gbits)).collect::<Vec<_>>(),
-        "devices": report::devices_json(lb),
+        "results": results,
+        "devices": devices,
     })
 }
 

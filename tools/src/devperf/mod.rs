@@ -843,30 +843,10 @@ fn dev_json_doc(
     results: Value,
     devices: Value,
 ) -> Value {
-    json!({
-        "tool": "rnic",
-        "version": env!("CARGO_PKG_VERSION"),
-        "command": req.command,
-        "test": s.verb.name(),
-        "mode": s.mode.name(),
-        "title": title(s.verb, s.mode),
-        "transport": dev_note(nd),
-        "method": s.method(),
-        "role": role,
-        "interface": nd.ifname,
-        "backend": nd.backend,
-        "peer_version": peer_version,
-        "settings": {
-            "connection": conn_name(s.qp_type),
-            "qps": s.qps,
-            "mtu": s.mtu,
-            "tx_depth": s.tx_depth,
-            "iterations": s.iters,
-            "duration_sec": s.duration.map(|d| d.as_secs()),
-            "sizes": s.sizes,
-            "report_gbits": req.report_gbits,
-        },
-        "results": results,
-        "devices": devices,
-    })
+    let mut doc = crate::perfcmd::json_head(req, s, &dev_note(nd), results, devices);
+    doc["role"] = role.into();
+    doc["interface"] = nd.ifname.clone().into();
+    doc["backend"] = json!(nd.backend);
+    doc["peer_version"] = json!(peer_version);
+    doc
 }
