@@ -347,6 +347,7 @@ pub unsafe extern "C" fn srnic_create_qp(
         max_send_wr: a.max_send_wr,
         max_recv_wr: a.max_recv_wr,
         sq_sig_all: a.sq_sig_all != 0,
+        srq: None,
     };
     guard(std::ptr::null_mut(), || {
         boxed(p.pd.create_qp(&init).ok().map(|qp| SrnicQp { qp }))

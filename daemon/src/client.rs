@@ -4,7 +4,7 @@
 //! CQEs up to the daemon's producer index, release-store the consumer
 //! index) — no syscall on the data path.
 
-use crate::proto::{self, QpAttrMsg, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
+use crate::proto::{self, AhMsg, QpAttrMsg, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
 use crate::ring::{self, CqeRaw, Ring, WqeRaw, CQE_SIZE, WQE_SIZE};
 use crate::shm::{Mapping, SeqPacket};
 use nic::verbs::{access, AhAttr, QpAttr, QpState, RecvWr, SendWr, Wc};
@@ -268,6 +268,8 @@ pub struct QpInitAttr {
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
     pub sq_sig_all: bool,
+    /// Take receives from this SRQ (`Srq::handle`, same PD).
+    pub srq: Option<u32>,
 }
 
 /// All access rights (local write, remote write/read/atomic).
@@ -314,6 +316,7 @@ impl Pd {
             max_send_wr: a.max_send_wr,
             max_recv_wr: a.max_recv_wr,
             sq_sig_all: a.sq_sig_all,
+            srq: a.srq,
         };
         let (r, mut fds) = self.ctx.request(req, None)?;
         match r {
@@ -360,6 +363,108 @@ impl Pd {
     pub fn dealloc(self) -> Result<()> {
         self.ctx.simple(Request::DeallocPd { pd: self.handle })
     }
+
+    /// An address handle for UD sends (`ibv_create_ah`).
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
+        let req = Request::CreateAh {
+            pd: self.handle,
+            attr: AhMsg::from_ah(attr),
+        };
+        match self.ctx.request(req, None)?.0 {
+            Response::Ah { ah } => Ok(Ah {
+                ctx: self.ctx.clone(),
+                handle: ah,
+                attr: *attr,
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// A shared receive queue of at least `max_wr` entries
+    /// (`ibv_create_srq`).
+    pub fn create_srq(&self, max_wr: u32) -> Result<Srq> {
+        let req = Request::CreateSrq {
+            pd: self.handle,
+            max_wr,
+        };
+        let (r, mut fds) = self.ctx.request(req, None)?;
+        match r {
+            Response::Srq {
+                srq,
+                entries,
+                map_len,
+            } => {
+                if fds.len() != 1
+                    || ring::ring_entries(entries) != Some(entries)
+                    || (map_len as usize) < ring::ring_bytes(entries, WQE_SIZE)
+                {
+                    return Err(Error::Protocol("bad SRQ reply".into()));
+                }
+                let map = Arc::new(Mapping::from_untrusted_fd(fds.remove(0), map_len as usize)?);
+                // SAFETY: the ring lies inside the mapping the Srq keeps.
+                let ring = unsafe { Ring::new(map.ptr(), entries, WQE_SIZE) };
+                Ok(Srq {
+                    ctx: self.ctx.clone(),
+                    handle: srq,
+                    _map: map,
+                    ring,
+                    prod: 0,
+                })
+            }
+            r => Err(unexpected(r)),
+        }
+    }
+}
+
+/// An address handle (daemon-side: only its owner's QPs on its PD may
+/// send with it).
+pub struct Ah {
+    ctx: Arc<Context>,
+    pub handle: u32,
+    pub attr: AhAttr,
+}
+
+impl Ah {
+    pub fn destroy(self) -> Result<()> {
+        self.ctx.simple(Request::DestroyAh { ah: self.handle })
+    }
+}
+
+/// A shared receive queue; `post_recv` writes its shared ring directly.
+pub struct Srq {
+    ctx: Arc<Context>,
+    pub handle: u32,
+    _map: Arc<Mapping>,
+    ring: Ring,
+    prod: u32,
+}
+
+impl Srq {
+    /// `ibv_post_srq_recv`. Fails only when the ring is full.
+    pub fn post_recv(&mut self, wr: &RecvWr) -> Result<()> {
+        post_ring(&self.ring, &mut self.prod, &ring::encode_recv(wr))
+    }
+
+    /// Receives posted here that the daemon has not taken yet.
+    pub fn pending(&self) -> u32 {
+        self.prod
+            .wrapping_sub(self.ring.consumer().load(Ordering::Acquire))
+    }
+
+    pub fn destroy(self) -> Result<()> {
+        self.ctx.simple(Request::DestroySrq { srq: self.handle })
+    }
+}
+
+fn post_ring(r: &Ring, prod: &mut u32, w: &WqeRaw) -> Result<()> {
+    let cons = r.consumer().load(Ordering::Acquire);
+    if prod.wrapping_sub(cons) >= r.entries {
+        return Err(Error::QueueFull);
+    }
+    r.write(*prod, w);
+    *prod = prod.wrapping_add(1);
+    r.producer().store(*prod, Ordering::Release);
+    Ok(())
 }
 
 /// A completion queue; `poll` reads the shared ring directly.
@@ -472,14 +577,48 @@ impl Qp {
     }
 
     pub fn post_recv(&mut self, wr: &RecvWr) -> Result<()> {
-        let cons = self.rq.consumer().load(Ordering::Acquire);
-        if self.rq_prod.wrapping_sub(cons) >= self.rq.entries {
-            return Err(Error::QueueFull);
-        }
-        self.rq.write(self.rq_prod, &ring::encode_recv(wr));
-        self.rq_prod = self.rq_prod.wrapping_add(1);
-        self.rq.producer().store(self.rq_prod, Ordering::Release);
-        Ok(())
+        post_ring(&self.rq, &mut self.rq_prod, &ring::encode_recv(wr))
+    }
+
+    /// A UD send to `remote_qpn` at `ah` with `remote_qkey` (`wr.ud` is
+    /// ignored: the address travels as the AH's handle).
+    pub fn post_send_ud(
+        &mut self,
+        wr: &SendWr,
+        ah: &Ah,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> Result<()> {
+        let w = ring::encode_send_ud(wr, ah.handle, remote_qpn, remote_qkey);
+        // SAFETY: a well-formed WQE.
+        unsafe { self.post_raw_send(&w) }
+    }
+
+    /// Receives posted to the QP's ring that the daemon has not taken yet.
+    pub fn pending_recv(&self) -> u32 {
+        self.rq_prod
+            .wrapping_sub(self.rq.consumer().load(Ordering::Acquire))
+    }
+
+    /// UD: RESET → INIT → RTR → RTS with `qkey` (IBA 11.2.4.2 / the UD
+    /// rows of the modify table: INIT needs P_Key index, port, Q_Key).
+    pub fn ud_ready(&self, qkey: u32, sq_psn: u32) -> Result<()> {
+        self.modify(&QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port: Some(1),
+            qkey: Some(qkey),
+            ..Default::default()
+        })?;
+        self.modify(&QpAttr {
+            state: Some(QpState::Rtr),
+            ..Default::default()
+        })?;
+        self.modify(&QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            ..Default::default()
+        })
     }
 
     /// Posts a raw WQE as it is (for tests of the daemon's validation).
@@ -488,14 +627,7 @@ impl Qp {
     /// Always memory-safe for this process; "unsafe" marks that the WQE is
     /// not checked here and may complete with an error.
     pub unsafe fn post_raw_send(&mut self, w: &WqeRaw) -> Result<()> {
-        let cons = self.sq.consumer().load(Ordering::Acquire);
-        if self.sq_prod.wrapping_sub(cons) >= self.sq.entries {
-            return Err(Error::QueueFull);
-        }
-        self.sq.write(self.sq_prod, w);
-        self.sq_prod = self.sq_prod.wrapping_add(1);
-        self.sq.producer().store(self.sq_prod, Ordering::Release);
-        Ok(())
+        post_ring(&self.sq, &mut self.sq_prod, w)
     }
 
     /// The shared rings' raw bytes: (send ring, receive ring), each as

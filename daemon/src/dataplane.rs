@@ -13,7 +13,7 @@
 use crate::ring::{self, CqeRaw, Ring, WqeRaw};
 use crate::shm::Mapping;
 use nic::transport::{Rnic, VerbsError};
-use nic::verbs::{QpAttr, QpState, Wc, WcOpcode, WcStatus};
+use nic::verbs::{AhAttr, QpAttr, QpState, UdDest, Wc, WcOpcode, WcStatus};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -30,6 +30,29 @@ pub struct QpRings {
     pub send_cq: u32,
     pub recv_cq: u32,
     pub broken: bool,
+    /// The client (connection) that owns the QP, its PD, whether it is a
+    /// UD QP (send WQEs name an address handle) and its SRQ, if any.
+    pub owner: u64,
+    pub pd: u32,
+    pub ud: bool,
+    pub srq: Option<u32>,
+}
+
+/// A shared receive queue's ring.
+pub struct SrqRing {
+    pub srqn: u32,
+    pub _map: Arc<Mapping>,
+    pub ring: Ring,
+    pub cons: u32,
+    pub broken: bool,
+}
+
+/// An address handle: its owner, its PD and the address.
+#[derive(Clone, Copy, Debug)]
+pub struct Ah {
+    pub owner: u64,
+    pub pd: u32,
+    pub attr: AhAttr,
 }
 
 pub struct CqRing {
@@ -44,6 +67,9 @@ pub struct CqRing {
 pub struct DataPlane {
     pub qps: Vec<QpRings>,
     pub cqs: HashMap<u32, CqRing>,
+    pub srqs: Vec<SrqRing>,
+    /// AH handle → AH (handles are daemon-wide, checked against the owner).
+    pub ahs: HashMap<u32, Ah>,
     wcs: Vec<Wc>,
     /// WQEs refused by the daemon (bad opcode, SGE count, wild index).
     pub refused: u64,
@@ -64,6 +90,14 @@ impl DataPlane {
 
     pub fn remove_qp(&mut self, qpn: u32) {
         self.qps.retain(|q| q.qpn != qpn);
+    }
+
+    pub fn add_srq(&mut self, s: SrqRing) {
+        self.srqs.push(s);
+    }
+
+    pub fn remove_srq(&mut self, srqn: u32) {
+        self.srqs.retain(|s| s.srqn != srqn);
     }
 
     pub fn add_cq(&mut self, cqn: u32, c: CqRing) {
@@ -89,6 +123,9 @@ impl DataPlane {
         for i in 0..self.qps.len() {
             work += self.fetch_sq(rnic, i);
             work += self.fetch_rq(rnic, i);
+        }
+        for i in 0..self.srqs.len() {
+            work += self.fetch_srq(rnic, i);
         }
         work + self.complete(rnic)
     }
@@ -122,12 +159,29 @@ impl DataPlane {
             self.wild(rnic, i, cq, WcOpcode::Send);
             return 1;
         }
-        let (qpn, cq, sq) = (q.qpn, q.send_cq, q.sq);
+        let (qpn, cq, sq, ud, owner, pd) = (q.qpn, q.send_cq, q.sq, q.ud, q.owner, q.pd);
         let mut cons = q.sq_cons;
         let mut n = 0;
         while n < pending.min(BATCH) {
             let raw: WqeRaw = sq.read(cons);
-            match ring::decode_send(&raw) {
+            let decoded = ring::decode_send(&raw).and_then(|mut wr| {
+                if ud {
+                    // the handle must be this client's, on the QP's PD
+                    // (IBA 10.2.1.1: an AH belongs to a PD)
+                    let ah = self
+                        .ahs
+                        .get(&raw.ah)
+                        .filter(|a| a.owner == owner && a.pd == pd)
+                        .ok_or(ring::BadWqe::Ah)?;
+                    wr.ud = Some(UdDest {
+                        ah: ah.attr,
+                        remote_qpn: raw.remote_qpn & 0x00ff_ffff,
+                        remote_qkey: raw.remote_qkey,
+                    });
+                }
+                Ok(wr)
+            });
+            match decoded {
                 Ok(wr) => {
                     let (id, op) = (wr.wr_id, wr.op.wc_opcode());
                     match rnic.post_send(qpn, wr) {
@@ -189,6 +243,63 @@ impl DataPlane {
         let q = &mut self.qps[i];
         q.rq_cons = cons;
         q.rq.consumer()
+            .store(cons, std::sync::atomic::Ordering::Release);
+        n as usize
+    }
+
+    fn fetch_srq(&mut self, rnic: &mut Rnic, i: usize) -> usize {
+        let s = &self.srqs[i];
+        if s.broken {
+            return 0;
+        }
+        let prod = s.ring.producer().load(std::sync::atomic::Ordering::Acquire);
+        let pending = prod.wrapping_sub(s.cons);
+        if pending == 0 {
+            return 0;
+        }
+        let srqn = s.srqn;
+        // refused WQEs complete on the receive CQ of a QP using the SRQ
+        // (there is none of its own); with no such QP they are counted
+        let err_cq = self
+            .qps
+            .iter()
+            .find(|q| q.srq == Some(srqn))
+            .map(|q| (q.recv_cq, q.qpn));
+        if pending > s.ring.entries {
+            self.srqs[i].broken = true;
+            self.refused += 1;
+            if let Some((cq, qpn)) = err_cq {
+                self.error_wc(cq, Wc::new(0, WcStatus::LocQpOpErr, WcOpcode::Recv, qpn));
+            }
+            return 1;
+        }
+        let (ring_, mut cons) = (s.ring, s.cons);
+        let mut n = 0;
+        while n < pending.min(BATCH) {
+            let raw: WqeRaw = ring_.read(cons);
+            let status = match ring::decode_recv(&raw) {
+                Ok(wr) => match rnic.post_srq_recv(srqn, wr) {
+                    Ok(()) => None,
+                    Err(VerbsError::QueueFull) => break,
+                    Err(e) => Some(status_of(&e)),
+                },
+                Err(bad) => Some(bad.status()),
+            };
+            if let Some(st) = status {
+                match err_cq {
+                    Some((cq, qpn)) => {
+                        self.error_wc(cq, Wc::new(raw.wr_id, st, WcOpcode::Recv, qpn))
+                    }
+                    None => self.refused += 1,
+                }
+            }
+            cons = cons.wrapping_add(1);
+            n += 1;
+        }
+        let s = &mut self.srqs[i];
+        s.cons = cons;
+        s.ring
+            .consumer()
             .store(cons, std::sync::atomic::Ordering::Release);
         n as usize
     }

@@ -27,6 +27,7 @@ pub struct RespMsg {
 pub enum QpKind {
     Rc,
     Uc,
+    Ud,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -63,6 +64,10 @@ pub enum Request {
         max_send_wr: u32,
         max_recv_wr: u32,
         sq_sig_all: bool,
+        /// Receive from this SRQ (the client's, same PD) instead of the
+        /// QP's own receive ring.
+        #[serde(default)]
+        srq: Option<u32>,
     },
     ModifyQp {
         qpn: u32,
@@ -73,6 +78,23 @@ pub enum Request {
     },
     DestroyQp {
         qpn: u32,
+    },
+    /// An address handle for UD sends (`ibv_create_ah`).
+    CreateAh {
+        pd: u32,
+        attr: AhMsg,
+    },
+    DestroyAh {
+        ah: u32,
+    },
+    /// A shared receive queue (`ibv_create_srq`); its ring's memfd comes
+    /// back with the reply.
+    CreateSrq {
+        pd: u32,
+        max_wr: u32,
+    },
+    DestroySrq {
+        srq: u32,
     },
     /// Daemon-wide object counts (administration and tests).
     Stats,
@@ -123,6 +145,15 @@ pub enum Response {
         sq_psn: u32,
         rq_psn: u32,
     },
+    Ah {
+        ah: u32,
+    },
+    /// With the SRQ ring's memfd attached (one receive ring at 0).
+    Srq {
+        srq: u32,
+        entries: u32,
+        map_len: u64,
+    },
     Stats(Stats),
 }
 
@@ -140,6 +171,13 @@ pub struct Stats {
     pub active_cq_rings: u32,
     /// Clients that went away and were cleaned up.
     pub clients_reaped: u64,
+    #[serde(default)]
+    pub ahs: u32,
+    #[serde(default)]
+    pub srqs: u32,
+    /// SRQ rings the engine polls.
+    #[serde(default)]
+    pub active_srq_rings: u32,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default)]
@@ -149,6 +187,33 @@ pub struct AhMsg {
     pub traffic_class: u8,
     pub hop_limit: u8,
     pub flow_label: u32,
+}
+
+impl AhMsg {
+    pub fn from_ah(ah: &AhAttr) -> AhMsg {
+        AhMsg {
+            dgid: ah.dgid.0,
+            dmac: ah.dmac.0,
+            traffic_class: ah.traffic_class,
+            hop_limit: ah.hop_limit,
+            flow_label: ah.flow_label,
+        }
+    }
+
+    /// Validates and converts (flow label: 20 bits, IPv6 RFC 8200).
+    pub fn to_ah(&self) -> Result<AhAttr, String> {
+        if self.flow_label > 0xf_ffff {
+            return Err("flow_label out of range".into());
+        }
+        Ok(AhAttr {
+            dgid: wire::Gid(self.dgid),
+            dmac: wire::EthernetAddress(self.dmac),
+            traffic_class: self.traffic_class,
+            hop_limit: self.hop_limit,
+            flow_label: self.flow_label,
+            vlan: None,
+        })
+    }
 }
 
 /// `QpAttr` on the wire (no VLAN in this version).

@@ -64,7 +64,13 @@ pub struct WqeRaw {
     pub compare_add: u64,
     pub swap: u64,
     pub sge: [SgeRaw; MAX_SGE],
-    pub _pad: [u64; 2],
+    /// UD sends only: the address handle (from `CreateAh`), the remote
+    /// QPN and the remote Q_Key (IBA 9.8.3: the DETH carries it). These
+    /// bytes were padding (zero) before UD existed; RC/UC ignore them.
+    pub ah: u32,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+    pub _r2: u32,
 }
 
 /// A completion as it sits in a CQ ring slot (32 bytes).
@@ -174,6 +180,9 @@ impl Ring {
 pub enum BadWqe {
     Opcode,
     SgeCount,
+    /// A UD send whose address handle the client does not own (or whose
+    /// PD differs from the QP's).
+    Ah,
 }
 
 impl BadWqe {
@@ -181,6 +190,7 @@ impl BadWqe {
         match self {
             BadWqe::Opcode => WcStatus::LocQpOpErr,
             BadWqe::SgeCount => WcStatus::LocLenErr,
+            BadWqe::Ah => WcStatus::LocQpOpErr,
         }
     }
 }
@@ -303,6 +313,15 @@ pub fn encode_send(wr: &SendWr) -> WqeRaw {
         | (f.fence as u8 * flags::FENCE)
         | (f.solicited as u8 * flags::SOLICITED);
     set_sgl(&mut w, &wr.sgl);
+    w
+}
+
+/// Encodes a UD send (client side): `ah` is the daemon's AH handle.
+pub fn encode_send_ud(wr: &SendWr, ah: u32, remote_qpn: u32, remote_qkey: u32) -> WqeRaw {
+    let mut w = encode_send(wr);
+    w.ah = ah;
+    w.remote_qpn = remote_qpn & 0x00ff_ffff;
+    w.remote_qkey = remote_qkey;
     w
 }
 

@@ -4,7 +4,7 @@
 //! every request is checked against that record, and when the connection
 //! closes (exit, crash, SIGKILL) everything it owned is torn down.
 
-use crate::dataplane::{CqRing, DataPlane, QpRings};
+use crate::dataplane::{Ah, CqRing, DataPlane, QpRings, SrqRing};
 use crate::proto::{self, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
 use crate::ring::{self, Ring, CQE_SIZE, WQE_SIZE};
 use crate::shm::{Listener, Mapping, SeqPacket};
@@ -26,6 +26,11 @@ pub const MAX_QP_WR: u32 = 16384;
 pub const MAX_CQE: u32 = 65536;
 /// Objects one client may hold (a bound, not a quota system).
 const MAX_OBJECTS: usize = 65536;
+/// SRQs the daemon creates in its lifetime: the transport has no
+/// destroy_srq, so a destroyed SRQ is retired (never handed out again,
+/// since it may still hold its old owner's receive WQEs) and stays in the
+/// transport's table. This bounds that table.
+const MAX_SRQS_EVER: u32 = 1 << 16;
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -43,13 +48,22 @@ struct Owned {
     /// lkey → PD
     mrs: HashMap<u32, u32>,
     cqs: HashSet<u32>,
-    /// QPN → (PD, send CQ, recv CQ)
-    qps: HashMap<u32, (u32, u32, u32)>,
+    /// QPN → (PD, send CQ, recv CQ, SRQ)
+    qps: HashMap<u32, (u32, u32, u32, Option<u32>)>,
+    /// AH handle → PD
+    ahs: HashMap<u32, u32>,
+    /// SRQ → PD
+    srqs: HashMap<u32, u32>,
 }
 
 impl Owned {
     fn count(&self) -> usize {
-        self.pds.len() + self.mrs.len() + self.cqs.len() + self.qps.len()
+        self.pds.len()
+            + self.mrs.len()
+            + self.cqs.len()
+            + self.qps.len()
+            + self.ahs.len()
+            + self.srqs.len()
     }
 }
 
@@ -65,6 +79,9 @@ struct Registry {
     cq_cap: HashMap<u32, usize>,
     max_qpn: u32,
     reaped: u64,
+    /// The last AH handle handed out (handles are daemon-wide, never 0).
+    last_ah: u32,
+    srqs_ever: u32,
 }
 
 struct Shared {
@@ -296,6 +313,8 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                 | Request::RegMr { .. }
                 | Request::CreateCq { .. }
                 | Request::CreateQp { .. }
+                | Request::CreateAh { .. }
+                | Request::CreateSrq { .. }
         )
     {
         return Err("too many objects".into());
@@ -325,8 +344,12 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
             if !o.pds.contains(&pd) {
                 return Err(format!("no PD {pd}"));
             }
-            if o.mrs.values().any(|p| *p == pd) || o.qps.values().any(|q| q.0 == pd) {
-                return Err("the PD still has MRs or QPs".into());
+            if o.mrs.values().any(|p| *p == pd)
+                || o.qps.values().any(|q| q.0 == pd)
+                || o.ahs.values().any(|p| *p == pd)
+                || o.srqs.values().any(|p| *p == pd)
+            {
+                return Err("the PD still has MRs, QPs, AHs or SRQs".into());
             }
             o.pds.remove(&pd);
             r.pd_pool.push(pd);
@@ -442,6 +465,7 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
             max_send_wr,
             max_recv_wr,
             sq_sig_all,
+            srq,
         } => {
             let owns = with_owned(sh, id, |o| {
                 o.pds.contains(&pd) && o.cqs.contains(&send_cq) && o.cqs.contains(&recv_cq)
@@ -449,6 +473,15 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
             if !owns {
                 return Err("PD or CQ not found".into());
             }
+            if let Some(s) = srq {
+                // the transport scatters SRQ receives with the QP's PD:
+                // the SRQ must be on the same one
+                if with_owned(sh, id, |o| o.srqs.get(&s).copied()) != Some(pd) {
+                    return Err(format!("no SRQ {s} on PD {pd}"));
+                }
+            }
+            // with an SRQ the QP's own receive ring is unused: 1 slot
+            let max_recv_wr = if srq.is_some() { max_recv_wr.max(1) } else { max_recv_wr };
             let sq_entries = ring::ring_entries(max_send_wr)
                 .filter(|n| *n <= MAX_QP_WR)
                 .ok_or("bad max_send_wr")?;
@@ -463,11 +496,12 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                 qp_type: match qp_type {
                     QpKind::Rc => QpType::Rc,
                     QpKind::Uc => QpType::Uc,
+                    QpKind::Ud => QpType::Ud,
                 },
                 pd,
                 send_cq,
                 recv_cq,
-                srq: None,
+                srq,
                 max_send_wr: sq_entries,
                 max_recv_wr: rq_entries,
                 sq_sig_all,
@@ -490,6 +524,10 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                 send_cq,
                 recv_cq,
                 broken: false,
+                owner: id,
+                pd,
+                ud: qp_type == QpKind::Ud,
+                srq,
             });
             {
                 let mut r = sh.reg.lock().expect("registry");
@@ -498,7 +536,7 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                     .entry(id)
                     .or_default()
                     .qps
-                    .insert(qpn, (pd, send_cq, recv_cq));
+                    .insert(qpn, (pd, send_cq, recv_cq, srq));
             }
             Ok((
                 Response::Qp {
@@ -538,6 +576,95 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                 return Err(format!("no QP {qpn:#x}"));
             }
             destroy_qps(sh, vec![qpn]);
+            ok(Response::Ok)
+        }
+        Request::CreateAh { pd, attr } => {
+            let attr = attr.to_ah()?;
+            let mut r = sh.reg.lock().expect("registry");
+            if !r.clients.get(&id).is_some_and(|o| o.pds.contains(&pd)) {
+                return Err(format!("no PD {pd}"));
+            }
+            let mut dp = sh.dp.lock().expect("dp");
+            let mut ah = r.last_ah;
+            loop {
+                ah = ah.wrapping_add(1);
+                if ah != 0 && !dp.ahs.contains_key(&ah) {
+                    break;
+                }
+            }
+            r.last_ah = ah;
+            dp.ahs.insert(
+                ah,
+                Ah {
+                    owner: id,
+                    pd,
+                    attr,
+                },
+            );
+            r.clients.entry(id).or_default().ahs.insert(ah, pd);
+            ok(Response::Ah { ah })
+        }
+        Request::DestroyAh { ah } => {
+            if with_owned(sh, id, |o| o.ahs.remove(&ah)).is_none() {
+                return Err(format!("no AH {ah}"));
+            }
+            sh.dp.lock().expect("dp").ahs.remove(&ah);
+            ok(Response::Ok)
+        }
+        Request::CreateSrq { pd, max_wr } => {
+            if !with_owned(sh, id, |o| o.pds.contains(&pd)) {
+                return Err(format!("no PD {pd}"));
+            }
+            let entries = ring::ring_entries(max_wr)
+                .filter(|n| *n <= MAX_QP_WR)
+                .ok_or("bad max_wr")?;
+            {
+                let mut r = sh.reg.lock().expect("registry");
+                if r.srqs_ever >= MAX_SRQS_EVER {
+                    return Err("the daemon made all the SRQs it may".into());
+                }
+                r.srqs_ever += 1;
+            }
+            let map = Arc::new(
+                Mapping::create("softrnic-srq", ring::ring_bytes(entries, WQE_SIZE))
+                    .map_err(|e| e.to_string())?,
+            );
+            let srq = call(sh, move |r| r.create_srq(pd, entries))?.map_err(|e| e.to_string())?;
+            // SAFETY: the ring covers the mapping, which SrqRing keeps alive.
+            let ring = unsafe { Ring::new(map.ptr(), entries, WQE_SIZE) };
+            sh.dp.lock().expect("dp").add_srq(SrqRing {
+                srqn: srq,
+                _map: map.clone(),
+                ring,
+                cons: 0,
+                broken: false,
+            });
+            with_owned(sh, id, |o| o.srqs.insert(srq, pd));
+            Ok((
+                Response::Srq {
+                    srq,
+                    entries,
+                    map_len: map.len() as u64,
+                },
+                Some(map),
+            ))
+        }
+        Request::DestroySrq { srq } => {
+            let err = with_owned(sh, id, |o| {
+                if !o.srqs.contains_key(&srq) {
+                    return Some(format!("no SRQ {srq}"));
+                }
+                if o.qps.values().any(|q| q.3 == Some(srq)) {
+                    return Some("the SRQ still has QPs".into());
+                }
+                o.srqs.remove(&srq);
+                None
+            });
+            if let Some(e) = err {
+                return Err(e);
+            }
+            // retired: no QP can attach to it again (see MAX_SRQS_EVER)
+            sh.dp.lock().expect("dp").remove_srq(srq);
             ok(Response::Ok)
         }
         Request::Stats => ok(Response::Stats(stats(sh))),
@@ -601,13 +728,23 @@ fn release_cqs(sh: &Shared, cqs: Vec<u32>) {
 /// (their WQEs flush; peers' packets to them are dropped, so peers see
 /// retry-exceeded errors) and are destroyed, MRs deregistered (the
 /// mappings are unmapped when the transport drops its last reference),
-/// CQs drained and pooled, PDs pooled.
+/// CQs drained and pooled, SRQs retired (their rings no longer polled),
+/// AHs dropped, PDs pooled.
 fn cleanup(sh: &Shared, id: u64) {
     let o = {
         let mut r = sh.reg.lock().expect("registry");
         r.clients.remove(&id).unwrap_or_default()
     };
     destroy_qps(sh, o.qps.keys().copied().collect());
+    {
+        let mut dp = sh.dp.lock().expect("dp");
+        for s in o.srqs.keys() {
+            dp.remove_srq(*s);
+        }
+        for a in o.ahs.keys() {
+            dp.ahs.remove(a);
+        }
+    }
     let lkeys: Vec<u32> = o.mrs.keys().copied().collect();
     let _ = call(sh, move |r| {
         for k in lkeys {
@@ -633,6 +770,8 @@ fn stats(sh: &Shared) -> Stats {
             s.mrs += o.mrs.len() as u32;
             s.cqs += o.cqs.len() as u32;
             s.qps += o.qps.len() as u32;
+            s.ahs += o.ahs.len() as u32;
+            s.srqs += o.srqs.len() as u32;
         }
         (s, r.max_qpn)
     };
@@ -640,6 +779,7 @@ fn stats(sh: &Shared) -> Stats {
         let dp = sh.dp.lock().expect("dp");
         s.active_qp_rings = dp.qps.len() as u32;
         s.active_cq_rings = dp.cqs.len() as u32;
+        s.active_srq_rings = dp.srqs.len() as u32;
     }
     s.rnic_qps = call(sh, move |r| {
         (FIRST_QPN..=max_qpn)

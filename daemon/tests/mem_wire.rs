@@ -242,3 +242,53 @@ fn malformed_control_messages_are_refused() {
     assert_eq!(s2.pds, 1);
     drop(other);
 }
+
+/// Issue #7, AH + UD: two client processes with UD QPs exchange SENDs
+/// through daemon address handles (data, source QPN and GRH flag checked);
+/// a send naming a handle that never existed, and one naming a destroyed
+/// handle, complete with errors for that client only. A SIGKILLed client's
+/// AH is freed.
+#[test]
+fn ud_sends_through_address_handles_and_bad_handles_fail() {
+    let d = daemon("ud");
+    let (s0, s1) = (d.sock("t0"), d.sock("t1"));
+    let mut a = Client::spawn("ud-a", None, "ud", &s0, &[]);
+    let mut b = Client::spawn("ud-b", None, "ud", &s1, &[]);
+    pair(&mut a, &mut b);
+    a.expect("READY");
+    b.expect("READY");
+    a.send("GO");
+    b.send("GO");
+    a.expect("OK ud");
+    b.expect("OK ud");
+    let s = stats(&s0);
+    assert_eq!((s.ahs, s.qps), (1, 1), "{s:?}");
+    a.kill();
+    wait_stats(&s0, "UD client reaped", |s| {
+        (s.ahs, s.qps, s.pds, s.active_qp_rings) == (0, 0, 0, 0)
+    });
+    assert_eq!(b.finish(), Some(0));
+}
+
+/// Issue #7, SRQ: two RC QPs on one SRQ both take its receives; the SRQ
+/// is freed when its SIGKILLed owner is reaped.
+#[test]
+fn two_qps_on_one_srq_both_receive() {
+    let d = daemon("srq");
+    let (s0, s1) = (d.sock("t0"), d.sock("t1"));
+    let mut a = Client::spawn("srq-send", None, "srq-send", &s0, &["--qps", "2"]);
+    let mut b = Client::spawn("srq-recv", None, "srq-recv", &s1, &[]);
+    pair(&mut a, &mut b);
+    b.expect("READY");
+    a.send("GO");
+    a.expect("OK srq-send");
+    let l = b.expect("OK srq");
+    assert_eq!(l, "4 4", "messages per QP");
+    let s = stats(&s1);
+    assert_eq!((s.srqs, s.active_srq_rings, s.qps), (1, 1, 2), "{s:?}");
+    b.kill();
+    wait_stats(&s1, "SRQ client reaped", |s| {
+        (s.srqs, s.active_srq_rings, s.qps, s.active_qp_rings) == (0, 0, 0, 0)
+    });
+    assert_eq!(a.finish(), Some(0));
+}
