@@ -17,6 +17,8 @@ struct srnic_pd;
 struct srnic_mr;
 struct srnic_cq;
 struct srnic_qp;
+struct srnic_ah;
+struct srnic_srq;
 
 enum srnic_access_flags {
     SRNIC_ACCESS_LOCAL_WRITE = 1,
@@ -110,7 +112,39 @@ struct srnic_wc {
     uint32_t qp_num;
     uint32_t byte_len;
     uint32_t imm_data;
-    uint32_t wc_flags; /* bit 0: imm_data valid */
+    uint32_t wc_flags; /* enum srnic_wc_flags */
+};
+
+enum srnic_wc_flags {
+    SRNIC_WC_WITH_IMM = 1,
+    SRNIC_WC_GRH = 2, /* UD receive: the first 40 bytes hold the GRH */
+};
+
+/* srnic_wc plus the source QP of UD receives (srnic_poll_cq_ex). */
+struct srnic_wc_ex {
+    uint64_t wr_id;
+    uint32_t status;
+    uint32_t opcode;
+    uint32_t qp_num;
+    uint32_t byte_len;
+    uint32_t imm_data;
+    uint32_t wc_flags;
+    uint32_t src_qp;
+    uint32_t _pad;
+};
+
+enum srnic_qp_type {
+    SRNIC_QPT_RC = 0,
+    SRNIC_QPT_UC = 1,
+    SRNIC_QPT_UD = 2,
+};
+
+struct srnic_ah_attr {
+    uint8_t dgid[16];
+    uint8_t dmac[6];
+    uint8_t traffic_class;
+    uint8_t hop_limit;
+    uint32_t flow_label; /* 20 bits */
 };
 
 struct srnic_qp_init_attr {
@@ -119,6 +153,16 @@ struct srnic_qp_init_attr {
     uint32_t max_send_wr;
     uint32_t max_recv_wr;
     int sq_sig_all;
+};
+
+struct srnic_qp_init_attr_ex {
+    struct srnic_cq *send_cq;
+    struct srnic_cq *recv_cq;
+    struct srnic_srq *srq; /* NULL: the QP's own receive queue */
+    uint32_t max_send_wr;
+    uint32_t max_recv_wr;  /* with an SRQ: unused */
+    int sq_sig_all;
+    uint32_t qp_type;      /* enum srnic_qp_type */
 };
 
 /* path: the device's control socket, e.g. /run/softrnic/srnic0.sock */
@@ -140,6 +184,7 @@ int srnic_dereg_mr(struct srnic_mr *mr);
 struct srnic_cq *srnic_create_cq(struct srnic_context *ctx, int cqe);
 int srnic_destroy_cq(struct srnic_cq *cq);
 int srnic_poll_cq(struct srnic_cq *cq, int num_entries, struct srnic_wc *wc);
+int srnic_poll_cq_ex(struct srnic_cq *cq, int num_entries, struct srnic_wc_ex *wc);
 
 /* RC QPs. */
 struct srnic_qp *srnic_create_qp(struct srnic_pd *pd, const struct srnic_qp_init_attr *attr);
@@ -148,9 +193,26 @@ uint32_t srnic_qp_num(const struct srnic_qp *qp);
 int srnic_connect_qp(struct srnic_qp *qp, const uint8_t dgid[16], const uint8_t dmac[6],
                      uint32_t dest_qpn, uint32_t sq_psn, uint32_t rq_psn);
 int srnic_destroy_qp(struct srnic_qp *qp);
+/* Any QP type, optionally on an SRQ of the same PD. */
+struct srnic_qp *srnic_create_qp_ex(struct srnic_pd *pd, const struct srnic_qp_init_attr_ex *attr);
+/* UD: INIT (P_Key index 0, port 1, qkey) -> RTR -> RTS. */
+int srnic_ready_ud_qp(struct srnic_qp *qp, uint32_t qkey, uint32_t sq_psn);
+
+/* Address handles for UD sends; only this process's QPs on `pd` may use one. */
+struct srnic_ah *srnic_create_ah(struct srnic_pd *pd, const struct srnic_ah_attr *attr);
+int srnic_destroy_ah(struct srnic_ah *ah);
+
+/* Shared receive queues. */
+struct srnic_srq *srnic_create_srq(struct srnic_pd *pd, uint32_t max_wr);
+int srnic_post_srq_recv(struct srnic_srq *srq, const struct srnic_recv_wr *wr);
+int srnic_destroy_srq(struct srnic_srq *srq); /* EBUSY (and still usable) while QPs use it */
 
 int srnic_post_send(struct srnic_qp *qp, const struct srnic_send_wr *wr);
 int srnic_post_recv(struct srnic_qp *qp, const struct srnic_recv_wr *wr);
+/* UD SEND / SEND_WITH_IMM to remote_qpn at ah; UD receives get a 40-byte
+ * GRH first, so post receive buffers 40 bytes longer than the message. */
+int srnic_post_send_ud(struct srnic_qp *qp, const struct srnic_send_wr *wr,
+                       const struct srnic_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,7 @@
 //! pointers; functions return 0 or an errno value (or NULL). Panics never
 //! cross the boundary.
 
-use crate::client::{Buffer, ConnectParams, Context, Cq, Mr, Pd, Qp, QpInitAttr};
+use crate::client::{Ah, Buffer, ConnectParams, Context, Cq, Mr, Pd, Qp, QpInitAttr, Srq};
 use crate::proto::QpKind;
 use crate::ring;
 use nic::verbs::{AhAttr, RecvWr, Sge, Sgl, Wc, MAX_SGE};
@@ -29,6 +29,53 @@ pub struct SrnicCq {
 }
 pub struct SrnicQp {
     qp: Qp,
+}
+pub struct SrnicAh {
+    ah: Ah,
+}
+pub struct SrnicSrq {
+    srq: Srq,
+}
+
+#[repr(C)]
+pub struct SrnicAhAttr {
+    pub dgid: [u8; 16],
+    pub dmac: [u8; 6],
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    pub flow_label: u32,
+}
+
+/// `srnic_wc` plus the UD fields (`srnic_poll_cq_ex`).
+#[repr(C)]
+pub struct SrnicWcEx {
+    pub wr_id: u64,
+    pub status: u32,
+    pub opcode: u32,
+    pub qp_num: u32,
+    pub byte_len: u32,
+    pub imm_data: u32,
+    /// bit 0: imm_data valid; bit 1: a GRH precedes the data (UD)
+    pub wc_flags: u32,
+    pub src_qp: u32,
+    pub _pad: u32,
+}
+
+/// Queue pair types of `srnic_qp_init_attr_ex`.
+pub const SRNIC_QPT_RC: u32 = 0;
+pub const SRNIC_QPT_UC: u32 = 1;
+pub const SRNIC_QPT_UD: u32 = 2;
+
+#[repr(C)]
+pub struct SrnicQpInitAttrEx {
+    pub send_cq: *mut SrnicCq,
+    pub recv_cq: *mut SrnicCq,
+    /// NULL: the QP has its own receive queue.
+    pub srq: *mut SrnicSrq,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub sq_sig_all: c_int,
+    pub qp_type: u32,
 }
 
 #[repr(C)]
@@ -318,7 +365,47 @@ pub unsafe extern "C" fn srnic_poll_cq(cq: *mut SrnicCq, num: c_int, wc: *mut Sr
                 qp_num: w.qp_num,
                 byte_len: w.byte_len,
                 imm_data: w.imm.unwrap_or(0),
-                wc_flags: w.imm.is_some() as u32,
+                wc_flags: wc_flags(w),
+            }
+        };
+    }
+    n as c_int
+}
+
+fn wc_flags(w: &Wc) -> u32 {
+    w.imm.is_some() as u32 | (w.grh as u32) << 1
+}
+
+/// `srnic_poll_cq` with the source QP of UD receives.
+///
+/// # Safety
+/// `wc` has room for `num` entries.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_poll_cq_ex(
+    cq: *mut SrnicCq,
+    num: c_int,
+    wc: *mut SrnicWcEx,
+) -> c_int {
+    let Some(c) = (unsafe { cq.as_mut() }) else {
+        return -libc::EINVAL;
+    };
+    if num <= 0 || wc.is_null() {
+        return 0;
+    }
+    let mut out: Vec<Wc> = Vec::with_capacity(num as usize);
+    let n = c.cq.poll(num as usize, &mut out);
+    for (i, w) in out.iter().enumerate() {
+        unsafe {
+            *wc.add(i) = SrnicWcEx {
+                wr_id: w.wr_id,
+                status: ring::status_code(w.status) as u32,
+                opcode: ring::opcode_code(w.opcode) as u32,
+                qp_num: w.qp_num,
+                byte_len: w.byte_len,
+                imm_data: w.imm.unwrap_or(0),
+                wc_flags: wc_flags(w),
+                src_qp: w.src_qp,
+                _pad: 0,
             }
         };
     }
@@ -413,6 +500,130 @@ pub unsafe extern "C" fn srnic_destroy_qp(qp: *mut SrnicQp) -> c_int {
     })
 }
 
+/// A QP of any type, optionally on an SRQ (`ibv_create_qp_ex`-like).
+///
+/// # Safety
+/// Valid pointers.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_create_qp_ex(
+    pd: *mut SrnicPd,
+    attr: *const SrnicQpInitAttrEx,
+) -> *mut SrnicQp {
+    let (Some(p), Some(a)) = (unsafe { pd.as_ref() }, unsafe { attr.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    let (Some(s), Some(r)) = (unsafe { a.send_cq.as_ref() }, unsafe { a.recv_cq.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    let qp_type = match a.qp_type {
+        SRNIC_QPT_RC => QpKind::Rc,
+        SRNIC_QPT_UC => QpKind::Uc,
+        SRNIC_QPT_UD => QpKind::Ud,
+        _ => return std::ptr::null_mut(),
+    };
+    let init = QpInitAttr {
+        qp_type,
+        send_cq: s.cq.handle,
+        recv_cq: r.cq.handle,
+        max_send_wr: a.max_send_wr,
+        max_recv_wr: a.max_recv_wr,
+        sq_sig_all: a.sq_sig_all != 0,
+        srq: unsafe { a.srq.as_ref() }.map(|s| s.srq.handle),
+    };
+    guard(std::ptr::null_mut(), || {
+        boxed(p.pd.create_qp(&init).ok().map(|qp| SrnicQp { qp }))
+    })
+}
+
+/// Moves a UD QP through INIT (P_Key index 0, port 1, `qkey`), RTR and
+/// RTS (`sq_psn`).
+///
+/// # Safety
+/// Valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_ready_ud_qp(qp: *mut SrnicQp, qkey: u32, sq_psn: u32) -> c_int {
+    let Some(q) = (unsafe { qp.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    guard(libc::EIO, || match q.qp.ud_ready(qkey, sq_psn) {
+        Ok(()) => 0,
+        Err(_) => libc::EINVAL,
+    })
+}
+
+/// An address handle for UD sends (`ibv_create_ah`); NULL on failure.
+///
+/// # Safety
+/// Valid pointers.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_create_ah(
+    pd: *mut SrnicPd,
+    attr: *const SrnicAhAttr,
+) -> *mut SrnicAh {
+    let (Some(p), Some(a)) = (unsafe { pd.as_ref() }, unsafe { attr.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    let msg = crate::proto::AhMsg {
+        dgid: a.dgid,
+        dmac: a.dmac,
+        traffic_class: a.traffic_class,
+        hop_limit: a.hop_limit,
+        flow_label: a.flow_label,
+    };
+    let Ok(ah) = msg.to_ah() else {
+        return std::ptr::null_mut();
+    };
+    guard(std::ptr::null_mut(), || {
+        boxed(p.pd.create_ah(&ah).ok().map(|ah| SrnicAh { ah }))
+    })
+}
+
+/// # Safety
+/// `ah` from `srnic_create_ah`, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_destroy_ah(ah: *mut SrnicAh) -> c_int {
+    if ah.is_null() {
+        return libc::EINVAL;
+    }
+    let a = unsafe { Box::from_raw(ah) };
+    guard(libc::EIO, || match a.ah.destroy() {
+        Ok(()) => 0,
+        Err(_) => libc::EINVAL,
+    })
+}
+
+/// A shared receive queue of at least `max_wr` entries (`ibv_create_srq`).
+///
+/// # Safety
+/// Valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_create_srq(pd: *mut SrnicPd, max_wr: u32) -> *mut SrnicSrq {
+    let Some(p) = (unsafe { pd.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    guard(std::ptr::null_mut(), || {
+        boxed(p.pd.create_srq(max_wr).ok().map(|srq| SrnicSrq { srq }))
+    })
+}
+
+/// # Safety
+/// `srq` from `srnic_create_srq`, not used after it returned 0.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_destroy_srq(srq: *mut SrnicSrq) -> c_int {
+    if srq.is_null() {
+        return libc::EINVAL;
+    }
+    // like ibv_destroy_srq: EBUSY (QPs still use it) leaves it intact
+    let r = guard(libc::EIO, || match unsafe { &*srq }.srq.destroy_by_ref() {
+        Ok(()) => 0,
+        Err(_) => libc::EBUSY,
+    });
+    if r == 0 {
+        drop(unsafe { Box::from_raw(srq) });
+    }
+    r
+}
+
 unsafe fn sges<'a>(list: *const SrnicSge, n: u32) -> Option<&'a [SrnicSge]> {
     if n as usize > MAX_SGE || (n > 0 && list.is_null()) {
         return None;
@@ -433,9 +644,49 @@ pub unsafe extern "C" fn srnic_post_send(qp: *mut SrnicQp, wr: *const SrnicSendW
     let (Some(q), Some(w)) = (unsafe { qp.as_mut() }, unsafe { wr.as_ref() }) else {
         return libc::EINVAL;
     };
-    let Some(s) = (unsafe { sges(w.sg_list, w.num_sge) }) else {
+    let Some(raw) = (unsafe { raw_send(w) }) else {
         return libc::EINVAL;
     };
+    // SAFETY: the daemon validates the WQE; bad ones complete with errors.
+    match unsafe { q.qp.post_raw_send(&raw) } {
+        Ok(()) => 0,
+        Err(_) => libc::ENOMEM,
+    }
+}
+
+/// A UD send (SEND or SEND_WITH_IMM) to `remote_qpn` at `ah` with
+/// `remote_qkey`. ENOMEM: the ring is full; EINVAL: bad arguments.
+///
+/// # Safety
+/// `wr` and its `sg_list` are valid; `ah` from `srnic_create_ah`.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_post_send_ud(
+    qp: *mut SrnicQp,
+    wr: *const SrnicSendWr,
+    ah: *const SrnicAh,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) -> c_int {
+    let (Some(q), Some(w), Some(a)) = (unsafe { qp.as_mut() }, unsafe { wr.as_ref() }, unsafe {
+        ah.as_ref()
+    }) else {
+        return libc::EINVAL;
+    };
+    let Some(mut raw) = (unsafe { raw_send(w) }) else {
+        return libc::EINVAL;
+    };
+    raw.ah = a.ah.handle;
+    raw.remote_qpn = remote_qpn & 0x00ff_ffff;
+    raw.remote_qkey = remote_qkey;
+    // SAFETY: the daemon validates the WQE; bad ones complete with errors.
+    match unsafe { q.qp.post_raw_send(&raw) } {
+        Ok(()) => 0,
+        Err(_) => libc::ENOMEM,
+    }
+}
+
+unsafe fn raw_send(w: &SrnicSendWr) -> Option<ring::WqeRaw> {
+    let s = unsafe { sges(w.sg_list, w.num_sge) }?;
     let mut raw = ring::WqeRaw {
         wr_id: w.wr_id,
         opcode: w.opcode.min(255) as u8,
@@ -455,11 +706,7 @@ pub unsafe extern "C" fn srnic_post_send(qp: *mut SrnicQp, wr: *const SrnicSendW
             lkey: s.lkey,
         };
     }
-    // SAFETY: the daemon validates the WQE; bad ones complete with errors.
-    match unsafe { q.qp.post_raw_send(&raw) } {
-        Ok(()) => 0,
-        Err(_) => libc::ENOMEM,
-    }
+    Some(raw)
 }
 
 /// # Safety
@@ -469,9 +716,35 @@ pub unsafe extern "C" fn srnic_post_recv(qp: *mut SrnicQp, wr: *const SrnicRecvW
     let (Some(q), Some(w)) = (unsafe { qp.as_mut() }, unsafe { wr.as_ref() }) else {
         return libc::EINVAL;
     };
-    let Some(s) = (unsafe { sges(w.sg_list, w.num_sge) }) else {
+    let Some(r) = (unsafe { recv_wr(w) }) else {
         return libc::EINVAL;
     };
+    match q.qp.post_recv(&r) {
+        Ok(()) => 0,
+        Err(_) => libc::ENOMEM,
+    }
+}
+
+/// `ibv_post_srq_recv`: writes the shared ring, no syscall.
+///
+/// # Safety
+/// `wr` and its `sg_list` are valid.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_post_srq_recv(srq: *mut SrnicSrq, wr: *const SrnicRecvWr) -> c_int {
+    let (Some(q), Some(w)) = (unsafe { srq.as_mut() }, unsafe { wr.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    let Some(r) = (unsafe { recv_wr(w) }) else {
+        return libc::EINVAL;
+    };
+    match q.srq.post_recv(&r) {
+        Ok(()) => 0,
+        Err(_) => libc::ENOMEM,
+    }
+}
+
+unsafe fn recv_wr(w: &SrnicRecvWr) -> Option<RecvWr> {
+    let s = unsafe { sges(w.sg_list, w.num_sge) }?;
     let list: Vec<Sge> = s
         .iter()
         .map(|s| Sge {
@@ -480,14 +753,8 @@ pub unsafe extern "C" fn srnic_post_recv(qp: *mut SrnicQp, wr: *const SrnicRecvW
             lkey: s.lkey,
         })
         .collect();
-    let Some(sgl) = Sgl::new(&list) else {
-        return libc::EINVAL;
-    };
-    match q.qp.post_recv(&RecvWr {
+    Some(RecvWr {
         wr_id: w.wr_id,
-        sgl,
-    }) {
-        Ok(()) => 0,
-        Err(_) => libc::ENOMEM,
-    }
+        sgl: Sgl::new(&list)?,
+    })
 }

@@ -452,6 +452,11 @@ impl Srq {
     }
 
     pub fn destroy(self) -> Result<()> {
+        self.destroy_by_ref()
+    }
+
+    /// For the C API: the object stays usable when the daemon refuses.
+    pub(crate) fn destroy_by_ref(&self) -> Result<()> {
         self.ctx.simple(Request::DestroySrq { srq: self.handle })
     }
 }

@@ -20,22 +20,21 @@ fn libdir() -> PathBuf {
     panic!("libsoftrnic.so not found near {}", exe.display());
 }
 
-#[test]
-fn c_program_does_verbs_through_the_c_api() {
+fn compile(tag: &str, src: &str) -> Option<(PathBuf, PathBuf)> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     if Command::new(&cc).arg("--version").output().is_err() {
         assert!(std::env::var_os("CI").is_none(), "CI needs a C compiler");
-        eprintln!("SKIPPED c_program_does_verbs_through_the_c_api: no C compiler ({cc})");
-        return;
+        eprintln!("SKIPPED {tag}: no C compiler ({cc})");
+        return None;
     }
-    let dir = tempdir("capi");
+    let dir = tempdir(tag);
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = libdir();
-    let exe = dir.join("verbs");
+    let exe = dir.join(tag);
     let out = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Werror", "-O2", "-o"])
         .arg(&exe)
-        .arg(manifest.join("tests/c/verbs.c"))
+        .arg(manifest.join(src))
         .arg("-I")
         .arg(manifest.join("include"))
         .arg("-L")
@@ -49,8 +48,12 @@ fn c_program_does_verbs_through_the_c_api() {
         "cc: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let d = Daemon::start(None, &["--mem-pair", "--name", "c"], &dir);
-    let run = Command::new(&exe)
+    Some((dir, exe))
+}
+
+fn run(dir: &Path, exe: &Path, ok: &str) {
+    let d = Daemon::start(None, &["--mem-pair", "--name", "c"], dir);
+    let run = Command::new(exe)
         .env_remove("LD_LIBRARY_PATH")
         .arg(d.sock("c0"))
         .arg(d.sock("c1"))
@@ -58,9 +61,26 @@ fn c_program_does_verbs_through_the_c_api() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
-        run.status.success() && stdout.contains("C OK"),
+        run.status.success() && stdout.contains(ok),
         "{:?} {stdout} {}",
         run.status,
         String::from_utf8_lossy(&run.stderr)
     );
+}
+
+#[test]
+fn c_program_does_verbs_through_the_c_api() {
+    if let Some((dir, exe)) = compile("capi", "tests/c/verbs.c") {
+        run(&dir, &exe, "C OK");
+    }
+}
+
+/// Issue #7: UD through an address handle and two QPs on one SRQ, from C
+/// (srnic_create_ah, srnic_post_send_ud, srnic_poll_cq_ex,
+/// srnic_create_srq, srnic_post_srq_recv, srnic_create_qp_ex).
+#[test]
+fn c_program_does_ud_and_srq_through_the_c_api() {
+    if let Some((dir, exe)) = compile("capi-ud", "tests/c/ud_srq.c") {
+        run(&dir, &exe, "C UD SRQ OK");
+    }
 }
