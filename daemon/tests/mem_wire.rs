@@ -223,6 +223,11 @@ fn malformed_control_messages_are_refused() {
         br#"{"v":1,"req":{"op":"reg_mr","pd":0,"offset":0,"addr":0,"len":1,"access":1}}"#,
         br#"{"v":1,"req":{"op":"destroy_qp","qpn":4294967295}}"#,
         br#"{"v":1,"req":{"op":"create_cq","cqe":4294967295}}"#,
+        br#"{"v":1,"req":{"op":"create_ah","pd":0,"attr":{"dgid":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"dmac":[0,0,0,0,0,0],"traffic_class":0,"hop_limit":64,"flow_label":0}}}"#,
+        br#"{"v":1,"req":{"op":"destroy_ah","ah":1}}"#,
+        br#"{"v":1,"req":{"op":"create_srq","pd":0,"max_wr":16}}"#,
+        br#"{"v":1,"req":{"op":"destroy_srq","srq":0}}"#,
+        br#"{"v":1,"req":{"op":"create_qp","pd":0,"qp_type":"ud","send_cq":0,"recv_cq":0,"max_send_wr":1,"max_recv_wr":1,"sq_sig_all":false,"srq":0}}"#,
     ] {
         s.send(m, &[]).unwrap();
         assert!(s.recv(&mut buf).unwrap().is_some());
@@ -236,10 +241,33 @@ fn malformed_control_messages_are_refused() {
         matches!(r.resp, softrnic::proto::Response::Pd { .. }),
         "{r:?}"
     );
+    // with the PD: an AH whose flow label is out of range, an SRQ of size
+    // 0 are refused; a good AH and SRQ are made, and the PD cannot go
+    // while they exist
+    let softrnic::proto::Response::Pd { pd } = r.resp else {
+        unreachable!()
+    };
+    let ah = |fl: u32| {
+        format!(r#"{{"v":1,"req":{{"op":"create_ah","pd":{pd},"attr":{{"dgid":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"dmac":[0,0,0,0,0,0],"traffic_class":0,"hop_limit":64,"flow_label":{fl}}}}}}}"#)
+    };
+    let mut ask = |m: &str| -> softrnic::proto::Response {
+        s.send(m.as_bytes(), &[]).unwrap();
+        s.recv(&mut buf).unwrap();
+        serde_json::from_slice::<softrnic::proto::RespMsg>(&buf)
+            .unwrap()
+            .resp
+    };
+    use softrnic::proto::Response as R;
+    assert!(matches!(ask(&ah(1 << 20)), R::Error { .. }));
+    assert!(matches!(ask(&ah(5)), R::Ah { .. }));
+    let srq0 = format!(r#"{{"v":1,"req":{{"op":"create_srq","pd":{pd},"max_wr":0}}}}"#);
+    assert!(matches!(ask(&srq0), R::Error { .. }));
+    let dealloc = format!(r#"{{"v":1,"req":{{"op":"dealloc_pd","pd":{pd}}}}}"#);
+    assert!(matches!(ask(&dealloc), R::Error { .. }));
     // another client cannot touch that PD
     let other = softrnic::Context::open(d.sock("t0")).unwrap();
     let s2 = stats(&d.sock("t0"));
-    assert_eq!(s2.pds, 1);
+    assert_eq!((s2.pds, s2.ahs), (1, 1));
     drop(other);
 }
 
@@ -262,7 +290,7 @@ fn ud_sends_through_address_handles_and_bad_handles_fail() {
     a.expect("OK ud");
     b.expect("OK ud");
     let s = stats(&s0);
-    assert_eq!((s.ahs, s.qps), (1, 1), "{s:?}");
+    assert_eq!((s.ahs, s.qps), (2, 1), "{s:?}");
     a.kill();
     wait_stats(&s0, "UD client reaped", |s| {
         (s.ahs, s.qps, s.pds, s.active_qp_rings) == (0, 0, 0, 0)

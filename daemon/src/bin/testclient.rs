@@ -524,8 +524,8 @@ fn ud_len(j: usize) -> usize {
 }
 
 /// UD: three SENDs each way (data, source QP and GRH flag checked), then
-/// a send with a handle that never existed and one with a destroyed
-/// handle: both complete with errors.
+/// sends with a handle that never existed, a destroyed handle and an AH
+/// of another PD: all complete with errors.
 fn ud(sock: &str) {
     let ctx = Context::open(sock).unwrap_or_else(|e| fail(format!("open {sock}: {e}")));
     let pd = ctx.alloc_pd().unwrap();
@@ -597,11 +597,17 @@ fn ud(sock: &str) {
     if recvs != 3 {
         fail(format!("{recvs} receives: {wcs:?}"));
     }
-    // bad handles: one that never existed, one destroyed
+    // bad handles: one that never existed, one destroyed, one of another
+    // PD of this client (IBA 10.2.1.1: the AH and the QP share a PD)
     let dead = pd.create_ah(&AhAttr::new(gid, mac)).unwrap();
     let dead_handle = dead.handle;
     dead.destroy().unwrap();
-    for (k, h) in [0xdead_beef_u32, dead_handle].into_iter().enumerate() {
+    let pd2 = ctx.alloc_pd().unwrap();
+    let other = pd2.create_ah(&AhAttr::new(gid, mac)).unwrap();
+    for (k, h) in [0xdead_beef_u32, dead_handle, other.handle]
+        .into_iter()
+        .enumerate()
+    {
         let mut wr = SendWr::new(200 + k as u64, SendOp::Send, Sgl::single(mr.addr, 64, mr.lkey));
         wr.flags.signaled = true;
         let w = sring::encode_send_ud(&wr, h, peer_qpn, QKEY);
