@@ -169,7 +169,7 @@ fn daemon(iters: usize) -> Vec<u64> {
                     max_send_wr: 64,
                     max_recv_wr: 64,
                     sq_sig_all: false,
-                srq: None,
+                    srq: None,
                 })
                 .unwrap();
             sides.push((ctx, pd, buf, mr, cq, qp));

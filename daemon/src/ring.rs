@@ -444,7 +444,12 @@ mod tests {
         bad.opcode = 99;
         assert!(decode_send(&bad).is_err());
         // UD fields ride in the old padding; RC decoding ignores them
-        let ud = encode_send_ud(&SendWr::new(1, SendOp::Send, Sgl::single(0, 4, 1)), 9, 0x1ff_ffff, 7);
+        let ud = encode_send_ud(
+            &SendWr::new(1, SendOp::Send, Sgl::single(0, 4, 1)),
+            9,
+            0x1ff_ffff,
+            7,
+        );
         assert_eq!((ud.ah, ud.remote_qpn, ud.remote_qkey), (9, 0xff_ffff, 7));
         assert!(decode_send(&ud).unwrap().ud.is_none());
         for s in STATUSES {

@@ -128,11 +128,10 @@ impl Server {
             let rnic = Rnic::new(rc);
             let dp = Arc::new(Mutex::new(DataPlane::default()));
             let hdp = dp.clone();
-            let hook: nic::engine::TurnHook =
-                Box::new(move |r: &mut Rnic| match hdp.try_lock() {
-                    Ok(mut d) => d.turn(r),
-                    Err(_) => 1,
-                });
+            let hook: nic::engine::TurnHook = Box::new(move |r: &mut Rnic| match hdp.try_lock() {
+                Ok(mut d) => d.turn(r),
+                Err(_) => 1,
+            });
             members.push((rnic, port, Some(hook)));
             rest.push((dp, mac, mtu, cfg));
         }
@@ -481,7 +480,11 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                 }
             }
             // with an SRQ the QP's own receive ring is unused: 1 slot
-            let max_recv_wr = if srq.is_some() { max_recv_wr.max(1) } else { max_recv_wr };
+            let max_recv_wr = if srq.is_some() {
+                max_recv_wr.max(1)
+            } else {
+                max_recv_wr
+            };
             let sq_entries = ring::ring_entries(max_send_wr)
                 .filter(|n| *n <= MAX_QP_WR)
                 .ok_or("bad max_send_wr")?;

@@ -248,7 +248,9 @@ fn malformed_control_messages_are_refused() {
         unreachable!()
     };
     let ah = |fl: u32| {
-        format!(r#"{{"v":1,"req":{{"op":"create_ah","pd":{pd},"attr":{{"dgid":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"dmac":[0,0,0,0,0,0],"traffic_class":0,"hop_limit":64,"flow_label":{fl}}}}}}}"#)
+        format!(
+            r#"{{"v":1,"req":{{"op":"create_ah","pd":{pd},"attr":{{"dgid":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"dmac":[0,0,0,0,0,0],"traffic_class":0,"hop_limit":64,"flow_label":{fl}}}}}}}"#
+        )
     };
     let mut ask = |m: &str| -> softrnic::proto::Response {
         s.send(m.as_bytes(), &[]).unwrap();

@@ -608,7 +608,11 @@ fn ud(sock: &str) {
         .into_iter()
         .enumerate()
     {
-        let mut wr = SendWr::new(200 + k as u64, SendOp::Send, Sgl::single(mr.addr, 64, mr.lkey));
+        let mut wr = SendWr::new(
+            200 + k as u64,
+            SendOp::Send,
+            Sgl::single(mr.addr, 64, mr.lkey),
+        );
         wr.flags.signaled = true;
         let w = sring::encode_send_ud(&wr, h, peer_qpn, QKEY);
         // SAFETY: memory-safe; the handle is meant to be refused
@@ -677,10 +681,9 @@ fn srq_recv(sock: &str, p: &ConnectParams) {
     }
     wait_fetched("SRQ", || srq.pending());
     say("READY");
-    let wcs = n
-        .cq
-        .wait(SRQ_MSGS, T)
-        .unwrap_or_else(|e| fail(format!("srq completions: {e}")));
+    let wcs =
+        n.cq.wait(SRQ_MSGS, T)
+            .unwrap_or_else(|e| fail(format!("srq completions: {e}")));
     check_ok(&wcs);
     let mut seen = [false; SRQ_MSGS];
     let mut per_qp = [0; 2];
@@ -698,7 +701,10 @@ fn srq_recv(sock: &str, p: &ConnectParams) {
         seen[k] = true;
         let want_qp = n.qps[k % 2].qpn;
         if w.qp_num != want_qp {
-            fail(format!("message {k} arrived on QP {} not {want_qp}", w.qp_num));
+            fail(format!(
+                "message {k} arrived on QP {} not {want_qp}",
+                w.qp_num
+            ));
         }
         per_qp[k % 2] += 1;
         let got = n.buf.to_vec(slot * 4096, srq_len(k));
@@ -727,10 +733,9 @@ fn srq_send(n: &mut Node) {
         let i = k % 2;
         n.qps[i].post_send(&wr).unwrap();
     }
-    let wcs = n
-        .cq
-        .wait(SRQ_MSGS, T)
-        .unwrap_or_else(|e| fail(format!("send completions: {e}")));
+    let wcs =
+        n.cq.wait(SRQ_MSGS, T)
+            .unwrap_or_else(|e| fail(format!("send completions: {e}")));
     check_ok(&wcs);
     say("OK srq-send");
 }
