@@ -445,6 +445,12 @@ impl Srq {
         post_ring(&self.ring, &mut self.prod, &ring::encode_recv(wr))
     }
 
+    /// The shared ring's raw bytes (pointer, length), for hostile-client
+    /// tests.
+    pub fn raw_ring(&self) -> (*mut u8, usize) {
+        self.ring.raw_bytes()
+    }
+
     /// Receives posted here that the daemon has not taken yet.
     pub fn pending(&self) -> u32 {
         self.prod

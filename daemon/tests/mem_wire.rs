@@ -322,3 +322,76 @@ fn two_qps_on_one_srq_both_receive() {
     });
     assert_eq!(a.finish(), Some(0));
 }
+
+/// Issue #7, SRQ rings are hostile input: a receive WQE with too many SGEs
+/// completes with LOC_LEN_ERR on the receive CQ of a QP using the SRQ; a
+/// wild producer index stops the daemon polling that SRQ (an error
+/// completion); the daemon stays up and serves.
+#[test]
+fn hostile_srq_ring_gets_errors() {
+    use nic::verbs::{RecvWr, Sgl, WcStatus};
+    let mut d = daemon("srq-hostile");
+    let ctx = softrnic::Context::open(d.sock("t0")).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buffer(1 << 16).unwrap();
+    let mr = pd.reg_mr(&buf, 0, 1 << 16, softrnic::ACCESS_ALL).unwrap();
+    let mut cq = ctx.create_cq(16).unwrap();
+    let mut srq = pd.create_srq(8).unwrap();
+    let qp = pd
+        .create_qp(&softrnic::QpInitAttr {
+            qp_type: softrnic::QpKind::Rc,
+            send_cq: cq.handle,
+            recv_cq: cq.handle,
+            max_send_wr: 4,
+            max_recv_wr: 1,
+            sq_sig_all: false,
+            srq: Some(srq.handle),
+        })
+        .unwrap();
+    // a good receive, then one whose SGE count the client corrupts in the
+    // ring after posting (slot 1: header 128 + 192 bytes in, byte 10)
+    let wr = |id| RecvWr {
+        wr_id: id,
+        sgl: Sgl::single(mr.addr, 64, mr.lkey),
+    };
+    let (base, len) = srq.raw_ring();
+    assert!(len >= 128 + 2 * 192);
+    // write slot 1 first (num_sge = 200), then publish both
+    srq.post_recv(&wr(1)).unwrap();
+    let t0 = Instant::now();
+    while srq.pending() != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "SRQ not fetched");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: inside the SRQ ring mapping; the daemon must cope.
+    unsafe {
+        let slot1 = base.add(128 + 192);
+        std::ptr::write_bytes(slot1, 0, 192);
+        *(slot1 as *mut u64) = 2; // wr_id
+        *slot1.add(10) = 200; // num_sge
+        let prod = &*(base as *const std::sync::atomic::AtomicU32);
+        prod.store(2, std::sync::atomic::Ordering::Release);
+    }
+    let wc = cq.wait(1, Duration::from_secs(20)).unwrap();
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status),
+        (2, WcStatus::LocLenErr),
+        "{wc:?}"
+    );
+    // a wild producer index
+    // SAFETY: as above.
+    unsafe {
+        let prod = &*(base as *const std::sync::atomic::AtomicU32);
+        prod.store(0x7000_0000, std::sync::atomic::Ordering::Release);
+    }
+    let wc = cq.wait(1, Duration::from_secs(20)).unwrap();
+    assert_eq!(wc[0].status, WcStatus::LocQpOpErr, "{wc:?}");
+    let s = stats(&d.sock("t0"));
+    assert_eq!((s.srqs, s.active_srq_rings), (1, 1), "{s:?}");
+    assert!(d.alive(), "the daemon survived");
+    drop((qp, srq, cq, mr, pd));
+    drop(ctx);
+    wait_stats(&d.sock("t0"), "reaped", |s| {
+        (s.srqs, s.active_srq_rings, s.qps) == (0, 0, 0)
+    });
+}
