@@ -227,7 +227,10 @@ impl Engine {
             rnic.set_port_ip_mtu(port.mtu());
             let shared = Arc::new(Shared::new(cfg.post_queue, None));
             let (calls, rx) = channel::unbounded::<Call>();
-            loops.push((Loop::new(rnic, port, cfg.clone(), Some(rx), hook), shared.clone()));
+            loops.push((
+                Loop::new(rnic, port, cfg.clone(), Some(rx), hook),
+                shared.clone(),
+            ));
             engines.push(Engine {
                 shared,
                 calls,

@@ -443,7 +443,16 @@ impl Endpoint {
     ) -> (Rnic, Endpoint) {
         let mac = EthernetAddress([0x02, 0, 0, 0, 0, i + 1]);
         let gid = if ipv6 {
-            Gid::from_ipv6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i as u16 + 1))
+            Gid::from_ipv6(std::net::Ipv6Addr::new(
+                0x2001,
+                0xdb8,
+                0,
+                0,
+                0,
+                0,
+                0,
+                i as u16 + 1,
+            ))
         } else {
             Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, i + 1))
         };
@@ -454,10 +463,19 @@ impl Endpoint {
         let cq = r.create_cq(cq_len);
         let mem = Arc::new(HeapMemory::new(mem_len));
         let base = 0x1000_0000u64 * (i as u64 + 1);
-        let all =
-            access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+        let all = access::LOCAL_WRITE
+            | access::REMOTE_WRITE
+            | access::REMOTE_READ
+            | access::REMOTE_ATOMIC;
         let (lkey, rkey) = r
-            .reg_mr(pd, mem.clone() as Arc<dyn Memory>, 0, base, mem_len as u64, all)
+            .reg_mr(
+                pd,
+                mem.clone() as Arc<dyn Memory>,
+                0,
+                base,
+                mem_len as u64,
+                all,
+            )
             .expect("a fresh device registers its region");
         let e = Endpoint {
             pd,

@@ -78,7 +78,7 @@ fn ce_marks_on_a_shaped_router_drive_dcqcn_on_real_ports() {
         return;
     }
     let net = Routed::new("e0");
-    net.ecn_bottleneck("400mbit", "30 mbytes/second")
+    net.ecn_bottleneck("400mbit", Some("30 mbytes/second"))
         .expect("shaper and marking");
     let (a, b, rate) = stream(&net, CcConfig::default(), 2.0);
     eprintln!(

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wire::{EthernetAddress, Gid};
 
-
 /// Which port to open on the interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PortKind {

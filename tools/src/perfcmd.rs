@@ -247,7 +247,13 @@ pub fn json_doc(req: &PerfRequest, s: &Settings, results: &[SizeResult], lb: &Lo
         .iter()
         .map(|r| report::result_json(s, r, req.report_gbits))
         .collect();
-    json_head(req, s, LOOPBACK_NOTE, results.into(), report::devices_json(lb))
+    json_head(
+        req,
+        s,
+        LOOPBACK_NOTE,
+        results.into(),
+        report::devices_json(lb),
+    )
 }
 
 /// What every run's JSON document holds (the tool, the test, its settings,

@@ -254,10 +254,17 @@ fn a_server_refuses_a_client_asking_for_another_test() {
         &["perf", "write", "bw", "-n", "10", "-s", "16777216"],
         LIMIT,
     );
-    assert!(!s.status.success() && !c.status.success(), "{}\n{}", text(&s), text(&c));
+    assert!(
+        !s.status.success() && !c.status.success(),
+        "{}\n{}",
+        text(&s),
+        text(&c)
+    );
     let cerr = String::from_utf8_lossy(&c.stderr);
     assert!(
-        cerr.contains("the client asks for 16777216-byte messages; this server takes at most 8388608"),
+        cerr.contains(
+            "the client asks for 16777216-byte messages; this server takes at most 8388608"
+        ),
         "{cerr}"
     );
 }

@@ -182,7 +182,15 @@ impl Routed {
         let id = std::process::id() % 10_000;
         let [va, ra, rb, vb] = ["a", "ra", "rb", "b"].map(|s| format!("{tag}{s}{id}"));
         veth(&a, &va, "192.0.2.1/24", &r, &ra, "192.0.2.254/24", 9000)?;
-        veth(&r, &rb, "198.51.100.254/24", &b, &vb, "198.51.100.1/24", 9000)?;
+        veth(
+            &r,
+            &rb,
+            "198.51.100.254/24",
+            &b,
+            &vb,
+            "198.51.100.1/24",
+            9000,
+        )?;
         ip(&["-n", &a, "route", "add", "default", "via", "192.0.2.254"])?;
         ip(&["-n", &b, "route", "add", "default", "via", "198.51.100.254"])?;
         exec(&r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
@@ -213,9 +221,10 @@ impl Routed {
     /// Makes R's egress towards B a congested ECN-capable bottleneck: a tbf
     /// shaper of `rate` (tc syntax, e.g. "400mbit") and CE marking of the
     /// RoCEv2 frames (UDP 4791) that exceed `mark_over` (nft syntax, e.g.
-    /// "30 mbytes/second"). The kernels here have no RED, so nftables'
-    /// `limit rate over … ip ecn set ce` stands in for a marking threshold.
-    pub fn ecn_bottleneck(&self, rate: &str, mark_over: &str) -> io::Result<()> {
+    /// "30 mbytes/second"; None marks every one). The kernels here have no
+    /// RED, so nftables' `limit rate over … ip ecn set ce` stands in for a
+    /// marking threshold.
+    pub fn ecn_bottleneck(&self, rate: &str, mark_over: Option<&str>) -> io::Result<()> {
         exec(
             &self.r,
             &[
@@ -223,8 +232,11 @@ impl Routed {
                 "256kb", "latency", "10ms",
             ],
         )?;
+        let limit = mark_over
+            .map(|r| format!("limit rate over {r} "))
+            .unwrap_or_default();
         self.nft(&format!(
-            "table inet rnic {{\n  chain mark_ce {{\n    type filter hook forward priority 0;\n    oifname \"{}\" udp dport 4791 limit rate over {mark_over} ip ecn set ce\n  }}\n}}\n",
+            "table inet rnic {{\n  chain mark_ce {{\n    type filter hook forward priority 0;\n    oifname \"{}\" udp dport 4791 {limit}ip ecn set ce\n  }}\n}}\n",
             self.rb
         ))
     }

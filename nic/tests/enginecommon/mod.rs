@@ -64,7 +64,14 @@ pub fn start_cc(
 pub fn start_grouped(ports: Vec<Box<dyn Port>>, cfg: PairConfig) -> Vec<Node> {
     let macs: Vec<_> = ports.iter().map(|p| p.mac()).collect();
     let cc = nic::transport::CcConfig::default();
-    start_engines(ports, vec![gid(0), gid(1)], vec![macs[1], macs[0]], cfg, cc, true)
+    start_engines(
+        ports,
+        vec![gid(0), gid(1)],
+        vec![macs[1], macs[0]],
+        cfg,
+        cc,
+        true,
+    )
 }
 
 fn start_engines(

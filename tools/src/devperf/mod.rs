@@ -217,7 +217,13 @@ fn adopt(s: &mut Settings, v: &Value) -> Result<(), String> {
     // to perftest's largest (-a: 2^23 bytes) or what the server itself was
     // started with, not more (untrusted input must not make it allocate
     // gigabytes).
-    let limit = s.sizes.iter().copied().max().unwrap_or(0).max(MAX_CLIENT_SIZE);
+    let limit = s
+        .sizes
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(MAX_CLIENT_SIZE);
     if let Some(&x) = sizes.iter().find(|&&x| x > limit) {
         return Err(format!(
             "the client asks for {x}-byte messages; this server takes at most {limit} \
