@@ -2,7 +2,8 @@
 # for `rxe-peer run` (sourced in the guest after the harness's lib.sh; /share
 # is the run's output directory). In one boot:
 #
-#   1. a veth pair vethA 10.77.0.1 / vethB 10.77.0.2 (MTU 9000) in the guest's
+#   1. a veth pair vethA 10.77.0.1 / vethB 10.77.0.2 (MTU CMP_VETH_MTU: 1500,
+#      or 9000 for -m 4096) in the guest's
 #      one namespace, with policy routing so that traffic between the two
 #      addresses really crosses the veth (6.1's rxe is not namespace-aware);
 #   2. the kernel's Soft-RoCE: rxeA on vethA, rxeB on vethB, perftest's
@@ -13,7 +14,7 @@
 #
 # Inputs on the share: compare-tests.txt (NAME VERB MODE SIZE ITERS),
 # compare.conf (CMP_REPEAT, CMP_BACKEND, CMP_ONLY, CMP_TIMEOUT, CMP_MTU,
-# CMP_STACKS), rnic.
+# CMP_VETH_MTU, CMP_STACKS), rnic.
 # Outputs: compare/<stack>-<test>-r<N>.{server,client}.log and
 # compare/runs.txt, one line a run:
 #   STACK TEST REP SERVER_RC CLIENT_RC SECONDS A_TX_BYTES A_TX_PKTS B_TX_BYTES B_TX_PKTS XDP
@@ -22,7 +23,7 @@
 CMP=$SH/compare
 mkdir -p "$CMP"
 : > "$CMP/runs.txt"
-CMP_REPEAT=3 CMP_BACKEND=auto CMP_ONLY= CMP_TIMEOUT=150 CMP_MTU=4096 CMP_STACKS="rxe softrnic"
+CMP_REPEAT=3 CMP_BACKEND=auto CMP_ONLY= CMP_TIMEOUT=150 CMP_MTU=1024 CMP_VETH_MTU=1500 CMP_STACKS="rxe softrnic"
 # shellcheck disable=SC1091
 [ -r "$SH/compare.conf" ] && . "$SH/compare.conf"
 A_IP=10.77.0.1
@@ -31,7 +32,7 @@ PORT=18515
 
 cmp_veth_pair() {
   modprobe -q veth
-  ip link add vethA mtu 9000 type veth peer name vethB mtu 9000 || return 1
+  ip link add vethA mtu "$CMP_VETH_MTU" type veth peer name vethB mtu "$CMP_VETH_MTU" || return 1
   ip addr add $A_IP/24 dev vethA
   ip addr add $B_IP/24 dev vethB
   ip link set vethA up
@@ -111,7 +112,7 @@ cmp_phase() {
 }
 
 cmp_main() {
-  glog "compare: repeat $CMP_REPEAT, backend $CMP_BACKEND, MTU $CMP_MTU${CMP_ONLY:+, only $CMP_ONLY}"
+  glog "compare: repeat $CMP_REPEAT, backend $CMP_BACKEND, veth MTU $CMP_VETH_MTU, -m $CMP_MTU${CMP_ONLY:+, only $CMP_ONLY}"
   {
     echo "kernel $(uname -r), $(nproc) vCPUs"
     dpkg-query -W perftest rdma-core
@@ -120,12 +121,12 @@ cmp_main() {
   { ip -d link show vethA; ip -d link show vethB; ip rule; ip route show table 100; ip route show table 101
     ip neigh show dev vethA; ip neigh show dev vethB; } > "$CMP/veth-setup.txt" 2>&1
 
-  # -- the kernel's Soft-RoCE -------------------------------------------------
   [[ " $CMP_STACKS " == *" rxe "* ]] && { cmp_rxe || return 1; }
   [[ " $CMP_STACKS " == *" softrnic "* ]] && { cmp_softrnic || return 1; }
   glog "compare: done"
 }
 
+# -- the kernel's Soft-RoCE ------------------------------------------------------
 cmp_rxe() {
   rdma link add rxeA type rxe netdev vethA || return 1
   rdma link add rxeB type rxe netdev vethB || return 1

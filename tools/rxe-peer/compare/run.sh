@@ -3,8 +3,8 @@
 # over ONE veth pair, with the same perftest tests (issue #8's side-by-side
 # comparison). See docs/interop-compare.md.
 #
-#   tools/rxe-peer/compare/run.sh [--repeat N] [--backend KIND] [--only REGEX]
-#                                 [--out DIR] [--table-only DIR]
+#   tools/rxe-peer/compare/run.sh [--repeat N] [--mtu 1024|4096] [--backend KIND]
+#                                 [--only REGEX] [--out DIR] [--table-only DIR]
 #
 # Boots the rxe-peer guest once (RXE_PEER: the harness, default
 # tools/rxe-peer/rxe-peer in this repository) with cmds.sh as its command list:
@@ -13,6 +13,11 @@
 # target/release/rnic, copied into the guest). Writes DIR/compare.txt: the
 # median of the runs per test and stack and the ratio softrnic/rxe.
 #   --repeat N      runs per test and stack (3)
+#   --mtu M         the path MTU both stacks use (-m): 1024 (default) on a veth
+#                   of MTU 1500, or 4096 on a veth of MTU 9000. Debian's 6.1 has
+#                   no AF_XDP multi-buffer (XDP_USE_SG, Linux 6.6), so a frame
+#                   must fit one 4 KiB UMEM chunk: with MTU 9000 rnic falls
+#                   back to AF_PACKET.
 #   --backend KIND  rnic's --backend: auto (default), afxdp, afxdp-generic, afpacket
 #   --only REGEX    only the tests (tests.txt names) that match
 #   --table-only DIR  only (re)write DIR/compare.txt from an earlier run
@@ -27,7 +32,7 @@ REPO=$(cd "$HERE/../../.." && pwd)
 RXE_PEER=${RXE_PEER:-$REPO/tools/rxe-peer/rxe-peer}
 RNIC=${RNIC:-$REPO/target/release/rnic}
 TESTS=${CMP_TESTS:-$HERE/tests.txt}
-REPEAT=3 BACKEND=auto ONLY= OUT= TABLE_ONLY=
+REPEAT=3 MTU=1024 BACKEND=auto ONLY= OUT= TABLE_ONLY=
 
 say() { printf '[compare %(%T)T] %s\n' -1 "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -35,6 +40,7 @@ die() { say "error: $*"; exit 1; }
 while [ $# -gt 0 ]; do
   case $1 in
     --repeat) REPEAT=${2:?}; shift 2;;
+    --mtu) MTU=${2:?}; shift 2;;
     --backend) BACKEND=${2:?}; shift 2;;
     --only) ONLY=${2:?}; shift 2;;
     --out) OUT=${2:?}; shift 2;;
@@ -44,6 +50,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ $REPEAT =~ ^[1-9][0-9]?$ ]] || die "--repeat: a number 1-99"
+case $MTU in 1024) VETH_MTU=1500;; 4096) VETH_MTU=9000;; *) die "--mtu: 1024 or 4096";; esac
 case $BACKEND in auto|afxdp|afxdp-generic|afpacket) ;; *) die "--backend: auto, afxdp, afxdp-generic or afpacket";; esac
 
 # The client's result line of one run: perftest's (and rnic's) line under the
@@ -59,10 +66,13 @@ table() {
   [ -s "$runs" ] || die "no $runs: the guest ran no test (see $d/logs/cmds.log, $d/logs/guest.log)"
   local name verb mode size iters stack rep f line vals metric r s ratio nrun nok backend xdp
   {
-    echo "softrnic vs the kernel's Soft-RoCE (rdma_rxe), one guest, one veth pair (vethA 10.77.0.1 <-> vethB 10.77.0.2, MTU 9000, -m 4096)"
+    local conf_mtu conf_veth
+    conf_mtu=$(sed -n 's/^CMP_MTU=//p' "$d/compare.conf" 2>/dev/null)
+    conf_veth=$(sed -n 's/^CMP_VETH_MTU=//p' "$d/compare.conf" 2>/dev/null)
+    echo "softrnic vs the kernel's Soft-RoCE (rdma_rxe), one guest, one veth pair (vethA 10.77.0.1 <-> vethB 10.77.0.2, MTU ${conf_veth:-9000}, -m ${conf_mtu:-4096})"
     echo "guest: $(head -n1 "$d/compare/guest-info.txt" 2>/dev/null); $(sed -n "2,\$p" "$d/compare/guest-info.txt" 2>/dev/null | tr "\t\n" "  ")"
-    echo "accel: $(sed -n 's/.*booting guest (\([^,]*\),.*/\1/p' "$d/run.log" 2>/dev/null | head -n1)"
-    backend=$(grep -h -m1 -o 'Device *: vethA ([^,]*' "$d"/compare/softrnic-*-r1.client.log 2>/dev/null | head -n1 | sed 's/.*(//')
+    echo "accel: $(sed -n 's/.*booting guest (-accel \([^ ,]*\).*/\1/p' "$d/run.log" 2>/dev/null | head -n1)"
+    backend=$(grep -h -m1 -o 'Device *: vethA (.*, MTU' "$d"/compare/softrnic-*-r1.client.log 2>/dev/null | head -n1 | sed -e 's/^Device *: vethA (//' -e 's/, MTU$//')
     xdp=$(awk '$1 == "softrnic" { print $11 }' "$runs" | sort -u | tr '\n' ' ')
     echo "softrnic backend: ${backend:-?} (vethB's XDP attachment seen by ip link: ${xdp:-?}); engine inline (busy-polling)"
     echo "median of the runs of each test; bw: BW average [MB/s, 2^20 B], higher is better; lat: t_typical [usec], lower is better"
@@ -124,8 +134,8 @@ OUT=$(realpath -m "${OUT:-$REPO/target/rxe-peer/compare-$(date +%Y%m%d-%H%M%S)-$
 mkdir -p "$OUT"
 cp "$RNIC" "$OUT/rnic"
 cp "$TESTS" "$OUT/compare-tests.txt"
-printf 'CMP_REPEAT=%q\nCMP_BACKEND=%q\nCMP_ONLY=%q\nCMP_TIMEOUT=%q\nCMP_MTU=4096\nCMP_STACKS=%q\n' \
-  "$REPEAT" "$BACKEND" "$ONLY" "${CMP_TIMEOUT:-150}" "${CMP_STACKS:-rxe softrnic}" > "$OUT/compare.conf"
+printf 'CMP_REPEAT=%q\nCMP_BACKEND=%q\nCMP_ONLY=%q\nCMP_TIMEOUT=%q\nCMP_MTU=%q\nCMP_VETH_MTU=%q\nCMP_STACKS=%q\n' \
+  "$REPEAT" "$BACKEND" "$ONLY" "${CMP_TIMEOUT:-150}" "$MTU" "$VETH_MTU" "${CMP_STACKS:-rxe softrnic}" > "$OUT/compare.conf"
 { echo "host: $(uname -srm), $(nproc) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
   echo "rnic: $RNIC ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
   echo "ldd rnic:"; ldd "$RNIC"
