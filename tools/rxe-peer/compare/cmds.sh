@@ -14,7 +14,7 @@
 #
 # Inputs on the share: compare-tests.txt (NAME VERB MODE SIZE ITERS),
 # compare.conf (CMP_REPEAT, CMP_BACKEND, CMP_ONLY, CMP_TIMEOUT, CMP_MTU,
-# CMP_VETH_MTU, CMP_STACKS), rnic.
+# CMP_VETH_MTU, CMP_PT_WARMUP, CMP_STACKS), rnic.
 # Outputs: compare/<stack>-<test>-r<N>.{server,client}.log and
 # compare/runs.txt, one line a run:
 #   STACK TEST REP SERVER_RC CLIENT_RC SECONDS A_TX_BYTES A_TX_PKTS B_TX_BYTES B_TX_PKTS XDP
@@ -23,7 +23,7 @@
 CMP=$SH/compare
 mkdir -p "$CMP"
 : > "$CMP/runs.txt"
-CMP_REPEAT=3 CMP_BACKEND=auto CMP_ONLY= CMP_TIMEOUT=150 CMP_MTU=1024 CMP_VETH_MTU=1500 CMP_STACKS="rxe softrnic"
+CMP_REPEAT=3 CMP_BACKEND=auto CMP_ONLY= CMP_TIMEOUT=150 CMP_MTU=1024 CMP_VETH_MTU=1500 CMP_PT_WARMUP=1 CMP_STACKS="rxe softrnic"
 # shellcheck disable=SC1091
 [ -r "$SH/compare.conf" ] && . "$SH/compare.conf"
 A_IP=10.77.0.1
@@ -92,7 +92,7 @@ cmp_one() {
 # cmp_phase STACK: every test, CMP_REPEAT times (the outer loop is the
 # repetition, so a slow moment of the host spreads over the tests).
 cmp_phase() {
-  local stack=$1 rep name verb mode size iters flags s c
+  local stack=$1 rep name verb mode size iters flags s c w
   for ((rep = 1; rep <= CMP_REPEAT; rep++)); do
     while read -r name verb mode size iters; do
       case $name in ''|'#'*) continue;; esac
@@ -100,8 +100,13 @@ cmp_phase() {
       flags="-m $CMP_MTU -n $iters"
       [ "$size" != - ] && flags="-s $size $flags"
       if [ "$stack" = rxe ]; then
-        s="ib_${verb}_${mode} -d rxeB -x $GID_B -F $flags"
-        c="ib_${verb}_${mode} -d rxeA -x $GID_A -F $flags $B_IP"
+        # rnic perf warms WRITE, READ and atomic bandwidth up with 2 x tx depth
+        # operations (tools/src/devperf/measure.rs); perftest does so only when
+        # asked (--perform_warm_up, valid in exactly those tests).
+        w=
+        [ "$mode" = bw ] && [ "$verb" != send ] && [ "$CMP_PT_WARMUP" = 1 ] && w=" --perform_warm_up"
+        s="ib_${verb}_${mode} -d rxeB -x $GID_B -F $flags$w"
+        c="ib_${verb}_${mode} -d rxeA -x $GID_A -F $flags$w $B_IP"
       else
         s="SOFTRNIC_PERFTEST_PLAIN=1 /tmp/rnic perf $verb $mode --dev vethB --backend $CMP_BACKEND --no-progress $flags"
         c="SOFTRNIC_PERFTEST_PLAIN=1 /tmp/rnic perf $verb $mode --dev vethA --backend $CMP_BACKEND --no-progress $flags $B_IP"

@@ -22,7 +22,9 @@
 #   --only REGEX    only the tests (tests.txt names) that match
 #   --table-only DIR  only (re)write DIR/compare.txt from an earlier run
 # Environment: CMP_TIMEOUT (seconds per tool run, 150), CMP_TESTS (test list,
-# default tests.txt here); the harness's RXE_PEER_* variables.
+# default tests.txt here), CMP_PT_WARMUP (1: perftest's WRITE/READ/atomic bw
+# with --perform_warm_up, as rnic perf always warms those up; 0: without);
+# the harness's RXE_PEER_* variables.
 # Under TCG (no KVM) absolute figures are slow for both stacks: only the ratios
 # mean anything.
 set -euo pipefail
@@ -134,8 +136,8 @@ OUT=$(realpath -m "${OUT:-$REPO/target/rxe-peer/compare-$(date +%Y%m%d-%H%M%S)-$
 mkdir -p "$OUT"
 cp "$RNIC" "$OUT/rnic"
 cp "$TESTS" "$OUT/compare-tests.txt"
-printf 'CMP_REPEAT=%q\nCMP_BACKEND=%q\nCMP_ONLY=%q\nCMP_TIMEOUT=%q\nCMP_MTU=%q\nCMP_VETH_MTU=%q\nCMP_STACKS=%q\n' \
-  "$REPEAT" "$BACKEND" "$ONLY" "${CMP_TIMEOUT:-150}" "$MTU" "$VETH_MTU" "${CMP_STACKS:-rxe softrnic}" > "$OUT/compare.conf"
+printf 'CMP_REPEAT=%q\nCMP_BACKEND=%q\nCMP_ONLY=%q\nCMP_TIMEOUT=%q\nCMP_MTU=%q\nCMP_VETH_MTU=%q\nCMP_PT_WARMUP=%q\nCMP_STACKS=%q\n' \
+  "$REPEAT" "$BACKEND" "$ONLY" "${CMP_TIMEOUT:-150}" "$MTU" "$VETH_MTU" "${CMP_PT_WARMUP:-1}" "${CMP_STACKS:-rxe softrnic}" > "$OUT/compare.conf"
 { echo "host: $(uname -srm), $(nproc) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
   echo "rnic: $RNIC ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
   echo "ldd rnic:"; ldd "$RNIC"
