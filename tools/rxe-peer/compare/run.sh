@@ -22,7 +22,7 @@
 #   --only REGEX    only the tests (tests.txt names) that match
 #   --table-only DIR  only (re)write DIR/compare.txt from an earlier run
 # Environment: CMP_TIMEOUT (seconds per tool run, 150), CMP_TESTS (test list,
-# default tests.txt here), CMP_PT_WARMUP (1: perftest's WRITE/READ/atomic bw
+# default tests.txt here), CMP_PT_WARMUP (1: perftest's WRITE and READ bw
 # with --perform_warm_up, as rnic perf always warms those up; 0: without);
 # the harness's RXE_PEER_* variables.
 # Under TCG (no KVM) absolute figures are slow for both stacks: only the ratios
@@ -141,11 +141,13 @@ printf 'CMP_REPEAT=%q\nCMP_BACKEND=%q\nCMP_ONLY=%q\nCMP_TIMEOUT=%q\nCMP_MTU=%q\n
 { echo "host: $(uname -srm), $(nproc) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
   echo "rnic: $RNIC ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
   echo "ldd rnic:"; ldd "$RNIC"
-  echo "date: $(date -u +%FT%TZ)"; } > "$OUT/host-info.txt"
+  echo "date: $(date -u +%FT%TZ)"
+  echo "host load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$OUT/host-info.txt"
 say "booting the rxe-peer guest; output in $OUT"
 rc=0
 "$RXE_PEER" run "$HERE/cmds.sh" --out "$OUT" > >(tee "$OUT/run.log" >&2) 2>&1 || rc=$?
 sleep 0.2
+echo "host load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/host-info.txt"
 table "$OUT"
 rm -f "$OUT/rnic"
 say "guest run status $rc; table in $OUT/compare.txt"
