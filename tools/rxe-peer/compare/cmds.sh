@@ -16,7 +16,10 @@
 # compare.conf (CMP_REPEAT, CMP_BACKEND, CMP_ONLY, CMP_TIMEOUT, CMP_MTU,
 # CMP_VETH_MTU, CMP_PT_WARMUP, CMP_STACKS), rnic.
 # Outputs: compare/<stack>-<test>-r<N>.{server,client}.log and
-# compare/runs.txt, one line a run:
+# compare/runs.txt, one line a run (and, for the counters: softrnic's
+# compare/softrnic-<test>-r<N>.{server,client}.json from rnic's --json; rxe's
+# hw_counters of rxeA and rxeB before and after each run in
+# compare/rxe-<test>-r<N>.counters):
 #   STACK TEST REP SERVER_RC CLIENT_RC SECONDS A_TX_BYTES A_TX_PKTS B_TX_BYTES B_TX_PKTS XDP
 # (the veth counters are the run's deltas: what vethA and vethB sent).
 
@@ -58,6 +61,15 @@ cmp_veth_pair() {
 }
 
 cmp_ctr() { cat "/sys/class/net/$1/statistics/$2"; }
+# rxe's device counters (retries, sequence errors, ...), one NAME VALUE a line
+cmp_rxe_ctrs() {
+  local d f
+  for d in rxeA rxeB; do
+    for f in /sys/class/infiniband/$d/ports/1/hw_counters/*; do
+      [ -r "$f" ] && echo "$1 $d ${f##*/} $(cat "$f")"
+    done
+  done
+}
 
 # cmp_one STACK TEST REP 'SERVER CMD' 'CLIENT CMD'
 cmp_one() {
@@ -68,6 +80,7 @@ cmp_one() {
   b0=$(cmp_ctr vethB tx_bytes); bp0=$(cmp_ctr vethB tx_packets)
   echo "# $scmd" > "$base.server.log"
   echo "# $ccmd" > "$base.client.log"
+  [ "$stack" = rxe ] && cmp_rxe_ctrs before > "$base.counters"
   t0=$(date +%s.%N)
   setsid timeout -k 5 "$CMP_TIMEOUT" bash -c "$scmd" >> "$base.server.log" 2>&1 < /dev/null &
   spid=$!
@@ -81,6 +94,7 @@ cmp_one() {
   fi
   wait "$spid" || src=$?
   t1=$(date +%s.%N)
+  [ "$stack" = rxe ] && cmp_rxe_ctrs after >> "$base.counters"
   printf '%s %s %s %s %s %s %s %s %s %s %s\n' "$stack" "$name" "$rep" "$src" "$crc" \
     "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
     $(( $(cmp_ctr vethA tx_bytes) - a0 )) $(( $(cmp_ctr vethA tx_packets) - ap0 )) \
@@ -111,8 +125,9 @@ cmp_phase() {
         s="ib_${verb}_${mode} -d rxeB -x $GID_B -F $flags$w"
         c="ib_${verb}_${mode} -d rxeA -x $GID_A -F $flags$w $B_IP"
       else
-        s="SOFTRNIC_PERFTEST_PLAIN=1 /tmp/rnic perf $verb $mode --dev vethB --backend $CMP_BACKEND --no-progress $flags"
-        c="SOFTRNIC_PERFTEST_PLAIN=1 /tmp/rnic perf $verb $mode --dev vethA --backend $CMP_BACKEND --no-progress $flags $B_IP"
+        w="--json $CMP/softrnic-$name-r$rep"
+        s="SOFTRNIC_PERFTEST_PLAIN=1 /tmp/rnic perf $verb $mode --dev vethB --backend $CMP_BACKEND --no-progress $flags $w.server.json"
+        c="SOFTRNIC_PERFTEST_PLAIN=1 /tmp/rnic perf $verb $mode --dev vethA --backend $CMP_BACKEND --no-progress $flags $w.client.json $B_IP"
       fi
       cmp_one "$stack" "$name" "$rep" "$s" "$c"
     done < "$SH/compare-tests.txt"

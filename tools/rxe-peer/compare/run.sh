@@ -61,6 +61,29 @@ case $BACKEND in auto|afxdp|afxdp-generic|afpacket) ;; *) die "--backend: auto, 
 # t_typical (the median, usec) field 5, t_avg field 6.
 result_line() { grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9]+\.[0-9]+ ' "$1" 2>/dev/null || true; }
 
+# Retransmissions of one run: softrnic's retransmitted_pkts (both sides,
+# from --json), rxe's completer_retry_err (rxeA + rxeB, after - before).
+retx() {
+  local base=$1/compare/$2-$3-r$4
+  if [ "$2" = softrnic ]; then
+    python3 - "$base.client.json" "$base.server.json" <<'PY' 2>/dev/null || echo -
+import json, sys
+n = 0
+for f in sys.argv[1:]:
+    try:
+        d = json.load(open(f))
+    except Exception:
+        print("-"); sys.exit(0)
+    for dev in d.get("devices", [])[:1]:
+        n += int(dev.get("counters", {}).get("retransmitted_pkts", 0))
+print(n)
+PY
+  else
+    awk '$3 == "completer_retry_err" { v[$1] += $4 } END { if (!("after" in v)) print "-"; else print v["after"] - v["before"] }' \
+      "$base.counters" 2>/dev/null || echo -
+  fi
+}
+
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 table() {
@@ -107,13 +130,14 @@ table() {
     echo
     echo "softrnic/rxe: bw > 1 and lat < 1 mean softrnic is faster."
     echo
-    echo "every run (veth counters: bytes/frames each end sent during the run):"
-    printf '%-9s %-11s %3s %4s %4s %7s %12s %8s %12s %8s %-10s %s\n' stack test rep srv cli seconds \
-      vethA_tx_B frames vethB_tx_B frames xdp result
+    echo "every run (veth counters: bytes/frames each end sent during the run; retx: softrnic's"
+    echo "retransmitted_pkts of both sides, rxe's completer_retry_err of rxeA + rxeB):"
+    printf '%-9s %-11s %3s %4s %4s %7s %12s %8s %12s %8s %-10s %4s %s\n' stack test rep srv cli seconds \
+      vethA_tx_B frames vethB_tx_B frames xdp retx result
     while read -r stack name rep src crc secs ab ap bb bp xdp; do
       line=$(result_line "$d/compare/$stack-$name-r$rep.client.log" | awk '{ $1 = $1; print }')
-      printf '%-9s %-11s %3s %4s %4s %7s %12s %8s %12s %8s %-10s %s\n' "$stack" "$name" "$rep" "$src" "$crc" \
-        "$secs" "$ab" "$ap" "$bb" "$bp" "$xdp" "${line:-no result line}"
+      printf '%-9s %-11s %3s %4s %4s %7s %12s %8s %12s %8s %-10s %4s %s\n' "$stack" "$name" "$rep" "$src" "$crc" \
+        "$secs" "$ab" "$ap" "$bb" "$bp" "$xdp" "$(retx "$d" "$stack" "$name" "$rep")" "${line:-no result line}"
     done < "$runs"
   } > "$res"
   cat "$res"
