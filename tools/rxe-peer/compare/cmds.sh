@@ -61,7 +61,7 @@ cmp_veth_pair() {
 }
 
 cmp_ctr() { cat "/sys/class/net/$1/statistics/$2"; }
-# rxe's device counters (retries, sequence errors, ...), one NAME VALUE a line
+# rxe's device counters (retries, sequence errors, ...): WHEN DEVICE NAME VALUE a line
 cmp_rxe_ctrs() {
   local d f
   for d in rxeA rxeB; do
