@@ -221,14 +221,8 @@ pub unsafe extern "C" fn srnic_alloc_pd(ctx: *mut SrnicContext) -> *mut SrnicPd 
 /// `pd` from `srnic_alloc_pd`, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn srnic_dealloc_pd(pd: *mut SrnicPd) -> c_int {
-    if pd.is_null() {
-        return libc::EINVAL;
-    }
-    let p = unsafe { Box::from_raw(pd) };
-    guard(libc::EIO, || match p.pd.dealloc() {
-        Ok(()) => 0,
-        Err(_) => libc::EBUSY,
-    })
+    // SAFETY: the caller gives the handle up (see above)
+    unsafe { release(pd, libc::EBUSY, |h| h.pd.dealloc()) }
 }
 
 /// Allocates `len` bytes of shared memory (zeroed, page-aligned) that
@@ -303,14 +297,8 @@ pub unsafe extern "C" fn srnic_mr_rkey(mr: *const SrnicMr) -> u32 {
 /// `mr` from `srnic_reg_mr`, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn srnic_dereg_mr(mr: *mut SrnicMr) -> c_int {
-    if mr.is_null() {
-        return libc::EINVAL;
-    }
-    let m = unsafe { Box::from_raw(mr) };
-    guard(libc::EIO, || match m.mr.dereg() {
-        Ok(()) => 0,
-        Err(_) => libc::EINVAL,
-    })
+    // SAFETY: the caller gives the handle up (see above)
+    unsafe { release(mr, libc::EINVAL, |h| h.mr.dereg()) }
 }
 
 /// # Safety
@@ -332,14 +320,8 @@ pub unsafe extern "C" fn srnic_create_cq(ctx: *mut SrnicContext, cqe: c_int) -> 
 /// `cq` from `srnic_create_cq`, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn srnic_destroy_cq(cq: *mut SrnicCq) -> c_int {
-    if cq.is_null() {
-        return libc::EINVAL;
-    }
-    let c = unsafe { Box::from_raw(cq) };
-    guard(libc::EIO, || match c.cq.destroy() {
-        Ok(()) => 0,
-        Err(_) => libc::EBUSY,
-    })
+    // SAFETY: the caller gives the handle up (see above)
+    unsafe { release(cq, libc::EBUSY, |h| h.cq.destroy()) }
 }
 
 /// Polls up to `num` completions into `wc`; returns how many.
@@ -490,14 +472,8 @@ pub unsafe extern "C" fn srnic_connect_qp(
 /// `qp` from `srnic_create_qp`, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn srnic_destroy_qp(qp: *mut SrnicQp) -> c_int {
-    if qp.is_null() {
-        return libc::EINVAL;
-    }
-    let q = unsafe { Box::from_raw(qp) };
-    guard(libc::EIO, || match q.qp.destroy() {
-        Ok(()) => 0,
-        Err(_) => libc::EINVAL,
-    })
+    // SAFETY: the caller gives the handle up (see above)
+    unsafe { release(qp, libc::EINVAL, |h| h.qp.destroy()) }
 }
 
 /// A QP of any type, optionally on an SRQ (`ibv_create_qp_ex`-like).
@@ -582,14 +558,8 @@ pub unsafe extern "C" fn srnic_create_ah(
 /// `ah` from `srnic_create_ah`, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn srnic_destroy_ah(ah: *mut SrnicAh) -> c_int {
-    if ah.is_null() {
-        return libc::EINVAL;
-    }
-    let a = unsafe { Box::from_raw(ah) };
-    guard(libc::EIO, || match a.ah.destroy() {
-        Ok(()) => 0,
-        Err(_) => libc::EINVAL,
-    })
+    // SAFETY: the caller gives the handle up (see above)
+    unsafe { release(ah, libc::EINVAL, |h| h.ah.destroy()) }
 }
 
 /// A shared receive queue of at least `max_wr` entries (`ibv_create_srq`).
@@ -622,6 +592,27 @@ pub unsafe extern "C" fn srnic_destroy_srq(srq: *mut SrnicSrq) -> c_int {
         drop(unsafe { Box::from_raw(srq) });
     }
     r
+}
+
+/// Takes back a handle the C side gives up and destroys its object:
+/// EINVAL for a null handle, `on_err` when the daemon refuses, EIO when
+/// the destructor panics.
+///
+/// # Safety
+/// `h` is null or came from `Box::into_raw` and is not used afterwards.
+unsafe fn release<T, E>(
+    h: *mut T,
+    on_err: c_int,
+    destroy: impl FnOnce(T) -> Result<(), E>,
+) -> c_int {
+    if h.is_null() {
+        return libc::EINVAL;
+    }
+    let b = unsafe { Box::from_raw(h) };
+    guard(libc::EIO, || match destroy(*b) {
+        Ok(()) => 0,
+        Err(_) => on_err,
+    })
 }
 
 unsafe fn sges<'a>(list: *const SrnicSge, n: u32) -> Option<&'a [SrnicSge]> {
