@@ -26,11 +26,6 @@ pub const MAX_QP_WR: u32 = 16384;
 pub const MAX_CQE: u32 = 65536;
 /// Objects one client may hold (a bound, not a quota system).
 const MAX_OBJECTS: usize = 65536;
-/// SRQs the daemon creates in its lifetime: the transport has no
-/// destroy_srq, so a destroyed SRQ is retired (never handed out again,
-/// since it may still hold its old owner's receive WQEs) and stays in the
-/// transport's table. This bounds that table.
-const MAX_SRQS_EVER: u32 = 1 << 16;
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -81,7 +76,6 @@ struct Registry {
     reaped: u64,
     /// The last AH handle handed out (handles are daemon-wide, never 0).
     last_ah: u32,
-    srqs_ever: u32,
 }
 
 struct Shared {
@@ -621,13 +615,6 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
             let entries = ring::ring_entries(max_wr)
                 .filter(|n| *n <= MAX_QP_WR)
                 .ok_or("bad max_wr")?;
-            {
-                let mut r = sh.reg.lock().expect("registry");
-                if r.srqs_ever >= MAX_SRQS_EVER {
-                    return Err("the daemon made all the SRQs it may".into());
-                }
-                r.srqs_ever += 1;
-            }
             let map = Arc::new(
                 Mapping::create("softrnic-srq", ring::ring_bytes(entries, WQE_SIZE))
                     .map_err(|e| e.to_string())?,
@@ -666,8 +653,10 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
             if let Some(e) = err {
                 return Err(e);
             }
-            // retired: no QP can attach to it again (see MAX_SRQS_EVER)
+            // the ring is no longer polled; the transport drops the WQEs
+            // the SRQ still holds and may hand its number out again
             sh.dp.lock().expect("dp").remove_srq(srq);
+            call(sh, move |r| r.destroy_srq(srq))?.map_err(|e| e.to_string())?;
             ok(Response::Ok)
         }
         Request::Stats => ok(Response::Stats(stats(sh))),
@@ -731,7 +720,7 @@ fn release_cqs(sh: &Shared, cqs: Vec<u32>) {
 /// (their WQEs flush; peers' packets to them are dropped, so peers see
 /// retry-exceeded errors) and are destroyed, MRs deregistered (the
 /// mappings are unmapped when the transport drops its last reference),
-/// CQs drained and pooled, SRQs retired (their rings no longer polled),
+/// CQs drained and pooled, SRQs destroyed (their rings no longer polled),
 /// AHs dropped, PDs pooled.
 fn cleanup(sh: &Shared, id: u64) {
     let o = {
@@ -748,6 +737,13 @@ fn cleanup(sh: &Shared, id: u64) {
             dp.ahs.remove(a);
         }
     }
+    // its QPs are gone, so its SRQs have none attached
+    let srqs: Vec<u32> = o.srqs.keys().copied().collect();
+    let _ = call(sh, move |r| {
+        for s in srqs {
+            let _ = r.destroy_srq(s);
+        }
+    });
     let lkeys: Vec<u32> = o.mrs.keys().copied().collect();
     let _ = call(sh, move |r| {
         for k in lkeys {

@@ -517,3 +517,42 @@ fn create_with_bad_objects_refused() {
         Err(VerbsError::BadMr(_))
     ));
 }
+
+/// ibv_destroy_srq: refused while a QP is attached (EBUSY in the verbs);
+/// once the QP is gone the SRQ goes, posting to it is refused, and its
+/// number is handed out again.
+#[test]
+fn destroy_srq_refused_while_attached_then_reused() {
+    let (mut r, pd, cq) = rnic();
+    let srq = r.create_srq(pd, 8).unwrap();
+    let attached = r
+        .create_qp(QpInit {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: Some(srq),
+            max_send_wr: 1,
+            max_recv_wr: 1,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let mem = std::sync::Arc::new(nic::verbs::HeapMemory::new(64));
+    let (lkey, _) = r.reg_mr(pd, mem, 0, 0, 64, access::LOCAL_WRITE).unwrap();
+    let recv = |id| RecvWr {
+        wr_id: id,
+        sgl: Sgl::single(0, 64, lkey),
+    };
+    r.post_srq_recv(srq, recv(1)).unwrap();
+    assert_eq!(r.destroy_srq(srq), Err(VerbsError::SrqInUse(srq)));
+    r.destroy_qp(attached).unwrap();
+    assert_eq!(r.destroy_srq(srq), Ok(()));
+    assert_eq!(r.destroy_srq(srq), Err(VerbsError::NoSuchSrq(srq)));
+    assert_eq!(
+        r.post_srq_recv(srq, recv(2)),
+        Err(VerbsError::NoSuchSrq(srq))
+    );
+    let again = r.create_srq(pd, 8).unwrap();
+    assert_eq!(again, srq, "the freed number is reused");
+    r.post_srq_recv(again, recv(3)).unwrap();
+}

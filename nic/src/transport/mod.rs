@@ -91,6 +91,8 @@ pub enum VerbsError {
     NoSuchCq(u32),
     #[error("no SRQ {0}")]
     NoSuchSrq(u32),
+    #[error("SRQ {0} still has QPs")]
+    SrqInUse(u32),
     #[error("no PD {0}")]
     NoSuchPd(u32),
     #[error("modify_qp: {0}")]
@@ -467,14 +469,39 @@ impl Rnic {
         (self.res.cqs.len() - 1) as u32
     }
 
+    /// A shared receive queue on `pd`; the number of a destroyed SRQ may be
+    /// handed out again.
     pub fn create_srq(&mut self, pd: u32, max_wr: u32) -> Result<u32, VerbsError> {
         self.check_pd(pd)?;
-        self.res.srqs.push(Some(Srq {
+        let srq = Some(Srq {
             pd,
             queue: VecDeque::new(),
             max_wr,
-        }));
-        Ok((self.res.srqs.len() - 1) as u32)
+        });
+        match self.res.srqs.iter().position(|s| s.is_none()) {
+            Some(free) => {
+                self.res.srqs[free] = srq;
+                Ok(free as u32)
+            }
+            None => {
+                self.res.srqs.push(srq);
+                Ok((self.res.srqs.len() - 1) as u32)
+            }
+        }
+    }
+
+    /// Destroys SRQ `srq` (ibv_destroy_srq): refused while a QP is
+    /// attached to it (the verbs return EBUSY); the receive WQEs it still
+    /// holds are dropped without completions, as the verbs do.
+    pub fn destroy_srq(&mut self, srq: u32) -> Result<(), VerbsError> {
+        if !matches!(self.res.srqs.get(srq as usize), Some(Some(_))) {
+            return Err(VerbsError::NoSuchSrq(srq));
+        }
+        if self.qps.iter().flatten().any(|q| q.init.srq == Some(srq)) {
+            return Err(VerbsError::SrqInUse(srq));
+        }
+        self.res.srqs[srq as usize] = None;
+        Ok(())
     }
 
     pub fn create_qp(&mut self, init: QpInit) -> Result<u32, VerbsError> {
