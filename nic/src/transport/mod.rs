@@ -30,7 +30,7 @@ use crate::verbs::{
 use qp::{Qp, SendWqe};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use wire::{BthRepr, EthernetAddress, ExtHeaders, Gid, IpRepr, QpType, RocePacket, RoceRepr};
+use wire::{BthRepr, EthernetAddress, ExtHeaders, Gid, IpRepr, QpType, RoceRepr};
 
 /// First QPN handed out (QPs 0 and 1 are the IB management QPs).
 pub const FIRST_QPN: u32 = 0x11;
@@ -715,19 +715,20 @@ impl Rnic {
                 return;
             }
         }
-        let pkt = match RocePacket::new_checked(frame) {
-            Ok(p) => p,
+        // headers checked, ICRC verified (IBTA RoCEv2 annex A17.3.3: a
+        // packet whose ICRC does not match is dropped), then the repr
+        let repr = match RoceRepr::parse(frame) {
+            Ok(r) => r,
             Err(e) => return self.res.drop_frame(e.reason()),
         };
-        if let Err(e) = pkt.verify_icrc() {
-            return self.res.drop_frame(e.reason());
-        }
-        let repr = RoceRepr::from_packet(&pkt);
+        let Some(info) = repr.opcode_info() else {
+            // parse refuses unknown opcodes; this cannot happen
+            return self.res.drop_frame("unknown_opcode");
+        };
         let Some(idx) = self.qp_index(repr.bth.dest_qp) else {
             return self.res.drop_frame("unknown_qp");
         };
         let qp = self.qps[idx].as_mut().expect("index is live");
-        let info = pkt.opcode_info();
         if !info.valid_for(qp.qp_type()) {
             qp.counters.rx_qp_state_drop += 1;
             return self.res.drop_frame("opcode_not_for_qp_type");
