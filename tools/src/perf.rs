@@ -509,10 +509,100 @@ fn run_bw(
     })
 }
 
+/// How long a bandwidth run lasts: a number of operations (-n) or a time (-D).
 #[derive(Clone, Copy)]
-enum Target {
+pub enum Target {
     Ops(u64),
     Time(Duration),
+}
+
+/// The bookkeeping of a bandwidth run, the same on the loopback and on a
+/// real interface: when each outstanding operation was posted (its post →
+/// completion time goes into the histogram), the completion times of the
+/// last `window` operations (the peak, perftest's "BW peak": the rate over
+/// that window, two rounds of every QP's window — completions come in
+/// bursts, one ACK retiring many — but no more than a quarter of the run),
+/// and the progress bar.
+pub struct BwMeter {
+    target: Target,
+    size: usize,
+    start: Instant,
+    posted_at: Vec<u64>,
+    ring: Vec<u64>,
+    peak: f64,
+    pub completed: u64,
+    last_progress: Instant,
+}
+
+impl BwMeter {
+    /// `depth` operations outstanding on each of `qps` QPs, `size` bytes each.
+    pub fn new(target: Target, depth: usize, qps: usize, size: usize) -> BwMeter {
+        let window = match target {
+            Target::Ops(n) => (2 * depth * qps).max(16).min((n as usize / 4).max(1)),
+            Target::Time(_) => (2 * depth * qps).max(16),
+        };
+        let now = Instant::now();
+        BwMeter {
+            target,
+            size,
+            start: now,
+            posted_at: vec![0; (depth * qps).next_power_of_two()],
+            ring: vec![0; window],
+            peak: 0.0,
+            completed: 0,
+            last_progress: now,
+        }
+    }
+
+    /// Nanoseconds since the run started.
+    pub fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    pub fn time_up(&self) -> bool {
+        matches!(self.target, Target::Time(d) if self.start.elapsed() >= d)
+    }
+
+    /// Operation number `op` was posted just now.
+    pub fn posted(&mut self, op: u64) {
+        let mask = self.posted_at.len() - 1;
+        self.posted_at[op as usize & mask] = self.now();
+    }
+
+    /// Operation number `op` completed at `now` (from [`Self::now`]).
+    pub fn completed(&mut self, op: u64, now: u64, hist: &mut Histogram<u64>) {
+        let mask = self.posted_at.len() - 1;
+        hist.saturating_record(
+            now.saturating_sub(self.posted_at[op as usize & mask])
+                .max(1),
+        );
+        let window = self.ring.len();
+        let slot = (self.completed as usize) % window;
+        if self.completed >= window as u64 {
+            let dt = now.saturating_sub(self.ring[slot]);
+            if dt > 0 {
+                self.peak = self.peak.max((window * self.size) as f64 * 1e9 / dt as f64);
+            }
+        }
+        self.ring[slot] = now;
+        self.completed += 1;
+    }
+
+    /// Moves the progress bar (at most every 50 ms).
+    pub fn progress(&mut self, progress: &mut Progress) {
+        if self.last_progress.elapsed() > Duration::from_millis(50) {
+            self.last_progress = Instant::now();
+            progress.set(match self.target {
+                Target::Ops(n) => self.completed as f64 / n.max(1) as f64,
+                Target::Time(d) => self.start.elapsed().as_secs_f64() / d.as_secs_f64(),
+            });
+        }
+    }
+
+    /// (operations completed, wall time, peak bytes/s).
+    pub fn finish(&self) -> (u64, Duration, f64) {
+        (self.completed, self.start.elapsed(), self.peak)
+    }
 }
 
 /// Keeps `tx_depth` operations outstanding per QP until the target is
@@ -530,31 +620,17 @@ fn bw_loop(
 ) -> Result<(u64, Duration, f64), String> {
     let depth = s.tx_depth.max(1) as usize;
     let nq = qpns.len();
-    let cap = (depth * nq).next_power_of_two();
-    let mut posted_at = vec![0u64; cap];
     let mut outstanding = vec![0usize; nq];
     let mut posted = 0u64;
-    let mut completed = 0u64;
-    // completion times of the last `window` operations, for the peak: two
-    // rounds of every QP's window (completions come in bursts, one ACK
-    // retiring many), but no more than a quarter of the run
-    let window = match target {
-        Target::Ops(n) => (2 * depth * nq).max(16).min((n as usize / 4).max(1)),
-        Target::Time(_) => (2 * depth * nq).max(16),
-    };
-    let mut ring = vec![0u64; window];
-    let mut peak = 0f64;
+    let mut meter = BwMeter::new(target, depth, nq, size);
     let mut wcs = Vec::new();
-    let start = Instant::now();
-    let ns = |t: Instant| t.duration_since(start).as_nanos() as u64;
     let mut next_q = 0usize;
     let mut idle_turns = 0u64;
-    let mut last_progress = Instant::now();
     let wr_base: u64 = 1 << 40;
     loop {
         let stop_posting = match target {
             Target::Ops(n) => posted >= n,
-            Target::Time(d) => start.elapsed() >= d,
+            Target::Time(_) => meter.time_up(),
         };
         if stop_posting && outstanding.iter().all(|&o| o == 0) {
             break;
@@ -579,7 +655,7 @@ fn bw_loop(
                 lb.sim.nodes[0]
                     .post_send(qpns[q][0], wr)
                     .map_err(|e| format!("post_send: {e}"))?;
-                posted_at[(posted as usize) & (cap - 1)] = ns(Instant::now());
+                meter.posted(posted);
                 outstanding[q] += 1;
                 posted += 1;
             }
@@ -593,28 +669,14 @@ fn bw_loop(
         }
         wcs.clear();
         lb.poll(0, &mut wcs);
-        let now = ns(Instant::now());
+        let now = meter.now();
         for wc in &wcs {
             check_wc(wc)?;
             let Some(q) = qpns.iter().position(|x| x[0] == wc.qp_num) else {
                 continue;
             };
             outstanding[q] = outstanding[q].saturating_sub(1);
-            let id = wc.wr_id.wrapping_sub(wr_base);
-            hist.saturating_record(
-                now.saturating_sub(posted_at[(id as usize) & (cap - 1)])
-                    .max(1),
-            );
-            let slot = (completed as usize) % window;
-            if completed >= window as u64 {
-                let dt = now.saturating_sub(ring[slot]);
-                if dt > 0 {
-                    let rate = (window * size) as f64 * 1e9 / dt as f64;
-                    peak = peak.max(rate);
-                }
-            }
-            ring[slot] = now;
-            completed += 1;
+            meter.completed(wc.wr_id.wrapping_sub(wr_base), now, hist);
         }
         if s.verb == Verb::Send {
             wcs.clear();
@@ -635,13 +697,7 @@ fn bw_loop(
                 return Err(format!("a QP left RTS: {}", lb.describe(conns[0])));
             }
         }
-        if last_progress.elapsed() > Duration::from_millis(50) {
-            last_progress = Instant::now();
-            progress.set(match target {
-                Target::Ops(n) => completed as f64 / n.max(1) as f64,
-                Target::Time(d) => start.elapsed().as_secs_f64() / d.as_secs_f64(),
-            });
-        }
+        meter.progress(progress);
     }
-    Ok((completed, start.elapsed(), peak))
+    Ok(meter.finish())
 }

@@ -27,7 +27,7 @@
 //! server).
 
 use crate::netdev::NetDev;
-use crate::perf::{check_wc, half, new_histogram, Settings, SizeResult, Verb};
+use crate::perf::{check_wc, half, new_histogram, BwMeter, Settings, SizeResult, Target, Verb};
 use crate::progress::Progress;
 use hdrhistogram::Histogram;
 use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sgl, Wc, WcOpcode};
@@ -420,12 +420,6 @@ pub fn lat_run(
 
 // ---- bandwidth ----
 
-#[derive(Clone, Copy)]
-enum Target {
-    Ops(u64),
-    Time(Duration),
-}
-
 /// The client of a bandwidth test. `check`: the peer is rnic (READ data
 /// verified after the size).
 pub fn bw_client(
@@ -486,25 +480,14 @@ fn bw_loop(
         Target::Ops(n) => n / nq as u64,
         Target::Time(_) => u64::MAX,
     };
-    let cap = (depth * nq).next_power_of_two();
-    let mut posted_at = vec![0u64; cap];
     let mut outstanding = vec![0usize; nq];
     let mut posted_q = vec![0u64; nq];
-    let (mut posted, mut completed) = (0u64, 0u64);
-    let window = match target {
-        Target::Ops(n) => (2 * depth * nq).max(16).min((n as usize / 4).max(1)),
-        Target::Time(_) => (2 * depth * nq).max(16),
-    };
-    let mut ring = vec![0u64; window];
-    let mut peak = 0f64;
-    let start = Instant::now();
-    let ns = |t: Instant| t.duration_since(start).as_nanos() as u64;
-    let mut last_progress = Instant::now();
+    let mut posted = 0u64;
+    let mut meter = BwMeter::new(target, depth, nq, size);
     let mut spin = Spin::new();
     let wr_base: u64 = 1 << 40;
     loop {
-        let time_up = matches!(target, Target::Time(d) if start.elapsed() >= d);
-        let all_posted = time_up || posted_q.iter().all(|&p| p >= per_qp);
+        let all_posted = meter.time_up() || posted_q.iter().all(|&p| p >= per_qp);
         if all_posted && outstanding.iter().all(|&o| o == 0) {
             break;
         }
@@ -512,7 +495,7 @@ fn bw_loop(
             for q in 0..nq {
                 while outstanding[q] < depth && posted_q[q] < per_qp {
                     link.post_send(q, size, wr_base + posted)?;
-                    posted_at[(posted as usize) & (cap - 1)] = ns(Instant::now());
+                    meter.posted(posted);
                     outstanding[q] += 1;
                     posted_q[q] += 1;
                     posted += 1;
@@ -524,7 +507,7 @@ fn bw_loop(
             continue;
         }
         spin.progress();
-        let now = ns(Instant::now());
+        let now = meter.now();
         for i in 0..link.wcs.len() {
             let wc = link.wcs[i];
             if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
@@ -534,30 +517,11 @@ fn bw_loop(
                 continue;
             };
             outstanding[q] = outstanding[q].saturating_sub(1);
-            let id = wc.wr_id.wrapping_sub(wr_base);
-            hist.saturating_record(
-                now.saturating_sub(posted_at[(id as usize) & (cap - 1)])
-                    .max(1),
-            );
-            let slot = (completed as usize) % window;
-            if completed >= window as u64 {
-                let dt = now.saturating_sub(ring[slot]);
-                if dt > 0 {
-                    peak = peak.max((window * size) as f64 * 1e9 / dt as f64);
-                }
-            }
-            ring[slot] = now;
-            completed += 1;
+            meter.completed(wc.wr_id.wrapping_sub(wr_base), now, hist);
         }
-        if last_progress.elapsed() > Duration::from_millis(50) {
-            last_progress = Instant::now();
-            progress.set(match target {
-                Target::Ops(n) => completed as f64 / n.max(1) as f64,
-                Target::Time(d) => start.elapsed().as_secs_f64() / d.as_secs_f64(),
-            });
-        }
+        meter.progress(progress);
     }
-    Ok((completed, start.elapsed(), peak))
+    Ok(meter.finish())
 }
 
 /// The SEND bandwidth server's figures for one size, from its receives
