@@ -330,28 +330,18 @@ pub unsafe extern "C" fn srnic_destroy_cq(cq: *mut SrnicCq) -> c_int {
 /// `wc` has room for `num` entries.
 #[no_mangle]
 pub unsafe extern "C" fn srnic_poll_cq(cq: *mut SrnicCq, num: c_int, wc: *mut SrnicWc) -> c_int {
-    let Some(c) = (unsafe { cq.as_mut() }) else {
-        return -libc::EINVAL;
-    };
-    if num <= 0 || wc.is_null() {
-        return 0;
+    // SAFETY: `wc` has room for `num` entries (the caller's promise)
+    unsafe {
+        poll_each(cq, num, wc, |w| SrnicWc {
+            wr_id: w.wr_id,
+            status: ring::status_code(w.status) as u32,
+            opcode: ring::opcode_code(w.opcode) as u32,
+            qp_num: w.qp_num,
+            byte_len: w.byte_len,
+            imm_data: w.imm.unwrap_or(0),
+            wc_flags: wc_flags(w),
+        })
     }
-    let mut out: Vec<Wc> = Vec::with_capacity(num as usize);
-    let n = c.cq.poll(num as usize, &mut out);
-    for (i, w) in out.iter().enumerate() {
-        unsafe {
-            *wc.add(i) = SrnicWc {
-                wr_id: w.wr_id,
-                status: ring::status_code(w.status) as u32,
-                opcode: ring::opcode_code(w.opcode) as u32,
-                qp_num: w.qp_num,
-                byte_len: w.byte_len,
-                imm_data: w.imm.unwrap_or(0),
-                wc_flags: wc_flags(w),
-            }
-        };
-    }
-    n as c_int
 }
 
 fn wc_flags(w: &Wc) -> u32 {
@@ -368,28 +358,44 @@ pub unsafe extern "C" fn srnic_poll_cq_ex(
     num: c_int,
     wc: *mut SrnicWcEx,
 ) -> c_int {
+    // SAFETY: `wc` has room for `num` entries (the caller's promise)
+    unsafe {
+        poll_each(cq, num, wc, |w| SrnicWcEx {
+            wr_id: w.wr_id,
+            status: ring::status_code(w.status) as u32,
+            opcode: ring::opcode_code(w.opcode) as u32,
+            qp_num: w.qp_num,
+            byte_len: w.byte_len,
+            imm_data: w.imm.unwrap_or(0),
+            wc_flags: wc_flags(w),
+            src_qp: w.src_qp,
+            _pad: 0,
+        })
+    }
+}
+
+/// Polls up to `num` completions of `cq` into `out[0..]`, each built by
+/// `make`; returns how many (-EINVAL for a null CQ).
+///
+/// # Safety
+/// `cq` is null or valid; `out` is null or has room for `num` entries.
+unsafe fn poll_each<T>(
+    cq: *mut SrnicCq,
+    num: c_int,
+    out: *mut T,
+    make: impl Fn(&Wc) -> T,
+) -> c_int {
     let Some(c) = (unsafe { cq.as_mut() }) else {
         return -libc::EINVAL;
     };
-    if num <= 0 || wc.is_null() {
+    if num <= 0 || out.is_null() {
         return 0;
     }
-    let mut out: Vec<Wc> = Vec::with_capacity(num as usize);
-    let n = c.cq.poll(num as usize, &mut out);
-    for (i, w) in out.iter().enumerate() {
-        unsafe {
-            *wc.add(i) = SrnicWcEx {
-                wr_id: w.wr_id,
-                status: ring::status_code(w.status) as u32,
-                opcode: ring::opcode_code(w.opcode) as u32,
-                qp_num: w.qp_num,
-                byte_len: w.byte_len,
-                imm_data: w.imm.unwrap_or(0),
-                wc_flags: wc_flags(w),
-                src_qp: w.src_qp,
-                _pad: 0,
-            }
-        };
+    let mut wcs: Vec<Wc> = Vec::with_capacity(num as usize);
+    let n = c.cq.poll(num as usize, &mut wcs);
+    for (i, w) in wcs.iter().enumerate() {
+        // SAFETY: i < n <= num entries, which `out` has room for
+        unsafe { out.add(i).write(make(w)) };
     }
     n as c_int
 }
