@@ -60,6 +60,24 @@ MAC from the kernel's route and neighbour tables; our GID is the interface's add
         after_help = "Examples:\n  rnic perf write lat --loopback\n  rnic perf write bw --loopback -s 4096 -n 20000\n  rnic perf read bw --loopback -a -n 200 --report_gbits\n  rnic perf send lat --loopback -D 5 --hgrm send.hgrm --plot send.svg\n  rnic perf write bw --loopback -q 4 -t 64 --json bw.json\n  ip netns exec ns1 rnic perf write bw --dev veth1                 # server\n  ip netns exec ns2 rnic perf write bw --dev veth2 -m 4096 192.0.2.1  # client\n  rnic perf send lat -d eth0 -s 64                                 # server for: ib_send_lat -x 1 -s 64 HOST\n  rnic perf write lat --dev eth0 -s 64 -n 100000 --json lat.json 10.0.0.1"
     )]
     Perf(PerfArgs),
+    /// Check the data of an `rnic perf --dev --dump-mem` run against the real perftest's memory dump.
+    #[command(
+        long_about = "perftest never checks the data it moves. The interop suite records both sides' \
+buffers: `rnic perf --dev --dump-mem OURS` writes our region before and after the test, and \
+tools/rxe-peer/perftest/memdump.c, preloaded into perftest with SRNIC_MEMDUMP=THEIRS, writes \
+perftest's registered regions before its QP reaches RTR and when it deregisters them. This \
+command decides whether every byte each receiver holds came from the sender at the same offset \
+(WRITE and SEND: client to server, READ: server to client, the latency tests both ways), and \
+whether the atomic target grew by exactly one addition per FETCH_AND_ADD. Exit status 1 and the \
+first wrong byte otherwise.",
+        after_help = "Examples:\n  rnic memcheck out/mem/write-bw.rnic out/mem/write-bw.rxe\n  rnic perf write bw --dev tap0 --dump-mem out/mem/write-bw.rnic 10.88.0.2"
+    )]
+    Memcheck {
+        /// The PREFIX given to rnic perf --dump-mem.
+        ours: PathBuf,
+        /// The SRNIC_MEMDUMP prefix perftest ran with.
+        theirs: PathBuf,
+    },
     /// ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong on a real interface (same flags, exchange and output).
     #[command(
         long_about = "rdma-core's ibv_rc_pingpong (with --ud: ibv_ud_pingpong, with --uc: \
@@ -221,6 +239,9 @@ struct PerfArgs {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// --dev: write our memory region before and after the test to PREFIX.init and PREFIX.final (and PREFIX.json), for `rnic memcheck`.
+    #[arg(long, value_name = "PREFIX")]
+    dump_mem: Option<PathBuf>,
     #[command(flatten)]
     cc: CcArgs,
 }
@@ -498,8 +519,11 @@ fn main() {
             engine: a.engine,
             cc: a.cc.cc,
             pfc_tx: a.cc.pfc_tx,
+            dump_mem: a.dump_mem,
             command,
         }),
+        Cmd::Memcheck { ours, theirs } => tools::devperf::memcheck::check(&ours, &theirs)
+            .and_then(|text| tools::say(&format!("{text}\n"))),
         Cmd::Pingpong(a) => pingpong(a),
         Cmd::Pcap { cmd } => match cmd {
             PcapCmd::Check {

@@ -49,6 +49,9 @@ pub struct PerfRequest {
     pub cc: String,
     /// Real interfaces: PFC generation thresholds "XOFF:XON" in bytes.
     pub pfc_tx: Option<String>,
+    /// Real interfaces: write our memory region before and after the test,
+    /// and what `rnic memcheck` needs to know, to PREFIX.{init,final,json}.
+    pub dump_mem: Option<PathBuf>,
     /// The command line, for the report and `rnic stats`.
     pub command: String,
 }
@@ -292,7 +295,7 @@ pub fn json_head(
 
 /// Checks the output paths before spending time on the run.
 fn check_paths(req: &PerfRequest) -> Result<(), CliError> {
-    for p in [&req.json, &req.hgrm, &req.plot, &req.pcap]
+    for p in [&req.json, &req.hgrm, &req.plot, &req.pcap, &req.dump_mem]
         .into_iter()
         .flatten()
     {
@@ -317,6 +320,11 @@ pub fn run(req: &PerfRequest) -> Result<(), CliError> {
     if req.loopback && (req.cc != "nvidia" || req.pfc_tx.is_some()) {
         return Err(CliError::usage(
             "--cc and --pfc-tx set up a real interface's NIC (--dev); the loopback has no congestion",
+        ));
+    }
+    if req.loopback && req.dump_mem.is_some() {
+        return Err(CliError::usage(
+            "--dump-mem records a real interface's test (--dev) for `rnic memcheck`; the loopback checks its own data",
         ));
     }
     if !req.loopback {

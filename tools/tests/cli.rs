@@ -42,6 +42,7 @@ fn every_subcommand_has_help_with_examples() {
         vec!["pcap", "dump", "--help"],
         vec!["pcap", "replay", "--help"],
         vec!["stats", "--help"],
+        vec!["memcheck", "--help"],
     ] {
         let out = rnic(state.path()).args(&args).assert().success();
         let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
@@ -172,6 +173,11 @@ fn perf_rejects_impossible_requests_in_one_line() {
         ),
         (vec!["write", "lat", "-t", "4"], 2, "-t is for bw tests"),
         (
+            vec!["write", "bw", "--dump-mem", "x"],
+            2,
+            "--dump-mem records a real interface's test (--dev)",
+        ),
+        (
             vec!["write", "bw", "--json", "/nonexistent-dir/x.json"],
             1,
             "/nonexistent-dir is not a directory",
@@ -183,6 +189,17 @@ fn perf_rejects_impossible_requests_in_one_line() {
         all.extend(&lb);
         one_line_error(&all, code, &[why]);
     }
+}
+
+#[test]
+fn memcheck_without_dumps_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = dir.path().join("case.rnic");
+    let theirs = dir.path().join("case.rxe");
+    let (o, t) = (ours.to_str().unwrap(), theirs.to_str().unwrap());
+    one_line_error(&["memcheck", o, t], 1, &["case.rnic.json"]);
+    std::fs::write(dir.path().join("case.rnic.json"), "{not json").unwrap();
+    one_line_error(&["memcheck", o, t], 1, &["case.rnic.json"]);
 }
 
 #[test]

@@ -10,8 +10,14 @@
 # PERFTEST_CASES (case list, default cases.txt beside this file),
 # PERFTEST_ONLY (regex on case names), PERFTEST_TIMEOUT (seconds per side, 180).
 # Results: $OUT/perftest-results.txt (one PASS/FAIL line per case) and
-# $OUT/logs/<case>.{rnic,rxe.guest}.log; rnic records its port to
+# $OUT/logs/<case>.{rnic,rxe.guest,memcheck}.log; rnic records its port to
 # $OUT/pcap/<case>.rnic.pcap, which must pass `rnic pcap check`.
+# Data: perftest never checks what it moves, so both sides' buffers are
+# dumped before and after the test (rnic perf --dump-mem; perftest runs with
+# memdump.c preloaded, built here with the host's cc) and `rnic memcheck`
+# must find every received byte where the sender had it (and the atomic
+# target grown by one per FETCH_AND_ADD). The dumps of a passing case are
+# deleted; a failing case keeps them in $OUT/mem.
 # A case passes when both sides exit 0, rnic printed its result line and
 # perftest printed its own where perftest prints one (bw: both sides; WRITE
 # and SEND latency: both sides; READ and atomic latency: the client only).
@@ -37,10 +43,12 @@ pt_case() {
   [ "$size" != - ] && common=(-s "$size" "${common[@]}")
   local g="$tool -d $RXE_DEV -x $RXE_GID -F ${common[*]}"
   local r=(perf "$verb" "$mode" -d "$TAP" --no-progress "${common[@]}"
-           --pcap "$OUT/pcap/$name.rnic.pcap" --pcap-frames 2000)
+           --pcap "$OUT/pcap/$name.rnic.pcap" --pcap-frames 2000
+           --dump-mem "$OUT/mem/$name.rnic")
+  local gpre="SRNIC_MEMDUMP=/share/mem/$name.rxe LD_PRELOAD=/share/memdump.so"  # /share: $OUT in the guest
   t0=$(pt_now)
   if [ "$role" = rnic-client ]; then
-    g_start "$name.rxe" "echo '# $g'; $g" "$PT_TO"
+    g_start "$name.rxe" "echo '# $g'; $gpre $g" "$PT_TO"
     g_run "$name.listen" "wait_tcp $PT_PORT 60" 90 || why+=(perftest-not-listening)
     echo "# rnic ${r[*]} $GUEST_IP" > "$L/$name.rnic.log"
     in_ns timeout -k 5 "$PT_TO" "$RNIC" "${r[@]}" "$GUEST_IP" >> "$L/$name.rnic.log" 2>&1 || rrc=$?
@@ -54,7 +62,7 @@ pt_case() {
       kill -0 "$rpid" 2>/dev/null || break
       sleep 0.1
     done
-    g_run "$name.rxe" "echo '# $g $HOST_IP'; $g $HOST_IP" "$PT_TO" || grc=$?
+    g_run "$name.rxe" "echo '# $g $HOST_IP'; $gpre $g $HOST_IP" "$PT_TO" || grc=$?
     wait "$rpid" || rrc=$?
   fi
   [ $rrc = 0 ] || why+=("rnic-exit-$rrc")
@@ -76,14 +84,20 @@ pt_case() {
   fi
   grep -qi 'error\|failed\|couldn' "$gl" 2>/dev/null && why+=(perftest-error-text)
   "$RNIC" pcap check "$OUT/pcap/$name.rnic.pcap" > "$L/$name.pcap-check.log" 2>&1 || why+=(pcap-check)
+  "$RNIC" memcheck "$OUT/mem/$name.rnic" "$OUT/mem/$name.rxe" > "$L/$name.memcheck.log" 2>&1 || why+=(data)
   local verdict=PASS
   [ ${#why[@]} = 0 ] || verdict=FAIL
+  [ $verdict = PASS ] && rm -f "$OUT/mem/$name".*
   printf '%-40s %s %6ss %s\n' "$name" "$verdict" "$(pt_since "$t0")" "${why[*]:-}" | tee -a "$PT_RES"
   [ $verdict = PASS ]
 }
 
 pt_main() {
   local fails=0 n=0 verb mode size mtu iters extra role name
+  mkdir -p "$OUT/mem"
+  # the guest has no compiler; glibc and libibverbs' entry points are all it needs
+  ${CC:-cc} -O2 -shared -fPIC -fno-stack-protector -U_FORTIFY_SOURCE \
+    -o "$OUT/memdump.so" "$PT_HERE/memdump.c" -ldl || { echo "cannot build memdump.so" >&2; return 1; }
   echo "# rnic: $RNIC"; "$RNIC" --version 2>/dev/null || true
   g_run perftest-version "dpkg-query -W perftest; ib_write_bw --version" 60 || true
   cat "$OUT/logs/perftest-version.guest.log" 2>/dev/null

@@ -58,6 +58,7 @@
 
 mod exchange;
 mod measure;
+pub mod memcheck;
 
 pub use exchange::{decode_mtu, decode_version, BwReport, Dest, KEY_MSG_SIZE_GID};
 
@@ -475,6 +476,9 @@ pub fn run(req: &PerfRequest, mut s: Settings) -> Result<(), CliError> {
     if s.verb == Verb::Read && !client {
         fill_pattern(&nd, h, h);
     }
+    if let Some(p) = &req.dump_mem {
+        memcheck::dump_init(p, &nd, &s)?;
+    }
     let receives = s.verb == Verb::Send && (s.mode == Mode::Lat || !client);
     let qps = make_qps(&mut nd, &s, s.qps as usize, receives)?;
     let out_reads = if matches!(s.verb, Verb::Read | Verb::Atomic) {
@@ -506,6 +510,10 @@ pub fn run(req: &PerfRequest, mut s: Settings) -> Result<(), CliError> {
     let out = out?;
     let ops = link.completed;
     drop(link);
+    if let Some(p) = &req.dump_mem {
+        let vaddrs: Vec<u64> = theirs.iter().map(|d| d.vaddr).collect();
+        memcheck::dump_final(p, &nd, &s, client, &vaddrs, ops)?;
+    }
     finish(req, &s, nd, peer, out, ops)
 }
 
