@@ -147,6 +147,16 @@ fn rnic_pingpong_against_linux_soft_roce() {
         perftest.lines().all(|l| l.contains(" PASS ")),
         "failing perftest cases:\n{perftest}"
     );
+    // and each one's data was checked (perftest never checks it itself)
+    for name in perftest.lines().filter_map(|l| l.split_whitespace().next()) {
+        let log = out.join("logs").join(format!("{name}.memcheck.log"));
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            said.contains("span checked") || said.contains("executed exactly once"),
+            "{name}: no data check in {}:\n{said}",
+            log.display()
+        );
+    }
     eprintln!(
         "rxe interop: {cases} pingpong and {pt_cases} perftest cases passed in {:.0} s",
         t0.elapsed().as_secs_f64()
