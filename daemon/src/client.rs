@@ -49,6 +49,10 @@ pub struct DeviceInfo {
 pub struct Context {
     sock: Mutex<SeqPacket>,
     pub device: DeviceInfo,
+    /// The engine's bell: rung after a post when the ring says the engine
+    /// parks (None: the daemon has none; its park interval then bounds
+    /// the first post's wait).
+    bell: Option<OwnedFd>,
 }
 
 /// Where device sockets live: `$SOFTRNIC_SOCK_DIR` or `/run/softrnic`.
@@ -68,6 +72,7 @@ impl Context {
     pub fn open(path: impl AsRef<Path>) -> Result<Arc<Context>> {
         let sock = SeqPacket::connect(path.as_ref())?;
         let mut c = Context {
+            bell: None,
             sock: Mutex::new(sock),
             device: DeviceInfo {
                 name: String::new(),
@@ -100,6 +105,10 @@ impl Context {
                 }
             }
             r => return Err(unexpected(r)),
+        }
+        // a daemon without a bell answers with an error: no bell, no harm
+        if let Ok((Response::Ok, mut fds)) = c.request(Request::Bell, None) {
+            c.bell = fds.pop();
         }
         Ok(Arc::new(c))
     }
@@ -442,7 +451,12 @@ pub struct Srq {
 impl Srq {
     /// `ibv_post_srq_recv`. Fails only when the ring is full.
     pub fn post_recv(&mut self, wr: &RecvWr) -> Result<()> {
-        post_ring(&self.ring, &mut self.prod, &ring::encode_recv(wr))
+        post_ring(
+            &self.ring,
+            &mut self.prod,
+            &ring::encode_recv(wr),
+            &self.ctx,
+        )
     }
 
     /// The shared ring's raw bytes (pointer, length), for hostile-client
@@ -467,7 +481,7 @@ impl Srq {
     }
 }
 
-fn post_ring(r: &Ring, prod: &mut u32, w: &WqeRaw) -> Result<()> {
+fn post_ring(r: &Ring, prod: &mut u32, w: &WqeRaw, ctx: &Context) -> Result<()> {
     let cons = r.consumer().load(Ordering::Acquire);
     if prod.wrapping_sub(cons) >= r.entries {
         return Err(Error::QueueFull);
@@ -475,6 +489,16 @@ fn post_ring(r: &Ring, prod: &mut u32, w: &WqeRaw) -> Result<()> {
     r.write(*prod, w);
     *prod = prod.wrapping_add(1);
     r.producer().store(*prod, Ordering::Release);
+    // the doorbell: wake a parked engine (ring.rs, PARKED_AT; the fence
+    // pairs with the daemon's between raising the flag and re-reading
+    // the producer indices)
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if r.parked().load(Ordering::SeqCst) != 0 {
+        if let Some(b) = &ctx.bell {
+            use std::os::fd::AsFd;
+            nic::io::bell::ring_fd(b.as_fd());
+        }
+    }
     Ok(())
 }
 
@@ -588,7 +612,12 @@ impl Qp {
     }
 
     pub fn post_recv(&mut self, wr: &RecvWr) -> Result<()> {
-        post_ring(&self.rq, &mut self.rq_prod, &ring::encode_recv(wr))
+        post_ring(
+            &self.rq,
+            &mut self.rq_prod,
+            &ring::encode_recv(wr),
+            &self.ctx,
+        )
     }
 
     /// A UD send to `remote_qpn` at `ah` with `remote_qkey` (`wr.ud` is
@@ -638,7 +667,7 @@ impl Qp {
     /// Always memory-safe for this process; "unsafe" marks that the WQE is
     /// not checked here and may complete with an error.
     pub unsafe fn post_raw_send(&mut self, w: &WqeRaw) -> Result<()> {
-        post_ring(&self.sq, &mut self.sq_prod, w)
+        post_ring(&self.sq, &mut self.sq_prod, w, &self.ctx)
     }
 
     /// The shared rings' raw bytes: (send ring, receive ring), each as

@@ -117,6 +117,42 @@ impl DataPlane {
         }
     }
 
+    /// The engine is about to park on its bell: raise every ring's
+    /// "parked" flag, then look at the producer indices once more (the
+    /// client publishes, fences, then reads the flag: one of the two sees
+    /// the other). False: a WQE came in meanwhile, do not park.
+    pub fn announce_park(&mut self) -> bool {
+        use std::sync::atomic::{fence, Ordering::SeqCst};
+        self.set_parked(1);
+        fence(SeqCst);
+        let qp_work = self.qps.iter().any(|q| {
+            !q.broken
+                && (q.sq.producer().load(SeqCst) != q.sq_cons
+                    || (q.srq.is_none() && q.rq.producer().load(SeqCst) != q.rq_cons))
+        });
+        let srq_work = self
+            .srqs
+            .iter()
+            .any(|s| !s.broken && s.ring.producer().load(SeqCst) != s.cons);
+        !(qp_work || srq_work)
+    }
+
+    /// The park is over: clients need not ring.
+    pub fn end_park(&mut self) {
+        self.set_parked(0);
+    }
+
+    fn set_parked(&self, v: u32) {
+        use std::sync::atomic::Ordering::SeqCst;
+        for q in &self.qps {
+            q.sq.parked().store(v, SeqCst);
+            q.rq.parked().store(v, SeqCst);
+        }
+        for s in &self.srqs {
+            s.ring.parked().store(v, SeqCst);
+        }
+    }
+
     /// One pass: doorbells, then completions. Returns the work done.
     pub fn turn(&mut self, rnic: &mut Rnic) -> usize {
         let mut work = 0;

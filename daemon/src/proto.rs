@@ -1,7 +1,8 @@
 //! The control protocol: one JSON object per SOCK_SEQPACKET message,
 //! `{"v":1,"req":{...}}` from the client and `{"v":1,"resp":{...}}` back.
 //! Memfds travel as SCM_RIGHTS on the same message (RegMr: client→daemon;
-//! CreateCq/CreateQp: daemon→client). Unknown versions, unknown fields'
+//! CreateCq/CreateQp: daemon→client); `Bell` answers with the engine's
+//! eventfd (daemon→client). Unknown versions, unknown fields'
 //! types, oversize messages and missing descriptors are refused with an
 //! `Error` response; nothing a client sends can make the daemon panic.
 
@@ -34,6 +35,10 @@ pub enum QpKind {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     QueryDevice,
+    /// The engine's bell (an eventfd, attached to the `Ok` answer): a
+    /// client rings it after posting when a ring's header says the engine
+    /// parks (`ring::PARKED_AT`). An error answer: the engine has none.
+    Bell,
     AllocPd,
     DeallocPd {
         pd: u32,

@@ -3,7 +3,8 @@
 //! and then checked: the client may change it at any moment.
 //!
 //! A ring is a 128-byte header — producer index (u32) at byte 0, consumer
-//! index (u32) at byte 64, each on its own cache line — followed by
+//! index (u32) at byte 64, each on its own cache line, and the daemon's
+//! "parked" flag (u32) at byte 96 ([`PARKED_AT`]) — followed by
 //! `entries` fixed-size slots (`entries` a power of two). Indices are free
 //! running u32s; slot = index & (entries - 1). The producer writes slots,
 //! then publishes with a release store of the producer index (the
@@ -14,6 +15,12 @@ use nic::verbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, Sgl, Wc, WcOpcode, WcSt
 use std::sync::atomic::AtomicU32;
 
 pub const RING_HDR: usize = 128;
+/// Where the daemon keeps "the engine parks" in a ring's header: nonzero
+/// while the engine thread waits on its bell. A producer publishes its
+/// index, then (after a SeqCst fence) reads this; nonzero: it rings the
+/// bell. The daemon sets it, fences, then looks at the producer indices
+/// once more before waiting, so a post is never left for a whole park.
+pub const PARKED_AT: usize = 96;
 pub const WQE_SIZE: usize = 192;
 pub const CQE_SIZE: usize = 32;
 /// Largest ring the daemon makes.
@@ -146,6 +153,12 @@ impl Ring {
     pub fn consumer(&self) -> &AtomicU32 {
         // SAFETY: inside the header, aligned.
         unsafe { AtomicU32::from_ptr(self.base.add(64) as *mut u32) }
+    }
+
+    /// The daemon's "parked" flag ([`PARKED_AT`]).
+    pub fn parked(&self) -> &AtomicU32 {
+        // SAFETY: inside the header, aligned.
+        unsafe { AtomicU32::from_ptr(self.base.add(PARKED_AT) as *mut u32) }
     }
 
     fn slot_ptr(&self, idx: u32) -> *mut u8 {

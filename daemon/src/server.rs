@@ -13,7 +13,7 @@ use nic::io::Port;
 use nic::transport::{QpInit, Rnic, RnicConfig, FIRST_QPN};
 use nic::verbs::{access, Memory, QpAttr, QpState, QpType, Wc, MAX_SGE};
 use std::collections::{HashMap, HashSet};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -81,11 +81,55 @@ struct Registry {
 struct Shared {
     cfg: ServerConfig,
     dev: Device,
+    /// The engine's bell, whose duplicates clients ring (None: no eventfd).
+    bell: Option<Arc<nic::io::Bell>>,
     dp: Arc<Mutex<DataPlane>>,
     reg: Mutex<Registry>,
     mac: [u8; 6],
     mtu: u32,
     stop: AtomicBool,
+}
+
+/// The data plane as the engine's hook: each turn polls the rings; before
+/// the engine parks, the rings' "parked" flags go up (and come down after).
+/// The engine thread never blocks on the data plane's lock (the control
+/// thread may hold it): flags it could not lower are lowered next turn.
+struct DpHook {
+    dp: Arc<Mutex<DataPlane>>,
+    flags_up: bool,
+}
+
+impl nic::engine::EngineHook for DpHook {
+    fn turn(&mut self, r: &mut Rnic) -> usize {
+        match self.dp.try_lock() {
+            Ok(mut d) => {
+                if self.flags_up {
+                    d.end_park();
+                    self.flags_up = false;
+                }
+                d.turn(r)
+            }
+            // the control thread is adding or removing rings: come back soon
+            Err(_) => 1,
+        }
+    }
+
+    fn before_park(&mut self, _: &mut Rnic) -> bool {
+        match self.dp.try_lock() {
+            Ok(mut d) => {
+                self.flags_up = true;
+                d.announce_park()
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn after_park(&mut self, _: &mut Rnic) {
+        if let Ok(mut d) = self.dp.try_lock() {
+            d.end_park();
+            self.flags_up = false;
+        }
+    }
 }
 
 /// A running device.
@@ -121,10 +165,9 @@ impl Server {
             rc.seed = rand::random();
             let rnic = Rnic::new(rc);
             let dp = Arc::new(Mutex::new(DataPlane::default()));
-            let hdp = dp.clone();
-            let hook: nic::engine::TurnHook = Box::new(move |r: &mut Rnic| match hdp.try_lock() {
-                Ok(mut d) => d.turn(r),
-                Err(_) => 1,
+            let hook: nic::engine::TurnHook = Box::new(DpHook {
+                dp: dp.clone(),
+                flags_up: false,
             });
             members.push((rnic, port, Some(hook)));
             rest.push((dp, mac, mtu, cfg));
@@ -152,6 +195,7 @@ impl Server {
             let listener = Listener::bind(&path, cfg.mode)?;
             let sh = Arc::new(Shared {
                 dev: engine.device(),
+                bell: engine.bell(),
                 dp,
                 reg: Mutex::new(Registry::default()),
                 mac: mac.0,
@@ -270,16 +314,28 @@ fn client_loop(sh: Arc<Shared>, sock: SeqPacket) {
     cleanup(&sh, id);
 }
 
-fn reply(sock: &SeqPacket, resp: Response, fd: Option<&Arc<Mapping>>) -> std::io::Result<()> {
+fn reply(sock: &SeqPacket, resp: Response, fd: Option<&Attach>) -> std::io::Result<()> {
     let m = RespMsg {
         v: proto::VERSION,
         resp,
     };
-    let fds: Vec<_> = fd.map(|m| m.fd()).into_iter().collect();
+    let fds: Vec<_> = fd
+        .map(|a| match a {
+            Attach::Map(m) => m.fd(),
+            Attach::Fd(f) => f.as_raw_fd(),
+        })
+        .into_iter()
+        .collect();
     sock.send(&proto::encode(&m), &fds)
 }
 
-type Reply = (Response, Option<Arc<Mapping>>);
+/// An answer and what travels with it (SCM_RIGHTS).
+type Reply = (Response, Option<Attach>);
+
+enum Attach {
+    Map(Arc<Mapping>),
+    Fd(OwnedFd),
+}
 
 fn call<R: Send + 'static>(
     sh: &Shared,
@@ -313,6 +369,11 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
         return Err("too many objects".into());
     }
     match req {
+        Request::Bell => {
+            let bell = sh.bell.as_ref().ok_or("this engine has no bell")?;
+            let fd = bell.try_clone_fd().map_err(|e| e.to_string())?;
+            Ok((Response::Ok, Some(Attach::Fd(fd))))
+        }
         Request::QueryDevice => ok(Response::Device {
             name: sh.cfg.name.clone(),
             gid: sh.cfg.gid.0,
@@ -430,7 +491,7 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                     entries,
                     map_len: map.len() as u64,
                 },
-                Some(map),
+                Some(Attach::Map(map)),
             ))
         }
         Request::DestroyCq { cq } => {
@@ -543,7 +604,7 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                     rq_offset: rq_offset as u64,
                     map_len: total as u64,
                 },
-                Some(map),
+                Some(Attach::Map(map)),
             ))
         }
         Request::ModifyQp { qpn, attr } => {
@@ -636,7 +697,7 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                     entries,
                     map_len: map.len() as u64,
                 },
-                Some(map),
+                Some(Attach::Map(map)),
             ))
         }
         Request::DestroySrq { srq } => {

@@ -29,6 +29,34 @@ fn two_processes_every_verb_with_one_engine_thread() {
     ));
 }
 
+/// The engine parks for up to 10 minutes when idle (`--park-us`), so
+/// every post after a pause and every control call must wake it through
+/// its bell (clients ring the eventfd when the ring says "parked"); the
+/// clients' lines time out long before a park would end by itself. The
+/// idle pauses here are the clients' own set-up steps between posts.
+#[test]
+fn a_parked_engine_wakes_for_posts_and_calls() {
+    for extra in [&[][..], &["--one-thread"][..]] {
+        let dir = tempdir("bell");
+        let mut args = vec![
+            "--mem-pair",
+            "--name",
+            "t",
+            "--spin",
+            "1",
+            "--park-us",
+            "600000000",
+        ];
+        args.extend(extra);
+        let t0 = Instant::now();
+        every_verb(Daemon::start(None, &args, &dir));
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "{extra:?}: a post waited for the park to end"
+        );
+    }
+}
+
 fn every_verb(d: Daemon) {
     let mut a = Client::spawn("a", None, "verbs-a", &d.sock("t0"), &[]);
     let mut b = Client::spawn("b", None, "verbs-b", &d.sock("t1"), &[]);

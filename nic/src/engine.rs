@@ -13,14 +13,17 @@
 //! Applications talk to it through a [`Device`]: control verbs run as
 //! closures on the engine thread (`call`), posts go through a lock-free
 //! queue, completions come back through per-CQ lock-free queues, so the
-//! data path has no syscall in either direction (a post wakes a parked
-//! engine with `unpark`, which is a syscall only when it was parked).
+//! data path has no syscall in either direction. A parked engine waits on
+//! its [`Bell`] (an eventfd) and, for a socket port, on the socket: a post
+//! or call rings the bell only when the engine said it is parking, so a
+//! busy engine costs no syscall; other processes ring it through a
+//! duplicate ([`Engine::bell`], the daemon's clients).
 //!
 //! An inline engine ([`Engine::start_inline`]) has no thread: the
 //! application turns the same loop from its own thread ([`Device::turn`]),
 //! run to completion — one busy thread per device instead of two.
 
-use crate::io::{FrameBatch, Port, PortCounters};
+use crate::io::{Bell, FrameBatch, Port, PortCounters};
 use crate::time::Instant;
 use crate::transport::{Counters, Rnic, VerbsError};
 use crate::verbs::{RecvWr, SendWr, Wc, WcOpcode, WcStatus};
@@ -69,11 +72,31 @@ enum Post {
 
 type Call = Box<dyn FnOnce(&mut Rnic, &dyn Port) + Send>;
 
-/// A callback the loop runs once per turn on the engine thread, right after
-/// taking posted work requests; it returns how much work it did (0: none,
-/// which lets the loop back off). The softrnic daemon uses it to poll the
-/// doorbells of shared-memory rings and to move completions out.
-pub type TurnHook = Box<dyn FnMut(&mut Rnic) -> usize + Send>;
+/// Work the loop does for someone else on the engine thread. The softrnic
+/// daemon polls the doorbells of shared-memory rings and moves completions
+/// out; a closure `FnMut(&mut Rnic) -> usize` is a hook that only turns.
+pub trait EngineHook: Send {
+    /// Once per turn, right after taking posted work requests; returns how
+    /// much work it did (0: none, which lets the loop back off).
+    fn turn(&mut self, rnic: &mut Rnic) -> usize;
+    /// The loop is about to park on its bell: announce it to whoever rings
+    /// the bell (and then look once more); `false` means work arrived, do
+    /// not park.
+    fn before_park(&mut self, _rnic: &mut Rnic) -> bool {
+        true
+    }
+    /// The park has ended.
+    fn after_park(&mut self, _rnic: &mut Rnic) {}
+}
+
+impl<F: FnMut(&mut Rnic) -> usize + Send> EngineHook for F {
+    fn turn(&mut self, rnic: &mut Rnic) -> usize {
+        self(rnic)
+    }
+}
+
+/// The per-turn hook a device runs (see [`EngineHook`]).
+pub type TurnHook = Box<dyn EngineHook>;
 
 struct Shared {
     stop: AtomicBool,
@@ -87,10 +110,19 @@ struct Shared {
     /// A member of a group ([`Engine::start_group`]): its loop's statistics,
     /// left here by the group thread when it drops the loop after `stop`.
     done: Mutex<Option<EngineStats>>,
+    /// What a parked engine thread waits on (None: no eventfd here; the
+    /// thread then parks and is unparked).
+    bell: Option<Arc<Bell>>,
+    /// The thread is parking or parked on the bell: ring it.
+    parked: AtomicBool,
 }
 
 impl Shared {
-    fn new(post_queue: usize, inline: Option<Mutex<Option<Loop>>>) -> Shared {
+    fn new(
+        post_queue: usize,
+        inline: Option<Mutex<Option<Loop>>>,
+        bell: Option<Arc<Bell>>,
+    ) -> Shared {
         Shared {
             stop: AtomicBool::new(false),
             posts: ArrayQueue::new(post_queue.max(1)),
@@ -98,18 +130,50 @@ impl Shared {
             new_cqs: Mutex::new(Vec::new()),
             inline,
             done: Mutex::new(None),
+            bell,
+            parked: AtomicBool::new(false),
         }
     }
 }
 
 impl Shared {
+    /// After publishing work (a post, a call, `stop`): wake the thread if
+    /// it parks. The fence pairs with the one in [`Shared::park_on`]: either
+    /// the engine sees the work or this sees `parked`.
     fn wake(&self) {
-        if let Ok(t) = self.thread.lock() {
-            if let Some(t) = t.as_ref() {
-                t.unpark();
+        match &self.bell {
+            Some(b) => {
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if self.parked.load(Ordering::SeqCst) {
+                    b.ring();
+                }
+            }
+            None => {
+                if let Ok(t) = self.thread.lock() {
+                    if let Some(t) = t.as_ref() {
+                        t.unpark();
+                    }
+                }
             }
         }
     }
+
+    /// Announces the park; false when work arrived meanwhile.
+    fn park_on(&self) -> bool {
+        self.parked.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.posts.is_empty() && !self.stop.load(Ordering::SeqCst)
+    }
+
+    fn unpark(&self) {
+        self.parked.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The bell of a new engine thread (None, and the old park/unpark, if the
+/// kernel gives no eventfd).
+fn new_bell() -> Option<Arc<Bell>> {
+    Bell::new().ok().map(Arc::new)
 }
 
 /// Why a device call failed.
@@ -185,7 +249,12 @@ impl Engine {
     ) -> Engine {
         rnic.set_link_speed(port.link_speed_bps());
         rnic.set_port_ip_mtu(port.mtu());
-        let shared = Arc::new(Shared::new(cfg.post_queue, None));
+        let mut port = port;
+        let bell = new_bell();
+        if let Some(b) = &bell {
+            port.attach_bell(b);
+        }
+        let shared = Arc::new(Shared::new(cfg.post_queue, None, bell));
         let (calls, rx) = channel::unbounded::<Call>();
         let sh = shared.clone();
         let name = cfg.name.clone();
@@ -222,10 +291,15 @@ impl Engine {
         let mut loops = Vec::new();
         let mut engines = Vec::new();
         let group = Arc::new(Mutex::new(None));
-        for (mut rnic, port, hook) in members {
+        // one thread, one bell for every member
+        let bell = new_bell();
+        for (mut rnic, mut port, hook) in members {
             rnic.set_link_speed(port.link_speed_bps());
             rnic.set_port_ip_mtu(port.mtu());
-            let shared = Arc::new(Shared::new(cfg.post_queue, None));
+            if let Some(b) = &bell {
+                port.attach_bell(b);
+            }
+            let shared = Arc::new(Shared::new(cfg.post_queue, None, bell.clone()));
             let (calls, rx) = channel::unbounded::<Call>();
             loops.push((
                 Loop::new(rnic, port, cfg.clone(), Some(rx), hook),
@@ -269,7 +343,7 @@ impl Engine {
         }
         let post_queue = cfg.post_queue;
         let lp = Loop::new(rnic, port, cfg, None, None);
-        let shared = Arc::new(Shared::new(post_queue, Some(Mutex::new(Some(lp)))));
+        let shared = Arc::new(Shared::new(post_queue, Some(Mutex::new(Some(lp))), None));
         // calls never go through the channel of an inline engine
         let (calls, _) = channel::unbounded::<Call>();
         Engine {
@@ -278,6 +352,13 @@ impl Engine {
             join: None,
             group: None,
         }
+    }
+
+    /// The bell the engine thread parks on (None: an inline engine, or no
+    /// eventfd): ring it, after publishing work and finding the engine
+    /// parked, to wake it. The daemon hands duplicates to its clients.
+    pub fn bell(&self) -> Option<Arc<Bell>> {
+        self.shared.bell.clone()
     }
 
     pub fn device(&self) -> Device {
@@ -518,7 +599,7 @@ impl Loop {
             }
         }
         if let Some(h) = self.hook.as_mut() {
-            work += h(rnic);
+            work += h.turn(rnic);
         }
         // receive and dispatch
         let now = Instant::from_nanos(self.start.elapsed().as_nanos() as u64);
@@ -572,16 +653,57 @@ impl Loop {
         work
     }
 
-    /// The idle backoff's last step: wait for a frame, a doorbell or the
-    /// next timer (at most `cfg.park`).
-    fn park(&mut self) {
-        let until_timer = self
-            .rnic
+    /// Until the next timer, at most `cfg.park`.
+    fn park_time(&self) -> Duration {
+        self.rnic
             .poll_timeout()
             .map(|t| t.saturating_since(self.clock()))
-            .unwrap_or(self.cfg.park);
-        self.stats.parks += 1;
-        self.port.wait(until_timer.min(self.cfg.park));
+            .unwrap_or(self.cfg.park)
+            .min(self.cfg.park)
+    }
+
+    /// Announces a park to the device's ringers; false: work arrived.
+    fn may_park(&mut self, sh: &Shared) -> bool {
+        if !sh.park_on() || self.calls.as_ref().is_some_and(|c| !c.is_empty()) {
+            sh.unpark();
+            return false;
+        }
+        if let Some(h) = self.hook.as_mut() {
+            if !h.before_park(&mut self.rnic) {
+                h.after_park(&mut self.rnic);
+                sh.unpark();
+                return false;
+            }
+        }
+        true
+    }
+
+    fn parked(&mut self, sh: &Shared) {
+        sh.unpark();
+        if let Some(h) = self.hook.as_mut() {
+            h.after_park(&mut self.rnic);
+        }
+    }
+
+    /// The idle backoff's last step: wait for a frame, a doorbell or the
+    /// next timer (at most `cfg.park`).
+    fn park(&mut self, sh: &Shared) {
+        let t = self.park_time();
+        match sh.bell.clone() {
+            Some(bell) => {
+                if !self.may_park(sh) {
+                    return;
+                }
+                self.stats.parks += 1;
+                self.port.wait_or_ring(&bell, t);
+                bell.drain();
+                self.parked(sh);
+            }
+            None => {
+                self.stats.parks += 1;
+                self.port.wait(t);
+            }
+        }
     }
 }
 
@@ -602,7 +724,7 @@ fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
         } else if idle < lp.cfg.spin + lp.cfg.yields {
             std::thread::yield_now();
         } else {
-            lp.park();
+            lp.park(&sh);
         }
     }
     lp.stats
@@ -641,17 +763,40 @@ fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig) {
         } else {
             let until = members
                 .iter()
-                .filter_map(|(lp, _)| {
-                    lp.rnic
-                        .poll_timeout()
-                        .map(|t| t.saturating_since(lp.clock()))
-                })
+                .map(|(lp, _)| lp.park_time())
                 .min()
                 .unwrap_or(cfg.park);
-            for (lp, _) in members.iter_mut() {
-                lp.stats.parks += 1;
+            let bell = members.first().and_then(|(_, sh)| sh.bell.clone());
+            match bell {
+                Some(bell) => {
+                    // every member announces the park; any with work cancels it
+                    let mut go = true;
+                    let mut announced = 0;
+                    for (lp, sh) in members.iter_mut() {
+                        if !lp.may_park(sh) {
+                            go = false;
+                            break;
+                        }
+                        announced += 1;
+                    }
+                    if go {
+                        for (lp, _) in members.iter_mut() {
+                            lp.stats.parks += 1;
+                        }
+                        bell.wait(None, until);
+                        bell.drain();
+                    }
+                    for (lp, sh) in members.iter_mut().take(announced) {
+                        lp.parked(sh);
+                    }
+                }
+                None => {
+                    for (lp, _) in members.iter_mut() {
+                        lp.stats.parks += 1;
+                    }
+                    std::thread::park_timeout(until);
+                }
             }
-            std::thread::park_timeout(until.min(cfg.park));
         }
     }
 }

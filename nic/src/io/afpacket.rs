@@ -20,7 +20,7 @@ use super::{FrameBatch, Port, PortCounters, SLOT_LEN};
 use std::ffi::CString;
 use std::io;
 use std::net::UdpSocket;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 use wire::EthernetAddress;
@@ -468,5 +468,10 @@ impl Port for AfPacketPort {
         let ms = timeout.as_millis().clamp(0, 1000) as i32;
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };
+    }
+
+    /// ppoll(2) on the socket and the engine's bell.
+    fn wait_or_ring(&mut self, bell: &std::sync::Arc<super::Bell>, timeout: Duration) {
+        bell.wait(Some(self.fd.as_fd()), timeout);
     }
 }

@@ -575,6 +575,16 @@ impl Port for AfXdpPort {
         }
         self.xsk.poll(timeout);
     }
+
+    /// ppoll(2) on the socket and the engine's bell.
+    fn wait_or_ring(&mut self, bell: &std::sync::Arc<super::Bell>, timeout: Duration) {
+        self.reclaim();
+        self.kick_tx();
+        if self.xsk.rx.available() > 0 {
+            return;
+        }
+        bell.wait(Some(self.xsk.fd()), timeout);
+    }
 }
 
 /// Which kind of port [`open_port`] opens.

@@ -156,6 +156,12 @@ impl<P: Port> Port for Impaired<P> {
     fn wait(&mut self, timeout: Duration) {
         self.inner.wait(timeout)
     }
+    fn wait_or_ring(&mut self, bell: &std::sync::Arc<super::Bell>, timeout: Duration) {
+        self.inner.wait_or_ring(bell, timeout)
+    }
+    fn attach_bell(&mut self, bell: &std::sync::Arc<super::Bell>) {
+        self.inner.attach_bell(bell)
+    }
     fn rx_backlog(&self) -> Option<super::RxBacklog> {
         self.inner.rx_backlog()
     }

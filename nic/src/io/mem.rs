@@ -3,7 +3,7 @@
 //! [`super::impair::Impaired`] to drop, reorder, duplicate, corrupt or
 //! CE-mark what it sends.
 
-use super::{FrameBatch, Port, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
+use super::{Bell, FrameBatch, Port, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
 use crossbeam::queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,8 +88,9 @@ impl Backlog {
 struct Lane {
     full: ArrayQueue<(Buf, u16, Tag)>,
     free: ArrayQueue<Buf>,
-    /// The thread to wake when a frame arrives (the receiving engine).
-    waiter: Mutex<Option<Thread>>,
+    /// Whom to wake when a frame arrives: the receiving engine's thread,
+    /// or its bell once it parks on one.
+    waiter: Mutex<Option<Waiter>>,
     dropped: AtomicU64,
     backlog: Backlog,
 }
@@ -129,11 +130,18 @@ impl Lane {
 
     fn wake(&self) {
         if let Ok(w) = self.waiter.lock() {
-            if let Some(t) = w.as_ref() {
-                t.unpark();
+            match w.as_ref() {
+                Some(Waiter::Thread(t)) => t.unpark(),
+                Some(Waiter::Bell(b)) => b.ring(),
+                None => {}
             }
         }
     }
+}
+
+enum Waiter {
+    Thread(Thread),
+    Bell(Arc<Bell>),
 }
 
 /// One end of an in-memory wire.
@@ -188,7 +196,7 @@ impl Port for MemPort {
     fn recv(&mut self, batch: &mut FrameBatch) -> usize {
         if let Ok(mut w) = self.rx.waiter.lock() {
             if w.is_none() {
-                *w = Some(std::thread::current());
+                *w = Some(Waiter::Thread(std::thread::current()));
             }
         }
         let mut n = 0;
@@ -239,6 +247,13 @@ impl Port for MemPort {
     /// starts with the first call: frames queued before it are not in it.
     fn rx_backlog(&self) -> Option<RxBacklog> {
         Some(self.rx.backlog.snapshot())
+    }
+
+    /// A frame put on the wire towards us rings the engine's bell.
+    fn attach_bell(&mut self, bell: &Arc<Bell>) {
+        if let Ok(mut w) = self.rx.waiter.lock() {
+            *w = Some(Waiter::Bell(bell.clone()));
+        }
     }
 }
 

@@ -15,13 +15,17 @@
 pub mod addr;
 pub mod afpacket;
 pub mod afxdp;
+pub mod bell;
 pub mod impair;
 pub mod mem;
 pub mod netns;
 pub mod pcap;
 
+use std::sync::Arc;
 use std::time::Duration;
 use wire::EthernetAddress;
+
+pub use bell::Bell;
 
 /// Largest frame a slot holds: a 9000-byte MTU plus Ethernet and VLAN headers.
 pub const SLOT_LEN: usize = 9018 + 4;
@@ -247,6 +251,15 @@ pub trait Port: Send {
     fn wait(&mut self, timeout: Duration) {
         std::thread::park_timeout(timeout);
     }
+    /// Like `wait`, and the engine's `bell` ends it too. Ports with a
+    /// socket wait on both; the rest on the bell, which they ring when a
+    /// frame arrives if they can ([`Port::attach_bell`]).
+    fn wait_or_ring(&mut self, bell: &Arc<Bell>, timeout: Duration) {
+        bell.wait(None, timeout);
+    }
+    /// The engine that turns this port parks on `bell`: a port whose frames
+    /// are delivered by another thread (the in-memory wire) rings it.
+    fn attach_bell(&mut self, _bell: &Arc<Bell>) {}
     /// What waits in the receive ring right now, for PFC generation; `None`
     /// when the port cannot tell (AF_PACKET: the kernel's socket queue and
     /// TPACKET blocks are not counted), and then no PFC is generated.
@@ -277,6 +290,12 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn wait(&mut self, timeout: Duration) {
         (**self).wait(timeout)
+    }
+    fn wait_or_ring(&mut self, bell: &Arc<Bell>, timeout: Duration) {
+        (**self).wait_or_ring(bell, timeout)
+    }
+    fn attach_bell(&mut self, bell: &Arc<Bell>) {
+        (**self).attach_bell(bell)
     }
     fn rx_backlog(&self) -> Option<RxBacklog> {
         (**self).rx_backlog()

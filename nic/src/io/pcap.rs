@@ -288,6 +288,12 @@ impl<P: Port> Port for PcapTap<P> {
     fn wait(&mut self, timeout: Duration) {
         self.port_mut().wait(timeout)
     }
+    fn wait_or_ring(&mut self, bell: &std::sync::Arc<super::Bell>, timeout: Duration) {
+        self.port_mut().wait_or_ring(bell, timeout)
+    }
+    fn attach_bell(&mut self, bell: &std::sync::Arc<super::Bell>) {
+        self.port_mut().attach_bell(bell)
+    }
     fn rx_backlog(&self) -> Option<super::RxBacklog> {
         self.port().rx_backlog()
     }

@@ -310,6 +310,12 @@ impl Xsk {
         };
     }
 
+    /// The socket, to wait on with other descriptors.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
     /// poll(2) until the RX ring holds a frame or `timeout` passes.
     pub fn poll(&self, timeout: Duration) {
         let mut p = libc::pollfd {

@@ -1,0 +1,125 @@
+//! The bell that wakes a parked engine: an eventfd that threads of this
+//! process (a post, a control call, the far end of an in-memory wire) and
+//! other processes (the daemon's clients, which get a duplicate of the
+//! descriptor) can ring. A parked engine waits in `ppoll(2)` on the bell
+//! and, for a socket port, on the socket too, so whichever comes first — a
+//! frame, a doorbell, the next timer — ends the park.
+//!
+//! Ringing is a `write(2)`, so the ringers only ring when the engine said
+//! it is about to sleep: the engine publishes "parked", re-checks its
+//! queues, then sleeps; a ringer publishes its work, then reads "parked"
+//! (both sides with sequentially consistent ordering, so one of them sees
+//! the other: no wake-up is lost and a busy engine costs no syscall).
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+/// An eventfd (non-blocking, close-on-exec).
+#[derive(Debug)]
+pub struct Bell {
+    fd: OwnedFd,
+}
+
+impl Bell {
+    pub fn new() -> io::Result<Bell> {
+        // SAFETY: plain syscall; the result is checked before use.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        Ok(Bell {
+            fd: unsafe { OwnedFd::from_raw_fd(raw) },
+        })
+    }
+
+    /// Wakes the engine (a full counter means it is already rung).
+    pub fn ring(&self) {
+        ring_fd(self.fd.as_fd());
+    }
+
+    /// Clears what was rung.
+    pub fn drain(&self) {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into a u64; EAGAIN (not rung) is fine.
+        unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// A duplicate for another process (sent with SCM_RIGHTS).
+    pub fn try_clone_fd(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
+    }
+
+    /// Waits until the bell rings, `other` is readable, or `timeout`
+    /// passes (to the microsecond: `ppoll`).
+    pub fn wait(&self, other: Option<BorrowedFd<'_>>, timeout: Duration) {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: other.map_or(-1, |f| f.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(3600) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        let n = if other.is_some() { 2 } else { 1 };
+        // SAFETY: `n` valid pollfds and a valid timespec; no signal mask.
+        unsafe { libc::ppoll(fds.as_mut_ptr(), n, &ts, std::ptr::null()) };
+    }
+}
+
+impl AsFd for Bell {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Rings an eventfd someone gave us (a client of the daemon rings the
+/// engine's bell through its duplicate).
+pub fn ring_fd(fd: BorrowedFd<'_>) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a u64; EAGAIN (counter full) is fine.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    #[test]
+    fn a_ring_from_another_thread_ends_the_wait_and_drains() {
+        let bell = Arc::new(Bell::new().unwrap());
+        let b2 = bell.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            b2.ring();
+        });
+        let t0 = Instant::now();
+        bell.wait(None, Duration::from_secs(60));
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the ring did not end the wait"
+        );
+        t.join().unwrap();
+        bell.drain();
+        // drained: the next wait runs to its (short) timeout
+        let t0 = Instant::now();
+        bell.wait(None, Duration::from_millis(5));
+        assert!(t0.elapsed() >= Duration::from_millis(4));
+        // a duplicate rings the same bell
+        let dup = bell.try_clone_fd().unwrap();
+        ring_fd(dup.as_fd());
+        bell.wait(None, Duration::from_secs(60));
+        bell.drain();
+    }
+}
