@@ -22,6 +22,7 @@
 //! one pass; the tests use etherparse as an independent decoder.
 
 pub mod bth;
+pub mod crc_copy;
 mod bytes;
 mod display;
 pub mod error;
