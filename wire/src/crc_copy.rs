@@ -394,7 +394,11 @@ mod tests {
             let mut m = vec![0u8; bytes];
             m[0] = 1; // bit 0 of byte 0: the highest coefficient
             let k = (bytes * 8 - 1) as u32;
-            assert_eq!(bitwise(0, &m), xpow_mod(k + 32).reverse_bits(), "{bytes} bytes");
+            assert_eq!(
+                bitwise(0, &m),
+                xpow_mod(k + 32).reverse_bits(),
+                "{bytes} bytes"
+            );
         }
     }
 
@@ -465,8 +469,14 @@ mod tests {
                         want.finalize(),
                         "{kernel:?} len {len} offsets {s_off}/{d_off}"
                     );
-                    assert!(dst[d_off..d_off + len] == *src, "{kernel:?} len {len} bytes");
-                    assert!(dst[..d_off].iter().chain(&dst[d_off + len..]).all(|&b| b == 0xA5));
+                    assert!(
+                        dst[d_off..d_off + len] == *src,
+                        "{kernel:?} len {len} bytes"
+                    );
+                    assert!(dst[..d_off]
+                        .iter()
+                        .chain(&dst[d_off + len..])
+                        .all(|&b| b == 0xA5));
                     assert_eq!(h.total_len(), len as u64);
                     // and it agrees with the bit-at-a-time definition
                     if len < 300 {

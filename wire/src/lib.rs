@@ -22,8 +22,8 @@
 //! one pass; the tests use etherparse as an independent decoder.
 
 pub mod bth;
-pub mod crc_copy;
 mod bytes;
+pub mod crc_copy;
 mod display;
 pub mod error;
 pub mod ethernet;
