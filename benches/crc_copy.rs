@@ -45,7 +45,7 @@ fn main() {
         print!(" {c:>24}");
     }
     println!();
-    for len in [256usize, 1024, 4096, 65536] {
+    for len in [64usize, 128, 256, 384, 512, 768, 1024, 4096, 65536] {
         let src: Vec<u8> = (0..len)
             .map(|i| (i as u8).wrapping_mul(31) ^ 0x5A)
             .collect();

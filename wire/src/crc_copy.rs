@@ -33,6 +33,7 @@
 //! So the CRC always covers the bytes that landed in `dst`, even if the
 //! source changes during the copy (registered memory behaves like DMA).
 
+use core::sync::atomic::{AtomicU8, Ordering};
 use crc32fast::Hasher;
 
 /// The CRC-32 polynomial without its x^32 term, normal (not reflected)
@@ -71,6 +72,7 @@ const K2048: [u64; 2] = fold_consts(2048);
 
 /// Which implementation `copy_and_update_with` runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
 pub enum Kernel {
     /// `copy_from_slice`, then `crc32fast` over the copy (two passes).
     Portable,
@@ -102,20 +104,36 @@ impl Kernel {
         }
     }
 
-    /// The fastest kernel this CPU runs.
+    /// The fastest kernel this CPU runs (detected once).
+    #[inline]
     pub fn best() -> Kernel {
-        if Kernel::Avx512.available() {
-            Kernel::Avx512
-        } else if Kernel::Pclmul.available() {
-            Kernel::Pclmul
-        } else {
-            Kernel::Portable
+        match BEST.load(Ordering::Relaxed) {
+            1 => Kernel::Portable,
+            2 => Kernel::Pclmul,
+            3 => Kernel::Avx512,
+            _ => {
+                let k = if Kernel::Avx512.available() {
+                    Kernel::Avx512
+                } else if Kernel::Pclmul.available() {
+                    Kernel::Pclmul
+                } else {
+                    Kernel::Portable
+                };
+                BEST.store(k as u8 + 1, Ordering::Relaxed);
+                k
+            }
         }
     }
 }
 
-/// Shortest input the folding kernels take: below it, and for what they
-/// leave over, copy and `crc32fast` are as fast.
+/// `Kernel::best()` once known, as `Kernel as u8 + 1`; 0: not yet.
+static BEST: AtomicU8 = AtomicU8::new(0);
+
+/// Shortest input the folding kernels take: below it, copy and `crc32fast`
+/// are as fast (`crc_copy` bench: on an AVX-512 CPU the fused kernel
+/// overtakes copy + `crc32fast` at about 256 bytes; crc32fast itself uses
+/// AVX-512 there, so the AVX-512 kernel does not hand shorter inputs to the
+/// 128-bit one).
 const PCLMUL_MIN: usize = 64;
 const AVX512_MIN: usize = 256;
 
@@ -126,7 +144,10 @@ const AVX512_MIN: usize = 256;
 /// If the lengths differ (as `copy_from_slice`).
 #[inline]
 pub fn copy_and_update(crc: &mut Hasher, src: &[u8], dst: &mut [u8]) {
-    copy_and_update_with(Kernel::best(), crc, src, dst)
+    assert_eq!(src.len(), dst.len(), "copy_and_update: lengths differ");
+    // SAFETY: `src` is a slice of `dst.len()` bytes, and cannot overlap
+    // `dst` (a `&mut`).
+    unsafe { run(Kernel::best(), crc, src.as_ptr(), dst) }
 }
 
 /// `copy_and_update` with a chosen kernel, one this CPU runs (else the
@@ -147,7 +168,7 @@ pub fn copy_and_update_with(kernel: Kernel, crc: &mut Hasher, src: &[u8], dst: &
 /// `dst`.
 #[inline]
 pub unsafe fn copy_and_update_raw(crc: &mut Hasher, src: *const u8, dst: &mut [u8]) {
-    copy_and_update_raw_with(Kernel::best(), crc, src, dst)
+    run(Kernel::best(), crc, src, dst)
 }
 
 /// `copy_and_update_raw` with a chosen kernel (see `copy_and_update_with`).
@@ -160,20 +181,29 @@ pub unsafe fn copy_and_update_raw_with(
     src: *const u8,
     dst: &mut [u8],
 ) {
+    let kernel = if kernel.available() {
+        kernel
+    } else {
+        Kernel::Portable
+    };
+    run(kernel, crc, src, dst)
+}
+
+/// The dispatch, `kernel` known to run here.
+///
+/// # Safety
+/// As `copy_and_update_raw`.
+#[inline]
+unsafe fn run(kernel: Kernel, crc: &mut Hasher, src: *const u8, dst: &mut [u8]) {
     let len = dst.len();
     #[cfg(target_arch = "x86_64")]
     {
-        let kernel = if kernel.available() {
-            kernel
-        } else {
-            Kernel::Portable
-        };
         let bulk = match kernel {
             Kernel::Avx512 if len >= AVX512_MIN => {
                 let raw = !crc.clone().finalize();
                 Some(x86::bulk_avx512(raw, src, dst.as_mut_ptr(), len))
             }
-            Kernel::Avx512 | Kernel::Pclmul if len >= PCLMUL_MIN => {
+            Kernel::Pclmul if len >= PCLMUL_MIN => {
                 let raw = !crc.clone().finalize();
                 Some(x86::bulk_pclmul(raw, src, dst.as_mut_ptr(), len))
             }
@@ -181,13 +211,16 @@ pub unsafe fn copy_and_update_raw_with(
         };
         if let Some((v, done)) = bulk {
             // The CRC of everything before `done` is the CRC of V from a
-            // zero register (module docs); crc32fast's state is the
-            // complement of the register.
-            let mut h = Hasher::new_with_initial_len(!0, crc.total_len() + done as u64 - 16);
-            h.update(&v);
+            // zero register (module docs; crc32fast's state is the
+            // complement of the register); V and the tail (under 16
+            // bytes, copied first) go to crc32fast in one update.
             let tail = &mut dst[done..];
             core::ptr::copy_nonoverlapping(src.add(done), tail.as_mut_ptr(), tail.len());
-            h.update(tail);
+            let mut last = [0u8; 32];
+            last[..16].copy_from_slice(&v);
+            last[16..16 + tail.len()].copy_from_slice(tail);
+            let mut h = Hasher::new_with_initial_len(!0, crc.total_len() + done as u64 - 16);
+            h.update(&last[..16 + tail.len()]);
             *crc = h;
             return;
         }
@@ -244,6 +277,24 @@ mod x86 {
         v
     }
 
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn copy256(src: *const u8, dst: *mut u8, at: usize) -> [__m512i; 4] {
+        let s = src.add(at) as *const __m512i;
+        let d = dst.add(at) as *mut __m512i;
+        let v = [
+            _mm512_loadu_si512(s),
+            _mm512_loadu_si512(s.add(1)),
+            _mm512_loadu_si512(s.add(2)),
+            _mm512_loadu_si512(s.add(3)),
+        ];
+        _mm512_storeu_si512(d, v[0]);
+        _mm512_storeu_si512(d.add(1), v[1]);
+        _mm512_storeu_si512(d.add(2), v[2]);
+        _mm512_storeu_si512(d.add(3), v[3]);
+        v
+    }
+
     /// Folds whole 16-byte blocks from `at` on into `x`; returns V and
     /// where the blocks end.
     #[inline]
@@ -290,10 +341,22 @@ mod x86 {
         let mut x3 = copy16(src, dst, 48);
         let mut at = 64;
         while at + 64 <= len {
-            x0 = fold128(x0, k512, copy16(src, dst, at));
-            x1 = fold128(x1, k512, copy16(src, dst, at + 16));
-            x2 = fold128(x2, k512, copy16(src, dst, at + 32));
-            x3 = fold128(x3, k512, copy16(src, dst, at + 48));
+            // four loads, then four stores (as in `copy256`)
+            let s = src.add(at) as *const __m128i;
+            let d = dst.add(at) as *mut __m128i;
+            let v = [
+                _mm_loadu_si128(s),
+                _mm_loadu_si128(s.add(1)),
+                _mm_loadu_si128(s.add(2)),
+                _mm_loadu_si128(s.add(3)),
+            ];
+            for (i, v) in v.iter().enumerate() {
+                _mm_storeu_si128(d.add(i), *v);
+            }
+            x0 = fold128(x0, k512, v[0]);
+            x1 = fold128(x1, k512, v[1]);
+            x2 = fold128(x2, k512, v[2]);
+            x3 = fold128(x3, k512, v[3]);
             at += 64;
         }
         let x = fold128(x0, k128, x1);
@@ -319,16 +382,18 @@ mod x86 {
         let (a, b) = lane(K512);
         let k512 = _mm512_broadcast_i32x4(_mm_set_epi64x(b, a));
         let init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(raw as i32));
-        let mut z0 = _mm512_xor_si512(copy64(src, dst, 0), init);
-        let mut z1 = copy64(src, dst, 64);
-        let mut z2 = copy64(src, dst, 128);
-        let mut z3 = copy64(src, dst, 192);
+        // Four loads, then four stores: the loads need not wait for the
+        // stores' addresses.
+        let [d0, d1, d2, d3] = copy256(src, dst, 0);
+        let mut z0 = _mm512_xor_si512(d0, init);
+        let (mut z1, mut z2, mut z3) = (d1, d2, d3);
         let mut at = 256;
         while at + 256 <= len {
-            z0 = fold512(z0, k2048, copy64(src, dst, at));
-            z1 = fold512(z1, k2048, copy64(src, dst, at + 64));
-            z2 = fold512(z2, k2048, copy64(src, dst, at + 128));
-            z3 = fold512(z3, k2048, copy64(src, dst, at + 192));
+            let [d0, d1, d2, d3] = copy256(src, dst, at);
+            z0 = fold512(z0, k2048, d0);
+            z1 = fold512(z1, k2048, d1);
+            z2 = fold512(z2, k2048, d2);
+            z3 = fold512(z3, k2048, d3);
             at += 256;
         }
         let z = fold512(z0, k512, z1);
