@@ -161,6 +161,20 @@ impl Memory for Mapping {
         }
     }
 
+    /// The payload of a frame being sent: copied out of the client's buffer
+    /// and covered by the ICRC in one pass; the ICRC covers exactly the
+    /// bytes copied even if the client writes the buffer meanwhile.
+    fn read_icrc(&self, offset: usize, dst: &mut [u8], icrc: &mut wire::icrc::Icrc) {
+        if self.in_bounds(offset, dst.len()) {
+            // SAFETY: bounds checked; `dst` is the engine's frame buffer, a
+            // `&mut`, so not inside this mapping.
+            unsafe { icrc.copy_raw(self.ptr.add(offset), dst) }
+        } else {
+            dst.fill(0);
+            icrc.update(dst);
+        }
+    }
+
     fn write(&self, offset: usize, src: &[u8]) {
         if self.in_bounds(offset, src.len()) {
             // SAFETY: bounds checked.

@@ -103,25 +103,78 @@ fn masked_prefix<const N: usize>(datagram: &[u8], mask: &[u8; N]) -> [u8; N] {
 /// `datagram` in place. The LRH ones are a precomputed starting state.
 #[inline]
 pub fn compute(version: IpVersion, datagram: &[u8]) -> u32 {
-    // The documented precondition, checked as before this function copied
-    // only the masked part (a shorter IPv6 datagram must not slip through).
-    assert!(
-        datagram.len() >= version.header_len() + udp::HEADER_LEN + bth::HEADER_LEN,
-        "ICRC over a datagram shorter than its IP, UDP and BTH headers"
-    );
-    let masks = &*MASKS;
-    let mut h = masks.lrh_ones.clone();
-    match version {
-        IpVersion::V4 => {
-            h.update(&masked_prefix(datagram, &masks.v4));
-            h.update(&datagram[V4_PREFIX..]);
+    Icrc::new(version, datagram).finish()
+}
+
+/// An ICRC computed front to back while a frame is written: the headers
+/// first, then the payload as it is copied into the frame
+/// (`copy`, one pass with `crate::crc_copy`), then the pad.
+#[derive(Clone)]
+pub struct Icrc {
+    h: crc32fast::Hasher,
+}
+
+impl Icrc {
+    /// Starts an ICRC with the front of a datagram: from the IP header on,
+    /// at least through the BTH (the masked fields, A17.4.3.1, are all in
+    /// the IP, UDP and BTH headers), e.g. all the headers before the
+    /// payload.
+    ///
+    /// # Panics
+    /// If `front` is shorter than the IP, UDP and BTH headers.
+    #[inline]
+    pub fn new(version: IpVersion, front: &[u8]) -> Icrc {
+        // The documented precondition, checked as before this function copied
+        // only the masked part (a shorter IPv6 datagram must not slip through).
+        assert!(
+            front.len() >= version.header_len() + udp::HEADER_LEN + bth::HEADER_LEN,
+            "ICRC over a datagram shorter than its IP, UDP and BTH headers"
+        );
+        let masks = &*MASKS;
+        let mut h = masks.lrh_ones.clone();
+        match version {
+            IpVersion::V4 => {
+                h.update(&masked_prefix(front, &masks.v4));
+                h.update(&front[V4_PREFIX..]);
+            }
+            IpVersion::V6 => {
+                h.update(&masked_prefix(front, &masks.v6));
+                h.update(&front[V6_PREFIX..]);
+            }
         }
-        IpVersion::V6 => {
-            h.update(&masked_prefix(datagram, &masks.v6));
-            h.update(&datagram[V6_PREFIX..]);
-        }
+        Icrc { h }
     }
-    h.finalize()
+
+    /// Covers the next bytes of the datagram, already in place (the pad,
+    /// say).
+    #[inline]
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.h.update(bytes);
+    }
+
+    /// Copies the next bytes of the datagram from `src` into `dst` (in the
+    /// frame) and covers them, in one pass. Panics if the lengths differ.
+    #[inline]
+    pub fn copy(&mut self, src: &[u8], dst: &mut [u8]) {
+        crate::crc_copy::copy_and_update(&mut self.h, src, dst);
+    }
+
+    /// `copy` from memory that others may write meanwhile: the ICRC covers
+    /// exactly what lands in `dst`.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `dst.len()` bytes and must not
+    /// overlap `dst`.
+    #[inline]
+    pub unsafe fn copy_raw(&mut self, src: *const u8, dst: &mut [u8]) {
+        crate::crc_copy::copy_and_update_raw(&mut self.h, src, dst);
+    }
+
+    /// The ICRC of everything covered, to store with `write`.
+    #[inline]
+    pub fn finish(self) -> u32 {
+        self.h.finalize()
+    }
 }
 
 /// Reads the ICRC stored after `datagram`'s covered bytes (little-endian).
@@ -175,7 +228,19 @@ mod tests {
                 let min = v.header_len() + udp::HEADER_LEN + bth::HEADER_LEN;
                 for len in min..data.len() {
                     let d = &data[..len];
-                    assert_eq!(compute(v, d), reference(v, d), "{v:?} len {len}");
+                    let want = reference(v, d);
+                    assert_eq!(compute(v, d), want, "{v:?} len {len}");
+                    // built front to back: headers, a copied payload, a pad
+                    for split in [min, min + 1, (min + len) / 2, len] {
+                        let split = split.min(len);
+                        let pad = (len - split).min(3);
+                        let mut icrc = Icrc::new(v, &d[..split]);
+                        let mut copy = vec![0u8; len - split - pad];
+                        icrc.copy(&d[split..len - pad], &mut copy);
+                        assert!(copy == d[split..len - pad]);
+                        icrc.update(&d[len - pad..]);
+                        assert_eq!(icrc.finish(), want, "{v:?} len {len} split {split}");
+                    }
                 }
             }
         }

@@ -12,6 +12,8 @@
 //! - [`bth`], [`ext`]: the Base Transport Header and RETH, AETH, AtomicETH,
 //!   AtomicAckETH, ImmDt, IETH, DETH, FETH.
 //! - [`icrc`]: the invariant CRC over IPv4 and IPv6.
+//! - [`crc_copy`]: copy and CRC-32 in one pass (a payload copied into its
+//!   frame while the ICRC folds it in).
 //! - [`roce`]: a whole frame ([`RocePacket`] view, [`RoceRepr`]), CNPs.
 //! - [`mac_control`]: 802.3x PAUSE and 802.1Qbb PFC frames.
 //! - [`psn`], [`gid`]: 24-bit PSN arithmetic and GIDs.
@@ -23,6 +25,7 @@
 
 pub mod bth;
 mod bytes;
+pub mod crc_copy;
 mod display;
 pub mod error;
 pub mod ethernet;

@@ -158,9 +158,9 @@ impl Resources {
 
     /// Builds a frame from a QP's header template into `buf`, with a
     /// payload of `payload_len` bytes that `fill` writes straight into the
-    /// frame (from registered memory, say: no staging copy). `fill` runs
-    /// first; if it fails nothing is sent and no IPv4 ident is used.
-    /// `Ok(None)`: the frame could not be built.
+    /// frame (from registered memory, say: no staging copy, and the ICRC
+    /// taken in the same pass). If `fill` fails nothing is sent and no IPv4
+    /// ident is used. `Ok(None)`: the frame could not be built.
     pub(crate) fn emit<E>(
         &mut self,
         hdr: &qp::HeaderTemplate,
@@ -168,7 +168,7 @@ impl Resources {
         ext: ExtHeaders,
         payload_len: usize,
         buf: &mut [u8],
-        fill: impl FnOnce(&Resources, &mut [u8]) -> Result<(), E>,
+        fill: impl FnOnce(&Resources, &mut frame::Payload<'_>) -> Result<(), E>,
     ) -> Result<Option<usize>, E> {
         let mut ip = hdr.ip;
         if let IpRepr::V4(v4) = &mut ip {
@@ -204,18 +204,18 @@ impl Resources {
         n.ok().flatten()
     }
 
-    /// Copies `dst.len()` bytes of the message described by `sgl`, starting
-    /// at message offset `off`, out of registered memory.
+    /// Copies the rest of `dst`'s payload (`dst.remaining()` bytes) from
+    /// the message described by `sgl`, starting at message offset `off`,
+    /// out of registered memory.
     pub(crate) fn gather(
         &self,
         pd: u32,
         sgl: &Sgl,
         mut off: u64,
-        dst: &mut [u8],
+        dst: &mut frame::Payload<'_>,
     ) -> Result<(), KeyError> {
-        let mut done = 0;
         for sge in sgl.as_slice() {
-            if done == dst.len() {
+            if dst.remaining() == 0 {
                 break;
             }
             let len = sge.length as u64;
@@ -223,12 +223,11 @@ impl Resources {
                 off -= len;
                 continue;
             }
-            let n = ((len - off) as usize).min(dst.len() - done);
+            let n = ((len - off) as usize).min(dst.remaining());
             let (mr, at) = self
                 .mrs
                 .check_local(sge.lkey, pd, sge.addr + off, n as u64, 0)?;
-            mr.mem.read(at, &mut dst[done..done + n]);
-            done += n;
+            dst.put_mem(&*mr.mem, at, n);
             off = 0;
         }
         Ok(())

@@ -221,13 +221,13 @@ impl Qp {
         // straight into the frame.
         let pd = self.init.pd;
         let filled = res.emit(&hdr, bth, ext, payload_len, buf, |res, dst| {
-            if dst.is_empty() {
+            if dst.remaining() == 0 {
                 return Ok(());
             }
             match &w.inline {
                 Some(data) => {
                     let at = payload_off as usize;
-                    dst.copy_from_slice(&data[at..at + dst.len()]);
+                    dst.put(&data[at..at + dst.remaining()]);
                     Ok(())
                 }
                 None => res.gather(pd, &w.wr.sgl, payload_off, dst),

@@ -622,13 +622,13 @@ impl Qp {
                 let pd = self.init.pd;
                 let filled: Result<_, crate::verbs::KeyError> =
                     res.emit(&hdr, bth, ext, len as usize, buf, |res, dst| {
-                        if dst.is_empty() {
+                        if dst.remaining() == 0 {
                             return Ok(());
                         }
                         let (mr, at) =
                             res.mrs
                                 .check_remote(job.rkey, pd, job.va, len, access::REMOTE_READ)?;
-                        mr.mem.read(at, dst);
+                        dst.put_mem(&*mr.mem, at, len as usize);
                         Ok(())
                     });
                 let Ok(n) = filled else {

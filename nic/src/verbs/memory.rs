@@ -23,6 +23,15 @@ pub trait Memory: Send + Sync {
     /// Copies `src` to `offset`. Callers check bounds first.
     fn write(&self, offset: usize, src: &[u8]);
 
+    /// `read`, covering the bytes read with `icrc` as they are copied: the
+    /// send path copies a payload into its frame and computes the ICRC in
+    /// one pass. The ICRC must cover exactly the bytes that land in `dst`,
+    /// even if the memory changes meanwhile. Callers check bounds first.
+    fn read_icrc(&self, offset: usize, dst: &mut [u8], icrc: &mut wire::icrc::Icrc) {
+        self.read(offset, dst);
+        icrc.update(dst);
+    }
+
     /// Atomically adds `add` to the 8-byte-aligned native-endian u64 at
     /// `offset` and returns the value before.
     fn fetch_add(&self, offset: usize, add: u64) -> u64;
@@ -96,6 +105,12 @@ impl Memory for HeapMemory {
         }
     }
 
+    fn read_icrc(&self, offset: usize, dst: &mut [u8], icrc: &mut wire::icrc::Icrc) {
+        assert!(offset + dst.len() <= self.len, "read out of bounds");
+        // SAFETY: bounds checked above; `dst` is a `&mut`, so not in here.
+        unsafe { icrc.copy_raw(self.base().add(offset), dst) }
+    }
+
     fn write(&self, offset: usize, src: &[u8]) {
         assert!(offset + src.len() <= self.len, "write out of bounds");
         // SAFETY: bounds checked above.
@@ -135,5 +150,22 @@ mod tests {
         assert_eq!(m.compare_swap(16, 0, 9), 0);
         assert_eq!(m.compare_swap(16, 0, 7), 9);
         assert_eq!(m.to_vec().len(), 24);
+    }
+
+    /// The fused read gives the bytes `read` gives and the CRC of them.
+    #[test]
+    fn read_icrc_copies_and_covers() {
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let m = HeapMemory::from_bytes(&bytes);
+        let front = [0u8; 40];
+        for (off, len) in [(0, 0), (1, 63), (5, 64), (3, 300), (7, 4096), (0, 5000)] {
+            let mut icrc = wire::icrc::Icrc::new(wire::IpVersion::V4, &front);
+            let mut want = icrc.clone();
+            let mut dst = vec![0u8; len];
+            m.read_icrc(off, &mut dst, &mut icrc);
+            assert!(dst == bytes[off..off + len], "{off} {len}");
+            want.update(&bytes[off..off + len]);
+            assert_eq!(icrc.finish(), want.finish(), "{off} {len}");
+        }
     }
 }
