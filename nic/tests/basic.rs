@@ -102,7 +102,7 @@ fn rc_write_read_send_atomics() {
     let ok = p.sim.run_until(Duration::from_millis(100), |s| {
         let mut out = Vec::new();
         let _ = s.nodes[0].poll_cq(0, 100, &mut out);
-        done_a.extend(out.drain(..));
+        done_a.append(&mut out);
         let _ = s.nodes[1].poll_cq(0, 100, &mut out);
         done_b.extend(out);
         done_a.len() == 5 && done_b.len() == 1

@@ -103,7 +103,7 @@ fn thousands_of_messages_through_an_impairing_wire_with_a_pcap_tap() {
             let len = (posted * 37 % 4000) as u32 + 1;
             na.mem
                 .write(off as usize, &vec![(posted % 256) as u8; len as usize]);
-            let read = posted % 3 == 0;
+            let read = posted.is_multiple_of(3);
             let op = if read {
                 SendOp::Read {
                     remote_addr: nb.base + off,

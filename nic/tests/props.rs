@@ -415,7 +415,7 @@ impl Run {
                     }
                 }));
             }
-            if steps % 200_000 == 0 && std::env::var("SOFTRNIC_PROP_TRACE").is_ok() {
+            if steps.is_multiple_of(200_000) && std::env::var("SOFTRNIC_PROP_TRACE").is_ok() {
                 eprintln!(
                     "  t={:?} done {}/{} {}/{} q0 {:?} q1 {:?}",
                     self.p.sim.now,

@@ -116,6 +116,8 @@ impl Header {
         Header::CnpReserved,
     ];
 
+    /// The header's length on the wire (never empty, hence no `is_empty`).
+    #[allow(clippy::len_without_is_empty)]
     pub const fn len(self) -> usize {
         match self {
             Header::Deth => 8,

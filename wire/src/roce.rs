@@ -193,9 +193,9 @@ impl Layout {
         // bytes; an opcode without payload carries neither payload nor pad.
         let ok = match info.payload {
             PayloadRule::None => padded == 0 && pad == 0,
-            PayloadRule::Any => padded % 4 == 0 && padded >= pad,
+            PayloadRule::Any => padded.is_multiple_of(4) && padded >= pad,
             PayloadRule::Exactly(n) => {
-                padded % 4 == 0 && padded >= pad && padded - pad == n as usize
+                padded.is_multiple_of(4) && padded >= pad && padded - pad == n as usize
             }
         };
         if !ok {

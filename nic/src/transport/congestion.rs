@@ -88,9 +88,11 @@ impl Default for CcConfig {
 impl CcConfig {
     /// No congestion control at all (what Linux rxe does).
     pub fn off() -> CcConfig {
-        let mut qos = Qos::default();
-        qos.data_dscp = 0;
-        qos.data_ecn = crate::cc::ecn::NOT_ECT;
+        let qos = Qos {
+            data_dscp: 0,
+            data_ecn: crate::cc::ecn::NOT_ECT,
+            ..Qos::default()
+        };
         CcConfig {
             dcqcn: None,
             np: NpParams {

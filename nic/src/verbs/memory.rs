@@ -83,7 +83,7 @@ impl HeapMemory {
 
     fn atomic(&self, offset: usize) -> &AtomicU64 {
         assert!(
-            offset % 8 == 0 && offset + 8 <= self.len,
+            offset.is_multiple_of(8) && offset + 8 <= self.len,
             "atomic at {offset} out of bounds or misaligned"
         );
         // SAFETY: in bounds, 8-aligned (the backing store is u64 words), and

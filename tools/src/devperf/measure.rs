@@ -317,7 +317,7 @@ pub fn lat_run(
                 Ok(true)
             };
             while more(k) {
-                if !(k == 0 && first) && !wait(link, &mut r)? {
+                if (k != 0 || !first) && !wait(link, &mut r)? {
                     break;
                 }
                 k += 1;
@@ -353,7 +353,7 @@ pub fn lat_run(
             };
             link.recvs = 0;
             while more(k) {
-                if !(k == 0 && first) && !wait(link, &mut r)? {
+                if (k != 0 || !first) && !wait(link, &mut r)? {
                     break;
                 }
                 k += 1;
