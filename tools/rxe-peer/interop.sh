@@ -174,7 +174,7 @@ interop_hook() {
   : > "$OUT/results.txt"
   local t0 fails=0 line
   t0=$(now)
-  if grep -q lossy "$OUT/cases.txt"; then loss_path_up; fi
+  if grep -q lossy "$OUT/cases.txt" || grep -q '^[^#].*@lossy' "$PT_LIST"; then loss_path_up; fi
   while read -r line; do
     # shellcheck disable=SC2086
     pp_case $line || fails=$((fails + 1))
