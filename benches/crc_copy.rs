@@ -15,24 +15,11 @@
 //!
 //! `cargo bench -p benches --bench crc_copy`
 
+use benches::{batch, min_median};
 use std::hint::black_box;
-use std::time::Instant;
 use wire::crc_copy::{copy_and_update, copy_and_update_with, Kernel};
 
 const ROUNDS: usize = 400;
-
-fn batch(n: usize, mut f: impl FnMut()) -> f64 {
-    let t = Instant::now();
-    for _ in 0..n {
-        f();
-    }
-    t.elapsed().as_nanos() as f64 / n as f64
-}
-
-fn min_median(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[0], v[v.len() / 2])
-}
 
 fn main() {
     println!(

@@ -8,6 +8,23 @@ use wire::{
     RoceRepr, UdpChecksum, UdpRepr,
 };
 
+/// Nanoseconds per call of `f` over a batch of `n` calls (the interleaved
+/// `*_ratio` and `crc*` benchmarks, which time old and new side by side
+/// outside criterion).
+pub fn batch(n: usize, mut f: impl FnMut()) -> f64 {
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// The minimum and the median of a set of timings.
+pub fn min_median(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[0], v[v.len() / 2])
+}
+
 /// The payload sizes the wire benchmarks sweep.
 pub const PAYLOAD_SIZES: [usize; 3] = [64, 1024, 4096];
 

@@ -7,6 +7,7 @@
 //!
 //! `cargo bench -p benches --bench transport_ratio`
 
+use benches::min_median;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -16,11 +17,6 @@ use transport_pair::{pattern, ready_pair, write_batch, SIZES, TX_DEPTH};
 
 /// Rounds per size (each about 2 ms of WRITEs and as much memcpy at 64 KiB).
 const ROUNDS: usize = 300;
-
-fn min_median(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[0], v[v.len() / 2])
-}
 
 fn main() {
     // `cargo bench` passes `--bench`; a name filter is not supported.

@@ -11,26 +11,12 @@
 //!
 //! `cargo bench -p benches --bench wire_ratio`
 
+use benches::{batch, min_median};
 use benches::{frame, payload, rdma_write_only, PAYLOAD_SIZES};
 use std::hint::black_box;
-use std::time::Instant;
 use wire::{RocePacket, RoceRepr, UdpChecksum};
 
 const ROUNDS: usize = 1000;
-
-/// Nanoseconds per call of `f` over a batch of `n` calls.
-fn batch(n: usize, mut f: impl FnMut()) -> f64 {
-    let t = Instant::now();
-    for _ in 0..n {
-        f();
-    }
-    t.elapsed().as_nanos() as f64 / n as f64
-}
-
-fn min_median(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[0], v[v.len() / 2])
-}
 
 fn main() {
     // `cargo bench` passes `--bench`; a name filter is not supported.
