@@ -7,7 +7,12 @@
 //! engine — and fits a two-core machine without time-slicing.
 //!
 //! cargo build --release -p softrnic && \
-//!   cargo run --release -p softrnic --example latency [-- ITERS]
+//!   cargo run --release -p softrnic --example latency [-- ITERS [GAP_US]]
+//!
+//! With GAP_US, each WRITE follows GAP_US µs of idling (the engine parks in
+//! between): the first post after idle, through rnicd with the engine's
+//! bell handed to the client and with `--no-bell` (the post then waits for
+//! the park, `--park-us`, to end), alternately.
 
 use nic::engine::{Engine, EngineConfig};
 use nic::sim::{connect, PairConfig};
@@ -140,12 +145,17 @@ fn in_process(iters: usize) -> Vec<u64> {
 }
 
 fn daemon(iters: usize) -> Vec<u64> {
+    daemon_with(iters, 0, &[])
+}
+
+fn daemon_with(iters: usize, gap_us: u64, extra: &[&str]) -> Vec<u64> {
     let exe = std::env::current_exe().unwrap();
     let rnicd = exe.parent().unwrap().parent().unwrap().join("rnicd");
     let dir = std::env::temp_dir().join(format!("softrnic-bench-{}", std::process::id()));
     let mut child = Command::new(&rnicd)
         .args(["--mem-pair", "--one-thread", "--name", "b", "--sock-dir"])
         .arg(&dir)
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{}: {e} (cargo build --release first)", rnicd.display()));
@@ -187,7 +197,11 @@ fn daemon(iters: usize) -> Vec<u64> {
         let s = &mut sides[0];
         let mut out = Vec::new();
         let mut lat = Vec::with_capacity(iters);
-        for i in 0..iters + 1000 {
+        let warm = if gap_us > 0 { 10 } else { 1000 };
+        for i in 0..iters + warm {
+            if gap_us > 0 {
+                std::thread::sleep(Duration::from_micros(gap_us));
+            }
             let mut wr = SendWr::new(
                 i as u64,
                 SendOp::Write {
@@ -205,7 +219,7 @@ fn daemon(iters: usize) -> Vec<u64> {
             }
             let dt = t0.elapsed().as_nanos() as u64;
             assert_eq!(out[0].status, WcStatus::Success);
-            if i >= 1000 {
+            if i >= warm {
                 lat.push(dt);
             }
         }
@@ -223,6 +237,22 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000);
+    let gap: u64 = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if gap > 0 {
+        println!(
+            "64 B RDMA WRITE after {gap} µs idle, post → completion, rnicd --mem-pair --one-thread --park-us 1000, {iters} iterations"
+        );
+        for round in 1..=2 {
+            let park = ["--park-us", "1000"];
+            report(&format!("bell ({round})"), daemon_with(iters, gap, &park));
+            let nobell = ["--park-us", "1000", "--no-bell"];
+            report(&format!("--no-bell ({round})"), daemon_with(iters, gap, &nobell));
+        }
+        return;
+    }
     println!("64 B RDMA WRITE, post → completion, in-memory wire, {iters} iterations");
     // alternate to even out machine noise
     let a = report("in-process engine", in_process(iters));

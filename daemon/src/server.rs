@@ -35,6 +35,9 @@ pub struct ServerConfig {
     pub mode: u32,
     pub gid: Gid,
     pub engine: EngineConfig,
+    /// Hand clients the engine's bell (off: they never ring it, and a post
+    /// after idling waits for the park to end — for comparison).
+    pub bell: bool,
 }
 
 #[derive(Default)]
@@ -370,6 +373,9 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
     }
     match req {
         Request::Bell => {
+            if !sh.cfg.bell {
+                return Err("the bell is off (rnicd --no-bell)".into());
+            }
             let bell = sh.bell.as_ref().ok_or("this engine has no bell")?;
             let fd = bell.try_clone_fd().map_err(|e| e.to_string())?;
             Ok((Response::Ok, Some(Attach::Fd(fd))))

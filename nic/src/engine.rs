@@ -113,8 +113,6 @@ struct Shared {
     /// What a parked engine thread waits on (None: no eventfd here; the
     /// thread then parks and is unparked).
     bell: Option<Arc<Bell>>,
-    /// The thread is parking or parked on the bell: ring it.
-    parked: AtomicBool,
 }
 
 impl Shared {
@@ -131,23 +129,17 @@ impl Shared {
             inline,
             done: Mutex::new(None),
             bell,
-            parked: AtomicBool::new(false),
         }
     }
 }
 
 impl Shared {
     /// After publishing work (a post, a call, `stop`): wake the thread if
-    /// it parks. The fence pairs with the one in [`Shared::park_on`]: either
-    /// the engine sees the work or this sees `parked`.
+    /// it parks (the bell's fences pair with [`Shared::park_on`]'s: either
+    /// the engine sees the work or this sees it parked).
     fn wake(&self) {
         match &self.bell {
-            Some(b) => {
-                std::sync::atomic::fence(Ordering::SeqCst);
-                if self.parked.load(Ordering::SeqCst) {
-                    b.ring();
-                }
-            }
+            Some(b) => b.ring_if_parked(),
             None => {
                 if let Ok(t) = self.thread.lock() {
                     if let Some(t) = t.as_ref() {
@@ -160,13 +152,16 @@ impl Shared {
 
     /// Announces the park; false when work arrived meanwhile.
     fn park_on(&self) -> bool {
-        self.parked.store(true, Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(b) = &self.bell {
+            b.announce();
+        }
         self.posts.is_empty() && !self.stop.load(Ordering::SeqCst)
     }
 
     fn unpark(&self) {
-        self.parked.store(false, Ordering::SeqCst);
+        if let Some(b) = &self.bell {
+            b.clear();
+        }
     }
 }
 

@@ -42,9 +42,14 @@ struct Args {
     /// Engine: idle turns spent spinning before yielding, then parking.
     #[arg(long, default_value_t = 200)]
     spin: u32,
-    /// Engine: longest park when idle, in microseconds.
+    /// Engine: longest park when idle, in microseconds (a client's post
+    /// ends it at once through the engine's bell).
     #[arg(long, default_value_t = 200)]
     park_us: u64,
+    /// Do not give clients the engine's bell: a post after idling waits for
+    /// the park to end (for comparison).
+    #[arg(long)]
+    no_bell: bool,
     /// Pin the engine thread(s) to this core (and the next).
     #[arg(long)]
     core: Option<usize>,
@@ -182,6 +187,7 @@ fn main() {
                 mode,
                 gid,
                 engine: engine(i),
+                bell: !a.no_bell,
             };
             (port, cfg)
         })

@@ -13,12 +13,15 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
-/// An eventfd (non-blocking, close-on-exec).
+/// An eventfd (non-blocking, close-on-exec) and the engine's "parked" flag
+/// for the ringers in this process.
 #[derive(Debug)]
 pub struct Bell {
     fd: OwnedFd,
+    parked: AtomicBool,
 }
 
 impl Bell {
@@ -31,7 +34,30 @@ impl Bell {
         // SAFETY: a fresh descriptor that nothing else owns.
         Ok(Bell {
             fd: unsafe { OwnedFd::from_raw_fd(raw) },
+            parked: AtomicBool::new(false),
         })
+    }
+
+    /// The engine: "about to park". Look at the queues once more after
+    /// this; whatever is published before a ringer's `ring_if_parked` is
+    /// then seen by one side or the other.
+    pub fn announce(&self) {
+        self.parked.store(true, SeqCst);
+        fence(SeqCst);
+    }
+
+    /// The engine: awake again.
+    pub fn clear(&self) {
+        self.parked.store(false, SeqCst);
+    }
+
+    /// A ringer, after publishing its work: ring only if the engine parks
+    /// (no syscall while it is busy).
+    pub fn ring_if_parked(&self) {
+        fence(SeqCst);
+        if self.parked.load(SeqCst) {
+            self.ring();
+        }
     }
 
     /// Wakes the engine (a full counter means it is already rung).

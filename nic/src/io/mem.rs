@@ -132,7 +132,7 @@ impl Lane {
         if let Ok(w) = self.waiter.lock() {
             match w.as_ref() {
                 Some(Waiter::Thread(t)) => t.unpark(),
-                Some(Waiter::Bell(b)) => b.ring(),
+                Some(Waiter::Bell(b)) => b.ring_if_parked(),
                 None => {}
             }
         }
