@@ -249,7 +249,10 @@ fn main() {
             let park = ["--park-us", "1000"];
             report(&format!("bell ({round})"), daemon_with(iters, gap, &park));
             let nobell = ["--park-us", "1000", "--no-bell"];
-            report(&format!("--no-bell ({round})"), daemon_with(iters, gap, &nobell));
+            report(
+                &format!("--no-bell ({round})"),
+                daemon_with(iters, gap, &nobell),
+            );
         }
         return;
     }

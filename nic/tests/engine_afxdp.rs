@@ -216,3 +216,151 @@ fn open_port_falls_back_to_afpacket_when_afxdp_cannot_be_had() {
     })
     .expect("enter the namespace");
 }
+
+/// A RoCEv2 RDMA WRITE ONLY frame of `payload` bytes with IPv4 DSCP `dscp`.
+fn write_frame(
+    src: wire::EthernetAddress,
+    dst: wire::EthernetAddress,
+    dscp: u8,
+    payload: usize,
+) -> Vec<u8> {
+    use wire::*;
+    let data = vec![0xA5u8; payload];
+    let mut bth = BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, 0x11, Psn::new(1));
+    bth.ack_req = true;
+    let repr = RoceRepr {
+        eth: EthernetRepr {
+            dst,
+            src,
+            vlan: None,
+            ethertype: ethernet::ethertype::IPV4,
+        },
+        ip: IpRepr::V4(Ipv4Repr {
+            src: [192, 0, 2, 1].into(),
+            dst: [192, 0, 2, 2].into(),
+            dscp,
+            ecn: 2,
+            ident: 1,
+            dont_frag: true,
+            ttl: 64,
+        }),
+        udp: UdpRepr {
+            src_port: 0xC000,
+            dst_port: ROCEV2_PORT,
+        },
+        udp_checksum: UdpChecksum::Zero,
+        bth,
+        ext: ExtHeaders {
+            reth: Some(Reth {
+                va: 0x1000,
+                rkey: 0x1234,
+                dma_len: payload as u32,
+            }),
+            ..ExtHeaders::default()
+        },
+        payload: &data,
+        trailer_len: 0,
+    };
+    let mut buf = vec![0u8; repr.buffer_len()];
+    let n = repr.emit(&mut buf).expect("the frame emits");
+    buf.truncate(n);
+    buf
+}
+
+/// PFC generation watches the receive ring by priority: the frames waiting
+/// in an AF_XDP port's RX ring are counted by their DSCP (read in place in
+/// the UMEM, a frame over two descriptors counted once with all its bytes)
+/// and mapped to priorities through the device's DSCP table.
+#[test]
+fn the_afxdp_rx_backlog_counts_waiting_frames_by_dscp() {
+    let test = "the_afxdp_rx_backlog_counts_waiting_frames_by_dscp";
+    if !can_run(test) {
+        return;
+    }
+    let (_ns, [na, nb], [va, vb]) = link("q");
+    let Some(mut pa) = open_xdp(test, &na, &va, AfXdpConfig::default()) else {
+        return;
+    };
+    let pb = open_xdp(test, &nb, &vb, AfXdpConfig::default()).expect("the second port opens");
+    // (DSCP, frames, payload): the 6000-byte ones span two UMEM frames
+    let plan = [(26u8, 5usize, 1000usize), (46, 3, 200), (0, 2, 6000)];
+    let mut batch = nic::io::FrameBatch::new(16);
+    let mut want_dscp = [0u64; 64];
+    let (mut frames, mut bytes) = (0u64, 0u64);
+    for &(dscp, n, len) in &plan {
+        for _ in 0..n {
+            let f = write_frame(pa.mac(), pb.mac(), dscp, len);
+            want_dscp[dscp as usize] += f.len() as u64;
+            bytes += f.len() as u64;
+            frames += 1;
+            assert!(batch.push(&f));
+        }
+    }
+    assert_eq!(pa.send(&batch), batch.len(), "{:?}", pa.counters());
+    // nobody receives on pb: its RX ring holds them all
+    let t0 = std::time::Instant::now();
+    let b = loop {
+        let b = pb.rx_backlog().expect("AF_XDP knows its backlog");
+        if b.frames >= frames || t0.elapsed() > std::time::Duration::from_secs(5) {
+            break b;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!((b.frames, b.bytes), (frames, bytes), "{b:?}");
+    let c = b
+        .classes
+        .as_ref()
+        .expect("classes from the frames' headers");
+    for d in [0usize, 26, 46] {
+        assert_eq!(c.dscp[d], want_dscp[d], "DSCP {d}");
+    }
+    assert_eq!(c.dscp.iter().sum::<u64>(), bytes);
+    assert_eq!(c.pcp.iter().sum::<u64>(), 0, "untagged frames have no PCP");
+    // default QoS (trust DSCP, DSCP >> 3): 26 → 3, 46 → 5, 0 → 0
+    let by = b.by_priority(&nic::cc::Qos::default());
+    assert_eq!(
+        (by[3], by[5], by[0]),
+        (want_dscp[26], want_dscp[46], want_dscp[0]),
+        "{by:?}"
+    );
+
+    // past BACKLOG_CLASSIFIED frames the rest is apportioned: 600 more
+    // DSCP 46 frames, all still waiting
+    let extra = 600u64;
+    let f = write_frame(pa.mac(), pb.mac(), 46, 200);
+    let mut sent = 0u64;
+    let t0 = std::time::Instant::now();
+    while sent < extra && t0.elapsed() < std::time::Duration::from_secs(5) {
+        let mut batch = nic::io::FrameBatch::new(16);
+        while (batch.len() as u64) < (extra - sent).min(16) {
+            batch.push(&f);
+        }
+        sent += pa.send(&batch) as u64;
+    }
+    assert_eq!(sent, extra);
+    let (frames, bytes) = (frames + extra, bytes + extra * f.len() as u64);
+    let t0 = std::time::Instant::now();
+    let b = loop {
+        let b = pb.rx_backlog().expect("AF_XDP knows its backlog");
+        if b.frames >= frames || t0.elapsed() > std::time::Duration::from_secs(5) {
+            break b;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert!(frames > nic::io::afxdp::BACKLOG_CLASSIFIED);
+    assert_eq!((b.frames, b.bytes), (frames, bytes), "{b:?}");
+    let c = b.classes.as_ref().expect("classes");
+    let total: u64 = c.dscp.iter().sum();
+    assert!(
+        total <= bytes && bytes - total < 64,
+        "apportioned classes sum to {total} of {bytes}"
+    );
+    // the classified 512 are the 10 of the plan and 502 of DSCP 46: the
+    // rest goes mostly to DSCP 46, and nothing to a class never seen
+    assert!(
+        c.dscp[46] > c.dscp[26] && c.dscp[46] > c.dscp[0],
+        "{:?}",
+        &c.dscp[..]
+    );
+    assert_eq!(total, c.dscp[0] + c.dscp[26] + c.dscp[46]);
+}

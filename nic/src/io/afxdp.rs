@@ -30,7 +30,7 @@ mod ring;
 mod xsk;
 
 use super::afpacket::{self, AfPacketError, AfPacketPort, RingConfig};
-use super::{FrameBatch, Port, PortCounters, RxBacklog, SLOT_LEN};
+use super::{FrameBatch, Port, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
 use ring::XdpDesc;
 use std::fmt;
 use std::io;
@@ -553,16 +553,53 @@ impl Port for AfXdpPort {
     /// we have not taken, their bytes summed from the descriptors. Nothing
     /// says which priority they are on without reading them: the total is
     /// attributed to the data priority.
+    /// The frames waiting in the RX ring, by class: each frame's first
+    /// descriptor holds its Ethernet and IP headers (VLAN PCP, DSCP), read
+    /// in place in the UMEM; its bytes are the sum of its descriptors. The
+    /// engine asks every turn while PFC generation is on, and a long
+    /// backlog is when its time matters most: only the first
+    /// [`BACKLOG_CLASSIFIED`] frames are read, the bytes behind them are
+    /// spread over the classes in the proportions of those (exact below
+    /// that many frames).
     fn rx_backlog(&self) -> Option<RxBacklog> {
         let avail = self.xsk.rx.available().min(self.xsk.rx.size());
+        let rx_end = self.rx_frames as u64 * FRAME_SIZE as u64;
         let mut b = RxBacklog::default();
+        let mut classes = RxClasses::default();
+        // the class of the frame being summed (set by its first descriptor)
+        let mut class: Option<(Option<u8>, u8)> = None;
+        let (mut classified, mut rest) = (0u64, 0u64);
         for i in 0..avail {
             let d = self.xsk.rx.read(i);
-            b.bytes += d.len as u64;
+            let len = d.len as u64;
+            b.bytes += len;
+            if b.frames >= BACKLOG_CLASSIFIED {
+                rest += len;
+            } else {
+                let (pcp, dscp) = *class.get_or_insert_with(|| {
+                    // a descriptor outside our RX frames is counted, not read
+                    (d.addr < rx_end)
+                        .then(|| self.umem.bytes(d.addr, d.len))
+                        .flatten()
+                        .map_or((None, 0), RxClasses::classify)
+                });
+                if let Some(p) = pcp {
+                    classes.pcp[p as usize & 7] += len;
+                }
+                classes.dscp[dscp as usize & 63] += len;
+                classified += len;
+            }
             if d.options & XDP_PKT_CONTD == 0 {
                 b.frames += 1;
+                class = None;
             }
         }
+        if rest > 0 && classified > 0 {
+            let share = |v: &mut u64| *v += (*v as u128 * rest as u128 / classified as u128) as u64;
+            classes.pcp.iter_mut().for_each(share);
+            classes.dscp.iter_mut().for_each(share);
+        }
+        b.classes = Some(classes);
         Some(b)
     }
 
@@ -586,6 +623,10 @@ impl Port for AfXdpPort {
         bell.wait(Some(self.xsk.fd()), timeout);
     }
 }
+
+/// How many waiting frames `rx_backlog` classifies by reading their
+/// headers (the rest are apportioned).
+pub const BACKLOG_CLASSIFIED: u64 = 512;
 
 /// Which kind of port [`open_port`] opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
