@@ -364,3 +364,26 @@ fn the_afxdp_rx_backlog_counts_waiting_frames_by_dscp() {
     );
     assert_eq!(total, c.dscp[0] + c.dscp[26] + c.dscp[46]);
 }
+
+/// PFC generation end to end on real ports: the in-memory scenario
+/// (`enginecommon::pfc_stalled_receiver`: the receiver held while a window
+/// of WRITEs fills its AF_XDP RX ring, then XOFF before anything else, the
+/// sender silent until XON, data intact, counters agreeing) over a veth
+/// pair — the PFC frames (MAC control, 01:80:C2:00:00:01) cross the veth and
+/// reach the sender's socket through its XDP program. Both ports report
+/// 10 Mb/s, so a pause lasts 3.4 s: ordering only, no timing.
+#[test]
+fn a_stalled_receiver_pauses_the_sender_with_pfc_over_afxdp() {
+    let test = "a_stalled_receiver_pauses_the_sender_with_pfc_over_afxdp";
+    if !can_run(test) {
+        return;
+    }
+    let (_ns, [na, nb], [va, vb]) = link("p");
+    let Some(mut pa) = open_xdp(test, &na, &va, AfXdpConfig::default()) else {
+        return;
+    };
+    let mut pb = open_xdp(test, &nb, &vb, AfXdpConfig::default()).expect("the second port opens");
+    pa.set_link_speed(10_000_000);
+    pb.set_link_speed(10_000_000);
+    enginecommon::pfc_stalled_receiver(Box::new(pa), Box::new(pb));
+}

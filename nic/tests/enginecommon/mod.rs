@@ -420,3 +420,217 @@ pub fn every_verb(a: &Node, b: &Node) {
     );
     assert_eq!(read(&b.mem, 0x3A_0000 + 40, 1000), data[..1000]);
 }
+
+/// What the sender's port saw, in the order its engine saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// A PFC frame received: its pause time for priority 3, if named.
+    Pfc(Option<u16>),
+    /// A RoCE frame sent.
+    Data,
+}
+
+/// A port that logs PFC frames received and RoCE frames sent.
+pub struct Logged<P: Port> {
+    pub inner: P,
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+}
+
+impl<P: Port> Port for Logged<P> {
+    fn recv(&mut self, batch: &mut nic::io::FrameBatch) -> usize {
+        let before = batch.len();
+        let n = self.inner.recv(batch);
+        let mut log = self.log.lock().unwrap();
+        for i in before..batch.len() {
+            if let Ok(m) = wire::MacControlRepr::parse(batch.get(i)) {
+                if let wire::MacControl::Pfc {
+                    class_enable,
+                    quanta,
+                } = m.control
+                {
+                    log.push(Seen::Pfc((class_enable & 1 << 3 != 0).then_some(quanta[3])));
+                }
+            }
+        }
+        n
+    }
+    fn send(&mut self, batch: &nic::io::FrameBatch) -> usize {
+        let n = self.inner.send(batch);
+        let mut log = self.log.lock().unwrap();
+        for f in batch.iter().take(n) {
+            if wire::RoceRepr::parse(f).is_ok() {
+                log.push(Seen::Data);
+            }
+        }
+        n
+    }
+    fn mac(&self) -> wire::EthernetAddress {
+        self.inner.mac()
+    }
+    fn mtu(&self) -> usize {
+        self.inner.mtu()
+    }
+    fn link_speed_bps(&self) -> u64 {
+        self.inner.link_speed_bps()
+    }
+    fn counters(&self) -> nic::io::PortCounters {
+        self.inner.counters()
+    }
+    fn wait(&mut self, timeout: Duration) {
+        self.inner.wait(timeout)
+    }
+    fn rx_backlog(&self) -> Option<nic::io::RxBacklog> {
+        self.inner.rx_backlog()
+    }
+    fn wait_or_ring(&mut self, bell: &Arc<nic::io::Bell>, timeout: Duration) {
+        self.inner.wait_or_ring(bell, timeout)
+    }
+    fn attach_bell(&mut self, bell: &Arc<nic::io::Bell>) {
+        self.inner.attach_bell(bell)
+    }
+}
+
+/// PFC generation end to end over any pair of ports (the sender's first):
+/// the receiver's engine is held inside a control call while the sender
+/// fills the receiver's ring with a whole window of 4 KiB WRITEs. Once
+/// released, the receiver sees the backlog above XOFF and pauses priority 3
+/// (DSCP 26) before anything else; the sender, which the ACKs of that
+/// window would let go on, sends nothing until the backlog has drained
+/// below XON and the receiver has sent pause time 0; then the rest of the
+/// WRITEs go and land intact. Counters on both sides agree. Ordering only:
+/// no timing is asserted (give the ports a slow link speed, e.g. 10 Mb/s,
+/// so that a pause lasts seconds, far longer than the drain).
+pub fn pfc_stalled_receiver(sender: Box<dyn Port>, receiver: Box<dyn Port>) {
+    use nic::transport::{CcConfig, PfcTxConfig};
+    use nic::verbs::{SendOp, SendWr, Sgl, WcStatus};
+    use std::sync::{mpsc, Mutex};
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let a = Logged {
+        inner: sender,
+        log: log.clone(),
+    };
+    let cc = CcConfig {
+        pfc_tx: Some(PfcTxConfig::new(256 << 10, 64 << 10)),
+        ..CcConfig::default()
+    };
+    let ports: Vec<Box<dyn Port>> = vec![Box::new(a), receiver];
+    let m = [ports[0].mac(), ports[1].mac()];
+    let nodes = start_cc(
+        ports,
+        vec![gid(0), gid(1)],
+        vec![m[1], m[0]],
+        PairConfig {
+            mtu: 4096,
+            timeout: 20, // ~4 s: no retransmission while the receiver is held
+            ..PairConfig::default()
+        },
+        cc,
+    );
+    let (na, nb) = (&nodes[0], &nodes[1]);
+    // hold the receiver's engine
+    let (held_tx, held_rx) = mpsc::channel();
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let dev_b = nb.dev.clone();
+    let holder = std::thread::spawn(move || {
+        dev_b
+            .call(move |_| {
+                held_tx.send(()).unwrap();
+                let _ = gate_rx.recv();
+            })
+            .unwrap()
+    });
+    held_rx.recv().unwrap();
+    // a window (128 PSNs) of 4 KiB WRITEs reaches its ring; 72 more wait
+    const N: u64 = 200;
+    for i in 0..N {
+        let off = i * 4096;
+        na.mem
+            .write(off as usize, &vec![(i * 7 % 251) as u8 + 1; 4096]);
+        let wr = SendWr::new(
+            i,
+            SendOp::Write {
+                remote_addr: nb.base + off,
+                rkey: nb.rkey,
+            },
+            Sgl::single(na.base + off, 4096, na.lkey),
+        );
+        na.dev.post_send(na.qpn, wr).unwrap();
+    }
+    let t0 = Instant::now();
+    while na.dev.port_counters().unwrap().tx_packets < 128 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the window never left"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let sent_before = log.lock().unwrap().len();
+    assert_eq!(sent_before, 128, "a window, then the sender waits for ACKs");
+    gate_tx.send(()).unwrap();
+    holder.join().unwrap();
+    let done = wait(&na.cq, N as usize, Duration::from_secs(60));
+    assert!(
+        done.iter().all(|w| w.status == WcStatus::Success),
+        "{done:?}"
+    );
+
+    // the sender's view, in order
+    let log = log.lock().unwrap().clone();
+    assert!(log[..128].iter().all(|s| *s == Seen::Data));
+    let mut paused = false;
+    let (mut xoff, mut xon, mut after_xon) = (0, 0, 0);
+    for (i, s) in log.iter().enumerate() {
+        match *s {
+            Seen::Pfc(Some(0)) => {
+                paused = false;
+                xon += 1;
+            }
+            Seen::Pfc(Some(q)) => {
+                assert_eq!(q, 0xFFFF);
+                paused = true;
+                xoff += 1;
+            }
+            Seen::Pfc(None) => panic!("a PFC frame not naming priority 3"),
+            Seen::Data => {
+                assert!(
+                    !paused,
+                    "frame {i} sent while priority 3 was paused: {log:?}"
+                );
+                after_xon += (xon > 0) as usize;
+            }
+        }
+    }
+    assert!(xoff >= 1 && xon >= 1, "{log:?}");
+    assert!(!paused, "resumed at the end");
+    assert!(
+        matches!(log[128], Seen::Pfc(Some(0xFFFF))),
+        "the pause is the first thing the receiver sends: {:?}",
+        &log[128..]
+    );
+    assert!(after_xon >= (N - 128) as usize, "the rest went after XON");
+
+    // counters: every PFC frame B sent, A received (a lossless wire)
+    let ca = na.dev.call(|r| r.pfc_counters(r.last_now())).unwrap();
+    let cb = nb.dev.call(|r| r.pfc_counters(r.last_now())).unwrap();
+    assert_eq!(ca.rx_pause[3], (xoff + xon) as u64);
+    assert_eq!(cb.tx_pause[3], ca.rx_pause[3]);
+    assert_eq!(cb.tx_pause.iter().sum::<u64>(), cb.tx_pause[3]);
+    assert_eq!(ca.tx_pause, [0; 8], "the sender's ring never backed up");
+    let names: Vec<(String, u64)> = cb.iter().collect();
+    assert!(names.iter().any(|(n, v)| n == "tx_prio3_pause" && *v >= 2));
+    assert!(names.iter().any(|(n, _)| n == "tx_prio3_pause_duration"));
+    // the data landed
+    let got = read(&nb.mem, 0, (N * 4096) as usize);
+    for i in 0..N as usize {
+        let want = (i as u64 * 7 % 251) as u8 + 1;
+        if let Some(at) = got[i * 4096..(i + 1) * 4096]
+            .iter()
+            .position(|&x| x != want)
+        {
+            panic!("WRITE {i}: byte {at} differs");
+        }
+    }
+    for n in nodes {
+        n.engine.stop();
+    }
+}
