@@ -7,6 +7,9 @@
 //! works (it passes everything that is not RoCEv2 or PFC); after the ports
 //! are dropped no program is left on the interfaces. A third test checks
 //! that `open_port` falls back to AF_PACKET when AF_XDP cannot be had.
+//! Further: the same exchange over IPv6 GIDs (AF_XDP and AF_PACKET, next
+//! hop by NDP), the RX ring's backlog by DSCP for PFC generation, and PFC
+//! generation end to end (a stalled receiver pauses the sender).
 //!
 //! The tests make their own namespaces (addresses only inside them) and
 //! remove them even when they fail. Without the XDP program (no clang at
@@ -386,4 +389,130 @@ fn a_stalled_receiver_pauses_the_sender_with_pfc_over_afxdp() {
     pa.set_link_speed(10_000_000);
     pb.set_link_speed(10_000_000);
     enginecommon::pfc_stalled_receiver(Box::new(pa), Box::new(pb));
+}
+
+/// RoCEv2 over IPv6 on real ports, over AF_XDP and over AF_PACKET: the
+/// GIDs are the interfaces' IPv6 addresses (not IPv4-mapped), so every
+/// frame is Ethernet / IPv6 / UDP 4791; the next hop's MAC comes from the
+/// kernel's neighbour table (NDP, which the XDP program leaves to the
+/// kernel). Every RC verb and a UD SEND, data checked byte for byte.
+#[test]
+fn every_rc_verb_and_ud_send_over_ipv6() {
+    let test = "every_rc_verb_and_ud_send_over_ipv6";
+    if !can_run(test) {
+        return;
+    }
+    for (tag, backend) in [("6x", Backend::AfXdp), ("6p", Backend::AfPacket)] {
+        let (_ns, [na, nb], [va, vb]) = link(tag);
+        let addrs = ["fd00:6::1", "fd00:6::2"];
+        for (ns, dev, a) in [(&na, &va, addrs[0]), (&nb, &vb, addrs[1])] {
+            let ok = |args: &[&str]| {
+                let o = Command::new("ip").args(args).output().expect("run ip");
+                assert!(
+                    o.status.success(),
+                    "ip {args:?}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            };
+            ok(&[
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                "net.ipv6.conf.all.disable_ipv6=0",
+            ]);
+            ok(&[
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{dev}.disable_ipv6=0"),
+            ]);
+            // no duplicate address detection: the address is usable at once
+            ok(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{a}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]);
+        }
+        let ip6 = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap();
+        let mut ports: Vec<Box<dyn Port>> = Vec::new();
+        let mut dmacs = Vec::new();
+        for (ns, dev, peer) in [(&na, &va, addrs[1]), (&nb, &vb, addrs[0])] {
+            let opened = netns::run_in(ns, || {
+                let (p, got) = match open_port(dev, backend) {
+                    Ok(x) => x,
+                    Err(nic::io::afxdp::OpenError::AfXdp(e)) if e.is_unavailable() && !ci() => {
+                        eprintln!("SKIPPED {test} over {backend:?}: {e}");
+                        return None;
+                    }
+                    Err(e) => panic!("{test}: {backend:?} on {dev}: {e}"),
+                };
+                assert_eq!(got, backend);
+                let (_, mac) = nic::io::addr::next_hop_mac(
+                    std::net::IpAddr::V6(ip6(peer)),
+                    std::time::Duration::from_secs(5),
+                )
+                .expect("the neighbour over NDP");
+                Some((p, mac))
+            })
+            .expect("enter the namespace");
+            let Some((p, mac)) = opened else {
+                return;
+            };
+            ports.push(p);
+            dmacs.push(mac);
+        }
+        // A's port recorded, to see what went on the wire
+        let pcap =
+            std::env::temp_dir().join(format!("softrnic-{test}-{tag}-{}.pcap", std::process::id()));
+        let a = ports.remove(0);
+        ports.insert(
+            0,
+            Box::new(nic::io::pcap::PcapTap::new(a, &pcap).expect("pcap tap")),
+        );
+        let gids = vec![
+            wire::Gid::from_ipv6(ip6(addrs[0])),
+            wire::Gid::from_ipv6(ip6(addrs[1])),
+        ];
+        let nodes = enginecommon::start_with(
+            ports,
+            gids,
+            dmacs,
+            PairConfig {
+                mtu: 4096,
+                timeout: 14,
+                ..PairConfig::default()
+            },
+        );
+        every_verb(&nodes[0], &nodes[1]);
+        for n in &nodes {
+            let pc = n.dev.port_counters().unwrap();
+            assert!(
+                pc.tx_packets >= 50 && pc.rx_packets >= 50,
+                "{backend:?}: {pc:?}"
+            );
+        }
+        for n in nodes {
+            n.engine.stop();
+        }
+        let frames = nic::io::pcap::read_pcap(&pcap).expect("the tap's pcap");
+        let _ = std::fs::remove_file(&pcap);
+        let roce: Vec<_> = frames
+            .iter()
+            .filter_map(|(_, f)| wire::RoceRepr::parse(f).ok())
+            .collect();
+        assert!(roce.len() >= 100, "{backend:?}: {} RoCE frames", roce.len());
+        assert!(
+            roce.iter().all(|r| matches!(r.ip, wire::IpRepr::V6(_))),
+            "{backend:?}: a RoCE frame not over IPv6"
+        );
+    }
 }
