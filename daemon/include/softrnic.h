@@ -185,6 +185,15 @@ struct srnic_cq *srnic_create_cq(struct srnic_context *ctx, int cqe);
 int srnic_destroy_cq(struct srnic_cq *cq);
 int srnic_poll_cq(struct srnic_cq *cq, int num_entries, struct srnic_wc *wc);
 int srnic_poll_cq_ex(struct srnic_cq *cq, int num_entries, struct srnic_wc_ex *wc);
+/* Completion events (ibv_req_notify_cq, a completion channel): ask for the
+ * next completion (solicited_only: the next solicited or unsuccessful one),
+ * poll once more, then wait. One request, one event. 0 or an errno. */
+int srnic_req_notify_cq(struct srnic_cq *cq, int solicited_only);
+/* Waits up to timeout_ms (< 0: for ever) and consumes the event:
+ * 1 an event, 0 none in time, -EINVAL without a request. */
+int srnic_get_cq_event(struct srnic_cq *cq, int timeout_ms);
+/* Readable on an event (poll/epoll); -1 before the first request. */
+int srnic_cq_event_fd(const struct srnic_cq *cq);
 
 /* RC QPs. */
 struct srnic_qp *srnic_create_qp(struct srnic_pd *pd, const struct srnic_qp_init_attr *attr);

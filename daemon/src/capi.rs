@@ -344,6 +344,63 @@ pub unsafe extern "C" fn srnic_poll_cq(cq: *mut SrnicCq, num: c_int, wc: *mut Sr
     }
 }
 
+/// Asks for a completion event (`ibv_req_notify_cq`): the next completion,
+/// or with `solicited_only` the next solicited or unsuccessful one. 0, or
+/// an errno (EINVAL: no CQ; EIO: the daemon refused).
+///
+/// # Safety
+/// `cq` from `srnic_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_req_notify_cq(cq: *mut SrnicCq, solicited_only: c_int) -> c_int {
+    let Some(c) = (unsafe { cq.as_mut() }) else {
+        return libc::EINVAL;
+    };
+    guard(libc::EIO, || match c.cq.req_notify(solicited_only != 0) {
+        Ok(()) => 0,
+        Err(_) => libc::EIO,
+    })
+}
+
+/// Waits up to `timeout_ms` (negative: for ever) for a completion event
+/// and consumes it (`ibv_get_cq_event` + `ibv_ack_cq_events`): 1 an event,
+/// 0 none in time, -EINVAL without a CQ or before `srnic_req_notify_cq`.
+///
+/// # Safety
+/// `cq` from `srnic_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_get_cq_event(cq: *mut SrnicCq, timeout_ms: c_int) -> c_int {
+    let Some(c) = (unsafe { cq.as_mut() }) else {
+        return -libc::EINVAL;
+    };
+    let t = if timeout_ms < 0 {
+        std::time::Duration::from_secs(3600)
+    } else {
+        std::time::Duration::from_millis(timeout_ms as u64)
+    };
+    guard(-libc::EIO, || loop {
+        match c.cq.get_event(t) {
+            Ok(true) => return 1,
+            Ok(false) if timeout_ms >= 0 => return 0,
+            Ok(false) => continue,
+            Err(_) => return -libc::EINVAL,
+        }
+    })
+}
+
+/// The descriptor that becomes readable on a completion event (for
+/// poll/epoll, as a completion channel's fd), or -1 before the first
+/// `srnic_req_notify_cq`.
+///
+/// # Safety
+/// `cq` from `srnic_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_cq_event_fd(cq: *const SrnicCq) -> c_int {
+    match unsafe { cq.as_ref() } {
+        Some(c) => c.cq.event_fd().unwrap_or(-1),
+        None => -1,
+    }
+}
+
 fn wc_flags(w: &Wc) -> u32 {
     w.imm.is_some() as u32 | (w.grh as u32) << 1
 }

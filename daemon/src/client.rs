@@ -180,6 +180,7 @@ impl Context {
                     _map: map,
                     ring,
                     cons: 0,
+                    events: None,
                 })
             }
             r => Err(unexpected(r)),
@@ -509,9 +510,63 @@ pub struct Cq {
     _map: Arc<Mapping>,
     ring: Ring,
     cons: u32,
+    /// The completion-event eventfd, once `req_notify` made one.
+    events: Option<nic::io::Bell>,
 }
 
 impl Cq {
+    /// Asks for a completion event (`ibv_req_notify_cq`): the next
+    /// completion — with `solicited_only`, the next solicited or
+    /// unsuccessful one — makes the CQ's event descriptor readable
+    /// ([`Cq::get_event`], [`Cq::event_fd`]). One request, one event. As
+    /// with verbs, poll once more after asking: completions that arrived
+    /// before the request raise no event.
+    pub fn req_notify(&mut self, solicited_only: bool) -> Result<()> {
+        use std::os::fd::{AsFd, AsRawFd};
+        if self.events.is_none() {
+            let bell = nic::io::Bell::new()?;
+            let raw = bell.as_fd().as_raw_fd();
+            match self
+                .ctx
+                .request(Request::NotifyCq { cq: self.handle }, Some(raw))?
+                .0
+            {
+                Response::Ok => {}
+                r => return Err(unexpected(r)),
+            }
+            self.events = Some(bell);
+        }
+        let arm = if solicited_only {
+            ring::ARM_SOLICITED
+        } else {
+            ring::ARM_NEXT
+        };
+        self.ring.armed().store(arm, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for a completion event (`ibv_get_cq_event`
+    /// and its acknowledgement in one); true when one came. Then poll.
+    pub fn get_event(&mut self, timeout: Duration) -> Result<bool> {
+        let bell = self.events.as_ref().ok_or_else(|| {
+            Error::Protocol("no completion events asked for: req_notify first".into())
+        })?;
+        if bell.drain() > 0 {
+            return Ok(true);
+        }
+        bell.wait(None, timeout);
+        Ok(bell.drain() > 0)
+    }
+
+    /// The descriptor that becomes readable on a completion event (for
+    /// poll/epoll, as a completion channel's fd); None before the first
+    /// `req_notify`. Read it (8 bytes) or call `get_event` to clear it.
+    pub fn event_fd(&self) -> Option<RawFd> {
+        use std::os::fd::{AsFd, AsRawFd};
+        self.events.as_ref().map(|b| b.as_fd().as_raw_fd())
+    }
+
     /// Moves up to `max` completions into `out` (`ibv_poll_cq`).
     pub fn poll(&mut self, max: usize, out: &mut Vec<Wc>) -> usize {
         let prod = self.ring.producer().load(Ordering::Acquire);

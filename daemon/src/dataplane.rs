@@ -61,6 +61,8 @@ pub struct CqRing {
     pub prod: u32,
     /// Completions the daemon made itself (refused WQEs), written first.
     pub pending: VecDeque<Wc>,
+    /// The client's completion-event eventfd (`NotifyCq`).
+    pub notify: Option<std::os::fd::OwnedFd>,
 }
 
 #[derive(Default)]
@@ -73,6 +75,28 @@ pub struct DataPlane {
     wcs: Vec<Wc>,
     /// WQEs refused by the daemon (bad opcode, SGE count, wild index).
     pub refused: u64,
+}
+
+/// A completion event, if the client armed the CQ for one these completions
+/// satisfy (IBTA 11.4.2.2: the next completion, or with "solicited" the
+/// next one with the Solicited Event bit or an unsuccessful one); the
+/// request is used up. The CQEs are published before the armed word is
+/// read, and the client arms before it polls once more: a completion is
+/// either seen by that poll or signalled.
+fn notify(ring: &Ring, fd: &std::os::fd::OwnedFd, solicited: bool) {
+    use std::sync::atomic::Ordering::SeqCst;
+    std::sync::atomic::fence(SeqCst);
+    let armed = ring.armed().load(SeqCst);
+    let wanted = armed == ring::ARM_NEXT || (armed == ring::ARM_SOLICITED && solicited);
+    if wanted
+        && ring
+            .armed()
+            .compare_exchange(armed, 0, SeqCst, SeqCst)
+            .is_ok()
+    {
+        use std::os::fd::AsFd;
+        nic::io::bell::ring_fd(fd.as_fd());
+    }
 }
 
 fn status_of(e: &VerbsError) -> WcStatus {
@@ -348,10 +372,13 @@ impl DataPlane {
             // a wild consumer index (used > entries): treat the ring as full
             let mut room = c.ring.entries.saturating_sub(used);
             let start = c.prod;
+            // does a completion written now satisfy a solicited-only request?
+            let mut solicited = false;
             while room > 0 {
                 let Some(wc) = c.pending.pop_front() else {
                     break;
                 };
+                solicited |= wc.solicited || wc.status != WcStatus::Success;
                 c.ring.write::<CqeRaw>(c.prod, &ring::encode_cqe(&wc));
                 c.prod = c.prod.wrapping_add(1);
                 room -= 1;
@@ -360,6 +387,7 @@ impl DataPlane {
                 self.wcs.clear();
                 let _ = rnic.poll_cq(*cqn, room as usize, &mut self.wcs);
                 for wc in &self.wcs {
+                    solicited |= wc.solicited || wc.status != WcStatus::Success;
                     c.ring.write::<CqeRaw>(c.prod, &ring::encode_cqe(wc));
                     c.prod = c.prod.wrapping_add(1);
                 }
@@ -369,6 +397,9 @@ impl DataPlane {
                     .producer()
                     .store(c.prod, std::sync::atomic::Ordering::Release);
                 work += c.prod.wrapping_sub(start) as usize;
+                if let Some(fd) = &c.notify {
+                    notify(&c.ring, fd, solicited);
+                }
             }
         }
         work

@@ -61,6 +61,13 @@ pub enum Request {
     DestroyCq {
         cq: u32,
     },
+    /// Completion events for `cq` (`ibv_req_notify_cq` with a completion
+    /// channel): an eventfd attached, which the daemon writes when a
+    /// completion arrives on the CQ while the ring header's "armed" word
+    /// (`ring::ARMED_AT`) asks for one; it disarms it then.
+    NotifyCq {
+        cq: u32,
+    },
     CreateQp {
         pd: u32,
         qp_type: QpKind,

@@ -21,6 +21,14 @@ pub const RING_HDR: usize = 128;
 /// bell. The daemon sets it, fences, then looks at the producer indices
 /// once more before waiting, so a post is never left for a whole park.
 pub const PARKED_AT: usize = 96;
+/// In a CQ ring's header: the client's request for a completion event
+/// (`ibv_req_notify_cq`): 0 none, [`ARM_NEXT`] the next completion,
+/// [`ARM_SOLICITED`] the next solicited or unsuccessful one (IBTA 11.4.2.2,
+/// Request Completion Notification). The daemon takes it back to 0 when it
+/// writes the event (once per request, as the verb says).
+pub const ARMED_AT: usize = 100;
+pub const ARM_NEXT: u32 = 1;
+pub const ARM_SOLICITED: u32 = 2;
 pub const WQE_SIZE: usize = 192;
 pub const CQE_SIZE: usize = 32;
 /// Largest ring the daemon makes.
@@ -153,6 +161,12 @@ impl Ring {
     pub fn consumer(&self) -> &AtomicU32 {
         // SAFETY: inside the header, aligned.
         unsafe { AtomicU32::from_ptr(self.base.add(64) as *mut u32) }
+    }
+
+    /// A CQ ring's "armed" word ([`ARMED_AT`]).
+    pub fn armed(&self) -> &AtomicU32 {
+        // SAFETY: inside the header, aligned.
+        unsafe { AtomicU32::from_ptr(self.base.add(ARMED_AT) as *mut u32) }
     }
 
     /// The daemon's "parked" flag ([`PARKED_AT`]).

@@ -135,6 +135,27 @@ impl nic::engine::EngineHook for DpHook {
     }
 }
 
+/// A client's completion-event descriptor must be an eventfd, and the
+/// daemon never blocks on it: a full counter (a hostile client can fill
+/// it) makes a write fail with EAGAIN instead of waiting.
+fn event_fd(fd: &OwnedFd) -> Result<(), String> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| format!("the descriptor: {e}"))?;
+    if link.to_string_lossy() != "anon_inode:[eventfd]" {
+        return Err(format!("not an eventfd: {}", link.display()));
+    }
+    // SAFETY: fcntl on a descriptor we own.
+    let ok = unsafe {
+        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        fl >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("fcntl: {}", std::io::Error::last_os_error()))
+    }
+}
+
 /// A running device.
 pub struct Server {
     sh: Arc<Shared>,
@@ -355,7 +376,7 @@ fn with_owned<R>(sh: &Shared, id: u64, f: impl FnOnce(&mut Owned) -> R) -> R {
 
 fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<Reply, String> {
     let ok = |r: Response| Ok((r, None));
-    if !matches!(req, Request::RegMr { .. }) && !fds.is_empty() {
+    if !matches!(req, Request::RegMr { .. } | Request::NotifyCq { .. }) && !fds.is_empty() {
         return Err("unexpected file descriptors".into());
     }
     if with_owned(sh, id, |o| o.count()) >= MAX_OBJECTS
@@ -488,6 +509,7 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                     ring,
                     prod: 0,
                     pending: Default::default(),
+                    notify: None,
                 },
             );
             with_owned(sh, id, |o| o.cqs.insert(cq));
@@ -499,6 +521,20 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                 },
                 Some(Attach::Map(map)),
             ))
+        }
+        Request::NotifyCq { cq } => {
+            if !with_owned(sh, id, |o| o.cqs.contains(&cq)) {
+                return Err(format!("no CQ {cq}"));
+            }
+            let fd = match (fds.pop(), fds.is_empty()) {
+                (Some(fd), true) => fd,
+                _ => return Err("notify_cq needs exactly one eventfd".into()),
+            };
+            event_fd(&fd)?;
+            let mut dp = sh.dp.lock().expect("dp");
+            let c = dp.cqs.get_mut(&cq).ok_or_else(|| format!("no CQ {cq}"))?;
+            c.notify = Some(fd);
+            ok(Response::Ok)
         }
         Request::DestroyCq { cq } => {
             let busy = with_owned(sh, id, |o| {

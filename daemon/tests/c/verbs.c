@@ -67,13 +67,17 @@ int main(int argc, char **argv) {
     CHECK(wait1(a.cq, &wc) == 0 && wc.status == SRNIC_WC_SUCCESS && wc.wr_id == 1, "write wc %u", wc.status);
     CHECK(memcmp(a.buf, b.buf, 100000) == 0, "write data");
 
-    /* SEND 3000 bytes with immediate a -> b */
+    /* SEND 3000 bytes with immediate a -> b; b sleeps on a completion event */
     struct srnic_sge rsge = { (uint64_t)(uintptr_t)(b.buf + 0x40000), 4096, srnic_mr_lkey(b.mr) };
     struct srnic_recv_wr rwr = { 9, &rsge, 1 };
     CHECK(srnic_post_recv(b.qp, &rwr) == 0, "post recv");
+    CHECK(srnic_cq_event_fd(b.cq) == -1 && srnic_get_cq_event(b.cq, 0) < 0, "events before a request");
+    CHECK(srnic_req_notify_cq(b.cq, 0) == 0 && srnic_cq_event_fd(b.cq) >= 0, "req notify");
+    CHECK(srnic_poll_cq(b.cq, 1, &wc) == 0, "nothing yet");
     sge.addr = (uint64_t)(uintptr_t)(a.buf + 500); sge.length = 3000;
     wr.wr_id = 2; wr.opcode = SRNIC_WR_SEND_WITH_IMM; wr.imm_data = 0x1234;
     CHECK(srnic_post_send(a.qp, &wr) == 0, "post send");
+    CHECK(srnic_get_cq_event(b.cq, 10000) == 1, "no completion event");
     CHECK(wait1(a.cq, &wc) == 0 && wc.status == 0 && wc.wr_id == 2, "send wc");
     CHECK(wait1(b.cq, &wc) == 0 && wc.status == 0 && wc.wr_id == 9 && wc.byte_len == 3000 &&
           wc.opcode == SRNIC_WC_RECV && (wc.wc_flags & 1) && wc.imm_data == 0x1234, "recv wc");

@@ -65,11 +65,16 @@ impl Bell {
         ring_fd(self.fd.as_fd());
     }
 
-    /// Clears what was rung.
-    pub fn drain(&self) {
+    /// Clears what was rung; returns how many rings it clears (0: none).
+    pub fn drain(&self) -> u64 {
         let mut v = 0u64;
         // SAFETY: reads 8 bytes into a u64; EAGAIN (not rung) is fine.
-        unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        if n == 8 {
+            v
+        } else {
+            0
+        }
     }
 
     /// A duplicate for another process (sent with SCM_RIGHTS).
