@@ -29,6 +29,52 @@ fn two_processes_every_verb_with_one_engine_thread() {
     ));
 }
 
+/// `rnicd --user nobody`: once the ports are open and the sockets bound, the
+/// daemon the clients talk to holds no root rights (real, effective, saved
+/// and filesystem IDs all nobody's) and still serves every verb.
+#[test]
+fn a_daemon_run_as_nobody_serves_every_verb() {
+    let test = "a_daemon_run_as_nobody_serves_every_verb";
+    // SAFETY: plain getter
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var_os("CI").is_none(), "{test}: CI runs as root");
+        eprintln!("SKIPPED {test}: switching users needs root");
+        return;
+    }
+    let name = std::ffi::CString::new("nobody").unwrap();
+    // SAFETY: getpwnam on a C string; the result is read at once
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    assert!(!pw.is_null(), "{test}: no user nobody");
+    // SAFETY: non-null, from getpwnam
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    let dir = tempdir("nobody");
+    let d = Daemon::start(
+        None,
+        &["--mem-pair", "--name", "t", "--user", "nobody"],
+        &dir,
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+    let ids = |key: &str| -> Vec<u32> {
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+        line.split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    assert_eq!(ids("Uid:"), vec![uid; 4], "{status}");
+    assert_eq!(ids("Gid:"), vec![gid; 4], "{status}");
+    assert!(status
+        .lines()
+        .any(|l| l.starts_with("NoNewPrivs:") && l.ends_with('1')));
+    let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
+    assert_eq!(
+        groups.split_whitespace().count(),
+        1,
+        "supplementary groups: {groups}"
+    );
+    every_verb(d);
+}
+
 /// The engine parks for up to 10 minutes when idle (`--park-us`), so
 /// every post after a pause and every control call must wake it through
 /// its bell (clients ring the eventfd when the ring says "parked"); the

@@ -1,7 +1,9 @@
 //! Acceptance 1 over a real wire: two daemons, each bound to one end of a
 //! veth pair in its own network namespace (AF_XDP if it opens, else
 //! AF_PACKET), and a client process in each namespace (`ip netns exec`)
-//! doing SEND, WRITE, WRITE_WITH_IMM, READ and both atomics.
+//! doing SEND, WRITE, WRITE_WITH_IMM, READ and both atomics. The second
+//! daemon drops root once its port is open (`--user nobody`): its AF_XDP
+//! (or AF_PACKET) socket keeps working without privileges.
 
 mod common;
 
@@ -26,7 +28,16 @@ fn two_daemons_two_namespaces_every_verb() {
     );
     let _b = Daemon::start(
         Some(&nb),
-        &["--iface", &vb, "--gid", "192.0.2.2", "--name", "rb"],
+        &[
+            "--iface",
+            &vb,
+            "--gid",
+            "192.0.2.2",
+            "--name",
+            "rb",
+            "--user",
+            "nobody",
+        ],
         &db,
     );
     let mut a = Client::spawn("a", Some(&na), "verbs-a", &_a.sock("ra"), &[]);

@@ -46,6 +46,11 @@ struct Args {
     /// ends it at once through the engine's bell).
     #[arg(long, default_value_t = 200)]
     park_us: u64,
+    /// After opening the interface and binding the sockets, switch to this
+    /// user (and its group, no supplementary groups, no new privileges):
+    /// the daemon that clients talk to then holds no root rights.
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
     /// Do not give clients the engine's bell: a post after idling waits for
     /// the park to end (for comparison).
     #[arg(long)]
@@ -98,6 +103,51 @@ fn parse() -> Result<Args, String> {
     }
     args.extend(cli[1..].iter().cloned());
     Args::try_parse_from(&args).map_err(|e| e.to_string())
+}
+
+/// Becomes `user` for good: no supplementary groups, its group, its user
+/// (glibc applies set*id to every thread of the process), and no way back
+/// up (PR_SET_NO_NEW_PRIVS; getting root back must fail). The open ports
+/// and sockets stay usable: they need no privilege once open.
+fn drop_privileges(user: &str) -> Result<(u32, u32), String> {
+    let name = std::ffi::CString::new(user).map_err(|_| "a NUL in the name".to_string())?;
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 << 10];
+    let mut res: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwnam_r with a buffer of the stated length
+    let rc = unsafe {
+        libc::getpwnam_r(
+            name.as_ptr(),
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut res,
+        )
+    };
+    if rc != 0 || res.is_null() {
+        return Err("no such user".into());
+    }
+    let (uid, gid) = (pw.pw_uid, pw.pw_gid);
+    let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // SAFETY: plain syscalls on this process
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0 {
+            return Err(os("setgroups"));
+        }
+        if libc::setgid(gid) != 0 {
+            return Err(os("setgid"));
+        }
+        if libc::setuid(uid) != 0 {
+            return Err(os("setuid"));
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(os("prctl(PR_SET_NO_NEW_PRIVS)"));
+        }
+        if uid != 0 && (libc::setuid(0) == 0 || libc::geteuid() != uid || libc::getegid() != gid) {
+            return Err("the switch did not stick".into());
+        }
+    }
+    Ok((uid, gid))
 }
 
 fn main() {
@@ -201,6 +251,18 @@ fn main() {
     };
     for s in &servers {
         eprintln!("rnicd: listening on {}", s.socket_path().display());
+    }
+    if let Some(user) = &a.user {
+        match drop_privileges(user) {
+            Ok((uid, gid)) => eprintln!("rnicd: running as {user} (uid {uid}, gid {gid})"),
+            Err(e) => {
+                eprintln!("rnicd: --user {user}: {e}");
+                for s in servers {
+                    s.stop();
+                }
+                std::process::exit(1)
+            }
+        }
     }
     println!("READY");
     while !STOP.load(Ordering::Acquire) {
