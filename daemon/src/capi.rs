@@ -608,6 +608,8 @@ pub unsafe extern "C" fn srnic_create_ah(
         traffic_class: a.traffic_class,
         hop_limit: a.hop_limit,
         flow_label: a.flow_label,
+        // the C struct has no VLAN tag (its layout stays as it was)
+        vlan: None,
     };
     let Ok(ah) = msg.to_ah() else {
         return std::ptr::null_mut();

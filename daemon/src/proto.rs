@@ -199,6 +199,19 @@ pub struct AhMsg {
     pub traffic_class: u8,
     pub hop_limit: u8,
     pub flow_label: u32,
+    /// The 802.1Q tag to send with (absent: untagged; older clients).
+    #[serde(default)]
+    pub vlan: Option<VlanMsg>,
+}
+
+/// An 802.1Q tag: priority (PCP, 3 bits), drop eligible, VLAN ID (12 bits;
+/// 0 tags priority only, 4095 is reserved, IEEE 802.1Q 9.6).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VlanMsg {
+    pub pcp: u8,
+    #[serde(default)]
+    pub dei: bool,
+    pub vid: u16,
 }
 
 impl AhMsg {
@@ -209,13 +222,27 @@ impl AhMsg {
             traffic_class: ah.traffic_class,
             hop_limit: ah.hop_limit,
             flow_label: ah.flow_label,
+            vlan: ah.vlan.map(|v| VlanMsg {
+                pcp: v.pcp,
+                dei: v.dei,
+                vid: v.vid,
+            }),
         }
     }
 
-    /// Validates and converts (flow label: 20 bits, IPv6 RFC 8200).
+    /// Validates and converts (flow label: 20 bits, IPv6 RFC 8200; VLAN:
+    /// PCP 0..=7, VID 0..=4094).
     pub fn to_ah(&self) -> Result<AhAttr, String> {
         if self.flow_label > 0xf_ffff {
             return Err("flow_label out of range".into());
+        }
+        if let Some(v) = self.vlan {
+            if v.pcp > 7 || v.vid > 4094 {
+                return Err(format!(
+                    "VLAN pcp {} vid {}: pcp 0..=7, vid 0..=4094",
+                    v.pcp, v.vid
+                ));
+            }
         }
         Ok(AhAttr {
             dgid: wire::Gid(self.dgid),
@@ -223,12 +250,16 @@ impl AhMsg {
             traffic_class: self.traffic_class,
             hop_limit: self.hop_limit,
             flow_label: self.flow_label,
-            vlan: None,
+            vlan: self.vlan.map(|v| wire::VlanTag {
+                pcp: v.pcp,
+                dei: v.dei,
+                vid: v.vid,
+            }),
         })
     }
 }
 
-/// `QpAttr` on the wire (no VLAN in this version).
+/// `QpAttr` on the wire (the path's VLAN tag travels in its `ah`).
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 pub struct QpAttrMsg {
     pub state: Option<String>,
@@ -282,13 +313,7 @@ impl QpAttrMsg {
             port: a.port,
             access_flags: a.access_flags,
             qkey: a.qkey,
-            ah: a.ah.map(|ah| AhMsg {
-                dgid: ah.dgid.0,
-                dmac: ah.dmac.0,
-                traffic_class: ah.traffic_class,
-                hop_limit: ah.hop_limit,
-                flow_label: ah.flow_label,
-            }),
+            ah: a.ah.as_ref().map(AhMsg::from_ah),
             path_mtu: a.path_mtu,
             dest_qpn: a.dest_qpn,
             rq_psn: a.rq_psn,
@@ -342,4 +367,45 @@ impl QpAttrMsg {
 
 pub fn encode<T: Serialize>(m: &T) -> Vec<u8> {
     serde_json::to_vec(m).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_handle_keeps_its_vlan_tag_and_bad_tags_are_refused() {
+        let mut ah = AhAttr::new(
+            wire::Gid([7; 16]),
+            wire::EthernetAddress([2, 0, 0, 0, 0, 9]),
+        );
+        ah.vlan = Some(wire::VlanTag {
+            pcp: 3,
+            dei: false,
+            vid: 100,
+        });
+        let json = serde_json::to_string(&AhMsg::from_ah(&ah)).unwrap();
+        let back: AhMsg = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.to_ah().unwrap(), ah);
+        // a client that knows no VLAN field: untagged
+        let old = json.replace(r#","vlan":{"pcp":3,"dei":false,"vid":100}"#, "");
+        assert_ne!(old, json);
+        let m: AhMsg = serde_json::from_str(&old).unwrap();
+        assert_eq!(m.to_ah().unwrap().vlan, None);
+        for (pcp, vid) in [(8, 1), (0, 4095), (255, 0xFFFF)] {
+            let mut m = back;
+            m.vlan = Some(VlanMsg {
+                pcp,
+                dei: false,
+                vid,
+            });
+            assert!(m.to_ah().is_err(), "pcp {pcp} vid {vid}");
+        }
+        // and in a QP's path (modify_qp)
+        let a = QpAttr {
+            ah: Some(ah),
+            ..Default::default()
+        };
+        assert_eq!(QpAttrMsg::from_attr(&a).ah.unwrap().vlan.unwrap().vid, 100);
+    }
 }
