@@ -592,7 +592,7 @@ fn rc_messages_spanning_many_mtus_at_every_mtu() {
 }
 
 #[test]
-fn rc_srq_shared_by_two_qps() {
+fn rc_srq_shared_by_two_qps_with_its_limit_event() {
     let mut h = H::rc();
     let (a, b) = (h.ep(0), h.ep(1));
     let cfg = PairConfig::default();
@@ -666,6 +666,10 @@ fn rc_srq_shared_by_two_qps() {
             )
             .unwrap();
     }
+    // the SRQ limit: more than the SRQ holds is refused; 3 arms it
+    assert!(h.p.sim.nodes[1].arm_srq_limit(srq, 17).is_err());
+    h.p.sim.nodes[1].arm_srq_limit(srq, 3).unwrap();
+    assert_eq!(h.p.sim.nodes[1].query_srq(srq).unwrap(), (16, 3, 4));
     // two SENDs on each QP: the SRQ hands out its WQEs in order
     let msgs: Vec<Vec<u8>> = (0..4)
         .map(|k| pattern(50 + k, 1000 + 500 * k as usize))
@@ -699,6 +703,15 @@ fn rc_srq_shared_by_two_qps() {
         assert_eq!(w.byte_len as usize, msgs[k].len());
         assert_eq!(h.mem(1, 0x10000 * (k + 1), msgs[k].len()), msgs[k]);
     }
+    // below 3 WQEs left (after the second SEND): one event, then disarmed
+    use nic::transport::AsyncEvent;
+    assert_eq!(
+        h.p.sim.nodes[1].poll_async_event(),
+        Some(AsyncEvent::SrqLimitReached(srq))
+    );
+    assert_eq!(h.p.sim.nodes[1].poll_async_event(), None);
+    assert_eq!(h.p.sim.nodes[1].query_srq(srq).unwrap(), (16, 0, 0));
+    h.p.sim.nodes[1].arm_srq_limit(srq, 1).unwrap();
     // the SRQ is empty now: the next SEND gets RNR NAKs until one is posted
     h.p.sim.nodes[0]
         .post_send(pairs[1].0, wr(9, SendOp::Send, h.sgl(0, 0, 10)))
@@ -720,6 +733,11 @@ fn rc_srq_shared_by_two_qps() {
         .unwrap();
     h.run_for_wcs(1, 1);
     assert_eq!(h.take(1)[0].wr_id, 200);
+    // re-armed at 1: taking the only WQE fires it again
+    assert_eq!(
+        h.p.sim.nodes[1].poll_async_event(),
+        Some(AsyncEvent::SrqLimitReached(srq))
+    );
     assert_eq!(h.take(0)[0].status, WcStatus::Success);
     let qa1 = pairs[1].0;
     assert!(

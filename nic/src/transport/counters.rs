@@ -95,6 +95,8 @@ counters! {
     rx_qp_state_drop,
     /// Completion queue overruns.
     cq_overrun,
+    /// Asynchronous events dropped because nobody took them (over 1024 kept).
+    async_events_dropped,
     /// CE-marked RoCE packets received (notification point).
     np_ecn_marked_roce_packets,
     /// CNPs sent (notification point).

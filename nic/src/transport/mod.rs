@@ -114,7 +114,22 @@ pub struct Srq {
     pub pd: u32,
     pub queue: VecDeque<RecvWr>,
     pub max_wr: u32,
+    /// The armed SRQ limit ("low watermark"); 0: not armed.
+    pub limit: u32,
 }
+
+/// An asynchronous event of the device (`ibv_get_async_event`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AsyncEvent {
+    /// IBV_EVENT_SRQ_LIMIT_REACHED: fewer receive WQEs than the armed limit
+    /// are left on the SRQ; the limit is disarmed (IBTA: the "SRQ Limit
+    /// Reached" affiliated asynchronous event; `ibv_modify_srq` re-arms).
+    SrqLimitReached(u32),
+}
+
+/// Device events kept for the application at most (older ones are dropped
+/// and counted as `async_events_dropped`).
+const MAX_ASYNC_EVENTS: usize = 1024;
 
 /// What a QP looks like from outside (`ibv_query_qp`).
 #[derive(Clone, Debug)]
@@ -140,6 +155,8 @@ pub(crate) struct Resources {
     pub pds: Vec<bool>,
     /// Counters of QPs since destroyed, plus device-level events.
     pub dev: Counters,
+    /// Asynchronous events not yet taken (`Rnic::poll_async_event`).
+    pub events: VecDeque<AsyncEvent>,
     /// Received frames dropped before reaching a QP, by reason.
     pub drops: BTreeMap<&'static str, u64>,
     pub ip_ident: u16,
@@ -305,6 +322,7 @@ impl Rnic {
                 srqs: Vec::new(),
                 pds: Vec::new(),
                 dev: Counters::default(),
+                events: VecDeque::new(),
                 drops: BTreeMap::new(),
                 ip_ident: 0,
                 pfc,
@@ -476,6 +494,7 @@ impl Rnic {
             pd,
             queue: VecDeque::new(),
             max_wr,
+            limit: 0,
         });
         match self.res.srqs.iter().position(|s| s.is_none()) {
             Some(free) => {
@@ -662,6 +681,43 @@ impl Rnic {
         }
         qp.rq.push_back(wr);
         Ok(())
+    }
+
+    /// Arms SRQ `srq`'s limit (`ibv_modify_srq` with IBV_SRQ_LIMIT): once
+    /// fewer than `limit` receive WQEs are left on it, an
+    /// [`AsyncEvent::SrqLimitReached`] is raised and the limit disarmed.
+    /// 0 disarms it; more than the SRQ holds is refused (the verbs: EINVAL).
+    pub fn arm_srq_limit(&mut self, srq: u32, limit: u32) -> Result<(), VerbsError> {
+        let s = self
+            .res
+            .srqs
+            .get_mut(srq as usize)
+            .and_then(|s| s.as_mut())
+            .ok_or(VerbsError::NoSuchSrq(srq))?;
+        if limit > s.max_wr {
+            return Err(VerbsError::InvalidWr(
+                "the SRQ limit exceeds the SRQ's size",
+            ));
+        }
+        s.limit = limit;
+        Ok(())
+    }
+
+    /// `ibv_query_srq`: (max WRs, armed limit — 0 once fired or never
+    /// armed, receive WQEs it holds now).
+    pub fn query_srq(&self, srq: u32) -> Result<(u32, u32, usize), VerbsError> {
+        let s = self
+            .res
+            .srqs
+            .get(srq as usize)
+            .and_then(|s| s.as_ref())
+            .ok_or(VerbsError::NoSuchSrq(srq))?;
+        Ok((s.max_wr, s.limit, s.queue.len()))
+    }
+
+    /// The oldest asynchronous event not yet taken.
+    pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        self.res.events.pop_front()
     }
 
     pub fn post_srq_recv(&mut self, srq: u32, wr: RecvWr) -> Result<(), VerbsError> {
@@ -1114,7 +1170,21 @@ impl Qp {
     /// Takes the next receive WQE: from the SRQ if the QP has one.
     pub(crate) fn take_recv(&mut self, res: &mut Resources) -> Option<RecvWr> {
         match self.init.srq {
-            Some(s) => res.srqs.get_mut(s as usize)?.as_mut()?.queue.pop_front(),
+            Some(s) => {
+                let srq = res.srqs.get_mut(s as usize)?.as_mut()?;
+                let wr = srq.queue.pop_front()?;
+                // the SRQ limit: below it, one event, and it disarms
+                // (ibv_modify_srq(3): "low watermark"; IBTA SRQ Limit Reached)
+                if srq.limit > 0 && (srq.queue.len() as u64) < srq.limit as u64 {
+                    srq.limit = 0;
+                    if res.events.len() >= MAX_ASYNC_EVENTS {
+                        res.events.pop_front();
+                        res.dev.async_events_dropped += 1;
+                    }
+                    res.events.push_back(AsyncEvent::SrqLimitReached(s));
+                }
+                Some(wr)
+            }
             None => self.rq.pop_front(),
         }
     }
