@@ -53,6 +53,14 @@ pub struct Context {
     /// parks (None: the daemon has none; its park interval then bounds
     /// the first post's wait).
     bell: Option<OwnedFd>,
+    /// Asynchronous events: the eventfd the daemon writes, and the events
+    /// fetched but not yet handed out (made by the first `get_async_event`).
+    async_events: Mutex<
+        Option<(
+            nic::io::Bell,
+            std::collections::VecDeque<proto::AsyncEventMsg>,
+        )>,
+    >,
 }
 
 /// Where device sockets live: `$SOFTRNIC_SOCK_DIR` or `/run/softrnic`.
@@ -73,6 +81,7 @@ impl Context {
         let sock = SeqPacket::connect(path.as_ref())?;
         let mut c = Context {
             bell: None,
+            async_events: Mutex::new(None),
             sock: Mutex::new(sock),
             device: DeviceInfo {
                 name: String::new(),
@@ -136,6 +145,45 @@ impl Context {
         match m.resp {
             Response::Error { msg } => Err(Error::Daemon(msg)),
             r => Ok((r, fds)),
+        }
+    }
+
+    /// The next asynchronous event (`ibv_get_async_event`), waiting up to
+    /// `timeout`; None if none came.
+    pub fn get_async_event(&self, timeout: Duration) -> Result<Option<proto::AsyncEventMsg>> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let mut g = self
+            .async_events
+            .lock()
+            .map_err(|_| Error::Protocol("poisoned".into()))?;
+        if g.is_none() {
+            let bell = nic::io::Bell::new()?;
+            let raw = bell.as_fd().as_raw_fd();
+            match self.request(Request::AsyncEventFd, Some(raw))?.0 {
+                Response::Ok => {}
+                r => return Err(unexpected(r)),
+            }
+            *g = Some((bell, Default::default()));
+        }
+        let (bell, queue) = g.as_mut().expect("made above");
+        let t0 = Instant::now();
+        loop {
+            if let Some(e) = queue.pop_front() {
+                return Ok(Some(e));
+            }
+            bell.drain();
+            match self.request(Request::GetAsyncEvents, None)?.0 {
+                Response::AsyncEvents { events } => queue.extend(events),
+                r => return Err(unexpected(r)),
+            }
+            if !queue.is_empty() {
+                continue;
+            }
+            let left = timeout.saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            bell.wait(None, left);
         }
     }
 
@@ -450,6 +498,33 @@ pub struct Srq {
 }
 
 impl Srq {
+    /// `ibv_modify_srq(IBV_SRQ_LIMIT)`: once fewer than `limit` receives are
+    /// left, an [`proto::AsyncEventMsg::SrqLimitReached`] comes
+    /// ([`Context::get_async_event`]) and the limit disarms; 0 disarms.
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        self.ctx.simple(Request::ModifySrq {
+            srq: self.handle,
+            limit,
+        })
+    }
+
+    /// `ibv_query_srq`: (max WRs, armed limit, receives the daemon's
+    /// transport holds — the ring may hold more not yet taken).
+    pub fn query(&self) -> Result<(u32, u32, u32)> {
+        match self
+            .ctx
+            .request(Request::QuerySrq { srq: self.handle }, None)?
+            .0
+        {
+            Response::SrqInfo {
+                max_wr,
+                limit,
+                pending,
+            } => Ok((max_wr, limit, pending)),
+            r => Err(unexpected(r)),
+        }
+    }
+
     /// `ibv_post_srq_recv`. Fails only when the ring is full.
     pub fn post_recv(&mut self, wr: &RecvWr) -> Result<()> {
         post_ring(

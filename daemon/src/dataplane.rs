@@ -45,6 +45,17 @@ pub struct SrqRing {
     pub ring: Ring,
     pub cons: u32,
     pub broken: bool,
+    /// The client that owns it (its asynchronous events go there).
+    pub owner: u64,
+}
+
+/// A client's asynchronous events not yet fetched, and its eventfd.
+#[derive(Default)]
+pub struct ClientEvents {
+    pub queue: VecDeque<crate::proto::AsyncEventMsg>,
+    pub fd: Option<std::os::fd::OwnedFd>,
+    /// Events dropped because the client did not fetch them (over 256).
+    pub dropped: u64,
 }
 
 /// An address handle: its owner, its PD and the address.
@@ -75,6 +86,8 @@ pub struct DataPlane {
     wcs: Vec<Wc>,
     /// WQEs refused by the daemon (bad opcode, SGE count, wild index).
     pub refused: u64,
+    /// Asynchronous events by client.
+    pub events: HashMap<u64, ClientEvents>,
 }
 
 /// A completion event, if the client armed the CQ for one these completions
@@ -177,6 +190,37 @@ impl DataPlane {
         }
     }
 
+    /// Hands the device's asynchronous events to the clients they concern
+    /// (and writes each one's eventfd). Returns how many.
+    pub fn async_events(&mut self, rnic: &mut Rnic) -> usize {
+        let mut n = 0;
+        while let Some(ev) = rnic.poll_async_event() {
+            n += 1;
+            let (owner, msg) = match ev {
+                nic::transport::AsyncEvent::SrqLimitReached(s) => {
+                    let Some(r) = self.srqs.iter().find(|r| r.srqn == s) else {
+                        continue;
+                    };
+                    (
+                        r.owner,
+                        crate::proto::AsyncEventMsg::SrqLimitReached { srq: s },
+                    )
+                }
+            };
+            let c = self.events.entry(owner).or_default();
+            if c.queue.len() >= 256 {
+                c.queue.pop_front();
+                c.dropped += 1;
+            }
+            c.queue.push_back(msg);
+            if let Some(fd) = &c.fd {
+                use std::os::fd::AsFd;
+                nic::io::bell::ring_fd(fd.as_fd());
+            }
+        }
+        n
+    }
+
     /// One pass: doorbells, then completions. Returns the work done.
     pub fn turn(&mut self, rnic: &mut Rnic) -> usize {
         let mut work = 0;
@@ -187,7 +231,7 @@ impl DataPlane {
         for i in 0..self.srqs.len() {
             work += self.fetch_srq(rnic, i);
         }
-        work + self.complete(rnic)
+        work + self.complete(rnic) + self.async_events(rnic)
     }
 
     fn wild(&mut self, rnic: &mut Rnic, i: usize, cq: u32, opcode: WcOpcode) {

@@ -108,6 +108,20 @@ pub enum Request {
     DestroySrq {
         srq: u32,
     },
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm (or, 0, disarm) the limit.
+    ModifySrq {
+        srq: u32,
+        limit: u32,
+    },
+    /// `ibv_query_srq`.
+    QuerySrq {
+        srq: u32,
+    },
+    /// Asynchronous events for this client (`ibv_get_async_event`): an
+    /// eventfd attached, which the daemon writes when one is queued.
+    AsyncEventFd,
+    /// The queued asynchronous events (up to 64; none: an empty list).
+    GetAsyncEvents,
     /// Daemon-wide object counts (administration and tests).
     Stats,
 }
@@ -161,6 +175,16 @@ pub enum Response {
         ah: u32,
     },
     /// With the SRQ ring's memfd attached (one receive ring at 0).
+    SrqInfo {
+        max_wr: u32,
+        /// The armed limit (0: not armed, or fired).
+        limit: u32,
+        /// Receive WQEs the transport holds for it now.
+        pending: u32,
+    },
+    AsyncEvents {
+        events: Vec<AsyncEventMsg>,
+    },
     Srq {
         srq: u32,
         entries: u32,
@@ -190,6 +214,14 @@ pub struct Stats {
     /// SRQ rings the engine polls.
     #[serde(default)]
     pub active_srq_rings: u32,
+}
+
+/// An asynchronous event (`struct ibv_async_event`).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AsyncEventMsg {
+    /// IBV_EVENT_SRQ_LIMIT_REACHED on the client's SRQ `srq`.
+    SrqLimitReached { srq: u32 },
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default)]

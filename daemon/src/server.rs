@@ -376,7 +376,11 @@ fn with_owned<R>(sh: &Shared, id: u64, f: impl FnOnce(&mut Owned) -> R) -> R {
 
 fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<Reply, String> {
     let ok = |r: Response| Ok((r, None));
-    if !matches!(req, Request::RegMr { .. } | Request::NotifyCq { .. }) && !fds.is_empty() {
+    if !matches!(
+        req,
+        Request::RegMr { .. } | Request::NotifyCq { .. } | Request::AsyncEventFd
+    ) && !fds.is_empty()
+    {
         return Err("unexpected file descriptors".into());
     }
     if with_owned(sh, id, |o| o.count()) >= MAX_OBJECTS
@@ -731,6 +735,7 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                 ring,
                 cons: 0,
                 broken: false,
+                owner: id,
             });
             with_owned(sh, id, |o| o.srqs.insert(srq, pd));
             Ok((
@@ -741,6 +746,51 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                 },
                 Some(Attach::Map(map)),
             ))
+        }
+        Request::ModifySrq { srq, limit } => {
+            if !with_owned(sh, id, |o| o.srqs.contains_key(&srq)) {
+                return Err(format!("no SRQ {srq}"));
+            }
+            call(sh, move |r| r.arm_srq_limit(srq, limit))?.map_err(|e| e.to_string())?;
+            ok(Response::Ok)
+        }
+        Request::QuerySrq { srq } => {
+            if !with_owned(sh, id, |o| o.srqs.contains_key(&srq)) {
+                return Err(format!("no SRQ {srq}"));
+            }
+            let (max_wr, limit, pending) =
+                call(sh, move |r| r.query_srq(srq))?.map_err(|e| e.to_string())?;
+            ok(Response::SrqInfo {
+                max_wr,
+                limit,
+                pending: pending as u32,
+            })
+        }
+        Request::AsyncEventFd => {
+            let fd = match (fds.pop(), fds.is_empty()) {
+                (Some(fd), true) => fd,
+                _ => return Err("async_event_fd needs exactly one eventfd".into()),
+            };
+            event_fd(&fd)?;
+            let mut dp = sh.dp.lock().expect("dp");
+            let c = dp.events.entry(id).or_default();
+            if !c.queue.is_empty() {
+                use std::os::fd::AsFd;
+                nic::io::bell::ring_fd(fd.as_fd());
+            }
+            c.fd = Some(fd);
+            ok(Response::Ok)
+        }
+        Request::GetAsyncEvents => {
+            let mut dp = sh.dp.lock().expect("dp");
+            let events = match dp.events.get_mut(&id) {
+                Some(c) => {
+                    let n = c.queue.len().min(64);
+                    c.queue.drain(..n).collect()
+                }
+                None => Vec::new(),
+            };
+            ok(Response::AsyncEvents { events })
         }
         Request::DestroySrq { srq } => {
             let err = with_owned(sh, id, |o| {
@@ -839,6 +889,7 @@ fn cleanup(sh: &Shared, id: u64) {
         for a in o.ahs.keys() {
             dp.ahs.remove(a);
         }
+        dp.events.remove(&id);
     }
     // its QPs are gone, so its SRQs have none attached
     let srqs: Vec<u32> = o.srqs.keys().copied().collect();

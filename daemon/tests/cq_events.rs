@@ -178,3 +178,91 @@ fn notify_cq_takes_only_an_eventfd_for_an_own_cq() {
         libc::close(pipe[1]);
     }
 }
+
+/// The SRQ limit (`ibv_modify_srq` / `ibv_query_srq`) and its asynchronous
+/// event (`ibv_get_async_event`): armed at 3 over 4 receives, the second
+/// SEND leaves 2 and the owner gets SRQ_LIMIT_REACHED once; the limit reads
+/// 0 afterwards; another client of the same device gets nothing.
+#[test]
+fn the_srq_limit_event_reaches_its_owner_once() {
+    use softrnic::proto::AsyncEventMsg;
+    let dir = tempdir("srqlim");
+    let d = Daemon::start(None, &["--mem-pair", "--name", "t"], &dir);
+    let ctxs = [
+        Context::open(d.sock("t0")).expect("t0"),
+        Context::open(d.sock("t1")).expect("t1"),
+    ];
+    let bystander = Context::open(d.sock("t1")).expect("t1 again");
+    let pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
+    let bufs: Vec<_> = pds
+        .iter()
+        .map(|p| p.alloc_buffer(1 << 16).unwrap())
+        .collect();
+    let mrs: Vec<_> = (0..2)
+        .map(|i| pds[i].reg_mr(&bufs[i], 0, 1 << 16, ACCESS_ALL).unwrap())
+        .collect();
+    let mut cqs: Vec<Cq> = ctxs.iter().map(|c| c.create_cq(64).unwrap()).collect();
+    let mut srq = pds[1].create_srq(16).unwrap();
+    let qps: Vec<_> = (0..2)
+        .map(|i| {
+            pds[i]
+                .create_qp(&QpInitAttr {
+                    qp_type: QpKind::Rc,
+                    send_cq: cqs[i].handle,
+                    recv_cq: cqs[i].handle,
+                    max_send_wr: 64,
+                    max_recv_wr: 64,
+                    sq_sig_all: true,
+                    srq: (i == 1).then_some(srq.handle),
+                })
+                .unwrap()
+        })
+        .collect();
+    for i in 0..2 {
+        let (g, m) = (ctxs[1 - i].device.gid, ctxs[1 - i].device.mac);
+        qps[i]
+            .connect(
+                &ConnectParams::default(),
+                AhAttr::new(g, m),
+                qps[1 - i].qpn,
+                1,
+                1,
+            )
+            .unwrap();
+    }
+    for k in 0..4u64 {
+        srq.post_recv(&RecvWr {
+            wr_id: k,
+            sgl: Sgl::single(mrs[1].addr + k * 64, 64, mrs[1].lkey),
+        })
+        .unwrap();
+    }
+    assert!(srq.arm_limit(17).is_err(), "a limit above the SRQ's size");
+    srq.arm_limit(3).unwrap();
+    let (max_wr, limit, _) = srq.query().unwrap();
+    assert_eq!((max_wr, limit), (16, 3));
+    assert_eq!(ctxs[1].get_async_event(Duration::ZERO).unwrap(), None);
+    let mut qa = qps.into_iter();
+    let mut a = qa.next().unwrap();
+    for id in 0..2 {
+        let wr = SendWr::new(id, SendOp::Send, Sgl::single(mrs[0].addr, 16, mrs[0].lkey));
+        a.post_send(&wr).unwrap();
+        assert_eq!(one(&mut cqs[0]).status, WcStatus::Success);
+        assert_eq!(one(&mut cqs[1]).status, WcStatus::Success);
+    }
+    assert_eq!(
+        ctxs[1].get_async_event(Duration::from_secs(30)).unwrap(),
+        Some(AsyncEventMsg::SrqLimitReached { srq: srq.handle })
+    );
+    assert_eq!(srq.query().unwrap().1, 0, "disarmed once fired");
+    let wr = SendWr::new(9, SendOp::Send, Sgl::single(mrs[0].addr, 16, mrs[0].lkey));
+    a.post_send(&wr).unwrap();
+    one(&mut cqs[1]);
+    assert_eq!(
+        ctxs[1].get_async_event(Duration::ZERO).unwrap(),
+        None,
+        "one event"
+    );
+    assert_eq!(bystander.get_async_event(Duration::ZERO).unwrap(), None);
+    assert_eq!(ctxs[0].get_async_event(Duration::ZERO).unwrap(), None);
+}
