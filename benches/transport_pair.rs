@@ -8,6 +8,7 @@ use std::time::Duration;
 
 /// WRITEs outstanding per iteration (perftest's default `--tx-depth`).
 pub const TX_DEPTH: usize = 128;
+#[allow(dead_code)] // not every bench runs both sizes
 pub const SIZES: [usize; 2] = [64, 64 * 1024];
 
 /// A connected RC pair over an ideal link.

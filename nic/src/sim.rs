@@ -7,6 +7,7 @@
 use crate::time::Instant;
 use crate::transport::{QpInit, Rnic, RnicConfig, MAX_FRAME_LEN};
 use crate::verbs::{access, AhAttr, HeapMemory, Memory, QpAttr, QpState, QpType, Wc};
+use rand::distributions::Bernoulli;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
@@ -73,6 +74,11 @@ const MAX_TX_BUFFERS: usize = 512;
 
 struct Link {
     cfg: LinkConfig,
+    /// The five per-frame chances of `cfg` as samplers, made when a frame
+    /// is first sent after `cfg` may have changed (`None`): building one
+    /// per draw (`Rng::gen_bool`) converts a float to an integer each time.
+    /// Sampling one draws from the RNG exactly as `gen_bool` does.
+    chances: Option<Chances>,
     busy_until: Instant,
     /// Frames in flight in arrival order, as long as each arrives no
     /// earlier than the one queued before it (the common case: a link
@@ -101,6 +107,7 @@ impl Link {
     fn new(cfg: LinkConfig) -> Link {
         Link {
             cfg,
+            chances: None,
             busy_until: Instant::ZERO,
             fifo: VecDeque::new(),
             queue: BinaryHeap::new(),
@@ -174,6 +181,7 @@ impl Link {
     /// Puts the frame a node wrote into `slot` (`len` bytes) on the link,
     /// or frees the slot if the link drops it.
     fn send(&mut self, now: Instant, slot: usize, len: usize, rng: &mut SmallRng) {
+        let c = *self.chances.get_or_insert_with(|| Chances::new(&self.cfg));
         self.stats.sent += 1;
         if len > self.cfg.max_frame {
             self.stats.too_big += 1;
@@ -188,26 +196,26 @@ impl Link {
                 .unwrap_or(0),
         );
         self.busy_until = start + tx;
-        if rng.gen_bool(self.cfg.loss) {
+        if rng.sample(c.loss) {
             self.stats.lost += 1;
             self.release(slot);
             return;
         }
         let mut at = self.busy_until + self.cfg.latency;
-        if rng.gen_bool(self.cfg.reorder) {
+        if rng.sample(c.reorder) {
             self.stats.reordered += 1;
             at = at + self.cfg.reorder_delay;
         }
         let f = &mut self.frames[slot][..len];
-        if rng.gen_bool(self.cfg.corrupt) {
+        if rng.sample(c.corrupt) {
             self.stats.corrupted += 1;
             let bit = rng.gen_range(0..f.len() * 8);
             f[bit / 8] ^= 1 << (bit % 8);
         }
-        if rng.gen_bool(self.cfg.ce_mark) && mark_ce(f) {
+        if rng.sample(c.ce_mark) && mark_ce(f) {
             self.stats.ce_marked += 1;
         }
-        if rng.gen_bool(self.cfg.duplicate) {
+        if rng.sample(c.duplicate) {
             self.stats.duplicated += 1;
             let dup_at = at + Duration::from_nanos(rng.gen_range(0..2000));
             let dup = self.copy_slot(slot, len);
@@ -244,6 +252,30 @@ impl Link {
 
     fn next_arrival(&self) -> Option<Instant> {
         self.peek().map(|e| e.0)
+    }
+}
+
+/// A link's per-frame chances as samplers (see `Link::chances`).
+#[derive(Clone, Copy)]
+struct Chances {
+    loss: Bernoulli,
+    reorder: Bernoulli,
+    corrupt: Bernoulli,
+    ce_mark: Bernoulli,
+    duplicate: Bernoulli,
+}
+
+impl Chances {
+    /// Panics on a probability outside [0, 1], as `Rng::gen_bool` does.
+    fn new(cfg: &LinkConfig) -> Chances {
+        let b = |p: f64| Bernoulli::new(p).expect("link probabilities lie in [0, 1]");
+        Chances {
+            loss: b(cfg.loss),
+            reorder: b(cfg.reorder),
+            corrupt: b(cfg.corrupt),
+            ce_mark: b(cfg.ce_mark),
+            duplicate: b(cfg.duplicate),
+        }
     }
 }
 
@@ -337,6 +369,8 @@ impl Sim {
     }
 
     pub fn link_config_mut(&mut self, dir: usize) -> &mut LinkConfig {
+        // the caller may change the chances: sample them afresh
+        self.links[dir].chances = None;
         &mut self.links[dir].cfg
     }
 

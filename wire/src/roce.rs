@@ -434,12 +434,19 @@ impl<'a> RoceRepr<'a> {
     /// Bytes from the IP header to the ICRC inclusive.
     pub fn ip_len(&self) -> usize {
         let ext = self.opcode_info().map_or(0, |i| i.ext_len());
+        self.ip_len_with(ext, self.payload.len())
+    }
+
+    /// `ip_len` with `ext` bytes of extension headers and a payload of
+    /// `payload_len` bytes.
+    #[inline]
+    fn ip_len_with(&self, ext: usize, payload_len: usize) -> usize {
         self.ip.header_len()
             + udp::HEADER_LEN
             + bth::HEADER_LEN
             + ext
-            + self.payload.len()
-            + pad_for(self.payload.len()) as usize
+            + payload_len
+            + pad_for(payload_len) as usize
             + ICRC_LEN
     }
 
@@ -450,6 +457,14 @@ impl<'a> RoceRepr<'a> {
 
     /// Checks that the repr describes a frame we may send.
     pub fn validate(&self) -> Result<&'static OpcodeInfo> {
+        self.validate_with_payload_len(self.payload.len())
+    }
+
+    /// `validate` for the frame this repr describes with a payload of
+    /// `payload_len` bytes in place of `payload` (for a frame whose payload
+    /// is written into place afterwards).
+    #[inline]
+    pub fn validate_with_payload_len(&self, payload_len: usize) -> Result<&'static OpcodeInfo> {
         let info = self
             .opcode_info()
             .ok_or(Error::InvalidRepr("unknown opcode"))?;
@@ -459,17 +474,17 @@ impl<'a> RoceRepr<'a> {
             ));
         }
         match info.payload {
-            PayloadRule::None if !self.payload.is_empty() => {
+            PayloadRule::None if payload_len != 0 => {
                 return Err(Error::InvalidRepr("this opcode carries no payload"))
             }
-            PayloadRule::Exactly(n) if self.payload.len() != n as usize => {
+            PayloadRule::Exactly(n) if payload_len != n as usize => {
                 return Err(Error::InvalidRepr(
                     "payload length is fixed for this opcode",
                 ))
             }
             _ => {}
         }
-        if self.ip_len() > u16::MAX as usize {
+        if self.ip_len_with(info.ext_len(), payload_len) > u16::MAX as usize {
             return Err(Error::InvalidRepr("datagram longer than 65535 bytes"));
         }
         Ok(info)

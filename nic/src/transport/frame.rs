@@ -13,8 +13,8 @@ use wire::ethernet::ethertype;
 use wire::icrc::Icrc;
 use wire::{bth, icrc, pad_for, udp, IpRepr, RoceRepr, UdpChecksum};
 
-/// Zeros standing in for the payload while the repr is validated and
-/// measured (only the payload's length matters to either).
+/// Zeros standing in for the payload where a repr with the payload's
+/// length is needed (a debug check of the layout).
 static ZEROS: [u8; 4096] = [0; 4096];
 
 /// The longest payload `emit_with` takes (the largest path MTU).
@@ -74,6 +74,11 @@ impl Payload<'_> {
 /// (its headers may have been written). `Ok(None)`: the repr is not valid
 /// or `buf` is too small (as `RoceRepr::emit` fails), and `fill` did not
 /// run.
+///
+/// Inlined into its callers: its result, returned through memory, was
+/// read back with a wider load than it was stored with (a store-forwarding
+/// stall on every frame).
+#[inline(always)]
 pub(crate) fn emit_with<E>(
     repr: &RoceRepr<'_>,
     payload_len: usize,
@@ -83,11 +88,9 @@ pub(crate) fn emit_with<E>(
     if payload_len > MAX_PAYLOAD {
         return Ok(None);
     }
-    let repr = RoceRepr {
-        payload: &ZEROS[..payload_len],
-        ..*repr
-    };
-    let Ok(info) = repr.validate() else {
+    // Validated in place (no copy of the repr with a stand-in payload:
+    // only the payload's length matters).
+    let Ok(info) = repr.validate_with_payload_len(payload_len) else {
         return Ok(None);
     };
     // the layout `RoceRepr::buffer_len` and `ip_len` describe
@@ -101,7 +104,14 @@ pub(crate) fn emit_with<E>(
     let icrc_at = pad_at + pad as usize;
     let udp_len = icrc_at + icrc::ICRC_LEN - udp_at;
     let total = icrc_at + icrc::ICRC_LEN + repr.trailer_len;
-    debug_assert_eq!(total, repr.buffer_len());
+    debug_assert_eq!(
+        total,
+        RoceRepr {
+            payload: &ZEROS[..payload_len],
+            ..*repr
+        }
+        .buffer_len()
+    );
     if buf.len() < total {
         return Ok(None);
     }

@@ -178,6 +178,7 @@ impl Resources {
     /// frame (from registered memory, say: no staging copy, and the ICRC
     /// taken in the same pass). If `fill` fails nothing is sent and no IPv4
     /// ident is used. `Ok(None)`: the frame could not be built.
+    #[inline]
     pub(crate) fn emit<E>(
         &mut self,
         hdr: &qp::HeaderTemplate,

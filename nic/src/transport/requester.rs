@@ -210,17 +210,28 @@ impl Qp {
                 }
             }
         }
+        // The QP's template is used in place: a copy on the stack, read
+        // back with wider loads than it was written with, stalls on store
+        // forwarding.
+        let ud_hdr;
         let hdr = match self.qp_type() {
             QpType::Ud => {
                 let d = w.wr.ud.expect("checked at post");
-                super::HeaderTemplate::new(res.cfg.mac, res.cfg.gid, &d.ah, self.qpn, d.remote_qpn)
+                ud_hdr = super::HeaderTemplate::new(
+                    res.cfg.mac,
+                    res.cfg.gid,
+                    &d.ah,
+                    self.qpn,
+                    d.remote_qpn,
+                );
+                &ud_hdr
             }
-            _ => self.hdr?,
+            _ => self.hdr.as_ref()?,
         };
         // The payload goes from registered memory (or the inline copy)
         // straight into the frame.
         let pd = self.init.pd;
-        let filled = res.emit(&hdr, bth, ext, payload_len, buf, |res, dst| {
+        let filled = res.emit(hdr, bth, ext, payload_len, buf, |res, dst| {
             if dst.remaining() == 0 {
                 return Ok(());
             }

@@ -582,7 +582,7 @@ impl Qp {
 
     /// Builds the next response frame, if one is owed.
     pub(super) fn next_response(&mut self, res: &mut Resources, buf: &mut [u8]) -> Option<usize> {
-        let hdr = self.hdr?;
+        let hdr = self.hdr.as_ref()?;
         let front = *self.resp.responses.front()?;
         let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, self.dest_qpn, Psn::new(0));
         bth.pkey = self.pkey;
@@ -621,7 +621,7 @@ impl Qp {
                 // checked.
                 let pd = self.init.pd;
                 let filled: Result<_, crate::verbs::KeyError> =
-                    res.emit(&hdr, bth, ext, len as usize, buf, |res, dst| {
+                    res.emit(hdr, bth, ext, len as usize, buf, |res, dst| {
                         if dst.remaining() == 0 {
                             return Ok(());
                         }
@@ -657,6 +657,6 @@ impl Qp {
                 return n;
             }
         }
-        res.emit_bare(&hdr, bth, ext, buf)
+        res.emit_bare(hdr, bth, ext, buf)
     }
 }
