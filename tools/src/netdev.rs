@@ -258,7 +258,8 @@ pub struct NetDev {
     pub gid: Gid,
     pub mac: EthernetAddress,
     pub ifname: String,
-    /// The port that opened: "AF_XDP", "AF_XDP (generic XDP)" or "AF_PACKET (TPACKET_V3)".
+    /// The port that opened: "AF_XDP", "AF_XDP (generic XDP)", "AF_PACKET
+    /// (TPACKET_V2)" or "AF_PACKET (TPACKET_V3)".
     pub backend: &'static str,
     /// The interface MTU and the largest IB MTU it carries.
     pub if_mtu: usize,

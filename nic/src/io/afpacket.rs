@@ -701,7 +701,7 @@ impl AfPacketPort {
                 }
             };
             // a frame header that would leave the block ends it
-            if left == 0 || off.checked_add(hdr_len).map_or(true, |e| e > block_size) {
+            if left == 0 || off > block_size.saturating_sub(hdr_len) {
                 fence(Ordering::Release);
                 // SAFETY: handing the block back to the kernel.
                 unsafe { write_volatile(addr_of_mut!((*bd).block_status), TP_STATUS_KERNEL) };
