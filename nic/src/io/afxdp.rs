@@ -587,7 +587,8 @@ pub enum Backend {
     /// AF_PACKET with TPACKET_V2 rings: each frame handed over at once.
     AfPacket,
     /// AF_PACKET with TPACKET_V3 rings: frames handed over a block at a
-    /// time, a block that does not fill after the 1 ms retire timer.
+    /// time, a block that does not fill only when its 1 ms retire timer
+    /// expires.
     AfPacketV3,
 }
 
