@@ -14,8 +14,9 @@
 //!   block over (block status TP_STATUS_USER) when it is full or when its
 //!   retire timer (`retire_ms`, at least 1 ms) expires. That batching costs
 //!   a lone frame up to the timer period: over veth a 64 B WRITE's half
-//!   round trip is ~500 µs on V3 against tens of µs on V2, and the ACKs'
-//!   wait caps WRITE bandwidth (BENCHMARKS.md, "Real ports").
+//!   round trip is ~500 µs on V3 against ~8 µs on V2, and the ACKs'
+//!   wait halves WRITE bandwidth (3.9 against 7.1 Gbit/s; BENCHMARKS.md,
+//!   "AF_PACKET: TPACKET_V2 against TPACKET_V3").
 //!
 //! Both formats: a frame the kernel truncated (`tp_snaplen < tp_len`, or
 //! TP_STATUS_COPY), one whose offsets leave its slot or one longer than a
