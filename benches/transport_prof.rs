@@ -10,7 +10,10 @@ mod transport_pair;
 use transport_pair::{ready_pair, write_batch};
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let size: usize = args.first().and_then(|s| s.parse().ok()).unwrap_or(64);
     let batches: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let (mut p, mut wcs) = ready_pair(size);

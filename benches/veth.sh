@@ -3,7 +3,8 @@
 # (MTU 9000, IB MTU 4096), against the kernel's UDP over the same pair in
 # the same run:
 #   bandwidth  rnic perf write bw, 64 KiB messages, over AF_XDP (native and
-#              generic XDP) and AF_PACKET, vs iperf3 -u at the same payload
+#              generic XDP) and AF_PACKET (TPACKET_V2, the default ring, and
+#              TPACKET_V3, afpacket-v3), vs iperf3 -u at the same payload
 #              (65507 bytes, the largest UDP datagram; also 8972 bytes, one
 #              datagram per 9000-byte frame): what the receiver got
 #   latency    rnic perf write lat, 64 B, half the round trip (as
@@ -21,7 +22,10 @@
 # apt-get install iperf3 sockperf jq; and a release build:
 # cargo build --release -p tools.
 # Usage: benches/veth.sh [OUT_DIR]   (env: ROUNDS, SECONDS_PER_RUN, LAT_ITERS,
-#        RPS, QUIET_IDLE, QUIET_WAIT, RNIC)
+#        RPS, QUIET_IDLE, QUIET_WAIT, RNIC; AFPACKET_ONLY=1 runs only the
+#        AF_PACKET cases, V3 and V2 interleaved)
+# AF_PACKET with TPACKET_V3 waits for the 1 ms block timer on every hop: its
+# latency runs take 3000 samples, not LAT_ITERS.
 # Not run by CI: benchmarks measure, tests assert.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +34,7 @@ ROUNDS=${ROUNDS:-3}
 SECS=${SECONDS_PER_RUN:-5}
 LAT_ITERS=${LAT_ITERS:-100000}
 RPS=${RPS:-0}
+AFPACKET_ONLY=${AFPACKET_ONLY:-0}
 OUT=${1:-target/veth-bench}
 RNIC=${RNIC:-$PWD/target/release/rnic}
 mkdir -p "$OUT"
@@ -149,9 +154,18 @@ lat_udp() { # placement round -> "p50 p99 p99.9" usec (sockperf: half the round 
 declare -A R
 add() { R[$1]+="$2"$'\n'; }
 for r in $(seq 1 "$ROUNDS"); do
+  add bw_p3 "$(bw_rnic afpacket-v3 "$r")"
+  add bw_pkt "$(bw_rnic afpacket "$r")"
+  read -r x y z <<<"$(lat_rnic afpacket-v3 3000 "$r")"
+  add l50_afpacket-v3 "$x"; add l99_afpacket-v3 "$y"; add l999_afpacket-v3 "$z"
+  read -r x y z <<<"$(lat_rnic afpacket "$LAT_ITERS" "$r")"
+  add l50_afpacket "$x"; add l99_afpacket "$y"; add l999_afpacket "$z"
+  if [ "$AFPACKET_ONLY" = 1 ]; then
+    echo "# round $r done" >&2
+    continue
+  fi
   add bw_xdp "$(bw_rnic afxdp "$r")"
   add bw_gen "$(bw_rnic afxdp-generic "$r")"
-  add bw_pkt "$(bw_rnic afpacket "$r")"
   for p in rnic free; do
     add "u64_$p" "$(bw_udp 65507 "$p" "$r")"
     add "u9_$p" "$(bw_udp 8972 "$p" "$r")"
@@ -160,16 +174,14 @@ for r in $(seq 1 "$ROUNDS"); do
     read -r x y z <<<"$(lat_rnic "$b" "$LAT_ITERS" "$r")"
     add "l50_$b" "$x"; add "l99_$b" "$y"; add "l999_$b" "$z"
   done
-  read -r x y z <<<"$(lat_rnic afpacket 3000 "$r")"
-  add l50_afpacket "$x"; add l99_afpacket "$y"; add l999_afpacket "$z"
   for p in rnic same; do
     read -r x y z <<<"$(lat_udp "$p" "$r")"
     add "u50_$p" "$x"; add "u99_$p" "$y"; add "u999_$p" "$z"
   done
   echo "# round $r done" >&2
 done
-m() { printf '%s' "${R[$1]}" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {printf "%.2f", v[int((NR+1)/2)]}'; }
-all() { printf '%s' "${R[$1]}" | grep -v '^$' | awk '{printf "%.2f ", $1}'; }
+m() { printf '%s' "${R[$1]:-}" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR) printf "%.2f", v[int((NR+1)/2)]; else printf "-"}'; }
+all() { printf '%s' "${R[$1]:-}" | grep -v '^$' | awk '{printf "%.2f ", $1}'; }
 
 {
   echo
@@ -177,7 +189,8 @@ all() { printf '%s' "${R[$1]}" | grep -v '^$' | awk '{printf "%.2f ", $1}'; }
   echo "|---|---|---|"
   echo "| rnic perf write bw, AF_XDP (native XDP) | $(m bw_xdp) | $(all bw_xdp)|"
   echo "| rnic perf write bw, AF_XDP (generic XDP) | $(m bw_gen) | $(all bw_gen)|"
-  echo "| rnic perf write bw, AF_PACKET | $(m bw_pkt) | $(all bw_pkt)|"
+  echo "| rnic perf write bw, AF_PACKET (TPACKET_V2) | $(m bw_pkt) | $(all bw_pkt)|"
+  echo "| rnic perf write bw, AF_PACKET (TPACKET_V3) | $(m bw_p3) | $(all bw_p3)|"
   echo "| iperf3 -u -l 65507, received; CPUs as rnic | $(m u64_rnic) | $(all u64_rnic)|"
   echo "| iperf3 -u -l 65507, received; CPUs free | $(m u64_free) | $(all u64_free)|"
   echo "| iperf3 -u -l 8972, received; CPUs as rnic | $(m u9_rnic) | $(all u9_rnic)|"
@@ -187,7 +200,8 @@ all() { printf '%s' "${R[$1]}" | grep -v '^$' | awk '{printf "%.2f ", $1}'; }
   echo "|---|---|---|---|"
   echo "| rnic perf write lat, AF_XDP (native XDP) | $(m l50_afxdp) | $(m l99_afxdp) | $(m l999_afxdp) |"
   echo "| rnic perf write lat, AF_XDP (generic XDP) | $(m l50_afxdp-generic) | $(m l99_afxdp-generic) | $(m l999_afxdp-generic) |"
-  echo "| rnic perf write lat, AF_PACKET | $(m l50_afpacket) | $(m l99_afpacket) | $(m l999_afpacket) |"
+  echo "| rnic perf write lat, AF_PACKET (TPACKET_V2) | $(m l50_afpacket) | $(m l99_afpacket) | $(m l999_afpacket) |"
+  echo "| rnic perf write lat, AF_PACKET (TPACKET_V3) | $(m l50_afpacket-v3) | $(m l99_afpacket-v3) | $(m l999_afpacket-v3) |"
   echo "| sockperf ping-pong; CPUs as rnic (server 0, client 1) | $(m u50_rnic) | $(m u99_rnic) | $(m u999_rnic) |"
   echo "| sockperf ping-pong; both on CPU 0 | $(m u50_same) | $(m u99_same) | $(m u999_same) |"
   echo

@@ -206,7 +206,7 @@ struct PerfArgs {
     /// Network interface to run on (client: default the one the route to the peer takes).
     #[arg(short = 'd', long = "dev", alias = "ib-dev", value_name = "NAME")]
     dev: Option<String>,
-    /// Port backend on the interface: auto (AF_XDP, else AF_PACKET), afxdp, afxdp-generic (XDP in SKB mode) or afpacket.
+    /// Port backend on the interface: auto (AF_XDP, else AF_PACKET), afxdp, afxdp-generic (XDP in SKB mode), afpacket (TPACKET_V2 ring: each frame handed over at once) or afpacket-v3 (TPACKET_V3 blocks: a lone frame waits up to the kernel's 1 ms block timer).
     #[arg(long, value_name = "KIND", default_value = "auto")]
     backend: String,
     /// Our GID (32 hex digits) or IP address instead of the interface's address.
@@ -292,7 +292,7 @@ struct PingpongArgs {
     /// The page size -c marks and checks at (default: this host's, as the examples' sysconf).
     #[arg(long, value_name = "BYTES")]
     page_size: Option<usize>,
-    /// Port backend on the interface: auto (AF_XDP, else AF_PACKET), afxdp, afxdp-generic (XDP in SKB mode) or afpacket.
+    /// Port backend on the interface: auto (AF_XDP, else AF_PACKET), afxdp, afxdp-generic (XDP in SKB mode), afpacket (TPACKET_V2 ring: each frame handed over at once) or afpacket-v3 (TPACKET_V3 blocks: a lone frame waits up to the kernel's 1 ms block timer).
     #[arg(long, value_name = "KIND", default_value = "auto")]
     backend: String,
     /// Our GID (32 hex digits) or IP address instead of the interface's address.

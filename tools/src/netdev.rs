@@ -36,7 +36,11 @@ pub enum PortKind {
     /// program then runs where the kernel receives the frame — on the CPU
     /// that RPS picks — rather than in the driver.
     AfXdpGeneric,
+    /// AF_PACKET with TPACKET_V2 rings (each frame handed over at once).
     AfPacket,
+    /// AF_PACKET with TPACKET_V3 rings (a block at a time; a block that
+    /// does not fill waits for the kernel's 1 ms retire timer).
+    AfPacketV3,
 }
 
 /// Parses `--backend`.
@@ -45,9 +49,10 @@ pub fn parse_backend(s: &str) -> Result<PortKind, CliError> {
         "auto" => Ok(PortKind::Auto),
         "afxdp" | "xdp" => Ok(PortKind::AfXdp),
         "afxdpgeneric" | "xdpgeneric" | "afxdpskb" => Ok(PortKind::AfXdpGeneric),
-        "afpacket" | "packet" => Ok(PortKind::AfPacket),
+        "afpacket" | "packet" | "afpacketv2" | "packetv2" => Ok(PortKind::AfPacket),
+        "afpacketv3" | "packetv3" => Ok(PortKind::AfPacketV3),
         _ => Err(CliError::usage(format!(
-            "--backend {s}: one of auto, afxdp, afxdp-generic, afpacket"
+            "--backend {s}: one of auto, afxdp, afxdp-generic, afpacket, afpacket-v3"
         ))),
     }
 }
@@ -56,7 +61,8 @@ pub fn parse_backend(s: &str) -> Result<PortKind, CliError> {
 fn open(ifname: &str, kind: PortKind) -> Result<(Box<dyn Port>, &'static str), CliError> {
     let err = |e: &dyn std::fmt::Display| CliError::new(format!("interface {ifname}: {e}"));
     let named = |b: Backend| match b {
-        Backend::AfPacket => "AF_PACKET (TPACKET_V3)",
+        Backend::AfPacket => "AF_PACKET (TPACKET_V2)",
+        Backend::AfPacketV3 => "AF_PACKET (TPACKET_V3)",
         _ => "AF_XDP",
     };
     match kind {
@@ -72,6 +78,7 @@ fn open(ifname: &str, kind: PortKind) -> Result<(Box<dyn Port>, &'static str), C
             let b = match k {
                 PortKind::AfXdp => Backend::AfXdp,
                 PortKind::AfPacket => Backend::AfPacket,
+                PortKind::AfPacketV3 => Backend::AfPacketV3,
                 _ => Backend::Auto,
             };
             let (p, got) = open_port(ifname, b).map_err(|e| err(&e))?;
@@ -251,7 +258,8 @@ pub struct NetDev {
     pub gid: Gid,
     pub mac: EthernetAddress,
     pub ifname: String,
-    /// The port that opened: "AF_XDP", "AF_XDP (generic XDP)" or "AF_PACKET (TPACKET_V3)".
+    /// The port that opened: "AF_XDP", "AF_XDP (generic XDP)", "AF_PACKET
+    /// (TPACKET_V2)" or "AF_PACKET (TPACKET_V3)".
     pub backend: &'static str,
     /// The interface MTU and the largest IB MTU it carries.
     pub if_mtu: usize,

@@ -37,7 +37,7 @@ pub struct PerfRequest {
     pub pcap: Option<PathBuf>,
     pub pcap_frames: usize,
     pub no_progress: bool,
-    /// Real interfaces: the port backend (auto, afxdp, afpacket).
+    /// Real interfaces: the port backend (auto, afxdp, afxdp-generic, afpacket, afpacket-v3).
     pub backend: String,
     /// Real interfaces: our GID (or IP address) instead of the interface's.
     pub gid: Option<String>,

@@ -108,11 +108,19 @@ fn rc_pingpong_between_namespaces_sizes_and_mtus() {
             200,
         );
     }
-    // AF_PACKET (its 1 ms block timer makes every exchange slow: few of them)
+    // AF_PACKET: the TPACKET_V2 ring, and V3 (its 1 ms block timer makes
+    // every exchange slow: few of them)
     run(
         &l,
         state.path(),
-        &["--backend", "afpacket", "-s", "4096", "-n", "50"],
+        &["--backend", "afpacket", "-s", "4096", "-n", "200"],
+        4096,
+        200,
+    );
+    run(
+        &l,
+        state.path(),
+        &["--backend", "afpacket-v3", "-s", "4096", "-n", "50"],
         4096,
         50,
     );

@@ -27,7 +27,7 @@ struct Args {
     /// in-memory wire (tests, benchmarks).
     #[arg(long)]
     mem_pair: bool,
-    /// auto | afxdp | afpacket
+    /// auto | afxdp | afpacket (TPACKET_V2) | afpacket-v3
     #[arg(long, default_value = "auto")]
     backend: String,
     /// The device's IP address (its GID); with --mem-pair the first of
@@ -197,7 +197,8 @@ fn main() {
         let backend = match a.backend.as_str() {
             "auto" => Backend::Auto,
             "afxdp" => Backend::AfXdp,
-            "afpacket" => Backend::AfPacket,
+            "afpacket" | "afpacket-v2" => Backend::AfPacket,
+            "afpacket-v3" => Backend::AfPacketV3,
             b => {
                 eprintln!("rnicd: unknown backend {b}");
                 std::process::exit(2)

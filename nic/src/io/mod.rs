@@ -10,7 +10,8 @@
 //!   interceptor for loss, reordering, duplication, corruption, CE marking;
 //! - [`pcap`]: a replay port feeding a capture's frames, and a tap that
 //!   records everything any port sends or receives;
-//! - [`afpacket`]: raw AF_PACKET sockets with mmap'd TPACKET_V3 rings.
+//! - [`afpacket`]: raw AF_PACKET sockets with mmap'd TPACKET_V2 rings (or
+//!   TPACKET_V3 on request).
 
 pub mod addr;
 pub mod afpacket;
@@ -261,8 +262,9 @@ pub trait Port: Send {
     /// are delivered by another thread (the in-memory wire) rings it.
     fn attach_bell(&mut self, _bell: &Arc<Bell>) {}
     /// What waits in the receive ring right now, for PFC generation; `None`
-    /// when the port cannot tell (AF_PACKET: the kernel's socket queue and
-    /// TPACKET blocks are not counted), and then no PFC is generated.
+    /// when the port cannot tell (AF_PACKET with TPACKET_V3: frames in
+    /// blocks the kernel has not retired are not visible), and then no PFC
+    /// is generated.
     fn rx_backlog(&self) -> Option<RxBacklog> {
         None
     }

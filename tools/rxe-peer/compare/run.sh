@@ -18,7 +18,7 @@
 #                   no AF_XDP multi-buffer (XDP_USE_SG, Linux 6.6), so a frame
 #                   must fit one 4 KiB UMEM chunk: with MTU 9000 rnic falls
 #                   back to AF_PACKET.
-#   --backend KIND  rnic's --backend: auto (default), afxdp, afxdp-generic, afpacket
+#   --backend KIND  rnic's --backend: auto (default), afxdp, afxdp-generic, afpacket, afpacket-v3
 #   --only REGEX    only the tests (tests.txt names) that match
 #   --table-only DIR  only (re)write DIR/compare.txt from an earlier run
 # Environment: CMP_TIMEOUT (seconds per tool run, 150), CMP_TESTS (test list,
@@ -53,7 +53,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $REPEAT =~ ^[1-9][0-9]?$ ]] || die "--repeat: a number 1-99"
 case $MTU in 1024) VETH_MTU=1500;; 4096) VETH_MTU=9000;; *) die "--mtu: 1024 or 4096";; esac
-case $BACKEND in auto|afxdp|afxdp-generic|afpacket) ;; *) die "--backend: auto, afxdp, afxdp-generic or afpacket";; esac
+case $BACKEND in auto|afxdp|afxdp-generic|afpacket|afpacket-v3) ;; *) die "--backend: auto, afxdp, afxdp-generic, afpacket or afpacket-v3";; esac
 
 # The client's result line of one run: perftest's (and rnic's) line under the
 # column headings, "#bytes #iterations ..." — the first line of two integers
