@@ -78,6 +78,15 @@ fn open_xdp(test: &str, ns: &str, ifname: &str, cfg: AfXdpConfig) -> Option<AfXd
     }
 }
 
+/// A veth pair between two namespaces with an AF_XDP port (default
+/// settings) on each end; None after a SKIPPED line where AF_XDP is missing.
+fn xdp_pair(test: &str, tag: &str) -> Option<(Namespaces, AfXdpPort, AfXdpPort)> {
+    let (ns, [na, nb], [va, vb]) = link(tag);
+    let pa = open_xdp(test, &na, &va, AfXdpConfig::default())?;
+    let pb = open_xdp(test, &nb, &vb, AfXdpConfig::default()).expect("the second port opens");
+    Some((ns, pa, pb))
+}
+
 /// ICMP echo from namespace `ns` to `addr`; Err when `ping` is missing.
 fn ping(ns: &str, addr: &str) -> Result<bool, String> {
     if Command::new("ping").arg("-V").output().is_err() {
@@ -280,11 +289,9 @@ fn the_afxdp_rx_backlog_counts_waiting_frames_by_dscp() {
     if !can_run(test) {
         return;
     }
-    let (_ns, [na, nb], [va, vb]) = link("q");
-    let Some(mut pa) = open_xdp(test, &na, &va, AfXdpConfig::default()) else {
+    let Some((_ns, mut pa, pb)) = xdp_pair(test, "q") else {
         return;
     };
-    let pb = open_xdp(test, &nb, &vb, AfXdpConfig::default()).expect("the second port opens");
     // (DSCP, frames, payload): the 6000-byte ones span two UMEM frames
     let plan = [(26u8, 5usize, 1000usize), (46, 3, 200), (0, 2, 6000)];
     let mut batch = nic::io::FrameBatch::new(16);
@@ -381,11 +388,9 @@ fn a_stalled_receiver_pauses_the_sender_with_pfc_over_afxdp() {
     if !can_run(test) {
         return;
     }
-    let (_ns, [na, nb], [va, vb]) = link("p");
-    let Some(mut pa) = open_xdp(test, &na, &va, AfXdpConfig::default()) else {
+    let Some((_ns, mut pa, mut pb)) = xdp_pair(test, "p") else {
         return;
     };
-    let mut pb = open_xdp(test, &nb, &vb, AfXdpConfig::default()).expect("the second port opens");
     pa.set_link_speed(10_000_000);
     pb.set_link_speed(10_000_000);
     enginecommon::pfc_stalled_receiver(Box::new(pa), Box::new(pb));

@@ -684,17 +684,28 @@ impl Rnic {
         Ok(())
     }
 
+    fn srq(&self, srq: u32) -> Result<&Srq, VerbsError> {
+        self.res
+            .srqs
+            .get(srq as usize)
+            .and_then(|s| s.as_ref())
+            .ok_or(VerbsError::NoSuchSrq(srq))
+    }
+
+    fn srq_mut(&mut self, srq: u32) -> Result<&mut Srq, VerbsError> {
+        self.res
+            .srqs
+            .get_mut(srq as usize)
+            .and_then(|s| s.as_mut())
+            .ok_or(VerbsError::NoSuchSrq(srq))
+    }
+
     /// Arms SRQ `srq`'s limit (`ibv_modify_srq` with IBV_SRQ_LIMIT): once
     /// fewer than `limit` receive WQEs are left on it, an
     /// [`AsyncEvent::SrqLimitReached`] is raised and the limit disarmed.
     /// 0 disarms it; more than the SRQ holds is refused (the verbs: EINVAL).
     pub fn arm_srq_limit(&mut self, srq: u32, limit: u32) -> Result<(), VerbsError> {
-        let s = self
-            .res
-            .srqs
-            .get_mut(srq as usize)
-            .and_then(|s| s.as_mut())
-            .ok_or(VerbsError::NoSuchSrq(srq))?;
+        let s = self.srq_mut(srq)?;
         if limit > s.max_wr {
             return Err(VerbsError::InvalidWr(
                 "the SRQ limit exceeds the SRQ's size",
@@ -707,12 +718,7 @@ impl Rnic {
     /// `ibv_query_srq`: (max WRs, armed limit — 0 once fired or never
     /// armed, receive WQEs it holds now).
     pub fn query_srq(&self, srq: u32) -> Result<(u32, u32, usize), VerbsError> {
-        let s = self
-            .res
-            .srqs
-            .get(srq as usize)
-            .and_then(|s| s.as_ref())
-            .ok_or(VerbsError::NoSuchSrq(srq))?;
+        let s = self.srq(srq)?;
         Ok((s.max_wr, s.limit, s.queue.len()))
     }
 
@@ -722,12 +728,7 @@ impl Rnic {
     }
 
     pub fn post_srq_recv(&mut self, srq: u32, wr: RecvWr) -> Result<(), VerbsError> {
-        let s = self
-            .res
-            .srqs
-            .get_mut(srq as usize)
-            .and_then(|s| s.as_mut())
-            .ok_or(VerbsError::NoSuchSrq(srq))?;
+        let s = self.srq_mut(srq)?;
         if s.queue.len() >= s.max_wr as usize {
             return Err(VerbsError::QueueFull);
         }
