@@ -256,6 +256,28 @@ fn vlan_tag(status: u32, tci: u16, tpid: u16) -> Option<[u8; 4]> {
 
 /// Copies `data` into the next slot of `batch`, with `tag` back after the
 /// MAC addresses. `frame_span` checked the lengths.
+/// One received frame (V2 slot or V3 block entry) into `batch`, counted:
+/// `None` (it failed the ring's checks) or a full batch is a drop.
+/// Returns whether it went in.
+fn take(
+    counters: &mut PortCounters,
+    batch: &mut FrameBatch,
+    data: Option<&[u8]>,
+    tag: Option<[u8; 4]>,
+) -> bool {
+    match data {
+        Some(d) if deliver(batch, d, tag) => {
+            counters.rx_packets += 1;
+            counters.rx_bytes += (d.len() + if tag.is_some() { 4 } else { 0 }) as u64;
+            true
+        }
+        _ => {
+            counters.rx_dropped += 1;
+            false
+        }
+    }
+}
+
 fn deliver(batch: &mut FrameBatch, data: &[u8], tag: Option<[u8; 4]>) -> bool {
     let Some(tag) = tag else {
         return batch.push(data);
@@ -645,15 +667,11 @@ impl AfPacketPort {
                 Some((off, l)) => {
                     // SAFETY: frame_span kept [off, off + l) inside the slot.
                     let data = unsafe { std::slice::from_raw_parts(slot.add(off), l) };
-                    if deliver(batch, data, tag) {
-                        self.counters.rx_packets += 1;
-                        self.counters.rx_bytes += (l + tag_len) as u64;
-                        n += 1;
-                    } else {
-                        self.counters.rx_dropped += 1;
-                    }
+                    n += take(&mut self.counters, batch, Some(data), tag) as usize;
                 }
-                None => self.counters.rx_dropped += 1,
+                None => {
+                    take(&mut self.counters, batch, None, tag);
+                }
             }
             if seen_n > 0 {
                 seen_n -= 1;
@@ -726,15 +744,11 @@ impl AfPacketPort {
                 Some((m, l)) => {
                     // SAFETY: frame_span kept the bytes inside the block.
                     let data = unsafe { std::slice::from_raw_parts(base.add(off + m), l) };
-                    if deliver(batch, data, tag) {
-                        self.counters.rx_packets += 1;
-                        self.counters.rx_bytes += (l + tag_len) as u64;
-                        n += 1;
-                    } else {
-                        self.counters.rx_dropped += 1;
-                    }
+                    n += take(&mut self.counters, batch, Some(data), tag) as usize;
                 }
-                None => self.counters.rx_dropped += 1,
+                None => {
+                    take(&mut self.counters, batch, None, tag);
+                }
             }
             let next = hdr.next_offset as usize;
             cursor = Some(if next == 0 {
