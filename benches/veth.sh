@@ -5,8 +5,11 @@
 #   bandwidth  rnic perf write bw, 64 KiB messages, over AF_XDP (native and
 #              generic XDP) and AF_PACKET (TPACKET_V2, the default ring, and
 #              TPACKET_V3, afpacket-v3), vs iperf3 -u at the same payload
-#              (65507 bytes, the largest UDP datagram; also 8972 bytes, one
-#              datagram per 9000-byte frame): what the receiver got
+#              per frame (4096 bytes: a RoCE packet at IB MTU 4096 carries
+#              4096 payload bytes) and per message (65507 bytes, the largest
+#              UDP datagram, the closest to 64 KiB: the kernel fragments it
+#              into 9000-byte frames); also 8972 bytes, one datagram per
+#              9000-byte frame: what the receiver got
 #   latency    rnic perf write lat, 64 B, half the round trip (as
 #              ib_write_lat), vs sockperf ping-pong, 64 B, half the round
 #              trip too: p50 / p99 / p99.9
@@ -167,6 +170,7 @@ for r in $(seq 1 "$ROUNDS"); do
   add bw_xdp "$(bw_rnic afxdp "$r")"
   add bw_gen "$(bw_rnic afxdp-generic "$r")"
   for p in rnic free; do
+    add "u4_$p" "$(bw_udp 4096 "$p" "$r")"
     add "u64_$p" "$(bw_udp 65507 "$p" "$r")"
     add "u9_$p" "$(bw_udp 8972 "$p" "$r")"
   done
@@ -191,6 +195,8 @@ all() { printf '%s' "${R[$1]:-}" | grep -v '^$' | awk '{printf "%.2f ", $1}'; }
   echo "| rnic perf write bw, AF_XDP (generic XDP) | $(m bw_gen) | $(all bw_gen)|"
   echo "| rnic perf write bw, AF_PACKET (TPACKET_V2) | $(m bw_pkt) | $(all bw_pkt)|"
   echo "| rnic perf write bw, AF_PACKET (TPACKET_V3) | $(m bw_p3) | $(all bw_p3)|"
+  echo "| iperf3 -u -l 4096, received; CPUs as rnic | $(m u4_rnic) | $(all u4_rnic)|"
+  echo "| iperf3 -u -l 4096, received; CPUs free | $(m u4_free) | $(all u4_free)|"
   echo "| iperf3 -u -l 65507, received; CPUs as rnic | $(m u64_rnic) | $(all u64_rnic)|"
   echo "| iperf3 -u -l 65507, received; CPUs free | $(m u64_free) | $(all u64_free)|"
   echo "| iperf3 -u -l 8972, received; CPUs as rnic | $(m u9_rnic) | $(all u9_rnic)|"
