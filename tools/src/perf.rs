@@ -125,6 +125,53 @@ pub struct LatStats {
 }
 
 impl SizeResult {
+    /// A bandwidth result: `done` messages of `size` bytes in `elapsed`,
+    /// with the best window's rate `peak` (bytes per second).
+    pub fn bw(
+        size: usize,
+        done: u64,
+        elapsed: Duration,
+        hist: Histogram<u64>,
+        peak: f64,
+    ) -> SizeResult {
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        SizeResult {
+            bytes: size,
+            iterations: done,
+            elapsed,
+            samples: Vec::new(),
+            hist,
+            peak_bps: peak.max(done as f64 * size as f64 / secs),
+            avg_bps: done as f64 * size as f64 / secs,
+            msg_rate: done as f64 / secs,
+        }
+    }
+
+    /// A latency result: `n` messages of `size` bytes over `elapsed`, and
+    /// the `samples` taken (nanoseconds, sorted).
+    pub fn lat(
+        size: usize,
+        n: u64,
+        samples: Vec<u64>,
+        elapsed: Duration,
+        hist: Histogram<u64>,
+    ) -> SizeResult {
+        SizeResult {
+            bytes: size,
+            iterations: n,
+            elapsed,
+            samples,
+            hist,
+            peak_bps: 0.0,
+            avg_bps: 0.0,
+            msg_rate: if elapsed.is_zero() {
+                0.0
+            } else {
+                n as f64 / elapsed.as_secs_f64()
+            },
+        }
+    }
+
     pub fn lat_stats(&self) -> LatStats {
         let s = &self.samples;
         let us = |ns: u64| ns as f64 / 1000.0;
@@ -433,20 +480,7 @@ fn run_lat(
     quiesce(lb, c)?;
     samples.sort_unstable();
     let n = samples.len() as u64;
-    Ok(SizeResult {
-        bytes: size,
-        iterations: n,
-        elapsed,
-        samples,
-        hist,
-        peak_bps: 0.0,
-        avg_bps: 0.0,
-        msg_rate: if elapsed.is_zero() {
-            0.0
-        } else {
-            n as f64 / elapsed.as_secs_f64()
-        },
-    })
+    Ok(SizeResult::lat(size, n, samples, elapsed, hist))
 }
 
 fn run_bw(
@@ -496,17 +530,7 @@ fn run_bw(
     };
     let (done, elapsed, peak) = bw_loop(lb, s, size, &conns, &qpns, target, &mut hist, progress)?;
     quiesce(lb, conns[0])?;
-    let secs = elapsed.as_secs_f64().max(1e-9);
-    Ok(SizeResult {
-        bytes: size,
-        iterations: done,
-        elapsed,
-        samples: Vec::new(),
-        hist,
-        peak_bps: peak.max(done as f64 * size as f64 / secs),
-        avg_bps: done as f64 * size as f64 / secs,
-        msg_rate: done as f64 / secs,
-    })
+    Ok(SizeResult::bw(size, done, elapsed, hist, peak))
 }
 
 /// How long a bandwidth run lasts: a number of operations (-n) or a time (-D).

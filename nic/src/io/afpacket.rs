@@ -837,19 +837,7 @@ impl Port for AfPacketPort {
             queued += 1;
         }
         if queued > 0 {
-            // SAFETY: a zero-length sendto kicks the TX ring.
-            let r = unsafe {
-                libc::sendto(
-                    self.fd.as_raw_fd(),
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
+            if let Err(e) = super::kick_tx(self.fd.as_raw_fd()) {
                 if e.kind() != io::ErrorKind::WouldBlock {
                     self.counters.tx_dropped += 1;
                 }

@@ -26,6 +26,27 @@ use std::sync::Arc;
 use std::time::Duration;
 use wire::EthernetAddress;
 
+/// A zero-length, non-blocking `sendto` on a socket with a mapped TX ring
+/// (AF_PACKET, AF_XDP): the kernel sends what the ring holds.
+pub(crate) fn kick_tx(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: a zero-length sendto on a descriptor the caller owns.
+    let r = unsafe {
+        libc::sendto(
+            fd,
+            std::ptr::null(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null(),
+            0,
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 pub use bell::Bell;
 
 /// Largest frame a slot holds: a 9000-byte MTU plus Ethernet and VLAN headers.

@@ -401,21 +401,13 @@ pub fn lat_run(
         hist.saturating_record(t.max(1));
     }
     samples.sort_unstable();
-    let iters = posts.len() as u64;
-    Ok(SizeResult {
-        bytes: size,
-        iterations: iters,
-        elapsed,
+    Ok(SizeResult::lat(
+        size,
+        posts.len() as u64,
         samples,
+        elapsed,
         hist,
-        peak_bps: 0.0,
-        avg_bps: 0.0,
-        msg_rate: if elapsed.is_zero() {
-            0.0
-        } else {
-            iters as f64 / elapsed.as_secs_f64()
-        },
-    })
+    ))
 }
 
 // ---- bandwidth ----
@@ -451,17 +443,7 @@ pub fn bw_client(
     if check && s.verb == Verb::Read {
         check_pattern(link.nd, link.h as usize, size, "the last RDMA READ's data")?;
     }
-    let secs = elapsed.as_secs_f64().max(1e-9);
-    Ok(SizeResult {
-        bytes: size,
-        iterations: done,
-        elapsed,
-        samples: Vec::new(),
-        hist,
-        peak_bps: peak.max(done as f64 * size as f64 / secs),
-        avg_bps: done as f64 * size as f64 / secs,
-        msg_rate: done as f64 / secs,
-    })
+    Ok(SizeResult::bw(size, done, elapsed, hist, peak))
 }
 
 /// Keeps tx depth operations outstanding per QP, each QP posting its

@@ -276,22 +276,7 @@ impl Xsk {
     /// A zero-length sendto: the kernel sends what the TX ring holds (in
     /// copy mode at most 32 descriptors, then EAGAIN while more remain).
     pub fn kick_tx(&self) -> io::Result<()> {
-        // SAFETY: a zero-length sendto on our socket.
-        let r = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                std::ptr::null(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null(),
-                0,
-            )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+        crate::io::kick_tx(self.fd.as_raw_fd())
     }
 
     /// A zero-length recvfrom: wakes a driver that waits for fill-ring
