@@ -211,12 +211,35 @@ fn rings(test: &str, tag: &str, version: TpacketVersion) {
             assert_eq!(bl.frames, 10, "{bl:?}");
             // wire lengths, the tag outside the frame as the kernel holds it
             assert_eq!(bl.bytes, bytes, "{bl:?}");
+            // by class: the tag the kernel took out gives PCP 5 to its
+            // frame (200 bytes, 196 without the tag); none is IP: DSCP 0
+            let c = bl.classes.as_ref().expect("V2 classifies its backlog");
+            assert_eq!(c.pcp[5], 196, "{:?}", c.pcp);
+            assert_eq!(c.pcp.iter().sum::<u64>(), 196, "{:?}", c.pcp);
+            assert_eq!((c.dscp[0], c.dscp.iter().sum::<u64>()), (bytes, bytes));
+            let by = bl.by_priority(&nic::cc::Qos {
+                trust: nic::cc::TrustMode::Pcp,
+                ..Default::default()
+            });
+            assert_eq!(by[5], 196, "{by:?}");
             // asking again counts nothing twice
             assert_eq!(b.rx_backlog().unwrap(), bl);
         }
         TpacketVersion::V3 => assert!(backlog.is_none()),
     }
-    let got = receive(&mut b, 9, Duration::from_secs(2));
+    let mut got = Vec::new();
+    if version == TpacketVersion::V2 {
+        // four handed over: the backlog is the other six, the tagged one last
+        let mut four = FrameBatch::new(4);
+        assert_eq!(b.recv(&mut four), 4);
+        got.extend(four.iter().map(|f| f.to_vec()));
+        let bl = b.rx_backlog().unwrap();
+        let rest: u64 = frames[4..].iter().map(|f| f.len() as u64).sum::<u64>() - 4;
+        assert_eq!((bl.frames, bl.bytes), (6, rest), "{bl:?}");
+        let c = bl.classes.as_ref().unwrap();
+        assert_eq!((c.pcp[5], c.dscp[0]), (196, rest), "{bl:?}");
+    }
+    got.extend(receive(&mut b, 9 - got.len(), Duration::from_secs(2)));
     let want: Vec<&Vec<u8>> = frames.iter().filter(|f| f.len() != big).collect();
     assert_eq!(got.len(), want.len(), "all but the truncated frame");
     for (g, w) in got.iter().zip(&want) {
@@ -226,6 +249,8 @@ fn rings(test: &str, tag: &str, version: TpacketVersion) {
     if version == TpacketVersion::V2 {
         let bl = b.rx_backlog().unwrap();
         assert_eq!((bl.frames, bl.bytes), (0, 0), "{bl:?}");
+        let c = bl.classes.unwrap();
+        assert_eq!(c.pcp.iter().chain(&c.dscp).sum::<u64>(), 0, "{c:?}");
     }
 
     // every slot went back: many times the ring's size, read as it comes

@@ -38,13 +38,15 @@
 //!
 //! Receive backlog (`Port::rx_backlog`, what PFC generation watches): on
 //! V2, the slots marked TP_STATUS_USER from the read position on, counted
-//! incrementally (each slot's status is read once by the count and once by
-//! `recv`); bytes are the frames' wire lengths, not split by class. On V3
+//! incrementally (each slot is read once by the count and once by `recv`);
+//! bytes are the frames' wire lengths, split by class (the VLAN PCP the
+//! kernel took out into `tp_vlan_tci`, the IP DSCP) as each frame is
+//! counted, and taken out of its class again when `recv` hands it over. On V3
 //! it is `None`: frames wait in blocks the kernel has not retired yet,
 //! which userspace cannot count, so a device on V3 generates no PFC.
 
-use super::{FrameBatch, Port, PortCounters, RxBacklog, SLOT_LEN};
-use std::cell::Cell;
+use super::{FrameBatch, Port, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
+use std::cell::{Cell, RefCell};
 use std::ffi::CString;
 use std::io;
 use std::net::UdpSocket;
@@ -314,6 +316,66 @@ fn sys(what: &'static str) -> AfPacketError {
     }
 }
 
+/// What `rx_backlog` has counted of the V2 ring: slots, their wire bytes,
+/// and the same bytes by class.
+#[derive(Default)]
+struct Seen {
+    n: u32,
+    bytes: u64,
+    classes: RxClasses,
+}
+
+impl Seen {
+    fn add(&mut self, len: u64, (pcp, dscp): (Option<u8>, u8)) {
+        self.n += 1;
+        self.bytes += len;
+        if let Some(p) = pcp {
+            self.classes.pcp[p as usize & 7] += len;
+        }
+        self.classes.dscp[dscp as usize & 63] += len;
+    }
+
+    /// The first counted slot was handed to the user.
+    fn take_first(&mut self, len: u64, (pcp, dscp): (Option<u8>, u8)) {
+        if self.n == 0 {
+            return;
+        }
+        self.n -= 1;
+        if self.n == 0 {
+            // nothing counted is left: start clean (no rounding to carry)
+            *self = Seen::default();
+            return;
+        }
+        self.bytes = self.bytes.saturating_sub(len);
+        if let Some(p) = pcp {
+            let v = &mut self.classes.pcp[p as usize & 7];
+            *v = v.saturating_sub(len);
+        }
+        let v = &mut self.classes.dscp[dscp as usize & 63];
+        *v = v.saturating_sub(len);
+    }
+}
+
+/// One V2 slot the kernel handed over (TP_STATUS_USER).
+struct V2Frame<'a> {
+    hdr: *mut Tpacket2Hdr,
+    /// Wire length as the kernel holds it (without a tag it took out).
+    len: usize,
+    /// The frame's bytes, `None` when it failed the ring's checks.
+    data: Option<&'a [u8]>,
+    /// The VLAN tag the kernel took out.
+    tag: Option<[u8; 4]>,
+}
+
+impl V2Frame<'_> {
+    /// The class PFC counts this frame under: the PCP of the tag the
+    /// kernel took out (or of one left in the frame) and the IP DSCP.
+    fn class(&self) -> (Option<u8>, u8) {
+        let (pcp, dscp) = self.data.map_or((None, 0), RxClasses::classify);
+        (self.tag.map(|t| t[2] >> 5).or(pcp), dscp)
+    }
+}
+
 /// Where the port reads its RX ring.
 enum RxRing {
     V2 {
@@ -323,9 +385,8 @@ enum RxRing {
         /// The next slot to read.
         next: u32,
         /// Slots from `next` on already seen as TP_STATUS_USER by
-        /// `rx_backlog`, and their bytes (they stay the user's until
-        /// `recv` hands them back).
-        seen: Cell<(u32, u64)>,
+        /// `rx_backlog` (they stay the user's until `recv` hands them back).
+        seen: Box<RefCell<Seen>>,
     },
     V3 {
         block: u32,
@@ -478,7 +539,7 @@ impl AfPacketPort {
                     frames_per_block: per_block,
                     frames: req.frame_nr,
                     next: 0,
-                    seen: Cell::new((0, 0)),
+                    seen: Box::new(RefCell::new(Seen::default())),
                 }
             }
             TpacketVersion::V3 => {
@@ -628,64 +689,66 @@ impl AfPacketPort {
         }
     }
 
+    /// Slot `i` if the kernel has handed it over (TP_STATUS_USER).
+    fn v2_frame<'a>(&self, i: u32, frame_size: usize, per_block: u32) -> Option<V2Frame<'a>> {
+        let slot = self.v2_slot(i, frame_size, per_block);
+        let hdr = slot as *mut Tpacket2Hdr;
+        // SAFETY: hdr is the slot's header inside the ring.
+        let status = unsafe { read_volatile(addr_of!((*hdr).status)) };
+        if status & TP_STATUS_USER == 0 {
+            return None;
+        }
+        fence(Ordering::Acquire);
+        // SAFETY: a USER slot is ours (its header and bytes stay as they
+        // are) until `recv` hands it back.
+        let (len, snaplen, mac, tci, tpid) = unsafe {
+            (
+                (*hdr).len as usize,
+                (*hdr).snaplen as usize,
+                (*hdr).mac as usize,
+                (*hdr).vlan_tci,
+                (*hdr).vlan_tpid,
+            )
+        };
+        let tag = vlan_tag(status, tci, tpid);
+        let tag_len = if tag.is_some() { 4 } else { 0 };
+        let data = frame_span(status, mac, snaplen, len, frame_size, tag_len)
+            // SAFETY: frame_span kept [off, off + l) inside the slot.
+            .map(|(off, l)| unsafe { std::slice::from_raw_parts(slot.add(off) as *const u8, l) });
+        Some(V2Frame {
+            hdr,
+            len,
+            data,
+            tag,
+        })
+    }
+
     fn recv_v2(&mut self, batch: &mut FrameBatch) -> usize {
         let RxRing::V2 {
             frame_size,
             frames_per_block,
             frames,
             next,
-            ref seen,
+            ..
         } = self.rx
         else {
             return 0;
         };
-        let (mut seen_n, mut seen_bytes) = seen.get();
         let mut i = next;
         let mut n = 0;
         while !batch.is_full() {
-            let slot = self.v2_slot(i, frame_size, frames_per_block);
-            let hdr = slot as *mut Tpacket2Hdr;
-            // SAFETY: hdr is the slot's header inside the ring.
-            let status = unsafe { read_volatile(addr_of!((*hdr).status)) };
-            if status & TP_STATUS_USER == 0 {
+            let Some(f) = self.v2_frame(i, frame_size, frames_per_block) else {
                 break;
-            }
-            fence(Ordering::Acquire);
-            // SAFETY: the slot is ours until we hand it back.
-            let (len, snaplen, mac, tci, tpid) = unsafe {
-                (
-                    (*hdr).len as usize,
-                    (*hdr).snaplen as usize,
-                    (*hdr).mac as usize,
-                    (*hdr).vlan_tci,
-                    (*hdr).vlan_tpid,
-                )
             };
-            let tag = vlan_tag(status, tci, tpid);
-            let tag_len = if tag.is_some() { 4 } else { 0 };
-            match frame_span(status, mac, snaplen, len, frame_size, tag_len) {
-                Some((off, l)) => {
-                    // SAFETY: frame_span kept [off, off + l) inside the slot.
-                    let data = unsafe { std::slice::from_raw_parts(slot.add(off), l) };
-                    n += take(&mut self.counters, batch, Some(data), tag) as usize;
-                }
-                None => {
-                    take(&mut self.counters, batch, None, tag);
-                }
-            }
-            if seen_n > 0 {
-                seen_n -= 1;
-                seen_bytes = seen_bytes.saturating_sub(len as u64);
+            n += take(&mut self.counters, batch, f.data, f.tag) as usize;
+            if let RxRing::V2 { seen, .. } = &self.rx {
+                seen.borrow_mut().take_first(f.len as u64, f.class());
             }
             fence(Ordering::Release);
             // SAFETY: handing the slot back to the kernel.
-            unsafe { write_volatile(addr_of_mut!((*hdr).status), TP_STATUS_KERNEL) };
+            unsafe { write_volatile(addr_of_mut!((*f.hdr).status), TP_STATUS_KERNEL) };
             i = (i + 1) % frames;
         }
-        if seen_n == 0 {
-            seen_bytes = 0;
-        }
-        seen.set((seen_n, seen_bytes));
         if let RxRing::V2 { next, .. } = &mut self.rx {
             *next = i;
         }
@@ -899,26 +962,18 @@ impl Port for AfPacketPort {
         else {
             return None;
         };
-        let (mut n, mut bytes) = seen.get();
-        while n < frames {
-            let i = ((next as u64 + n as u64) % frames as u64) as u32;
-            let hdr = self.v2_slot(i, frame_size, frames_per_block) as *const Tpacket2Hdr;
-            // SAFETY: a slot header inside the ring; only its status and
-            // length are read, and a USER slot stays as it is until `recv`.
-            let status = unsafe { read_volatile(addr_of!((*hdr).status)) };
-            if status & TP_STATUS_USER == 0 {
+        let mut seen = seen.borrow_mut();
+        while seen.n < frames {
+            let i = ((next as u64 + seen.n as u64) % frames as u64) as u32;
+            let Some(f) = self.v2_frame(i, frame_size, frames_per_block) else {
                 break;
-            }
-            fence(Ordering::Acquire);
-            // SAFETY: as above.
-            bytes += unsafe { read_volatile(addr_of!((*hdr).len)) } as u64;
-            n += 1;
+            };
+            seen.add(f.len as u64, f.class());
         }
-        seen.set((n, bytes));
         Some(RxBacklog {
-            frames: n as u64,
-            bytes,
-            classes: None,
+            frames: seen.n as u64,
+            bytes: seen.bytes,
+            classes: Some(seen.classes.clone()),
         })
     }
 }
