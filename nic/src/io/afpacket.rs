@@ -742,7 +742,11 @@ impl AfPacketPort {
             };
             n += take(&mut self.counters, batch, f.data, f.tag) as usize;
             if let RxRing::V2 { seen, .. } = &self.rx {
-                seen.borrow_mut().take_first(f.len as u64, f.class());
+                let mut seen = seen.borrow_mut();
+                // counted only when someone asks for the backlog (PFC on)
+                if seen.n > 0 {
+                    seen.take_first(f.len as u64, f.class());
+                }
             }
             fence(Ordering::Release);
             // SAFETY: handing the slot back to the kernel.
