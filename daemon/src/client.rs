@@ -185,9 +185,7 @@ impl Context {
     }
 
     /// The async-event state, its eventfd handed to the daemon.
-    fn async_events_registered(
-        &self,
-    ) -> Result<std::sync::MutexGuard<'_, AsyncEvents>> {
+    fn async_events_registered(&self) -> Result<std::sync::MutexGuard<'_, AsyncEvents>> {
         use std::os::fd::{AsFd, AsRawFd};
         let mut g = self
             .async_events

@@ -209,9 +209,7 @@ impl DataPlane {
                 | E::QpAccessErr(q)
                 | E::CommEst(q)
                 | E::SqDrained(q)
-                | E::QpLastWqeReached(q) => {
-                    self.qps.iter().find(|r| r.qpn == q).map(|r| r.owner)
-                }
+                | E::QpLastWqeReached(q) => self.qps.iter().find(|r| r.qpn == q).map(|r| r.owner),
             };
             let Some(owner) = owner else {
                 continue;

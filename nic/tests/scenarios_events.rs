@@ -104,7 +104,11 @@ fn comm_est_on_first_packet_in_rtr() {
             vec![AsyncEvent::CommEst(q1)],
             "{t:?}"
         );
-        assert_eq!(events(&mut h.p.sim.nodes[0]), vec![], "{t:?}: the sender in RTS");
+        assert_eq!(
+            events(&mut h.p.sim.nodes[0]),
+            vec![],
+            "{t:?}: the sender in RTS"
+        );
         // in RTS, traffic raises nothing more
         let rts = QpAttr {
             sq_psn: Some(0x200),
@@ -296,7 +300,10 @@ fn last_wqe_reached_when_an_srq_qp_fails() {
     h.settle(Duration::from_millis(10));
     assert_eq!(
         events(&mut h.p.sim.nodes[1]),
-        vec![AsyncEvent::QpAccessErr(qb), AsyncEvent::QpLastWqeReached(qb)]
+        vec![
+            AsyncEvent::QpAccessErr(qb),
+            AsyncEvent::QpLastWqeReached(qb)
+        ]
     );
     // the SRQ keeps its WQEs for the other QPs
     assert_eq!(h.p.sim.nodes[1].query_srq(srq).unwrap().2, 2);
