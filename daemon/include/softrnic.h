@@ -215,6 +215,39 @@ int srnic_destroy_ah(struct srnic_ah *ah);
 struct srnic_srq *srnic_create_srq(struct srnic_pd *pd, uint32_t max_wr);
 int srnic_post_srq_recv(struct srnic_srq *srq, const struct srnic_recv_wr *wr);
 int srnic_destroy_srq(struct srnic_srq *srq); /* EBUSY (and still usable) while QPs use it */
+/* The SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT): once fewer than
+ * srq_limit receives are left, SRNIC_EVENT_SRQ_LIMIT_REACHED comes and the
+ * limit disarms; 0 disarms. EINVAL: null SRQ or a limit above its size. */
+int srnic_modify_srq(struct srnic_srq *srq, uint32_t srq_limit);
+/* ibv_query_srq: its size and armed limit (0: not armed, or fired);
+ * either pointer may be NULL. */
+int srnic_query_srq(struct srnic_srq *srq, uint32_t *max_wr, uint32_t *srq_limit);
+uint32_t srnic_srq_num(const struct srnic_srq *srq); /* srnic_async_event.srq_num */
+uint32_t srnic_cq_num(const struct srnic_cq *cq);    /* srnic_async_event.cq_num */
+/* Asynchronous events (ibv_get_async_event), numbered as rdma-core's
+ * enum ibv_event_type. Each goes only to the process owning the object. */
+enum srnic_event_type {
+    SRNIC_EVENT_CQ_ERR = 0,              /* the CQ overran */
+    SRNIC_EVENT_QP_FATAL = 1,            /* the QP's CQ overran; QP in ERR */
+    SRNIC_EVENT_QP_REQ_ERR = 2,          /* NAKed an invalid request; QP in ERR */
+    SRNIC_EVENT_QP_ACCESS_ERR = 3,       /* NAKed a remote access error; QP in ERR */
+    SRNIC_EVENT_COMM_EST = 4,            /* first packet received in RTR */
+    SRNIC_EVENT_SQ_DRAINED = 5,          /* in SQD, nothing in progress */
+    SRNIC_EVENT_SRQ_LIMIT_REACHED = 15,
+    SRNIC_EVENT_QP_LAST_WQE_REACHED = 16, /* a QP on an SRQ went to ERR */
+};
+struct srnic_async_event {
+    uint32_t event_type; /* enum srnic_event_type */
+    uint32_t qp_num;     /* QP events, else 0 */
+    uint32_t cq_num;     /* SRNIC_EVENT_CQ_ERR: srnic_cq_num(cq), else 0 */
+    uint32_t srq_num;    /* SRNIC_EVENT_SRQ_LIMIT_REACHED: srnic_srq_num(srq), else 0 */
+};
+/* Waits up to timeout_ms (< 0: for ever) for the next event (no ack
+ * needed): 1 an event in *ev, 0 none in time, -EINVAL null arguments,
+ * -EIO the daemon could not be asked. */
+int srnic_get_async_event(struct srnic_context *ctx, struct srnic_async_event *ev, int timeout_ms);
+/* Readable while an event waits (poll/epoll); -1 on error. */
+int srnic_async_event_fd(struct srnic_context *ctx);
 
 int srnic_post_send(struct srnic_qp *qp, const struct srnic_send_wr *wr);
 int srnic_post_recv(struct srnic_qp *qp, const struct srnic_recv_wr *wr);

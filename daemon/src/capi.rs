@@ -659,6 +659,150 @@ pub unsafe extern "C" fn srnic_destroy_srq(srq: *mut SrnicSrq) -> c_int {
     r
 }
 
+/// `ibv_modify_srq(IBV_SRQ_LIMIT)`: arms the SRQ limit; once fewer than
+/// `srq_limit` receives are left, SRNIC_EVENT_SRQ_LIMIT_REACHED comes
+/// (`srnic_get_async_event`) and the limit disarms; 0 disarms. 0, EINVAL
+/// (null SRQ, or a limit above the SRQ's size), EIO.
+///
+/// # Safety
+/// `srq` from `srnic_create_srq`.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_modify_srq(srq: *mut SrnicSrq, srq_limit: u32) -> c_int {
+    let Some(s) = (unsafe { srq.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    guard(libc::EIO, || match s.srq.arm_limit(srq_limit) {
+        Ok(()) => 0,
+        Err(crate::client::Error::Daemon(_)) => libc::EINVAL,
+        Err(_) => libc::EIO,
+    })
+}
+
+/// `ibv_query_srq`: the SRQ's size and its armed limit (0: not armed, or
+/// fired). Either pointer may be NULL. 0, EINVAL (null SRQ), EIO.
+///
+/// # Safety
+/// `srq` from `srnic_create_srq`; `max_wr` and `srq_limit` null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_query_srq(
+    srq: *mut SrnicSrq,
+    max_wr: *mut u32,
+    srq_limit: *mut u32,
+) -> c_int {
+    let Some(s) = (unsafe { srq.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    guard(libc::EIO, || match s.srq.query() {
+        Ok((m, l, _)) => {
+            if let Some(p) = unsafe { max_wr.as_mut() } {
+                *p = m;
+            }
+            if let Some(p) = unsafe { srq_limit.as_mut() } {
+                *p = l;
+            }
+            0
+        }
+        Err(_) => libc::EIO,
+    })
+}
+
+/// The SRQ's number, as `srnic_async_event.srq_num` names it.
+///
+/// # Safety
+/// `srq` from `srnic_create_srq` or NULL (then 0).
+#[no_mangle]
+pub unsafe extern "C" fn srnic_srq_num(srq: *const SrnicSrq) -> u32 {
+    unsafe { srq.as_ref() }.map_or(0, |s| s.srq.handle)
+}
+
+/// The CQ's handle number, as `srnic_async_event.cq_num` names it.
+///
+/// # Safety
+/// `cq` from `srnic_create_cq` or NULL (then 0).
+#[no_mangle]
+pub unsafe extern "C" fn srnic_cq_num(cq: *const SrnicCq) -> u32 {
+    unsafe { cq.as_ref() }.map_or(0, |c| c.cq.handle)
+}
+
+/// `struct ibv_async_event` with the object's number instead of a pointer.
+#[repr(C)]
+pub struct SrnicAsyncEvent {
+    /// rdma-core `enum ibv_event_type` numbering (SRNIC_EVENT_*).
+    pub event_type: u32,
+    /// QP events: the QP's number; otherwise 0.
+    pub qp_num: u32,
+    /// SRNIC_EVENT_CQ_ERR: the CQ's handle number; otherwise 0.
+    pub cq_num: u32,
+    /// SRNIC_EVENT_SRQ_LIMIT_REACHED: the SRQ's number; otherwise 0.
+    pub srq_num: u32,
+}
+
+/// `ibv_get_async_event` (events need no ack): waits up to `timeout_ms`
+/// (< 0: for ever) for the next asynchronous event on one of this
+/// context's objects and fills `ev`. 1 an event, 0 none in time, -EINVAL
+/// for null arguments, -EIO when the daemon cannot be asked.
+///
+/// # Safety
+/// `ctx` from `srnic_open_device`; `ev` valid.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_get_async_event(
+    ctx: *mut SrnicContext,
+    ev: *mut SrnicAsyncEvent,
+    timeout_ms: c_int,
+) -> c_int {
+    let (Some(c), Some(out)) = (unsafe { ctx.as_ref() }, unsafe { ev.as_mut() }) else {
+        return -libc::EINVAL;
+    };
+    let t = if timeout_ms < 0 {
+        std::time::Duration::from_secs(3600)
+    } else {
+        std::time::Duration::from_millis(timeout_ms as u64)
+    };
+    guard(-libc::EIO, || loop {
+        match c.ctx.get_async_event(t) {
+            Ok(Some(e)) => {
+                use nic::transport::AsyncEvent as E;
+                let (mut qp_num, mut cq_num, mut srq_num) = (0, 0, 0);
+                let ev = e.to_event();
+                match ev {
+                    E::CqErr(n) => cq_num = n,
+                    E::SrqLimitReached(n) => srq_num = n,
+                    E::QpFatal(n)
+                    | E::QpReqErr(n)
+                    | E::QpAccessErr(n)
+                    | E::CommEst(n)
+                    | E::SqDrained(n)
+                    | E::QpLastWqeReached(n) => qp_num = n,
+                }
+                *out = SrnicAsyncEvent {
+                    event_type: ev.ibv_event_type(),
+                    qp_num,
+                    cq_num,
+                    srq_num,
+                };
+                return 1;
+            }
+            Ok(None) if timeout_ms >= 0 => return 0,
+            Ok(None) => continue,
+            Err(_) => return -libc::EIO,
+        }
+    })
+}
+
+/// The descriptor that becomes readable when an asynchronous event waits
+/// (`ibv_context.async_fd`, for poll/epoll); -1 for a null context or when
+/// the daemon cannot be asked.
+///
+/// # Safety
+/// `ctx` from `srnic_open_device`.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_async_event_fd(ctx: *mut SrnicContext) -> c_int {
+    let Some(c) = (unsafe { ctx.as_ref() }) else {
+        return -1;
+    };
+    guard(-1, || c.ctx.async_event_fd().unwrap_or(-1))
+}
+
 /// Takes back a handle the C side gives up and destroys its object:
 /// EINVAL for a null handle, `on_err` when the daemon refuses, EIO when
 /// the destructor panics.

@@ -55,13 +55,14 @@ pub struct Context {
     bell: Option<OwnedFd>,
     /// Asynchronous events: the eventfd the daemon writes, and the events
     /// fetched but not yet handed out (made by the first `get_async_event`).
-    async_events: Mutex<
-        Option<(
-            nic::io::Bell,
-            std::collections::VecDeque<proto::AsyncEventMsg>,
-        )>,
-    >,
+    async_events: Mutex<AsyncEvents>,
 }
+
+/// The async-event eventfd and the events fetched but not handed out.
+type AsyncEvents = Option<(
+    nic::io::Bell,
+    std::collections::VecDeque<proto::AsyncEventMsg>,
+)>;
 
 /// Where device sockets live: `$SOFTRNIC_SOCK_DIR` or `/run/softrnic`.
 pub fn sock_dir() -> PathBuf {
@@ -151,21 +152,8 @@ impl Context {
     /// The next asynchronous event (`ibv_get_async_event`), waiting up to
     /// `timeout`; None if none came.
     pub fn get_async_event(&self, timeout: Duration) -> Result<Option<proto::AsyncEventMsg>> {
-        use std::os::fd::{AsFd, AsRawFd};
-        let mut g = self
-            .async_events
-            .lock()
-            .map_err(|_| Error::Protocol("poisoned".into()))?;
-        if g.is_none() {
-            let bell = nic::io::Bell::new()?;
-            let raw = bell.as_fd().as_raw_fd();
-            match self.request(Request::AsyncEventFd, Some(raw))?.0 {
-                Response::Ok => {}
-                r => return Err(unexpected(r)),
-            }
-            *g = Some((bell, Default::default()));
-        }
-        let (bell, queue) = g.as_mut().expect("made above");
+        let mut g = self.async_events_registered()?;
+        let (bell, queue) = g.as_mut().expect("registered");
         let t0 = Instant::now();
         loop {
             if let Some(e) = queue.pop_front() {
@@ -185,6 +173,34 @@ impl Context {
             }
             bell.wait(None, left);
         }
+    }
+
+    /// The descriptor that becomes readable when an asynchronous event is
+    /// waiting (`ibv_context.async_fd`, for poll/epoll); read events with
+    /// [`Self::get_async_event`]. Registers with the daemon on first use.
+    pub fn async_event_fd(&self) -> Result<std::os::fd::RawFd> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let g = self.async_events_registered()?;
+        Ok(g.as_ref().expect("registered").0.as_fd().as_raw_fd())
+    }
+
+    /// The async-event state, its eventfd handed to the daemon.
+    fn async_events_registered(&self) -> Result<std::sync::MutexGuard<'_, AsyncEvents>> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let mut g = self
+            .async_events
+            .lock()
+            .map_err(|_| Error::Protocol("poisoned".into()))?;
+        if g.is_none() {
+            let bell = nic::io::Bell::new()?;
+            let raw = bell.as_fd().as_raw_fd();
+            match self.request(Request::AsyncEventFd, Some(raw))?.0 {
+                Response::Ok => {}
+                r => return Err(unexpected(r)),
+            }
+            *g = Some((bell, Default::default()));
+        }
+        Ok(g)
     }
 
     fn simple(&self, req: Request) -> Result<()> {

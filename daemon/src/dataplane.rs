@@ -74,6 +74,8 @@ pub struct CqRing {
     pub pending: VecDeque<Wc>,
     /// The client's completion-event eventfd (`NotifyCq`).
     pub notify: Option<std::os::fd::OwnedFd>,
+    /// The client that owns it (its asynchronous events go there).
+    pub owner: u64,
 }
 
 #[derive(Default)]
@@ -196,17 +198,23 @@ impl DataPlane {
         let mut n = 0;
         while let Some(ev) = rnic.poll_async_event() {
             n += 1;
-            let (owner, msg) = match ev {
-                nic::transport::AsyncEvent::SrqLimitReached(s) => {
-                    let Some(r) = self.srqs.iter().find(|r| r.srqn == s) else {
-                        continue;
-                    };
-                    (
-                        r.owner,
-                        crate::proto::AsyncEventMsg::SrqLimitReached { srq: s },
-                    )
-                }
+            use nic::transport::AsyncEvent as E;
+            // only the client that owns the object hears of it; events of
+            // objects already released are dropped
+            let owner = match ev {
+                E::SrqLimitReached(s) => self.srqs.iter().find(|r| r.srqn == s).map(|r| r.owner),
+                E::CqErr(c) => self.cqs.get(&c).map(|r| r.owner),
+                E::QpFatal(q)
+                | E::QpReqErr(q)
+                | E::QpAccessErr(q)
+                | E::CommEst(q)
+                | E::SqDrained(q)
+                | E::QpLastWqeReached(q) => self.qps.iter().find(|r| r.qpn == q).map(|r| r.owner),
             };
+            let Some(owner) = owner else {
+                continue;
+            };
+            let msg = crate::proto::AsyncEventMsg::from_event(ev);
             let c = self.events.entry(owner).or_default();
             if c.queue.len() >= 256 {
                 c.queue.pop_front();

@@ -216,12 +216,66 @@ pub struct Stats {
     pub active_srq_rings: u32,
 }
 
-/// An asynchronous event (`struct ibv_async_event`).
+/// An asynchronous event (`struct ibv_async_event`) on one of the client's
+/// own objects: a QP (by QPN), a CQ (by its handle) or an SRQ (by its
+/// handle). The `type` tags are the snake_case variant names; the SRQ one
+/// is unchanged since it was the only one.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AsyncEventMsg {
     /// IBV_EVENT_SRQ_LIMIT_REACHED on the client's SRQ `srq`.
     SrqLimitReached { srq: u32 },
+    /// IBV_EVENT_CQ_ERR: the CQ overran.
+    CqErr { cq: u32 },
+    /// IBV_EVENT_QP_FATAL: the QP's CQ overran; the QP is in ERR.
+    QpFatal { qp: u32 },
+    /// IBV_EVENT_QP_REQ_ERR: the QP NAKed an invalid request and is in ERR.
+    QpReqErr { qp: u32 },
+    /// IBV_EVENT_QP_ACCESS_ERR: the QP NAKed a remote access error and is
+    /// in ERR.
+    QpAccessErr { qp: u32 },
+    /// IBV_EVENT_COMM_EST: the first packet arrived while the QP was in RTR.
+    CommEst { qp: u32 },
+    /// IBV_EVENT_SQ_DRAINED: the QP is in SQD with nothing in progress.
+    SqDrained { qp: u32 },
+    /// IBV_EVENT_QP_LAST_WQE_REACHED: the QP (on an SRQ) went to ERR.
+    QpLastWqeReached { qp: u32 },
+}
+
+impl AsyncEventMsg {
+    /// The event's number in rdma-core's `enum ibv_event_type`.
+    pub fn ibv_event_type(&self) -> u32 {
+        self.to_event().ibv_event_type()
+    }
+
+    /// The transport's event with the same object number.
+    pub fn to_event(&self) -> nic::transport::AsyncEvent {
+        use nic::transport::AsyncEvent as E;
+        match *self {
+            AsyncEventMsg::SrqLimitReached { srq } => E::SrqLimitReached(srq),
+            AsyncEventMsg::CqErr { cq } => E::CqErr(cq),
+            AsyncEventMsg::QpFatal { qp } => E::QpFatal(qp),
+            AsyncEventMsg::QpReqErr { qp } => E::QpReqErr(qp),
+            AsyncEventMsg::QpAccessErr { qp } => E::QpAccessErr(qp),
+            AsyncEventMsg::CommEst { qp } => E::CommEst(qp),
+            AsyncEventMsg::SqDrained { qp } => E::SqDrained(qp),
+            AsyncEventMsg::QpLastWqeReached { qp } => E::QpLastWqeReached(qp),
+        }
+    }
+
+    pub fn from_event(e: nic::transport::AsyncEvent) -> AsyncEventMsg {
+        use nic::transport::AsyncEvent as E;
+        match e {
+            E::SrqLimitReached(srq) => AsyncEventMsg::SrqLimitReached { srq },
+            E::CqErr(cq) => AsyncEventMsg::CqErr { cq },
+            E::QpFatal(qp) => AsyncEventMsg::QpFatal { qp },
+            E::QpReqErr(qp) => AsyncEventMsg::QpReqErr { qp },
+            E::QpAccessErr(qp) => AsyncEventMsg::QpAccessErr { qp },
+            E::CommEst(qp) => AsyncEventMsg::CommEst { qp },
+            E::SqDrained(qp) => AsyncEventMsg::SqDrained { qp },
+            E::QpLastWqeReached(qp) => AsyncEventMsg::QpLastWqeReached { qp },
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default)]

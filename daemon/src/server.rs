@@ -514,6 +514,7 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                     prod: 0,
                     pending: Default::default(),
                     notify: None,
+                    owner: id,
                 },
             );
             with_owned(sh, id, |o| o.cqs.insert(cq));

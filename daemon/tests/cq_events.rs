@@ -266,3 +266,79 @@ fn the_srq_limit_event_reaches_its_owner_once() {
     assert_eq!(bystander.get_async_event(Duration::ZERO).unwrap(), None);
     assert_eq!(ctxs[0].get_async_event(Duration::ZERO).unwrap(), None);
 }
+
+/// QP events through the daemon: a WRITE with a wrong R_Key makes the
+/// responder NAK and fail its QP; QP_ACCESS_ERR reaches the client owning
+/// that QP only (not the requester's client, not another client of the
+/// same device). The wire format of the events: snake_case `type` tags,
+/// the SRQ one as older clients know it.
+#[test]
+fn qp_access_error_event_reaches_its_owner_only() {
+    use softrnic::proto::AsyncEventMsg;
+    let old = r#"{"type":"srq_limit_reached","srq":3}"#;
+    let ev: AsyncEventMsg = serde_json::from_str(old).unwrap();
+    assert_eq!(ev, AsyncEventMsg::SrqLimitReached { srq: 3 });
+    assert_eq!(serde_json::to_string(&ev).unwrap(), old);
+    assert_eq!(ev.ibv_event_type(), 15);
+    assert_eq!(
+        serde_json::to_string(&AsyncEventMsg::QpLastWqeReached { qp: 17 }).unwrap(),
+        r#"{"type":"qp_last_wqe_reached","qp":17}"#
+    );
+    let dir = tempdir("qpev");
+    let d = Daemon::start(None, &["--mem-pair", "--name", "t"], &dir);
+    let ctxs = [
+        Context::open(d.sock("t0")).expect("t0"),
+        Context::open(d.sock("t1")).expect("t1"),
+    ];
+    let bystander = Context::open(d.sock("t1")).expect("t1 again");
+    let pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
+    let bufs: Vec<_> = pds
+        .iter()
+        .map(|p| p.alloc_buffer(1 << 16).unwrap())
+        .collect();
+    let mrs: Vec<_> = (0..2)
+        .map(|i| pds[i].reg_mr(&bufs[i], 0, 1 << 16, ACCESS_ALL).unwrap())
+        .collect();
+    let mut cqs: Vec<Cq> = ctxs.iter().map(|c| c.create_cq(64).unwrap()).collect();
+    let mut qps: Vec<_> = (0..2)
+        .map(|i| {
+            pds[i]
+                .create_qp(&QpInitAttr {
+                    qp_type: QpKind::Rc,
+                    send_cq: cqs[i].handle,
+                    recv_cq: cqs[i].handle,
+                    max_send_wr: 64,
+                    max_recv_wr: 64,
+                    sq_sig_all: true,
+                    srq: None,
+                })
+                .unwrap()
+        })
+        .collect();
+    for i in 0..2 {
+        let (g, m) = (ctxs[1 - i].device.gid, ctxs[1 - i].device.mac);
+        qps[i]
+            .connect(
+                &ConnectParams::default(),
+                AhAttr::new(g, m),
+                qps[1 - i].qpn,
+                1,
+                1,
+            )
+            .unwrap();
+    }
+    let bad = SendOp::Write {
+        remote_addr: mrs[1].addr,
+        rkey: mrs[1].rkey ^ 0x100,
+    };
+    let wr = SendWr::new(1, bad, Sgl::single(mrs[0].addr, 16, mrs[0].lkey));
+    qps[0].post_send(&wr).unwrap();
+    assert_eq!(one(&mut cqs[0]).status, WcStatus::RemAccessErr);
+    assert_eq!(
+        ctxs[1].get_async_event(Duration::from_secs(30)).unwrap(),
+        Some(AsyncEventMsg::QpAccessErr { qp: qps[1].qpn })
+    );
+    assert_eq!(ctxs[1].get_async_event(Duration::ZERO).unwrap(), None);
+    assert_eq!(bystander.get_async_event(Duration::ZERO).unwrap(), None);
+    assert_eq!(ctxs[0].get_async_event(Duration::ZERO).unwrap(), None);
+}

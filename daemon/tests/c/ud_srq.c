@@ -1,8 +1,13 @@
 /* Two devices, one process: a UD SEND through an address handle (source
  * QP, GRH flag and data checked), then two RC QPs on one SRQ that both
- * receive SENDs; prints "C UD SRQ OK" when every check passes. */
+ * receive SENDs with the SRQ limit armed (SRQ_LIMIT_REACHED read back),
+ * then a WRITE the responder refuses (QP_ACCESS_ERR and
+ * QP_LAST_WQE_REACHED for its QP); prints "C UD SRQ OK" when every check
+ * passes. */
 #define _POSIX_C_SOURCE 199309L
 #include "softrnic.h"
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -120,6 +125,22 @@ int main(int argc, char **argv) {
         CHECK(srnic_connect_qp(qb[i], a.attr.gid, a.attr.mac, srnic_qp_num(qa[i]), 2, 1) == 0, "connect b");
     }
     for (int i = 0; i < 4; i++) CHECK(recv_on(NULL, srq, &b, 20 + i, 0x20000 + i * 4096) == 0, "SRQ recv");
+    /* the SRQ limit and the async event API: bad arguments first */
+    struct srnic_async_event ev;
+    uint32_t max_wr = 0, limit = 99;
+    CHECK(srnic_modify_srq(NULL, 1) == EINVAL, "modify_srq(NULL)");
+    CHECK(srnic_query_srq(NULL, &max_wr, &limit) == EINVAL, "query_srq(NULL)");
+    CHECK(srnic_get_async_event(NULL, &ev, 0) == -EINVAL, "get_async_event(NULL ctx)");
+    CHECK(srnic_get_async_event(b.ctx, NULL, 0) == -EINVAL, "get_async_event(NULL ev)");
+    CHECK(srnic_async_event_fd(NULL) == -1, "async_event_fd(NULL)");
+    CHECK(srnic_query_srq(srq, &max_wr, &limit) == 0 && max_wr >= 16 && limit == 0,
+          "query_srq: max_wr %u limit %u", max_wr, limit);
+    CHECK(srnic_modify_srq(srq, max_wr + 1) == EINVAL, "a limit above the SRQ's size");
+    CHECK(srnic_modify_srq(srq, 3) == 0, "arm the SRQ limit");
+    CHECK(srnic_query_srq(srq, NULL, &limit) == 0 && limit == 3, "armed limit %u", limit);
+    int afd = srnic_async_event_fd(b.ctx);
+    CHECK(afd >= 0, "async_event_fd");
+    CHECK(srnic_get_async_event(b.ctx, &ev, 0) == 0, "no event yet");
     for (int k = 0; k < 4; k++) {
         memset(a.buf + 0x40000 + k * 4096, 0x30 + k, 64);
         CHECK(send_from(qa[k % 2], &a, 30 + k, 0x40000 + k * 4096, 64, NULL, 0) == 0, "RC send");
@@ -136,6 +157,40 @@ int main(int argc, char **argv) {
         per_qp[(m - 0x30) % 2]++;
     }
     CHECK(per_qp[0] == 2 && per_qp[1] == 2, "per QP %d %d", per_qp[0], per_qp[1]);
+    /* fewer than 3 left: SRQ_LIMIT_REACHED once, and the limit disarmed */
+    struct pollfd pfd = { afd, POLLIN, 0 };
+    CHECK(poll(&pfd, 1, 10000) == 1 && (pfd.revents & POLLIN), "async fd readable");
+    CHECK(srnic_get_async_event(b.ctx, &ev, 10000) == 1, "an async event");
+    CHECK(ev.event_type == SRNIC_EVENT_SRQ_LIMIT_REACHED && ev.srq_num == srnic_srq_num(srq)
+          && ev.qp_num == 0, "SRQ limit event: type %u srq %u", ev.event_type, ev.srq_num);
+    CHECK(srnic_query_srq(srq, NULL, &limit) == 0 && limit == 0, "disarmed: %u", limit);
+    CHECK(srnic_get_async_event(b.ctx, &ev, 0) == 0, "one SRQ limit event");
+    CHECK(srnic_get_async_event(a.ctx, &ev, 0) == 0, "nothing for the other process's objects");
+
+    /* b's memory has no remote write access: the responder NAKs the WRITE
+     * and fails its QP: QP_ACCESS_ERR, then QP_LAST_WQE_REACHED (on an SRQ) */
+    {
+        struct srnic_sge sge = { (uint64_t)(uintptr_t)a.buf, 8, srnic_mr_lkey(a.mr) };
+        struct srnic_send_wr wr;
+        memset(&wr, 0, sizeof wr);
+        wr.wr_id = 77;
+        wr.opcode = SRNIC_WR_RDMA_WRITE;
+        wr.send_flags = SRNIC_SEND_SIGNALED;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.remote_addr = (uint64_t)(uintptr_t)b.buf;
+        wr.rkey = srnic_mr_rkey(b.mr);
+        CHECK(srnic_post_send(qa[0], &wr) == 0, "post WRITE");
+        CHECK(wait1(a.cq, &wc, 10) == 0 && wc.status == SRNIC_WC_REM_ACCESS_ERR,
+              "WRITE refused: status %u", wc.status);
+    }
+    uint32_t want[2] = { SRNIC_EVENT_QP_ACCESS_ERR, SRNIC_EVENT_QP_LAST_WQE_REACHED };
+    for (int k = 0; k < 2; k++) {
+        CHECK(srnic_get_async_event(b.ctx, &ev, 10000) == 1, "QP event %d", k);
+        CHECK(ev.event_type == want[k] && ev.qp_num == srnic_qp_num(qb[0]),
+              "QP event %d: type %u qp %u", k, ev.event_type, ev.qp_num);
+    }
+    CHECK(srnic_get_async_event(a.ctx, &ev, 0) == 0, "the requester gets a completion, no event");
     CHECK(srnic_destroy_srq(srq) != 0, "the SRQ is busy while QPs use it");
     for (int i = 0; i < 2; i++) CHECK(srnic_destroy_qp(qb[i]) == 0, "destroy QP");
     CHECK(srnic_destroy_srq(srq) == 0, "destroy SRQ");

@@ -118,13 +118,57 @@ pub struct Srq {
     pub limit: u32,
 }
 
-/// An asynchronous event of the device (`ibv_get_async_event`).
+/// An asynchronous event of the device (`ibv_get_async_event`), with the
+/// QPN, CQ or SRQ number it is affiliated with (IBTA 11.6.3 "Asynchronous
+/// Events"; rdma-core `enum ibv_event_type`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum AsyncEvent {
+    /// IBV_EVENT_CQ_ERR: the CQ overran (IBA 11.4.2.1: a CQ overrun is an
+    /// asynchronous error of the CQ). Raised once, when it overruns.
+    CqErr(u32),
+    /// IBV_EVENT_QP_FATAL (IBTA "Local Work Queue Catastrophic Error": an
+    /// error the CI cannot report through the CQ): the QP's CQ overran, so
+    /// its completions cannot be delivered, and the QP went to ERR.
+    QpFatal(u32),
+    /// IBV_EVENT_QP_REQ_ERR (IBTA "Invalid Request Local Work Queue
+    /// Error"): the RC responder NAKed an invalid request and the QP went
+    /// to ERR (IBA 9.9.3, class C responder errors).
+    QpReqErr(u32),
+    /// IBV_EVENT_QP_ACCESS_ERR (IBTA "Local Access Violation Work Queue
+    /// Error"): the RC responder NAKed a remote access error and the QP went
+    /// to ERR.
+    QpAccessErr(u32),
+    /// IBV_EVENT_COMM_EST (IBTA 11.6.3.1 "Communication Established"): the
+    /// first packet arrived on an RC or UC QP in RTR (once per RTR).
+    CommEst(u32),
+    /// IBV_EVENT_SQ_DRAINED (IBTA 11.6.3.1 "Send Queue Drained"): the QP is
+    /// in SQD and every send message in progress has completed (once per
+    /// transition to SQD).
+    SqDrained(u32),
+    /// IBV_EVENT_QP_LAST_WQE_REACHED (IBA 10.2.9.5 / 11.6.3.1 "Last WQE
+    /// Reached"): a QP attached to an SRQ went to ERR; it takes no more
+    /// receive WQEs from the SRQ.
+    QpLastWqeReached(u32),
     /// IBV_EVENT_SRQ_LIMIT_REACHED: fewer receive WQEs than the armed limit
     /// are left on the SRQ; the limit is disarmed (IBTA: the "SRQ Limit
     /// Reached" affiliated asynchronous event; `ibv_modify_srq` re-arms).
     SrqLimitReached(u32),
+}
+
+impl AsyncEvent {
+    /// The event's number in rdma-core's `enum ibv_event_type`.
+    pub fn ibv_event_type(&self) -> u32 {
+        match self {
+            AsyncEvent::CqErr(_) => 0,
+            AsyncEvent::QpFatal(_) => 1,
+            AsyncEvent::QpReqErr(_) => 2,
+            AsyncEvent::QpAccessErr(_) => 3,
+            AsyncEvent::CommEst(_) => 4,
+            AsyncEvent::SqDrained(_) => 5,
+            AsyncEvent::SrqLimitReached(_) => 15,
+            AsyncEvent::QpLastWqeReached(_) => 16,
+        }
+    }
 }
 
 /// Device events kept for the application at most (older ones are dropped
@@ -169,6 +213,16 @@ pub(crate) struct Resources {
 }
 
 impl Resources {
+    /// Queues an asynchronous event; beyond `MAX_ASYNC_EVENTS` the oldest
+    /// is dropped and counted.
+    pub(crate) fn raise(&mut self, ev: AsyncEvent) {
+        if self.events.len() >= MAX_ASYNC_EVENTS {
+            self.events.pop_front();
+            self.dev.async_events_dropped += 1;
+        }
+        self.events.push_back(ev);
+    }
+
     fn drop_frame(&mut self, reason: &'static str) {
         *self.drops.entry(reason).or_default() += 1;
     }
@@ -297,7 +351,15 @@ impl Resources {
     /// goes to the error state (IBA 11.4.2.1).
     pub(crate) fn complete(&mut self, cq: u32, wc: Wc) -> Result<(), VerbsError> {
         match self.cqs.get_mut(cq as usize).and_then(|c| c.as_mut()) {
-            Some(c) => c.push(wc).map_err(|_| VerbsError::CqOverrun),
+            Some(c) => {
+                let was = c.is_overrun();
+                let r = c.push(wc).map_err(|_| VerbsError::CqOverrun);
+                if !was && c.is_overrun() {
+                    // IBA 11.4.2.1: the overrun is an asynchronous CQ error
+                    self.raise(AsyncEvent::CqErr(cq));
+                }
+                r
+            }
             None => Err(VerbsError::NoSuchCq(cq)),
         }
     }
@@ -627,6 +689,14 @@ impl Rnic {
                 *qp = Qp::new(qpn, init, &self.res.cfg);
                 qp.counters = counters;
             }
+            QpState::Sqd => {
+                // SQ_DRAINED is owed once per transition into SQD
+                if qp.state != QpState::Sqd {
+                    qp.drain_pending = true;
+                }
+                qp.state = QpState::Sqd;
+                qp.check_drained(&mut self.res);
+            }
             s => qp.state = s,
         }
         self.schedule(idx);
@@ -791,6 +861,12 @@ impl Rnic {
             return self.res.drop_frame("opcode_not_for_qp_type");
         }
         qp.counters.rcvd_pkts += 1;
+        // IBTA 11.6.3.1 "Communication Established": a packet arrived on a
+        // connected QP still in RTR (the application may move it to RTS).
+        if qp.state == QpState::Rtr && !qp.comm_est && qp.qp_type() != QpType::Ud {
+            qp.comm_est = true;
+            self.res.raise(AsyncEvent::CommEst(qp.qpn));
+        }
         let peer = match (qp.qp_type(), repr.ext.deth) {
             (QpType::Ud, Some(d)) => d.src_qp,
             _ => qp.dest_qpn,
@@ -805,6 +881,7 @@ impl Rnic {
             qp.cc.rp.handle_cnp(now);
         }
         qp.sync_cc_counters();
+        qp.check_drained(&mut self.res);
         self.schedule(idx);
     }
 
@@ -833,7 +910,9 @@ impl Rnic {
             let Some(qp) = self.qps[idx as usize].as_mut() else {
                 continue;
             };
-            match qp.poll_transmit(&mut self.res, now, buf) {
+            let sent = qp.poll_transmit(&mut self.res, now, buf);
+            qp.check_drained(&mut self.res);
+            match sent {
                 Some(n) => {
                     qp.counters.sent_pkts += 1;
                     // more may follow: stay in the round robin
@@ -873,6 +952,7 @@ impl Rnic {
             };
             if qp.next_deadline().is_some_and(|d| d <= now) {
                 qp.handle_timeout(&mut self.res, now);
+                qp.check_drained(&mut self.res);
                 self.schedule(idx);
             }
         }
@@ -1036,6 +1116,9 @@ impl Qp {
         }
         if self.resp.error_after_flush && self.resp.responses.is_empty() {
             self.resp.error_after_flush = false;
+            if let Some(ev) = self.resp.error_event.take() {
+                res.raise(ev);
+            }
             self.enter_error(res);
             return None;
         }
@@ -1070,7 +1153,11 @@ impl Qp {
 
     /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).
     pub(crate) fn enter_error(&mut self, res: &mut Resources) {
+        let was = self.state;
         self.state = QpState::Err;
+        self.drain_pending = false;
+        self.resp.error_after_flush = false;
+        self.resp.error_event = None;
         self.req.ack_deadline = None;
         self.req.rnr_deadline = None;
         self.resp.responses.clear();
@@ -1084,6 +1171,24 @@ impl Qp {
                 self.init.recv_cq,
                 Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn),
             );
+        }
+        // IBA 10.2.9.5 / 11.6.3.1 "Last WQE Reached": a QP on an SRQ went to
+        // ERR and will take no more receive WQEs from it.
+        if was != QpState::Err && self.init.srq.is_some() {
+            res.raise(AsyncEvent::QpLastWqeReached(self.qpn));
+        }
+    }
+
+    /// SQ_DRAINED (IBTA 11.6.3.1 "Send Queue Drained"), once the QP is in
+    /// SQD and no message it had begun is left unfinished.
+    pub(crate) fn check_drained(&mut self, res: &mut Resources) {
+        if self.drain_pending
+            && self.state == QpState::Sqd
+            && !self.req.outstanding()
+            && !self.req.sq.iter().any(|w| w.started)
+        {
+            self.drain_pending = false;
+            res.raise(AsyncEvent::SqDrained(self.qpn));
         }
     }
 
@@ -1127,6 +1232,7 @@ impl Qp {
                 wc.byte_len = w.len as u32;
                 if res.complete(self.init.send_cq, wc).is_err() {
                     self.counters.cq_overrun += 1;
+                    self.raise_fatal(res);
                     self.enter_error(res);
                     return;
                 }
@@ -1165,7 +1271,18 @@ impl Qp {
         }
         if res.complete(self.init.recv_cq, wc).is_err() {
             self.counters.cq_overrun += 1;
+            self.raise_fatal(res);
             self.enter_error(res);
+        }
+    }
+
+    /// QP_FATAL (IBTA "Local Work Queue Catastrophic Error": an error the
+    /// CI cannot report through the CQ): the QP's completion could not be
+    /// delivered because its CQ overran, and the QP goes to ERR. The only
+    /// local catastrophic cause this transport has.
+    fn raise_fatal(&mut self, res: &mut Resources) {
+        if self.state != QpState::Err {
+            res.raise(AsyncEvent::QpFatal(self.qpn));
         }
     }
 
@@ -1179,11 +1296,7 @@ impl Qp {
                 // (ibv_modify_srq(3): "low watermark"; IBTA SRQ Limit Reached)
                 if srq.limit > 0 && (srq.queue.len() as u64) < srq.limit as u64 {
                     srq.limit = 0;
-                    if res.events.len() >= MAX_ASYNC_EVENTS {
-                        res.events.pop_front();
-                        res.dev.async_events_dropped += 1;
-                    }
-                    res.events.push_back(AsyncEvent::SrqLimitReached(s));
+                    res.raise(AsyncEvent::SrqLimitReached(s));
                 }
                 Some(wr)
             }

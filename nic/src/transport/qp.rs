@@ -244,6 +244,8 @@ pub struct Responder {
     /// Move to ERR once the pending responses have gone out (class C errors
     /// NAK first, then fail the QP).
     pub error_after_flush: bool,
+    /// The affiliated asynchronous event raised when it does.
+    pub error_event: Option<super::AsyncEvent>,
 }
 
 /// One queue pair.
@@ -270,6 +272,10 @@ pub struct Qp {
     pub counters: Counters,
     /// Queued for transmission in the device's round robin.
     pub scheduled: bool,
+    /// COMM_EST was raised (once per QP life: RTR is entered once).
+    pub comm_est: bool,
+    /// In SQD and SQ_DRAINED not raised yet.
+    pub drain_pending: bool,
     /// DCQCN reaction point, pacer, notification point.
     pub(crate) cc: super::congestion::QpCc,
 }
@@ -304,6 +310,8 @@ impl Qp {
             rq: VecDeque::new(),
             counters: Counters::default(),
             scheduled: false,
+            comm_est: false,
+            drain_pending: false,
         }
     }
 

@@ -6,7 +6,7 @@ use super::qp::Qp;
 use super::timers::local_ack_timeout;
 use super::Resources;
 use crate::time::Instant;
-use crate::verbs::{access, SendOp, WcStatus};
+use crate::verbs::{access, QpState, SendOp, WcStatus};
 use wire::{AtomicEth, BthRepr, Deth, ExtHeaders, Opcode, Psn, QpType, Reth};
 
 /// RC opcodes for (operation, position); UC opcodes are RC | 0x20.
@@ -53,8 +53,13 @@ impl Qp {
             self.fast_forward();
         }
         self.skip_acked();
-        if !self.can_send() || self.req.rnr_deadline.is_some() || self.req.cur >= self.req.sq.len()
-        {
+        if self.req.rnr_deadline.is_some() || self.req.cur >= self.req.sq.len() {
+            return None;
+        }
+        // SQD (IBA 10.3.1, "Send Queue Drain"): the messages already begun
+        // are finished (and retransmitted if need be), no new one starts.
+        let in_progress = self.state == QpState::Sqd && self.req.sq[self.req.cur].started;
+        if !self.can_send() && !in_progress {
             return None;
         }
         let rc = self.qp_type() == QpType::Rc;

@@ -7,7 +7,7 @@
 
 use super::qp::{InMessage, Qp, ReadJob, Resource, Response};
 use super::requester::packets;
-use super::Resources;
+use super::{AsyncEvent, Resources};
 use crate::time::Instant;
 use crate::verbs::{access, RecvWr, Wc, WcOpcode, WcStatus};
 use wire::{
@@ -104,6 +104,17 @@ impl Qp {
                     NakCode::RemoteAccessError => self.counters.resp_remote_access_errors += 1,
                     _ => self.counters.resp_invalid_request += 1,
                 }
+                // The affiliated event, raised when the QP enters ERR (IBTA
+                // 11.6.3.1: "Invalid Request Local Work Queue Error", "Local
+                // Access Violation Work Queue Error"). A Remote Operational
+                // Error (our receive buffer failed the scatter) is reported
+                // through the receive completion (LOC_PROT_ERR), not as an
+                // event.
+                self.resp.error_event = match code {
+                    NakCode::RemoteAccessError => Some(AsyncEvent::QpAccessErr(self.qpn)),
+                    NakCode::InvalidRequest => Some(AsyncEvent::QpReqErr(self.qpn)),
+                    _ => None,
+                };
                 self.fail_in_message(res, recv_status);
                 self.queue_response(Response::Ack {
                     psn,
@@ -640,6 +651,7 @@ impl Qp {
                         msn: job.msn,
                     });
                     self.resp.error_after_flush = true;
+                    self.resp.error_event = Some(AsyncEvent::QpAccessErr(self.qpn));
                     return self.next_response(res, buf);
                 };
                 let next = ReadJob {
