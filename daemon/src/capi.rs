@@ -763,7 +763,8 @@ pub unsafe extern "C" fn srnic_get_async_event(
             Ok(Some(e)) => {
                 use nic::transport::AsyncEvent as E;
                 let (mut qp_num, mut cq_num, mut srq_num) = (0, 0, 0);
-                let ev = e.to_event();
+                // the client skips kinds it does not know
+                let Some(ev) = e.to_event() else { continue };
                 match ev {
                     E::CqErr(n) => cq_num = n,
                     E::SrqLimitReached(n) => srq_num = n,

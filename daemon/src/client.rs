@@ -161,7 +161,12 @@ impl Context {
             }
             bell.drain();
             match self.request(Request::GetAsyncEvents, None)?.0 {
-                Response::AsyncEvents { events } => queue.extend(events),
+                // kinds this build does not know are skipped
+                Response::AsyncEvents { events } => queue.extend(
+                    events
+                        .into_iter()
+                        .filter(|e| *e != proto::AsyncEventMsg::Unknown),
+                ),
                 r => return Err(unexpected(r)),
             }
             if !queue.is_empty() {

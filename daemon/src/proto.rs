@@ -240,18 +240,25 @@ pub enum AsyncEventMsg {
     SqDrained { qp: u32 },
     /// IBV_EVENT_QP_LAST_WQE_REACHED: the QP (on an SRQ) went to ERR.
     QpLastWqeReached { qp: u32 },
+    /// A kind this build does not know (from a newer daemon): clients skip
+    /// it, so adding a kind never breaks an older client's event list.
+    #[serde(other)]
+    Unknown,
 }
 
 impl AsyncEventMsg {
-    /// The event's number in rdma-core's `enum ibv_event_type`.
-    pub fn ibv_event_type(&self) -> u32 {
-        self.to_event().ibv_event_type()
+    /// The event's number in rdma-core's `enum ibv_event_type` (None: an
+    /// unknown kind).
+    pub fn ibv_event_type(&self) -> Option<u32> {
+        self.to_event().map(|e| e.ibv_event_type())
     }
 
-    /// The transport's event with the same object number.
-    pub fn to_event(&self) -> nic::transport::AsyncEvent {
+    /// The transport's event with the same object number (None: an
+    /// unknown kind).
+    pub fn to_event(&self) -> Option<nic::transport::AsyncEvent> {
         use nic::transport::AsyncEvent as E;
-        match *self {
+        Some(match *self {
+            AsyncEventMsg::Unknown => return None,
             AsyncEventMsg::SrqLimitReached { srq } => E::SrqLimitReached(srq),
             AsyncEventMsg::CqErr { cq } => E::CqErr(cq),
             AsyncEventMsg::QpFatal { qp } => E::QpFatal(qp),
@@ -260,7 +267,7 @@ impl AsyncEventMsg {
             AsyncEventMsg::CommEst { qp } => E::CommEst(qp),
             AsyncEventMsg::SqDrained { qp } => E::SqDrained(qp),
             AsyncEventMsg::QpLastWqeReached { qp } => E::QpLastWqeReached(qp),
-        }
+        })
     }
 
     pub fn from_event(e: nic::transport::AsyncEvent) -> AsyncEventMsg {
@@ -458,6 +465,33 @@ pub fn encode<T: Serialize>(m: &T) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_kinds_this_build_does_not_know_parse_as_unknown() {
+        let r: RespMsg = serde_json::from_str(
+            r#"{"v":1,"resp":{"r":"async_events","events":[
+                {"type":"port_active"},
+                {"type":"srq_limit_reached","srq":3},
+                {"type":"some_future_kind","qp":7,"extra":[1,2]}]}}"#,
+        )
+        .expect("the list parses");
+        let Response::AsyncEvents { events } = r.resp else {
+            panic!("{:?}", r.resp)
+        };
+        assert_eq!(
+            events,
+            [
+                AsyncEventMsg::Unknown,
+                AsyncEventMsg::SrqLimitReached { srq: 3 },
+                AsyncEventMsg::Unknown
+            ]
+        );
+        assert_eq!(events[0].to_event(), None);
+        assert_eq!(events[1].ibv_event_type(), Some(15));
+        // what the daemon sends stays as it was
+        let srq = serde_json::to_string(&AsyncEventMsg::SrqLimitReached { srq: 3 }).unwrap();
+        assert_eq!(srq, r#"{"type":"srq_limit_reached","srq":3}"#);
+    }
 
     #[test]
     fn an_address_handle_keeps_its_vlan_tag_and_bad_tags_are_refused() {

@@ -279,7 +279,7 @@ fn qp_access_error_event_reaches_its_owner_only() {
     let ev: AsyncEventMsg = serde_json::from_str(old).unwrap();
     assert_eq!(ev, AsyncEventMsg::SrqLimitReached { srq: 3 });
     assert_eq!(serde_json::to_string(&ev).unwrap(), old);
-    assert_eq!(ev.ibv_event_type(), 15);
+    assert_eq!(ev.ibv_event_type(), Some(15));
     assert_eq!(
         serde_json::to_string(&AsyncEventMsg::QpLastWqeReached { qp: 17 }).unwrap(),
         r#"{"type":"qp_last_wqe_reached","qp":17}"#
