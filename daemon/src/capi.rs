@@ -361,6 +361,16 @@ pub unsafe extern "C" fn srnic_req_notify_cq(cq: *mut SrnicCq, solicited_only: c
     })
 }
 
+/// How long a C caller's `timeout_ms` waits at a time (negative: no limit;
+/// the caller loops in hour-long waits).
+fn wait_time(timeout_ms: c_int) -> std::time::Duration {
+    if timeout_ms < 0 {
+        std::time::Duration::from_secs(3600)
+    } else {
+        std::time::Duration::from_millis(timeout_ms as u64)
+    }
+}
+
 /// Waits up to `timeout_ms` (negative: for ever) for a completion event
 /// and consumes it (`ibv_get_cq_event` + `ibv_ack_cq_events`): 1 an event,
 /// 0 none in time, -EINVAL without a CQ or before `srnic_req_notify_cq`.
@@ -372,11 +382,7 @@ pub unsafe extern "C" fn srnic_get_cq_event(cq: *mut SrnicCq, timeout_ms: c_int)
     let Some(c) = (unsafe { cq.as_mut() }) else {
         return -libc::EINVAL;
     };
-    let t = if timeout_ms < 0 {
-        std::time::Duration::from_secs(3600)
-    } else {
-        std::time::Duration::from_millis(timeout_ms as u64)
-    };
+    let t = wait_time(timeout_ms);
     guard(-libc::EIO, || loop {
         match c.cq.get_event(t) {
             Ok(true) => return 1,
@@ -753,11 +759,7 @@ pub unsafe extern "C" fn srnic_get_async_event(
     let (Some(c), Some(out)) = (unsafe { ctx.as_ref() }, unsafe { ev.as_mut() }) else {
         return -libc::EINVAL;
     };
-    let t = if timeout_ms < 0 {
-        std::time::Duration::from_secs(3600)
-    } else {
-        std::time::Duration::from_millis(timeout_ms as u64)
-    };
+    let t = wait_time(timeout_ms);
     guard(-libc::EIO, || loop {
         match c.ctx.get_async_event(t) {
             Ok(Some(e)) => {

@@ -24,6 +24,85 @@ fn one(cq: &mut Cq) -> Wc {
     out.remove(0)
 }
 
+/// Two clients of one `rnicd --mem-pair` (devices t0 and t1), each with a
+/// PD, a 64 KiB buffer registered with every access, a CQ of 64 and an RC
+/// QP on it connected to the other's; with `srq`, t1's QP takes its
+/// receives from an SRQ of 16. `bystander` is another client of t1 that
+/// owns nothing (events must not reach it).
+struct RcPair {
+    _d: Daemon,
+    ctxs: [std::sync::Arc<Context>; 2],
+    bystander: std::sync::Arc<Context>,
+    _pds: Vec<softrnic::Pd>,
+    _bufs: Vec<softrnic::Buffer>,
+    mrs: Vec<softrnic::Mr>,
+    cqs: Vec<Cq>,
+    qps: Vec<softrnic::Qp>,
+    srq: Option<softrnic::Srq>,
+}
+
+fn rc_pair(tag: &str, srq: bool) -> RcPair {
+    let dir = tempdir(tag);
+    let d = Daemon::start(None, &["--mem-pair", "--name", "t"], &dir);
+    let ctxs = [
+        Context::open(d.sock("t0")).expect("t0"),
+        Context::open(d.sock("t1")).expect("t1"),
+    ];
+    let bystander = Context::open(d.sock("t1")).expect("t1 again");
+    let pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
+    let bufs: Vec<_> = pds
+        .iter()
+        .map(|p| p.alloc_buffer(1 << 16).unwrap())
+        .collect();
+    let mrs: Vec<_> = (0..2)
+        .map(|i| pds[i].reg_mr(&bufs[i], 0, 1 << 16, ACCESS_ALL).unwrap())
+        .collect();
+    let cqs: Vec<Cq> = ctxs.iter().map(|c| c.create_cq(64).unwrap()).collect();
+    let srq = srq.then(|| pds[1].create_srq(16).unwrap());
+    let qps: Vec<_> = (0..2)
+        .map(|i| {
+            pds[i]
+                .create_qp(&QpInitAttr {
+                    qp_type: QpKind::Rc,
+                    send_cq: cqs[i].handle,
+                    recv_cq: cqs[i].handle,
+                    max_send_wr: 64,
+                    max_recv_wr: 64,
+                    sq_sig_all: true,
+                    srq: if i == 1 {
+                        srq.as_ref().map(|s| s.handle)
+                    } else {
+                        None
+                    },
+                })
+                .unwrap()
+        })
+        .collect();
+    for i in 0..2 {
+        let (g, m) = (ctxs[1 - i].device.gid, ctxs[1 - i].device.mac);
+        qps[i]
+            .connect(
+                &ConnectParams::default(),
+                AhAttr::new(g, m),
+                qps[1 - i].qpn,
+                1,
+                1,
+            )
+            .unwrap();
+    }
+    RcPair {
+        _d: d,
+        ctxs,
+        bystander,
+        _pds: pds,
+        _bufs: bufs,
+        mrs,
+        cqs,
+        qps,
+        srq,
+    }
+}
+
 #[test]
 fn completion_events_follow_the_request_and_solicited_only_waits_for_the_bit() {
     let dir = tempdir("cqev");
@@ -186,50 +265,17 @@ fn notify_cq_takes_only_an_eventfd_for_an_own_cq() {
 #[test]
 fn the_srq_limit_event_reaches_its_owner_once() {
     use softrnic::proto::AsyncEventMsg;
-    let dir = tempdir("srqlim");
-    let d = Daemon::start(None, &["--mem-pair", "--name", "t"], &dir);
-    let ctxs = [
-        Context::open(d.sock("t0")).expect("t0"),
-        Context::open(d.sock("t1")).expect("t1"),
-    ];
-    let bystander = Context::open(d.sock("t1")).expect("t1 again");
-    let pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
-    let bufs: Vec<_> = pds
-        .iter()
-        .map(|p| p.alloc_buffer(1 << 16).unwrap())
-        .collect();
-    let mrs: Vec<_> = (0..2)
-        .map(|i| pds[i].reg_mr(&bufs[i], 0, 1 << 16, ACCESS_ALL).unwrap())
-        .collect();
-    let mut cqs: Vec<Cq> = ctxs.iter().map(|c| c.create_cq(64).unwrap()).collect();
-    let mut srq = pds[1].create_srq(16).unwrap();
-    let qps: Vec<_> = (0..2)
-        .map(|i| {
-            pds[i]
-                .create_qp(&QpInitAttr {
-                    qp_type: QpKind::Rc,
-                    send_cq: cqs[i].handle,
-                    recv_cq: cqs[i].handle,
-                    max_send_wr: 64,
-                    max_recv_wr: 64,
-                    sq_sig_all: true,
-                    srq: (i == 1).then_some(srq.handle),
-                })
-                .unwrap()
-        })
-        .collect();
-    for i in 0..2 {
-        let (g, m) = (ctxs[1 - i].device.gid, ctxs[1 - i].device.mac);
-        qps[i]
-            .connect(
-                &ConnectParams::default(),
-                AhAttr::new(g, m),
-                qps[1 - i].qpn,
-                1,
-                1,
-            )
-            .unwrap();
-    }
+    let RcPair {
+        _d,
+        ctxs,
+        bystander,
+        mrs,
+        mut cqs,
+        qps,
+        srq,
+        ..
+    } = rc_pair("srqlim", true);
+    let mut srq = srq.expect("asked for an SRQ");
     for k in 0..4u64 {
         srq.post_recv(&RecvWr {
             wr_id: k,
@@ -284,49 +330,15 @@ fn qp_access_error_event_reaches_its_owner_only() {
         serde_json::to_string(&AsyncEventMsg::QpLastWqeReached { qp: 17 }).unwrap(),
         r#"{"type":"qp_last_wqe_reached","qp":17}"#
     );
-    let dir = tempdir("qpev");
-    let d = Daemon::start(None, &["--mem-pair", "--name", "t"], &dir);
-    let ctxs = [
-        Context::open(d.sock("t0")).expect("t0"),
-        Context::open(d.sock("t1")).expect("t1"),
-    ];
-    let bystander = Context::open(d.sock("t1")).expect("t1 again");
-    let pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
-    let bufs: Vec<_> = pds
-        .iter()
-        .map(|p| p.alloc_buffer(1 << 16).unwrap())
-        .collect();
-    let mrs: Vec<_> = (0..2)
-        .map(|i| pds[i].reg_mr(&bufs[i], 0, 1 << 16, ACCESS_ALL).unwrap())
-        .collect();
-    let mut cqs: Vec<Cq> = ctxs.iter().map(|c| c.create_cq(64).unwrap()).collect();
-    let mut qps: Vec<_> = (0..2)
-        .map(|i| {
-            pds[i]
-                .create_qp(&QpInitAttr {
-                    qp_type: QpKind::Rc,
-                    send_cq: cqs[i].handle,
-                    recv_cq: cqs[i].handle,
-                    max_send_wr: 64,
-                    max_recv_wr: 64,
-                    sq_sig_all: true,
-                    srq: None,
-                })
-                .unwrap()
-        })
-        .collect();
-    for i in 0..2 {
-        let (g, m) = (ctxs[1 - i].device.gid, ctxs[1 - i].device.mac);
-        qps[i]
-            .connect(
-                &ConnectParams::default(),
-                AhAttr::new(g, m),
-                qps[1 - i].qpn,
-                1,
-                1,
-            )
-            .unwrap();
-    }
+    let RcPair {
+        _d,
+        ctxs,
+        bystander,
+        mrs,
+        mut cqs,
+        mut qps,
+        ..
+    } = rc_pair("qpev", false);
     let bad = SendOp::Write {
         remote_addr: mrs[1].addr,
         rkey: mrs[1].rkey ^ 0x100,
