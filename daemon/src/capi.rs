@@ -763,19 +763,14 @@ pub unsafe extern "C" fn srnic_get_async_event(
     guard(-libc::EIO, || loop {
         match c.ctx.get_async_event(t) {
             Ok(Some(e)) => {
-                use nic::transport::AsyncEvent as E;
+                use nic::transport::Affiliated;
                 let (mut qp_num, mut cq_num, mut srq_num) = (0, 0, 0);
                 // the client skips kinds it does not know
                 let Some(ev) = e.to_event() else { continue };
-                match ev {
-                    E::CqErr(n) => cq_num = n,
-                    E::SrqLimitReached(n) => srq_num = n,
-                    E::QpFatal(n)
-                    | E::QpReqErr(n)
-                    | E::QpAccessErr(n)
-                    | E::CommEst(n)
-                    | E::SqDrained(n)
-                    | E::QpLastWqeReached(n) => qp_num = n,
+                match ev.affiliated() {
+                    Affiliated::Qp(n) => qp_num = n,
+                    Affiliated::Cq(n) => cq_num = n,
+                    Affiliated::Srq(n) => srq_num = n,
                 }
                 *out = SrnicAsyncEvent {
                     event_type: ev.ibv_event_type(),

@@ -198,18 +198,13 @@ impl DataPlane {
         let mut n = 0;
         while let Some(ev) = rnic.poll_async_event() {
             n += 1;
-            use nic::transport::AsyncEvent as E;
+            use nic::transport::Affiliated;
             // only the client that owns the object hears of it; events of
             // objects already released are dropped
-            let owner = match ev {
-                E::SrqLimitReached(s) => self.srqs.iter().find(|r| r.srqn == s).map(|r| r.owner),
-                E::CqErr(c) => self.cqs.get(&c).map(|r| r.owner),
-                E::QpFatal(q)
-                | E::QpReqErr(q)
-                | E::QpAccessErr(q)
-                | E::CommEst(q)
-                | E::SqDrained(q)
-                | E::QpLastWqeReached(q) => self.qps.iter().find(|r| r.qpn == q).map(|r| r.owner),
+            let owner = match ev.affiliated() {
+                Affiliated::Srq(s) => self.srqs.iter().find(|r| r.srqn == s).map(|r| r.owner),
+                Affiliated::Cq(c) => self.cqs.get(&c).map(|r| r.owner),
+                Affiliated::Qp(q) => self.qps.iter().find(|r| r.qpn == q).map(|r| r.owner),
             };
             let Some(owner) = owner else {
                 continue;

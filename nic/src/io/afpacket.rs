@@ -729,7 +729,7 @@ impl AfPacketPort {
             frames_per_block,
             frames,
             next,
-            ..
+            ref seen,
         } = self.rx
         else {
             return 0;
@@ -741,12 +741,10 @@ impl AfPacketPort {
                 break;
             };
             n += take(&mut self.counters, batch, f.data, f.tag) as usize;
-            if let RxRing::V2 { seen, .. } = &self.rx {
-                let mut seen = seen.borrow_mut();
-                // counted only when someone asks for the backlog (PFC on)
-                if seen.n > 0 {
-                    seen.take_first(f.len as u64, f.class());
-                }
+            let mut seen = seen.borrow_mut();
+            // counted only when someone asks for the backlog (PFC on)
+            if seen.n > 0 {
+                seen.take_first(f.len as u64, f.class());
             }
             fence(Ordering::Release);
             // SAFETY: handing the slot back to the kernel.

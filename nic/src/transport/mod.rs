@@ -155,7 +155,29 @@ pub enum AsyncEvent {
     SrqLimitReached(u32),
 }
 
+/// The object an [`AsyncEvent`] is affiliated with.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Affiliated {
+    Qp(u32),
+    Cq(u32),
+    Srq(u32),
+}
+
 impl AsyncEvent {
+    /// The QP, CQ or SRQ the event is about (`ibv_async_event.element`).
+    pub fn affiliated(&self) -> Affiliated {
+        match *self {
+            AsyncEvent::CqErr(c) => Affiliated::Cq(c),
+            AsyncEvent::SrqLimitReached(s) => Affiliated::Srq(s),
+            AsyncEvent::QpFatal(q)
+            | AsyncEvent::QpReqErr(q)
+            | AsyncEvent::QpAccessErr(q)
+            | AsyncEvent::CommEst(q)
+            | AsyncEvent::SqDrained(q)
+            | AsyncEvent::QpLastWqeReached(q) => Affiliated::Qp(q),
+        }
+    }
+
     /// The event's number in rdma-core's `enum ibv_event_type`.
     pub fn ibv_event_type(&self) -> u32 {
         match self {
