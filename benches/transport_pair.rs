@@ -4,7 +4,6 @@
 
 use nic::sim::{LinkConfig, Pair, PairConfig};
 use nic::verbs::{Memory, QpType, SendOp, SendWr, Sgl, Wc, WcStatus};
-use std::time::Duration;
 
 /// WRITEs outstanding per iteration (perftest's default `--tx-depth`).
 pub const TX_DEPTH: usize = 128;
@@ -13,16 +12,7 @@ pub const SIZES: [usize; 2] = [64, 64 * 1024];
 
 /// A connected RC pair over an ideal link.
 pub fn pair(size: usize) -> Pair {
-    let link = LinkConfig {
-        latency: Duration::ZERO,
-        bandwidth_bps: 0,
-        loss: 0.0,
-        duplicate: 0.0,
-        corrupt: 0.0,
-        ce_mark: 0.0,
-        reorder: 0.0,
-        ..LinkConfig::default()
-    };
+    let link = LinkConfig::ideal();
     Pair::new(PairConfig {
         qp_type: QpType::Rc,
         mtu: 4096,

@@ -34,6 +34,24 @@ pub struct LinkConfig {
     pub reorder_delay: Duration,
 }
 
+impl LinkConfig {
+    /// A link that takes no time and changes nothing: no latency, no
+    /// serialisation delay, no loss, duplication, corruption, CE marks or
+    /// reordering (the default frame size limit).
+    pub fn ideal() -> LinkConfig {
+        LinkConfig {
+            latency: Duration::ZERO,
+            bandwidth_bps: 0,
+            loss: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            ce_mark: 0.0,
+            reorder: 0.0,
+            ..LinkConfig::default()
+        }
+    }
+}
+
 impl Default for LinkConfig {
     fn default() -> Self {
         LinkConfig {

@@ -74,20 +74,6 @@ pub struct Loopback {
     next_psn: u32,
 }
 
-/// A link that takes no time: no latency, no serialisation delay, no loss.
-pub fn instant_link() -> LinkConfig {
-    LinkConfig {
-        latency: Duration::ZERO,
-        bandwidth_bps: 0,
-        loss: 0.0,
-        duplicate: 0.0,
-        corrupt: 0.0,
-        ce_mark: 0.0,
-        reorder: 0.0,
-        ..LinkConfig::default()
-    }
-}
-
 impl Loopback {
     /// Two nodes, each with a PD, a CQ and one registered region of
     /// `mem_len` bytes, and no QP yet.
@@ -106,7 +92,7 @@ impl Loopback {
         }
         let b = rnics.pop().expect("two");
         let a = rnics.pop().expect("two");
-        let mut sim = Sim::new(a, b, instant_link(), 1);
+        let mut sim = Sim::new(a, b, LinkConfig::ideal(), 1);
         let wire = Rc::new(RefCell::new(Wire::default()));
         let w = wire.clone();
         sim.tap = Some(Box::new(move |_, dir, frame| {
