@@ -7,7 +7,9 @@
 //! - `copy+crc`: `copy_from_slice`, then `crc32fast` over the copy (what
 //!   the send path did before);
 //! - `memcpy`: `copy_from_slice` alone (the floor);
-//! - `crc`: `crc32fast` alone.
+//! - `crc`: `crc32fast` alone;
+//! - `update`: `wire::crc_copy::update` (CRC alone, this module's kernel
+//!   from 1 KiB).
 //!
 //! The destination sits at offset 70 of its buffer, where an RDMA WRITE
 //! payload starts in an IPv4 frame (14 + 20 + 8 + 12 + 16 bytes of
@@ -17,7 +19,7 @@
 
 use benches::{batch, min_median};
 use std::hint::black_box;
-use wire::crc_copy::{copy_and_update, copy_and_update_with, Kernel};
+use wire::crc_copy::{copy_and_update, copy_and_update_with, update, Kernel};
 
 const ROUNDS: usize = 400;
 
@@ -26,20 +28,29 @@ fn main() {
         "{ROUNDS} interleaved rounds; ns per buffer min / median (GB/s from the median); kernel {:?}",
         Kernel::best()
     );
-    const CASES: [&str; 5] = ["fused", "fused-pclmul", "copy+crc", "memcpy", "crc"];
+    const CASES: [&str; 6] = [
+        "fused",
+        "fused-pclmul",
+        "copy+crc",
+        "memcpy",
+        "crc",
+        "update",
+    ];
     print!("{:>6}", "bytes");
     for c in CASES {
         print!(" {c:>24}");
     }
     println!();
-    for len in [64usize, 128, 256, 384, 512, 768, 1024, 4096, 65536] {
+    for len in [
+        64usize, 128, 256, 384, 512, 768, 1024, 2048, 4096, 4136, 65536,
+    ] {
         let src: Vec<u8> = (0..len)
             .map(|i| (i as u8).wrapping_mul(31) ^ 0x5A)
             .collect();
         let mut frame = vec![0u8; len + 128];
         let at = 70;
         let n = 200_000 / (len / 64 + 10);
-        let mut t: [Vec<f64>; 5] = Default::default();
+        let mut t: [Vec<f64>; 6] = Default::default();
         let base = crc32fast::Hasher::new();
         for _ in 0..ROUNDS {
             t[0].push(batch(n, || {
@@ -70,6 +81,11 @@ fn main() {
             t[4].push(batch(n, || {
                 let mut h = base.clone();
                 h.update(black_box(&src));
+                black_box(h.finalize());
+            }));
+            t[5].push(batch(n, || {
+                let mut h = base.clone();
+                update(&mut h, black_box(&src));
                 black_box(h.finalize());
             }));
         }

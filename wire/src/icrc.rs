@@ -112,7 +112,7 @@ fn masked_update<const N: usize>(h: &mut crc32fast::Hasher, front: &[u8], mask: 
         h.update(&buf[..front.len()]);
     } else {
         h.update(&masked_prefix(front, mask));
-        h.update(&front[N..]);
+        crate::crc_copy::update(h, &front[N..]);
     }
 }
 
@@ -167,7 +167,7 @@ impl Icrc {
     /// say).
     #[inline]
     pub fn update(&mut self, bytes: &[u8]) {
-        self.h.update(bytes);
+        crate::crc_copy::update(&mut self.h, bytes);
     }
 
     /// Copies the next bytes of the datagram from `src` into `dst` (in the
