@@ -808,3 +808,60 @@ fn sweep_rnr_races() {
         }
     }
 }
+
+/// A READ whose response never comes (every copy lost), with more READs
+/// behind it that are answered: each of their responses implies a NAK for
+/// the missing one (IBA 9.7.5.1.4). The requester resends from the gap
+/// once per gap, then by its ACK timer, and fails the READ with
+/// RETRY_EXC_ERR after `retry_cnt` retries (IBA 9.7.6.1.3), flushing the
+/// rest. Before, every one of those responses restarted the replay (and
+/// pushed the ACK timer back): the replay drew the same responses again,
+/// a retransmission storm that never ended (found by `hostile.rs`).
+#[test]
+fn unanswered_read_ends_in_retry_exc_err_not_a_retransmission_storm() {
+    let mut h = H::new(PairConfig {
+        retry_cnt: 3,
+        timeout: 4,
+        ..PairConfig::default()
+    });
+    h.fill(1, 0, &pattern(21, 4096));
+    let first = Psn::new(PairConfig::default().sq_psn[0]);
+    h.sim().filter = Some(Box::new(move |dir, f| {
+        !(dir == 1
+            && frame_opcode_psn(f)
+                .is_some_and(|(op, psn)| op == Opcode::RC_RDMA_READ_RESPONSE_ONLY && psn == first))
+    }));
+    for k in 0..5u64 {
+        let op = h.read_op(1, k * 512);
+        h.send(0, wr(k, op, h.sgl(0, 0x1000 + k * 512, 512)));
+    }
+    // 4.096 µs × 2^4 per timeout: four of them take well under 1 ms
+    let done = h.run_until(Duration::from_millis(5), |_, w| w[0].len() >= 5);
+    let c = h.counters(0);
+    assert!(
+        done,
+        "no end after 5 ms: {} completions, {} packets resent, {} implied NAKs",
+        h.wcs[0].len(),
+        c.retransmitted_pkts,
+        c.implied_nak_seq_err
+    );
+    let wcs = h.take(0);
+    let st: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(st[0], (0, WcStatus::RetryExcErr), "{st:?}");
+    assert!(
+        st[1..].iter().all(|s| s.1 == WcStatus::WrFlushErr),
+        "{st:?}"
+    );
+    assert_eq!(c.retry_exceeded_err, 1);
+    assert_eq!(
+        c.local_ack_timeout_err, 4,
+        "the timer's retries, then the failure"
+    );
+    // one replay per gap and per timeout: 5 READs resent at most 4 times
+    assert!(
+        c.retransmitted_pkts <= 4 * 5,
+        "{} packets resent",
+        c.retransmitted_pkts
+    );
+    assert_eq!(h.qp(0).state, QpState::Err);
+}

@@ -64,10 +64,7 @@ impl Qp {
             }
             if w.wr.op.is_read_or_atomic() {
                 let resume = w.first_psn.add((w.read_done / self.mtu as u64) as u32);
-                self.counters.implied_nak_seq_err += 1;
-                self.advance_una(resume);
-                self.rewind_to(resume);
-                self.restart_ack_timer(now);
+                self.implied_nak(now, resume);
                 return;
             }
             let next = w.last_psn().next();
@@ -123,8 +120,36 @@ impl Qp {
         }
     }
 
-    /// Forward progress resets the retry counters (IBA 9.7.6.1.3) and the timer.
+    /// A READ or atomic's response is missing while later packets are
+    /// answered: an implied NAK (IBA 9.7.5.1.4), resend from `resume`, the
+    /// first response still missing.
+    ///
+    /// Once per gap: every response behind the gap (one for each packet
+    /// the replay resends after it) implies the same NAK again, and
+    /// restarting the replay for each one never ends if the gap never fills
+    /// (a responder that no longer holds the READ's resources drops the
+    /// duplicate, as rxe does): each restart draws the same responses
+    /// again, a storm of retransmissions that also kept pushing the ACK
+    /// timer back. So a gap starts one replay, and later responses to it
+    /// change nothing; if the replay does not fill it, a NAK or the local
+    /// ACK timeout resends from it again (both from `una`, which waits at
+    /// the gap) and, the retries spent, the WQE fails with RETRY_EXC_ERR
+    /// (IBA 9.7.6.1.3). Progress (`on_progress`) forgets the gap.
+    fn implied_nak(&mut self, now: Instant, resume: Psn) {
+        if self.req.read_retry == Some(resume) {
+            return;
+        }
+        self.req.read_retry = Some(resume);
+        self.counters.implied_nak_seq_err += 1;
+        self.advance_una(resume);
+        self.rewind_to(resume);
+        self.restart_ack_timer(now);
+    }
+
+    /// Forward progress resets the retry counters (IBA 9.7.6.1.3) and the
+    /// timer, and ends a pending implied NAK's gap.
     fn on_progress(&mut self, now: Instant) {
+        self.req.read_retry = None;
         self.req.retry_left = self.retry_cnt;
         self.req.rnr_left = self.rnr_retry;
         self.restart_ack_timer(now);
@@ -159,16 +184,13 @@ impl Qp {
         }
         let expected = w.first_psn.add((w.read_done / mtu) as u32);
         if psn != expected {
-            // A response went missing: ask again from the gap, once per gap
-            // (the responses behind it would otherwise each trigger a retry).
-            if expected.before(psn) && self.req.read_retry != Some(expected) {
-                self.req.read_retry = Some(expected);
-                self.counters.implied_nak_seq_err += 1;
-                self.rewind_to(expected);
+            // A response went missing inside this READ: ask again from the
+            // gap.
+            if expected.before(psn) {
+                self.implied_nak(now, expected);
             }
             return;
         }
-        self.req.read_retry = None;
         let payload = pkt.payload;
         let remaining = w.len - w.read_done;
         let full = matches!(pos, Position::First | Position::Middle);
@@ -231,8 +253,14 @@ impl Qp {
                 if !self.use_retry(res) {
                     return;
                 }
+                // Resend from `una`: the NAK's PSN, unless a READ or
+                // atomic before it still waits for a response (its
+                // implied NAK, `ack_through`), which must be asked again
+                // first (IBA 9.7.5.1.4) — a replay from the NAK's PSN
+                // would never fill that gap.
                 self.advance_una(psn);
-                self.rewind_to(psn);
+                let una = self.req.una;
+                self.rewind_to(una);
                 self.restart_ack_timer(now);
                 return;
             }
@@ -270,8 +298,10 @@ impl Qp {
             }
             self.req.rnr_left -= 1;
         }
+        // as after a NAK sequence error: from `una` (a READ gap first)
         self.advance_una(psn);
-        self.rewind_to(psn);
+        let una = self.req.una;
+        self.rewind_to(una);
         self.req.ack_deadline = None;
         self.req.rnr_deadline = Some(now + rnr_timer(timer));
     }

@@ -141,7 +141,8 @@ pub struct Requester {
     /// an unanswered READ cannot complete yet, but their packets need not
     /// be sent again (an ACK acknowledges every earlier packet, IBA 9.7.5.2).
     pub acked: Psn,
-    /// The READ response PSN a retry was last issued for.
+    /// The first missing READ/atomic response an implied NAK last resent
+    /// from (once per gap, `implied_nak`); forgotten on progress.
     pub read_retry: Option<Psn>,
 }
 
