@@ -493,7 +493,7 @@ mod tests {
     fn event_kinds_this_build_does_not_know_parse_as_unknown() {
         let r: RespMsg = serde_json::from_str(
             r#"{"v":1,"resp":{"r":"async_events","events":[
-                {"type":"port_active"},
+                {"type":"device_fatal"},
                 {"type":"srq_limit_reached","srq":3},
                 {"type":"some_future_kind","qp":7,"extra":[1,2]}]}}"#,
         )
@@ -514,6 +514,20 @@ mod tests {
         // what the daemon sends stays as it was
         let srq = serde_json::to_string(&AsyncEventMsg::SrqLimitReached { srq: 3 }).unwrap();
         assert_eq!(srq, r#"{"type":"srq_limit_reached","srq":3}"#);
+    }
+
+    #[test]
+    fn port_events_carry_the_port_and_their_ibv_numbers() {
+        let e = AsyncEventMsg::PortErr { port: 1 };
+        let s = serde_json::to_string(&e).unwrap();
+        assert_eq!(s, r#"{"type":"port_err","port":1}"#);
+        assert_eq!(serde_json::from_str::<AsyncEventMsg>(&s).unwrap(), e);
+        assert_eq!(e.ibv_event_type(), Some(10));
+        let a = AsyncEventMsg::PortActive { port: 1 };
+        assert_eq!(a.ibv_event_type(), Some(9));
+        assert_eq!(AsyncEventMsg::from_event(a.to_event().unwrap()), a);
+        // a port number that does not fit is refused, not wrapped
+        assert!(serde_json::from_str::<AsyncEventMsg>(r#"{"type":"port_err","port":300}"#).is_err());
     }
 
     #[test]
