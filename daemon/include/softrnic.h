@@ -79,6 +79,19 @@ struct srnic_device_attr {
     uint32_t max_sge;
 };
 
+/* enum ibv_port_state numbering */
+enum srnic_port_state {
+    SRNIC_PORT_DOWN = 1,   /* the link is down */
+    SRNIC_PORT_ACTIVE = 4, /* the link is up */
+};
+
+struct srnic_port_attr {
+    uint32_t state;          /* enum srnic_port_state */
+    uint32_t active_mtu;     /* IB MTU in bytes, 256..4096 */
+    uint32_t max_mtu;
+    uint64_t link_speed_bps;
+};
+
 struct srnic_sge {
     uint64_t addr;
     uint32_t length;
@@ -169,6 +182,10 @@ struct srnic_qp_init_attr_ex {
 struct srnic_context *srnic_open_device(const char *path);
 int srnic_close_device(struct srnic_context *ctx);
 int srnic_query_device(const struct srnic_context *ctx, struct srnic_device_attr *attr);
+/* ibv_query_port: 0 and *attr filled; EINVAL for NULL arguments or a port
+ * other than 1 (the device has one port), EIO if the daemon cannot be asked. */
+int srnic_query_port(const struct srnic_context *ctx, uint8_t port_num,
+                     struct srnic_port_attr *attr);
 
 struct srnic_pd *srnic_alloc_pd(struct srnic_context *ctx);
 int srnic_dealloc_pd(struct srnic_pd *pd);
@@ -225,7 +242,8 @@ int srnic_query_srq(struct srnic_srq *srq, uint32_t *max_wr, uint32_t *srq_limit
 uint32_t srnic_srq_num(const struct srnic_srq *srq); /* srnic_async_event.srq_num */
 uint32_t srnic_cq_num(const struct srnic_cq *cq);    /* srnic_async_event.cq_num */
 /* Asynchronous events (ibv_get_async_event), numbered as rdma-core's
- * enum ibv_event_type. Each goes only to the process owning the object. */
+ * enum ibv_event_type. Each goes only to the process owning the object;
+ * the port events (unaffiliated) go to every open context. */
 enum srnic_event_type {
     SRNIC_EVENT_CQ_ERR = 0,              /* the CQ overran */
     SRNIC_EVENT_QP_FATAL = 1,            /* the QP's CQ overran; QP in ERR */
@@ -233,6 +251,8 @@ enum srnic_event_type {
     SRNIC_EVENT_QP_ACCESS_ERR = 3,       /* NAKed a remote access error; QP in ERR */
     SRNIC_EVENT_COMM_EST = 4,            /* first packet received in RTR */
     SRNIC_EVENT_SQ_DRAINED = 5,          /* in SQD, nothing in progress */
+    SRNIC_EVENT_PORT_ACTIVE = 9,         /* the port's link came up */
+    SRNIC_EVENT_PORT_ERR = 10,           /* the port's link went down */
     SRNIC_EVENT_SRQ_LIMIT_REACHED = 15,
     SRNIC_EVENT_QP_LAST_WQE_REACHED = 16, /* a QP on an SRQ went to ERR */
 };
@@ -241,6 +261,7 @@ struct srnic_async_event {
     uint32_t qp_num;     /* QP events, else 0 */
     uint32_t cq_num;     /* SRNIC_EVENT_CQ_ERR: srnic_cq_num(cq), else 0 */
     uint32_t srq_num;    /* SRNIC_EVENT_SRQ_LIMIT_REACHED: srnic_srq_num(srq), else 0 */
+    uint32_t port_num;   /* SRNIC_EVENT_PORT_*: the port (1), else 0 */
 };
 /* Waits up to timeout_ms (< 0: for ever) for the next event (no ack
  * needed): 1 an event in *ev, 0 none in time, -EINVAL null arguments,

@@ -202,6 +202,50 @@ pub unsafe extern "C" fn srnic_query_device(
     0
 }
 
+/// `struct ibv_port_attr`, the fields a RoCE port has.
+#[repr(C)]
+pub struct SrnicPortAttr {
+    /// `enum ibv_port_state`: 1 DOWN, 4 ACTIVE (SRNIC_PORT_*).
+    pub state: u32,
+    /// IB MTUs in bytes (256..4096).
+    pub active_mtu: u32,
+    pub max_mtu: u32,
+    pub link_speed_bps: u64,
+}
+
+/// `ibv_query_port`: 0 and `*attr` filled; EINVAL for null arguments or a
+/// port other than 1 (the device has one); EIO when the daemon cannot be
+/// asked. (Positive error numbers, as `ibv_query_port` and
+/// `srnic_query_device` return.)
+///
+/// # Safety
+/// `ctx` from `srnic_open_device`; `attr` valid.
+#[no_mangle]
+pub unsafe extern "C" fn srnic_query_port(
+    ctx: *const SrnicContext,
+    port_num: u8,
+    attr: *mut SrnicPortAttr,
+) -> c_int {
+    let (Some(c), Some(out)) = (unsafe { ctx.as_ref() }, unsafe { attr.as_mut() }) else {
+        return libc::EINVAL;
+    };
+    if port_num != 1 {
+        return libc::EINVAL;
+    }
+    guard(libc::EIO, || match c.ctx.query_port(port_num) {
+        Ok(p) => {
+            *out = SrnicPortAttr {
+                state: p.state,
+                active_mtu: p.active_mtu,
+                max_mtu: p.max_mtu,
+                link_speed_bps: p.link_speed_bps,
+            };
+            0
+        }
+        Err(_) => libc::EIO,
+    })
+}
+
 /// # Safety
 /// Valid pointer.
 #[no_mangle]
@@ -741,11 +785,15 @@ pub struct SrnicAsyncEvent {
     pub cq_num: u32,
     /// SRNIC_EVENT_SRQ_LIMIT_REACHED: the SRQ's number; otherwise 0.
     pub srq_num: u32,
+    /// SRNIC_EVENT_PORT_ACTIVE / SRNIC_EVENT_PORT_ERR: the port (1);
+    /// otherwise 0.
+    pub port_num: u32,
 }
 
 /// `ibv_get_async_event` (events need no ack): waits up to `timeout_ms`
 /// (< 0: for ever) for the next asynchronous event on one of this
-/// context's objects and fills `ev`. 1 an event, 0 none in time, -EINVAL
+/// context's objects, or of the port (every context hears those), and
+/// fills `ev`. 1 an event, 0 none in time, -EINVAL
 /// for null arguments, -EIO when the daemon cannot be asked.
 ///
 /// # Safety
@@ -764,19 +812,21 @@ pub unsafe extern "C" fn srnic_get_async_event(
         match c.ctx.get_async_event(t) {
             Ok(Some(e)) => {
                 use nic::transport::Affiliated;
-                let (mut qp_num, mut cq_num, mut srq_num) = (0, 0, 0);
+                let (mut qp_num, mut cq_num, mut srq_num, mut port_num) = (0, 0, 0, 0);
                 // the client skips kinds it does not know
                 let Some(ev) = e.to_event() else { continue };
                 match ev.affiliated() {
                     Affiliated::Qp(n) => qp_num = n,
                     Affiliated::Cq(n) => cq_num = n,
                     Affiliated::Srq(n) => srq_num = n,
+                    Affiliated::Port(n) => port_num = n as u32,
                 }
                 *out = SrnicAsyncEvent {
                     event_type: ev.ibv_event_type(),
                     qp_num,
                     cq_num,
                     srq_num,
+                    port_num,
                 };
                 return 1;
             }

@@ -58,6 +58,22 @@ pub struct ClientEvents {
     pub dropped: u64,
 }
 
+impl ClientEvents {
+    /// Queues an event (beyond 256 the oldest is dropped and counted) and
+    /// writes the client's eventfd.
+    pub fn push(&mut self, msg: crate::proto::AsyncEventMsg) {
+        if self.queue.len() >= 256 {
+            self.queue.pop_front();
+            self.dropped += 1;
+        }
+        self.queue.push_back(msg);
+        if let Some(fd) = &self.fd {
+            use std::os::fd::AsFd;
+            nic::io::bell::ring_fd(fd.as_fd());
+        }
+    }
+}
+
 /// An address handle: its owner, its PD and the address.
 #[derive(Clone, Copy, Debug)]
 pub struct Ah {
@@ -205,21 +221,22 @@ impl DataPlane {
                 Affiliated::Srq(s) => self.srqs.iter().find(|r| r.srqn == s).map(|r| r.owner),
                 Affiliated::Cq(c) => self.cqs.get(&c).map(|r| r.owner),
                 Affiliated::Qp(q) => self.qps.iter().find(|r| r.qpn == q).map(|r| r.owner),
+                // unaffiliated (IBTA 11.6.3.2): every user of the device
+                // (every connected client, as every open context of a
+                // verbs device gets its port events)
+                Affiliated::Port(_) => {
+                    let msg = crate::proto::AsyncEventMsg::from_event(ev);
+                    for c in self.events.values_mut() {
+                        c.push(msg);
+                    }
+                    continue;
+                }
             };
             let Some(owner) = owner else {
                 continue;
             };
             let msg = crate::proto::AsyncEventMsg::from_event(ev);
-            let c = self.events.entry(owner).or_default();
-            if c.queue.len() >= 256 {
-                c.queue.pop_front();
-                c.dropped += 1;
-            }
-            c.queue.push_back(msg);
-            if let Some(fd) = &c.fd {
-                use std::os::fd::AsFd;
-                nic::io::bell::ring_fd(fd.as_fd());
-            }
+            self.events.entry(owner).or_default().push(msg);
         }
         n
     }

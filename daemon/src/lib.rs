@@ -16,7 +16,7 @@ pub mod server;
 pub mod shm;
 
 pub use client::{
-    Ah, Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Pd, Qp, QpInfo, QpInitAttr, Srq,
-    ACCESS_ALL,
+    Ah, Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Pd, PortInfo, Qp, QpInfo,
+    QpInitAttr, Srq, ACCESS_ALL, PORT_ACTIVE, PORT_DOWN,
 };
 pub use proto::{QpKind, Stats};

@@ -124,6 +124,11 @@ pub enum Request {
     GetAsyncEvents,
     /// Daemon-wide object counts (administration and tests).
     Stats,
+    /// `ibv_query_port`: the device's one port is 1; any other number is
+    /// refused.
+    QueryPort {
+        port: u8,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -191,6 +196,15 @@ pub enum Response {
         map_len: u64,
     },
     Stats(Stats),
+    /// `ibv_query_port`'s answer.
+    Port {
+        /// `enum ibv_port_state`: 1 DOWN, 4 ACTIVE (the link is up).
+        state: u32,
+        /// IB MTUs in bytes (256..4096).
+        active_mtu: u32,
+        max_mtu: u32,
+        link_speed_bps: u64,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
@@ -218,7 +232,8 @@ pub struct Stats {
 
 /// An asynchronous event (`struct ibv_async_event`) on one of the client's
 /// own objects: a QP (by QPN), a CQ (by its handle) or an SRQ (by its
-/// handle). The `type` tags are the snake_case variant names; the SRQ one
+/// handle); or an unaffiliated one about the port, which every client
+/// hears. The `type` tags are the snake_case variant names; the SRQ one
 /// is unchanged since it was the only one.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -240,6 +255,10 @@ pub enum AsyncEventMsg {
     SqDrained { qp: u32 },
     /// IBV_EVENT_QP_LAST_WQE_REACHED: the QP (on an SRQ) went to ERR.
     QpLastWqeReached { qp: u32 },
+    /// IBV_EVENT_PORT_ACTIVE: the link of `port` came up (to every client).
+    PortActive { port: u8 },
+    /// IBV_EVENT_PORT_ERR: the link of `port` went down (to every client).
+    PortErr { port: u8 },
     /// A kind this build does not know (from a newer daemon): clients skip
     /// it, so adding a kind never breaks an older client's event list.
     #[serde(other)]
@@ -267,6 +286,8 @@ impl AsyncEventMsg {
             AsyncEventMsg::CommEst { qp } => E::CommEst(qp),
             AsyncEventMsg::SqDrained { qp } => E::SqDrained(qp),
             AsyncEventMsg::QpLastWqeReached { qp } => E::QpLastWqeReached(qp),
+            AsyncEventMsg::PortActive { port } => E::PortActive(port),
+            AsyncEventMsg::PortErr { port } => E::PortErr(port),
         })
     }
 
@@ -281,6 +302,8 @@ impl AsyncEventMsg {
             E::CommEst(qp) => AsyncEventMsg::CommEst { qp },
             E::SqDrained(qp) => AsyncEventMsg::SqDrained { qp },
             E::QpLastWqeReached(qp) => AsyncEventMsg::QpLastWqeReached { qp },
+            E::PortActive(port) => AsyncEventMsg::PortActive { port },
+            E::PortErr(port) => AsyncEventMsg::PortErr { port },
         }
     }
 }
@@ -470,7 +493,7 @@ mod tests {
     fn event_kinds_this_build_does_not_know_parse_as_unknown() {
         let r: RespMsg = serde_json::from_str(
             r#"{"v":1,"resp":{"r":"async_events","events":[
-                {"type":"port_active"},
+                {"type":"device_fatal"},
                 {"type":"srq_limit_reached","srq":3},
                 {"type":"some_future_kind","qp":7,"extra":[1,2]}]}}"#,
         )
@@ -491,6 +514,20 @@ mod tests {
         // what the daemon sends stays as it was
         let srq = serde_json::to_string(&AsyncEventMsg::SrqLimitReached { srq: 3 }).unwrap();
         assert_eq!(srq, r#"{"type":"srq_limit_reached","srq":3}"#);
+    }
+
+    #[test]
+    fn port_events_carry_the_port_and_their_ibv_numbers() {
+        let e = AsyncEventMsg::PortErr { port: 1 };
+        let s = serde_json::to_string(&e).unwrap();
+        assert_eq!(s, r#"{"type":"port_err","port":1}"#);
+        assert_eq!(serde_json::from_str::<AsyncEventMsg>(&s).unwrap(), e);
+        assert_eq!(e.ibv_event_type(), Some(10));
+        let a = AsyncEventMsg::PortActive { port: 1 };
+        assert_eq!(a.ibv_event_type(), Some(9));
+        assert_eq!(AsyncEventMsg::from_event(a.to_event().unwrap()), a);
+        // a port number that does not fit is refused, not wrapped
+        assert!(serde_json::from_str::<AsyncEventMsg>(r#"{"type":"port_err","port":300}"#).is_err());
     }
 
     #[test]

@@ -298,6 +298,8 @@ fn client_loop(sh: Arc<Shared>, sock: SeqPacket) {
         r.clients.insert(id, Owned::default());
         id
     };
+    // every connected client hears the unaffiliated (port) events
+    sh.dp.lock().expect("dp").events.entry(id).or_default();
     let mut buf = Vec::new();
     loop {
         let fds = match sock.recv(&mut buf) {
@@ -814,6 +816,18 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
             ok(Response::Ok)
         }
         Request::Stats => ok(Response::Stats(stats(sh))),
+        Request::QueryPort { port } => {
+            if port != 1 {
+                return Err(format!("no port {port} (the device has one port: 1)"));
+            }
+            let p = call(sh, |r| r.port_attr())?;
+            ok(Response::Port {
+                state: p.state.ibv(),
+                active_mtu: p.active_mtu,
+                max_mtu: p.max_mtu,
+                link_speed_bps: p.link_speed_bps,
+            })
+        }
     }
 }
 

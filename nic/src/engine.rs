@@ -25,7 +25,7 @@
 
 use crate::io::{Bell, FrameBatch, Port, PortCounters};
 use crate::time::Instant;
-use crate::transport::{Counters, Rnic, VerbsError};
+use crate::transport::{Counters, PortAttr, Rnic, VerbsError};
 use crate::verbs::{RecvWr, SendWr, Wc, WcOpcode, WcStatus};
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::ArrayQueue;
@@ -33,6 +33,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
+
+/// How often the loop asks the port for its link state ([`Port::link_up`]:
+/// an ioctl of about a microsecond, so never per turn). A change shows as
+/// IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE within about this long.
+pub const LINK_POLL: Duration = Duration::from_millis(100);
 
 /// How the engine thread runs.
 #[derive(Clone, Debug)]
@@ -495,6 +500,12 @@ impl Device {
         self.call_with_port(|_, p| p.counters())
     }
 
+    /// `ibv_query_port` for port 1: the state the engine last read (at most
+    /// [`LINK_POLL`] old), active and largest MTU, link speed.
+    pub fn query_port(&self) -> Result<PortAttr, EngineError> {
+        self.call(|r| r.port_attr())
+    }
+
     /// An inline engine ([`Engine::start_inline`]): runs one turn of the
     /// loop on the calling thread and returns how much it did (0: nothing
     /// to do). A threaded engine turns by itself: this returns 0.
@@ -528,29 +539,47 @@ struct Loop {
     cqs: Vec<(u32, Arc<ArrayQueue<Wc>>)>,
     wcs: Vec<Wc>,
     stats: EngineStats,
+    /// When the link state is next read (engine clock).
+    link_check: Instant,
 }
 
 impl Loop {
     fn new(
-        rnic: Rnic,
+        mut rnic: Rnic,
         port: Box<dyn Port>,
         cfg: EngineConfig,
         calls: Option<Receiver<Call>>,
         hook: Option<TurnHook>,
     ) -> Loop {
+        // the state at start: no event (an unknown state counts as up)
+        rnic.init_link_up(port.link_up().unwrap_or(true));
+        let start = std::time::Instant::now();
         Loop {
             rnic,
             port,
             calls,
             hook,
-            start: std::time::Instant::now(),
+            start,
             rx: FrameBatch::new(cfg.batch),
             tx: FrameBatch::new(cfg.batch),
             cqs: Vec::new(),
             wcs: Vec::with_capacity(cfg.batch * 2),
             stats: EngineStats::default(),
+            link_check: Instant::ZERO + LINK_POLL,
             cfg,
         }
+    }
+
+    /// Reads the port's link state if [`LINK_POLL`] has passed since the
+    /// last read; a change raises the port event (see
+    /// [`Rnic::set_link_up`]). Returns whether it changed.
+    fn check_link(&mut self, now: Instant) -> bool {
+        if now < self.link_check {
+            return false;
+        }
+        self.link_check = now + LINK_POLL;
+        let up = self.port.link_up().unwrap_or(true);
+        self.rnic.set_link_up(up)
     }
 
     fn clock(&self) -> Instant {
@@ -593,6 +622,12 @@ impl Loop {
                 }
             }
         }
+        // the link state, now and then; before the hook, which hands the
+        // device's events to their users
+        if self.check_link(self.clock()) {
+            work += 1;
+        }
+        let rnic = &mut self.rnic;
         if let Some(h) = self.hook.as_mut() {
             work += h.turn(rnic);
         }

@@ -309,3 +309,39 @@ fn afpacket_v3_ring_drops_truncated_frames_and_returns_blocks() {
         TpacketVersion::V3,
     );
 }
+
+/// `Port::link_up` reads SIOCGIFFLAGS in the port's own namespace (the
+/// test thread is not in it): up with carrier; the peer down (no carrier,
+/// IFF_RUNNING clear) or the interface itself down is a down link.
+#[test]
+fn afpacket_link_state_follows_the_interface_and_its_carrier() {
+    let test = "afpacket_link_state_follows_the_interface_and_its_carrier";
+    if !can_run(test, &[]) {
+        return;
+    }
+    let (_ns, [na, nb], [va, vb]) = link("ls");
+    let pa = netns::run_in(&na, || AfPacketPort::open(&va, RingConfig::default()))
+        .unwrap()
+        .expect("open port a");
+    // carrier may take a moment after the veth pair comes up
+    let wait_for = |want: bool, what: &str| {
+        let t0 = Instant::now();
+        while pa.link_up() != Some(want) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{what}: link_up {:?} after 10 s",
+                pa.link_up()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_for(true, "both ends up");
+    netns::exec(&nb, &["ip", "link", "set", &vb, "down"]).expect("peer down");
+    wait_for(false, "the peer down (no carrier)");
+    netns::exec(&nb, &["ip", "link", "set", &vb, "up"]).expect("peer up");
+    wait_for(true, "the peer up again");
+    netns::exec(&na, &["ip", "link", "set", &va, "down"]).expect("own end down");
+    wait_for(false, "its own interface down");
+    netns::exec(&na, &["ip", "link", "set", &va, "up"]).expect("own end up");
+    wait_for(true, "its own interface up again");
+}

@@ -521,3 +521,34 @@ fn every_rc_verb_and_ud_send_over_ipv6() {
         );
     }
 }
+
+/// `Port::link_up` of an AF_XDP port: SIOCGIFFLAGS through the port's
+/// AF_INET socket in the interface's namespace (the test thread is not in
+/// it); the peer down takes the carrier away.
+#[test]
+fn afxdp_link_state_follows_the_carrier() {
+    let test = "afxdp_link_state_follows_the_carrier";
+    if !can_run(test) {
+        return;
+    }
+    let (_ns, [na, nb], [va, vb]) = link("xl");
+    let Some(pa) = open_xdp(test, &na, &va, AfXdpConfig::default()) else {
+        return;
+    };
+    let wait_for = |want: bool, what: &str| {
+        let t0 = std::time::Instant::now();
+        while pa.link_up() != Some(want) {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(10),
+                "{what}: link_up {:?} after 10 s",
+                pa.link_up()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    wait_for(true, "both ends up");
+    netns::exec(&nb, &["ip", "link", "set", &vb, "down"]).expect("peer down");
+    wait_for(false, "the peer down (no carrier)");
+    netns::exec(&nb, &["ip", "link", "set", &vb, "up"]).expect("peer up");
+    wait_for(true, "the peer up again");
+}

@@ -9,7 +9,7 @@ use nic::io::Port;
 use softrnic::server::{Server, ServerConfig};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 use wire::{EthernetAddress, Gid};
 
@@ -24,7 +24,8 @@ struct Args {
     #[arg(long)]
     iface: Option<String>,
     /// Instead of an interface: two devices on the two ends of an
-    /// in-memory wire (tests, benchmarks).
+    /// in-memory wire (tests, benchmarks). SIGUSR1 then sets the wire's
+    /// link down, SIGUSR2 up again (the port events).
     #[arg(long)]
     mem_pair: bool,
     /// auto | afxdp | afpacket (TPACKET_V2) | afpacket-v3
@@ -69,9 +70,19 @@ struct Args {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// With --mem-pair: SIGUSR1 pulls the wire's cable (link down on both
+/// devices), SIGUSR2 plugs it back (tests of the port events).
+static CABLE: AtomicU8 = AtomicU8::new(0);
+const CABLE_OUT: u8 = 1;
+const CABLE_IN: u8 = 2;
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Release);
+}
+
+extern "C" fn on_cable(sig: libc::c_int) {
+    let v = if sig == libc::SIGUSR1 { CABLE_OUT } else { CABLE_IN };
+    CABLE.store(v, Ordering::Release);
 }
 
 fn parse() -> Result<Args, String> {
@@ -169,12 +180,14 @@ fn main() {
         ..Default::default()
     };
     let mut ports: Vec<(String, Box<dyn Port>, Gid)> = Vec::new();
+    let mut cable = None;
     if a.mem_pair {
         let macs = [
             EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
             EthernetAddress([0x02, 0x53, 0x52, 0, 0, 2]),
         ];
         let (p0, p1) = nic::io::mem::pair(macs, 4096);
+        cable = Some(p0.link());
         let base = match a.gid {
             Some(IpAddr::V4(v4)) => u32::from(v4),
             Some(IpAddr::V6(_)) => {
@@ -227,6 +240,10 @@ fn main() {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        if cable.is_some() {
+            libc::signal(libc::SIGUSR1, on_cable as *const () as libc::sighandler_t);
+            libc::signal(libc::SIGUSR2, on_cable as *const () as libc::sighandler_t);
+        }
     }
     let items: Vec<(Box<dyn Port>, ServerConfig)> = ports
         .into_iter()
@@ -268,6 +285,13 @@ fn main() {
     println!("READY");
     while !STOP.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(50));
+        if let Some(c) = &cable {
+            match CABLE.swap(0, Ordering::AcqRel) {
+                CABLE_OUT => c.set_up(false),
+                CABLE_IN => c.set_up(true),
+                _ => {}
+            }
+        }
     }
     eprintln!("rnicd: shutting down");
     for s in servers {

@@ -1,6 +1,7 @@
 /* Two devices, one process: WRITE, SEND/RECV, READ, FETCH_ADD through the
  * softrnic C API; prints "C OK" when every byte checks out. */
 #include "softrnic.h"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,15 @@ int main(int argc, char **argv) {
     CHECK(argc == 3, "usage: verbs SOCK_A SOCK_B");
     CHECK(setup(&a, argv[1]) == 0, "setup a");
     CHECK(setup(&b, argv[2]) == 0, "setup b");
+    struct srnic_port_attr pa;
+    memset(&pa, 0xff, sizeof pa);
+    CHECK(srnic_query_port(a.ctx, 1, &pa) == 0, "query port 1");
+    CHECK(pa.state == SRNIC_PORT_ACTIVE && pa.active_mtu == 4096 && pa.max_mtu == 4096 &&
+              pa.link_speed_bps == 100000000000ULL,
+          "port attr state %u mtu %u/%u speed %llu", pa.state, pa.active_mtu, pa.max_mtu,
+          (unsigned long long)pa.link_speed_bps);
+    CHECK(srnic_query_port(a.ctx, 2, &pa) == EINVAL, "port 2 is refused");
+    CHECK(srnic_query_port(a.ctx, 1, NULL) == EINVAL, "NULL attr is refused");
     CHECK(srnic_connect_qp(a.qp, b.attr.gid, b.attr.mac, srnic_qp_num(b.qp), 1, 2) == 0, "connect a");
     CHECK(srnic_connect_qp(b.qp, a.attr.gid, a.attr.mac, srnic_qp_num(a.qp), 2, 1) == 0, "connect b");
     for (int i = 0; i < 100000; i++) a.buf[i] = (unsigned char)(i * 7 + 3);

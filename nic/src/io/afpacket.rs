@@ -439,21 +439,43 @@ fn setsockopt<T>(
     Ok(())
 }
 
+/// A zeroed `ifreq` naming `name`; None if the name cannot be one (a NUL,
+/// or IFNAMSIZ bytes or more).
+fn ifreq(name: &str) -> Option<libc::ifreq> {
+    let c = CString::new(name).ok()?;
+    if c.as_bytes().len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    // SAFETY: a zeroed ifreq is a valid (empty) one.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(c.as_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    Some(ifr)
+}
+
+/// Whether interface `name` (in `fd`'s network namespace) is up with
+/// carrier: SIOCGIFFLAGS has IFF_UP (administratively up) and IFF_RUNNING
+/// (the kernel's operational state: carrier present). None when the ioctl
+/// fails (the interface went away: the caller reports that as it sees fit).
+pub(super) fn link_flags_up(fd: libc::c_int, name: &str) -> Option<bool> {
+    let mut ifr = ifreq(name)?;
+    // SAFETY: an ioctl that fills ifr.
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) } != 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    let flags = unsafe { ifr.ifr_ifru.ifru_flags } as libc::c_int;
+    Some(flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0)
+}
+
 /// Interface facts from the kernel through `fd`'s network namespace:
 /// (ifindex, MAC, MTU). (sysfs would show the mount's namespace instead.)
 pub(super) fn interface(
     fd: libc::c_int,
     name: &str,
 ) -> Result<(i32, EthernetAddress, usize), AfPacketError> {
-    let c = CString::new(name).map_err(|_| AfPacketError::NoInterface(name.into()))?;
-    if c.as_bytes().len() >= libc::IFNAMSIZ {
-        return Err(AfPacketError::NoInterface(name.into()));
-    }
-    // SAFETY: a zeroed ifreq with the name copied in.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(c.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
+    let mut ifr = ifreq(name).ok_or_else(|| AfPacketError::NoInterface(name.into()))?;
     // SAFETY: ioctls that fill ifr.
     unsafe {
         if libc::ioctl(fd, libc::SIOCGIFINDEX, &mut ifr) != 0 {
@@ -909,6 +931,12 @@ impl Port for AfPacketPort {
             }
         }
         queued
+    }
+
+    /// SIOCGIFFLAGS on the port's own socket (same namespace as the
+    /// interface); an interface that vanished counts as down.
+    fn link_up(&self) -> Option<bool> {
+        Some(link_flags_up(self.fd.as_raw_fd(), &self.name).unwrap_or(false))
     }
 
     fn mac(&self) -> EthernetAddress {

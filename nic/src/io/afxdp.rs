@@ -207,6 +207,9 @@ pub struct AfXdpPort {
     speed: u64,
     counters: PortCounters,
     pub name: String,
+    /// An AF_INET socket in the interface's namespace for interface ioctls
+    /// (the link state; AF_XDP sockets take none).
+    ctl: OwnedFd,
 }
 
 // SAFETY: the mappings are owned by this port and only touched through &mut self.
@@ -240,7 +243,7 @@ impl AfXdpPort {
             }
             Ok(_) => {}
         }
-        let (ifindex, mac, mtu) = interface(ifname)?;
+        let (ctl, (ifindex, mac, mtu)) = interface(ifname)?;
         let map = bpf::create_xskmap(cfg.queue + 1).map_err(|source| AfXdpError::Sys {
             what: "bpf(BPF_MAP_CREATE xskmap)",
             source,
@@ -335,6 +338,7 @@ impl AfXdpPort {
                         speed: 10_000_000_000,
                         counters: PortCounters::default(),
                         name: ifname.into(),
+                        ctl,
                     });
                 }
             }
@@ -393,8 +397,9 @@ impl AfXdpPort {
     }
 }
 
-/// (ifindex, MAC, MTU) of `name` in the calling thread's namespace.
-fn interface(name: &str) -> Result<(i32, EthernetAddress, usize), AfXdpError> {
+/// (ifindex, MAC, MTU) of `name` in the calling thread's namespace, and
+/// the socket that asked (kept for the link state).
+fn interface(name: &str) -> Result<(OwnedFd, (i32, EthernetAddress, usize)), AfXdpError> {
     // SAFETY: plain socket(2) call; AF_XDP sockets take no interface ioctls.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
@@ -402,10 +407,11 @@ fn interface(name: &str) -> Result<(i32, EthernetAddress, usize), AfXdpError> {
     }
     // SAFETY: a fresh descriptor we own.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    afpacket::interface(fd.as_raw_fd(), name).map_err(|e| match e {
+    let facts = afpacket::interface(fd.as_raw_fd(), name).map_err(|e| match e {
         AfPacketError::NoInterface(n) => AfXdpError::NoInterface(n),
         AfPacketError::Sys { what, source } => AfXdpError::Sys { what, source },
-    })
+    })?;
+    Ok((fd, facts))
 }
 
 impl Port for AfXdpPort {
@@ -524,6 +530,12 @@ impl Port for AfXdpPort {
         self.xsk.tx.submit(queued);
         self.kick_tx();
         sent
+    }
+
+    /// SIOCGIFFLAGS through the port's AF_INET socket (opened in the
+    /// interface's namespace); an interface that vanished counts as down.
+    fn link_up(&self) -> Option<bool> {
+        Some(afpacket::link_flags_up(self.ctl.as_raw_fd(), &self.name).unwrap_or(false))
     }
 
     fn mac(&self) -> EthernetAddress {

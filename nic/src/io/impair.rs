@@ -165,4 +165,7 @@ impl<P: Port> Port for Impaired<P> {
     fn rx_backlog(&self) -> Option<super::RxBacklog> {
         self.inner.rx_backlog()
     }
+    fn link_up(&self) -> Option<bool> {
+        self.inner.link_up()
+    }
 }

@@ -144,10 +144,28 @@ enum Waiter {
     Bell(Arc<Bell>),
 }
 
+/// The cable of an in-memory wire: tests pull it and plug it back
+/// ([`MemPort::link`]). Both ends see the same state. Only the link
+/// state the ports report changes: frames still flow (a real NIC's RC QP
+/// would retry and fail by its retry count; the test decides what to drop).
+#[derive(Clone, Debug)]
+pub struct MemLink(Arc<AtomicBool>);
+
+impl MemLink {
+    pub fn set_up(&self, up: bool) {
+        self.0.store(up, Ordering::Release);
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 /// One end of an in-memory wire.
 pub struct MemPort {
     tx: Arc<Lane>,
     rx: Arc<Lane>,
+    link: MemLink,
     mac: EthernetAddress,
     mtu: usize,
     speed: u64,
@@ -158,9 +176,11 @@ pub struct MemPort {
 pub fn pair(macs: [EthernetAddress; 2], depth: usize) -> (MemPort, MemPort) {
     let ab = Arc::new(Lane::new(depth));
     let ba = Arc::new(Lane::new(depth));
+    let link = MemLink(Arc::new(AtomicBool::new(true)));
     let mk = |tx: &Arc<Lane>, rx: &Arc<Lane>, mac| MemPort {
         tx: tx.clone(),
         rx: rx.clone(),
+        link: link.clone(),
         mac,
         mtu: 9000,
         speed: 100_000_000_000,
@@ -172,6 +192,12 @@ pub fn pair(macs: [EthernetAddress; 2], depth: usize) -> (MemPort, MemPort) {
 impl MemPort {
     pub fn set_mtu(&mut self, mtu: usize) {
         self.mtu = mtu;
+    }
+
+    /// The wire's cable, shared by both ends: take it before the port goes
+    /// to an engine to set the link down and up later.
+    pub fn link(&self) -> MemLink {
+        self.link.clone()
     }
 
     /// The speed the port reports (default 100 Gb/s): the device's DCQCN
@@ -247,6 +273,10 @@ impl Port for MemPort {
     /// starts with the first call: frames queued before it are not in it.
     fn rx_backlog(&self) -> Option<RxBacklog> {
         Some(self.rx.backlog.snapshot())
+    }
+
+    fn link_up(&self) -> Option<bool> {
+        Some(self.link.is_up())
     }
 
     /// A frame put on the wire towards us rings the engine's bell.

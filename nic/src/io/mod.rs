@@ -289,6 +289,15 @@ pub trait Port: Send {
     fn rx_backlog(&self) -> Option<RxBacklog> {
         None
     }
+    /// Whether the link is up (the interface administratively up and with
+    /// carrier: IFF_UP and IFF_RUNNING); `None` when the port cannot tell,
+    /// which counts as up. The engine asks at most every
+    /// [`crate::engine::LINK_POLL`] and raises IBV_EVENT_PORT_ERR /
+    /// IBV_EVENT_PORT_ACTIVE on a change (IBTA 11.6.3.2, unaffiliated
+    /// asynchronous events), so this may cost a syscall.
+    fn link_up(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A boxed port is a port (so wrappers take `Box<dyn Port>` from `open_port`).
@@ -322,5 +331,8 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn rx_backlog(&self) -> Option<RxBacklog> {
         (**self).rx_backlog()
+    }
+    fn link_up(&self) -> Option<bool> {
+        (**self).link_up()
     }
 }

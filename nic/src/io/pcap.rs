@@ -297,4 +297,7 @@ impl<P: Port> Port for PcapTap<P> {
     fn rx_backlog(&self) -> Option<super::RxBacklog> {
         self.port().rx_backlog()
     }
+    fn link_up(&self) -> Option<bool> {
+        self.port().link_up()
+    }
 }

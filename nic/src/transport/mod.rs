@@ -153,14 +153,52 @@ pub enum AsyncEvent {
     /// are left on the SRQ; the limit is disarmed (IBTA: the "SRQ Limit
     /// Reached" affiliated asynchronous event; `ibv_modify_srq` re-arms).
     SrqLimitReached(u32),
+    /// IBV_EVENT_PORT_ACTIVE (IBTA 11.6.3.2, unaffiliated "Port Active"):
+    /// the link of port `n` came up; the port is ACTIVE again.
+    PortActive(u8),
+    /// IBV_EVENT_PORT_ERR (IBTA 11.6.3.2, unaffiliated "Port Error" / link
+    /// down): the link of port `n` went down; the port is DOWN.
+    PortErr(u8),
 }
 
-/// The object an [`AsyncEvent`] is affiliated with.
+/// The object an [`AsyncEvent`] is affiliated with; a port for the
+/// unaffiliated events (`ibv_async_event.element.port_num`), which concern
+/// every user of the device.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Affiliated {
     Qp(u32),
     Cq(u32),
     Srq(u32),
+    Port(u8),
+}
+
+/// A port's state (rdma-core `enum ibv_port_state`, IBTA 14.2.5.6
+/// PortState): a RoCE port is ACTIVE while its link is up, else DOWN (no
+/// subnet manager walks it through INIT and ARMED).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PortState {
+    Down = 1,
+    Init = 2,
+    Armed = 3,
+    Active = 4,
+}
+
+impl PortState {
+    /// The `enum ibv_port_state` number.
+    pub fn ibv(self) -> u32 {
+        self as u32
+    }
+}
+
+/// What `ibv_query_port` tells of the device's one port.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PortAttr {
+    pub state: PortState,
+    /// The active IB MTU in bytes (256..4096), from the interface MTU.
+    pub active_mtu: u32,
+    /// The largest IB MTU the port supports (4096).
+    pub max_mtu: u32,
+    pub link_speed_bps: u64,
 }
 
 impl AsyncEvent {
@@ -175,6 +213,7 @@ impl AsyncEvent {
             | AsyncEvent::CommEst(q)
             | AsyncEvent::SqDrained(q)
             | AsyncEvent::QpLastWqeReached(q) => Affiliated::Qp(q),
+            AsyncEvent::PortActive(p) | AsyncEvent::PortErr(p) => Affiliated::Port(p),
         }
     }
 
@@ -189,6 +228,8 @@ impl AsyncEvent {
             AsyncEvent::SqDrained(_) => 5,
             AsyncEvent::SrqLimitReached(_) => 15,
             AsyncEvent::QpLastWqeReached(_) => 16,
+            AsyncEvent::PortActive(_) => 9,
+            AsyncEvent::PortErr(_) => 10,
         }
     }
 }
@@ -232,6 +273,8 @@ pub(crate) struct Resources {
     pub pfc_tx: Option<crate::cc::PfcTx>,
     /// The latest `now` the device was handed.
     pub now: Instant,
+    /// Whether the port's link is up (what the engine last saw).
+    pub link_up: bool,
 }
 
 impl Resources {
@@ -413,6 +456,7 @@ impl Rnic {
                 pfc,
                 pfc_tx,
                 now: Instant::ZERO,
+                link_up: true,
             },
             qps: Vec::new(),
             tx_queue: VecDeque::new(),
@@ -812,6 +856,44 @@ impl Rnic {
     pub fn query_srq(&self, srq: u32) -> Result<(u32, u32, usize), VerbsError> {
         let s = self.srq(srq)?;
         Ok((s.max_wr, s.limit, s.queue.len()))
+    }
+
+    /// The port's link state as its owner (the engine) sees it: on a
+    /// change, IBV_EVENT_PORT_ERR or IBV_EVENT_PORT_ACTIVE is raised for
+    /// port 1 (IBTA 11.6.3.2); the same state again raises nothing. Only a
+    /// report: the data path is unchanged (an RC QP retries and fails by
+    /// its retry count, as on hardware). Returns whether it changed.
+    pub fn set_link_up(&mut self, up: bool) -> bool {
+        if self.res.link_up == up {
+            return false;
+        }
+        self.res.link_up = up;
+        self.res.raise(if up {
+            AsyncEvent::PortActive(1)
+        } else {
+            AsyncEvent::PortErr(1)
+        });
+        true
+    }
+
+    /// The link state at start-up: no event (the port simply starts DOWN
+    /// or ACTIVE).
+    pub fn init_link_up(&mut self, up: bool) {
+        self.res.link_up = up;
+    }
+
+    /// `ibv_query_port` for port 1.
+    pub fn port_attr(&self) -> PortAttr {
+        PortAttr {
+            state: if self.res.link_up {
+                PortState::Active
+            } else {
+                PortState::Down
+            },
+            active_mtu: self.res.cfg.port_mtu,
+            max_mtu: 4096,
+            link_speed_bps: self.res.cfg.link_bps,
+        }
     }
 
     /// The oldest asynchronous event not yet taken.
