@@ -74,9 +74,10 @@ fn run(seed: u64) -> Seen {
     let (mut a, ea) = Endpoint::create(0, false, 1 << 16, 1 << 16, |_| {});
     let (mut b, eb) = Endpoint::create(1, false, 1 << 16, 1 << 16, |_| {});
     let mut qpns = [[0u32; QPS]; 2];
-    for k in 0..QPS {
-        qpns[0][k] = new_qp(&mut a, &ea);
-        qpns[1][k] = new_qp(&mut b, &eb);
+    let [qa, qb] = &mut qpns;
+    for (qa, qb) in qa.iter_mut().zip(qb.iter_mut()) {
+        *qa = new_qp(&mut a, &ea);
+        *qb = new_qp(&mut b, &eb);
     }
     let eps = [ea, eb];
     let mut nodes = [a, b];
@@ -165,8 +166,8 @@ fn run(seed: u64) -> Seen {
             42 => {
                 // destroy both ends and create them again: the slots are
                 // reused, and must not fire the old QPs' timers
-                for j in 0..2 {
-                    sim.nodes[j].destroy_qp(qpns[j][k]).expect("destroy");
+                for (n, q) in sim.nodes.iter_mut().zip(&qpns) {
+                    n.destroy_qp(q[k]).expect("destroy");
                 }
                 check(&sim, seed, step, "destroyed");
                 for j in 0..2 {
@@ -193,11 +194,10 @@ fn run(seed: u64) -> Seen {
             }
         };
         check(&sim, seed, step, what);
-        for j in 0..2 {
-            let cq = eps[j].cq;
+        for (n, e) in sim.nodes.iter_mut().zip(&eps) {
             wcs.clear();
-            let _ = sim.nodes[j].poll_cq(cq, usize::MAX, &mut wcs);
-            while sim.nodes[j].poll_async_event().is_some() {}
+            let _ = n.poll_cq(e.cq, usize::MAX, &mut wcs);
+            while n.poll_async_event().is_some() {}
         }
     }
     println!("seed {seed}: virtual time {:?}", sim.now);
