@@ -392,8 +392,8 @@ pub struct Rnic {
     res: Resources,
     qps: Vec<Option<Qp>>,
     tx_queue: VecDeque<u32>,
-    /// Every QP's `next_deadline()`, ordered: kept exact by [`Self::rearm`]
-    /// at the end of each entry point that touched a QP.
+    /// Every QP's `next_deadline()` in a min-heap: kept exact by
+    /// [`Self::rearm`] at the end of each entry point that touched a QP.
     deadlines: timers::DeadlineIndex,
     /// Scratch for the slots `handle_timeout` fires (no allocation per turn).
     due: Vec<u32>,
@@ -982,8 +982,8 @@ impl Rnic {
         None
     }
 
-    /// The earliest deadline of any timer: the QPs' (from the deadline
-    /// index, O(log #QPs)) and PFC's.
+    /// The earliest deadline of any timer: the QPs' (the top of the
+    /// deadline index, O(1)) and PFC's.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let pfc_tx = self.res.pfc_tx.as_ref().and_then(|t| t.poll_timeout());
         [self.deadlines.first(), self.res.pfc.poll_timeout(), pfc_tx]
@@ -1030,7 +1030,7 @@ impl Rnic {
         // the QPs due, each fired once and in slot order, as a scan of
         // every QP would; a QP's timers only change its own deadline
         let mut due = std::mem::take(&mut self.due);
-        self.deadlines.due(now, &mut due);
+        self.deadlines.take_due(now, &mut due);
         for &idx in &due {
             let idx = idx as usize;
             let Some(qp) = self.qps[idx].as_mut() else {
