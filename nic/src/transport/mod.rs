@@ -435,6 +435,11 @@ pub struct Rnic {
     res: Resources,
     qps: Vec<Option<Qp>>,
     tx_queue: VecDeque<u32>,
+    /// Every QP's `next_deadline()` in a min-heap: kept exact by
+    /// [`Self::rearm`] at the end of each entry point that touched a QP.
+    deadlines: timers::DeadlineIndex,
+    /// Scratch for the slots `handle_timeout` fires (no allocation per turn).
+    due: Vec<u32>,
 }
 
 impl Rnic {
@@ -460,6 +465,8 @@ impl Rnic {
             },
             qps: Vec::new(),
             tx_queue: VecDeque::new(),
+            deadlines: timers::DeadlineIndex::default(),
+            due: Vec::new(),
         }
     }
 
@@ -476,6 +483,11 @@ impl Rnic {
         }
         for qp in self.qps.iter_mut().flatten() {
             qp.cc = congestion::QpCc::new(&self.res.cfg.cc, bps);
+        }
+        // a fresh DCQCN state has no timers: O(#QPs), but a configuration
+        // call, not a turn
+        for idx in 0..self.qps.len() {
+            self.rearm(idx);
         }
     }
 
@@ -673,12 +685,16 @@ impl Rnic {
             });
         let qpn = FIRST_QPN + idx as u32;
         self.qps[idx] = Some(Qp::new(qpn, init, &self.res.cfg));
+        self.rearm(idx);
         Ok(qpn)
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
         let idx = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let qp = self.qps[idx].take().expect("index is live");
+        // the slot's timers die with it: a QP created in it later does not
+        // inherit them
+        self.deadlines.set(idx, None);
         self.res.dev.add(&qp.counters);
         Ok(())
     }
@@ -766,6 +782,8 @@ impl Rnic {
             s => qp.state = s,
         }
         self.schedule(idx);
+        // ERR and RESET disarm the QP's timers
+        self.rearm(idx);
         Ok(())
     }
 
@@ -792,7 +810,9 @@ impl Rnic {
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
         let idx = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let qp = self.qps[idx].as_mut().expect("index is live");
-        qp.post_send(&mut self.res, wr)?;
+        let posted = qp.post_send(&mut self.res, wr);
+        self.rearm(idx);
+        posted?;
         self.schedule(idx);
         Ok(())
     }
@@ -923,6 +943,16 @@ impl Rnic {
 
     // ---- the wire side ----
 
+    /// Re-enters QP slot `idx`'s next deadline in the deadline index.
+    /// Called wherever a QP's timers may have changed: the local ACK timer
+    /// (IBA 9.7.6.1.3 / C9-140: armed when a request goes out, re-armed or
+    /// stopped as ACKs arrive), the RNR timer (IBA 9.7.5.2.8: armed by an
+    /// RNR NAK) and the DCQCN / pacing timers.
+    fn rearm(&mut self, idx: usize) {
+        let d = self.qps.get(idx).and_then(|q| q.as_ref()?.next_deadline());
+        self.deadlines.set(idx, d);
+    }
+
     fn schedule(&mut self, idx: usize) {
         if let Some(qp) = self.qps[idx].as_mut() {
             if !qp.scheduled {
@@ -987,6 +1017,9 @@ impl Rnic {
         qp.sync_cc_counters();
         qp.check_drained(&mut self.res);
         self.schedule(idx);
+        // an ACK stops or re-arms the ACK timer, an RNR NAK arms the RNR
+        // timer, a CNP arms DCQCN's
+        self.rearm(idx);
     }
 
     /// Writes the next frame to send into `buf` (at least `MAX_FRAME_LEN`
@@ -1016,6 +1049,8 @@ impl Rnic {
             };
             let sent = qp.poll_transmit(&mut self.res, now, buf);
             qp.check_drained(&mut self.res);
+            // a request sent arms the ACK timer; pacing may arm its own
+            self.deadlines.set(idx as usize, qp.next_deadline());
             match sent {
                 Some(n) => {
                     qp.counters.sent_pkts += 1;
@@ -1029,11 +1064,31 @@ impl Rnic {
         None
     }
 
-    /// The earliest deadline of any timer.
+    /// The earliest deadline of any timer: the QPs' (the top of the
+    /// deadline index, O(1)) and PFC's.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let pfc_tx = self.res.pfc_tx.as_ref().and_then(|t| t.poll_timeout());
+        [self.deadlines.first(), self.res.pfc.poll_timeout(), pfc_tx]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// What [`Self::poll_timeout`] returns, found by visiting every QP
+    /// (O(#QPs)): the reference the deadline index is tested against.
+    #[doc(hidden)]
+    pub fn poll_timeout_scan(&self) -> Option<Instant> {
         let qps = self.qps.iter().flatten().filter_map(|q| q.next_deadline());
         let pfc_tx = self.res.pfc_tx.as_ref().and_then(|t| t.poll_timeout());
         qps.chain(self.res.pfc.poll_timeout()).chain(pfc_tx).min()
+    }
+
+    /// Whether the deadline index holds exactly every QP's next deadline
+    /// (tests check this after every step).
+    #[doc(hidden)]
+    pub fn deadline_index_is_exact(&self) -> bool {
+        self.deadlines
+            .check(self.qps.iter().map(|q| q.as_ref().and_then(Qp::next_deadline)))
     }
 
     /// Runs every timer that is due at `now`.
@@ -1046,20 +1101,31 @@ impl Rnic {
         if self.res.pfc.poll_timeout().is_some_and(|t| t <= now) {
             // a pause ended: every QP may have frames waiting
             self.res.pfc.handle_timeout(now);
+            // O(#QPs), but only when a pause ends (rare next to idle turns)
             for idx in 0..self.qps.len() {
                 self.schedule(idx);
             }
         }
-        for idx in 0..self.qps.len() {
+        if !self.deadlines.any_due(now) {
+            return;
+        }
+        // the QPs due, each fired once and in slot order, as a scan of
+        // every QP would; a QP's timers only change its own deadline
+        let mut due = std::mem::take(&mut self.due);
+        self.deadlines.take_due(now, &mut due);
+        for &idx in &due {
+            let idx = idx as usize;
             let Some(qp) = self.qps[idx].as_mut() else {
                 continue;
             };
-            if qp.next_deadline().is_some_and(|d| d <= now) {
-                qp.handle_timeout(&mut self.res, now);
-                qp.check_drained(&mut self.res);
-                self.schedule(idx);
-            }
+            // local ACK timeout (IBA 9.7.6.1.3 / C9-140), RNR timer
+            // (IBA 9.7.5.2.8) or DCQCN
+            qp.handle_timeout(&mut self.res, now);
+            qp.check_drained(&mut self.res);
+            self.schedule(idx);
+            self.rearm(idx);
         }
+        self.due = due;
     }
 
     /// A multi-line dump of a QP's transport state, for debugging and tools.
