@@ -527,7 +527,9 @@ mod tests {
         assert_eq!(a.ibv_event_type(), Some(9));
         assert_eq!(AsyncEventMsg::from_event(a.to_event().unwrap()), a);
         // a port number that does not fit is refused, not wrapped
-        assert!(serde_json::from_str::<AsyncEventMsg>(r#"{"type":"port_err","port":300}"#).is_err());
+        assert!(
+            serde_json::from_str::<AsyncEventMsg>(r#"{"type":"port_err","port":300}"#).is_err()
+        );
     }
 
     #[test]

@@ -72,7 +72,11 @@ fn link_down_then_up_raises_port_err_then_port_active_once_each() {
     assert_eq!(e.ibv_event_type(), 9);
     assert_eq!(e.affiliated(), Affiliated::Port(1));
     assert_eq!(dev.query_port().unwrap().state, PortState::Active);
-    assert_eq!(next_event(&dev, LINK_POLL * 3), None, "PORT_ACTIVE repeated");
+    assert_eq!(
+        next_event(&dev, LINK_POLL * 3),
+        None,
+        "PORT_ACTIVE repeated"
+    );
     engine.stop();
 }
 

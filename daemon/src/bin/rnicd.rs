@@ -81,7 +81,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 extern "C" fn on_cable(sig: libc::c_int) {
-    let v = if sig == libc::SIGUSR1 { CABLE_OUT } else { CABLE_IN };
+    let v = if sig == libc::SIGUSR1 {
+        CABLE_OUT
+    } else {
+        CABLE_IN
+    };
     CABLE.store(v, Ordering::Release);
 }
 

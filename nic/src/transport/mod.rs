@@ -1087,8 +1087,11 @@ impl Rnic {
     /// (tests check this after every step).
     #[doc(hidden)]
     pub fn deadline_index_is_exact(&self) -> bool {
-        self.deadlines
-            .check(self.qps.iter().map(|q| q.as_ref().and_then(Qp::next_deadline)))
+        self.deadlines.check(
+            self.qps
+                .iter()
+                .map(|q| q.as_ref().and_then(Qp::next_deadline)),
+        )
     }
 
     /// Runs every timer that is due at `now`.
