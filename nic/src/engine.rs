@@ -622,9 +622,11 @@ impl Loop {
                 }
             }
         }
+        // one clock read for the rest of the turn
+        let now = self.clock();
         // the link state, now and then; before the hook, which hands the
         // device's events to their users
-        if self.check_link(self.clock()) {
+        if self.check_link(now) {
             work += 1;
         }
         let rnic = &mut self.rnic;
@@ -632,7 +634,6 @@ impl Loop {
             work += h.turn(rnic);
         }
         // receive and dispatch
-        let now = Instant::from_nanos(self.start.elapsed().as_nanos() as u64);
         self.rx.clear();
         let n = self.port.recv(&mut self.rx);
         for f in self.rx.iter() {
