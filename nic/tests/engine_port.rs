@@ -4,7 +4,10 @@
 //! every `LINK_POLL` of its clock and raises one event per change.
 //!
 //! The engine's clock is real time, so these tests turn (or let the thread
-//! turn) until the event shows, bounded by a deadline.
+//! turn) until the event shows, bounded by a deadline: they check the
+//! polling (the threaded one sleeps while the engine thread polls). The
+//! once-per-change rule itself is checked without any clock in
+//! `scenarios_events.rs`.
 
 use nic::engine::{Device, Engine, EngineConfig, LINK_POLL};
 use nic::io::mem::pair;

@@ -320,3 +320,37 @@ fn last_wqe_reached_when_an_srq_qp_fails() {
     h.p.sim.nodes[1].modify_qp(q1, &to(QpState::Err)).unwrap();
     assert_eq!(events(&mut h.p.sim.nodes[1]), vec![]);
 }
+
+/// The port events without an engine or a clock: the device raises
+/// PORT_ERR / PORT_ACTIVE once per change of the link state its owner
+/// reports (IBTA 11.6.3.2), nothing for the same state again, and nothing
+/// for the state it starts in; `port_attr` follows. (`engine_port.rs`
+/// checks that the engine polls a port's link and feeds it here.)
+#[test]
+fn port_events_once_per_link_change() {
+    use nic::transport::{Affiliated, PortState};
+    let mut h = H::rc();
+    let r = &mut h.p.sim.nodes[0];
+    r.init_link_up(false);
+    assert!(events(r).is_empty(), "an event for the starting state");
+    assert_eq!(r.port_attr().state, PortState::Down);
+    assert!(!r.set_link_up(false), "the same state is no change");
+    assert!(events(r).is_empty());
+    assert!(r.set_link_up(true));
+    assert!(!r.set_link_up(true));
+    assert_eq!(events(r), vec![AsyncEvent::PortActive(1)]);
+    assert_eq!(r.port_attr().state, PortState::Active);
+    assert!(r.set_link_up(false));
+    assert!(r.set_link_up(true));
+    assert!(r.set_link_up(false));
+    assert_eq!(
+        events(r),
+        vec![
+            AsyncEvent::PortErr(1),
+            AsyncEvent::PortActive(1),
+            AsyncEvent::PortErr(1)
+        ]
+    );
+    assert_eq!(r.port_attr().state, PortState::Down);
+    assert_eq!(AsyncEvent::PortErr(1).affiliated(), Affiliated::Port(1));
+}
