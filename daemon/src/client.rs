@@ -582,6 +582,11 @@ impl Srq {
         }
     }
 
+    /// Posts a raw receive WQE as it is (the daemon validates it).
+    pub fn post_raw_recv(&mut self, w: &WqeRaw) -> Result<()> {
+        post_ring(&self.ring, &mut self.prod, w, &self.ctx)
+    }
+
     /// `ibv_post_srq_recv`. Fails only when the ring is full.
     pub fn post_recv(&mut self, wr: &RecvWr) -> Result<()> {
         post_ring(
@@ -697,6 +702,54 @@ impl Cq {
     pub fn event_fd(&self) -> Option<RawFd> {
         use std::os::fd::{AsFd, AsRawFd};
         self.events.as_ref().map(|b| b.as_fd().as_raw_fd())
+    }
+
+    /// Asks for completion events written to `fd`, an eventfd the caller
+    /// owns and may share between CQs (a completion channel): the daemon
+    /// gets a duplicate. Arm with [`Cq::arm`]; [`Cq::armed`] reads 0 once
+    /// the daemon has fired the request.
+    pub fn notify_to(&mut self, fd: RawFd) -> Result<()> {
+        match self
+            .ctx
+            .request(Request::NotifyCq { cq: self.handle }, Some(fd))?
+            .0
+        {
+            Response::Ok => Ok(()),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Arms the CQ for one event on the descriptor given to
+    /// [`Cq::notify_to`] (`ibv_req_notify_cq`).
+    pub fn arm(&self, solicited_only: bool) {
+        let arm = if solicited_only {
+            ring::ARM_SOLICITED
+        } else {
+            ring::ARM_NEXT
+        };
+        self.ring.armed().store(arm, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// The request word the daemon clears when it fires an event.
+    pub fn armed(&self) -> u32 {
+        self.ring.armed().load(Ordering::SeqCst)
+    }
+
+    /// Copies up to `out.len()` raw completions out of the ring, without
+    /// decoding (for callers that convert them to another layout).
+    pub fn poll_raw(&mut self, out: &mut [CqeRaw]) -> usize {
+        let prod = self.ring.producer().load(Ordering::Acquire);
+        let avail = prod.wrapping_sub(self.cons).min(self.ring.entries) as usize;
+        let n = avail.min(out.len());
+        for o in out.iter_mut().take(n) {
+            *o = self.ring.read(self.cons);
+            self.cons = self.cons.wrapping_add(1);
+        }
+        if n > 0 {
+            self.ring.consumer().store(self.cons, Ordering::Release);
+        }
+        n
     }
 
     /// Moves up to `max` completions into `out` (`ibv_poll_cq`).
@@ -819,6 +872,11 @@ impl Qp {
         let w = ring::encode_send_ud(wr, ah.handle, remote_qpn, remote_qkey);
         // SAFETY: a well-formed WQE.
         unsafe { self.post_raw_send(&w) }
+    }
+
+    /// Posts a raw receive WQE as it is (the daemon validates it).
+    pub fn post_raw_recv(&mut self, w: &WqeRaw) -> Result<()> {
+        post_ring(&self.rq, &mut self.rq_prod, w, &self.ctx)
     }
 
     /// Receives posted to the QP's ring that the daemon has not taken yet.
