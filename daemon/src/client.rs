@@ -476,6 +476,12 @@ impl Pd {
     }
 
     pub fn dealloc(self) -> Result<()> {
+        self.dealloc_by_ref()
+    }
+
+    /// `dealloc` that leaves the PD usable when the daemon refuses (EBUSY
+    /// while objects use it).
+    pub fn dealloc_by_ref(&self) -> Result<()> {
         self.ctx.simple(Request::DeallocPd { pd: self.handle })
     }
 
@@ -613,8 +619,13 @@ impl Srq {
         self.destroy_by_ref()
     }
 
-    /// For the C API: the object stays usable when the daemon refuses.
-    pub(crate) fn destroy_by_ref(&self) -> Result<()> {
+    /// Slots in the shared ring (at least the `max_wr` asked for).
+    pub fn entries(&self) -> u32 {
+        self.ring.entries
+    }
+
+    /// `destroy` that leaves the object usable when the daemon refuses.
+    pub fn destroy_by_ref(&self) -> Result<()> {
         self.ctx.simple(Request::DestroySrq { srq: self.handle })
     }
 }
@@ -790,7 +801,18 @@ impl Cq {
     }
 
     pub fn destroy(self) -> Result<()> {
+        self.destroy_by_ref()
+    }
+
+    /// `destroy` that leaves the CQ usable when the daemon refuses (a QP
+    /// still uses it).
+    pub fn destroy_by_ref(&self) -> Result<()> {
         self.ctx.simple(Request::DestroyCq { cq: self.handle })
+    }
+
+    /// Slots in the CQ ring.
+    pub fn entries(&self) -> u32 {
+        self.ring.entries
     }
 }
 
@@ -877,6 +899,11 @@ impl Qp {
     /// Posts a raw receive WQE as it is (the daemon validates it).
     pub fn post_raw_recv(&mut self, w: &WqeRaw) -> Result<()> {
         post_ring(&self.rq, &mut self.rq_prod, w, &self.ctx)
+    }
+
+    /// Slots of the send and the receive ring.
+    pub fn entries(&self) -> (u32, u32) {
+        (self.sq.entries, self.rq.entries)
     }
 
     /// Receives posted to the QP's ring that the daemon has not taken yet.

@@ -1,0 +1,379 @@
+//! The data path the inline `ibv_post_send`, `ibv_post_recv`,
+//! `ibv_post_srq_recv`, `ibv_poll_cq` and `ibv_req_notify_cq` call through
+//! the context's ops table: work requests become ring WQEs (write the
+//! slot, release-store the producer index) and CQEs become `ibv_wc`s —
+//! shared memory only, no system call (a parked engine's bell aside).
+
+use crate::abi::*;
+use crate::objects::{cq_of, qp_of, srq_of, Ah, MAX_INLINE};
+use libc::c_int;
+use nic::verbs::{WcOpcode, WcStatus, MAX_SGE};
+use softrnic::ring::{self, opcode, CqeRaw, SgeRaw, WqeRaw};
+use softrnic::QpKind;
+
+/// rdma-core's `enum ibv_wc_status` number of a completion status.
+fn wc_status(s: WcStatus) -> c_int {
+    match s {
+        WcStatus::Success => 0,
+        WcStatus::LocLenErr => 1,
+        WcStatus::LocQpOpErr => 2,
+        WcStatus::LocProtErr => 4,
+        WcStatus::WrFlushErr => 5,
+        WcStatus::BadRespErr => 7,
+        WcStatus::LocAccessErr => 8,
+        WcStatus::RemInvReqErr => 9,
+        WcStatus::RemAccessErr => 10,
+        WcStatus::RemOpErr => 11,
+        WcStatus::RetryExcErr => 12,
+        WcStatus::RnrRetryExcErr => 13,
+        WcStatus::GeneralErr => 21,
+    }
+}
+
+fn wc_opcode(o: WcOpcode) -> c_int {
+    match o {
+        WcOpcode::Send => IBV_WC_SEND,
+        WcOpcode::RdmaWrite => IBV_WC_RDMA_WRITE,
+        WcOpcode::RdmaRead => IBV_WC_RDMA_READ,
+        WcOpcode::CompSwap => IBV_WC_COMP_SWAP,
+        WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
+        WcOpcode::Recv => IBV_WC_RECV,
+        WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
+    }
+}
+
+/// One CQE as the application's `ibv_wc`.
+pub fn to_wc(c: &CqeRaw) -> ibv_wc {
+    let w = ring::decode_cqe(c);
+    let mut flags = 0;
+    let mut imm = 0;
+    if let Some(i) = w.imm {
+        flags |= IBV_WC_WITH_IMM;
+        // the WQE and CQE carry the value; ibv_wc holds network order
+        imm = i.to_be();
+    }
+    if let Some(r) = w.invalidated_rkey {
+        flags |= IBV_WC_WITH_INV;
+        imm = r;
+    }
+    if w.grh {
+        flags |= IBV_WC_GRH;
+    }
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: wc_status(w.status),
+        opcode: wc_opcode(w.opcode),
+        vendor_err: 0,
+        byte_len: w.byte_len,
+        imm_data: imm,
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: flags,
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+/// `ops.poll_cq`: up to `n` completions; their count, or -1 (bad CQ).
+pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: the application's CQ.
+    let Some(c) = (unsafe { cq_of(cq) }) else {
+        return -1;
+    };
+    if n <= 0 {
+        return 0;
+    }
+    if wc.is_null() {
+        return -1;
+    }
+    let mut g = c.inner.lock().unwrap_or_else(|e| e.into_inner());
+    let mut done = 0usize;
+    let mut raw = [CqeRaw::default(); 16];
+    while done < n as usize {
+        let want = (n as usize - done).min(raw.len());
+        let got = g.poll_raw(&mut raw[..want]);
+        for (i, r) in raw[..got].iter().enumerate() {
+            // SAFETY: the caller's array of n entries.
+            unsafe { *wc.add(done + i) = to_wc(r) };
+        }
+        done += got;
+        if got < want {
+            break;
+        }
+    }
+    done as c_int
+}
+
+/// `ops.req_notify_cq`: one event on the CQ's channel for the next
+/// completion (solicited only: the next solicited or unsuccessful one,
+/// IBA 11.4.2.2).
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: the application's CQ.
+    let Some(c) = (unsafe { cq_of(cq) }) else {
+        return libc::EINVAL;
+    };
+    if c.channel.is_null() {
+        // no channel: no event to deliver (as with a kernel device)
+        return 0;
+    }
+    c.armed.store(true, std::sync::atomic::Ordering::Release);
+    c.inner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .arm(solicited_only != 0);
+    0
+}
+
+fn sges(w: &mut WqeRaw, list: *mut ibv_sge, n: c_int) -> Result<(), c_int> {
+    if n < 0 || n as usize > MAX_SGE || (n > 0 && list.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    w.num_sge = n as u8;
+    for i in 0..n as usize {
+        // SAFETY: the caller's list of n entries.
+        let s = unsafe { *list.add(i) };
+        w.sge[i] = SgeRaw {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
+    }
+    Ok(())
+}
+
+/// Builds the ring WQE of one send work request.
+fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw, c_int> {
+    let mut w = WqeRaw {
+        wr_id: wr.wr_id,
+        ..Default::default()
+    };
+    // SAFETY: the union member the opcode names.
+    let (rdma, atomic) = unsafe { (wr.wr.rdma, wr.wr.atomic) };
+    let ud = q.kind == QpKind::Ud;
+    w.opcode = match wr.opcode {
+        IBV_WR_SEND => opcode::SEND,
+        IBV_WR_SEND_WITH_IMM => opcode::SEND_WITH_IMM,
+        IBV_WR_RDMA_WRITE if !ud => opcode::RDMA_WRITE,
+        IBV_WR_RDMA_WRITE_WITH_IMM if !ud => opcode::RDMA_WRITE_WITH_IMM,
+        IBV_WR_RDMA_READ if q.kind == QpKind::Rc => opcode::RDMA_READ,
+        IBV_WR_ATOMIC_CMP_AND_SWP if q.kind == QpKind::Rc => opcode::ATOMIC_CMP_AND_SWP,
+        IBV_WR_ATOMIC_FETCH_AND_ADD if q.kind == QpKind::Rc => opcode::ATOMIC_FETCH_AND_ADD,
+        IBV_WR_SEND_WITH_INV if q.kind == QpKind::Rc => opcode::SEND_WITH_INV,
+        // an opcode the QP's transport does not have (IBA Table 46)
+        _ => return Err(libc::EINVAL),
+    };
+    match w.opcode {
+        opcode::SEND_WITH_IMM | opcode::RDMA_WRITE_WITH_IMM => w.imm = u32::from_be(wr.imm_data),
+        opcode::SEND_WITH_INV => w.imm = wr.imm_data,
+        _ => {}
+    }
+    match w.opcode {
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_WITH_IMM | opcode::RDMA_READ => {
+            w.remote_addr = rdma.remote_addr;
+            w.rkey = rdma.rkey;
+        }
+        opcode::ATOMIC_CMP_AND_SWP | opcode::ATOMIC_FETCH_AND_ADD => {
+            w.remote_addr = atomic.remote_addr;
+            w.rkey = atomic.rkey;
+            w.compare_add = atomic.compare_add;
+            w.swap = atomic.swap;
+        }
+        _ => {}
+    }
+    let f = wr.send_flags;
+    w.flags = (if f & IBV_SEND_SIGNALED != 0 || q.sq_sig_all {
+        ring::flags::SIGNALED
+    } else {
+        0
+    }) | (if f & IBV_SEND_FENCE != 0 {
+        ring::flags::FENCE
+    } else {
+        0
+    }) | (if f & IBV_SEND_SOLICITED != 0 {
+        ring::flags::SOLICITED
+    } else {
+        0
+    });
+    if f & IBV_SEND_INLINE != 0
+        && w.opcode != opcode::RDMA_READ
+        && !matches!(
+            w.opcode,
+            opcode::ATOMIC_CMP_AND_SWP | opcode::ATOMIC_FETCH_AND_ADD
+        )
+    {
+        // IBA 10.8.2 (inline data): the data is taken at post time, the
+        // buffer is the caller's again when the post returns; lkeys are
+        // not checked. Copied into this QP's inline slot for the ring
+        // index the WQE takes.
+        let Some((buf, mr, slots)) = &q.inline else {
+            return Err(libc::EINVAL);
+        };
+        if wr.num_sge < 0
+            || wr.num_sge as usize > MAX_SGE
+            || (wr.num_sge > 0 && wr.sg_list.is_null())
+        {
+            return Err(libc::EINVAL);
+        }
+        let slot = (q.posted % slots) as usize * MAX_INLINE as usize;
+        let mut len = 0usize;
+        for i in 0..wr.num_sge as usize {
+            // SAFETY: the caller's list of num_sge entries.
+            let s = unsafe { *wr.sg_list.add(i) };
+            let l = s.length as usize;
+            if len + l > q.cap.max_inline_data as usize {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: inline data is read from the application's address
+            // as the verb requires; the slot lies in our buffer.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.addr as *const u8, buf.as_ptr().add(slot + len), l)
+            };
+            len += l;
+        }
+        w.num_sge = 1;
+        w.sge[0] = SgeRaw {
+            addr: buf.addr() + slot as u64,
+            length: len as u32,
+            lkey: mr.lkey,
+        };
+    } else {
+        sges(&mut w, wr.sg_list, wr.num_sge)?;
+    }
+    if ud {
+        // SAFETY: the union member for UD.
+        let u = unsafe { wr.wr.ud };
+        if u.ah.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the application's AH.
+        let ah = unsafe { &*(u.ah as *const Ah) };
+        w.ah = ah.inner.handle;
+        w.remote_qpn = u.remote_qpn & 0xff_ffff;
+        // IBA 10.2.5 / C10-15: a Q_Key with its high bit set means "use
+        // the QP's own Q_Key".
+        w.remote_qkey = if u.remote_qkey & 0x8000_0000 != 0 {
+            q.attr.qkey
+        } else {
+            u.remote_qkey
+        };
+    }
+    Ok(w)
+}
+
+/// `ops.post_send`: each WR of the chain becomes a WQE; on the first that
+/// cannot (bad opcode or SGE count, inline too long, send queue full) it
+/// stops, names it in `*bad_wr` and returns the errno.
+pub unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    mut wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    let fail = |w: *mut ibv_send_wr, e: c_int| {
+        if !bad_wr.is_null() {
+            // SAFETY: the caller's out-pointer.
+            unsafe { *bad_wr = w };
+        }
+        e
+    };
+    // SAFETY: the application's QP.
+    let Some(q) = (unsafe { qp_of(qp) }) else {
+        return fail(wr, libc::EINVAL);
+    };
+    let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
+    while !wr.is_null() {
+        // SAFETY: the caller's WR chain.
+        let r = unsafe { &*wr };
+        let w = match send_wqe(&mut g, r) {
+            Ok(w) => w,
+            Err(e) => return fail(wr, e),
+        };
+        // SAFETY: a WQE built from the WR; the daemon validates it again.
+        if let Err(e) = unsafe { g.q.post_raw_send(&w) } {
+            return fail(wr, crate::errno_of(&e));
+        }
+        g.posted = g.posted.wrapping_add(1);
+        wr = r.next;
+    }
+    0
+}
+
+fn recv_wqe(wr: &ibv_recv_wr) -> Result<WqeRaw, c_int> {
+    let mut w = WqeRaw {
+        wr_id: wr.wr_id,
+        ..Default::default()
+    };
+    sges(&mut w, wr.sg_list, wr.num_sge)?;
+    Ok(w)
+}
+
+/// `ops.post_recv`.
+pub unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    mut wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let fail = |w: *mut ibv_recv_wr, e: c_int| {
+        if !bad_wr.is_null() {
+            // SAFETY: the caller's out-pointer.
+            unsafe { *bad_wr = w };
+        }
+        e
+    };
+    // SAFETY: the application's QP.
+    let Some(q) = (unsafe { qp_of(qp) }) else {
+        return fail(wr, libc::EINVAL);
+    };
+    if !q.ibv.srq.is_null() {
+        // IBA 10.2.9.5: a QP on an SRQ has no receive queue of its own
+        return fail(wr, libc::EINVAL);
+    }
+    let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
+    while !wr.is_null() {
+        // SAFETY: the caller's WR chain.
+        let r = unsafe { &*wr };
+        let w = match recv_wqe(r) {
+            Ok(w) => w,
+            Err(e) => return fail(wr, e),
+        };
+        if let Err(e) = g.q.post_raw_recv(&w) {
+            return fail(wr, crate::errno_of(&e));
+        }
+        wr = r.next;
+    }
+    0
+}
+
+/// `ops.post_srq_recv`.
+pub unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    mut wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let fail = |w: *mut ibv_recv_wr, e: c_int| {
+        if !bad_wr.is_null() {
+            // SAFETY: the caller's out-pointer.
+            unsafe { *bad_wr = w };
+        }
+        e
+    };
+    // SAFETY: the application's SRQ.
+    let Some(s) = (unsafe { srq_of(srq) }) else {
+        return fail(wr, libc::EINVAL);
+    };
+    let mut g = s.inner.lock().unwrap_or_else(|e| e.into_inner());
+    while !wr.is_null() {
+        // SAFETY: the caller's WR chain.
+        let r = unsafe { &*wr };
+        let w = match recv_wqe(r) {
+            Ok(w) => w,
+            Err(e) => return fail(wr, e),
+        };
+        if let Err(e) = g.post_raw_recv(&w) {
+            return fail(wr, crate::errno_of(&e));
+        }
+        wr = r.next;
+    }
+    0
+}
