@@ -10,7 +10,8 @@ use libc::{c_char, c_int, c_void, pthread_cond_t, pthread_mutex_t};
 
 pub type Fp = Option<unsafe extern "C" fn()>;
 
-#[repr(C)]
+/// `union ibv_gid`: 16 bytes, aligned as its `__be64` view.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct ibv_gid {
     pub raw: [u8; 16],
@@ -937,6 +938,7 @@ pub const LAYOUT: &[(&str, usize)] = {
             o!(ibv_qp_init_attr_ex, send_ops_flags),
         ),
         ("ibv_qp_attr", s::<ibv_qp_attr>()),
+        ("ibv_gid_entry.port_num", o!(ibv_gid_entry, port_num)),
         ("ibv_qp_attr.qkey", o!(ibv_qp_attr, qkey)),
         ("ibv_qp_attr.dest_qp_num", o!(ibv_qp_attr, dest_qp_num)),
         (

@@ -560,8 +560,11 @@ pub unsafe extern "C" fn srv_ibv_query_gid_type(
         set_errno(libc::EINVAL);
         return -1;
     }
+    // the sysfs numbering of rdma-core's private enum ibv_gid_type_sysfs:
+    // 0 IB / RoCE v1, 1 RoCE v2
+    let t = u32::from(ctx.gids[index as usize].1 == IBV_GID_TYPE_ROCE_V2);
     // SAFETY: the caller's int.
-    unsafe { *ty = ctx.gids[index as usize].1 };
+    unsafe { *ty = t };
     0
 }
 

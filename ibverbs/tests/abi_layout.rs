@@ -1,0 +1,83 @@
+//! The structures of `src/abi.rs` against rdma-core's own header: a C
+//! program compiled with the installed `<infiniband/verbs.h>`
+//! (libibverbs-dev) prints `offsetof` / `sizeof` of everything listed in
+//! `ibverbs::abi::LAYOUT`; every value must match.
+
+use std::process::Command;
+
+const HEADER: &str = "/usr/include/infiniband/verbs.h";
+
+fn missing(why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
+#[test]
+fn every_listed_offset_and_size_matches_the_system_header() {
+    if !std::path::Path::new(HEADER).exists() {
+        return missing(&format!(
+            "{HEADER} not found: install libibverbs-dev to check the ABI layouts"
+        ));
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+    );
+    for (name, _) in ibverbs::abi::LAYOUT {
+        let expr = match name.split_once('.') {
+            Some((s, f)) => format!("offsetof(struct {s}, {f})"),
+            None => format!("sizeof(struct {name})"),
+        };
+        c.push_str(&format!(
+            "  printf(\"%s %zu\\n\", \"{name}\", (size_t)({expr}));\n"
+        ));
+    }
+    c.push_str("  return 0;\n}\n");
+    let src = dir.path().join("layout.c");
+    let bin = dir.path().join("layout");
+    std::fs::write(&src, c).expect("write");
+    let cc = Command::new("cc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .output()
+        .expect("run cc");
+    assert!(
+        cc.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = Command::new(&bin).output().expect("run the layout program");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut wrong = Vec::new();
+    let mut seen = 0;
+    for (line, (name, ours)) in text.lines().zip(ibverbs::abi::LAYOUT) {
+        let (n, v) = line.split_once(' ').expect("name value");
+        assert_eq!(n, *name);
+        let theirs: usize = v.parse().expect("a number");
+        if theirs != *ours {
+            wrong.push(format!("{name}: header {theirs}, ours {ours}"));
+        }
+        seen += 1;
+    }
+    assert_eq!(
+        seen,
+        ibverbs::abi::LAYOUT.len(),
+        "the program printed every entry"
+    );
+    assert!(wrong.is_empty(), "layouts differ:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_context_ops_table_and_verbs_context_end_where_the_header_says() {
+    // the inline verbs reach verbs_context slots at negative offsets from
+    // the ibv_context: the context must be its last field
+    use ibverbs::abi::*;
+    assert_eq!(
+        std::mem::offset_of!(verbs_context, context) + std::mem::size_of::<ibv_context>(),
+        std::mem::size_of::<verbs_context>()
+    );
+    assert_eq!(std::mem::size_of::<ibv_context_ops>(), 32 * 8);
+}

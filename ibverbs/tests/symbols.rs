@@ -1,0 +1,127 @@
+//! The library exports what rdma-core 44's libibverbs.so.1 exports: every
+//! name with the same version (and default-ness), and the SONAME; and the
+//! installed programs and provider libraries that bind every symbol at
+//! start-up (BIND_NOW) load against it.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+
+const SYSTEM_LIB: &str = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
+
+fn missing(why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
+/// target/<profile>: the test binary lives in target/<profile>/deps.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+/// (version as objdump prints it, name) of the defined dynamic symbols
+/// that carry an IBVERBS version.
+fn exports(lib: &std::path::Path) -> BTreeSet<(String, String)> {
+    let out = Command::new("objdump")
+        .arg("-T")
+        .arg(lib)
+        .output()
+        .expect("objdump (binutils)");
+    assert!(out.status.success(), "objdump -T {}", lib.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() < 4 || w.contains(&"*UND*") || w.contains(&"*ABS*") {
+                return None;
+            }
+            let (ver, name) = (w[w.len() - 2], w[w.len() - 1]);
+            ver.contains("IBVERBS")
+                .then(|| (ver.to_string(), name.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn exports_match_rdma_core_44() {
+    let ours = profile_dir().join("libibverbs.so");
+    assert!(ours.exists(), "{} not built", ours.display());
+    if !std::path::Path::new(SYSTEM_LIB).exists() {
+        return missing(&format!(
+            "{SYSTEM_LIB} not found: install libibverbs1 (rdma-core) to compare exports"
+        ));
+    }
+    let theirs = exports(std::path::Path::new(SYSTEM_LIB));
+    let mine = exports(&ours);
+    assert!(
+        theirs.len() > 150,
+        "the system library exports {}",
+        theirs.len()
+    );
+    let lacking: Vec<_> = theirs.difference(&mine).collect();
+    let extra: Vec<_> = mine.difference(&theirs).collect();
+    assert!(lacking.is_empty(), "not exported here: {lacking:?}");
+    assert!(extra.is_empty(), "exported here only: {extra:?}");
+    let d = Command::new("readelf")
+        .arg("-d")
+        .arg(&ours)
+        .output()
+        .expect("readelf");
+    assert!(String::from_utf8_lossy(&d.stdout).contains("Library soname: [libibverbs.so.1]"));
+    let link = profile_dir().join("softrnic-ibverbs/libibverbs.so.1");
+    assert_eq!(
+        std::fs::canonicalize(&link).expect("the libibverbs.so.1 link"),
+        std::fs::canonicalize(&ours).expect("the library")
+    );
+}
+
+#[test]
+fn bind_now_programs_and_providers_load_against_it() {
+    let dir = profile_dir().join("softrnic-ibverbs");
+    let empty = tempfile::tempdir().expect("tempdir");
+    // perftest links libmlx5, libefa and librdmacm (rdma-core's), all of
+    // which import from libibverbs; with BIND_NOW every import must resolve
+    for (prog, args) in [
+        ("ib_write_bw", &["--help"][..]),
+        ("ibv_devinfo", &[][..]),
+        ("ibv_devices", &[][..]),
+    ] {
+        let Ok(out) = Command::new(prog)
+            .args(args)
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("LD_BIND_NOW", "1")
+            .env("SOFTRNIC_SOCK_DIR", empty.path())
+            .output()
+        else {
+            return missing(&format!(
+                "{prog} not installed (Debian packages perftest, ibverbs-utils)"
+            ));
+        };
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.contains("symbol lookup error") && !err.contains("version `IBVERBS"),
+            "{prog}: {err}"
+        );
+        // ib_write_bw --help exits 1 after its usage; the others run
+        assert!(out.status.code().is_some(), "{prog} died: {err}");
+    }
+    // the program really used this library: no devices in an empty socket
+    // folder (rdma-core's would look in sysfs)
+    let out = Command::new("ibv_devices")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("SOFTRNIC_SOCK_DIR", empty.path())
+        .env("LD_DEBUG", "libs")
+        .output()
+        .expect("ibv_devices ran above");
+    let dbg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        dbg.contains(&format!("{}/libibverbs.so.1", dir.display())),
+        "ibv_devices did not load the drop-in: {dbg}"
+    );
+}
