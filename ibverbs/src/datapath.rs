@@ -281,6 +281,11 @@ pub unsafe extern "C" fn post_send(
     let Some(q) = (unsafe { qp_of(qp) }) else {
         return fail(wr, libc::EINVAL);
     };
+    // IBA 10.8.1 (C10-?): work requests posted to the send queue of a QP
+    // in Reset, Init or RTR are an immediate error
+    if matches!(q.ibv.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
+        return fail(wr, libc::EINVAL);
+    }
     let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
     while !wr.is_null() {
         // SAFETY: the caller's WR chain.
@@ -327,6 +332,10 @@ pub unsafe extern "C" fn post_recv(
     };
     if !q.ibv.srq.is_null() {
         // IBA 10.2.9.5: a QP on an SRQ has no receive queue of its own
+        return fail(wr, libc::EINVAL);
+    }
+    // IBA 10.8.1: receives posted to a QP in Reset are an immediate error
+    if q.ibv.state == IBV_QPS_RESET {
         return fail(wr, libc::EINVAL);
     }
     let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
