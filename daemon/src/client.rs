@@ -29,6 +29,8 @@ pub enum Error {
     QueueFull,
     #[error("timed out")]
     Timeout,
+    #[error("{0}")]
+    UserMem(crate::usermem::UserMemError),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -365,7 +367,9 @@ pub struct Mr {
     pub rkey: u32,
     pub addr: u64,
     pub len: u64,
-    _buf: Buffer,
+    /// The shared buffer it lies in (None: process memory moved onto the
+    /// process's memfd, `usermem`).
+    _buf: Option<Buffer>,
 }
 
 impl Mr {
@@ -416,7 +420,34 @@ impl Pd {
                 rkey,
                 addr,
                 len: len as u64,
-                _buf: buf.clone(),
+                _buf: Some(buf.clone()),
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Registers `len` bytes of this process's own memory at `addr` (any
+    /// private memory: malloc, posix_memalign, mmap): the pages move onto
+    /// shared memory at the same address (`usermem`), the daemon maps
+    /// them. Refused memory (shared mappings not ours, holes) comes back
+    /// as `Error::UserMem` with nothing changed.
+    pub fn reg_user_mr(&self, addr: u64, len: usize, access: u32) -> Result<Mr> {
+        let (fd, offset) = crate::usermem::share(addr, len).map_err(Error::UserMem)?;
+        let req = Request::RegMr {
+            pd: self.handle,
+            offset,
+            addr,
+            len: len as u64,
+            access,
+        };
+        match self.ctx.request(req, Some(fd))?.0 {
+            Response::Mr { lkey, rkey } => Ok(Mr {
+                ctx: self.ctx.clone(),
+                lkey,
+                rkey,
+                addr,
+                len: len as u64,
+                _buf: None,
             }),
             r => Err(unexpected(r)),
         }

@@ -14,6 +14,7 @@ pub mod proto;
 pub mod ring;
 pub mod server;
 pub mod shm;
+pub mod usermem;
 
 pub use client::{
     Ah, Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Pd, PortInfo, Qp, QpInfo,

@@ -462,20 +462,19 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
             if acc & !all != 0 {
                 return Err("unknown access flags".into());
             }
-            let end = offset
-                .checked_add(len)
-                .filter(|e| len > 0 && *e <= crate::shm::MAX_MAP as u64)
-                .ok_or("bad region")?;
+            if len == 0 || len > crate::shm::MAX_MAP as u64 || offset.checked_add(len).is_none() {
+                return Err("bad region".into());
+            }
             if addr.checked_add(len).is_none() {
                 return Err("bad address".into());
             }
-            let map = Mapping::from_untrusted_fd(fds.remove(0), end as usize)
+            // only the region's pages are mapped: the memfd may be a
+            // client's sparse file of all its registered pages
+            let (map, at) = Mapping::window_from_untrusted_fd(fds.remove(0), offset, len as usize)
                 .map_err(|e| e.to_string())?;
             let mem: Arc<dyn Memory> = Arc::new(map);
-            let (lkey, rkey) = call(sh, move |r| {
-                r.reg_mr(pd, mem, offset as usize, addr, len, acc)
-            })?
-            .map_err(|e| e.to_string())?;
+            let (lkey, rkey) = call(sh, move |r| r.reg_mr(pd, mem, at, addr, len, acc))?
+                .map_err(|e| e.to_string())?;
             with_owned(sh, id, |o| o.mrs.insert(lkey, pd));
             ok(Response::Mr { lkey, rkey })
         }

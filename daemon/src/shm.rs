@@ -81,6 +81,63 @@ impl Mapping {
         Mapping::map(fd, size)
     }
 
+    /// Maps only the pages of `[offset, offset + len)` of a memfd received
+    /// from another process (a memory region): sealed against shrinking,
+    /// at least `offset + len` bytes long. Returns the mapping and where
+    /// byte `offset` lies in it. The file may be large and sparse (a
+    /// client's registered pages stored at their virtual addresses); only
+    /// the window is ever mapped, so nothing outside it is reachable.
+    pub fn window_from_untrusted_fd(
+        fd: OwnedFd,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<(Mapping, usize)> {
+        let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
+        if len == 0 || len > MAX_MAP {
+            return Err(bad("bad region length"));
+        }
+        // SAFETY: F_GET_SEALS / fstat on an fd we own.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(bad("the memory fd is not a memfd sealed against shrinking"));
+        }
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        let end = offset
+            .checked_add(len as u64)
+            .ok_or_else(|| bad("region overflows"))?;
+        if (st.st_size as u64) < end || st.st_size <= 0 {
+            return Err(bad("the memory fd is smaller than the region"));
+        }
+        let page = 4096u64;
+        let start = offset & !(page - 1);
+        let stop = end.div_ceil(page) * page;
+        let win = (stop - start) as usize;
+        // SAFETY: mapping a window of an fd at least `end` bytes long (the
+        // seal keeps it so), page aligned.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                win,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                start as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((
+            Mapping {
+                ptr: ptr as *mut u8,
+                len: win,
+                fd,
+            },
+            (offset - start) as usize,
+        ))
+    }
+
     fn map(fd: OwnedFd, len: usize) -> io::Result<Mapping> {
         // SAFETY: mapping a whole fd of known size.
         let ptr = unsafe {

@@ -134,7 +134,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int)
         return null_errno(libc::EOPNOTSUPP);
     }
     let acc = (access & 0xf) as u32;
-    match TMP_reg_user_mr(&p.inner, addr as u64, len, acc) {
+    match p.inner.reg_user_mr(addr as u64, len, acc) {
         Ok(mr) => boxed(Mr {
             ibv: ibv_mr {
                 context: p.ibv.context,
@@ -231,13 +231,13 @@ pub extern "C" fn srv_ibv_rereg_mr() -> c_int {
 /// copies of them.
 #[no_mangle]
 pub extern "C" fn srv_ibv_fork_init() -> c_int {
-    0
+    softrnic::usermem::fork_init()
 }
 
 /// `ibv_is_fork_initialized`.
 #[no_mangle]
 pub extern "C" fn srv_ibv_is_fork_initialized() -> c_int {
-    if false {
+    if softrnic::usermem::fork_initialized() {
         IBV_FORK_ENABLED
     } else {
         IBV_FORK_DISABLED
@@ -1483,12 +1483,4 @@ pub unsafe extern "C" fn srv_ibv_ack_async_event(ev: *mut ibv_async_event) {
             _ => {}
         }
     }
-}
-fn TMP_reg_user_mr(
-    _p: &softrnic::Pd,
-    _a: u64,
-    _l: usize,
-    _acc: u32,
-) -> softrnic::client::Result<softrnic::Mr> {
-    Err(softrnic::Error::QueueFull)
 }
