@@ -205,6 +205,8 @@ pub struct Ctx {
     pub qps: Mutex<std::collections::HashMap<u32, usize>>,
     pub cqs: Mutex<std::collections::HashMap<u32, usize>>,
     pub srqs: Mutex<std::collections::HashMap<u32, usize>>,
+    /// What `async_fd` is (an epoll descriptor over the event eventfd).
+    pub async_ep: std::os::fd::OwnedFd,
 }
 
 impl Ctx {
@@ -259,6 +261,12 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
             return null_errno(errno_of(&e));
         }
     };
+    // the application gets an epoll descriptor watching the eventfd: its
+    // O_NONBLOCK is then its own (the daemon sets flags on the eventfd)
+    let async_ep = match crate::objects::watcher(async_fd) {
+        Ok(ep) => ep,
+        Err(e) => return null_errno(e),
+    };
     let mac = inner.device.mac.0;
     let gid = inner.device.gid;
     let gids = [
@@ -278,7 +286,7 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
     let c = &mut vctx.context;
     c.device = d;
     c.cmd_fd = -1;
-    c.async_fd = async_fd;
+    c.async_fd = std::os::fd::AsRawFd::as_raw_fd(&async_ep);
     c.num_comp_vectors = 1;
     c.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
     c.ops.poll_cq = Some(crate::datapath::poll_cq);
@@ -294,6 +302,7 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
         qps: Default::default(),
         cqs: Default::default(),
         srqs: Default::default(),
+        async_ep,
     });
     let ctx = Box::leak(ctx);
     ctx.ibv()

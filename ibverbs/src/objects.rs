@@ -275,12 +275,37 @@ pub extern "C" fn srv_ibv_dofork_range(base: *mut c_void, size: usize) -> c_int 
 
 /// A completion channel: one eventfd the daemon writes for every CQ on the
 /// channel whose request fired; which CQ fired is read from the CQs'
-/// request words (the daemon clears them as it fires).
+/// request words (the daemon clears them as it fires). The application
+/// sees an epoll descriptor watching the eventfd (`ibv.fd`): readable
+/// exactly when the eventfd is, and its own file, so the application's
+/// O_NONBLOCK (ibv_get_cq_event then returns EAGAIN) is not mixed up with
+/// the flags the daemon sets on its duplicate of the eventfd.
 #[repr(C)]
 pub struct Channel {
     pub ibv: ibv_comp_channel,
     pub fd: OwnedFd,
+    pub ep: OwnedFd,
     pub state: Mutex<ChannelState>,
+}
+
+/// An epoll descriptor that is readable while `fd` is.
+pub fn watcher(fd: c_int) -> Result<OwnedFd, c_int> {
+    // SAFETY: a new epoll instance we own, watching one descriptor.
+    unsafe {
+        let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+        if ep < 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE));
+        }
+        let ep = <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(ep);
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 0,
+        };
+        if libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) != 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+        }
+        Ok(ep)
+    }
 }
 
 #[derive(Default)]
@@ -312,13 +337,18 @@ pub unsafe extern "C" fn srv_ibv_create_comp_channel(c: *mut ibv_context) -> *mu
     }
     // SAFETY: fd is ours.
     let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let ep = match watcher(fd.as_raw_fd()) {
+        Ok(ep) => ep,
+        Err(e) => return null_errno(e),
+    };
     boxed(Channel {
         ibv: ibv_comp_channel {
             context: c,
-            fd: fd.as_raw_fd(),
+            fd: ep.as_raw_fd(),
             refcnt: 0,
         },
         fd,
+        ep,
         state: Mutex::new(ChannelState::default()),
     }) as *mut ibv_comp_channel
 }
@@ -533,12 +563,12 @@ pub unsafe extern "C" fn srv_ibv_get_cq_event(
                 return 0;
             }
         }
-        if nonblocking(fd) {
+        if nonblocking(chan.ep.as_raw_fd()) {
             set_errno(libc::EAGAIN);
             return -1;
         }
         let mut pfd = libc::pollfd {
-            fd,
+            fd: chan.ep.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -1390,6 +1420,8 @@ pub unsafe extern "C" fn srv_ibv_get_async_event(
         set_errno(libc::EINVAL);
         return -1;
     };
+    // async_fd is an epoll descriptor watching the client library's
+    // eventfd (device.rs): its flags are the application's
     let nb = nonblocking(ctx.vctx.context.async_fd);
     loop {
         let wait = if nb {
