@@ -1,0 +1,348 @@
+//! Debian's unmodified RDMA tools (ibverbs-utils, perftest) on softrnic:
+//! two processes on one `rnicd --mem-pair`, through the drop-in
+//! libibverbs.so.1 found by LD_LIBRARY_PATH. When the test runs as root,
+//! the daemon and the tools run as `nobody` (setpriv): no privilege is
+//! needed. Each run has a deadline; both sides must exit 0 and print their
+//! result line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn missing(why: &str) -> bool {
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    true
+}
+
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+fn have(prog: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+fn is_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
+
+/// A command, as `nobody` when we are root.
+fn cmd(prog: &str) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        c.arg(prog);
+        c
+    } else {
+        Command::new(prog)
+    }
+}
+
+/// `rnicd --mem-pair --name t` in its own socket folder; killed on drop.
+struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // SAFETY: chmod of our own temp folder so `nobody` can use it.
+        let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
+        unsafe { libc::chmod(p.as_ptr(), 0o777) };
+        let child = cmd(profile_dir().join("rnicd").to_str().expect("utf-8"))
+            .args(["--mem-pair", "--name", "t", "--one-thread", "--sock-dir"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start rnicd");
+        let d = Daemon { child, dir };
+        let t0 = Instant::now();
+        while !(d.dir.path().join("t0.sock").exists() && d.dir.path().join("t1.sock").exists()) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "rnicd did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    fn sock_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn tool(d: &Daemon, prog: &str, args: &[String]) -> Command {
+    let mut c = cmd(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", profile_dir().join("softrnic-ibverbs"))
+        .env("SOFTRNIC_SOCK_DIR", d.sock_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Waits for `child` until `deadline`, killing it then.
+fn finish(mut child: Child, deadline: Instant) -> (Output, bool) {
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return (child.wait_with_output().expect("output"), false);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return (child.wait_with_output().expect("output"), true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `prog` as server (`-d t0`) and client (`-d t1 127.0.0.1`) with a
+/// fresh TCP port given by `port_flag`; both must exit 0 and the client's
+/// output contain `expect`.
+fn pair(d: &Daemon, prog: &str, port_flag: &str, args: &[&str], expect: &str) {
+    let port = free_port().to_string();
+    let mut sargs: Vec<String> = vec!["-d".into(), "t0".into(), port_flag.into(), port.clone()];
+    sargs.extend(args.iter().map(|s| s.to_string()));
+    let mut cargs: Vec<String> = vec!["-d".into(), "t1".into(), port_flag.into(), port.clone()];
+    cargs.extend(args.iter().map(|s| s.to_string()));
+    cargs.push("127.0.0.1".into());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let server = tool(d, prog, &sargs).spawn().expect("start the server");
+    // the clients do not retry their TCP connect: wait until the server
+    // listens (without connecting: it accepts one connection only)
+    let t0 = Instant::now();
+    while !listening(port.parse().expect("port")) && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = tool(d, prog, &cargs).spawn().expect("start the client");
+    let (c, c_late) = finish(client, deadline);
+    let (s, s_late) = finish(server, deadline);
+    let what = format!("{prog} {}", args.join(" "));
+    assert!(
+        !c_late && !s_late && c.status.success() && s.status.success(),
+        "{what}\n=== server: {}\n=== client: {}",
+        show(&s),
+        show(&c)
+    );
+    let out = String::from_utf8_lossy(&c.stdout).to_string() + &String::from_utf8_lossy(&c.stderr);
+    assert!(
+        out.contains(expect),
+        "{what}: no {expect:?} in the client's output:\n{}",
+        show(&c)
+    );
+}
+
+/// Whether some socket listens on TCP `port` (/proc/net/tcp and tcp6,
+/// state 0A).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() > 3 && format!("{} ", w[1]).ends_with(&want) && w[3] == "0A"
+            })
+        })
+    })
+}
+
+fn ready(progs: &[&str]) -> bool {
+    for p in progs {
+        if !have(p) {
+            return !missing(&format!(
+                "{p} not installed (Debian packages ibverbs-utils, perftest): cannot run the unmodified tools"
+            ));
+        }
+    }
+    if is_root() && !have("setpriv") {
+        return !missing("setpriv (util-linux) not installed: cannot run the tools as nobody");
+    }
+    true
+}
+
+#[test]
+fn ibv_devices_and_devinfo_describe_the_devices() {
+    if !ready(&["ibv_devices", "ibv_devinfo"]) {
+        return;
+    }
+    let d = Daemon::start();
+    let out = tool(&d, "ibv_devices", &[]).output().expect("ibv_devices");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(text.contains("t0") && text.contains("t1"), "{text}");
+    let out = tool(&d, "ibv_devinfo", &["-v".into(), "-d".into(), "t1".into()])
+        .output()
+        .expect("ibv_devinfo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out));
+    for want in [
+        "hca_id:\tt1",
+        "PORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "GID[  3]:\t\t::ffff:192.0.2.2, RoCE v2",
+        "GID[  1]:",
+        "RoCE v1",
+        "vendor_id:\t\t\t0xffffff",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn ibverbs_pingpongs_run_between_two_processes() {
+    let progs = [
+        "ibv_rc_pingpong",
+        "ibv_uc_pingpong",
+        "ibv_ud_pingpong",
+        "ibv_srq_pingpong",
+    ];
+    if !ready(&progs) {
+        return;
+    }
+    let d = Daemon::start();
+    let done = "iters in";
+    pair(&d, "ibv_rc_pingpong", "-p", &["-g", "3", "-n", "200"], done);
+    pair(
+        &d,
+        "ibv_rc_pingpong",
+        "-p",
+        &["-g", "3", "-n", "200", "-c"],
+        done,
+    );
+    pair(
+        &d,
+        "ibv_rc_pingpong",
+        "-p",
+        &["-g", "3", "-n", "200", "-e"],
+        done,
+    );
+    pair(
+        &d,
+        "ibv_rc_pingpong",
+        "-p",
+        &["-g", "3", "-n", "100", "-s", "65536", "-c"],
+        done,
+    );
+    pair(
+        &d,
+        "ibv_uc_pingpong",
+        "-p",
+        &["-g", "3", "-n", "200", "-c"],
+        done,
+    );
+    pair(
+        &d,
+        "ibv_ud_pingpong",
+        "-p",
+        &["-g", "3", "-n", "200", "-c"],
+        done,
+    );
+    pair(
+        &d,
+        "ibv_srq_pingpong",
+        "-p",
+        &["-g", "3", "-n", "200", "-c"],
+        done,
+    );
+    pair(
+        &d,
+        "ibv_srq_pingpong",
+        "-p",
+        &["-g", "3", "-n", "100", "-e"],
+        done,
+    );
+}
+
+#[test]
+fn perftest_bandwidth_tests_run_both_roles() {
+    let progs = ["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw"];
+    if !ready(&progs) {
+        return;
+    }
+    let d = Daemon::start();
+    let table = "BW average";
+    for p in ["ib_write_bw", "ib_read_bw", "ib_send_bw"] {
+        pair(&d, p, "-p", &["-x", "3", "-n", "100", "-a"], table);
+        pair(
+            &d,
+            p,
+            "-p",
+            &["-x", "3", "-n", "100", "--report_gbits"],
+            "Gb/sec",
+        );
+    }
+    // perftest refuses -a for atomics (the size is 8 bytes)
+    pair(&d, "ib_atomic_bw", "-p", &["-x", "3", "-n", "200"], table);
+    pair(
+        &d,
+        "ib_atomic_bw",
+        "-p",
+        &["-x", "3", "-n", "200", "--report_gbits"],
+        "Gb/sec",
+    );
+}
+
+#[test]
+fn perftest_latency_tests_run_both_roles() {
+    let progs = [
+        "ib_write_lat",
+        "ib_read_lat",
+        "ib_send_lat",
+        "ib_atomic_lat",
+    ];
+    if !ready(&progs) {
+        return;
+    }
+    let d = Daemon::start();
+    let table = "t_typical";
+    for p in ["ib_write_lat", "ib_read_lat", "ib_send_lat"] {
+        pair(&d, p, "-p", &["-x", "3", "-n", "20", "-a"], table);
+    }
+    pair(&d, "ib_atomic_lat", "-p", &["-x", "3", "-n", "100"], table);
+    pair(
+        &d,
+        "ib_write_lat",
+        "-p",
+        &["-x", "3", "-n", "100", "--report_gbits"],
+        table,
+    );
+}
