@@ -294,7 +294,9 @@ pub fn watcher(fd: c_int) -> Result<OwnedFd, c_int> {
     unsafe {
         let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
         if ep < 0 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE));
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE));
         }
         let ep = <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(ep);
         let mut ev = libc::epoll_event {
@@ -302,7 +304,9 @@ pub fn watcher(fd: c_int) -> Result<OwnedFd, c_int> {
             u64: 0,
         };
         if libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) != 0 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL));
         }
         Ok(ep)
     }
