@@ -5,6 +5,7 @@ pub mod capture;
 pub mod check;
 pub mod demo;
 pub mod devperf;
+pub mod exec;
 pub mod loopback;
 pub mod netdev;
 pub mod oob;

@@ -33,6 +33,24 @@ configuration, no network.",
         after_help = "Examples:\n  rnic demo\n  rnic demo --out /tmp/demo.pcap --json demo.json\n  rnic demo --quick            # fewer iterations"
     )]
     Demo(DemoArgs),
+    /// Run an unmodified RDMA program (linked to libibverbs) on softrnic.
+    #[command(
+        long_about = "Runs PROGRAM with softrnic's drop-in libibverbs.so.1 first on its library \
+path (LD_LIBRARY_PATH), so its ibverbs devices are the running rnicd daemons: every \
+<name>.sock in --sock-dir (else $SOFTRNIC_SOCK_DIR, else /run/softrnic). The library is \
+looked for in $SOFTRNIC_IBVERBS_DIR, else in softrnic-ibverbs/ beside this rnic. The \
+program replaces rnic: its exit status and signals are the program's. Use GID index 3 \
+(the RoCE v2 GID of the device's address).",
+        after_help = "Examples:\n  rnicd --mem-pair --name t --sock-dir /tmp/srnic &\n  rnic exec --sock-dir /tmp/srnic -- ibv_devinfo -v\n  rnic exec --sock-dir /tmp/srnic -- ibv_rc_pingpong -d t0 -g 3 &\n  rnic exec --sock-dir /tmp/srnic -- ibv_rc_pingpong -d t1 -g 3 127.0.0.1\n  rnic exec -- ib_write_bw -d srnic0 -x 3 192.0.2.1"
+    )]
+    Exec {
+        /// Where the rnicd sockets are (sets SOFTRNIC_SOCK_DIR).
+        #[arg(long)]
+        sock_dir: Option<PathBuf>,
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        argv: Vec<std::ffi::OsString>,
+    },
     /// perftest-style bandwidth and latency tests (ib_write_bw, ib_read_lat, ...).
     #[command(
         long_about = "perftest-style tests: `rnic perf write bw` is ib_write_bw, `rnic perf read lat` \
@@ -522,6 +540,7 @@ fn main() {
             dump_mem: a.dump_mem,
             command,
         }),
+        Cmd::Exec { sock_dir, argv } => tools::exec::run(sock_dir.as_deref(), &argv),
         Cmd::Memcheck { ours, theirs } => tools::devperf::memcheck::check(&ours, &theirs)
             .and_then(|text| tools::say(&format!("{text}\n"))),
         Cmd::Pingpong(a) => pingpong(a),

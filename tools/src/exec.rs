@@ -1,0 +1,57 @@
+//! `rnic exec`: runs an unmodified program on softrnic by putting the
+//! libibverbs drop-in first on its library path.
+
+use crate::CliError;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// Where `libibverbs.so.1` of the drop-in is: `$SOFTRNIC_IBVERBS_DIR`,
+/// else `softrnic-ibverbs/` beside the running `rnic` (the workspace build
+/// puts both in target/<profile>/).
+pub fn library_dir() -> Result<PathBuf, CliError> {
+    let dir = match std::env::var_os("SOFTRNIC_IBVERBS_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => std::env::current_exe()
+            .map_err(|e| CliError::new(format!("where is rnic: {e}")))?
+            .parent()
+            .map(|p| p.join("softrnic-ibverbs"))
+            .ok_or_else(|| CliError::new("rnic has no folder"))?,
+    };
+    if !dir.join("libibverbs.so.1").exists() {
+        return Err(CliError::new(format!(
+            "{}: no libibverbs.so.1 there; build the workspace (cargo build --release --workspace) or set SOFTRNIC_IBVERBS_DIR",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
+/// LD_LIBRARY_PATH with `dir` first.
+pub fn library_path(dir: &Path, old: Option<OsString>) -> OsString {
+    let mut v = OsString::from(dir);
+    if let Some(o) = old.filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(o);
+    }
+    v
+}
+
+/// Replaces this process by `argv` with the drop-in on its library path
+/// (and SOFTRNIC_SOCK_DIR = `sock_dir` if given). Returns only on error.
+pub fn run(sock_dir: Option<&Path>, argv: &[OsString]) -> Result<(), CliError> {
+    let (prog, args) = argv.split_first().ok_or_else(|| {
+        CliError::usage("rnic exec: no program given (rnic exec -- PROGRAM ARGS...)")
+    })?;
+    let dir = library_dir()?;
+    let mut c = std::process::Command::new(prog);
+    c.args(args).env(
+        "LD_LIBRARY_PATH",
+        library_path(&dir, std::env::var_os("LD_LIBRARY_PATH")),
+    );
+    if let Some(s) = sock_dir {
+        c.env("SOFTRNIC_SOCK_DIR", s);
+    }
+    let e = c.exec();
+    Err(CliError::new(format!("{}: {e}", Path::new(prog).display())))
+}
