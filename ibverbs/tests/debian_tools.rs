@@ -5,93 +5,11 @@
 //! needed. Each run has a deadline; both sides must exit 0 and print their
 //! result line.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{cmd, have, is_root, missing, profile_dir, Daemon};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn missing(why: &str) -> bool {
-    if std::env::var_os("CI").is_some() {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    true
-}
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
-}
-
-fn have(prog: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {prog}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn is_root() -> bool {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() == 0 }
-}
-
-/// A command, as `nobody` when we are root.
-fn cmd(prog: &str) -> Command {
-    if is_root() {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-        c.arg(prog);
-        c
-    } else {
-        Command::new(prog)
-    }
-}
-
-/// `rnicd --mem-pair --name t` in its own socket folder; killed on drop.
-struct Daemon {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // SAFETY: chmod of our own temp folder so `nobody` can use it.
-        let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
-        unsafe { libc::chmod(p.as_ptr(), 0o777) };
-        let child = cmd(profile_dir().join("rnicd").to_str().expect("utf-8"))
-            .args(["--mem-pair", "--name", "t", "--one-thread", "--sock-dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start rnicd");
-        let d = Daemon { child, dir };
-        let t0 = Instant::now();
-        while !(d.dir.path().join("t0.sock").exists() && d.dir.path().join("t1.sock").exists()) {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "rnicd did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        d
-    }
-
-    fn sock_dir(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

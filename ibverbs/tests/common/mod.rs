@@ -1,0 +1,92 @@
+//! What the drop-in's tests share: where the build put things, a
+//! `rnicd --mem-pair` of their own, running as `nobody` when root, and the
+//! loud SKIPPED / CI rule for tools that are not installed.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn missing(why: &str) -> bool {
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    true
+}
+
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+pub fn have(prog: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
+
+/// A command, as `nobody` when we are root.
+pub fn cmd(prog: &str) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        c.arg(prog);
+        c
+    } else {
+        Command::new(prog)
+    }
+}
+
+/// `rnicd --mem-pair --name t` in its own socket folder; killed on drop.
+pub struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // SAFETY: chmod of our own temp folder so `nobody` can use it.
+        let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
+        unsafe { libc::chmod(p.as_ptr(), 0o777) };
+        let child = cmd(profile_dir().join("rnicd").to_str().expect("utf-8"))
+            .args(["--mem-pair", "--name", "t", "--one-thread", "--sock-dir"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start rnicd");
+        let d = Daemon { child, dir };
+        let t0 = Instant::now();
+        while !(d.dir.path().join("t0.sock").exists() && d.dir.path().join("t1.sock").exists()) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "rnicd did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    pub fn sock_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
