@@ -77,6 +77,10 @@ pub fn to_wc(c: &CqeRaw) -> ibv_wc {
 }
 
 /// `ops.poll_cq`: up to `n` completions; their count, or -1 (bad CQ).
+///
+/// # Safety
+/// Called through the ops table with the application's objects, which
+/// this library made (or NULL); WR lists and arrays as the verb defines.
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     // SAFETY: the application's CQ.
     let Some(c) = (unsafe { cq_of(cq) }) else {
@@ -109,6 +113,10 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
 /// `ops.req_notify_cq`: one event on the CQ's channel for the next
 /// completion (solicited only: the next solicited or unsuccessful one,
 /// IBA 11.4.2.2).
+///
+/// # Safety
+/// Called through the ops table with the application's objects, which
+/// this library made (or NULL); WR lists and arrays as the verb defines.
 pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     // SAFETY: the application's CQ.
     let Some(c) = (unsafe { cq_of(cq) }) else {
@@ -265,6 +273,10 @@ fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw,
 /// `ops.post_send`: each WR of the chain becomes a WQE; on the first that
 /// cannot (bad opcode or SGE count, inline too long, send queue full) it
 /// stops, names it in `*bad_wr` and returns the errno.
+///
+/// # Safety
+/// Called through the ops table with the application's objects, which
+/// this library made (or NULL); WR lists and arrays as the verb defines.
 pub unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     mut wr: *mut ibv_send_wr,
@@ -314,6 +326,10 @@ fn recv_wqe(wr: &ibv_recv_wr) -> Result<WqeRaw, c_int> {
 }
 
 /// `ops.post_recv`.
+///
+/// # Safety
+/// Called through the ops table with the application's objects, which
+/// this library made (or NULL); WR lists and arrays as the verb defines.
 pub unsafe extern "C" fn post_recv(
     qp: *mut ibv_qp,
     mut wr: *mut ibv_recv_wr,
@@ -355,6 +371,10 @@ pub unsafe extern "C" fn post_recv(
 }
 
 /// `ops.post_srq_recv`.
+///
+/// # Safety
+/// Called through the ops table with the application's objects, which
+/// this library made (or NULL); WR lists and arrays as the verb defines.
 pub unsafe extern "C" fn post_srq_recv(
     srq: *mut ibv_srq,
     mut wr: *mut ibv_recv_wr,

@@ -766,6 +766,10 @@ pub unsafe extern "C" fn srv_ibv_create_qp(
 /// `verbs_context.create_qp_ex`: the attributes of `ibv_create_qp` with a
 /// PD; extended features (send-ops flags for the `ibv_wr_*` API, create
 /// flags, XRC, RSS, source QPN) are not supported.
+///
+/// # Safety
+/// Called through the ops table with the application's objects, which
+/// this library made (or NULL); WR lists and arrays as the verb defines.
 pub unsafe extern "C" fn create_qp_ex(
     _c: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
@@ -1232,6 +1236,10 @@ pub unsafe extern "C" fn srv_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_a
 }
 
 /// `verbs_context.get_srq_num`.
+///
+/// # Safety
+/// Called through the ops table with the application's objects, which
+/// this library made (or NULL); WR lists and arrays as the verb defines.
 pub unsafe extern "C" fn get_srq_num(s: *mut ibv_srq, n: *mut u32) -> c_int {
     // SAFETY: the application's SRQ.
     let (Some(srq), false) = (unsafe { srq_of(s) }, n.is_null()) else {
