@@ -192,7 +192,10 @@ int srnic_dealloc_pd(struct srnic_pd *pd);
 
 /* Shared memory the daemon accesses in place; freed with the context. */
 void *srnic_alloc_buf(struct srnic_pd *pd, size_t len);
-/* [addr, addr+len) must lie in one srnic_alloc_buf buffer. */
+/* [addr, addr+len): in an srnic_alloc_buf buffer, or any private memory of
+ * the process (malloc, posix_memalign, mmap), whose pages then move onto
+ * shared memory at the same address (daemon/README.md, "Memory
+ * registration"). NULL for memory that cannot be shared. */
 struct srnic_mr *srnic_reg_mr(struct srnic_pd *pd, void *addr, size_t len, int access);
 uint32_t srnic_mr_lkey(const struct srnic_mr *mr);
 uint32_t srnic_mr_rkey(const struct srnic_mr *mr);

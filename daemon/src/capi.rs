@@ -312,7 +312,12 @@ pub unsafe extern "C" fn srnic_reg_mr(
                 .cloned()
         });
         let Some(b) = buf else {
-            return std::ptr::null_mut();
+            // not one of ours: the process's own memory (usermem)
+            return boxed(
+                p.pd.reg_user_mr(a, len, access as u32)
+                    .ok()
+                    .map(|mr| SrnicMr { mr }),
+            );
         };
         let off = (a - b.addr()) as usize;
         boxed(

@@ -117,6 +117,15 @@ int main(int argc, char **argv) {
     CHECK(srnic_post_send(a.qp, &wr) == 0, "post bad");
     CHECK(wait1(a.cq, &wc) == 0 && wc.status != 0 && wc.wr_id == 5, "bad lkey wc %u", wc.status);
 
+    /* the process's own memory registers too (its pages move onto shared
+     * memory at the same address; the bytes stay) */
+    char *own = malloc(10000);
+    memset(own, 0x3c, 10000);
+    struct srnic_mr *omr = srnic_reg_mr(a.pd, own + 1, 9000, SRNIC_ACCESS_LOCAL_WRITE);
+    CHECK(omr != NULL && own[5000] == 0x3c, "reg_mr on malloc memory");
+    CHECK(srnic_dereg_mr(omr) == 0, "dereg malloc mr");
+    free(own);
+
     CHECK(srnic_destroy_qp(a.qp) == 0 && srnic_destroy_qp(b.qp) == 0, "destroy qp");
     CHECK(srnic_dereg_mr(a.mr) == 0 && srnic_destroy_cq(a.cq) == 0, "destroy");
     srnic_close_device(a.ctx);
