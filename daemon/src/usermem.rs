@@ -413,6 +413,75 @@ pub fn fork_initialized() -> bool {
 mod tests {
     use super::*;
 
+    /// Fresh anonymous private pages (leaked: the tests end with the process).
+    fn anon(len: usize) -> &'static mut [u8] {
+        // SAFETY: a new private anonymous mapping of `len` bytes.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            std::slice::from_raw_parts_mut(p as *mut u8, len)
+        }
+    }
+
+    /// Fork without and then with `fork_init` (one test: fork_init is
+    /// process-wide).
+    #[test]
+    fn a_child_never_shares_moved_pages_and_gets_none_after_fork_init() {
+        // anonymous pages of their own: the test harness's other threads
+        // use the heap meanwhile (see the module's known gaps)
+        let v = anon(3 * PAGE);
+        v.fill(1);
+        let p = v.as_mut_ptr() as u64;
+        share(p, v.len()).expect("share");
+        // SAFETY: fork; the child only writes its copy and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the child's own copy of the buffer.
+            unsafe {
+                std::ptr::write_volatile((p + 100) as *mut u8, 9);
+                libc::_exit(0);
+            }
+        }
+        assert!(pid > 0);
+        let mut st = 0;
+        // SAFETY: waiting for our child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
+        assert_eq!(v[100], 1, "the child's write reached the parent");
+        // the parent's pages are still the shared ones
+        let fd = share(p, 1).expect("again").0;
+        v[100] = 7;
+        let mut b = [0u8; 1];
+        // SAFETY: pread into a local byte.
+        unsafe { libc::pread(fd, b.as_mut_ptr() as *mut libc::c_void, 1, (p + 100) as i64) };
+        assert_eq!(b[0], 7);
+
+        assert_eq!(fork_init(), 0);
+        assert!(fork_initialized());
+        // SAFETY: as above; the child reports whether the page is mapped.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let page = (p as usize).div_ceil(PAGE) * PAGE;
+            // SAFETY: msync only asks whether the page is mapped.
+            let r = unsafe { libc::msync(page as *mut libc::c_void, PAGE, libc::MS_ASYNC) };
+            // SAFETY: leaving the child.
+            unsafe { libc::_exit(if r != 0 { 0 } else { 3 }) };
+        }
+        // SAFETY: waiting for our child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "the child inherited DONTFORK pages"
+        );
+    }
+
     #[test]
     fn maps_lines_parse() {
         let m = parse_line(
@@ -432,7 +501,11 @@ mod tests {
 
     #[test]
     fn private_memory_moves_and_keeps_its_bytes_and_refusals_change_nothing() {
-        let mut v: Vec<u8> = (0..20000u32).map(|i| (i * 7) as u8).collect();
+        let v = anon(20480);
+        for (i, b) in v.iter_mut().enumerate() {
+            *b = (i as u32 * 7) as u8;
+        }
+        let v = &mut v[..20000];
         let p = v.as_mut_ptr() as u64;
         let (fd, off) = share(p + 3, 15000).expect("heap memory");
         assert_eq!(off, p + 3);
