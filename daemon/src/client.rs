@@ -704,24 +704,10 @@ impl Cq {
         use std::os::fd::{AsFd, AsRawFd};
         if self.events.is_none() {
             let bell = nic::io::Bell::new()?;
-            let raw = bell.as_fd().as_raw_fd();
-            match self
-                .ctx
-                .request(Request::NotifyCq { cq: self.handle }, Some(raw))?
-                .0
-            {
-                Response::Ok => {}
-                r => return Err(unexpected(r)),
-            }
+            self.notify_to(bell.as_fd().as_raw_fd())?;
             self.events = Some(bell);
         }
-        let arm = if solicited_only {
-            ring::ARM_SOLICITED
-        } else {
-            ring::ARM_NEXT
-        };
-        self.ring.armed().store(arm, Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
+        self.arm(solicited_only);
         Ok(())
     }
 
@@ -796,16 +782,16 @@ impl Cq {
 
     /// Moves up to `max` completions into `out` (`ibv_poll_cq`).
     pub fn poll(&mut self, max: usize, out: &mut Vec<Wc>) -> usize {
-        let prod = self.ring.producer().load(Ordering::Acquire);
-        let avail = prod.wrapping_sub(self.cons).min(self.ring.entries) as usize;
-        let n = avail.min(max);
-        for _ in 0..n {
-            let c: CqeRaw = self.ring.read(self.cons);
-            out.push(ring::decode_cqe(&c));
-            self.cons = self.cons.wrapping_add(1);
-        }
-        if n > 0 {
-            self.ring.consumer().store(self.cons, Ordering::Release);
+        let mut raw = [CqeRaw::default(); 32];
+        let mut n = 0;
+        while n < max {
+            let want = (max - n).min(raw.len());
+            let got = self.poll_raw(&mut raw[..want]);
+            out.extend(raw[..got].iter().map(ring::decode_cqe));
+            n += got;
+            if got < want {
+                break;
+            }
         }
         n
     }

@@ -34,6 +34,24 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// The size of a memfd from another process, which must be sealed against
+/// shrinking (else it could be truncated under our mapping and make our
+/// accesses fault).
+fn sealed_size(fd: &OwnedFd) -> io::Result<u64> {
+    // SAFETY: F_GET_SEALS / fstat on an fd we own.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the memory fd is not a memfd sealed against shrinking",
+        ));
+    }
+    // SAFETY: fstat into a local struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st.st_size.max(0) as u64)
+}
+
 impl Mapping {
     /// A new zeroed memfd of `len` bytes, sealed against shrinking and
     /// growing, mapped read-write.
@@ -67,14 +85,7 @@ impl Mapping {
     /// our accesses fault) and at least `min_len` bytes long.
     pub fn from_untrusted_fd(fd: OwnedFd, min_len: usize) -> io::Result<Mapping> {
         let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
-        // SAFETY: F_GET_SEALS / fstat on an fd we own.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(bad("the memory fd is not a memfd sealed against shrinking"));
-        }
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-        let size = st.st_size as usize;
+        let size = sealed_size(&fd)? as usize;
         if size < min_len || size == 0 || size > MAX_MAP {
             return Err(bad("the memory fd is smaller than the region or too large"));
         }
@@ -96,17 +107,11 @@ impl Mapping {
         if len == 0 || len > MAX_MAP {
             return Err(bad("bad region length"));
         }
-        // SAFETY: F_GET_SEALS / fstat on an fd we own.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(bad("the memory fd is not a memfd sealed against shrinking"));
-        }
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        let size = sealed_size(&fd)?;
         let end = offset
             .checked_add(len as u64)
             .ok_or_else(|| bad("region overflows"))?;
-        if (st.st_size as u64) < end || st.st_size <= 0 {
+        if size < end {
             return Err(bad("the memory fd is smaller than the region"));
         }
         let page = 4096u64;

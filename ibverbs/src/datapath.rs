@@ -282,13 +282,7 @@ pub unsafe extern "C" fn post_send(
     mut wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    let fail = |w: *mut ibv_send_wr, e: c_int| {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller's out-pointer.
-            unsafe { *bad_wr = w };
-        }
-        e
-    };
+    let fail = |w: *mut ibv_send_wr, e: c_int| fail_at(bad_wr, w, e);
     // SAFETY: the application's QP.
     let Some(q) = (unsafe { qp_of(qp) }) else {
         return fail(wr, libc::EINVAL);
@@ -325,6 +319,40 @@ fn recv_wqe(wr: &ibv_recv_wr) -> Result<WqeRaw, c_int> {
     Ok(w)
 }
 
+/// Names the failing WR in `*bad_wr` (if given) and returns `e`.
+fn fail_at<T>(bad_wr: *mut *mut T, w: *mut T, e: c_int) -> c_int {
+    if !bad_wr.is_null() {
+        // SAFETY: the caller's out-pointer.
+        unsafe { *bad_wr = w };
+    }
+    e
+}
+
+/// Posts a chain of receive WRs with `post`; stops at the first that
+/// fails, naming it in `*bad_wr`.
+///
+/// # Safety
+/// `wr` is NULL or a valid chain of the caller's.
+unsafe fn post_recv_chain(
+    mut wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+    mut post: impl FnMut(&WqeRaw) -> softrnic::client::Result<()>,
+) -> c_int {
+    while !wr.is_null() {
+        // SAFETY: the caller's WR chain.
+        let r = unsafe { &*wr };
+        let w = match recv_wqe(r) {
+            Ok(w) => w,
+            Err(e) => return fail_at(bad_wr, wr, e),
+        };
+        if let Err(e) = post(&w) {
+            return fail_at(bad_wr, wr, crate::errno_of(&e));
+        }
+        wr = r.next;
+    }
+    0
+}
+
 /// `ops.post_recv`.
 ///
 /// # Safety
@@ -332,42 +360,21 @@ fn recv_wqe(wr: &ibv_recv_wr) -> Result<WqeRaw, c_int> {
 /// this library made (or NULL); WR lists and arrays as the verb defines.
 pub unsafe extern "C" fn post_recv(
     qp: *mut ibv_qp,
-    mut wr: *mut ibv_recv_wr,
+    wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let fail = |w: *mut ibv_recv_wr, e: c_int| {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller's out-pointer.
-            unsafe { *bad_wr = w };
-        }
-        e
-    };
     // SAFETY: the application's QP.
     let Some(q) = (unsafe { qp_of(qp) }) else {
-        return fail(wr, libc::EINVAL);
+        return fail_at(bad_wr, wr, libc::EINVAL);
     };
-    if !q.ibv.srq.is_null() {
-        // IBA 10.2.9.5: a QP on an SRQ has no receive queue of its own
-        return fail(wr, libc::EINVAL);
-    }
+    // IBA 10.2.9.5: a QP on an SRQ has no receive queue of its own;
     // IBA 10.8.1: receives posted to a QP in Reset are an immediate error
-    if q.ibv.state == IBV_QPS_RESET {
-        return fail(wr, libc::EINVAL);
+    if !q.ibv.srq.is_null() || q.ibv.state == IBV_QPS_RESET {
+        return fail_at(bad_wr, wr, libc::EINVAL);
     }
     let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
-    while !wr.is_null() {
-        // SAFETY: the caller's WR chain.
-        let r = unsafe { &*wr };
-        let w = match recv_wqe(r) {
-            Ok(w) => w,
-            Err(e) => return fail(wr, e),
-        };
-        if let Err(e) = g.q.post_raw_recv(&w) {
-            return fail(wr, crate::errno_of(&e));
-        }
-        wr = r.next;
-    }
-    0
+    // SAFETY: the caller's chain.
+    unsafe { post_recv_chain(wr, bad_wr, |w| g.q.post_raw_recv(w)) }
 }
 
 /// `ops.post_srq_recv`.
@@ -377,32 +384,14 @@ pub unsafe extern "C" fn post_recv(
 /// this library made (or NULL); WR lists and arrays as the verb defines.
 pub unsafe extern "C" fn post_srq_recv(
     srq: *mut ibv_srq,
-    mut wr: *mut ibv_recv_wr,
+    wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let fail = |w: *mut ibv_recv_wr, e: c_int| {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller's out-pointer.
-            unsafe { *bad_wr = w };
-        }
-        e
-    };
     // SAFETY: the application's SRQ.
     let Some(s) = (unsafe { srq_of(srq) }) else {
-        return fail(wr, libc::EINVAL);
+        return fail_at(bad_wr, wr, libc::EINVAL);
     };
     let mut g = s.inner.lock().unwrap_or_else(|e| e.into_inner());
-    while !wr.is_null() {
-        // SAFETY: the caller's WR chain.
-        let r = unsafe { &*wr };
-        let w = match recv_wqe(r) {
-            Ok(w) => w,
-            Err(e) => return fail(wr, e),
-        };
-        if let Err(e) = g.post_raw_recv(&w) {
-            return fail(wr, crate::errno_of(&e));
-        }
-        wr = r.next;
-    }
-    0
+    // SAFETY: the caller's chain.
+    unsafe { post_recv_chain(wr, bad_wr, |w| g.post_raw_recv(w)) }
 }
