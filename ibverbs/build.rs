@@ -6,8 +6,10 @@
 //! versions, so the versioned names are aliases of internal exports.
 //!
 //! It also makes `target/<profile>/softrnic-ibverbs/libibverbs.so.1`, a
-//! link to `../libibverbs.so`, so that `LD_LIBRARY_PATH` can name a folder
-//! holding only the drop-in.
+//! link to `../deps/libibverbs.so` (where both `cargo build` and `cargo
+//! test` leave the library; only `cargo build` copies it up to
+//! target/<profile>/), so that `LD_LIBRARY_PATH` can name a folder holding
+//! only the drop-in.
 
 use std::path::PathBuf;
 
@@ -50,9 +52,9 @@ fn main() {
         let dir = profile_dir.join("softrnic-ibverbs");
         let _ = std::fs::create_dir_all(&dir);
         let link = dir.join("libibverbs.so.1");
-        if std::fs::read_link(&link).ok() != Some(PathBuf::from("../libibverbs.so")) {
+        if std::fs::read_link(&link).ok() != Some(PathBuf::from("../deps/libibverbs.so")) {
             let _ = std::fs::remove_file(&link);
-            let _ = std::os::unix::fs::symlink("../libibverbs.so", &link);
+            let _ = std::os::unix::fs::symlink("../deps/libibverbs.so", &link);
         }
     }
 }
