@@ -264,3 +264,64 @@ fn perftest_latency_tests_run_both_roles() {
         table,
     );
 }
+
+#[test]
+fn a_tool_killed_mid_transfer_leaves_the_daemon_serving_others() {
+    if !ready(&["ib_write_bw", "ibv_rc_pingpong"]) {
+        return;
+    }
+    let mut d = Daemon::start();
+    let port = free_port().to_string();
+    let args = |dev: &str| -> Vec<String> {
+        ["-d", dev, "-x", "3", "-p", &port, "-D", "60", "-s", "65536"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let mut server = tool(&d, "ib_write_bw", &args("t0"))
+        .spawn()
+        .expect("server");
+    let t0 = Instant::now();
+    while !listening(port.parse().expect("port")) && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cargs = args("t1");
+    cargs.push("127.0.0.1".into());
+    // line-buffered stdout (a pipe is block-buffered otherwise)
+    let mut cargs2 = vec!["-oL".to_string(), "ib_write_bw".to_string()];
+    cargs2.extend(cargs);
+    let mut client = tool(&d, "stdbuf", &cargs2).spawn().expect("client");
+    // kill it once the measurement is under way (perftest prints the
+    // result columns as it starts the timed run)
+    let out = client.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if line.contains("#bytes") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(60)).is_ok(),
+        "ib_write_bw never started its run"
+    );
+    let _ = client.kill();
+    let _ = client.wait();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        d.child.try_wait().expect("try_wait").is_none(),
+        "rnicd died with its client"
+    );
+    // other programs still get the devices, and whole runs
+    pair(
+        &d,
+        "ibv_rc_pingpong",
+        "-p",
+        &["-g", "3", "-n", "100", "-c"],
+        "iters in",
+    );
+    assert!(d.child.try_wait().expect("try_wait").is_none());
+}

@@ -50,7 +50,7 @@ pub fn cmd(prog: &str) -> Command {
 
 /// `rnicd --mem-pair --name t` in its own socket folder; killed on drop.
 pub struct Daemon {
-    child: Child,
+    pub child: Child,
     dir: tempfile::TempDir,
 }
 
