@@ -406,24 +406,7 @@ impl Pd {
             return Err(Error::Protocol("region outside the buffer".into()));
         }
         let addr = buf.addr() + offset as u64;
-        let req = Request::RegMr {
-            pd: self.handle,
-            offset: offset as u64,
-            addr,
-            len: len as u64,
-            access,
-        };
-        match self.ctx.request(req, Some(buf.map.fd()))?.0 {
-            Response::Mr { lkey, rkey } => Ok(Mr {
-                ctx: self.ctx.clone(),
-                lkey,
-                rkey,
-                addr,
-                len: len as u64,
-                _buf: Some(buf.clone()),
-            }),
-            r => Err(unexpected(r)),
-        }
+        self.reg(buf.map.fd(), offset as u64, addr, len, access, Some(buf.clone()))
     }
 
     /// Registers `len` bytes of this process's own memory at `addr` (any
@@ -433,6 +416,20 @@ impl Pd {
     /// as `Error::UserMem` with nothing changed.
     pub fn reg_user_mr(&self, addr: u64, len: usize, access: u32) -> Result<Mr> {
         let (fd, offset) = crate::usermem::share(addr, len).map_err(Error::UserMem)?;
+        self.reg(fd, offset, addr, len, access, None)
+    }
+
+    /// `RegMr` of `len` bytes at `offset` of memfd `fd`, which this process
+    /// sees at `addr`.
+    fn reg(
+        &self,
+        fd: RawFd,
+        offset: u64,
+        addr: u64,
+        len: usize,
+        access: u32,
+        buf: Option<Buffer>,
+    ) -> Result<Mr> {
         let req = Request::RegMr {
             pd: self.handle,
             offset,
@@ -447,7 +444,7 @@ impl Pd {
                 rkey,
                 addr,
                 len: len as u64,
-                _buf: None,
+                _buf: buf,
             }),
             r => Err(unexpected(r)),
         }
