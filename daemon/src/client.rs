@@ -367,14 +367,24 @@ pub struct Mr {
     pub rkey: u32,
     pub addr: u64,
     pub len: u64,
-    /// The shared buffer it lies in (None: process memory moved onto the
-    /// process's memfd, `usermem`).
-    _buf: Option<Buffer>,
+    backing: Backing,
+}
+
+/// What an MR's pages are.
+enum Backing {
+    /// A shared buffer (kept alive while registered).
+    Buffer(#[allow(dead_code)] Buffer),
+    /// Process memory moved onto the process's memfd (`usermem`).
+    User,
 }
 
 impl Mr {
     pub fn dereg(self) -> Result<()> {
-        self.ctx.simple(Request::DeregMr { lkey: self.lkey })
+        let r = self.ctx.simple(Request::DeregMr { lkey: self.lkey });
+        if let Backing::User = self.backing {
+            crate::usermem::release(self.addr, self.len as usize);
+        }
+        r
     }
 }
 
@@ -406,17 +416,27 @@ impl Pd {
             return Err(Error::Protocol("region outside the buffer".into()));
         }
         let addr = buf.addr() + offset as u64;
-        self.reg(buf.map.fd(), offset as u64, addr, len, access, Some(buf.clone()))
+        let b = Backing::Buffer(buf.clone());
+        self.reg(buf.map.fd(), offset as u64, addr, len, access, b)
     }
 
     /// Registers `len` bytes of this process's own memory at `addr` (any
     /// private memory: malloc, posix_memalign, mmap): the pages move onto
     /// shared memory at the same address (`usermem`), the daemon maps
-    /// them. Refused memory (shared mappings not ours, holes) comes back
-    /// as `Error::UserMem` with nothing changed.
+    /// them. Refused memory comes back as `Error::UserMem` with nothing
+    /// changed: EOPNOTSUPP for memory that cannot be shared (shared
+    /// mappings not ours, hugetlb, stacks), EFAULT for holes, unreadable
+    /// pages and read-only pages with write access asked
+    /// (`UserMemError::errno`).
     pub fn reg_user_mr(&self, addr: u64, len: usize, access: u32) -> Result<Mr> {
-        let (fd, offset) = crate::usermem::share(addr, len).map_err(Error::UserMem)?;
-        self.reg(fd, offset, addr, len, access, None)
+        let writable =
+            access & (access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0;
+        let (fd, offset) = crate::usermem::share(addr, len, writable).map_err(Error::UserMem)?;
+        let r = self.reg(fd, offset, addr, len, access, Backing::User);
+        if r.is_err() {
+            crate::usermem::release(addr, len);
+        }
+        r
     }
 
     /// `RegMr` of `len` bytes at `offset` of memfd `fd`, which this process
@@ -428,7 +448,7 @@ impl Pd {
         addr: u64,
         len: usize,
         access: u32,
-        buf: Option<Buffer>,
+        backing: Backing,
     ) -> Result<Mr> {
         let req = Request::RegMr {
             pd: self.handle,
@@ -444,7 +464,7 @@ impl Pd {
                 rkey,
                 addr,
                 len: len as u64,
-                _buf: buf,
+                backing,
             }),
             r => Err(unexpected(r)),
         }

@@ -114,7 +114,7 @@ impl Mapping {
         if size < end {
             return Err(bad("the memory fd is smaller than the region"));
         }
-        let page = 4096u64;
+        let page = crate::usermem::page_size() as u64;
         let start = offset & !(page - 1);
         let stop = end.div_ceil(page) * page;
         let win = (stop - start) as usize;
