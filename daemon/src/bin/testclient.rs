@@ -11,7 +11,11 @@
 //! `stream` (WRITEs until an error completion), `hostile` (garbage WQEs and
 //! ring bytes on its own QPs), `ud` (a UD QP: SENDs both ways through an
 //! address handle, then sends with bad AH handles), `srq-recv` (two RC QPs
-//! on one SRQ) and `srq-send` (SENDs to them).
+//! on one SRQ) and `srq-send` (SENDs to them), and `usermem` (commands
+//! on the process's own memory, see `testclient/usermem.rs`).
+
+#[path = "testclient/usermem.rs"]
+mod usermem;
 
 use nic::verbs::{AhAttr, RecvWr, SendOp, SendWr, Sgl, Wc, WcOpcode, WcStatus};
 use softrnic::ring::{self as sring, WqeRaw};
@@ -762,6 +766,7 @@ fn main() {
     match mode.as_str() {
         "ud" => ud(&sock),
         "srq-recv" => srq_recv(&sock, &p),
+        "usermem" => usermem::run(&sock, &p),
         _ => {}
     }
     let depth = if mode.starts_with("pingpong") { 4 } else { 64 };
