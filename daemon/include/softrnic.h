@@ -195,7 +195,9 @@ void *srnic_alloc_buf(struct srnic_pd *pd, size_t len);
 /* [addr, addr+len): in an srnic_alloc_buf buffer, or any private memory of
  * the process (malloc, posix_memalign, mmap), whose pages then move onto
  * shared memory at the same address (daemon/README.md, "Memory
- * registration"). NULL for memory that cannot be shared. */
+ * registration"). NULL for memory that cannot be shared (shared mappings
+ * not the process's own, hugetlb, stacks, holes, read-only pages asked for
+ * write access); nothing changes then. */
 struct srnic_mr *srnic_reg_mr(struct srnic_pd *pd, void *addr, size_t len, int access);
 uint32_t srnic_mr_lkey(const struct srnic_mr *mr);
 uint32_t srnic_mr_rkey(const struct srnic_mr *mr);

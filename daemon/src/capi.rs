@@ -289,8 +289,10 @@ pub unsafe extern "C" fn srnic_alloc_buf(pd: *mut SrnicPd, len: usize) -> *mut c
     })
 }
 
-/// Registers `[addr, addr+len)`, which must lie inside one buffer from
-/// `srnic_alloc_buf` (other process memory is not supported).
+/// Registers `[addr, addr+len)`: inside one buffer from `srnic_alloc_buf`
+/// (zero-copy as is), or any other private memory of the process (malloc,
+/// posix_memalign, mmap), whose pages then move onto shared memory at the
+/// same address (`usermem`, `Pd::reg_user_mr`). NULL if refused.
 ///
 /// # Safety
 /// Valid pointer.
