@@ -1,15 +1,30 @@
-//! Debian's unmodified RDMA tools (ibverbs-utils, perftest) on softrnic:
-//! two processes on one `rnicd --mem-pair`, through the drop-in
-//! libibverbs.so.1 found by LD_LIBRARY_PATH. When the test runs as root,
-//! the daemon and the tools run as `nobody` (setpriv): no privilege is
-//! needed. Each run has a deadline; both sides must exit 0 and print their
-//! result line.
+//! Debian's unmodified RDMA tools (ibverbs-utils, perftest) on softrnic,
+//! through the drop-in libibverbs.so.1 found by LD_LIBRARY_PATH, as a
+//! server process and a client process (they swap QP numbers over TCP).
+//!
+//! - Setting 1 (no root needed): both on one `rnicd --mem-pair` (devices
+//!   t0 and t1). When the test runs as root, the daemon and the tools run
+//!   as `nobody` (setpriv): no privilege is needed.
+//! - Setting 2 (root): two rnicd, each in its own network namespace on one
+//!   end of a veth pair, over AF_XDP and over AF_PACKET; each daemon drops
+//!   to `nobody` once its port is open, and the tools run as `nobody` in
+//!   the daemon's namespace.
+//!
+//! Each run has a deadline; both sides must exit 0 and the client print
+//! its result line. A tool that is not installed, or no root for setting
+//! 2, is a loud SKIPPED — and a failure under CI=true.
 
 mod common;
 
 use common::{cmd, have, is_root, missing, profile_dir, Daemon};
+use nic::io::netns::{self, Namespaces};
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+/// How long one tool process may run.
+const DEADLINE: Duration = Duration::from_secs(90);
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -19,91 +34,223 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn tool(d: &Daemon, prog: &str, args: &[String]) -> Command {
-    let mut c = cmd(prog);
+// ---------------------------------------------------------------- harness
+
+/// Where one tool process runs: a network namespace (None: ours), the
+/// socket folder of its rnicd, and the ibverbs device it opens.
+#[derive(Clone, Debug)]
+struct Side {
+    ns: Option<String>,
+    sock_dir: PathBuf,
+    dev: String,
+}
+
+/// A server side, a client side and the address the client connects to
+/// (the server's, seen from the client's namespace).
+#[derive(Clone, Debug)]
+struct Setting {
+    server: Side,
+    client: Side,
+    addr: String,
+}
+
+impl Setting {
+    /// Both sides on one `rnicd --mem-pair`: t0 serves, t1 connects.
+    fn mem_pair(d: &Daemon) -> Setting {
+        let side = |dev: &str| Side {
+            ns: None,
+            sock_dir: d.sock_dir().to_path_buf(),
+            dev: dev.into(),
+        };
+        Setting {
+            server: side("t0"),
+            client: side("t1"),
+            addr: "127.0.0.1".into(),
+        }
+    }
+}
+
+/// `prog args` on `side`: in its namespace (`ip netns exec`), as nobody
+/// when we are root, with the drop-in first on the library path and the
+/// side's rnicd as the only devices.
+fn tool(side: &Side, prog: &str, args: &[String]) -> Command {
+    let mut c = match &side.ns {
+        Some(ns) => {
+            // namespaces need root: the tool then runs as nobody
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "setpriv"]);
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.arg(prog);
+            c
+        }
+        None => cmd(prog),
+    };
     c.args(args)
         .env("LD_LIBRARY_PATH", profile_dir().join("softrnic-ibverbs"))
-        .env("SOFTRNIC_SOCK_DIR", d.sock_dir())
+        .env("SOFTRNIC_SOCK_DIR", &side.sock_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
 }
 
-/// Waits for `child` until `deadline`, killing it then.
+/// Waits for `child` until `deadline`, killing it then (`true`: killed).
 fn finish(mut child: Child, deadline: Instant) -> (Output, bool) {
-    loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            return (child.wait_with_output().expect("output"), false);
+    // drain the pipes meanwhile: a chatty tool (perftest -a) must not
+    // block on a full pipe
+    let out = child.stdout.take().map(drain);
+    let err = child.stderr.take().map(drain);
+    let mut late = false;
+    let status = loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            break s;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            return (child.wait_with_output().expect("output"), true);
+            late = true;
+            break child.wait().expect("wait");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+        h.map(|h| h.join().unwrap_or_default()).unwrap_or_default()
+    };
+    let o = Output {
+        status,
+        stdout: join(out),
+        stderr: join(err),
+    };
+    (o, late)
 }
 
-fn show(o: &Output) -> String {
+fn drain(mut r: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = r.read_to_end(&mut v);
+        v
+    })
+}
+
+fn show(o: &Output, late: bool) -> String {
     format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        "{}status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        if late {
+            format!("KILLED after {DEADLINE:?}, ")
+        } else {
+            String::new()
+        },
         o.status.code(),
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
 }
 
-/// Runs `prog` as server (`-d t0`) and client (`-d t1 127.0.0.1`) with a
-/// fresh TCP port given by `port_flag`; both must exit 0 and the client's
-/// output contain `expect`.
-fn pair(d: &Daemon, prog: &str, port_flag: &str, args: &[&str], expect: &str) {
-    let port = free_port().to_string();
-    let mut sargs: Vec<String> = vec!["-d".into(), "t0".into(), port_flag.into(), port.clone()];
-    sargs.extend(args.iter().map(|s| s.to_string()));
-    let mut cargs: Vec<String> = vec!["-d".into(), "t1".into(), port_flag.into(), port.clone()];
-    cargs.extend(args.iter().map(|s| s.to_string()));
-    cargs.push("127.0.0.1".into());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let server = tool(d, prog, &sargs).spawn().expect("start the server");
+/// Runs `prog` as server (`-d <server dev>`) and client (`-d <client dev>
+/// <addr>`) of `s` with a fresh TCP port given by `port_flag`, both with
+/// `args`; both must exit 0 within the deadline and the client's output
+/// contain `expect`. Returns the client's stdout.
+fn pair(s: &Setting, prog: &str, port_flag: &str, args: &[&str], expect: &str) -> String {
+    let port = free_port();
+    let with = |dev: &str| -> Vec<String> {
+        let mut v: Vec<String> = vec!["-d".into(), dev.into(), port_flag.into(), port.to_string()];
+        v.extend(args.iter().map(|a| a.to_string()));
+        v
+    };
+    let sargs = with(&s.server.dev);
+    let mut cargs = with(&s.client.dev);
+    cargs.push(s.addr.clone());
+    let what = format!("{prog} {}", args.join(" "));
+    let started = Instant::now();
+    let mut server = tool(&s.server, prog, &sargs)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: start the server: {e}"));
     // the clients do not retry their TCP connect: wait until the server
-    // listens (without connecting: it accepts one connection only)
+    // listens (without connecting: it accepts one connection only), or
+    // has given up
     let t0 = Instant::now();
-    while !listening(port.parse().expect("port")) && t0.elapsed() < Duration::from_secs(30) {
+    while !listening(s.server.ns.as_deref(), port)
+        && t0.elapsed() < Duration::from_secs(30)
+        && server.try_wait().ok().flatten().is_none()
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let client = tool(d, prog, &cargs).spawn().expect("start the client");
+    let deadline = Instant::now() + DEADLINE;
+    let client = match tool(&s.client, prog, &cargs).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = server.kill();
+            let _ = server.wait();
+            panic!("{what}: start the client: {e}")
+        }
+    };
     let (c, c_late) = finish(client, deadline);
-    let (s, s_late) = finish(server, deadline);
-    let what = format!("{prog} {}", args.join(" "));
+    // a server whose client failed may wait for ever: give it a moment
+    let s_deadline = if c.status.success() {
+        deadline
+    } else {
+        deadline.min(Instant::now() + Duration::from_secs(5))
+    };
+    let (sv, s_late) = finish(server, s_deadline);
     assert!(
-        !c_late && !s_late && c.status.success() && s.status.success(),
-        "{what}\n=== server: {}\n=== client: {}",
-        show(&s),
-        show(&c)
+        !c_late && !s_late && c.status.success() && sv.status.success(),
+        "{what} ({s:?})\n=== server: {}\n=== client: {}",
+        show(&sv, s_late),
+        show(&c, c_late)
     );
-    let out = String::from_utf8_lossy(&c.stdout).to_string() + &String::from_utf8_lossy(&c.stderr);
+    let out = String::from_utf8_lossy(&c.stdout).to_string();
+    let all = out.clone() + &String::from_utf8_lossy(&c.stderr);
     assert!(
-        out.contains(expect),
+        all.contains(expect),
         "{what}: no {expect:?} in the client's output:\n{}",
-        show(&c)
+        show(&c, false)
     );
+    eprintln!(
+        "ok: {what} on {} -> {} ({:.1} s)",
+        s.server.dev,
+        s.client.dev,
+        started.elapsed().as_secs_f64()
+    );
+    out
 }
 
-/// Whether some socket listens on TCP `port` (/proc/net/tcp and tcp6,
-/// state 0A).
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().any(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                w.len() > 3 && format!("{} ", w[1]).ends_with(&want) && w[3] == "0A"
+/// Whether some socket listens on TCP `port` in namespace `ns` (None:
+/// ours): /proc/.../net/tcp and tcp6, state 0A.
+fn listening(ns: Option<&str>, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    let look = || {
+        // thread-self: the namespace of this thread (run_in enters it)
+        ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
+            .iter()
+            .any(|f| {
+                std::fs::read_to_string(f).is_ok_and(|t| {
+                    t.lines().any(|l| {
+                        let w: Vec<&str> = l.split_whitespace().collect();
+                        w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
+                    })
+                })
             })
-        })
-    })
+    };
+    match ns {
+        None => look(),
+        Some(ns) => netns::run_in(ns, look).unwrap_or(false),
+    }
 }
 
+/// Whether the tools can run here: the drop-in and rnicd are built (a
+/// failure otherwise), the tools installed (SKIPPED / CI failure).
 fn ready(progs: &[&str]) -> bool {
+    let lib = profile_dir().join("softrnic-ibverbs/libibverbs.so.1");
+    assert!(
+        lib.exists(),
+        "{}: libibverbs.so.1 not found: build the drop-in (cargo build --release -p softrnic-ibverbs)",
+        lib.display()
+    );
+    let rnicd = profile_dir().join("rnicd");
+    assert!(
+        rnicd.exists(),
+        "{}: not found: build the daemon (cargo build --release -p softrnic)",
+        rnicd.display()
+    );
     for p in progs {
         if !have(p) {
             return !missing(&format!(
@@ -117,121 +264,67 @@ fn ready(progs: &[&str]) -> bool {
     true
 }
 
-#[test]
-fn ibv_devices_and_devinfo_describe_the_devices() {
-    if !ready(&["ibv_devices", "ibv_devinfo"]) {
-        return;
-    }
-    let d = Daemon::start();
-    let out = tool(&d, "ibv_devices", &[]).output().expect("ibv_devices");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", show(&out));
-    assert!(text.contains("t0") && text.contains("t1"), "{text}");
-    let out = tool(&d, "ibv_devinfo", &["-v".into(), "-d".into(), "t1".into()])
-        .output()
-        .expect("ibv_devinfo");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", show(&out));
-    for want in [
-        "hca_id:\tt1",
-        "PORT_ACTIVE (4)",
-        "link_layer:\t\tEthernet",
-        "GID[  3]:\t\t::ffff:192.0.2.2, RoCE v2",
-        "GID[  1]:",
-        "RoCE v1",
-        "vendor_id:\t\t\t0xffffff",
-    ] {
-        assert!(text.contains(want), "no {want:?} in:\n{text}");
-    }
-}
+// ------------------------------------------------------ the tool lists
 
-#[test]
-fn ibverbs_pingpongs_run_between_two_processes() {
-    let progs = [
-        "ibv_rc_pingpong",
-        "ibv_uc_pingpong",
-        "ibv_ud_pingpong",
-        "ibv_srq_pingpong",
+const PINGPONGS: [&str; 4] = [
+    "ibv_rc_pingpong",
+    "ibv_uc_pingpong",
+    "ibv_ud_pingpong",
+    "ibv_srq_pingpong",
+];
+const PERFTESTS: [&str; 8] = [
+    "ib_write_bw",
+    "ib_read_bw",
+    "ib_send_bw",
+    "ib_atomic_bw",
+    "ib_write_lat",
+    "ib_read_lat",
+    "ib_send_lat",
+    "ib_atomic_lat",
+];
+
+/// ibv_*_pingpong: the plain run, data check (-c), completion events
+/// (-e), a large message.
+fn pingpongs(s: &Setting) {
+    // ibv_*_pingpong print "<n> bytes in <t> seconds = ..." and "<n> iters
+    // in <t> seconds = ..." on both sides
+    let done = "bytes in";
+    let g = ["-g", "3"];
+    let runs: &[(&str, &[&str])] = &[
+        ("ibv_rc_pingpong", &["-n", "200"]),
+        ("ibv_rc_pingpong", &["-n", "200", "-c"]),
+        ("ibv_rc_pingpong", &["-n", "200", "-e"]),
+        ("ibv_rc_pingpong", &["-n", "100", "-s", "65536", "-c"]),
+        ("ibv_uc_pingpong", &["-n", "200", "-c"]),
+        ("ibv_uc_pingpong", &["-n", "200", "-e"]),
+        ("ibv_ud_pingpong", &["-n", "200", "-c"]),
+        ("ibv_ud_pingpong", &["-n", "200", "-e"]),
+        ("ibv_srq_pingpong", &["-n", "200", "-c"]),
+        ("ibv_srq_pingpong", &["-n", "100", "-e"]),
     ];
-    if !ready(&progs) {
-        return;
+    for (prog, args) in runs {
+        let a: Vec<&str> = g.iter().chain(args.iter()).copied().collect();
+        pair(s, prog, "-p", &a, done);
     }
-    let d = Daemon::start();
-    let done = "iters in";
-    pair(&d, "ibv_rc_pingpong", "-p", &["-g", "3", "-n", "200"], done);
-    pair(
-        &d,
-        "ibv_rc_pingpong",
-        "-p",
-        &["-g", "3", "-n", "200", "-c"],
-        done,
-    );
-    pair(
-        &d,
-        "ibv_rc_pingpong",
-        "-p",
-        &["-g", "3", "-n", "200", "-e"],
-        done,
-    );
-    pair(
-        &d,
-        "ibv_rc_pingpong",
-        "-p",
-        &["-g", "3", "-n", "100", "-s", "65536", "-c"],
-        done,
-    );
-    pair(
-        &d,
-        "ibv_uc_pingpong",
-        "-p",
-        &["-g", "3", "-n", "200", "-c"],
-        done,
-    );
-    pair(
-        &d,
-        "ibv_ud_pingpong",
-        "-p",
-        &["-g", "3", "-n", "200", "-c"],
-        done,
-    );
-    pair(
-        &d,
-        "ibv_srq_pingpong",
-        "-p",
-        &["-g", "3", "-n", "200", "-c"],
-        done,
-    );
-    pair(
-        &d,
-        "ibv_srq_pingpong",
-        "-p",
-        &["-g", "3", "-n", "100", "-e"],
-        done,
-    );
 }
 
-#[test]
-fn perftest_bandwidth_tests_run_both_roles() {
-    let progs = ["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw"];
-    if !ready(&progs) {
-        return;
-    }
-    let d = Daemon::start();
+/// perftest's bandwidth tests, every size (-a) and in Gb/s.
+fn perftest_bw(s: &Setting, iters: &str) {
     let table = "BW average";
     for p in ["ib_write_bw", "ib_read_bw", "ib_send_bw"] {
-        pair(&d, p, "-p", &["-x", "3", "-n", "100", "-a"], table);
+        pair(s, p, "-p", &["-x", "3", "-n", iters, "-a"], table);
         pair(
-            &d,
+            s,
             p,
             "-p",
-            &["-x", "3", "-n", "100", "--report_gbits"],
+            &["-x", "3", "-n", iters, "--report_gbits"],
             "Gb/sec",
         );
     }
     // perftest refuses -a for atomics (the size is 8 bytes)
-    pair(&d, "ib_atomic_bw", "-p", &["-x", "3", "-n", "200"], table);
+    pair(s, "ib_atomic_bw", "-p", &["-x", "3", "-n", "200"], table);
     pair(
-        &d,
+        s,
         "ib_atomic_bw",
         "-p",
         &["-x", "3", "-n", "200", "--report_gbits"],
@@ -239,50 +332,120 @@ fn perftest_bandwidth_tests_run_both_roles() {
     );
 }
 
-#[test]
-fn perftest_latency_tests_run_both_roles() {
-    let progs = [
-        "ib_write_lat",
-        "ib_read_lat",
-        "ib_send_lat",
-        "ib_atomic_lat",
-    ];
-    if !ready(&progs) {
-        return;
-    }
-    let d = Daemon::start();
+/// perftest's latency tests, every size (-a); --report_gbits too (the
+/// latency tests accept it and print the same table).
+fn perftest_lat(s: &Setting, iters: &str) {
     let table = "t_typical";
     for p in ["ib_write_lat", "ib_read_lat", "ib_send_lat"] {
-        pair(&d, p, "-p", &["-x", "3", "-n", "20", "-a"], table);
+        pair(s, p, "-p", &["-x", "3", "-n", iters, "-a"], table);
+        pair(
+            s,
+            p,
+            "-p",
+            &["-x", "3", "-n", "100", "--report_gbits"],
+            table,
+        );
     }
-    pair(&d, "ib_atomic_lat", "-p", &["-x", "3", "-n", "100"], table);
+    pair(s, "ib_atomic_lat", "-p", &["-x", "3", "-n", "100"], table);
     pair(
-        &d,
-        "ib_write_lat",
+        s,
+        "ib_atomic_lat",
         "-p",
         &["-x", "3", "-n", "100", "--report_gbits"],
         table,
     );
 }
 
+// ------------------------------------------------ setting 1: --mem-pair
+
+#[test]
+fn ibv_devices_and_devinfo_describe_the_devices() {
+    if !ready(&["ibv_devices", "ibv_devinfo"]) {
+        return;
+    }
+    let d = Daemon::start();
+    let s = Setting::mem_pair(&d);
+    let out = tool(&s.server, "ibv_devices", &[])
+        .output()
+        .expect("ibv_devices");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out, false));
+    assert!(text.contains("t0") && text.contains("t1"), "{text}");
+    for (dev, addr, v1) in [
+        ("t0", "192.0.2.1", "c000:0201"),
+        ("t1", "192.0.2.2", "c000:0202"),
+    ] {
+        let out = tool(
+            &s.server,
+            "ibv_devinfo",
+            &["-v".into(), "-d".into(), dev.into()],
+        )
+        .output()
+        .expect("ibv_devinfo");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", show(&out, false));
+        for want in [
+            format!("hca_id:\t{dev}"),
+            "PORT_ACTIVE (4)".into(),
+            "link_layer:\t\tEthernet".into(),
+            format!("GID[  3]:\t\t::ffff:{addr}, RoCE v2"),
+            // (ibv_devinfo prints RoCE v1 GIDs uncompressed)
+            format!("GID[  2]:\t\t0000:0000:0000:0000:0000:ffff:{v1}, RoCE v1"),
+            "GID[  1]:".into(),
+            "vendor_id:\t\t\t0xffffff".into(),
+        ] {
+            assert!(text.contains(&want), "no {want:?} in:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn ibverbs_pingpongs_run_between_two_processes() {
+    if !ready(&PINGPONGS) {
+        return;
+    }
+    let d = Daemon::start();
+    pingpongs(&Setting::mem_pair(&d));
+}
+
+#[test]
+fn perftest_bandwidth_tests_run_both_roles() {
+    if !ready(&PERFTESTS[..4]) {
+        return;
+    }
+    let d = Daemon::start();
+    perftest_bw(&Setting::mem_pair(&d), "100");
+}
+
+#[test]
+fn perftest_latency_tests_run_both_roles() {
+    if !ready(&PERFTESTS[4..]) {
+        return;
+    }
+    let d = Daemon::start();
+    perftest_lat(&Setting::mem_pair(&d), "20");
+}
+
 #[test]
 fn a_tool_killed_mid_transfer_leaves_the_daemon_serving_others() {
-    if !ready(&["ib_write_bw", "ibv_rc_pingpong"]) {
+    if !ready(&["ib_write_bw", "ibv_rc_pingpong", "stdbuf"]) {
         return;
     }
     let mut d = Daemon::start();
-    let port = free_port().to_string();
+    let s = Setting::mem_pair(&d);
+    let port = free_port();
     let args = |dev: &str| -> Vec<String> {
-        ["-d", dev, "-x", "3", "-p", &port, "-D", "60", "-s", "65536"]
+        let p = port.to_string();
+        ["-d", dev, "-x", "3", "-p", &p, "-D", "60", "-s", "65536"]
             .iter()
             .map(|s| s.to_string())
             .collect()
     };
-    let mut server = tool(&d, "ib_write_bw", &args("t0"))
+    let mut server = tool(&s.server, "ib_write_bw", &args("t0"))
         .spawn()
         .expect("server");
     let t0 = Instant::now();
-    while !listening(port.parse().expect("port")) && t0.elapsed() < Duration::from_secs(30) {
+    while !listening(None, port) && t0.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut cargs = args("t1");
@@ -290,7 +453,7 @@ fn a_tool_killed_mid_transfer_leaves_the_daemon_serving_others() {
     // line-buffered stdout (a pipe is block-buffered otherwise)
     let mut cargs2 = vec!["-oL".to_string(), "ib_write_bw".to_string()];
     cargs2.extend(cargs);
-    let mut client = tool(&d, "stdbuf", &cargs2).spawn().expect("client");
+    let mut client = tool(&s.client, "stdbuf", &cargs2).spawn().expect("client");
     // kill it once the measurement is under way (perftest prints the
     // result columns as it starts the timed run)
     let out = client.stdout.take().expect("piped");
@@ -303,25 +466,252 @@ fn a_tool_killed_mid_transfer_leaves_the_daemon_serving_others() {
             }
         }
     });
-    assert!(
-        rx.recv_timeout(Duration::from_secs(60)).is_ok(),
-        "ib_write_bw never started its run"
-    );
+    let started = rx.recv_timeout(Duration::from_secs(60)).is_ok();
     let _ = client.kill();
     let _ = client.wait();
     let _ = server.kill();
     let _ = server.wait();
+    assert!(started, "ib_write_bw never started its run");
     assert!(
         d.child.try_wait().expect("try_wait").is_none(),
         "rnicd died with its client"
     );
     // other programs still get the devices, and whole runs
     pair(
-        &d,
+        &s,
         "ibv_rc_pingpong",
         "-p",
         &["-g", "3", "-n", "100", "-c"],
-        "iters in",
+        "bytes in",
     );
     assert!(d.child.try_wait().expect("try_wait").is_none());
+}
+
+// ------------------------------ setting 2: two namespaces, a veth pair
+
+/// An rnicd on an interface inside a namespace, dropping to nobody once
+/// its port is open; its output goes to files shown when it fails.
+/// Killed on drop.
+struct NetDaemon {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl NetDaemon {
+    fn start(ns: &str, iface: &str, gid: &str, name: &str, backend: &str) -> NetDaemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // SAFETY: chmod of our own temp folder so `nobody` can use it.
+        let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
+        unsafe { libc::chmod(p.as_ptr(), 0o777) };
+        let out = File::create(dir.path().join("rnicd.out")).expect("out");
+        let err = File::create(dir.path().join("rnicd.err")).expect("err");
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(profile_dir().join("rnicd"))
+            .args(["--iface", iface, "--gid", gid, "--name", name])
+            .args(["--backend", backend, "--user", "nobody", "--sock-dir"])
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("start rnicd");
+        let mut d = NetDaemon { child, dir };
+        let t0 = Instant::now();
+        // READY: the port is open, the socket listens, root is dropped
+        while !d.log("rnicd.out").contains("READY") {
+            if let Ok(Some(st)) = d.child.try_wait() {
+                panic!("rnicd in {ns} exited ({st}): {}", d.log("rnicd.err"));
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "rnicd in {ns} did not come up: {}",
+                d.log("rnicd.err")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    fn log(&self, f: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default()
+    }
+
+    fn sock_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for NetDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Namespaces A (192.0.2.1, device `ra`) and B (192.0.2.2, `rb`) joined by
+/// a veth pair, an rnicd in each on `backend`. Fields drop in order: the
+/// daemons stop before the namespaces go.
+struct NetPair {
+    a: NetDaemon,
+    b: NetDaemon,
+    _ns: Namespaces,
+    setting: Setting,
+}
+
+impl NetPair {
+    /// None (after a loud SKIPPED) when this machine cannot run it: not
+    /// root, or no AF_XDP. Under CI=true those fail instead.
+    fn start(tag: &str, backend: &str, mtu: u32) -> Option<NetPair> {
+        if let Err(why) = netns::available() {
+            missing(&format!("setting 2 over {backend}: {why}"));
+            return None;
+        }
+        let id = std::process::id() % 10_000;
+        let (na, nb) = (
+            netns::ns_name(&format!("{tag}a")),
+            netns::ns_name(&format!("{tag}b")),
+        );
+        let ns = Namespaces::create(&[na.clone(), nb.clone()]).expect("namespaces");
+        let (va, vb) = (format!("{tag}a{id}"), format!("{tag}b{id}"));
+        netns::veth(&na, &va, "192.0.2.1/24", &nb, &vb, "192.0.2.2/24", mtu).expect("veth");
+        // both ends have carrier before the daemons look at them
+        for (n, v) in [(&na, &va), (&nb, &vb)] {
+            let t0 = Instant::now();
+            while !carrier(n, v) {
+                assert!(t0.elapsed() < Duration::from_secs(30), "{v}: no carrier");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if backend == "afxdp" {
+            // can this kernel and build do AF_XDP at all?
+            let probe = netns::run_in(&na, || {
+                nic::io::afxdp::open_port(&va, nic::io::afxdp::Backend::AfXdp).map(|_| ())
+            })
+            .expect("enter the namespace");
+            match probe {
+                Ok(()) => {}
+                Err(nic::io::afxdp::OpenError::AfXdp(e)) if e.is_unavailable() => {
+                    missing(&format!("setting 2 over AF_XDP: {e}"));
+                    return None;
+                }
+                Err(e) => panic!("AF_XDP on {va}: {e}"),
+            }
+        }
+        let a = NetDaemon::start(&na, &va, "192.0.2.1", "ra", backend);
+        let b = NetDaemon::start(&nb, &vb, "192.0.2.2", "rb", backend);
+        // the backend asked for, not a fallback
+        let want = if backend == "afxdp" {
+            "AfXdp"
+        } else {
+            "AfPacket"
+        };
+        for (d, v) in [(&a, &va), (&b, &vb)] {
+            let log = d.log("rnicd.err");
+            assert!(log.contains(&format!("{v}: {want}")), "{log}");
+        }
+        let setting = Setting {
+            server: Side {
+                ns: Some(na),
+                sock_dir: a.sock_dir().to_path_buf(),
+                dev: "ra".into(),
+            },
+            client: Side {
+                ns: Some(nb),
+                sock_dir: b.sock_dir().to_path_buf(),
+                dev: "rb".into(),
+            },
+            addr: "192.0.2.1".into(),
+        };
+        Some(NetPair {
+            a,
+            b,
+            _ns: ns,
+            setting,
+        })
+    }
+
+    /// Waits until each side's `ibv_devinfo` shows its port active (the
+    /// engine polls the link now and then).
+    fn wait_active(&self) {
+        for side in [&self.setting.server, &self.setting.client] {
+            let t0 = Instant::now();
+            loop {
+                let out = tool(side, "ibv_devinfo", &["-d".into(), side.dev.clone()])
+                    .output()
+                    .expect("ibv_devinfo");
+                if String::from_utf8_lossy(&out.stdout).contains("PORT_ACTIVE (4)") {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "{}: the port never became active:\n{}",
+                    side.dev,
+                    show(&out, false)
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Both daemons still running (a failure message with their logs
+    /// otherwise).
+    fn check_alive(&mut self) {
+        for (n, d) in [("A", &mut self.a), ("B", &mut self.b)] {
+            if let Ok(Some(st)) = d.child.try_wait() {
+                panic!("rnicd {n} exited ({st}): {}", d.log("rnicd.err"));
+            }
+        }
+    }
+}
+
+/// Whether `dev` in namespace `ns` has carrier (LOWER_UP).
+fn carrier(ns: &str, dev: &str) -> bool {
+    Command::new("ip")
+        .args(["-n", ns, "-o", "link", "show", "dev", dev])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("LOWER_UP"))
+}
+
+/// Every tool of setting 1 between the two namespaces over `backend`.
+fn over_veth(tag: &str, backend: &str, mtu: u32) {
+    if !ready(&PINGPONGS) || !ready(&PERFTESTS) || !ready(&["ibv_devinfo"]) {
+        return;
+    }
+    let Some(mut net) = NetPair::start(tag, backend, mtu) else {
+        return;
+    };
+    net.wait_active();
+    let s = net.setting.clone();
+    // each namespace sees its own daemon's device
+    let out = tool(&s.client, "ibv_devinfo", &["-v".into()])
+        .output()
+        .expect("ibv_devinfo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out, false));
+    for want in [
+        "hca_id:\trb",
+        "PORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "GID[  3]:\t\t::ffff:192.0.2.2, RoCE v2",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+    assert!(!text.contains("hca_id:\tra"), "{text}");
+    pingpongs(&s);
+    net.check_alive();
+    perftest_bw(&s, "20");
+    net.check_alive();
+    perftest_lat(&s, "5");
+    net.check_alive();
+}
+
+#[test]
+fn debian_tools_across_namespaces_over_af_xdp() {
+    over_veth("dtx", "afxdp", 1500);
+}
+
+#[test]
+fn debian_tools_across_namespaces_over_af_packet() {
+    over_veth("dtp", "afpacket", 9000);
 }
