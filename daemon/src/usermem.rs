@@ -375,24 +375,33 @@ fn privatize(fd: RawFd, dev: u64, ino: u64) {
     }
 }
 
-/// Replaces `[start, start + len)`, a mapping of `fd` at `offset`, by a
-/// private copy of its bytes with protection `prot`.
-fn privatize_one(fd: RawFd, start: usize, len: usize, offset: u64, prot: i32) {
-    // SAFETY: a fresh private mapping filled from the file (whatever the
-    // pages' protection), then moved over the pages of ours; only this
-    // child's address space changes.
-    unsafe {
-        let tmp = libc::mmap(
+/// A fresh private anonymous read-write mapping of `len` bytes, or None.
+fn anon_rw(len: usize) -> Option<*mut u8> {
+    // SAFETY: a new mapping of our own; nothing else is touched.
+    let p = unsafe {
+        libc::mmap(
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
-        );
-        if tmp == libc::MAP_FAILED {
-            return;
-        }
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p as *mut u8)
+}
+
+/// Replaces `[start, start + len)`, a mapping of `fd` at `offset`, by a
+/// private copy of its bytes with protection `prot`.
+fn privatize_one(fd: RawFd, start: usize, len: usize, offset: u64, prot: i32) {
+    let Some(tmp) = anon_rw(len) else {
+        return;
+    };
+    let tmp = tmp as *mut libc::c_void;
+    // SAFETY: a fresh private mapping filled from the file (whatever the
+    // pages' protection), then moved over the pages of ours; only this
+    // child's address space changes.
+    unsafe {
         let mut done = 0usize;
         while done < len {
             let n = libc::pread(
@@ -844,25 +853,14 @@ fn apply(s: &mut Store, moves: &[Move]) -> Result<(), UserMemError> {
             snaps.push(None);
             continue;
         }
-        // SAFETY: a fresh private mapping, filled from readable pages of
-        // ours (the plan checked PROT_READ).
-        let p = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                let e = os("snapshot of moved pages");
-                free(&snaps);
-                return Err(e);
-            }
-            std::ptr::copy_nonoverlapping(mv.va.0 as *const u8, p as *mut u8, len);
-            p as *mut u8
+        let Some(p) = anon_rw(len) else {
+            let e = os("snapshot of moved pages");
+            free(&snaps);
+            return Err(e);
         };
+        // SAFETY: a fresh private mapping of `len` bytes, filled from
+        // readable pages of ours (the plan checked PROT_READ).
+        unsafe { std::ptr::copy_nonoverlapping(mv.va.0 as *const u8, p, len) };
         snaps.push(Some(p));
     }
     for (mv, snap) in moves.iter().zip(&snaps) {
@@ -1040,19 +1038,9 @@ mod tests {
 
     /// Fresh anonymous private pages (leaked: the tests end with the process).
     fn anon(len: usize) -> &'static mut [u8] {
-        // SAFETY: a new private anonymous mapping of `len` bytes.
-        unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            std::slice::from_raw_parts_mut(p as *mut u8, len)
-        }
+        let p = anon_rw(len).expect("mmap");
+        // SAFETY: a new private mapping of `len` bytes, never unmapped.
+        unsafe { std::slice::from_raw_parts_mut(p, len) }
     }
 
     #[test]
