@@ -781,14 +781,15 @@ impl Cq {
         self.ring.armed().load(Ordering::SeqCst)
     }
 
-    /// Copies up to `out.len()` raw completions out of the ring, without
-    /// decoding (for callers that convert them to another layout).
-    pub fn poll_raw(&mut self, out: &mut [CqeRaw]) -> usize {
+    /// Hands up to `max` raw completions, oldest first, to `f` and
+    /// releases their slots; their count. For callers that convert CQEs to
+    /// another layout (the libibverbs drop-in's `ibv_wc`).
+    pub fn poll_each(&mut self, max: usize, mut f: impl FnMut(&CqeRaw)) -> usize {
         let prod = self.ring.producer().load(Ordering::Acquire);
         let avail = prod.wrapping_sub(self.cons).min(self.ring.entries) as usize;
-        let n = avail.min(out.len());
-        for o in out.iter_mut().take(n) {
-            *o = self.ring.read(self.cons);
+        let n = avail.min(max);
+        for _ in 0..n {
+            f(&self.ring.read(self.cons));
             self.cons = self.cons.wrapping_add(1);
         }
         if n > 0 {
@@ -799,18 +800,7 @@ impl Cq {
 
     /// Moves up to `max` completions into `out` (`ibv_poll_cq`).
     pub fn poll(&mut self, max: usize, out: &mut Vec<Wc>) -> usize {
-        let mut raw = [CqeRaw::default(); 32];
-        let mut n = 0;
-        while n < max {
-            let want = (max - n).min(raw.len());
-            let got = self.poll_raw(&mut raw[..want]);
-            out.extend(raw[..got].iter().map(ring::decode_cqe));
-            n += got;
-            if got < want {
-                break;
-            }
-        }
-        n
+        self.poll_each(max, |c| out.push(ring::decode_cqe(c)))
     }
 
     /// Polls (spinning, then yielding) until `n` completions arrived.

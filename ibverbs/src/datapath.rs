@@ -94,19 +94,11 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
     }
     let mut g = c.inner.lock().unwrap_or_else(|e| e.into_inner());
     let mut done = 0usize;
-    let mut raw = [CqeRaw::default(); 16];
-    while done < n as usize {
-        let want = (n as usize - done).min(raw.len());
-        let got = g.poll_raw(&mut raw[..want]);
-        for (i, r) in raw[..got].iter().enumerate() {
-            // SAFETY: the caller's array of n entries.
-            unsafe { *wc.add(done + i) = to_wc(r) };
-        }
-        done += got;
-        if got < want {
-            break;
-        }
-    }
+    g.poll_each(n as usize, |c| {
+        // SAFETY: the caller's array of n entries; poll_each hands at most n.
+        unsafe { *wc.add(done) = to_wc(c) };
+        done += 1;
+    });
     done as c_int
 }
 

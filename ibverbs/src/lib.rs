@@ -59,8 +59,6 @@ pub(crate) fn errno_of(e: &softrnic::Error) -> c_int {
         softrnic::Error::Daemon(_) => libc::EINVAL,
         softrnic::Error::Protocol(_) => libc::EIO,
         softrnic::Error::UserMem(u) => u.errno(),
-        #[allow(unreachable_patterns)]
-        _ => libc::EINVAL,
     }
 }
 

@@ -828,7 +828,7 @@ fn state_to(s: QpState) -> c_int {
 /// The address vector of a RoCE path: a GRH is required (RoCE has no
 /// LIDs, IBA A16/A17: the GRH carries the addresses), its source GID must
 /// be the one softrnic sends from.
-pub fn av_from(verb: &str, ctx: &Ctx, a: &ibv_ah_attr) -> Result<AhAttr, c_int> {
+pub fn av_from(verb: &str, a: &ibv_ah_attr) -> Result<AhAttr, c_int> {
     if a.is_global == 0 {
         complain(
             verb,
@@ -846,7 +846,6 @@ pub fn av_from(verb: &str, ctx: &Ctx, a: &ibv_ah_attr) -> Result<AhAttr, c_int> 
         );
         return Err(libc::EINVAL);
     }
-    let _ = ctx;
     let dgid = Gid(a.grh.dgid.raw);
     let dmac = resolve_mac(dgid).map_err(|e| {
         complain(verb, e);
@@ -877,6 +876,36 @@ fn mtu_bytes(m: c_int) -> Option<u32> {
     })
 }
 
+/// The attributes `ibv_modify_qp` remembers for `ibv_query_qp`: mask bit
+/// and the fields it names.
+type CopyAttr = fn(&mut ibv_qp_attr, &ibv_qp_attr);
+const CACHED: &[(c_int, CopyAttr)] = &[
+    (IBV_QP_STATE, |c, a| c.qp_state = a.qp_state),
+    (IBV_QP_PKEY_INDEX, |c, a| c.pkey_index = a.pkey_index),
+    (IBV_QP_PORT, |c, a| c.port_num = a.port_num),
+    (IBV_QP_ACCESS_FLAGS, |c, a| {
+        c.qp_access_flags = a.qp_access_flags
+    }),
+    (IBV_QP_QKEY, |c, a| c.qkey = a.qkey),
+    (IBV_QP_AV, |c, a| c.ah_attr = a.ah_attr),
+    (IBV_QP_PATH_MTU, |c, a| c.path_mtu = a.path_mtu),
+    (IBV_QP_DEST_QPN, |c, a| c.dest_qp_num = a.dest_qp_num),
+    (IBV_QP_RQ_PSN, |c, a| c.rq_psn = a.rq_psn),
+    (IBV_QP_MAX_DEST_RD_ATOMIC, |c, a| {
+        c.max_dest_rd_atomic = a.max_dest_rd_atomic
+    }),
+    (IBV_QP_MIN_RNR_TIMER, |c, a| {
+        c.min_rnr_timer = a.min_rnr_timer
+    }),
+    (IBV_QP_SQ_PSN, |c, a| c.sq_psn = a.sq_psn),
+    (IBV_QP_TIMEOUT, |c, a| c.timeout = a.timeout),
+    (IBV_QP_RETRY_CNT, |c, a| c.retry_cnt = a.retry_cnt),
+    (IBV_QP_RNR_RETRY, |c, a| c.rnr_retry = a.rnr_retry),
+    (IBV_QP_MAX_QP_RD_ATOMIC, |c, a| {
+        c.max_rd_atomic = a.max_rd_atomic
+    }),
+];
+
 /// `ibv_modify_qp`: the attributes in `mask` to the daemon, which applies
 /// the IBA state machine's rules (required and allowed attributes per
 /// transition).
@@ -891,10 +920,6 @@ pub unsafe extern "C" fn srv_ibv_modify_qp(
 ) -> c_int {
     // SAFETY: per the contract.
     let (Some(qp), false) = (unsafe { qp_of(q) }, attr.is_null()) else {
-        return libc::EINVAL;
-    };
-    // SAFETY: the QP's context is open.
-    let Some(ctx) = (unsafe { Ctx::from(qp.ibv.context) }) else {
         return libc::EINVAL;
     };
     // SAFETY: the caller's attributes.
@@ -928,7 +953,7 @@ pub unsafe extern "C" fn srv_ibv_modify_qp(
         m.qkey = Some(a.qkey);
     }
     if has(IBV_QP_AV) {
-        match av_from("ibv_modify_qp", ctx, &a.ah_attr) {
+        match av_from("ibv_modify_qp", &a.ah_attr) {
             Ok(av) => m.ah = Some(av),
             Err(e) => return e,
         }
@@ -972,56 +997,14 @@ pub unsafe extern "C" fn srv_ibv_modify_qp(
         return libc::EINVAL;
     }
     // remember what was set, for ibv_query_qp
-    let c = &mut g.attr;
+    for (bit, copy) in CACHED {
+        if has(*bit) {
+            copy(&mut g.attr, a);
+        }
+    }
     if has(IBV_QP_STATE) {
-        c.qp_state = a.qp_state;
         // SAFETY: the application's QP; its state field mirrors ours.
         unsafe { (*q).state = a.qp_state };
-    }
-    if has(IBV_QP_PKEY_INDEX) {
-        c.pkey_index = a.pkey_index;
-    }
-    if has(IBV_QP_PORT) {
-        c.port_num = a.port_num;
-    }
-    if has(IBV_QP_ACCESS_FLAGS) {
-        c.qp_access_flags = a.qp_access_flags;
-    }
-    if has(IBV_QP_QKEY) {
-        c.qkey = a.qkey;
-    }
-    if has(IBV_QP_AV) {
-        c.ah_attr = a.ah_attr;
-    }
-    if has(IBV_QP_PATH_MTU) {
-        c.path_mtu = a.path_mtu;
-    }
-    if has(IBV_QP_DEST_QPN) {
-        c.dest_qp_num = a.dest_qp_num;
-    }
-    if has(IBV_QP_RQ_PSN) {
-        c.rq_psn = a.rq_psn;
-    }
-    if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
-        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    }
-    if has(IBV_QP_MIN_RNR_TIMER) {
-        c.min_rnr_timer = a.min_rnr_timer;
-    }
-    if has(IBV_QP_SQ_PSN) {
-        c.sq_psn = a.sq_psn;
-    }
-    if has(IBV_QP_TIMEOUT) {
-        c.timeout = a.timeout;
-    }
-    if has(IBV_QP_RETRY_CNT) {
-        c.retry_cnt = a.retry_cnt;
-    }
-    if has(IBV_QP_RNR_RETRY) {
-        c.rnr_retry = a.rnr_retry;
-    }
-    if has(IBV_QP_MAX_QP_RD_ATOMIC) {
-        c.max_rd_atomic = a.max_rd_atomic;
     }
     0
 }
@@ -1291,12 +1274,8 @@ pub unsafe extern "C" fn srv_ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_at
     let (Some(p), false) = (unsafe { pd_of(pd) }, attr.is_null()) else {
         return null_errno(libc::EINVAL);
     };
-    // SAFETY: the PD's context is open.
-    let Some(ctx) = (unsafe { Ctx::from(p.ibv.context) }) else {
-        return null_errno(libc::EINVAL);
-    };
     // SAFETY: the caller's AV.
-    let av = match av_from("ibv_create_ah", ctx, unsafe { &*attr }) {
+    let av = match av_from("ibv_create_ah", unsafe { &*attr }) {
         Ok(a) => a,
         Err(e) => return null_errno(e),
     };
