@@ -100,18 +100,7 @@ fn finish(mut child: Child, deadline: Instant) -> (Output, bool) {
     // block on a full pipe
     let out = child.stdout.take().map(drain);
     let err = child.stderr.take().map(drain);
-    let mut late = false;
-    let status = loop {
-        if let Ok(Some(s)) = child.try_wait() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            late = true;
-            break child.wait().expect("wait");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, late) = wait_until(&mut child, deadline);
     let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
         h.map(|h| h.join().unwrap_or_default()).unwrap_or_default()
     };
@@ -121,6 +110,20 @@ fn finish(mut child: Child, deadline: Instant) -> (Output, bool) {
         stderr: join(err),
     };
     (o, late)
+}
+
+/// Waits for `child` to exit until `deadline`, killing it then (`true`: killed).
+fn wait_until(child: &mut Child, deadline: Instant) -> (std::process::ExitStatus, bool) {
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return (s, false);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return (child.wait().expect("wait"), true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn drain(mut r: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
@@ -433,45 +436,12 @@ fn a_tool_killed_mid_transfer_leaves_the_daemon_serving_others() {
     }
     let mut d = Daemon::start();
     let s = Setting::mem_pair(&d);
-    let port = free_port();
-    let args = |dev: &str| -> Vec<String> {
-        let p = port.to_string();
-        ["-d", dev, "-x", "3", "-p", &p, "-D", "60", "-s", "65536"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    };
-    let mut server = tool(&s.server, "ib_write_bw", &args("t0"))
-        .spawn()
-        .expect("server");
-    let t0 = Instant::now();
-    while !listening(None, port) && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut cargs = args("t1");
-    cargs.push("127.0.0.1".into());
-    // line-buffered stdout (a pipe is block-buffered otherwise)
-    let mut cargs2 = vec!["-oL".to_string(), "ib_write_bw".to_string()];
-    cargs2.extend(cargs);
-    let mut client = tool(&s.client, "stdbuf", &cargs2).spawn().expect("client");
-    // kill it once the measurement is under way (perftest prints the
-    // result columns as it starts the timed run)
-    let out = client.stdout.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-            if line.contains("#bytes") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    let started = rx.recv_timeout(Duration::from_secs(60)).is_ok();
-    let _ = client.kill();
-    let _ = client.wait();
-    let _ = server.kill();
-    let _ = server.wait();
-    assert!(started, "ib_write_bw never started its run");
+    let mut run = WriteBwRun::start(&s);
+    let _ = run.client.kill();
+    let _ = run.client.wait();
+    let _ = run.server.kill();
+    let _ = run.server.wait();
+    assert!(run.started, "ib_write_bw never started its run");
     assert!(
         d.child.try_wait().expect("try_wait").is_none(),
         "rnicd died with its client"
@@ -485,6 +455,111 @@ fn a_tool_killed_mid_transfer_leaves_the_daemon_serving_others() {
         "bytes in",
     );
     assert!(d.child.try_wait().expect("try_wait").is_none());
+}
+
+#[test]
+fn a_peer_killed_mid_transfer_ends_the_writers_run_in_error_completions() {
+    if !ready(&["ib_write_bw", "stdbuf"]) {
+        return;
+    }
+    let mut d = Daemon::start();
+    let s = Setting::mem_pair(&d);
+    let mut run = WriteBwRun::start(&s);
+    // the responder's process dies: its QP goes with it, as a kernel
+    // device destroys a dead process's QPs, and nothing acknowledges the
+    // WRITEs any more
+    let _ = run.server.kill();
+    let _ = run.server.wait();
+    let err = run.client.stderr.take().map(drain);
+    let (status, late) = wait_until(&mut run.client, Instant::now() + DEADLINE);
+    let err = String::from_utf8_lossy(
+        &err.map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default(),
+    )
+    .into_owned();
+    let out = run.out.join().unwrap_or_default();
+    assert!(
+        run.started,
+        "ib_write_bw never started its run:\n{out}\n{err}"
+    );
+    assert!(
+        !late,
+        "the writer still runs {DEADLINE:?} after its peer died:\n{out}\n{err}"
+    );
+    assert!(
+        !status.success(),
+        "the writer succeeded without its peer:\n{out}\n{err}"
+    );
+    // IBA 9.7.6.1.3: retries exhausted → the WQE completes with
+    // IBV_WC_RETRY_EXC_ERR (12), which perftest reports as "Failed status 12"
+    assert!(
+        err.contains("Failed status 12"),
+        "no retry-exceeded completion:\n{out}\n{err}"
+    );
+    assert!(
+        d.child.try_wait().expect("try_wait").is_none(),
+        "rnicd died with its client"
+    );
+}
+
+/// `ib_write_bw -D 60 -s 65536` from t1 (client) to t0 (server), returned
+/// once the client printed its result header: the timed run is under way.
+struct WriteBwRun {
+    server: Child,
+    client: Child,
+    /// The client's stdout, read on a thread until it ends.
+    out: std::thread::JoinHandle<String>,
+    started: bool,
+}
+
+impl WriteBwRun {
+    fn start(s: &Setting) -> WriteBwRun {
+        let port = free_port();
+        let args = |dev: &str| -> Vec<String> {
+            let p = port.to_string();
+            ["-d", dev, "-x", "3", "-p", &p, "-D", "60", "-s", "65536"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        };
+        let server = tool(&s.server, "ib_write_bw", &args("t0"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("server");
+        let t0 = Instant::now();
+        while !listening(None, port) && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut cargs = args("t1");
+        cargs.push("127.0.0.1".into());
+        // line-buffered stdout (a pipe is block-buffered otherwise)
+        let mut cargs2 = vec!["-oL".to_string(), "ib_write_bw".to_string()];
+        cargs2.extend(cargs);
+        let mut client = tool(&s.client, "stdbuf", &cargs2).spawn().expect("client");
+        // perftest prints the result columns as it starts the timed run
+        let out = client.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut text = String::new();
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if line.contains("#bytes") {
+                    let _ = tx.send(());
+                }
+                text += &line;
+                text.push('\n');
+            }
+            text
+        });
+        let started = rx.recv_timeout(Duration::from_secs(60)).is_ok();
+        WriteBwRun {
+            server,
+            client,
+            out,
+            started,
+        }
+    }
 }
 
 // ------------------------------ setting 2: two namespaces, a veth pair
