@@ -348,9 +348,9 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
     a.max_cqe = d.max_cqe as c_int;
     a.max_mr = 65536;
     a.max_pd = 65536;
-    a.max_qp_rd_atom = 16;
-    a.max_res_rd_atom = 16 * 16384;
-    a.max_qp_init_rd_atom = 16;
+    a.max_qp_rd_atom = nic::verbs::qp::MAX_RD_ATOMIC as i32;
+    a.max_res_rd_atom = nic::verbs::qp::MAX_RD_ATOMIC as i32 * 16384;
+    a.max_qp_init_rd_atom = nic::verbs::qp::MAX_RD_ATOMIC as i32;
     a.atomic_cap = IBV_ATOMIC_HCA;
     a.max_ah = 65536;
     a.max_srq = 16384;

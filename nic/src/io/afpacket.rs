@@ -74,6 +74,7 @@ const PACKET_RX_RING: libc::c_int = 5;
 const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VERSION: libc::c_int = 10;
 const PACKET_TX_RING: libc::c_int = 13;
+const PACKET_LOSS: libc::c_int = 14;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const TPACKET_ALIGNMENT: usize = 16;
@@ -403,6 +404,11 @@ pub struct AfPacketPort {
     cfg: RingConfig,
     rx: RxRing,
     tx_next: u32,
+    /// The TX ring holds frames the kernel has not taken yet: its last
+    /// kick failed (socket send buffer full, device busy) or the ring was
+    /// found full. The kernel takes ring frames only when kicked, so every
+    /// `send` and `recv` kicks again until one succeeds.
+    tx_kick_owed: bool,
     mac: EthernetAddress,
     mtu: usize,
     speed: u64,
@@ -530,6 +536,11 @@ impl AfPacketPort {
         };
         setsockopt(raw, PACKET_VERSION, &version, "PACKET_VERSION")?;
         let one: libc::c_int = 1;
+        // A TX frame the kernel cannot send (too long for the device, bad
+        // header) is skipped and its slot freed; without this the kernel
+        // stops at it, marked TP_STATUS_WRONG_FORMAT, and sends nothing
+        // behind it until that slot is written again. Before the rings.
+        setsockopt(raw, PACKET_LOSS, &one, "PACKET_LOSS")?;
         // Best effort: older kernels lack these.
         let _ = setsockopt(raw, PACKET_QDISC_BYPASS, &one, "PACKET_QDISC_BYPASS");
         let _ = setsockopt(raw, PACKET_IGNORE_OUTGOING, &one, "PACKET_IGNORE_OUTGOING");
@@ -651,6 +662,7 @@ impl AfPacketPort {
             cfg,
             rx,
             tx_next: 0,
+            tx_kick_owed: false,
             mac,
             mtu,
             speed: 10_000_000_000,
@@ -856,8 +868,30 @@ impl Drop for AfPacketPort {
     }
 }
 
+impl AfPacketPort {
+    /// sendto(2) with no data: the kernel takes the TX ring's pending
+    /// frames in order until one fails (send buffer full, device busy). If
+    /// the frame queued last is still pending afterwards, the kick is owed.
+    fn kick(&mut self) {
+        if let Err(e) = super::kick_tx(self.fd.as_raw_fd()) {
+            if e.kind() != io::ErrorKind::WouldBlock && e.raw_os_error() != Some(libc::ENOBUFS) {
+                self.counters.tx_dropped += 1;
+            }
+        }
+        let n = self.tx_frames();
+        let last = self.tx_frame((self.tx_next + n - 1) % n) as *const u32;
+        // SAFETY: tp_status, the first field of both versions' TX frame
+        // headers, of a frame inside the ring.
+        let status = unsafe { read_volatile(last) };
+        self.tx_kick_owed = status & TP_STATUS_SEND_REQUEST != 0;
+    }
+}
+
 impl Port for AfPacketPort {
     fn recv(&mut self, batch: &mut FrameBatch) -> usize {
+        if self.tx_kick_owed {
+            self.kick();
+        }
         match self.rx {
             RxRing::V2 { .. } => self.recv_v2(batch),
             RxRing::V3 { .. } => self.recv_v3(batch),
@@ -898,11 +932,16 @@ impl Port for AfPacketPort {
             };
             // SAFETY: slot is a TX frame in the ring.
             let status = unsafe { read_volatile(status_p) };
-            if status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) != 0
-                || f.len() + data_off > self.cfg.tx_frame_size as usize
-            {
+            let full = status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) != 0;
+            // the longest frame the kernel sends: the MTU, the Ethernet
+            // header and one VLAN tag
+            let too_long = f.len() > self.mtu + 18;
+            if full || too_long || f.len() + data_off > self.cfg.tx_frame_size as usize {
                 // sends a prefix of the batch (see `Port::send`)
                 self.counters.tx_dropped += (batch.len() - i) as u64;
+                // a ring full of frames the kernel was never kicked for
+                // would stay full for good
+                self.tx_kick_owed |= full;
                 break;
             }
             if status & TP_STATUS_WRONG_FORMAT != 0 {
@@ -923,12 +962,8 @@ impl Port for AfPacketPort {
             self.counters.tx_bytes += f.len() as u64;
             queued += 1;
         }
-        if queued > 0 {
-            if let Err(e) = super::kick_tx(self.fd.as_raw_fd()) {
-                if e.kind() != io::ErrorKind::WouldBlock {
-                    self.counters.tx_dropped += 1;
-                }
-            }
+        if queued > 0 || self.tx_kick_owed {
+            self.kick();
         }
         queued
     }

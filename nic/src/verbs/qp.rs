@@ -2,6 +2,13 @@
 //! the attributes each transition requires and allows follow IBA Table 93
 //! / 94, as `ibv_modify_qp` and the kernel's `ib_modify_qp_is_ok` use them).
 
+/// The most READs/atomics a QP may have outstanding as requester
+/// (max_rd_atomic) and accept as responder (max_dest_rd_atomic): rxe's
+/// figure, so that programs that copy the peer's value into their own QP
+/// (perftest sets max_rd_atomic to the remote's "outstanding reads") work
+/// against rxe.
+pub const MAX_RD_ATOMIC: u8 = 128;
+
 use super::wr::AhAttr;
 use wire::QpType;
 
@@ -252,11 +259,13 @@ pub fn check_modify(from: QpState, qp_type: QpType, attr: &QpAttr) -> Result<QpS
             range(name, v as u32, v <= max)?;
         }
     }
+    // IBA 11.2.5 (Modify QP): within the HCA limits of 11.2.1 (Query HCA),
+    // max_qp_init_rd_atom / max_qp_rd_atom (ibv_query_device): MAX_RD_ATOMIC
     if let Some(v) = attr.max_rd_atomic {
-        range("max_rd_atomic", v as u32, v <= 16)?;
+        range("max_rd_atomic", v as u32, v <= MAX_RD_ATOMIC)?;
     }
     if let Some(v) = attr.max_dest_rd_atomic {
-        range("max_dest_rd_atomic", v as u32, v <= 16)?;
+        range("max_dest_rd_atomic", v as u32, v <= MAX_RD_ATOMIC)?;
     }
     Ok(to)
 }
@@ -330,6 +339,35 @@ mod tests {
         assert!(matches!(
             check_modify(QpState::Rtr, QpType::Rc, &bad),
             Err(ModifyError::OutOfRange { .. })
+        ));
+        // rxe's limit: a peer's 128 outstanding READs may be copied in
+        let most = QpAttr {
+            max_rd_atomic: Some(MAX_RD_ATOMIC),
+            ..rts
+        };
+        assert_eq!(
+            check_modify(QpState::Rtr, QpType::Rc, &most),
+            Ok(QpState::Rts)
+        );
+        let over = QpAttr {
+            max_rd_atomic: Some(MAX_RD_ATOMIC + 1),
+            ..rts
+        };
+        assert_eq!(
+            check_modify(QpState::Rtr, QpType::Rc, &over),
+            Err(ModifyError::OutOfRange {
+                name: "max_rd_atomic",
+                value: 129
+            })
+        );
+        rtr.path_mtu = Some(1024);
+        rtr.max_dest_rd_atomic = Some(MAX_RD_ATOMIC + 1);
+        assert!(matches!(
+            check_modify(QpState::Init, QpType::Rc, &rtr),
+            Err(ModifyError::OutOfRange {
+                name: "max_dest_rd_atomic",
+                ..
+            })
         ));
     }
 
