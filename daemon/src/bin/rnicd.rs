@@ -63,6 +63,13 @@ struct Args {
     /// machine then has one busy engine thread, not two).
     #[arg(long)]
     one_thread: bool,
+    /// Record the port's frames, sent and received, in this pcap file
+    /// (with --iface; opened before --user takes effect).
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+    /// With --pcap: record only the first N frames.
+    #[arg(long, value_name = "N")]
+    pcap_frames: Option<u64>,
     /// A file of `key = value` lines with the same names as the flags
     /// (flags on the command line win).
     #[arg(long)]
@@ -186,6 +193,10 @@ fn main() {
     let mut ports: Vec<(String, Box<dyn Port>, Gid)> = Vec::new();
     let mut cable = None;
     if a.mem_pair {
+        if a.pcap.is_some() {
+            eprintln!("rnicd: --pcap records an --iface port, not --mem-pair");
+            std::process::exit(2)
+        }
         let macs = [
             EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
             EthernetAddress([0x02, 0x53, 0x52, 0, 0, 2]),
@@ -228,6 +239,16 @@ fn main() {
         match open_port(ifname, backend) {
             Ok((p, b)) => {
                 eprintln!("rnicd: {ifname}: {b:?}");
+                let p: Box<dyn Port> = match &a.pcap {
+                    Some(file) => match nic::io::pcap::PcapTap::new(p, file) {
+                        Ok(t) => Box::new(t.with_limit(a.pcap_frames.unwrap_or(u64::MAX))),
+                        Err(e) => {
+                            eprintln!("rnicd: --pcap: {e}");
+                            std::process::exit(1)
+                        }
+                    },
+                    None => p,
+                };
                 ports.push((a.name.clone(), p, Gid::from_ip(gid)));
             }
             Err(e) => {

@@ -46,9 +46,10 @@ pub(super) struct ReqStream {
     /// atomic ends at its request PSN, where the responder counts it),
     /// oldest first: for checking MSNs.
     pub(super) ends: VecDeque<Psn>,
-    /// A retransmission was seen: responses to duplicates carry the
-    /// current MSN, so MSNs are no longer checked.
-    pub(super) retransmitted: bool,
+    /// MSNs are no longer checked: a retransmission was seen (responses
+    /// to duplicates carry the current MSN), or, in lossy mode, packets
+    /// are missing from the capture (where messages end is unknown).
+    pub(super) msns_unknown: bool,
 }
 
 pub(super) const KEEP: usize = 4096;
@@ -131,7 +132,7 @@ impl Checker {
             atomics: VecDeque::new(),
             paired: false,
             ends: VecDeque::new(),
-            retransmitted: false,
+            msns_unknown: false,
         });
         if s.transport != info.transport {
             return Err(format!(
@@ -165,6 +166,7 @@ impl Checker {
                         return Err(msg);
                     }
                     super::lost(&mut self.stats, notes, msg);
+                    s.msns_unknown = true;
                     s.pending_read = None;
                     s.after_pending = false;
                     s.msg = Msg::Unknown;
@@ -201,7 +203,7 @@ impl Checker {
                 ));
                 s.cursor = p;
                 s.after_pending = false;
-                s.retransmitted = true;
+                s.msns_unknown = true;
             } else if !p.after(s.upper()) && s.cursor != s.upper() {
                 notes.push(format!(
                     "out of sequence: the retransmission skips PSNs {}..{}",
@@ -224,6 +226,7 @@ impl Checker {
                 super::lost(&mut self.stats, notes, msg);
                 s.cursor = p;
                 s.msg = Msg::Unknown;
+                s.msns_unknown = true;
                 if p.after(s.npsn) {
                     s.npsn = p;
                 }
@@ -262,6 +265,7 @@ impl Checker {
                     return Err(msg);
                 }
                 super::lost(&mut self.stats, notes, msg);
+                s.msns_unknown = true;
             }
             _ => {}
         }

@@ -166,7 +166,7 @@ impl Checker {
         // completed, so between two positive responses it grows by the
         // number of messages that end between their PSNs.
         if let Some(aeth) = r.ext.aeth.filter(|a| a.syndrome.is_ack()) {
-            if s.retransmitted {
+            if s.msns_unknown {
                 rs.calib = None;
             } else {
                 match rs.calib {
