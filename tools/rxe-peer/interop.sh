@@ -1,5 +1,6 @@
-# interop.sh: `rxe-peer interop` — softrnic (rnic pingpong on the host) against
-# the kernel's Soft-RoCE (rdma-core's ibv_*_pingpong in the guest). Sourced by
+# interop.sh: `rxe-peer interop` — softrnic (rnic pingpong and rnic perf on
+# the host, then Debian's unmodified tools on the libibverbs drop-in) against
+# the kernel's Soft-RoCE (rdma-core's tools in the guest). Sourced by
 # rxe-peer; uses its boot/g_run/cap_start functions. See docs/interop.md.
 
 RNIC=${RNIC:-$REPO/target/release/rnic}
@@ -22,6 +23,9 @@ rxe-peer interop [--full] [--only REGEX] [--out DIR]
   perftest/cases-ci.txt, --full: perftest/cases.txt). Every case must
   exit 0 on both sides, print the result lines, pass rdma-core's and rnic's
   buffer checks (when available), and both captures must pass `rnic pcap check`.
+  Then the drop-in: the same unmodified Debian tool (ibv_*_pingpong, perftest)
+  on both ends, softrnic's libibverbs.so.1 on the host, both roles
+  (dropin/cases-ci.txt; --full: dropin/cases.txt, perftest with -a).
   Default: the trimmed CI list (a few sizes); --full: all sizes and MTUs.
   --only REGEX: only the cases whose name matches.
 EOF
@@ -187,6 +191,13 @@ interop_hook() {
     . "$HERE/perftest/hook.sh" ) > "$OUT/logs/perftest.log" 2>&1 || fails=$((fails + 1))
   [ -f "$OUT/perftest-results.txt" ] && cat "$OUT/perftest-results.txt" >&2
   echo "perftest_seconds=$(since "$tp")" >> "$OUT/timings"
+  # the drop-in: the same unmodified tool on both ends (dropin/hook.sh)
+  local td; td=$(now)
+  ( DROPIN_CASES=$DI_LIST DROPIN_ONLY=$PT_ONLY
+    # shellcheck source=dropin/hook.sh
+    . "$HERE/dropin/hook.sh" ) > "$OUT/logs/dropin.log" 2>&1 || fails=$((fails + 1))
+  [ -f "$OUT/dropin-results.txt" ] && cat "$OUT/dropin-results.txt" >&2
+  echo "dropin_seconds=$(since "$td")" >> "$OUT/timings"
   echo "suite_seconds=$(since "$t0")" >> "$OUT/timings"
   [ $fails = 0 ]
 }
@@ -204,9 +215,11 @@ interop_main() {
   done
   need_root
   local t0; t0=$(now)
-  if [ ! -x "$RNIC" ]; then
-    say "building rnic (cargo build --release -p tools --bin rnic)"
-    (cd "$REPO" && cargo build --release -q -p tools --bin rnic) || die "cannot build rnic"
+  local lib; lib=$(dirname "$RNIC")/softrnic-ibverbs/libibverbs.so.1
+  if [ ! -x "$RNIC" ] || [ ! -x "$(dirname "$RNIC")/rnicd" ] || [ ! -e "$lib" ]; then
+    say "building rnic, rnicd and the libibverbs drop-in (cargo build --release)"
+    (cd "$REPO" && cargo build --release -q -p tools -p softrnic -p softrnic-ibverbs --bins --lib) ||
+      die "cannot build rnic, rnicd, libibverbs.so.1"
   fi
   command -v tcpdump >/dev/null && command -v nft >/dev/null || host_deps
   image_build
@@ -215,8 +228,8 @@ interop_main() {
   mkdir -p "$OUT"
   echo "image_seconds=$tbuild" > "$OUT/timings"
   interop_cases "$full" | { if [ -n "$only" ]; then grep -E -- "$only" || true; else cat; fi; } > "$OUT/cases.txt"
-  PT_LIST=$HERE/perftest/cases-ci.txt
-  [ "$full" = 1 ] && PT_LIST=$HERE/perftest/cases.txt
+  PT_LIST=$HERE/perftest/cases-ci.txt DI_LIST=$HERE/dropin/cases-ci.txt
+  [ "$full" = 1 ] && PT_LIST=$HERE/perftest/cases.txt DI_LIST=$HERE/dropin/cases.txt
   PT_ONLY=$only
   local h; h=$("$RNIC" pingpong --help)
   RNIC_CHK=0; grep -q -- '--chk' <<< "$h" && RNIC_CHK=1
@@ -233,13 +246,15 @@ interop_main() {
     { echo "# tshark-judge $f"; "$judge" "$f"; echo "# exit=$?"; } > "$OUT/logs/tshark-judge.log" 2>&1 || true
     say "tshark-judge ${f##*/}: $(sed -n 2p "$OUT/logs/tshark-judge.log")"
   fi
-  local pass total ptpass ptotal
+  local pass total ptpass ptotal dipass ditotal
   pass=$(grep -c ' PASS ' "$OUT/results.txt" || true)
   total=$(wc -l < "$OUT/cases.txt")
   ptpass=$(grep -c ' PASS ' "$OUT/perftest-results.txt" 2>/dev/null || true)
   ptotal=$(grep -c . "$OUT/perftest-results.txt" 2>/dev/null || true)
-  echo "---- rxe interop: pingpong $pass/$total, perftest $ptpass/$ptotal passed ($(tr '\n' ' ' < "$OUT/timings")); logs, captures: $OUT"
-  cat "$OUT/results.txt" "$OUT/perftest-results.txt" 2>/dev/null
-  [ $((total + ptotal)) -gt 0 ] || { say "no case matches --only $only"; return 1; }
-  [ "$pass" = "$total" ] && [ "${ptpass:-0}" = "${ptotal:-0}" ] && [ $rc = 0 ]
+  dipass=$(grep -c ' PASS ' "$OUT/dropin-results.txt" 2>/dev/null || true)
+  ditotal=$(grep -c . "$OUT/dropin-results.txt" 2>/dev/null || true)
+  echo "---- rxe interop: pingpong $pass/$total, perftest $ptpass/$ptotal, drop-in $dipass/$ditotal passed ($(tr '\n' ' ' < "$OUT/timings")); logs, captures: $OUT"
+  cat "$OUT/results.txt" "$OUT/perftest-results.txt" "$OUT/dropin-results.txt" 2>/dev/null
+  [ $((total + ptotal + ditotal)) -gt 0 ] || { say "no case matches --only $only"; return 1; }
+  [ "$pass" = "$total" ] && [ "${ptpass:-0}" = "${ptotal:-0}" ] && [ "${dipass:-0}" = "${ditotal:-0}" ] && [ $rc = 0 ]
 }

@@ -1,0 +1,153 @@
+# hook.sh: the same unmodified Debian tool on both ends — on the host through
+# softrnic's drop-in libibverbs.so.1 (`rnic exec`, an `rnicd` on the tap),
+# in the guest on the kernel's Soft-RoCE — in both roles. A host hook for the
+# rxe-peer harness (tools/rxe-peer/rxe-peer, which boots the guest and
+# provides g_start/g_wait/g_run and $NS $TAP $HOST_IP $GUEST_IP $RXE_DEV
+# $RXE_GID); `rxe-peer interop` runs it after the rnic cases, or alone:
+#
+#   tools/rxe-peer/rxe-peer run --hook tools/rxe-peer/dropin/hook.sh
+#
+# Environment: RNIC, RNICD (default: the repository's target/release/),
+# DROPIN_CASES (case list, default cases-ci.txt beside this file),
+# DROPIN_ONLY (regex on case names), DROPIN_TIMEOUT (seconds per side, 240).
+# Each case gets its own rnicd (auto backend), which records its port's
+# first 4000 frames in $OUT/pcap/<case>.rnicd.pcap; that capture must pass
+# `rnic pcap check`. Results: $OUT/dropin-results.txt (one PASS/FAIL line
+# per case), logs in $OUT/logs/<case>.{host,rxe.guest,rnicd}.log.
+# A case passes when both sides exit 0 and print their result lines
+# (pingpong: "iters in" on both; perftest bw: both; WRITE/SEND latency:
+# both; READ and atomic latency: the client), and rdma-core's -c data check
+# (when given) finds nothing.
+
+DI_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+DI_REPO=$(cd "$DI_HERE/../../.." && pwd)
+RNIC=${RNIC:-$DI_REPO/target/release/rnic}
+RNICD=${RNICD:-$(dirname "$RNIC")/rnicd}
+DI_CASES=${DROPIN_CASES:-$DI_HERE/cases-ci.txt}
+DI_TO=${DROPIN_TIMEOUT:-240}
+DI_RES=$OUT/dropin-results.txt
+DI_SOCK=$OUT/dropin-sock
+DI_DEV=srnic0
+# the address's RoCE v2 GID (softrnic's table: 0/1 link-local v1/v2, 2/3 the address v1/v2)
+DI_GID=3
+: > "$DI_RES"
+
+di_now() { date +%s.%N; }
+di_since() { awk -v a="$1" -v b="$(di_now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# the TCP port of the tools' out-of-band exchange (pingpong's and perftest's default)
+DI_PORT=18515
+
+# di_daemon_up NAME: rnicd on the tap, in the tap's namespace, serving
+# $DI_SOCK and recording its port's first frames in $OUT/pcap/NAME.rnicd.pcap
+di_daemon_up() {
+  mkdir -p "$DI_SOCK"
+  ip netns exec "$NS" "$RNICD" --iface "$TAP" --gid "$HOST_IP" \
+    --name "$DI_DEV" --sock-dir "$DI_SOCK" \
+    --pcap "$OUT/pcap/$1.rnicd.pcap" --pcap-frames 4000 > "$OUT/logs/$1.rnicd.log" 2>&1 &
+  DI_DAEMON=$!
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [ -S "$DI_SOCK/$DI_DEV.sock" ] && return 0
+    kill -0 "$DI_DAEMON" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "rnicd did not come up:"; cat "$OUT/logs/$1.rnicd.log"; return 1
+}
+
+di_daemon_down() {
+  kill -TERM "$DI_DAEMON" 2>/dev/null || true
+  wait "$DI_DAEMON" 2>/dev/null || true
+}
+
+# the host side: an unmodified tool on the drop-in, in the tap's namespace
+di_host() { ip netns exec "$NS" timeout -k 5 "$DI_TO" "$RNIC" exec --sock-dir "$DI_SOCK" -- "$@"; }
+
+# di_case NAME ROLE TOOL FLAGS...
+di_case() {
+  local name=$1 role=$2 tool=$3
+  shift 3
+  local flags=("$@") L=$OUT/logs t0 hrc=0 grc=0 why=() gflag=-x
+  case $tool in ibv_*) gflag=-g;; esac
+  local host=("$tool" -d "$DI_DEV" "$gflag" "$DI_GID" "${flags[@]}")
+  [ "${tool#ib_}" != "$tool" ] && host+=(-F)
+  local g="$tool -d $RXE_DEV $gflag $RXE_GID ${flags[*]}"
+  [ "${tool#ib_}" != "$tool" ] && g+=" -F"
+  local port=$DI_PORT
+  t0=$(di_now)
+  di_daemon_up "$name" || why+=(no-rnicd)
+  if [ "$role" = softrnic-client ]; then
+    g_start "$name.rxe" "echo '# $g'; $g" "$DI_TO"
+    echo "# ${host[*]} $GUEST_IP" > "$L/$name.host.log"
+    if g_run "$name.listen" "wait_tcp $port 60" 90; then
+      di_host "${host[@]}" "$GUEST_IP" >> "$L/$name.host.log" 2>&1 || hrc=$?
+    else
+      why+=(rxe-server-not-listening); hrc=125
+    fi
+    [ $hrc = 0 ] || { sleep 1; g_kill "$name.rxe"; }
+    g_wait "$name.rxe" $((DI_TO + 30)) || grc=$?
+  else
+    echo "# ${host[*]}" > "$L/$name.host.log"
+    di_host "${host[@]}" >> "$L/$name.host.log" 2>&1 &
+    local hpid=$! i
+    HOST_PIDS+=("$hpid")
+    for ((i = 0; i < 300; i++)); do
+      ip netns exec "$NS" ss -Hltn "sport = :$port" | grep -q . && break
+      kill -0 "$hpid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$hpid" 2>/dev/null; then
+      g_run "$name.rxe" "echo '# $g $HOST_IP'; $g $HOST_IP" "$DI_TO" || grc=$?
+    else
+      echo "# not run: the host's server is gone" > "$L/$name.rxe.guest.log"; grc=125
+    fi
+    [ $grc = 0 ] || { sleep 1; kill -TERM "$hpid" 2>/dev/null || true; }
+    wait "$hpid" || hrc=$?
+  fi
+  di_daemon_down
+  [ $hrc = 0 ] || why+=("host-exit-$hrc")
+  [ $grc = 0 ] || why+=("rxe-exit-$grc")
+  local hl=$L/$name.host.log gl=$L/$name.rxe.guest.log client server
+  if [ "$role" = softrnic-client ]; then client=$hl server=$gl; else client=$gl server=$hl; fi
+  case $tool in
+    ibv_*)
+      grep -q ' iters in ' "$client" 2>/dev/null || why+=(no-client-result)
+      grep -q ' iters in ' "$server" 2>/dev/null || why+=(no-server-result)
+      grep -qi 'invalid data\|mismatch' "$hl" "$gl" 2>/dev/null && why+=(data-check);;
+    *)
+      grep -qE '^ [0-9]+ +[0-9]+ ' "$client" 2>/dev/null || why+=(no-client-result)
+      case $tool in
+        ib_read_lat|ib_atomic_lat) ;;   # their servers print no result
+        *) grep -qE '^ [0-9]+ +[0-9]+ ' "$server" 2>/dev/null || why+=(no-server-result);;
+      esac;;
+  esac
+  grep -qi 'couldn.t\|failed\|error' "$hl" "$gl" 2>/dev/null && why+=(error-text)
+  "$RNIC" pcap check "$OUT/pcap/$name.rnicd.pcap" > "$L/$name.pcap-check.log" 2>&1 || why+=(pcap-check)
+  local verdict=PASS
+  [ ${#why[@]} = 0 ] || verdict=FAIL
+  printf '%-52s %s %6ss %s\n' "$name" "$verdict" "$(di_since "$t0")" "${why[*]:-}" | tee -a "$DI_RES"
+  [ $verdict = PASS ]
+}
+
+di_main() {
+  local fails=0 n=0 tool flags role name line
+  echo "# drop-in: $(ls -l "$(dirname "$RNIC")/softrnic-ibverbs/libibverbs.so.1" 2>&1)"
+  di_daemon_up devinfo || { echo "dropin: no rnicd"; return 1; }
+  di_host ibv_devinfo -v -d "$DI_DEV" > "$OUT/logs/dropin-devinfo.log" 2>&1 || fails=$((fails + 1))
+  di_daemon_down
+  while read -r line; do
+    case $line in ''|'#'*) continue;; esac
+    read -r tool flags <<< "$line"
+    for role in softrnic-client softrnic-server; do
+      name="$tool$(echo " $flags" | tr -d ' ' | tr -c 'a-zA-Z0-9_\n-' '_')-$role"
+      if [ -n "${DROPIN_ONLY:-}" ] && ! grep -qE -- "$DROPIN_ONLY" <<< "$name"; then continue; fi
+      n=$((n + 1))
+      # shellcheck disable=SC2086
+      di_case "$name" "$role" "$tool" $flags || fails=$((fails + 1))
+    done
+  done < "$DI_CASES"
+  echo "---- drop-in interop: $((n - fails))/$n passed; logs: $OUT/logs"
+  [ $fails = 0 ]
+}
+
+di_main
