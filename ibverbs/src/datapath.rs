@@ -279,7 +279,7 @@ pub unsafe extern "C" fn post_send(
     let Some(q) = (unsafe { qp_of(qp) }) else {
         return fail(wr, libc::EINVAL);
     };
-    // IBA 10.8.1 (C10-?): work requests posted to the send queue of a QP
+    // IBA 10.8.1: work requests posted to the send queue of a QP
     // in Reset, Init or RTR are an immediate error
     if matches!(q.ibv.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
         return fail(wr, libc::EINVAL);

@@ -120,7 +120,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int)
     if access & !ACCESS_KNOWN != 0 || addr.is_null() || len == 0 {
         return null_errno(libc::EINVAL);
     }
-    // IBA 10.6.3.1 (C10-?): remote write or atomic access needs local write.
+    // IBA 10.6.3.1: remote write or atomic access needs local write.
     if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
         && access & IBV_ACCESS_LOCAL_WRITE == 0
     {
