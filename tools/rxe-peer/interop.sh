@@ -133,14 +133,9 @@ pp_case() {
   else
     echo "# rnic ${r[*]}" > "$L/$name.rnic.log"
     ip netns exec "$rns" timeout -k 5 "$to" "$RNIC" "${r[@]}" >> "$L/$name.rnic.log" 2>&1 &
-    local rpid=$! i
+    local rpid=$!
     HOST_PIDS+=("$rpid")
-    for ((i = 0; i < 300; i++)); do
-      ip netns exec "$rns" ss -Hltn "sport = :$PP_PORT" | grep -q . && break
-      kill -0 "$rpid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$rpid" 2>/dev/null; then
+    if host_listens "$rns" "$PP_PORT" "$rpid"; then
       g_run "$name.rxe" "echo '# $tool $g $rip'; $tool $g $rip" "$to" || grc=$?
     else
       echo "# not run: rnic's server is gone" > "$L/$name.rxe.guest.log"; grc=125

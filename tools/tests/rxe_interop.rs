@@ -132,23 +132,8 @@ fn rnic_pingpong_against_linux_soft_roce() {
         "rxe interop suite failed ({status}); per-case logs and captures in {}",
         out.display()
     );
-    let results = std::fs::read_to_string(out.join("results.txt")).unwrap_or_default();
-    let cases = results.lines().count();
-    assert!(cases >= 10, "only {cases} cases ran:\n{results}");
-    assert!(
-        results.lines().all(|l| l.contains(" PASS ")),
-        "failing cases:\n{results}"
-    );
-    let perftest = std::fs::read_to_string(out.join("perftest-results.txt")).unwrap_or_default();
-    let pt_cases = perftest.lines().count();
-    assert!(
-        pt_cases >= 20,
-        "only {pt_cases} perftest cases ran:\n{perftest}"
-    );
-    assert!(
-        perftest.lines().all(|l| l.contains(" PASS ")),
-        "failing perftest cases:\n{perftest}"
-    );
+    let (cases, _) = all_passed(&out, "results.txt", "pingpong", 10);
+    let (pt_cases, perftest) = all_passed(&out, "perftest-results.txt", "perftest", 20);
     // and each one's data was checked (perftest never checks it itself)
     for name in perftest.lines().filter_map(|l| l.split_whitespace().next()) {
         let log = out.join("logs").join(format!("{name}.memcheck.log"));
@@ -161,18 +146,22 @@ fn rnic_pingpong_against_linux_soft_roce() {
     }
     // Debian's unmodified tools on the libibverbs drop-in against the same
     // tools on rxe: 13 tools, both roles
-    let dropin = std::fs::read_to_string(out.join("dropin-results.txt")).unwrap_or_default();
-    let di_cases = dropin.lines().count();
-    assert!(
-        di_cases >= 26,
-        "only {di_cases} drop-in cases ran:\n{dropin}"
-    );
-    assert!(
-        dropin.lines().all(|l| l.contains(" PASS ")),
-        "failing drop-in cases:\n{dropin}"
-    );
+    let (di_cases, _) = all_passed(&out, "dropin-results.txt", "drop-in", 26);
     eprintln!(
-        "rxe interop: {cases} pingpong and {pt_cases} perftest cases passed in {:.0} s",
+        "rxe interop: {cases} pingpong, {pt_cases} perftest and {di_cases} drop-in cases passed in {:.0} s",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// The result lines in `out/file`: at least `min` of them, every one a
+/// PASS; returns their number and the text.
+fn all_passed(out: &Path, file: &str, what: &str, min: usize) -> (usize, String) {
+    let text = std::fs::read_to_string(out.join(file)).unwrap_or_default();
+    let n = text.lines().count();
+    assert!(n >= min, "only {n} {what} cases ran:\n{text}");
+    assert!(
+        text.lines().all(|l| l.contains(" PASS ")),
+        "failing {what} cases:\n{text}"
+    );
+    (n, text)
 }

@@ -89,14 +89,9 @@ di_case() {
   else
     echo "# ${host[*]}" > "$L/$name.host.log"
     di_host "${host[@]}" >> "$L/$name.host.log" 2>&1 &
-    local hpid=$! i
+    local hpid=$!
     HOST_PIDS+=("$hpid")
-    for ((i = 0; i < 300; i++)); do
-      ip netns exec "$NS" ss -Hltn "sport = :$port" | grep -q . && break
-      kill -0 "$hpid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$hpid" 2>/dev/null; then
+    if host_listens "$NS" "$port" "$hpid"; then
       g_run "$name.rxe" "echo '# $g $HOST_IP'; $g $HOST_IP" "$DI_TO" || grc=$?
     else
       echo "# not run: the host's server is gone" > "$L/$name.rxe.guest.log"; grc=125

@@ -72,12 +72,8 @@ pt_case() {
   else
     echo "# rnic ${r[*]}" > "$L/$name.rnic.log"
     ip netns exec "$rns" timeout -k 5 "$PT_TO" "$RNIC" "${r[@]}" >> "$L/$name.rnic.log" 2>&1 &
-    local rpid=$! i
-    for ((i = 0; i < 300; i++)); do
-      ip netns exec "$rns" ss -Hltn "sport = :$PT_PORT" | grep -q . && break
-      kill -0 "$rpid" 2>/dev/null || break
-      sleep 0.1
-    done
+    local rpid=$!
+    host_listens "$rns" "$PT_PORT" "$rpid" || true
     g_run "$name.rxe" "echo '# $g $rip'; $gpre $g $rip" "$PT_TO" || grc=$?
     wait "$rpid" || rrc=$?
   fi
