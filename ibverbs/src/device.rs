@@ -694,9 +694,9 @@ pub unsafe extern "C" fn srv_ibv_get_pkey_index(c: *mut ibv_context, port: u8, p
 /// kernel's next hop for the address (ARP/ND) in this namespace.
 pub fn resolve_mac(dgid: Gid) -> Result<wire::EthernetAddress, String> {
     for d in scan() {
-        if let Ok(c) = softrnic::Context::open(&d.sock) {
-            if c.device.gid == dgid {
-                return Ok(c.device.mac);
+        if let Some((gid, mac)) = local_address(&d.sock) {
+            if gid == dgid {
+                return Ok(mac);
             }
         }
     }
@@ -704,6 +704,29 @@ pub fn resolve_mac(dgid: Gid) -> Result<wire::EthernetAddress, String> {
     nic::io::addr::next_hop_mac(ip, std::time::Duration::from_secs(3))
         .map(|(_, mac)| mac)
         .map_err(|e| format!("no MAC for {ip}: {e}"))
+}
+
+/// The GID and MAC of the device behind socket `sock`, asked once per
+/// socket file (a restarted daemon makes a new one: its inode and change
+/// time key the cache).
+fn local_address(sock: &std::path::Path) -> Option<(Gid, wire::EthernetAddress)> {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Mutex;
+    type Key = (std::path::PathBuf, u64, i64, i64);
+    static SEEN: Mutex<Option<HashMap<Key, (Gid, wire::EthernetAddress)>>> = Mutex::new(None);
+    let m = std::fs::metadata(sock).ok()?;
+    let key = (sock.to_path_buf(), m.ino(), m.ctime(), m.ctime_nsec());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = seen.get_or_insert_with(HashMap::new);
+    if let Some(v) = seen.get(&key) {
+        return Some(*v);
+    }
+    let c = softrnic::Context::open(sock).ok()?;
+    let v = (c.device.gid, c.device.mac);
+    seen.retain(|k, _| k.0 != key.0);
+    seen.insert(key, v);
+    Some(v)
 }
 
 /// `ibv_resolve_eth_l2_from_gid`: the MAC (and no VLAN) for the AV's GID.
