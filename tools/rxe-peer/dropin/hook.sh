@@ -128,7 +128,17 @@ di_main() {
   local fails=0 n=0 tool flags role name line
   echo "# drop-in: $(ls -l "$(dirname "$RNIC")/softrnic-ibverbs/libibverbs.so.1" 2>&1)"
   di_daemon_up devinfo || { echo "dropin: no rnicd"; return 1; }
-  di_host ibv_devinfo -v -d "$DI_DEV" > "$OUT/logs/dropin-devinfo.log" 2>&1 || fails=$((fails + 1))
+  # ibv_devices and ibv_devinfo -v list the device and its RoCE v2 GID
+  local L=$OUT/logs t0; t0=$(di_now)
+  { di_host ibv_devices && di_host ibv_devinfo -v -d "$DI_DEV"; } > "$L/devinfo.host.log" 2>&1
+  local why=() st=$?
+  [ $st = 0 ] || why+=("host-exit-$st")
+  grep -q "^ *$DI_DEV " "$L/devinfo.host.log" || why+=(not-in-ibv_devices)
+  grep -q "GID\[ *$DI_GID\]:.*::ffff:$HOST_IP, RoCE v2" "$L/devinfo.host.log" || why+=(no-roce-v2-gid)
+  printf '%-52s %s %6ss %s\n' ibv_devices+ibv_devinfo "$([ ${#why[@]} = 0 ] && echo PASS || echo FAIL)" \
+    "$(di_since "$t0")" "${why[*]:-}" | tee -a "$DI_RES"
+  [ ${#why[@]} = 0 ] || fails=$((fails + 1))
+  n=$((n + 1))
   di_daemon_down
   while read -r line; do
     case $line in ''|'#'*) continue;; esac
