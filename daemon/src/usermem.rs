@@ -430,17 +430,18 @@ fn privatize_one(fd: RawFd, start: usize, len: usize, offset: u64, prot: i32) {
     }
 }
 
-/// One line of /proc/self/maps.
+/// One line of /proc/self/maps: its fields (through `Deref`) and path.
 #[derive(Clone, Debug)]
 struct MapLine {
-    start: usize,
-    end: usize,
-    prot: i32,
-    private: bool,
-    offset: u64,
-    dev: u64,
-    ino: u64,
+    head: Head,
     path: String,
+}
+
+impl std::ops::Deref for MapLine {
+    type Target = Head;
+    fn deref(&self) -> &Head {
+        &self.head
+    }
 }
 
 impl MapLine {
@@ -507,15 +508,9 @@ fn parse_head(l: &str) -> Option<(Head, std::str::SplitWhitespace<'_>)> {
 }
 
 fn parse_line(l: &str) -> Option<MapLine> {
-    let (h, rest) = parse_head(l)?;
+    let (head, rest) = parse_head(l)?;
     Some(MapLine {
-        start: h.start,
-        end: h.end,
-        prot: h.prot,
-        private: h.private,
-        offset: h.offset,
-        dev: h.dev,
-        ino: h.ino,
+        head,
         path: rest.collect::<Vec<_>>().join(" "),
     })
 }

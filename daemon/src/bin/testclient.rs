@@ -109,24 +109,8 @@ fn setup(sock: &str, nqps: usize, depth: u32) -> Node {
 }
 
 fn exchange(n: &Node, ctx: &Context, p: &ConnectParams) -> Peer {
-    let d = &ctx.device;
-    let m = d.mac.0;
-    let mut s = format!(
-        "INFO {} {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} {} {}",
-        d.gid.to_hex(),
-        m[0],
-        m[1],
-        m[2],
-        m[3],
-        m[4],
-        m[5],
-        n.mr.addr,
-        n.mr.rkey
-    );
-    for q in &n.qps {
-        s += &format!(" {}", q.qpn);
-    }
-    say(&s);
+    let qpns: Vec<u32> = n.qps.iter().map(|q| q.qpn).collect();
+    say(&info_line(ctx, n.mr.addr, n.mr.rkey, &qpns));
     let f = expect("PEER");
     let peer = Peer {
         gid: Gid::from_hex(&f[0]).expect("gid"),
@@ -492,21 +476,13 @@ fn hostile(n: &mut Node) {
 
 const QKEY: u32 = 0x1111_2222;
 
+/// `INFO <gid-hex> <mac>`: how every subcommand starts its INFO line.
+fn info_head(ctx: &Context) -> String {
+    format!("INFO {} {}", ctx.device.gid.to_hex(), ctx.device.mac)
+}
+
 fn info_line(ctx: &Context, addr: u64, rkey: u32, qpns: &[u32]) -> String {
-    let d = &ctx.device;
-    let m = d.mac.0;
-    let mut s = format!(
-        "INFO {} {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} {} {}",
-        d.gid.to_hex(),
-        m[0],
-        m[1],
-        m[2],
-        m[3],
-        m[4],
-        m[5],
-        addr,
-        rkey
-    );
+    let mut s = format!("{} {addr} {rkey}", info_head(ctx));
     for q in qpns {
         s += &format!(" {q}");
     }

@@ -34,7 +34,7 @@ use softrnic::{ConnectParams, Context, Mr, QpInitAttr, QpKind, ACCESS_ALL};
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{fail, line, say};
+use super::{fail, info_head, line, say};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -153,19 +153,7 @@ pub fn run(sock: &str, p: &ConnectParams) -> ! {
             srq: None,
         })
         .unwrap();
-    let d = &ctx.device;
-    let m = d.mac.0;
-    say(&format!(
-        "INFO {} {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} {}",
-        d.gid.to_hex(),
-        m[0],
-        m[1],
-        m[2],
-        m[3],
-        m[4],
-        m[5],
-        qp.qpn
-    ));
+    say(&format!("{} {}", info_head(&ctx), qp.qpn));
     let l = line();
     let f: Vec<&str> = l.split_whitespace().collect();
     if f.len() != 4 || f[0] != "PEER" {
