@@ -7,7 +7,7 @@
 use crate::proto::{self, AhMsg, QpAttrMsg, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
 use crate::ring::{self, CqeRaw, Ring, WqeRaw, CQE_SIZE, WQE_SIZE};
 use crate::shm::{Mapping, SeqPacket};
-use nic::verbs::{access, AhAttr, QpAttr, QpState, RecvWr, SendWr, Wc};
+use nic::verbs::{access, AhAttr, MwType, QpAttr, QpState, RecvWr, SendWr, Wc};
 use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -380,11 +380,36 @@ enum Backing {
 
 impl Mr {
     pub fn dereg(self) -> Result<()> {
-        let r = self.ctx.simple(Request::DeregMr { lkey: self.lkey });
+        self.try_dereg()
+    }
+
+    /// Deregisters the region; refused, and the region kept, while memory
+    /// windows are bound to it (the caller may try again after).
+    pub fn try_dereg(&self) -> Result<()> {
+        self.ctx.simple(Request::DeregMr { lkey: self.lkey })?;
         if let Backing::User = self.backing {
             crate::usermem::release(self.addr, self.len as usize);
         }
-        r
+        Ok(())
+    }
+}
+
+/// A memory window (`ibv_mw`): bound with a `SendOp::BindMw` work request,
+/// invalidated with `SendOp::LocalInv` or by a peer's SEND with Invalidate.
+pub struct Mw {
+    ctx: Arc<Context>,
+    /// The R_Key it had when allocated (each bind gives it a new tag).
+    pub rkey: u32,
+    /// The daemon's handle (the key index, `rkey >> 8`).
+    pub handle: u32,
+    pub kind: MwType,
+}
+
+impl Mw {
+    pub fn dealloc(self) -> Result<()> {
+        self.ctx.simple(Request::DeallocMw {
+            handle: self.handle,
+        })
     }
 }
 
@@ -408,6 +433,23 @@ pub const ACCESS_ALL: u32 =
 impl Pd {
     pub fn alloc_buffer(&self, len: usize) -> Result<Buffer> {
         Buffer::new(len)
+    }
+
+    /// Allocates a memory window in this PD (`ibv_alloc_mw`).
+    pub fn alloc_mw(&self, kind: MwType) -> Result<Mw> {
+        let req = Request::AllocMw {
+            pd: self.handle,
+            mw_type: kind.ibv(),
+        };
+        match self.ctx.request(req, None)?.0 {
+            Response::Mw { rkey } => Ok(Mw {
+                ctx: self.ctx.clone(),
+                rkey,
+                handle: rkey >> 8,
+                kind,
+            }),
+            r => Err(unexpected(r)),
+        }
     }
 
     /// Registers `len` bytes of `buf` from `offset` (zero-copy).

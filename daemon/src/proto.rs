@@ -55,6 +55,16 @@ pub enum Request {
     DeregMr {
         lkey: u32,
     },
+    /// A memory window (`ibv_alloc_mw`); `mw_type` is `ibv_mw_type` (1 or
+    /// 2). Bound and invalidated by work requests on a QP's send ring.
+    AllocMw {
+        pd: u32,
+        mw_type: u32,
+    },
+    /// `ibv_dealloc_mw`; `handle` is the window's key index (`rkey >> 8`).
+    DeallocMw {
+        handle: u32,
+    },
     CreateCq {
         cqe: u32,
     },
@@ -152,6 +162,10 @@ pub enum Response {
     },
     Mr {
         lkey: u32,
+        rkey: u32,
+    },
+    /// A new memory window: its R_Key; its handle is `rkey >> 8`.
+    Mw {
         rkey: u32,
     },
     /// With the CQ ring's memfd attached.

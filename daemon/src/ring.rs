@@ -11,7 +11,9 @@
 //! doorbell); the consumer acquires the producer index, reads the slots,
 //! then release-stores its consumer index.
 
-use nic::verbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, Sgl, Wc, WcOpcode, WcStatus, MAX_SGE};
+use nic::verbs::{
+    MwBind, RecvWr, SendFlags, SendOp, SendWr, Sge, Sgl, Wc, WcOpcode, WcStatus, MAX_SGE,
+};
 use std::sync::atomic::AtomicU32;
 
 pub const RING_HDR: usize = 128;
@@ -44,6 +46,12 @@ pub mod opcode {
     pub const ATOMIC_CMP_AND_SWP: u8 = 5;
     pub const ATOMIC_FETCH_AND_ADD: u8 = 6;
     pub const SEND_WITH_INV: u8 = 7;
+    /// A memory window bind: `rkey` the window's R_Key, `imm` its new one,
+    /// `remote_addr`/`compare_add` the window's address and length,
+    /// `swap` the region's lkey (high 32 bits) and the rights (low 32).
+    pub const BIND_MW: u8 = 8;
+    /// Local invalidate of the R_Key in `imm`.
+    pub const LOCAL_INV: u8 = 9;
 }
 
 /// WQE flags.
@@ -265,6 +273,15 @@ pub fn decode_send(w: &WqeRaw) -> Result<SendWr, BadWqe> {
             rkey,
             add: w.compare_add,
         },
+        opcode::BIND_MW => SendOp::BindMw(MwBind {
+            mw_rkey: rkey,
+            new_rkey: w.imm,
+            mr_lkey: (w.swap >> 32) as u32,
+            addr: remote_addr,
+            len: w.compare_add,
+            access: w.swap as u32,
+        }),
+        opcode::LOCAL_INV => SendOp::LocalInv { rkey: w.imm },
         _ => return Err(BadWqe::Opcode),
     };
     if w.flags & !(flags::SIGNALED | flags::FENCE | flags::SOLICITED) != 0 {
@@ -328,6 +345,15 @@ pub fn encode_send(wr: &SendWr) -> WqeRaw {
             rkey,
             add,
         } => (opcode::ATOMIC_FETCH_AND_ADD, remote_addr, rkey, 0, add, 0),
+        SendOp::BindMw(b) => (
+            opcode::BIND_MW,
+            b.addr,
+            b.mw_rkey,
+            b.new_rkey,
+            b.len,
+            ((b.mr_lkey as u64) << 32) | b.access as u64,
+        ),
+        SendOp::LocalInv { rkey } => (opcode::LOCAL_INV, 0, 0, rkey, 0, 0),
     };
     w.opcode = op;
     w.remote_addr = ra;
@@ -373,7 +399,8 @@ fn set_sgl(w: &mut WqeRaw, sgl: &Sgl) {
     }
 }
 
-const STATUSES: [WcStatus; 13] = [
+/// A CQE's status code is its index here (new ones go at the end).
+const STATUSES: [WcStatus; 14] = [
     WcStatus::Success,
     WcStatus::LocLenErr,
     WcStatus::LocQpOpErr,
@@ -387,9 +414,11 @@ const STATUSES: [WcStatus; 13] = [
     WcStatus::RnrRetryExcErr,
     WcStatus::BadRespErr,
     WcStatus::GeneralErr,
+    WcStatus::MwBindErr,
 ];
 
-const OPCODES: [WcOpcode; 7] = [
+/// A CQE's opcode code is its index here (new ones go at the end).
+const OPCODES: [WcOpcode; 9] = [
     WcOpcode::Send,
     WcOpcode::RdmaWrite,
     WcOpcode::RdmaRead,
@@ -397,6 +426,8 @@ const OPCODES: [WcOpcode; 7] = [
     WcOpcode::FetchAdd,
     WcOpcode::Recv,
     WcOpcode::RecvRdmaWithImm,
+    WcOpcode::BindMw,
+    WcOpcode::LocalInv,
 ];
 
 /// The numeric status in a CQE (the order of `ibv_wc_status` for these).

@@ -11,7 +11,7 @@ use crate::shm::{Listener, Mapping, SeqPacket};
 use nic::engine::{Device, Engine, EngineConfig};
 use nic::io::Port;
 use nic::transport::{QpInit, Rnic, RnicConfig, FIRST_QPN};
-use nic::verbs::{access, Memory, QpAttr, QpState, QpType, Wc, MAX_SGE};
+use nic::verbs::{access, Memory, MwType, QpAttr, QpState, QpType, Wc, MAX_SGE};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -45,6 +45,8 @@ struct Owned {
     pds: HashSet<u32>,
     /// lkey → PD
     mrs: HashMap<u32, u32>,
+    /// memory window handle → PD
+    mws: HashMap<u32, u32>,
     cqs: HashSet<u32>,
     /// QPN → (PD, send CQ, recv CQ, SRQ)
     qps: HashMap<u32, (u32, u32, u32, Option<u32>)>,
@@ -58,6 +60,7 @@ impl Owned {
     fn count(&self) -> usize {
         self.pds.len()
             + self.mrs.len()
+            + self.mws.len()
             + self.cqs.len()
             + self.qps.len()
             + self.ahs.len()
@@ -432,11 +435,12 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
                 return Err(format!("no PD {pd}"));
             }
             if o.mrs.values().any(|p| *p == pd)
+                || o.mws.values().any(|p| *p == pd)
                 || o.qps.values().any(|q| q.0 == pd)
                 || o.ahs.values().any(|p| *p == pd)
                 || o.srqs.values().any(|p| *p == pd)
             {
-                return Err("the PD still has MRs, QPs, AHs or SRQs".into());
+                return Err("the PD still has MRs, MWs, QPs, AHs or SRQs".into());
             }
             o.pds.remove(&pd);
             r.pd_pool.push(pd);
@@ -458,7 +462,8 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
             let all = access::LOCAL_WRITE
                 | access::REMOTE_WRITE
                 | access::REMOTE_READ
-                | access::REMOTE_ATOMIC;
+                | access::REMOTE_ATOMIC
+                | access::MW_BIND;
             if acc & !all != 0 {
                 return Err("unknown access flags".into());
             }
@@ -479,10 +484,28 @@ fn handle(sh: &Shared, id: u64, req: Request, mut fds: Vec<OwnedFd>) -> Result<R
             ok(Response::Mr { lkey, rkey })
         }
         Request::DeregMr { lkey } => {
-            if with_owned(sh, id, |o| o.mrs.remove(&lkey)).is_none() {
+            if !with_owned(sh, id, |o| o.mrs.contains_key(&lkey)) {
                 return Err(format!("no MR {lkey:#x}"));
             }
-            call(sh, move |r| r.dereg_mr(lkey))?;
+            // refused while memory windows are bound to it
+            call(sh, move |r| r.dereg_mr(lkey))?.map_err(|e| e.to_string())?;
+            with_owned(sh, id, |o| o.mrs.remove(&lkey));
+            ok(Response::Ok)
+        }
+        Request::AllocMw { pd, mw_type } => {
+            if !with_owned(sh, id, |o| o.pds.contains(&pd)) {
+                return Err(format!("no PD {pd}"));
+            }
+            let kind = MwType::from_ibv(mw_type).ok_or("unknown memory window type")?;
+            let rkey = call(sh, move |r| r.alloc_mw(pd, kind))?.map_err(|e| e.to_string())?;
+            with_owned(sh, id, |o| o.mws.insert(rkey >> 8, pd));
+            ok(Response::Mw { rkey })
+        }
+        Request::DeallocMw { handle } => {
+            if with_owned(sh, id, |o| o.mws.remove(&handle)).is_none() {
+                return Err(format!("no MW {handle:#x}"));
+            }
+            call(sh, move |r| r.dealloc_mw(handle))?.map_err(|e| e.to_string())?;
             ok(Response::Ok)
         }
         Request::CreateCq { cqe } => {
@@ -885,7 +908,8 @@ fn release_cqs(sh: &Shared, cqs: Vec<u32>) {
 
 /// Tears down everything client `id` owned: its QPs go to the error state
 /// (their WQEs flush; peers' packets to them are dropped, so peers see
-/// retry-exceeded errors) and are destroyed, MRs deregistered (the
+/// retry-exceeded errors) and are destroyed, memory windows freed, MRs
+/// deregistered (the
 /// mappings are unmapped when the transport drops its last reference),
 /// CQs drained and pooled, SRQs destroyed (their rings no longer polled),
 /// AHs dropped, PDs pooled.
@@ -912,10 +936,15 @@ fn cleanup(sh: &Shared, id: u64) {
             let _ = r.destroy_srq(s);
         }
     });
+    // windows before regions: a region with bound windows stays
+    let handles: Vec<u32> = o.mws.keys().copied().collect();
     let lkeys: Vec<u32> = o.mrs.keys().copied().collect();
     let _ = call(sh, move |r| {
+        for h in handles {
+            let _ = r.dealloc_mw(h);
+        }
         for k in lkeys {
-            r.dereg_mr(k);
+            let _ = r.dereg_mr(k);
         }
     });
     release_cqs(sh, o.cqs.into_iter().collect());

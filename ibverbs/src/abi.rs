@@ -653,6 +653,8 @@ pub const IBV_WR_SEND_WITH_IMM: c_int = 3;
 pub const IBV_WR_RDMA_READ: c_int = 4;
 pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_int = 5;
 pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
+pub const IBV_WR_LOCAL_INV: c_int = 7;
+pub const IBV_WR_BIND_MW: c_int = 8;
 pub const IBV_WR_SEND_WITH_INV: c_int = 9;
 
 // enum ibv_send_flags
@@ -667,6 +669,8 @@ pub const IBV_WC_RDMA_WRITE: c_int = 1;
 pub const IBV_WC_RDMA_READ: c_int = 2;
 pub const IBV_WC_COMP_SWAP: c_int = 3;
 pub const IBV_WC_FETCH_ADD: c_int = 4;
+pub const IBV_WC_BIND_MW: c_int = 5;
+pub const IBV_WC_LOCAL_INV: c_int = 6;
 pub const IBV_WC_RECV: c_int = 128;
 pub const IBV_WC_RECV_RDMA_WITH_IMM: c_int = 129;
 

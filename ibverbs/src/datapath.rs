@@ -19,6 +19,7 @@ fn wc_status(s: WcStatus) -> c_int {
         WcStatus::LocQpOpErr => 2,
         WcStatus::LocProtErr => 4,
         WcStatus::WrFlushErr => 5,
+        WcStatus::MwBindErr => 6,
         WcStatus::BadRespErr => 7,
         WcStatus::LocAccessErr => 8,
         WcStatus::RemInvReqErr => 9,
@@ -37,6 +38,8 @@ fn wc_opcode(o: WcOpcode) -> c_int {
         WcOpcode::RdmaRead => IBV_WC_RDMA_READ,
         WcOpcode::CompSwap => IBV_WC_COMP_SWAP,
         WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
+        WcOpcode::BindMw => IBV_WC_BIND_MW,
+        WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
         WcOpcode::Recv => IBV_WC_RECV,
         WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
     }

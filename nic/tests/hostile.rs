@@ -179,12 +179,9 @@ fn forge(rng: &mut SmallRng, template: &[u8], keys: &Keys, lkeys: &[u32]) -> Opt
         }),
         atomic_ack: has(Hd::AtomicAckEth).then(|| rng.gen()),
         imm: has(Hd::ImmDt).then(|| rng.gen()),
-        // Not the key of the region QP B uses as well: our responder lets
-        // a SEND with Invalidate revoke any region of the QP's PD, where
-        // IBA 10.6.7.3 and rxe allow only memory windows and fast-register
-        // regions (a known gap, noted in the fifth session's closing note);
-        // that would take QP B's region away too.
-        ieth: has(Hd::Ieth).then(|| pick_rkey(rng, &r[..2], lkeys)),
+        // Any key, QP B's region's too: a SEND with Invalidate can revoke
+        // only a bound type 2 window (IBA 10.6.7.3), and there is none.
+        ieth: has(Hd::Ieth).then(|| pick_rkey(rng, r, lkeys)),
     };
     let psn = match rng.gen_range(0..10) {
         0 => Psn::new(rng.gen()),

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use nic::sim::PairConfig;
-use nic::verbs::{access, Memory, QpState, RecvWr, SendOp, Sgl, WcOpcode, WcStatus};
+use nic::verbs::{access, Memory, MwType, QpState, RecvWr, SendOp, Sgl, WcOpcode, WcStatus};
 use nic::wire::Opcode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -596,11 +596,12 @@ fn misaligned_atomic_is_invalid_request() {
 
 // ---- SEND with Invalidate naming an R_Key that cannot be invalidated ----
 
-/// A SEND_WITH_INVALIDATE whose IETH names `rkey`: the responder cannot
-/// invalidate it, so (as rxe's RESPST_ERR_INVALIDATE_RKEY) the receive WQE
-/// completes with REM_INV_REQ_ERR and the responder's QP fails; the request
-/// is NAKed as a remote invalid request (IBA 9.9.3), so the send completes
-/// with REM_INV_REQ_ERR too and nothing is invalidated.
+/// A SEND_WITH_INVALIDATE whose IETH names `rkey`, which the responder
+/// cannot invalidate: IBA 9.9.3 responder class J, as rxe
+/// (RESPST_ERR_INVALIDATE_RKEY): the receive WQE completes with
+/// REM_INV_REQ_ERR and the responder's QP fails, but the request is
+/// acknowledged, so the SEND succeeds; the next request is never answered
+/// and the requester's retries run out. Nothing is invalidated.
 fn send_with_bad_invalidate(h: &mut H, rkey: u32) {
     let recvs_before = h.counters(1).rdma_recvs;
     h.fill(0, 0, b"invalidate?");
@@ -621,10 +622,10 @@ fn send_with_bad_invalidate(h: &mut H, rkey: u32) {
     let (wa, wb) = (h.take(0), h.take(1));
     assert_eq!(
         (wa[0].wr_id, wa[0].status),
-        (1, WcStatus::RemInvReqErr),
+        (1, WcStatus::Success),
         "{wa:?}"
     );
-    assert_eq!((wa[1].wr_id, wa[1].status), (2, WcStatus::WrFlushErr));
+    assert_eq!((wa[1].wr_id, wa[1].status), (2, WcStatus::RetryExcErr));
     assert_eq!(
         (wb[0].wr_id, wb[0].status),
         (10, WcStatus::RemInvReqErr),
@@ -635,13 +636,16 @@ fn send_with_bad_invalidate(h: &mut H, rkey: u32) {
     assert_eq!(h.qp(0).state, QpState::Err);
     assert_eq!(h.qp(1).state, QpState::Err);
     let (ca, cb) = (h.counters(0), h.counters(1));
-    assert_eq!(ca.req_remote_invalid_request, 1);
+    assert_eq!(
+        ca.req_remote_invalid_request, 0,
+        "the requester is not told"
+    );
     assert_eq!(cb.resp_invalid_request, 1);
     assert_eq!(cb.rdma_recvs, recvs_before, "no receive succeeded");
 }
 
 #[test]
-fn send_with_invalidate_of_unknown_rkey_is_remote_invalid_request() {
+fn send_with_invalidate_of_unknown_rkey_is_class_j() {
     let mut h = H::rc();
     let b = h.ep(1);
     // an R_Key in no slot, and one in B's slot with the wrong key byte
@@ -653,39 +657,49 @@ fn send_with_invalidate_of_unknown_rkey_is_remote_invalid_request() {
 }
 
 #[test]
-fn send_with_invalidate_of_another_pds_rkey_is_remote_invalid_request() {
+fn send_with_invalidate_of_a_regular_region_is_refused() {
+    // IBA 10.6.7.3: a SEND with Invalidate may name a type 2 window (or a
+    // fast-registration region, which this device does not have), never a
+    // region of ibv_reg_mr.
     let mut h = H::rc();
-    // a region of B registered under a second PD
-    let pd2 = h.p.sim.nodes[1].alloc_pd();
-    let mem = h.p.sides[1].mem.clone();
-    let (_, rkey2) = h.p.sim.nodes[1]
-        .reg_mr(
-            pd2,
-            mem as Arc<dyn Memory>,
-            0x40000,
-            0x7000_0000,
-            0x1000,
-            access::LOCAL_WRITE | access::REMOTE_WRITE,
-        )
-        .unwrap();
+    let (lkey2, rkey2) = h.reg(
+        1,
+        0x40000,
+        0x7000_0000,
+        0x1000,
+        access::LOCAL_WRITE | access::REMOTE_WRITE,
+    );
     send_with_bad_invalidate(&mut h, rkey2);
+    // the region is still there: B deregisters it without complaint
+    assert!(h.p.sim.nodes[1].dereg_mr(lkey2).is_ok());
+}
+
+#[test]
+fn send_with_invalidate_of_another_pds_window_is_class_j() {
+    let mut h = H::rc();
+    // a type 2 window of B under a second PD
+    let pd2 = h.p.sim.nodes[1].alloc_pd();
+    let mw = h.p.sim.nodes[1].alloc_mw(pd2, MwType::Type2).unwrap();
+    send_with_bad_invalidate(&mut h, mw);
 }
 
 #[test]
 fn send_with_invalidate_twice_fails_the_second_time() {
     let mut h = H::rc();
-    let b = h.ep(1);
-    let mem = h.p.sides[1].mem.clone();
-    let (_, rkey2) = h.p.sim.nodes[1]
-        .reg_mr(
-            b.pd,
-            mem as Arc<dyn Memory>,
-            0x40000,
-            0x7000_0000,
-            0x1000,
-            access::LOCAL_WRITE | access::REMOTE_WRITE,
-        )
-        .unwrap();
+    let acc = access::LOCAL_WRITE | access::REMOTE_WRITE | access::MW_BIND;
+    let (lkey2, _) = h.reg(1, 0x40000, 0x7000_0000, 0x1000, acc);
+    let mw = h.alloc_mw(1, MwType::Type2);
+    let st = h.bind(
+        1,
+        mw,
+        0x5a,
+        lkey2,
+        0x7000_0000,
+        0x1000,
+        access::REMOTE_WRITE,
+    );
+    assert_eq!(st, WcStatus::Success);
+    let rkey2 = h.mw_rkey(1, mw);
     h.recv(1, 1, 0x8000, 4096);
     h.send(
         0,
@@ -726,7 +740,8 @@ fn multi_packet_send_with_bad_invalidate_fails_on_its_last_packet() {
     );
     h.run_for_wcs(1, 1);
     let (wa, wb) = (h.take(0), h.take(1));
-    assert_eq!(wa[0].status, WcStatus::RemInvReqErr);
+    // class J: acknowledged, the receive fails (see send_with_bad_invalidate)
+    assert_eq!(wa[0].status, WcStatus::Success);
     assert_eq!(wb[0].status, WcStatus::RemInvReqErr);
     assert_eq!(h.qp(1).state, QpState::Err);
 }

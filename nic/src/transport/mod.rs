@@ -24,8 +24,8 @@ pub use qp::{HeaderTemplate, QpInit};
 
 use crate::time::Instant;
 use crate::verbs::{
-    access, check_modify, Cq, KeyError, Memory, ModifyError, MrTable, QpAttr, QpState, RecvWr,
-    SendOp, SendWr, Sgl, Wc, WcOpcode, WcStatus,
+    access, check_modify, Cq, KeyError, Memory, ModifyError, MrTable, Mw, MwError, MwType, QpAttr,
+    QpState, RecvWr, SendOp, SendWr, Sgl, Wc, WcOpcode, WcStatus,
 };
 use qp::{Qp, SendWqe};
 use std::collections::{BTreeMap, VecDeque};
@@ -107,6 +107,8 @@ pub enum VerbsError {
     BadMr(&'static str),
     #[error("completion queue overrun")]
     CqOverrun,
+    #[error("{0}")]
+    Mw(#[from] MwError),
 }
 
 /// A shared receive queue.
@@ -618,8 +620,34 @@ impl Rnic {
             ))
     }
 
-    pub fn dereg_mr(&mut self, lkey: u32) -> bool {
-        self.res.mrs.deregister(lkey)
+    /// Deregisters a region; refused while memory windows are bound to it.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<(), VerbsError> {
+        Ok(self.res.mrs.deregister(lkey)?)
+    }
+
+    /// Allocates a memory window in `pd` (`ibv_alloc_mw`); returns its
+    /// R_Key (its handle is `rkey >> 8`). Bind it with a
+    /// [`SendOp::BindMw`] work request.
+    pub fn alloc_mw(&mut self, pd: u32, kind: MwType) -> Result<u32, VerbsError> {
+        self.check_pd(pd)?;
+        self.res
+            .mrs
+            .alloc_window(pd, kind)
+            .ok_or(VerbsError::BadMr("key space exhausted"))
+    }
+
+    /// Frees a memory window by its handle (`ibv_dealloc_mw`).
+    pub fn dealloc_mw(&mut self, handle: u32) -> Result<(), VerbsError> {
+        if self.res.mrs.dealloc_window(handle) {
+            Ok(())
+        } else {
+            Err(MwError::NoSuchWindow(handle << 8).into())
+        }
+    }
+
+    /// The memory window in slot `handle`, as it is now.
+    pub fn query_mw(&self, handle: u32) -> Option<Mw> {
+        self.res.mrs.window_by_handle(handle).copied()
     }
 
     pub fn create_cq(&mut self, capacity: usize) -> u32 {
@@ -696,6 +724,8 @@ impl Rnic {
         // inherit them
         self.deadlines.set(idx, None);
         self.res.dev.add(&qp.counters);
+        // its type 2 windows end with it
+        self.res.mrs.unbind_qp(qpn);
         Ok(())
     }
 
@@ -1255,7 +1285,7 @@ impl Qp {
             npkts: 0,
             read_done: 0,
             signaled,
-            local_error: None,
+            local_status: None,
         };
         // IBA 10.3.1: send WRs posted in ERR (or SQEr) complete as flushed.
         if matches!(self.state, QpState::Err | QpState::Sqe) {
@@ -1412,7 +1442,7 @@ impl Qp {
             }
             // The next WQE failed locally while this one was in flight: its
             // error completion is due now, in order.
-            if let Some(st) = self.req.sq.front().and_then(|w| w.local_error) {
+            if let Some(st) = self.req.sq.front().and_then(|w| w.local_status) {
                 self.complete_front(res, st);
             }
         } else {

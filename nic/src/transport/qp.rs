@@ -97,18 +97,22 @@ pub struct SendWqe {
     /// READ: bytes of response received so far.
     pub read_done: u64,
     pub signaled: bool,
-    /// A local error found when it was due to be sent while WQEs before it
-    /// were still in flight: it completes with this status once they have
-    /// (IBA 10.8.5: send completions are returned in posting order).
-    pub local_error: Option<crate::verbs::WcStatus>,
+    /// The WQE finished locally while WQEs before it were still in
+    /// flight — a local operation (BIND_MW, LOCAL_INV) executed, or a local
+    /// error found when it was due to be sent: it completes with this
+    /// status once they have (IBA 10.8.5: send completions are returned in
+    /// posting order).
+    pub local_status: Option<crate::verbs::WcStatus>,
 }
 
 impl SendWqe {
     pub fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts.max(1) - 1)
     }
+    /// Whether packet `psn` belongs to this WQE (a local operation has no
+    /// packets).
     pub fn contains(&self, psn: Psn) -> bool {
-        self.started && psn.in_window(self.first_psn, self.npkts.max(1))
+        self.started && !self.wr.op.is_local() && psn.in_window(self.first_psn, self.npkts.max(1))
     }
 }
 

@@ -67,9 +67,34 @@ impl Qp {
         if rc && self.req.una.distance_to(self.req.npsn) >= res.cfg.max_unacked_psns {
             return None;
         }
+        // Local operations run when the requester reaches them, in order,
+        // and send nothing: the cursor passes them.
+        while self.req.cur < self.req.sq.len() && self.req.sq[self.req.cur].wr.op.is_local() {
+            let cur = self.req.cur;
+            let w = &self.req.sq[cur];
+            if w.local_status.is_some_and(|st| st != WcStatus::Success) {
+                // failed: holds the queue until it completes in error
+                return None;
+            }
+            if !w.started && !self.run_local(res, cur)? {
+                return None;
+            }
+            if self
+                .req
+                .sq
+                .get(cur)
+                .is_some_and(|w| w.started && w.wr.op.is_local())
+            {
+                self.req.cur += 1;
+                self.req.cur_off = 0;
+            }
+        }
+        if self.req.cur >= self.req.sq.len() {
+            return None;
+        }
         let cur = self.req.cur;
         // A WQE that failed locally holds the queue until it completes.
-        if self.req.sq[cur].local_error.is_some() {
+        if self.req.sq[cur].local_status.is_some() {
             return None;
         }
         if !self.req.sq[cur].started && !self.start_wqe(res, cur)? {
@@ -332,6 +357,49 @@ impl Qp {
         Some(true)
     }
 
+    /// Executes the local operation `sq[idx]` (BIND_MW, LOCAL_INV).
+    /// `Some(false)`: not yet (a fence); `None`: it failed (the QP fails
+    /// once the WQEs before it complete, as rxe's requester does).
+    /// Completes it now if it is the oldest WQE, else once those before it
+    /// have (IBA 10.8.5).
+    fn run_local(&mut self, res: &mut Resources, idx: usize) -> Option<bool> {
+        let w = &self.req.sq[idx];
+        // IBA 10.8.3.3: a fenced WR waits for earlier READs and atomics.
+        if w.wr.flags.fence && self.req.rd_atomic_outstanding > 0 {
+            return Some(false);
+        }
+        let status = match w.wr.op {
+            // IBA 10.6.7.2: bind (checks in MrTable::bind_window); a failed
+            // bind completes with IBV_WC_MW_BIND_ERR.
+            SendOp::BindMw(b) => match res.mrs.bind_window(self.qpn, self.init.pd, &b) {
+                Ok(_) => WcStatus::Success,
+                Err(_) => WcStatus::MwBindErr,
+            },
+            // IBA 10.6.7.3 (Local Invalidate): a key that cannot be
+            // invalidated is a local QP operation error, as rxe.
+            SendOp::LocalInv { rkey } => match res.mrs.invalidate(rkey, self.init.pd, None) {
+                Ok(()) => WcStatus::Success,
+                Err(_) => WcStatus::LocQpOpErr,
+            },
+            _ => unreachable!("only local operations"),
+        };
+        let psn = self.req.npsn;
+        let w = &mut self.req.sq[idx];
+        w.started = true;
+        w.first_psn = psn;
+        w.npkts = 0;
+        if status != WcStatus::Success {
+            self.complete_front_at(res, idx, status);
+            return None;
+        }
+        if idx == 0 {
+            self.complete_front(res, WcStatus::Success);
+        } else {
+            self.req.sq[idx].local_status = Some(WcStatus::Success);
+        }
+        Some(true)
+    }
+
     /// Fails the WQE at `idx` (always the oldest unfinished one: WQEs
     /// start in order and earlier ones are complete or in flight).
     fn complete_front_at(&mut self, res: &mut Resources, idx: usize, status: WcStatus) {
@@ -342,7 +410,7 @@ impl Qp {
             // complete first (IBA 10.8.5, completions in posting order),
             // then this one in error (see `complete_front`), then the QP
             // fails and flushes the rest. Nothing after it is sent.
-            self.req.sq[idx].local_error = Some(status);
+            self.req.sq[idx].local_status = Some(status);
         }
     }
 
@@ -383,6 +451,11 @@ impl Qp {
         let acked = self.req.acked;
         while self.req.cur < self.req.sq.len() && self.req.npsn.before(acked) {
             let w = &self.req.sq[self.req.cur];
+            if w.started && w.wr.op.is_local() {
+                self.req.cur += 1;
+                self.req.cur_off = 0;
+                continue;
+            }
             if !w.started || w.wr.op.is_read_or_atomic() {
                 break;
             }

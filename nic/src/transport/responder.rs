@@ -23,6 +23,8 @@ enum Outcome {
     /// A NAK-worthy error; the receive WQE in progress (if any) completes
     /// with the given status.
     Nak(NakCode, Option<WcStatus>),
+    /// A SEND with Invalidate named an R_Key that cannot be invalidated.
+    InvalidateFailed,
 }
 
 /// Responder resources remembered for duplicate READs and atomics.
@@ -123,6 +125,24 @@ impl Qp {
                 });
                 self.resp.error_after_flush = true;
             }
+            Outcome::InvalidateFailed => {
+                // IBA 9.9.3, responder class J (an R_Key in a SEND with
+                // Invalidate that cannot be invalidated), as rxe
+                // (RESPST_ERR_INVALIDATE_RKEY): the receive WQE completes
+                // with REM_INV_REQ_ERR and the QP goes to ERR, but the
+                // request is acknowledged — the requester is not told.
+                self.counters.resp_invalid_request += 1;
+                self.resp.error_event = None;
+                self.fail_in_message(res, Some(WcStatus::RemInvReqErr));
+                if pkt.bth.ack_req {
+                    self.queue_response(Response::Ack {
+                        psn,
+                        syndrome: ACK,
+                        msn: self.resp.msn,
+                    });
+                }
+                self.resp.error_after_flush = true;
+            }
         }
     }
 
@@ -217,7 +237,7 @@ impl Qp {
                 self.resp.uc_discard = !info.position.is_end();
                 self.resp.epsn = psn.next();
             }
-            Outcome::Nak(..) => {
+            Outcome::Nak(..) | Outcome::InvalidateFailed => {
                 self.abandon_in_message(res);
                 self.resp.uc_discard = !info.position.is_end();
                 self.resp.epsn = psn.next();
@@ -351,18 +371,16 @@ impl Qp {
         {
             return Outcome::Nak(NakCode::RemoteOperationalError, Some(WcStatus::LocProtErr));
         }
-        // SEND with Invalidate (IBA 10.6.7.3, as MrTable::invalidate cites
-        // it; RC only): the last
-        // packet's IETH names an R_Key the responder invalidates. One that
-        // names no region of ours, a region of another PD or one already
-        // invalid cannot be invalidated: rxe's responder
-        // (RESPST_ERR_INVALIDATE_RKEY) completes the receive WQE with
-        // IB_WC_REM_INV_REQ_ERR and moves the QP to ERR; we do that and
-        // NAK the request as a remote invalid request (IBA 9.9.3, class C
-        // responder errors), so the requester learns it too.
+        // SEND with Invalidate (IBA 10.6.7.3; RC only): the last packet's
+        // IETH names the R_Key to invalidate, which only a bound type 2
+        // window of this QP can be (`MrTable::invalidate` has the rules).
         if let (true, Some(rkey)) = (pos.is_end(), pkt.ext.ieth) {
-            if !res.mrs.invalidate(rkey, self.init.pd) {
-                return Outcome::Nak(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
+            if res
+                .mrs
+                .invalidate(rkey, self.init.pd, Some(self.qpn))
+                .is_err()
+            {
+                return Outcome::InvalidateFailed;
             }
         }
         self.resp.in_msg = Some(InMessage::Send {
@@ -406,6 +424,7 @@ impl Qp {
                     .check_remote(
                         reth.rkey,
                         self.init.pd,
+                        self.qpn,
                         reth.va,
                         total,
                         access::REMOTE_WRITE,
@@ -441,7 +460,7 @@ impl Qp {
         if len > 0 {
             match res
                 .mrs
-                .check_remote(rkey, self.init.pd, va, len, access::REMOTE_WRITE)
+                .check_remote(rkey, self.init.pd, self.qpn, va, len, access::REMOTE_WRITE)
             {
                 Ok((mr, at)) => mr.mem.write(at, pkt.payload),
                 Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
@@ -482,7 +501,14 @@ impl Qp {
         if len > 0
             && res
                 .mrs
-                .check_remote(reth.rkey, self.init.pd, reth.va, len, access::REMOTE_READ)
+                .check_remote(
+                    reth.rkey,
+                    self.init.pd,
+                    self.qpn,
+                    reth.va,
+                    len,
+                    access::REMOTE_READ,
+                )
                 .is_err()
         {
             return Outcome::Nak(NakCode::RemoteAccessError, None);
@@ -534,14 +560,17 @@ impl Qp {
         if a.va % 8 != 0 {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
-        let (mr, at) =
-            match res
-                .mrs
-                .check_remote(a.rkey, self.init.pd, a.va, 8, access::REMOTE_ATOMIC)
-            {
-                Ok(x) => x,
-                Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
-            };
+        let (mr, at) = match res.mrs.check_remote(
+            a.rkey,
+            self.init.pd,
+            self.qpn,
+            a.va,
+            8,
+            access::REMOTE_ATOMIC,
+        ) {
+            Ok(x) => x,
+            Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
+        };
         if at % 8 != 0 {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
@@ -630,15 +659,20 @@ impl Qp {
                 // The data goes from registered memory straight into the
                 // frame. The region may have gone since the request was
                 // checked.
-                let pd = self.init.pd;
+                let (pd, qpn) = (self.init.pd, self.qpn);
                 let filled: Result<_, crate::verbs::KeyError> =
                     res.emit(hdr, bth, ext, len as usize, buf, |res, dst| {
                         if dst.remaining() == 0 {
                             return Ok(());
                         }
-                        let (mr, at) =
-                            res.mrs
-                                .check_remote(job.rkey, pd, job.va, len, access::REMOTE_READ)?;
+                        let (mr, at) = res.mrs.check_remote(
+                            job.rkey,
+                            pd,
+                            qpn,
+                            job.va,
+                            len,
+                            access::REMOTE_READ,
+                        )?;
                         dst.put_mem(&*mr.mem, at, len as usize);
                         Ok(())
                     });

@@ -9,7 +9,7 @@ pub mod wr;
 
 pub use cq::{Cq, CqOverrun};
 pub use memory::{HeapMemory, Memory};
-pub use mr::{access, KeyError, Mr, MrTable};
+pub use mr::{access, KeyError, Mr, MrTable, Mw, MwBind, MwBinding, MwError, MwType};
 pub use qp::{check_modify, ModifyError, QpAttr, QpState, MTUS};
 pub use wire::QpType;
 pub use wr::{

@@ -1,9 +1,16 @@
-//! Protection domains and memory regions with their keys and checks.
+//! Memory regions and memory windows with their keys and checks.
 //!
-//! Keys follow what rxe and ConnectX do: the upper 24 bits index the region
+//! Keys follow what rxe and ConnectX do: the upper 24 bits index the key
 //! table, the low 8 bits are a key byte drawn at random for each
 //! registration, so keys are neither sequential nor reusable after
 //! deregistration (IBA 10.6.2: an R_Key must be validated on every access).
+//! Regions and windows share the one index space, so an R_Key names either.
+//!
+//! Memory windows (IBA 10.6.7) are type 1 (bound by the Bind Memory Window
+//! verb, tied to their PD) or type 2B (bound by a BIND_MW work request,
+//! usable only through the QP that bound them, invalidated by LOCAL_INV or
+//! by a SEND with Invalidate). A bind chooses a new key byte ("tag"), so
+//! the window's previous R_Key stops working.
 
 use super::memory::Memory;
 use rand::rngs::SmallRng;
@@ -16,6 +23,12 @@ pub mod access {
     pub const REMOTE_WRITE: u32 = 2;
     pub const REMOTE_READ: u32 = 4;
     pub const REMOTE_ATOMIC: u32 = 8;
+    /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region.
+    pub const MW_BIND: u32 = 16;
+    /// `IBV_ACCESS_ZERO_BASED`: a window's addresses count from 0.
+    pub const ZERO_BASED: u32 = 32;
+    /// The rights a memory window may grant.
+    pub const MW_RIGHTS: u32 = REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | ZERO_BASED;
 }
 
 /// Why a key lookup failed.
@@ -31,6 +44,112 @@ pub enum KeyError {
     Bounds { addr: u64, len: u64 },
     #[error("the key has been invalidated")]
     Invalidated,
+    #[error("memory window {0:#010x} is bound to another QP")]
+    WrongQp(u32),
+}
+
+/// `enum ibv_mw_type`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MwType {
+    /// `IBV_MW_TYPE_1`: bound by the Bind Memory Window verb.
+    Type1,
+    /// `IBV_MW_TYPE_2` (type 2B): bound by a BIND_MW work request to one QP.
+    Type2,
+}
+
+impl MwType {
+    /// The `ibv_mw_type` value.
+    pub fn ibv(self) -> u32 {
+        match self {
+            MwType::Type1 => 1,
+            MwType::Type2 => 2,
+        }
+    }
+
+    pub fn from_ibv(v: u32) -> Option<MwType> {
+        match v {
+            1 => Some(MwType::Type1),
+            2 => Some(MwType::Type2),
+            _ => None,
+        }
+    }
+}
+
+/// Why a bind, an invalidation or a deregistration was refused; each
+/// variant names the rule it enforces.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum MwError {
+    #[error("no memory window has key {0:#010x}")]
+    NoSuchWindow(u32),
+    #[error("no memory region has local key {0:#010x}")]
+    NoSuchRegion(u32),
+    #[error("the window, the region and the QP are not in one PD (C10-72)")]
+    WrongPd,
+    #[error("a bound type 2 window must be invalidated before it is bound again (o10-37.2.30)")]
+    Type2Bound,
+    #[error("a type 2 window cannot be bound with no region or zero length (o10-37.2.40)")]
+    Type2ZeroLength,
+    #[error("a type 1 window cannot be zero based (o10-36.2.2)")]
+    Type1ZeroBased,
+    #[error("the region was not registered with IBV_ACCESS_MW_BIND (C10-73)")]
+    NoBindAccess,
+    #[error("remote write or atomic rights need a region with local write (C10-74)")]
+    NeedsLocalWrite,
+    #[error("the window lies outside its region (C10-75)")]
+    OutsideRegion,
+    #[error("access flags {0:#x} are not rights a window can grant")]
+    BadRights(u32),
+    #[error("a type 1 window cannot be invalidated (o10-37.2.26)")]
+    Type1Invalidate,
+    #[error("the window is not bound")]
+    NotBound,
+    #[error("key {0:#010x} names a memory region, which only a fast-registration region could make invalidatable")]
+    RegionNotInvalidatable(u32),
+    #[error("the window is bound to another QP (type 2B)")]
+    WrongQp,
+    #[error("{0} memory window(s) are still bound to the region")]
+    RegionBusy(u32),
+    #[error("no memory region has key {0:#010x}")]
+    NoSuchKey(u32),
+}
+
+/// What a window is bound to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MwBinding {
+    /// The parent region's local key.
+    pub mr_lkey: u32,
+    /// First byte of the window in the region's address space.
+    pub addr: u64,
+    pub len: u64,
+    /// Remote rights (`access::REMOTE_*`), and `ZERO_BASED`.
+    pub access: u32,
+    /// Type 2B: the only QP that may use or remotely invalidate it.
+    pub qpn: Option<u32>,
+}
+
+/// An allocated memory window.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Mw {
+    pub pd: u32,
+    pub kind: MwType,
+    pub rkey: u32,
+    /// `None`: free (type 2) or bound to nothing (type 1, length 0).
+    pub binding: Option<MwBinding>,
+}
+
+/// A bind request: a BIND_MW work request, or what the Bind Memory Window
+/// verb posts (`struct ibv_mw_bind_info` plus the keys).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MwBind {
+    /// The window's current R_Key.
+    pub mw_rkey: u32,
+    /// Its R_Key once bound: only the low 8 bits (the tag) are taken.
+    pub new_rkey: u32,
+    /// The parent region's local key (ignored when `len` is 0).
+    pub mr_lkey: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub access: u32,
 }
 
 /// A registered memory region.
@@ -46,6 +165,8 @@ pub struct Mr {
     /// Offset of `addr` within `mem`.
     pub mem_offset: usize,
     pub valid: bool,
+    /// Memory windows bound to this region.
+    pub bound_windows: u32,
 }
 
 impl Mr {
@@ -61,9 +182,15 @@ impl Mr {
     }
 }
 
-/// The device's table of memory regions.
+/// One entry of the key table.
+enum Entry {
+    Mr(Mr),
+    Mw(Mw),
+}
+
+/// The device's table of memory regions and windows.
 pub struct MrTable {
-    slots: Vec<Option<Mr>>,
+    slots: Vec<Option<Entry>>,
     free: Vec<usize>,
     rng: SmallRng,
 }
@@ -75,6 +202,22 @@ impl MrTable {
             free: Vec::new(),
             rng: SmallRng::seed_from_u64(seed),
         }
+    }
+
+    /// A free slot and a fresh key for it.
+    fn new_key(&mut self) -> Option<(usize, u32)> {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                if self.slots.len() >= 1 << 24 {
+                    return None;
+                }
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        let key_byte: u8 = self.rng.gen();
+        Some((idx, ((idx as u32) << 8) | key_byte as u32))
     }
 
     /// Registers `[addr, addr + len)` backed by `mem[mem_offset..]`.
@@ -90,19 +233,8 @@ impl MrTable {
         if mem_offset as u64 + len > mem.len() as u64 || addr.checked_add(len).is_none() {
             return None;
         }
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(None);
-                self.slots.len() - 1
-            }
-        };
-        if idx >= 1 << 24 {
-            return None;
-        }
-        let key_byte: u8 = self.rng.gen();
-        let key = ((idx as u32) << 8) | key_byte as u32;
-        self.slots[idx] = Some(Mr {
+        let (idx, key) = self.new_key()?;
+        self.slots[idx] = Some(Entry::Mr(Mr {
             pd,
             addr,
             len,
@@ -112,26 +244,233 @@ impl MrTable {
             mem,
             mem_offset,
             valid: true,
-        });
+            bound_windows: 0,
+        }));
         Some((key, key))
     }
 
-    pub fn deregister(&mut self, lkey: u32) -> bool {
+    /// Deregisters a region. IBA 10.6.7.1 (as rxe enforces it): a region
+    /// with windows bound to it cannot be deregistered.
+    pub fn deregister(&mut self, lkey: u32) -> Result<(), MwError> {
         let idx = (lkey >> 8) as usize;
         match self.slots.get(idx) {
-            Some(Some(mr)) if mr.lkey == lkey => {
+            Some(Some(Entry::Mr(mr))) if mr.lkey == lkey => {
+                if mr.bound_windows > 0 {
+                    return Err(MwError::RegionBusy(mr.bound_windows));
+                }
                 self.slots[idx] = None;
                 self.free.push(idx);
-                true
+                Ok(())
             }
-            _ => false,
+            _ => Err(MwError::NoSuchRegion(lkey)),
         }
     }
 
+    /// The region a key names (its lkey or rkey).
     pub fn get(&self, key: u32) -> Option<&Mr> {
         match self.slots.get((key >> 8) as usize) {
-            Some(Some(mr)) if mr.lkey == key || mr.rkey == key => Some(mr),
+            Some(Some(Entry::Mr(mr))) if mr.lkey == key || mr.rkey == key => Some(mr),
             _ => None,
+        }
+    }
+
+    fn mr_mut(&mut self, lkey: u32) -> Option<&mut Mr> {
+        match self.slots.get_mut((lkey >> 8) as usize) {
+            Some(Some(Entry::Mr(mr))) if mr.lkey == lkey => Some(mr),
+            _ => None,
+        }
+    }
+
+    /// The window with this R_Key (exactly: an older tag names nothing).
+    pub fn window(&self, rkey: u32) -> Option<&Mw> {
+        match self.slots.get((rkey >> 8) as usize) {
+            Some(Some(Entry::Mw(mw))) if mw.rkey == rkey => Some(mw),
+            _ => None,
+        }
+    }
+
+    /// The window in slot `handle` (`ibv_mw.handle`), whatever its tag.
+    pub fn window_by_handle(&self, handle: u32) -> Option<&Mw> {
+        match self.slots.get(handle as usize) {
+            Some(Some(Entry::Mw(mw))) => Some(mw),
+            _ => None,
+        }
+    }
+
+    fn window_mut(&mut self, rkey: u32) -> Option<&mut Mw> {
+        match self.slots.get_mut((rkey >> 8) as usize) {
+            Some(Some(Entry::Mw(mw))) if mw.rkey == rkey => Some(mw),
+            _ => None,
+        }
+    }
+
+    /// Allocates a memory window in `pd` (`ibv_alloc_mw`). A type 1 window
+    /// starts valid with nothing bound, a type 2 window free (as rxe).
+    /// Returns its R_Key; its handle is `rkey >> 8`.
+    pub fn alloc_window(&mut self, pd: u32, kind: MwType) -> Option<u32> {
+        let (idx, rkey) = self.new_key()?;
+        self.slots[idx] = Some(Entry::Mw(Mw {
+            pd,
+            kind,
+            rkey,
+            binding: None,
+        }));
+        Some(rkey)
+    }
+
+    /// Frees a window (`ibv_dealloc_mw`) by its handle; a binding ends.
+    pub fn dealloc_window(&mut self, handle: u32) -> bool {
+        let idx = handle as usize;
+        let Some(Some(Entry::Mw(mw))) = self.slots.get(idx) else {
+            return false;
+        };
+        if let Some(b) = mw.binding {
+            self.unbind_from(b.mr_lkey);
+        }
+        self.slots[idx] = None;
+        self.free.push(idx);
+        true
+    }
+
+    fn unbind_from(&mut self, mr_lkey: u32) {
+        if let Some(mr) = self.mr_mut(mr_lkey) {
+            mr.bound_windows = mr.bound_windows.saturating_sub(1);
+        }
+    }
+
+    /// Binds a window (a BIND_MW work request executed by QP `qpn` of PD
+    /// `qp_pd`). Returns the window's new R_Key. IBA 10.6.7.2; the checks
+    /// are rxe's, each variant of [`MwError`] names its rule.
+    pub fn bind_window(&mut self, qpn: u32, qp_pd: u32, b: &MwBind) -> Result<u32, MwError> {
+        let mw = *self
+            .window(b.mw_rkey)
+            .ok_or(MwError::NoSuchWindow(b.mw_rkey))?;
+        if b.access & !access::MW_RIGHTS != 0 {
+            return Err(MwError::BadRights(b.access));
+        }
+        let zero_based = b.access & access::ZERO_BASED != 0;
+        match mw.kind {
+            MwType::Type1 => {
+                // o10-36.2.2: a type 1 window is never zero based.
+                if zero_based {
+                    return Err(MwError::Type1ZeroBased);
+                }
+            }
+            MwType::Type2 => {
+                // o10-37.2.30: only a free type 2 window may be bound.
+                if mw.binding.is_some() {
+                    return Err(MwError::Type2Bound);
+                }
+                // C10-72: the QP binding a type 2 window is in its PD.
+                if qp_pd != mw.pd {
+                    return Err(MwError::WrongPd);
+                }
+                // o10-37.2.40: a type 2 window is not unbound by binding
+                // it to nothing.
+                if b.len == 0 {
+                    return Err(MwError::Type2ZeroLength);
+                }
+            }
+        }
+        let binding = if b.len == 0 {
+            // Type 1: a zero-length bind unbinds the window.
+            None
+        } else {
+            let mr = self
+                .get(b.mr_lkey)
+                .filter(|m| m.lkey == b.mr_lkey)
+                .ok_or(MwError::NoSuchRegion(b.mr_lkey))?;
+            // C10-72 (and ibv_bind_mw): region and window share the PD.
+            if mr.pd != mw.pd {
+                return Err(MwError::WrongPd);
+            }
+            // C10-73: the region allows windows.
+            if mr.access & access::MW_BIND == 0 {
+                return Err(MwError::NoBindAccess);
+            }
+            // C10-74: writable windows need a locally writable region.
+            if b.access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0
+                && mr.access & access::LOCAL_WRITE == 0
+            {
+                return Err(MwError::NeedsLocalWrite);
+            }
+            // C10-75: the window lies inside the region.
+            // (a zero-based window covers the same bytes; only the
+            // addresses remote requests use for them start at 0)
+            let inside = b.addr >= mr.addr
+                && b.addr
+                    .checked_add(b.len)
+                    .is_some_and(|end| end <= mr.addr + mr.len);
+            if !inside {
+                return Err(MwError::OutsideRegion);
+            }
+            Some(MwBinding {
+                mr_lkey: b.mr_lkey,
+                addr: b.addr,
+                len: b.len,
+                access: b.access,
+                qpn: (mw.kind == MwType::Type2).then_some(qpn),
+            })
+        };
+        if let Some(old) = mw.binding {
+            self.unbind_from(old.mr_lkey);
+        }
+        if let Some(new) = binding {
+            if let Some(mr) = self.mr_mut(new.mr_lkey) {
+                mr.bound_windows += 1;
+            }
+        }
+        let rkey = (mw.rkey & !0xff) | (b.new_rkey & 0xff);
+        let w = self.window_mut(b.mw_rkey).expect("looked up above");
+        w.rkey = rkey;
+        w.binding = binding;
+        Ok(rkey)
+    }
+
+    /// Invalidates the window `rkey` names: LOCAL_INV (`qpn` None) or the
+    /// IETH of a SEND with Invalidate received by QP `qpn` (IBA 10.6.7.3).
+    /// Only a bound type 2 window of `pd` can be invalidated, and remotely
+    /// only through the QP it is bound to; a regular region cannot (this
+    /// device has no fast-registration regions), nor a type 1 window
+    /// (o10-37.2.26).
+    pub fn invalidate(&mut self, rkey: u32, pd: u32, qpn: Option<u32>) -> Result<(), MwError> {
+        if self.get(rkey).is_some() {
+            return Err(MwError::RegionNotInvalidatable(rkey));
+        }
+        let mw = *self.window(rkey).ok_or(MwError::NoSuchWindow(rkey))?;
+        if mw.pd != pd {
+            return Err(MwError::WrongPd);
+        }
+        if mw.kind == MwType::Type1 {
+            return Err(MwError::Type1Invalidate);
+        }
+        let b = mw.binding.ok_or(MwError::NotBound)?;
+        if qpn.is_some_and(|q| b.qpn != Some(q)) {
+            return Err(MwError::WrongQp);
+        }
+        self.unbind_from(b.mr_lkey);
+        self.window_mut(rkey).expect("looked up above").binding = None;
+        Ok(())
+    }
+
+    /// Frees every type 2 window bound to QP `qpn` (the QP is destroyed).
+    pub fn unbind_qp(&mut self, qpn: u32) {
+        let bound: Vec<(usize, u32)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Some(Entry::Mw(Mw {
+                    binding: Some(b), ..
+                })) if b.qpn == Some(qpn) => Some((i, b.mr_lkey)),
+                _ => None,
+            })
+            .collect();
+        for (i, lkey) in bound {
+            if let Some(Some(Entry::Mw(mw))) = self.slots.get_mut(i) {
+                mw.binding = None;
+            }
+            self.unbind_from(lkey);
         }
     }
 
@@ -151,20 +490,54 @@ impl MrTable {
         Self::check(mr, pd, addr, len, need)
     }
 
-    /// Remote access through an rkey (a RETH or AtomicETH).
+    /// Remote access through an rkey (a RETH or AtomicETH) arriving on QP
+    /// `qpn` of PD `pd`: a region's, or a window's (IBA 10.6.7: the
+    /// window's rights and range, then its parent region's memory).
     pub fn check_remote(
         &self,
         rkey: u32,
         pd: u32,
+        qpn: u32,
         addr: u64,
         len: u64,
         need: u32,
     ) -> Result<(&Mr, usize), KeyError> {
-        let mr = self
-            .get(rkey)
-            .filter(|m| m.rkey == rkey)
-            .ok_or(KeyError::NoSuchKey(rkey))?;
-        Self::check(mr, pd, addr, len, need)
+        match self.slots.get((rkey >> 8) as usize) {
+            Some(Some(Entry::Mr(mr))) if mr.rkey == rkey => Self::check(mr, pd, addr, len, need),
+            Some(Some(Entry::Mw(mw))) if mw.rkey == rkey => {
+                let b = mw.binding.ok_or(KeyError::Invalidated)?;
+                if mw.pd != pd {
+                    return Err(KeyError::WrongPd);
+                }
+                // IBA 10.6.7.2 (type 2B): only the QP the window is bound to.
+                if b.qpn.is_some_and(|q| q != qpn) {
+                    return Err(KeyError::WrongQp(rkey));
+                }
+                if b.access & need != need {
+                    return Err(KeyError::Access {
+                        need,
+                        have: b.access,
+                    });
+                }
+                // a zero-based window is addressed from 0
+                let base = if b.access & access::ZERO_BASED != 0 {
+                    0
+                } else {
+                    b.addr
+                };
+                let end = addr
+                    .checked_add(len)
+                    .ok_or(KeyError::Bounds { addr, len })?;
+                if addr < base || end > base + b.len {
+                    return Err(KeyError::Bounds { addr, len });
+                }
+                let mr = self.get(b.mr_lkey).ok_or(KeyError::NoSuchKey(b.mr_lkey))?;
+                // the parent region's own remote rights do not matter: the
+                // window grants them (IBA 10.6.7.1)
+                Self::check(mr, pd, b.addr + (addr - base), len, 0)
+            }
+            _ => Err(KeyError::NoSuchKey(rkey)),
+        }
     }
 
     fn check(mr: &Mr, pd: u32, addr: u64, len: u64, need: u32) -> Result<(&Mr, usize), KeyError> {
@@ -184,24 +557,24 @@ impl MrTable {
         Ok((mr, off))
     }
 
-    /// SEND_WITH_INVALIDATE (IBA 10.6.7.3): invalidate the region with this
-    /// rkey if it belongs to `pd`.
-    pub fn invalidate(&mut self, rkey: u32, pd: u32) -> bool {
-        match self.slots.get_mut((rkey >> 8) as usize) {
-            Some(Some(mr)) if mr.rkey == rkey && mr.pd == pd && mr.valid => {
-                mr.valid = false;
-                true
-            }
-            _ => false,
-        }
-    }
-
+    /// Registered regions.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
+        self.slots
+            .iter()
+            .filter(|s| matches!(s, Some(Entry::Mr(_))))
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Allocated windows.
+    pub fn windows(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s, Some(Entry::Mw(_))))
+            .count()
     }
 }
 
@@ -223,41 +596,76 @@ mod tests {
         assert_eq!(l1 >> 8, 0);
         assert_eq!(l2 >> 8, 1);
         assert!(t
-            .check_remote(r1, 1, 0x10000, 4096, access::REMOTE_WRITE)
+            .check_remote(r1, 1, 0, 0x10000, 4096, access::REMOTE_WRITE)
             .is_ok());
         assert_eq!(
-            t.check_remote(r1, 2, 0x10000, 1, access::REMOTE_WRITE)
+            t.check_remote(r1, 2, 0, 0x10000, 1, access::REMOTE_WRITE)
                 .err(),
             Some(KeyError::WrongPd)
         );
         assert!(matches!(
-            t.check_remote(r1, 1, 0x10000, 1, access::REMOTE_READ),
+            t.check_remote(r1, 1, 0, 0x10000, 1, access::REMOTE_READ),
             Err(KeyError::Access { .. })
         ));
         assert!(matches!(
-            t.check_remote(r1, 1, 0x10FFF, 2, access::REMOTE_WRITE),
+            t.check_remote(r1, 1, 0, 0x10FFF, 2, access::REMOTE_WRITE),
             Err(KeyError::Bounds { .. })
         ));
         assert!(matches!(
-            t.check_remote(r1, 1, u64::MAX, 2, access::REMOTE_WRITE),
+            t.check_remote(r1, 1, 0, u64::MAX, 2, access::REMOTE_WRITE),
             Err(KeyError::Bounds { .. })
         ));
         assert!(matches!(
-            t.check_remote(r1 ^ 1, 1, 0x10000, 1, 0),
+            t.check_remote(r1 ^ 1, 1, 0, 0x10000, 1, 0),
             Err(KeyError::NoSuchKey(_))
         ));
-        assert!(t.deregister(l1));
-        assert!(!t.deregister(l1));
+        assert!(t.deregister(l1).is_ok());
+        assert!(t.deregister(l1).is_err());
         // the slot is reused with a fresh key byte (almost surely different)
         let mut reused = Vec::new();
         for _ in 0..4 {
             let (k, _) = t.register(1, mem.clone(), 0, 0, 1, 0).unwrap();
             reused.push(k);
-            t.deregister(k);
+            t.deregister(k).unwrap();
         }
         assert!(reused.iter().any(|&k| k != l1));
         assert!(t
-            .check_remote(r1, 1, 0x10000, 1, access::REMOTE_WRITE)
+            .check_remote(r1, 1, 0, 0x10000, 1, access::REMOTE_WRITE)
             .is_err());
+    }
+
+    #[test]
+    fn a_type_2_window_serves_only_the_qp_that_bound_it() {
+        let mut t = MrTable::new(3);
+        let mem: Arc<dyn Memory> = Arc::new(HeapMemory::new(4096));
+        let acc = access::LOCAL_WRITE | access::MW_BIND;
+        let (lkey, _) = t.register(1, mem, 0, 0x1000, 4096, acc).unwrap();
+        let mw = t.alloc_window(1, MwType::Type2).unwrap();
+        let b = MwBind {
+            mw_rkey: mw,
+            new_rkey: 0x77,
+            mr_lkey: lkey,
+            addr: 0x1000,
+            len: 64,
+            access: access::REMOTE_WRITE,
+        };
+        // C10-72: a QP of another PD cannot bind it
+        assert_eq!(t.bind_window(17, 2, &b), Err(MwError::WrongPd));
+        let k = t.bind_window(17, 1, &b).unwrap();
+        assert_eq!(k & 0xff, 0x77);
+        assert!(t
+            .check_remote(k, 1, 17, 0x1000, 8, access::REMOTE_WRITE)
+            .is_ok());
+        // IBA 10.6.7.2, type 2B: through another QP of the same PD, no
+        assert_eq!(
+            t.check_remote(k, 1, 18, 0x1000, 8, access::REMOTE_WRITE)
+                .err(),
+            Some(KeyError::WrongQp(k))
+        );
+        assert_eq!(t.invalidate(k, 1, Some(18)), Err(MwError::WrongQp));
+        assert_eq!(t.invalidate(k, 1, Some(17)), Ok(()));
+        assert_eq!(t.invalidate(k, 1, Some(17)), Err(MwError::NotBound));
+        assert_eq!(t.windows(), 1);
+        assert_eq!(t.len(), 1);
     }
 }

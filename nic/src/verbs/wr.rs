@@ -91,6 +91,13 @@ pub enum SendOp {
         rkey: u32,
         add: u64,
     },
+    /// `IBV_WR_BIND_MW` (and what `ibv_bind_mw` posts): binds a memory
+    /// window; executed by the requester in order, nothing on the wire.
+    BindMw(super::MwBind),
+    /// `IBV_WR_LOCAL_INV`: invalidates a type 2 window's R_Key.
+    LocalInv {
+        rkey: u32,
+    },
 }
 
 impl SendOp {
@@ -109,6 +116,10 @@ impl SendOp {
             SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }
         )
     }
+    /// A local operation: executed by the requester, no packet sent.
+    pub fn is_local(&self) -> bool {
+        matches!(self, SendOp::BindMw(_) | SendOp::LocalInv { .. })
+    }
     pub fn is_write(&self) -> bool {
         matches!(self, SendOp::Write { .. } | SendOp::WriteWithImm { .. })
     }
@@ -121,6 +132,8 @@ impl SendOp {
             SendOp::Read { .. } => WcOpcode::RdmaRead,
             SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::BindMw(_) => WcOpcode::BindMw,
+            SendOp::LocalInv { .. } => WcOpcode::LocalInv,
         }
     }
 }
@@ -213,6 +226,7 @@ pub enum WcStatus {
     LocQpOpErr,
     LocProtErr,
     WrFlushErr,
+    MwBindErr,
     LocAccessErr,
     RemInvReqErr,
     RemAccessErr,
@@ -232,6 +246,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => "local QP operation error",
             WcStatus::LocProtErr => "local protection error",
             WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory bind operation error",
             WcStatus::LocAccessErr => "local access error",
             WcStatus::RemInvReqErr => "remote invalid request error",
             WcStatus::RemAccessErr => "remote access error",
@@ -252,6 +267,8 @@ pub enum WcOpcode {
     RdmaRead,
     CompSwap,
     FetchAdd,
+    BindMw,
+    LocalInv,
     Recv,
     RecvRdmaWithImm,
 }

@@ -6,8 +6,9 @@
 
 use nic::sim::{Pair, PairConfig, Sim};
 use nic::transport::{Counters, QpInfo};
-use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sge, Sgl, Wc};
+use nic::verbs::{Memory, MwBind, MwType, RecvWr, SendOp, SendWr, Sge, Sgl, Wc, WcStatus};
 use nic::wire::{Opcode, Psn, RoceRepr};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The plain numbers of one side of a pair.
@@ -188,6 +189,82 @@ impl H {
     pub fn advance(&mut self, d: Duration) {
         let end = self.p.sim.now + d;
         self.run_until(d, move |s, _| s.now >= end);
+    }
+
+    /// Registers `len` bytes of side `i`'s memory from offset `at` as a
+    /// region at virtual address `addr` in the side's PD; (lkey, rkey).
+    pub fn reg(&mut self, i: usize, at: usize, addr: u64, len: u64, acc: u32) -> (u32, u32) {
+        let (pd, mem) = (self.p.sides[i].pd, self.p.sides[i].mem.clone());
+        self.p.sim.nodes[i]
+            .reg_mr(pd, mem as Arc<dyn Memory>, at, addr, len, acc)
+            .expect("reg_mr")
+    }
+
+    /// Allocates a memory window in side `i`'s PD; its R_Key.
+    pub fn alloc_mw(&mut self, i: usize, kind: MwType) -> u32 {
+        let pd = self.p.sides[i].pd;
+        self.p.sim.nodes[i].alloc_mw(pd, kind).expect("alloc_mw")
+    }
+
+    /// The current R_Key of the window whose key was `rkey` (its handle is
+    /// the key's index).
+    pub fn mw_rkey(&self, i: usize, rkey: u32) -> u32 {
+        self.p.sim.nodes[i]
+            .query_mw(rkey >> 8)
+            .expect("window")
+            .rkey
+    }
+
+    /// Runs one local operation (BIND_MW, LOCAL_INV) on side `i`'s QP to
+    /// its completion, which it takes out of the collected ones.
+    pub fn local_op(&mut self, i: usize, wr_id: u64, op: SendOp) -> Wc {
+        self.send(i, wr(wr_id, op, Sgl::default()));
+        let n = self.wcs[i].len() + 1;
+        let ok = self.run_until(Duration::from_secs(1), |_, w| w[i].len() >= n);
+        assert!(ok, "no completion for local operation {op:?}");
+        let wc = self.wcs[i].pop().expect("completed");
+        assert_eq!(wc.wr_id, wr_id, "{wc:?}");
+        wc
+    }
+
+    /// Binds window `mw_rkey` of side `i` with tag `tag` to `[addr, +len)`
+    /// of region `mr_lkey`; the completion's status.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        &mut self,
+        i: usize,
+        mw_rkey: u32,
+        tag: u8,
+        mr_lkey: u32,
+        addr: u64,
+        len: u64,
+        acc: u32,
+    ) -> WcStatus {
+        self.bind_wc(i, mw_rkey, tag, mr_lkey, addr, len, acc)
+            .status
+    }
+
+    /// [`H::bind`], the whole completion.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_wc(
+        &mut self,
+        i: usize,
+        mw_rkey: u32,
+        tag: u8,
+        mr_lkey: u32,
+        addr: u64,
+        len: u64,
+        acc: u32,
+    ) -> Wc {
+        let b = MwBind {
+            mw_rkey,
+            new_rkey: (mw_rkey & !0xff) | tag as u32,
+            mr_lkey,
+            addr,
+            len,
+            access: acc,
+        };
+        self.local_op(i, 77, SendOp::BindMw(b))
     }
 
     /// Takes side `i`'s completions (collected so far, and any waiting in
