@@ -17,7 +17,7 @@ pub mod shm;
 pub mod usermem;
 
 pub use client::{
-    Ah, Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Pd, PortInfo, Qp, QpInfo,
+    Ah, Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Mw, Pd, PortInfo, Qp, QpInfo,
     QpInitAttr, Srq, ACCESS_ALL, PORT_ACTIVE, PORT_DOWN,
 };
 pub use proto::{QpKind, Stats};

@@ -40,9 +40,9 @@ pub struct ibv_context_ops {
     pub _compat_reg_mr: Fp,
     pub _compat_rereg_mr: Fp,
     pub _compat_dereg_mr: Fp,
-    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut c_void>,
-    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut c_void, *mut c_void) -> c_int>,
-    pub dealloc_mw: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw>,
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
     pub _compat_create_cq: Fp,
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
@@ -478,8 +478,46 @@ pub struct ibv_send_wr {
     pub wr: ibv_send_wr_wr,
     /// `qp_type.xrc.remote_srqn`.
     pub qp_type: u32,
-    /// `bind_mw` / `tso` (48 bytes: mw, rkey, bind_info).
-    pub bind_mw: [u64; 6],
+    /// `bind_mw` (the union with `tso`: 48 bytes).
+    pub bind_mw: wr_bind_mw,
+}
+
+/// `struct ibv_mw`.
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`.
+    pub mw_type: c_int,
+}
+
+/// `struct ibv_mw_bind_info`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: u32,
+}
+
+/// `struct ibv_mw_bind` (what `ibv_bind_mw` takes).
+#[repr(C)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `ibv_send_wr.bind_mw`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wr_bind_mw {
+    pub mw: *mut ibv_mw,
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
 }
 
 #[repr(C)]
@@ -592,6 +630,8 @@ pub const IBV_DEVICE_SYS_IMAGE_GUID: u32 = 1 << 11;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 pub const IBV_DEVICE_SRQ_RESIZE: u32 = 1 << 13;
 pub const IBV_DEVICE_N_NOTIFY_CQ: u32 = 1 << 14;
+pub const IBV_DEVICE_MEM_WINDOW: u32 = 1 << 17;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
 
 // enum ibv_qp_type
 pub const IBV_QPT_RC: c_int = 2;
@@ -971,6 +1011,29 @@ pub const LAYOUT: &[(&str, usize)] = {
         ("ibv_send_wr.wr", o!(ibv_send_wr, wr)),
         ("ibv_send_wr.qp_type", o!(ibv_send_wr, qp_type)),
         ("ibv_send_wr.bind_mw", o!(ibv_send_wr, bind_mw)),
+        (
+            "ibv_send_wr.bind_mw.rkey",
+            o!(ibv_send_wr, bind_mw) + o!(wr_bind_mw, rkey),
+        ),
+        (
+            "ibv_send_wr.bind_mw.bind_info",
+            o!(ibv_send_wr, bind_mw) + o!(wr_bind_mw, bind_info),
+        ),
+        ("ibv_mw", s::<ibv_mw>()),
+        ("ibv_mw.pd", o!(ibv_mw, pd)),
+        ("ibv_mw.rkey", o!(ibv_mw, rkey)),
+        ("ibv_mw.handle", o!(ibv_mw, handle)),
+        ("ibv_mw.type", o!(ibv_mw, mw_type)),
+        ("ibv_mw_bind_info", s::<ibv_mw_bind_info>()),
+        ("ibv_mw_bind_info.addr", o!(ibv_mw_bind_info, addr)),
+        ("ibv_mw_bind_info.length", o!(ibv_mw_bind_info, length)),
+        (
+            "ibv_mw_bind_info.mw_access_flags",
+            o!(ibv_mw_bind_info, mw_access_flags),
+        ),
+        ("ibv_mw_bind", s::<ibv_mw_bind>()),
+        ("ibv_mw_bind.send_flags", o!(ibv_mw_bind, send_flags)),
+        ("ibv_mw_bind.bind_info", o!(ibv_mw_bind, bind_info)),
         ("ibv_recv_wr", s::<ibv_recv_wr>()),
         ("ibv_recv_wr.num_sge", o!(ibv_recv_wr, num_sge)),
         ("ibv_srq", s::<ibv_srq>()),

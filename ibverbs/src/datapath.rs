@@ -146,6 +146,92 @@ fn sges(w: &mut WqeRaw, list: *mut ibv_sge, n: c_int) -> Result<(), c_int> {
     Ok(())
 }
 
+/// Fills a BIND_MW WQE: window `mw` gets R_Key `new_rkey` (its tag, the
+/// low byte, is what changes) over `info`'s range of `info.mr`.
+fn bind_wqe(
+    w: &mut WqeRaw,
+    mw: &crate::objects::Mw,
+    new_rkey: u32,
+    info: &ibv_mw_bind_info,
+) -> Result<(), c_int> {
+    let lkey = if info.mr.is_null() {
+        // only an unbind (length 0) names no region
+        if info.length != 0 || info.addr != 0 {
+            return Err(libc::EINVAL);
+        }
+        0
+    } else {
+        // SAFETY: the application's region.
+        unsafe { (*info.mr).lkey }
+    };
+    w.opcode = opcode::BIND_MW;
+    w.rkey = mw.ibv.handle << 8;
+    w.imm = new_rkey;
+    w.remote_addr = info.addr;
+    w.compare_add = info.length;
+    w.swap = ((lkey as u64) << 32) | info.mw_access_flags as u64;
+    w.num_sge = 0;
+    Ok(())
+}
+
+/// `ops.bind_mw` (the inline `ibv_bind_mw`, type 1 windows): posts the
+/// bind as a BIND_MW work request on `qp` with the window's next R_Key
+/// (`ibv_inc_rkey`), which `mw->rkey` holds from now on, as rdma-core's
+/// providers do. The completion (IBV_WC_BIND_MW) reports the outcome.
+///
+/// # Safety
+/// Called through the ops table with the application's objects, which
+/// this library made (or NULL).
+pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_mw_bind) -> c_int {
+    // SAFETY: the application's QP and window.
+    let (Some(q), Some(m)) = (unsafe { qp_of(qp) }, unsafe { crate::objects::mw_of(mw) }) else {
+        return libc::EINVAL;
+    };
+    if b.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller's bind description.
+    let b = unsafe { &*b };
+    if matches!(q.ibv.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
+        return libc::EINVAL;
+    }
+    // o10-36.2.2: a type 1 window is never zero based
+    if b.bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED as u32 != 0 {
+        return libc::EINVAL;
+    }
+    let rkey = m.ibv.rkey;
+    let new_rkey = (rkey & 0xffff_ff00) | (rkey.wrapping_add(1) & 0xff);
+    let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
+    if g.kind == QpKind::Ud {
+        return libc::EINVAL;
+    }
+    let mut w = WqeRaw {
+        wr_id: b.wr_id,
+        ..Default::default()
+    };
+    if let Err(e) = bind_wqe(&mut w, m, new_rkey, &b.bind_info) {
+        return e;
+    }
+    let f = b.send_flags;
+    w.flags = (if f & IBV_SEND_SIGNALED != 0 || g.sq_sig_all {
+        ring::flags::SIGNALED
+    } else {
+        0
+    }) | (if f & IBV_SEND_FENCE != 0 {
+        ring::flags::FENCE
+    } else {
+        0
+    });
+    // SAFETY: a WQE built here; the daemon validates it again.
+    if let Err(e) = unsafe { g.q.post_raw_send(&w) } {
+        return crate::errno_of(&e);
+    }
+    g.posted = g.posted.wrapping_add(1);
+    // SAFETY: the application's window; it reads the new key from here.
+    unsafe { (*mw).rkey = new_rkey };
+    0
+}
+
 /// Builds the ring WQE of one send work request.
 fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw, c_int> {
     let mut w = WqeRaw {
@@ -164,12 +250,22 @@ fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw,
         IBV_WR_ATOMIC_CMP_AND_SWP if q.kind == QpKind::Rc => opcode::ATOMIC_CMP_AND_SWP,
         IBV_WR_ATOMIC_FETCH_AND_ADD if q.kind == QpKind::Rc => opcode::ATOMIC_FETCH_AND_ADD,
         IBV_WR_SEND_WITH_INV if q.kind == QpKind::Rc => opcode::SEND_WITH_INV,
+        // IBA 10.6.7: memory window operations on connected QPs
+        IBV_WR_BIND_MW if !ud => opcode::BIND_MW,
+        IBV_WR_LOCAL_INV if !ud => opcode::LOCAL_INV,
         // an opcode the QP's transport does not have (IBA Table 46)
         _ => return Err(libc::EINVAL),
     };
     match w.opcode {
         opcode::SEND_WITH_IMM | opcode::RDMA_WRITE_WITH_IMM => w.imm = u32::from_be(wr.imm_data),
-        opcode::SEND_WITH_INV => w.imm = wr.imm_data,
+        // `invalidate_rkey` (host order, in the union with imm_data)
+        opcode::SEND_WITH_INV | opcode::LOCAL_INV => w.imm = wr.imm_data,
+        opcode::BIND_MW => {
+            let b = wr.bind_mw;
+            // SAFETY: the application's window (or NULL).
+            let mw = unsafe { crate::objects::mw_of(b.mw) }.ok_or(libc::EINVAL)?;
+            bind_wqe(&mut w, mw, b.rkey, &b.bind_info)?;
+        }
         _ => {}
     }
     match w.opcode {
@@ -199,6 +295,10 @@ fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw,
     } else {
         0
     });
+    if matches!(w.opcode, opcode::BIND_MW | opcode::LOCAL_INV) {
+        // local operations carry no data
+        return Ok(w);
+    }
     if f & IBV_SEND_INLINE != 0
         && w.opcode != opcode::RDMA_READ
         && !matches!(

@@ -294,6 +294,9 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
     c.ops.post_send = Some(crate::datapath::post_send);
     c.ops.post_recv = Some(crate::datapath::post_recv);
     c.ops.post_srq_recv = Some(crate::datapath::post_srq_recv);
+    c.ops.alloc_mw = Some(crate::objects::alloc_mw);
+    c.ops.bind_mw = Some(crate::datapath::bind_mw);
+    c.ops.dealloc_mw = Some(crate::objects::dealloc_mw);
     let ctx = Box::new(Ctx {
         vctx,
         inner,
@@ -341,12 +344,16 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
     a.hw_ver = 0;
     a.max_qp = 16384;
     a.max_qp_wr = d.max_qp_wr as c_int;
-    a.device_cap_flags = IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN;
+    a.device_cap_flags = IBV_DEVICE_SYS_IMAGE_GUID
+        | IBV_DEVICE_RC_RNR_NAK_GEN
+        | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a.max_sge = d.max_sge as c_int;
     a.max_sge_rd = d.max_sge as c_int;
     a.max_cq = 16384;
     a.max_cqe = d.max_cqe as c_int;
     a.max_mr = 65536;
+    a.max_mw = 65536;
     a.max_pd = 65536;
     a.max_qp_rd_atom = nic::verbs::qp::MAX_RD_ATOMIC as i32;
     a.max_res_rd_atom = nic::verbs::qp::MAX_RD_ATOMIC as i32 * 16384;

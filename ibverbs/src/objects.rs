@@ -133,7 +133,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int)
         );
         return null_errno(libc::EOPNOTSUPP);
     }
-    let acc = (access & 0xf) as u32;
+    let acc = (access & 0x1f) as u32;
     match p.inner.reg_user_mr(addr as u64, len, acc) {
         Ok(mr) => boxed(Mr {
             ibv: ibv_mr {
@@ -209,9 +209,78 @@ pub unsafe extern "C" fn srv_ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
     if m.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: made by reg().
-    let mr = unsafe { Box::from_raw(m as *mut Mr) };
-    match mr.inner.dereg() {
+    // SAFETY: made by reg(); freed only once deregistered.
+    let mr = unsafe { &*(m as *const Mr) };
+    // refused, and the region kept, while memory windows are bound to it
+    match mr.inner.try_dereg() {
+        Ok(()) => {
+            // SAFETY: made by reg() as a Box; the application is done with it.
+            drop(unsafe { Box::from_raw(m as *mut Mr) });
+            0
+        }
+        Err(e) => errno_of(&e),
+    }
+}
+
+// ---- memory windows -----------------------------------------------------------
+
+/// An `ibv_mw` and the daemon's window behind it.
+#[repr(C)]
+pub struct Mw {
+    pub ibv: ibv_mw,
+    pub inner: softrnic::Mw,
+}
+
+/// # Safety
+/// `m` is NULL or a window from `ibv_alloc_mw` not yet deallocated.
+pub unsafe fn mw_of<'a>(m: *mut ibv_mw) -> Option<&'a Mw> {
+    // SAFETY: Mw starts with its ibv_mw.
+    (!m.is_null()).then(|| unsafe { &*(m as *const Mw) })
+}
+
+/// `ops.alloc_mw` (the inline `ibv_alloc_mw`): a type 1 or type 2 (2B)
+/// window in the PD.
+///
+/// # Safety
+/// Called through the ops table with the application's PD (or NULL).
+pub unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: c_int) -> *mut ibv_mw {
+    // SAFETY: the application's PD.
+    let Some(p) = (unsafe { pd_of(pd) }) else {
+        return null_errno(libc::EINVAL);
+    };
+    let Some(kind) = nic::verbs::MwType::from_ibv(mw_type as u32) else {
+        return null_errno(libc::EINVAL);
+    };
+    match p.inner.alloc_mw(kind) {
+        Ok(mw) => boxed(Mw {
+            ibv: ibv_mw {
+                context: p.ibv.context,
+                pd,
+                rkey: mw.rkey,
+                handle: mw.handle,
+                mw_type,
+            },
+            inner: mw,
+        }) as *mut ibv_mw,
+        Err(e) => {
+            complain("ibv_alloc_mw", &e);
+            null_errno(errno_of(&e))
+        }
+    }
+}
+
+/// `ops.dealloc_mw` (the inline `ibv_dealloc_mw`).
+///
+/// # Safety
+/// Called through the ops table with a window from `alloc_mw`, not used
+/// afterwards.
+pub unsafe extern "C" fn dealloc_mw(m: *mut ibv_mw) -> c_int {
+    if m.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: made by alloc_mw() as a Box; the application is done with it.
+    let mw = unsafe { Box::from_raw(m as *mut Mw) };
+    match mw.inner.dealloc() {
         Ok(()) => 0,
         Err(e) => errno_of(&e),
     }

@@ -141,7 +141,7 @@ pub struct Mw {
 /// verb posts (`struct ibv_mw_bind_info` plus the keys).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct MwBind {
-    /// The window's current R_Key.
+    /// The window: its handle in the upper 24 bits (any R_Key it had).
     pub mw_rkey: u32,
     /// Its R_Key once bound: only the low 8 bits (the tag) are taken.
     pub new_rkey: u32,
@@ -342,8 +342,10 @@ impl MrTable {
     /// `qp_pd`). Returns the window's new R_Key. IBA 10.6.7.2; the checks
     /// are rxe's, each variant of [`MwError`] names its rule.
     pub fn bind_window(&mut self, qpn: u32, qp_pd: u32, b: &MwBind) -> Result<u32, MwError> {
+        // IBA 10.6.7.2: the work request names the window by its handle
+        // (the key index); the tag it had does not matter.
         let mw = *self
-            .window(b.mw_rkey)
+            .window_by_handle(b.mw_rkey >> 8)
             .ok_or(MwError::NoSuchWindow(b.mw_rkey))?;
         if b.access & !access::MW_RIGHTS != 0 {
             return Err(MwError::BadRights(b.access));
@@ -421,7 +423,9 @@ impl MrTable {
             }
         }
         let rkey = (mw.rkey & !0xff) | (b.new_rkey & 0xff);
-        let w = self.window_mut(b.mw_rkey).expect("looked up above");
+        let Some(Some(Entry::Mw(w))) = self.slots.get_mut((b.mw_rkey >> 8) as usize) else {
+            unreachable!("looked up above")
+        };
         w.rkey = rkey;
         w.binding = binding;
         Ok(rkey)
