@@ -3,7 +3,8 @@
 //! posix_memalign memory byte for byte, overlapping, unaligned and
 //! re-registered regions, a refused shared file mapping left unchanged,
 //! and verbs called in the wrong order, with NULL or past the limits
-//! getting rdma-core's errors.
+//! getting rdma-core's errors; and (tests/c/mw_check.c) memory windows and
+//! invalidation giving, step by step, what Linux rxe gives.
 
 mod common;
 
@@ -18,24 +19,7 @@ fn a_c_program_does_verbs_on_its_own_memory() {
     }
     let d = Daemon::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let bin = dir.path().join("verbs_check");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/verbs_check.c");
-    let cc = Command::new("cc")
-        .args([src, "-o"])
-        .arg(&bin)
-        .arg(profile_dir().join("softrnic-ibverbs/libibverbs.so.1"))
-        .output()
-        .expect("cc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let out = Command::new(&bin)
-        .env("LD_LIBRARY_PATH", profile_dir().join("softrnic-ibverbs"))
-        .env("SOFTRNIC_SOCK_DIR", d.sock_dir())
-        .output()
-        .expect("run");
+    let out = run_c(&d, dir.path(), "verbs_check", &[]);
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -46,5 +30,64 @@ fn a_c_program_does_verbs_on_its_own_memory() {
     assert!(
         text.contains("softrnic: ibv_reg_mr:") && text.contains("cannot be shared"),
         "{text}"
+    );
+}
+
+/// Builds tests/c/NAME.c against rdma-core's header, linked to the drop-in,
+/// and runs it with `args` on daemon `d`.
+fn run_c(d: &Daemon, dir: &std::path::Path, name: &str, args: &[&str]) -> std::process::Output {
+    let bin = dir.join(name);
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let cc = Command::new("cc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .arg(profile_dir().join("softrnic-ibverbs/libibverbs.so.1"))
+        .output()
+        .expect("cc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    Command::new(&bin)
+        .args(args)
+        .env("LD_LIBRARY_PATH", profile_dir().join("softrnic-ibverbs"))
+        .env("SOFTRNIC_SOCK_DIR", d.sock_dir())
+        .output()
+        .expect("run")
+}
+
+/// tests/c/mw_check.c's transcript on the drop-in equals
+/// tests/c/mw_check.expected: memory windows of both types, binds that must
+/// fail, LOCAL_INV and SEND with Invalidate. tools/rxe-peer/mw/hook.sh
+/// checks that Linux rxe gives the same transcript but for the lines
+/// tools/rxe-peer/mw/rxe-differences.txt lists and explains.
+#[test]
+fn memory_windows_give_what_rxe_gives() {
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        missing("<infiniband/verbs.h> not installed (libibverbs-dev)");
+        return;
+    }
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run_c(&d, dir.path(), "mw_check", &["3"]);
+    let ours = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{ours}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = include_str!("c/mw_check.expected");
+    let diff: Vec<String> = want
+        .lines()
+        .zip(ours.lines())
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| format!("want: {a}\nours: {b}"))
+        .collect();
+    assert!(
+        diff.is_empty() && want.lines().count() == ours.lines().count(),
+        "{}\n--- ours:\n{ours}",
+        diff.join("\n")
     );
 }

@@ -26,6 +26,8 @@ rxe-peer interop [--full] [--only REGEX] [--out DIR]
   Then the drop-in: the same unmodified Debian tool (ibv_*_pingpong, perftest)
   on both ends, softrnic's libibverbs.so.1 on the host, both roles
   (dropin/cases-ci.txt; --full: dropin/cases.txt, perftest with -a).
+  Last, memory windows: ibverbs/tests/c/mw_check on rxe and on the drop-in
+  (mw/hook.sh; rxe's known differences in mw/rxe-differences.txt).
   Default: the trimmed CI list (a few sizes); --full: all sizes and MTUs.
   --only REGEX: only the cases whose name matches.
 EOF
@@ -193,6 +195,10 @@ interop_hook() {
     . "$HERE/dropin/hook.sh" ) > "$OUT/logs/dropin.log" 2>&1 || fails=$((fails + 1))
   [ -f "$OUT/dropin-results.txt" ] && cat "$OUT/dropin-results.txt" >&2
   echo "dropin_seconds=$(since "$td")" >> "$OUT/timings"
+  # memory windows: one program's transcript on both stacks (mw/hook.sh)
+  ( # shellcheck source=mw/hook.sh
+    . "$HERE/mw/hook.sh" ) > "$OUT/logs/mw.log" 2>&1 || fails=$((fails + 1))
+  [ -f "$OUT/mw-results.txt" ] && cat "$OUT/mw-results.txt" >&2
   echo "suite_seconds=$(since "$t0")" >> "$OUT/timings"
   [ $fails = 0 ]
 }
@@ -241,15 +247,17 @@ interop_main() {
     { echo "# tshark-judge $f"; "$judge" "$f"; echo "# exit=$?"; } > "$OUT/logs/tshark-judge.log" 2>&1 || true
     say "tshark-judge ${f##*/}: $(sed -n 2p "$OUT/logs/tshark-judge.log")"
   fi
-  local pass total ptpass ptotal dipass ditotal
+  local pass total ptpass ptotal dipass ditotal mwpass
   pass=$(grep -c ' PASS ' "$OUT/results.txt" || true)
   total=$(wc -l < "$OUT/cases.txt")
   ptpass=$(grep -c ' PASS ' "$OUT/perftest-results.txt" 2>/dev/null || true)
   ptotal=$(grep -c . "$OUT/perftest-results.txt" 2>/dev/null || true)
   dipass=$(grep -c ' PASS ' "$OUT/dropin-results.txt" 2>/dev/null || true)
   ditotal=$(grep -c . "$OUT/dropin-results.txt" 2>/dev/null || true)
-  echo "---- rxe interop: pingpong $pass/$total, perftest $ptpass/$ptotal, drop-in $dipass/$ditotal passed ($(tr '\n' ' ' < "$OUT/timings")); logs, captures: $OUT"
-  cat "$OUT/results.txt" "$OUT/perftest-results.txt" "$OUT/dropin-results.txt" 2>/dev/null
+  mwpass=$(grep -c ' PASS ' "$OUT/mw-results.txt" 2>/dev/null || true)
+  echo "---- rxe interop: pingpong $pass/$total, perftest $ptpass/$ptotal, drop-in $dipass/$ditotal, memory windows ${mwpass:-0}/1 passed ($(tr '\n' ' ' < "$OUT/timings")); logs, captures: $OUT"
+  cat "$OUT/results.txt" "$OUT/perftest-results.txt" "$OUT/dropin-results.txt" "$OUT/mw-results.txt" 2>/dev/null
   [ $((total + ptotal + ditotal)) -gt 0 ] || { say "no case matches --only $only"; return 1; }
-  [ "$pass" = "$total" ] && [ "${ptpass:-0}" = "${ptotal:-0}" ] && [ "${dipass:-0}" = "${ditotal:-0}" ] && [ $rc = 0 ]
+  [ "$pass" = "$total" ] && [ "${ptpass:-0}" = "${ptotal:-0}" ] && [ "${dipass:-0}" = "${ditotal:-0}" ] &&
+    [ "${mwpass:-0}" = 1 ] && [ $rc = 0 ]
 }

@@ -147,8 +147,10 @@ fn rnic_pingpong_against_linux_soft_roce() {
     // Debian's unmodified tools on the libibverbs drop-in against the same
     // tools on rxe: ibv_devices/ibv_devinfo, then 13 tools in both roles
     let (di_cases, _) = all_passed(&out, "dropin-results.txt", "drop-in", 27);
+    // memory windows: one program, rxe's transcript and ours (mw/hook.sh)
+    all_passed(&out, "mw-results.txt", "memory window", 1);
     eprintln!(
-        "rxe interop: {cases} pingpong, {pt_cases} perftest and {di_cases} drop-in cases passed in {:.0} s",
+        "rxe interop: {cases} pingpong, {pt_cases} perftest, {di_cases} drop-in and the memory window cases passed in {:.0} s",
         t0.elapsed().as_secs_f64()
     );
 }

@@ -724,8 +724,8 @@ impl Rnic {
         // inherit them
         self.deadlines.set(idx, None);
         self.res.dev.add(&qp.counters);
-        // its type 2 windows end with it
-        self.res.mrs.unbind_qp(qpn);
+        // its type 2 windows become unusable (MrTable::orphan_qp_windows)
+        self.res.mrs.orphan_qp_windows(qpn);
         Ok(())
     }
 

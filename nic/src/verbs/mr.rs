@@ -113,6 +113,9 @@ pub enum MwError {
     NoSuchKey(u32),
 }
 
+/// The QP of a type 2 window whose QP was destroyed (QPNs have 24 bits).
+const NO_QP: u32 = u32::MAX;
+
 /// What a window is bound to.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct MwBinding {
@@ -457,24 +460,20 @@ impl MrTable {
         Ok(())
     }
 
-    /// Frees every type 2 window bound to QP `qpn` (the QP is destroyed).
-    pub fn unbind_qp(&mut self, qpn: u32) {
-        let bound: Vec<(usize, u32)> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| match s {
-                Some(Entry::Mw(Mw {
-                    binding: Some(b), ..
-                })) if b.qpn == Some(qpn) => Some((i, b.mr_lkey)),
-                _ => None,
-            })
-            .collect();
-        for (i, lkey) in bound {
-            if let Some(Some(Entry::Mw(mw))) = self.slots.get_mut(i) {
-                mw.binding = None;
+    /// QP `qpn` is destroyed: the type 2 windows bound to it stay bound
+    /// (and their region busy) until invalidated or deallocated, as in
+    /// rxe, but no QP can use them any more — not even a later QP that
+    /// gets the same number.
+    pub fn orphan_qp_windows(&mut self, qpn: u32) {
+        for s in self.slots.iter_mut() {
+            if let Some(Entry::Mw(Mw {
+                binding: Some(b), ..
+            })) = s
+            {
+                if b.qpn == Some(qpn) {
+                    b.qpn = Some(NO_QP);
+                }
             }
-            self.unbind_from(lkey);
         }
     }
 
@@ -671,5 +670,35 @@ mod tests {
         assert_eq!(t.invalidate(k, 1, Some(17)), Err(MwError::NotBound));
         assert_eq!(t.windows(), 1);
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn a_type_2_window_of_a_destroyed_qp_is_out_of_reach_until_invalidated() {
+        let mut t = MrTable::new(4);
+        let mem: Arc<dyn Memory> = Arc::new(HeapMemory::new(4096));
+        let acc = access::LOCAL_WRITE | access::MW_BIND;
+        let (lkey, _) = t.register(1, mem, 0, 0x1000, 4096, acc).unwrap();
+        let mw = t.alloc_window(1, MwType::Type2).unwrap();
+        let b = MwBind {
+            mw_rkey: mw,
+            new_rkey: 1,
+            mr_lkey: lkey,
+            addr: 0x1000,
+            len: 64,
+            access: access::REMOTE_READ,
+        };
+        let k = t.bind_window(17, 1, &b).unwrap();
+        t.orphan_qp_windows(17);
+        // a later QP 17 cannot use or remotely invalidate it
+        assert_eq!(
+            t.check_remote(k, 1, 17, 0x1000, 8, access::REMOTE_READ)
+                .err(),
+            Some(KeyError::WrongQp(k))
+        );
+        assert_eq!(t.invalidate(k, 1, Some(17)), Err(MwError::WrongQp));
+        assert_eq!(t.deregister(lkey), Err(MwError::RegionBusy(1)));
+        // LOCAL_INV on any QP of the PD frees it
+        assert_eq!(t.invalidate(k, 1, None), Ok(()));
+        assert_eq!(t.deregister(lkey), Ok(()));
     }
 }
