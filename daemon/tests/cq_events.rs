@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{tempdir, Daemon};
+use common::{tempdir, wait_for, Daemon, T};
 use nic::verbs::{AhAttr, RecvWr, SendOp, SendWr, Sgl, Wc, WcOpcode, WcStatus};
 use softrnic::{ConnectParams, Context, Cq, QpInitAttr, QpKind, ACCESS_ALL};
 use std::time::{Duration, Instant};
@@ -195,21 +195,43 @@ fn completion_events_follow_the_request_and_solicited_only_waits_for_the_bit() {
         "a second event for one request"
     );
 
-    // a blocked waiter wakes: nothing is posted until it sleeps
+    // a blocked waiter wakes: nothing is posted until the waiter's thread
+    // is blocked in ppoll(2), as its /proc syscall file shows
     rcq.req_notify(false).unwrap();
     let fd = rcq.event_fd().unwrap();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let t = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tid_tx.send(unsafe { libc::gettid() }).unwrap();
         let mut p = libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: one valid pollfd; the CQ outlives this thread (joined below)
-        unsafe { libc::poll(&mut p, 1, 30_000) == 1 }
+        let limit = libc::timespec {
+            tv_sec: T.as_secs() as libc::time_t,
+            tv_nsec: 0,
+        };
+        // SAFETY: one valid pollfd and a valid timeout; no signal mask; the
+        // CQ outlives this thread (joined below)
+        unsafe { libc::ppoll(&mut p, 1, &limit, std::ptr::null()) == 1 }
     });
-    std::thread::sleep(Duration::from_millis(50));
+    let tid = tid_rx.recv().unwrap();
+    let syscall = format!("/proc/self/task/{tid}/syscall");
+    wait_for(T, "the waiter blocked in ppoll(2)", || {
+        // "<number> <arguments...>" while blocked in a system call
+        let now = std::fs::read_to_string(&syscall).unwrap_or_default();
+        match now
+            .split_whitespace()
+            .next()
+            .map(str::parse::<libc::c_long>)
+        {
+            Some(Ok(n)) if n == libc::SYS_ppoll => Ok(()),
+            _ => Err(format!("{syscall}: {now:?}")),
+        }
+    });
     send(a, 5, true);
-    assert!(t.join().unwrap(), "poll(2) on the event fd timed out");
+    assert!(t.join().unwrap(), "ppoll(2) on the event fd timed out");
     assert!(rcq.get_event(Duration::ZERO).unwrap());
     one(rcq);
 }
