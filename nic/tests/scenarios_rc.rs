@@ -674,3 +674,63 @@ fn rc_srq_shared_by_two_qps_with_its_limit_event() {
             >= 2
     );
 }
+
+/// IBA 9.7.4.1.2: at most max_rd_atomic atomics outstanding; more posted
+/// wait for their turn and go out as earlier ones complete, a window of
+/// max_rd_atomic per round trip — 128 atomics at depth 16 take 8 round
+/// trips, as many as 128 READs, not one round trip each.
+#[test]
+fn rc_atomics_beyond_the_initiator_depth_pipeline() {
+    let elapsed = |atomic: bool| {
+        let mut h = H::new(PairConfig {
+            max_rd_atomic: 16,
+            ..Default::default()
+        });
+        let b = h.ep(1);
+        let t0 = h.p.sim.now;
+        for i in 0..128u64 {
+            let op = if atomic {
+                SendOp::FetchAdd {
+                    remote_addr: b.base + 0x10008,
+                    rkey: b.rkey,
+                    add: 1,
+                }
+            } else {
+                h.read_op(1, 0x10008)
+            };
+            h.send(0, wr(i, op, h.sgl(0, 0x300 + 8 * (i % 64), 8)));
+        }
+        h.run_for_wcs(128, 0);
+        assert!(h.take(0).iter().all(|w| w.status == WcStatus::Success));
+        assert_eq!(h.counters(0).sent_pkts, 128, "no retransmission");
+        h.p.sim.now - t0
+    };
+    let (atomics, reads) = (elapsed(true), elapsed(false));
+    // one round trip on the default link
+    let mut h = H::rc();
+    let b = h.ep(1);
+    let t0 = h.p.sim.now;
+    h.send(
+        0,
+        wr(
+            0,
+            SendOp::FetchAdd {
+                remote_addr: b.base + 0x10008,
+                rkey: b.rkey,
+                add: 1,
+            },
+            h.sgl(0, 0x300, 8),
+        ),
+    );
+    h.run_for_wcs(1, 0);
+    let rtt = h.p.sim.now - t0;
+    assert!(
+        atomics <= rtt * 9,
+        "{atomics:?} for 128 atomics, RTT {rtt:?}"
+    );
+    assert!(atomics >= rtt * 8, "{atomics:?}: more than 16 at a time?");
+    assert!(
+        atomics <= reads + rtt,
+        "atomics {atomics:?}, reads {reads:?}"
+    );
+}
