@@ -637,8 +637,10 @@ mod tests {
             .is_err());
     }
 
-    #[test]
-    fn a_type_2_window_serves_only_the_qp_that_bound_it() {
+    /// A table with a 4 KiB region at 0x1000 in PD 1 that allows windows,
+    /// a free type 2 window, and a bind of its first 64 bytes with `tag`
+    /// and `rights`; (table, region lkey, bind).
+    fn one_type_2_window(tag: u32, rights: u32) -> (MrTable, u32, MwBind) {
         let mut t = MrTable::new(3);
         let mem: Arc<dyn Memory> = Arc::new(HeapMemory::new(4096));
         let acc = access::LOCAL_WRITE | access::MW_BIND;
@@ -646,12 +648,18 @@ mod tests {
         let mw = t.alloc_window(1, MwType::Type2).unwrap();
         let b = MwBind {
             mw_rkey: mw,
-            new_rkey: 0x77,
+            new_rkey: tag,
             mr_lkey: lkey,
             addr: 0x1000,
             len: 64,
-            access: access::REMOTE_WRITE,
+            access: rights,
         };
+        (t, lkey, b)
+    }
+
+    #[test]
+    fn a_type_2_window_serves_only_the_qp_that_bound_it() {
+        let (mut t, _, b) = one_type_2_window(0x77, access::REMOTE_WRITE);
         // C10-72: a QP of another PD cannot bind it
         assert_eq!(t.bind_window(17, 2, &b), Err(MwError::WrongPd));
         let k = t.bind_window(17, 1, &b).unwrap();
@@ -674,19 +682,7 @@ mod tests {
 
     #[test]
     fn a_type_2_window_of_a_destroyed_qp_is_out_of_reach_until_invalidated() {
-        let mut t = MrTable::new(4);
-        let mem: Arc<dyn Memory> = Arc::new(HeapMemory::new(4096));
-        let acc = access::LOCAL_WRITE | access::MW_BIND;
-        let (lkey, _) = t.register(1, mem, 0, 0x1000, 4096, acc).unwrap();
-        let mw = t.alloc_window(1, MwType::Type2).unwrap();
-        let b = MwBind {
-            mw_rkey: mw,
-            new_rkey: 1,
-            mr_lkey: lkey,
-            addr: 0x1000,
-            len: 64,
-            access: access::REMOTE_READ,
-        };
+        let (mut t, lkey, b) = one_type_2_window(1, access::REMOTE_READ);
         let k = t.bind_window(17, 1, &b).unwrap();
         t.orphan_qp_windows(17);
         // a later QP 17 cannot use or remotely invalidate it
