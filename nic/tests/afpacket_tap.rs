@@ -11,12 +11,11 @@
 
 mod enginecommon;
 
-use enginecommon::can_run;
+use enginecommon::{can_run, wait_for, wait_until, STUCK};
 use nic::io::afpacket::{AfPacketPort, RingConfig};
 use nic::io::netns::{self, Namespaces};
 use nic::io::{FrameBatch, Port};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::time::{Duration, Instant};
 
 /// Creates tap `name` in the calling thread's namespace, owned by the
 /// returned (non-blocking) descriptor.
@@ -97,30 +96,29 @@ fn a_full_tx_ring_drains_once_the_device_takes_frames_again() {
         batch.push(&frame(1400));
     }
     // nobody reads the tap: offer frames until the ring refuses them
-    let t0 = Instant::now();
     let mut refused = 0;
-    while refused < 50 {
+    wait_until(STUCK, "the ring refused 50 batches", || {
         if port.send(&batch) == 0 {
             refused += 1;
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the ring never filled"
-        );
-    }
+        refused >= 50
+    });
     // the reader catches up; the port must send again
     let mut read = drain(&tun);
-    let t0 = Instant::now();
     let mut sent = 0;
-    while sent == 0 || read < 64 + 16 {
-        sent += port.send(&batch);
-        read += drain(&tun);
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the TX ring stays full after the tap was read: {sent} frames taken, {read} read"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for(
+        STUCK,
+        "the TX ring sending again after the tap was read",
+        || {
+            sent += port.send(&batch);
+            read += drain(&tun);
+            if sent > 0 && read >= 64 + 16 {
+                Ok(())
+            } else {
+                Err(format!("{sent} frames taken, {read} read"))
+            }
+        },
+    );
 }
 
 #[test]
@@ -145,16 +143,15 @@ fn a_frame_too_long_for_the_device_is_dropped_and_the_rest_goes_out() {
         batch.push(&frame(1000));
     }
     let (mut sent, mut read) = (0, 0);
-    let t0 = Instant::now();
-    while read < 200 {
+    wait_for(STUCK, "200 frames through the tap", || {
         if sent < 200 {
             sent += port.send(&batch);
         }
         read += drain(&tun);
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "only {read} of {sent} frames reached the tap"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        if read >= 200 {
+            Ok(())
+        } else {
+            Err(format!("{read} of {sent} frames reached the tap"))
+        }
+    });
 }

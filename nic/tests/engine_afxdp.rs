@@ -17,7 +17,7 @@
 
 mod enginecommon;
 
-use enginecommon::{every_verb, start};
+use enginecommon::{every_verb, start, wait_for, wait_until, STUCK};
 use nic::io::afxdp::{open_port, AfXdpConfig, AfXdpPort, AttachMode, Backend};
 use nic::io::netns::{self, Namespaces};
 use nic::io::Port;
@@ -171,16 +171,14 @@ fn exchange(test: &str, tag: &str, mode: Option<AttachMode>) {
     // the ports are gone with their engines: so are the programs (the
     // kernel may finish releasing the BPF link a moment after the close)
     for (ns, dev) in [(&na, &va), (&nb, &vb)] {
-        let t0 = std::time::Instant::now();
-        let mut shown = link_show(ns, dev);
-        while shown.contains("xdp") && t0.elapsed() < std::time::Duration::from_secs(2) {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            shown = link_show(ns, dev);
-        }
-        assert!(
-            !shown.contains("xdp"),
-            "XDP program left on {dev} 2 s after its port closed: {shown}"
-        );
+        wait_for(STUCK, &format!("no XDP program on {dev}"), || {
+            let shown = link_show(ns, dev);
+            if shown.contains("xdp") {
+                Err(shown)
+            } else {
+                Ok(())
+            }
+        });
     }
 }
 
@@ -279,6 +277,18 @@ fn write_frame(
     buf
 }
 
+/// `p`'s RX backlog once it holds at least `frames` frames.
+fn backlog_of(p: &AfXdpPort, frames: u64) -> nic::io::RxBacklog {
+    wait_for(STUCK, &format!("{frames} frames in the RX ring"), || {
+        let b = p.rx_backlog().expect("AF_XDP knows its backlog");
+        if b.frames >= frames {
+            Ok(b)
+        } else {
+            Err(format!("{b:?}"))
+        }
+    })
+}
+
 /// PFC generation watches the receive ring by priority: the frames waiting
 /// in an AF_XDP port's RX ring are counted by their DSCP (read in place in
 /// the UMEM, a frame over two descriptors counted once with all its bytes)
@@ -308,14 +318,7 @@ fn the_afxdp_rx_backlog_counts_waiting_frames_by_dscp() {
     }
     assert_eq!(pa.send(&batch), batch.len(), "{:?}", pa.counters());
     // nobody receives on pb: its RX ring holds them all
-    let t0 = std::time::Instant::now();
-    let b = loop {
-        let b = pb.rx_backlog().expect("AF_XDP knows its backlog");
-        if b.frames >= frames || t0.elapsed() > std::time::Duration::from_secs(5) {
-            break b;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
+    let b = backlog_of(&pb, frames);
     assert_eq!((b.frames, b.bytes), (frames, bytes), "{b:?}");
     let c = b
         .classes
@@ -339,24 +342,21 @@ fn the_afxdp_rx_backlog_counts_waiting_frames_by_dscp() {
     let extra = 600u64;
     let f = write_frame(pa.mac(), pb.mac(), 46, 200);
     let mut sent = 0u64;
-    let t0 = std::time::Instant::now();
-    while sent < extra && t0.elapsed() < std::time::Duration::from_secs(5) {
+    wait_for(STUCK, &format!("{extra} more frames sent"), || {
         let mut batch = nic::io::FrameBatch::new(16);
         while (batch.len() as u64) < (extra - sent).min(16) {
             batch.push(&f);
         }
         sent += pa.send(&batch) as u64;
-    }
+        if sent >= extra {
+            Ok(())
+        } else {
+            Err(format!("{sent} sent"))
+        }
+    });
     assert_eq!(sent, extra);
     let (frames, bytes) = (frames + extra, bytes + extra * f.len() as u64);
-    let t0 = std::time::Instant::now();
-    let b = loop {
-        let b = pb.rx_backlog().expect("AF_XDP knows its backlog");
-        if b.frames >= frames || t0.elapsed() > std::time::Duration::from_secs(5) {
-            break b;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
+    let b = backlog_of(&pb, frames);
     assert!(frames > nic::io::afxdp::BACKLOG_CLASSIFIED);
     assert_eq!((b.frames, b.bytes), (frames, bytes), "{b:?}");
     let c = b.classes.as_ref().expect("classes");
@@ -461,11 +461,8 @@ fn every_rc_verb_and_ud_send_over_ipv6() {
                     Err(e) => panic!("{test}: {backend:?} on {dev}: {e}"),
                 };
                 assert_eq!(got, backend);
-                let (_, mac) = nic::io::addr::next_hop_mac(
-                    std::net::IpAddr::V6(ip6(peer)),
-                    std::time::Duration::from_secs(5),
-                )
-                .expect("the neighbour over NDP");
+                let (_, mac) = nic::io::addr::next_hop_mac(std::net::IpAddr::V6(ip6(peer)), STUCK)
+                    .expect("the neighbour over NDP");
                 Some((p, mac))
             })
             .expect("enter the namespace");
@@ -536,15 +533,9 @@ fn afxdp_link_state_follows_the_carrier() {
         return;
     };
     let wait_for = |want: bool, what: &str| {
-        let t0 = std::time::Instant::now();
-        while pa.link_up() != Some(want) {
-            assert!(
-                t0.elapsed() < std::time::Duration::from_secs(10),
-                "{what}: link_up {:?} after 10 s",
-                pa.link_up()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_until(STUCK, &format!("{what}: link_up {want:?}"), || {
+            pa.link_up() == Some(want)
+        })
     };
     wait_for(true, "both ends up");
     netns::exec(&nb, &["ip", "link", "set", &vb, "down"]).expect("peer down");

@@ -50,6 +50,8 @@ fn stream(net: &Routed, cc: CcConfig, secs: f64) -> (Counters, Counters, f64) {
         }
         wcs.clear();
         if a.cq.poll(64, &mut wcs) == 0 {
+            // a poll loop: nothing completed yet, look again shortly (the
+            // stream's length is wall time; what is checked is counts)
             std::thread::sleep(Duration::from_micros(200));
         }
         for w in &wcs {

@@ -12,6 +12,42 @@ use wire::Gid;
 
 pub const MEM: usize = 1 << 22;
 
+/// How long a test waits for a condition (a count, a state, a frame): far
+/// more than a loaded machine needs, so only a stuck run reaches it.
+pub const STUCK: Duration = Duration::from_secs(60);
+
+/// Polls `probe` until it gives `Some`, at growing intervals (1 ms, then
+/// doubling up to 20 ms); `None` once `limit` has passed.
+pub fn poll_within<R>(limit: Duration, mut probe: impl FnMut() -> Option<R>) -> Option<R> {
+    let t0 = Instant::now();
+    let mut nap = Duration::from_millis(1);
+    loop {
+        if let Some(r) = probe() {
+            return Some(r);
+        }
+        if t0.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `probe` gives `Ok`; a wait over `limit` fails the test,
+/// naming `what` and the last `Err` (what was seen instead).
+pub fn wait_for<R>(limit: Duration, what: &str, mut probe: impl FnMut() -> Result<R, String>) -> R {
+    let mut last = String::new();
+    let got = poll_within(limit, || probe().map_err(|e| last = e).ok());
+    got.unwrap_or_else(|| panic!("{what}: not within {limit:?}; last seen: {last}"))
+}
+
+/// Waits until `cond` holds; a wait over `limit` fails the test, naming
+/// `what`.
+pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let got = poll_within(limit, || cond().then_some(()));
+    assert!(got.is_some(), "{what}: not within {limit:?}");
+}
+
 pub struct Node {
     pub engine: Engine,
     pub dev: Device,
@@ -263,8 +299,7 @@ impl Routed {
             let (p, got) = nic::io::afxdp::open_port(dev, backend).expect("open port");
             assert!(backend == nic::io::afxdp::Backend::Auto || got == backend);
             let (_, mac) =
-                nic::io::addr::next_hop_mac(std::net::IpAddr::V4(peer), Duration::from_secs(5))
-                    .expect("next hop");
+                nic::io::addr::next_hop_mac(std::net::IpAddr::V4(peer), STUCK).expect("next hop");
             (p, mac)
         })
         .unwrap()
@@ -367,13 +402,13 @@ pub fn every_verb(a: &Node, b: &Node) {
     for p in posts {
         a.dev.post_send(a.qpn, p).unwrap();
     }
-    let wcs = wait(&a.cq, 7, Duration::from_secs(30));
+    let wcs = wait(&a.cq, 7, STUCK);
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     assert_eq!(
         wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
         [1, 2, 3, 4, 5, 6, 7]
     );
-    let rx = wait(&b.cq, 3, Duration::from_secs(10));
+    let rx = wait(&b.cq, 3, STUCK);
     assert_eq!(
         (rx[0].wr_id, rx[0].opcode, rx[0].byte_len),
         (90, WcOpcode::Recv, 50_000)
@@ -411,9 +446,9 @@ pub fn every_verb(a: &Node, b: &Node) {
         remote_qkey: 0x1111_1111,
     });
     a.dev.post_send(a.ud_qpn, wr).unwrap();
-    let sent = wait(&a.cq, 1, Duration::from_secs(10));
+    let sent = wait(&a.cq, 1, STUCK);
     assert_eq!(sent[0].status, WcStatus::Success);
-    let got = wait(&b.cq, 1, Duration::from_secs(10));
+    let got = wait(&b.cq, 1, STUCK);
     assert_eq!(
         (got[0].wr_id, got[0].byte_len, got[0].src_qp),
         (200, 1040, a.ud_qpn)
@@ -556,19 +591,14 @@ pub fn pfc_stalled_receiver(sender: Box<dyn Port>, receiver: Box<dyn Port>) {
         );
         na.dev.post_send(na.qpn, wr).unwrap();
     }
-    let t0 = Instant::now();
-    while na.dev.port_counters().unwrap().tx_packets < 128 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the window never left"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until(STUCK, "the sender's window left", || {
+        na.dev.port_counters().unwrap().tx_packets >= 128
+    });
     let sent_before = log.lock().unwrap().len();
     assert_eq!(sent_before, 128, "a window, then the sender waits for ACKs");
     gate_tx.send(()).unwrap();
     holder.join().unwrap();
-    let done = wait(&na.cq, N as usize, Duration::from_secs(60));
+    let done = wait(&na.cq, N as usize, STUCK);
     assert!(
         done.iter().all(|w| w.status == WcStatus::Success),
         "{done:?}"
