@@ -3,16 +3,24 @@
 //! IBV_EVENT_PORT_ERR = 10): the engine reads the port's link state at most
 //! every `LINK_POLL` of its clock and raises one event per change.
 //!
-//! The engine's clock is real time, so these tests turn (or let the thread
-//! turn) until the event shows, bounded by a deadline: they check the
-//! polling (the threaded one sleeps while the engine thread polls). The
+//! The engine's clock is real time, so these tests count the engine's
+//! reads of the link (through a port that counts them) instead of timing
+//! them: a state that stays the same over several reads raises nothing,
+//! and a change raises its event at the next read. The threaded engine
+//! polls by itself; the inline one is turned by the test. The
 //! once-per-change rule itself is checked without any clock in
 //! `scenarios_events.rs`.
 
-use nic::engine::{Device, Engine, EngineConfig, LINK_POLL};
+mod enginecommon;
+
+use enginecommon::{wait_for, wait_until, STUCK};
+use nic::engine::{Device, Engine, EngineConfig};
 use nic::io::mem::pair;
+use nic::io::{Bell, FrameBatch, Port, PortCounters, RxBacklog};
 use nic::transport::{Affiliated, AsyncEvent, PortState, Rnic, RnicConfig};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 use wire::{EthernetAddress, Gid};
 
 fn macs() -> [EthernetAddress; 2] {
@@ -27,27 +35,91 @@ fn rnic() -> Rnic {
     Rnic::new(RnicConfig::new(macs()[0], gid))
 }
 
+/// A port that counts how often its link state is read.
+struct LinkReads<P: Port> {
+    inner: P,
+    reads: Arc<AtomicU64>,
+}
+
+impl<P: Port> LinkReads<P> {
+    fn new(inner: P) -> (LinkReads<P>, Arc<AtomicU64>) {
+        let reads = Arc::new(AtomicU64::new(0));
+        let p = LinkReads {
+            inner,
+            reads: reads.clone(),
+        };
+        (p, reads)
+    }
+}
+
+impl<P: Port> Port for LinkReads<P> {
+    fn recv(&mut self, batch: &mut FrameBatch) -> usize {
+        self.inner.recv(batch)
+    }
+    fn send(&mut self, batch: &FrameBatch) -> usize {
+        self.inner.send(batch)
+    }
+    fn mac(&self) -> EthernetAddress {
+        self.inner.mac()
+    }
+    fn mtu(&self) -> usize {
+        self.inner.mtu()
+    }
+    fn link_speed_bps(&self) -> u64 {
+        self.inner.link_speed_bps()
+    }
+    fn counters(&self) -> PortCounters {
+        self.inner.counters()
+    }
+    fn wait(&mut self, timeout: Duration) {
+        self.inner.wait(timeout)
+    }
+    fn wait_or_ring(&mut self, bell: &Arc<Bell>, timeout: Duration) {
+        self.inner.wait_or_ring(bell, timeout)
+    }
+    fn attach_bell(&mut self, bell: &Arc<Bell>) {
+        self.inner.attach_bell(bell)
+    }
+    fn rx_backlog(&self) -> Option<RxBacklog> {
+        self.inner.rx_backlog()
+    }
+    fn link_up(&self) -> Option<bool> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.link_up()
+    }
+}
+
 fn event(dev: &Device) -> Option<AsyncEvent> {
     dev.call(|r| r.poll_async_event()).unwrap()
 }
 
-/// Turns (an inline engine) until an event comes, for at most `limit`.
-fn next_event(dev: &Device, limit: Duration) -> Option<AsyncEvent> {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
+/// Turns (an inline engine) until an event comes.
+fn next_event(dev: &Device, what: &str) -> AsyncEvent {
+    wait_for(STUCK, what, || {
         dev.turn();
-        if let Some(e) = event(dev) {
-            return Some(e);
-        }
-        std::thread::yield_now();
-    }
-    None
+        event(dev).ok_or_else(|| "no event".to_string())
+    })
+}
+
+/// Turns (an inline engine) until it has read the link `n` more times;
+/// returns the events raised meanwhile.
+fn events_over_reads(dev: &Device, reads: &AtomicU64, n: u64) -> Vec<AsyncEvent> {
+    let until = reads.load(Ordering::SeqCst) + n;
+    let mut seen = Vec::new();
+    wait_until(STUCK, &format!("{n} reads of the link"), || {
+        dev.turn();
+        seen.extend(event(dev));
+        reads.load(Ordering::SeqCst) >= until
+    });
+    seen.extend(event(dev));
+    seen
 }
 
 #[test]
 fn link_down_then_up_raises_port_err_then_port_active_once_each() {
     let (a, _b) = pair(macs(), 64);
     let link = a.link();
+    let (a, reads) = LinkReads::new(a);
     let engine = Engine::start_inline(rnic(), Box::new(a), EngineConfig::default());
     let dev = engine.device();
     let p = dev.query_port().unwrap();
@@ -57,27 +129,31 @@ fn link_down_then_up_raises_port_err_then_port_active_once_each() {
     assert_eq!((p.active_mtu, p.max_mtu), (4096, 4096), "{p:?}");
     assert_eq!(p.link_speed_bps, 100_000_000_000);
     // nothing while the link stays up
-    assert_eq!(next_event(&dev, LINK_POLL * 3), None);
+    assert_eq!(events_over_reads(&dev, &reads, 3), vec![]);
 
     link.set_up(false);
-    let e = next_event(&dev, Duration::from_secs(10)).expect("no PORT_ERR within 10 s");
+    let e = next_event(&dev, "PORT_ERR");
     assert_eq!(e, AsyncEvent::PortErr(1));
     assert_eq!(e.ibv_event_type(), 10);
     assert_eq!(e.affiliated(), Affiliated::Port(1));
     assert_eq!(dev.query_port().unwrap().state, PortState::Down);
     assert_eq!(dev.query_port().unwrap().state.ibv(), 1);
-    // no repeat while it stays down (several polls pass)
-    assert_eq!(next_event(&dev, LINK_POLL * 3), None, "PORT_ERR repeated");
+    // no repeat while it stays down
+    assert_eq!(
+        events_over_reads(&dev, &reads, 3),
+        vec![],
+        "PORT_ERR repeated"
+    );
 
     link.set_up(true);
-    let e = next_event(&dev, Duration::from_secs(10)).expect("no PORT_ACTIVE within 10 s");
+    let e = next_event(&dev, "PORT_ACTIVE");
     assert_eq!(e, AsyncEvent::PortActive(1));
     assert_eq!(e.ibv_event_type(), 9);
     assert_eq!(e.affiliated(), Affiliated::Port(1));
     assert_eq!(dev.query_port().unwrap().state, PortState::Active);
     assert_eq!(
-        next_event(&dev, LINK_POLL * 3),
-        None,
+        events_over_reads(&dev, &reads, 3),
+        vec![],
         "PORT_ACTIVE repeated"
     );
     engine.stop();
@@ -90,24 +166,24 @@ fn a_threaded_engine_sees_the_link_change_and_a_port_starts_down_quietly() {
     let (a, _b) = pair(macs(), 64);
     let link = a.link();
     link.set_up(false);
+    let (a, reads) = LinkReads::new(a);
     let engine = Engine::start(rnic(), Box::new(a), EngineConfig::default());
     let dev = engine.device();
     assert_eq!(dev.query_port().unwrap().state, PortState::Down);
-    std::thread::sleep(LINK_POLL * 3);
+    // the engine reads the (down) link three more times by itself; a call
+    // runs at the start of a turn, before the turn's link read, so the
+    // turns of those reads are over when `event` is answered
+    let until = reads.load(Ordering::SeqCst) + 3;
+    wait_until(STUCK, "3 reads of the link", || {
+        reads.load(Ordering::SeqCst) >= until
+    });
     assert_eq!(event(&dev), None, "an event for the state at start");
 
+    // the first event after the link comes up is PORT_ACTIVE
     link.set_up(true);
-    let t0 = Instant::now();
-    let e = loop {
-        if let Some(e) = event(&dev) {
-            break e;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "no PORT_ACTIVE within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let e = wait_for(STUCK, "PORT_ACTIVE", || {
+        event(&dev).ok_or_else(|| "no event".to_string())
+    });
     assert_eq!(e, AsyncEvent::PortActive(1));
     assert_eq!(dev.query_port().unwrap().state, PortState::Active);
     engine.stop();
