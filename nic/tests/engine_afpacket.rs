@@ -10,7 +10,7 @@
 
 mod enginecommon;
 
-use enginecommon::{can_run, every_verb, start};
+use enginecommon::{can_run, every_verb, start, wait_for, wait_until, STUCK};
 use nic::io::afpacket::{AfPacketPort, RingConfig, TpacketVersion};
 use nic::io::netns::{self, Namespaces};
 use nic::io::{FrameBatch, Port};
@@ -127,14 +127,18 @@ fn send_all(p: &mut AfPacketPort, frames: &[Vec<u8>]) {
     }
 }
 
-/// The test frames `p` receives within `wait` (or until `want` arrived).
+/// The test frames `p` receives until `want` arrived, or until its ring
+/// is empty once `wait` has passed (`Duration::ZERO`: what the ring holds).
 fn receive(p: &mut AfPacketPort, want: usize, wait: Duration) -> Vec<Vec<u8>> {
     let mut got = Vec::new();
     let mut b = FrameBatch::new(64);
     let end = Instant::now() + wait;
-    while got.len() < want && Instant::now() < end {
+    while got.len() < want {
         b.clear();
         if p.recv(&mut b) == 0 {
+            if Instant::now() >= end {
+                break;
+            }
             p.wait(Duration::from_millis(5));
             continue;
         }
@@ -202,11 +206,17 @@ fn rings(test: &str, tag: &str, version: TpacketVersion) {
     frames.extend((6..9).map(|i| frame(&a, &b, i, 1000, None)));
     frames.push(frame(&a, &b, 9, 200, Some((5 << 13) | 7)));
     send_all(&mut a, &frames);
-    std::thread::sleep(Duration::from_millis(100));
-    let backlog = b.rx_backlog();
     match version {
         TpacketVersion::V2 => {
-            let bl = backlog.expect("V2 reports its backlog");
+            // the kernel has put all ten in the ring (one of them cut short)
+            let bl = wait_for(STUCK, "ten frames in b's ring", || {
+                let bl = b.rx_backlog().expect("V2 reports its backlog");
+                if bl.frames >= 10 {
+                    Ok(bl)
+                } else {
+                    Err(format!("{bl:?}"))
+                }
+            });
             let bytes: u64 = frames.iter().map(|f| f.len() as u64).sum::<u64>() - 4;
             assert_eq!(bl.frames, 10, "{bl:?}");
             // wire lengths, the tag outside the frame as the kernel holds it
@@ -225,7 +235,7 @@ fn rings(test: &str, tag: &str, version: TpacketVersion) {
             // asking again counts nothing twice
             assert_eq!(b.rx_backlog().unwrap(), bl);
         }
-        TpacketVersion::V3 => assert!(backlog.is_none()),
+        TpacketVersion::V3 => assert!(b.rx_backlog().is_none()),
     }
     let mut got = Vec::new();
     if version == TpacketVersion::V2 {
@@ -239,7 +249,7 @@ fn rings(test: &str, tag: &str, version: TpacketVersion) {
         let c = bl.classes.as_ref().unwrap();
         assert_eq!((c.pcp[5], c.dscp[0]), (196, rest), "{bl:?}");
     }
-    got.extend(receive(&mut b, 9 - got.len(), Duration::from_secs(2)));
+    got.extend(receive(&mut b, 9 - got.len(), STUCK));
     let want: Vec<&Vec<u8>> = frames.iter().filter(|f| f.len() != big).collect();
     assert_eq!(got.len(), want.len(), "all but the truncated frame");
     for (g, w) in got.iter().zip(&want) {
@@ -261,7 +271,7 @@ fn rings(test: &str, tag: &str, version: TpacketVersion) {
             .collect();
         seq += 40;
         send_all(&mut a, &burst);
-        let got = receive(&mut b, burst.len(), Duration::from_secs(2));
+        let got = receive(&mut b, burst.len(), STUCK);
         assert_eq!(got.len(), burst.len(), "round {round}");
         for (g, w) in got.iter().zip(&burst) {
             same(g, w, &format!("round {round}"));
@@ -269,14 +279,30 @@ fn rings(test: &str, tag: &str, version: TpacketVersion) {
     }
     assert_eq!(b.counters().rx_dropped, 1);
 
-    // a burst the ring cannot hold: the kernel drops the rest, and says so
+    // a burst the ring cannot hold: the kernel drops the rest, and says so.
+    // Nothing is read until the kernel has dropped some (the ring is full),
+    // then every frame is either received or counted as dropped.
     let burst: Vec<Vec<u8>> = (0..200)
         .map(|i| frame(&a, &b, seq + i, 1500, None))
         .collect();
     send_all(&mut a, &burst);
-    std::thread::sleep(Duration::from_millis(100));
-    let got = receive(&mut b, burst.len(), Duration::from_millis(500));
-    let c = b.counters();
+    wait_until(STUCK, "the kernel dropping frames on b's full ring", || {
+        b.counters().rx_dropped > 1
+    });
+    let mut got = Vec::new();
+    let c = wait_for(
+        STUCK,
+        "every frame of the burst received or dropped",
+        || {
+            got.extend(receive(&mut b, burst.len() - got.len(), Duration::ZERO));
+            let c = b.counters();
+            if got.len() as u64 + c.rx_dropped - 1 >= burst.len() as u64 {
+                Ok(c)
+            } else {
+                Err(format!("received {}, {c:?}", got.len()))
+            }
+        },
+    );
     assert!(
         got.len() < burst.len(),
         "{} of {} fit",
@@ -325,15 +351,9 @@ fn afpacket_link_state_follows_the_interface_and_its_carrier() {
         .expect("open port a");
     // carrier may take a moment after the veth pair comes up
     let wait_for = |want: bool, what: &str| {
-        let t0 = Instant::now();
-        while pa.link_up() != Some(want) {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "{what}: link_up {:?} after 10 s",
-                pa.link_up()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(STUCK, &format!("{what}: link_up {want:?}"), || {
+            pa.link_up() == Some(want)
+        })
     };
     wait_for(true, "both ends up");
     netns::exec(&nb, &["ip", "link", "set", &vb, "down"]).expect("peer down");
