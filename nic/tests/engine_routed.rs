@@ -13,7 +13,7 @@
 
 mod enginecommon;
 
-use enginecommon::{can_run, read, start_with, Node, Routed};
+use enginecommon::{can_run, read, start_with, wait_for, Node, Routed, STUCK};
 use nic::io::afxdp::Backend;
 use nic::io::impair::{Impaired, Impairments, RandomImpairments};
 use nic::io::pcap::{read_pcap, PcapTap};
@@ -56,7 +56,7 @@ impl Capture {
             use std::io::Read;
             let n = err.read(&mut buf).unwrap_or(0);
             assert!(
-                n > 0 || t0.elapsed() < Duration::from_secs(10),
+                n > 0 || t0.elapsed() < STUCK,
                 "tcpdump did not start: {seen}"
             );
             seen += &String::from_utf8_lossy(&buf[..n]);
@@ -280,8 +280,17 @@ fn routed(test: &str, backend: Backend, n: u32) {
         return;
     }
     let net = Routed::new(&format!("r{n}"));
-    // 2 % of the RoCEv2 frames the router forwards are dropped
-    net.nft("table inet rnic {\n  chain forward_drop {\n    type filter hook forward priority 0;\n    udp dport 4791 numgen random mod 100 < 2 counter drop\n  }\n}\n");
+    // R sends A nothing of its own but ARP: no IPv6
+    for k in ["all", "default", net.ra.as_str()] {
+        let set = format!("net.ipv6.conf.{k}.disable_ipv6=1");
+        nic::io::netns::exec(&net.r, &["sysctl", "-qw", &set]).expect("sysctl");
+    }
+    // 2 % of the RoCEv2 frames the router forwards are dropped; R's egress
+    // towards A counts what it sends there
+    net.nft(&format!(
+        "table inet rnic {{\n  chain forward_drop {{\n    type filter hook forward priority 0;\n    udp dport 4791 numgen random mod 100 < 2 counter drop\n  }}\n}}\n{}",
+        ToA::rules(&net.ra)
+    ));
     let (dump, tap) = (net.dir.join("router.pcap"), net.dir.join("tap.pcap"));
     let capture = Capture::start(&net.r, &net.ra, &dump);
     let drops_before = LinkDrops::read(&net);
@@ -317,8 +326,28 @@ fn routed(test: &str, backend: Backend, n: u32) {
     let mut nodes = nodes;
     let b = nodes.pop().expect("two nodes");
     b.engine.stop();
-    std::thread::sleep(Duration::from_millis(200));
-    let port = nodes[0].dev.port_counters().unwrap();
+    // A's engine has read every frame R sent towards A (so its tap has
+    // them), but those R's veth dropped and those A's port counted as
+    // dropped: over AF_XDP the RoCEv2 frames (the rest go to the kernel),
+    // over AF_PACKET all of them
+    let port = wait_for(STUCK, "A's port took every frame R sent it", || {
+        let out = ToA::read(&net);
+        let lost = LinkDrops::read(&net).since(&drops_before).r_tx;
+        let sent = match backend {
+            Backend::AfXdp => out.roce,
+            _ => out.frames,
+        }
+        .saturating_sub(lost);
+        let p = nodes[0].dev.port_counters().unwrap();
+        if p.rx_packets + p.rx_dropped >= sent {
+            eprintln!("R sent A {sent} frames ({out:?}); A's port took {p:?}");
+            Ok(p)
+        } else {
+            Err(format!(
+                "R sent {sent} ({out:?}, {lost} dropped by its veth), A's port {p:?}"
+            ))
+        }
+    });
     for n in nodes {
         n.engine.stop();
     }
@@ -385,6 +414,43 @@ fn routed(test: &str, backend: Backend, n: u32) {
         assert!(out.status.success(), "tshark-judge: {text}");
     } else {
         eprintln!("SKIPPED the tshark-judge part: ../shared/tools/tshark-judge is missing");
+    }
+}
+
+/// What R's egress towards A counted (nftables, netdev family): every
+/// frame, and the RoCEv2 ones.
+#[derive(Debug)]
+struct ToA {
+    frames: u64,
+    roce: u64,
+}
+
+impl ToA {
+    /// The table that counts on R's interface `ra`.
+    fn rules(ra: &str) -> String {
+        format!(
+            "table netdev rnic_to_a {{\n  counter frames {{ }}\n  counter roce {{ }}\n  chain egress {{\n    type filter hook egress device \"{ra}\" priority 0;\n    counter name \"frames\"\n    udp dport 4791 counter name \"roce\"\n  }}\n}}\n"
+        )
+    }
+
+    fn read(net: &Routed) -> ToA {
+        let counter = |name: &str| -> u64 {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &net.r, "nft", "list", "counter"])
+                .args(["netdev", "rnic_to_a", name])
+                .output()
+                .expect("run ip netns exec nft");
+            let text = String::from_utf8_lossy(&out.stdout);
+            text.split_whitespace()
+                .skip_while(|w| *w != "packets")
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("counter {name} in {}: {text:?}", net.r))
+        };
+        ToA {
+            frames: counter("frames"),
+            roce: counter("roce"),
+        }
     }
 }
 
