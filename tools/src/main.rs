@@ -405,9 +405,15 @@ rule of `rnic pcap check` are marked with !! and the reason. A summary goes to s
     #[command(
         long_about = "For each RC connection of the capture, sets up our responder from what the \
 capture shows (addresses, QPNs, first PSN, path MTU, one memory region per R_Key, READ and \
-atomic targets pre-filled from the capture's responses), feeds it the capture's requests and \
-compares its responses with the capture's, field by field (opcode, PSN, destination QP, AETH \
-syndrome and MSN, atomic original value, payload). Exit status 1 when any differs.",
+atomic targets pre-filled from the capture's responses), feeds it the capture's requests, pairs \
+its responses with the capture's by PSN and compares them field by field (opcode, PSN, \
+destination QP, AETH syndrome and MSN, atomic original value, payload, ICRC). Our responses \
+after the last one the capture holds for the connection, when the capture ends before they \
+were due (the slowest answer it shows on that connection, at least 1 ms, after the \
+connection's last request), are listed as after the end of the capture, not as differences. \
+Memory is judged where the capture shows the WRITE acknowledged. A file that ends inside a \
+frame is replayed up to the frame before it. The last line counts the responses that matched, \
+differed and fell after the end. Exit status 1 when any differs.",
         after_help = "Examples:\n  rnic pcap replay rdma_write_bw.pcap\n  rnic pcap replay rping.pcap"
     )]
     Replay {

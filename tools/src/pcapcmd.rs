@@ -138,18 +138,25 @@ pub fn dump(path: &Path, limit: Option<u64>, roce_only: bool) -> Result<(), CliE
     Ok(())
 }
 
-/// Largest memory the replay may register for one R_Key (it backs every
-/// byte between the lowest and highest VA the capture uses).
-const REPLAY_SPAN_LIMIT: u64 = 256 << 20;
-
 /// Feeds the requests of each RC connection of the capture to our
 /// responder and reports every difference from the capture's responses.
-/// Exits non-zero when any differs.
+/// Our responses the capture stops before (`nic::replay`) are listed
+/// apart and are not differences; a file that ends inside a frame is
+/// replayed up to the frame before. Ends with one summary line. Exits
+/// non-zero when any differs.
 pub fn replay(path: &Path) -> Result<(), CliError> {
     let reader = CaptureReader::open(path).map_err(|e| CliError::new(e.to_string()))?;
     let mut frames = Vec::new();
+    let mut cut = None;
     for rec in reader {
-        let rec = rec.map_err(|e| CliError::new(format!("{}: {e}", path.display())))?;
+        let rec = match rec {
+            Ok(rec) => rec,
+            Err(e @ crate::capture::CaptureError::Truncated { .. }) => {
+                cut = Some(e);
+                break;
+            }
+            Err(e) => return Err(CliError::new(format!("{}: {e}", path.display()))),
+        };
         if rec.linktype != crate::capture::LINKTYPE_ETHERNET {
             return Err(CliError::new(format!(
                 "{}: link type {} is not Ethernet: replay needs Ethernet frames",
@@ -162,6 +169,16 @@ pub fn replay(path: &Path) -> Result<(), CliError> {
     guard_spans(path, &frames)?;
     let reports = nic::replay::replay(&frames);
     let mut out = io::stdout().lock();
+    if let Some(e) = cut {
+        write_or_quit(
+            &mut out,
+            format_args!(
+                "{}: {e}: replaying the {} frames before it\n",
+                path.display(),
+                frames.len()
+            ),
+        )?;
+    }
     if reports.is_empty() {
         write_or_quit(
             &mut out,
@@ -170,16 +187,21 @@ pub fn replay(path: &Path) -> Result<(), CliError> {
                 path.display()
             ),
         )?;
-        return Ok(());
     }
     let mut differing = 0;
     for r in &reports {
         let verdict = if r.matches() {
-            "identical".to_string()
+            match r.after_end.len() {
+                0 => "identical".to_string(),
+                n => format!(
+                    "identical up to the end of the capture, {n} response{} after it",
+                    plural(n)
+                ),
+            }
         } else {
             differing += 1;
-            let n = r.mismatches.len().max(1);
-            format!("{n} difference{}", if n == 1 { "" } else { "s" })
+            let n = r.mismatches.len();
+            format!("{n} difference{}", plural(n))
         };
         write_or_quit(
             &mut out,
@@ -191,7 +213,34 @@ pub fn replay(path: &Path) -> Result<(), CliError> {
         for m in &r.mismatches {
             write_or_quit(&mut out, format_args!("  {m}\n"))?;
         }
+        for a in &r.after_end {
+            write_or_quit(
+                &mut out,
+                format_args!("  after the end of the capture: {a}\n"),
+            )?;
+        }
+        if r.unjudged_bytes > 0 {
+            write_or_quit(
+                &mut out,
+                format_args!(
+                    "  not judged: {} written byte{} whose WRITE the capture does not show acknowledged\n",
+                    r.unjudged_bytes,
+                    plural(r.unjudged_bytes)
+                ),
+            )?;
+        }
     }
+    let sum = |f: fn(&nic::replay::ConnectionReport) -> usize| reports.iter().map(f).sum::<usize>();
+    write_or_quit(
+        &mut out,
+        format_args!(
+            "{} response{} matched, {} differed, {} after the end of the capture\n",
+            sum(|r| r.matched),
+            plural(sum(|r| r.matched)),
+            sum(|r| r.differed),
+            sum(|r| r.after_end.len()),
+        ),
+    )?;
     if differing > 0 {
         return Err(CliError::new(format!(
             "{}: {differing} of {} connections answered differently from the capture",
@@ -200,6 +249,14 @@ pub fn replay(path: &Path) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 /// Refuses captures whose R_Keys span more memory than a replay should
@@ -220,12 +277,12 @@ fn guard_spans(path: &Path, frames: &[(nic::Instant, Vec<u8>)]) -> Result<(), Cl
         let e = spans.entry(rkey).or_insert((va, end));
         e.0 = e.0.min(va);
         e.1 = e.1.max(end);
-        if e.1 - e.0 > REPLAY_SPAN_LIMIT {
+        if e.1 - e.0 > nic::replay::SPAN_LIMIT {
             return Err(CliError::new(format!(
                 "{}: R_Key {rkey:#x} is used across {} MiB of addresses; replay backs that range with memory and stops at {} MiB",
                 path.display(),
                 (e.1 - e.0) >> 20,
-                REPLAY_SPAN_LIMIT >> 20
+                nic::replay::SPAN_LIMIT >> 20
             )));
         }
     }
