@@ -398,8 +398,11 @@ fn replay_one(
         }
     };
 
-    // Receives for every SEND up front (the responder takes them in order),
-    // then the requests rewritten to our QPN and R_Keys.
+    // Receives up front for every message that consumes one (the
+    // responder takes them in order): each SEND, and each RDMA WRITE
+    // carrying immediate data (its LAST or ONLY packet consumes a receive
+    // WQE, IBA 9.7.5.1.5).
+    // Then the requests rewritten to our QPN and R_Keys.
     let mut frames = Vec::with_capacity(requests.len());
     let mut recv_id = 0u64;
     for s in &requests {
@@ -407,7 +410,12 @@ fn replay_one(
         let Some(info) = r.opcode_info() else {
             continue;
         };
-        if info.operation == Operation::Send && info.position.is_start() {
+        let takes_receive = match info.operation {
+            Operation::Send => info.position.is_start(),
+            Operation::Write => info.has_immediate(),
+            _ => false,
+        };
+        if takes_receive {
             recv_id += 1;
             let _ = rnic.post_recv(
                 qpn,

@@ -376,6 +376,60 @@ fn a_response_missing_inside_the_capture_is_a_difference() {
     );
 }
 
+/// NCCL all-reduce over rxe on three nodes: RDMA WRITEs with immediate
+/// (each consuming a receive) in both directions of every connection.
+#[test]
+fn nccl_all_reduce() {
+    for name in [
+        "nccl/nccl_node0.pcap",
+        "nccl/nccl_node1.pcap",
+        "nccl/nccl_node2.pcap",
+        "nccl/ring2_node0.pcap",
+        "nccl/ring2_node1.pcap",
+        "nccl/ring2_node2.pcap",
+        "nccl/tree2_node0.pcap",
+        "nccl/tree2_node1.pcap",
+        "nccl/tree2_node2.pcap",
+    ] {
+        check(name, 8);
+    }
+}
+
+/// The NCCL captures interleave four connections with other traffic: cut
+/// right before each of their RoCE frames, each replays without a
+/// difference.
+#[test]
+fn every_cut_of_the_nccl_captures_has_no_difference() {
+    for name in [
+        "nccl/nccl_node0.pcap",
+        "nccl/ring2_node1.pcap",
+        "nccl/tree2_node2.pcap",
+    ] {
+        let Some(frames) = capture(name) else { return };
+        let mut after_end = 0;
+        for n in 1..frames.len() {
+            if opcode_of(&frames[n].1).is_none() {
+                continue;
+            }
+            for r in replay(&frames[..n]) {
+                assert!(
+                    r.matches(),
+                    "{name} cut after frame {n}: {} -> {}:\n{}",
+                    r.requester,
+                    r.responder,
+                    r.mismatches.join("\n")
+                );
+                assert_eq!(r.matched + r.after_end.len(), r.produced);
+                after_end += r.after_end.len();
+            }
+        }
+        assert!(
+            after_end > 0,
+            "{name}: no cut left a response after the end"
+        );
+    }
+}
+
 /// Damaged captures never make the replay panic: seeded random changes to
 /// the RC captures' frames, both raw (a flipped byte, a cut, extra bytes)
 /// and in their headers re-emitted with a valid ICRC (PSNs, VAs, R_Keys,
@@ -397,6 +451,7 @@ fn damaged_captures_never_panic_the_replay() {
         "rdma_send_bw.pcap",
         "rdma_atomic_bw.pcap",
         "rping.pcap",
+        "nccl/tree2_node1.pcap",
     ] {
         let Some(frames) = capture(name) else { return };
         for _ in 0..40 {
