@@ -839,3 +839,42 @@ fn check_writes(
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn psns(v: &[u32]) -> Vec<Psn> {
+        v.iter().map(|&p| Psn::new(p)).collect()
+    }
+
+    #[test]
+    fn align_pairs_equal_psns_and_names_what_is_missing() {
+        use Step::*;
+        let a = |o: &[u32], t: &[u32]| align(&psns(o), &psns(t));
+        assert_eq!(
+            a(&[1, 2, 3], &[1, 2, 3]),
+            [Pair(0, 0), Pair(1, 1), Pair(2, 2)]
+        );
+        // the capture lacks ours 1 in the middle, then runs out before 4
+        assert_eq!(
+            a(&[1, 2, 3, 4], &[1, 3]),
+            [Pair(0, 0), Ours(1), Pair(2, 1), OursAfterLast(3)]
+        );
+        // ours lacks the capture's 2
+        assert_eq!(a(&[1, 3], &[1, 2, 3]), [Pair(0, 0), Theirs(1), Pair(1, 2)]);
+        // a wrong PSN is compared with the capture's response in its place
+        assert_eq!(
+            a(&[1, 9, 3], &[1, 2, 3]),
+            [Pair(0, 0), Pair(1, 1), Pair(2, 2)]
+        );
+        // repeated PSNs (a duplicate answered again) pair in order, across
+        // the 24-bit wrap
+        assert_eq!(
+            a(&[0xFF_FFFF, 0, 0, 1], &[0xFF_FFFF, 0, 0]),
+            [Pair(0, 0), Pair(1, 1), Pair(2, 2), OursAfterLast(3)]
+        );
+        assert_eq!(a(&[], &[5]), [Theirs(0)]);
+        assert_eq!(a(&[5], &[]), [OursAfterLast(0)]);
+    }
+}
