@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{cmd, have, is_root, missing, profile_dir, Daemon};
+use common::{cmd, have, is_root, missing, poll_within, profile_dir, wait_for, Daemon, STUCK};
 use nic::io::netns::{self, Namespaces};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -100,7 +100,7 @@ fn finish(mut child: Child, deadline: Instant) -> (Output, bool) {
     // block on a full pipe
     let out = child.stdout.take().map(drain);
     let err = child.stderr.take().map(drain);
-    let (status, late) = wait_until(&mut child, deadline);
+    let (status, late) = exit_by(&mut child, deadline);
     let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
         h.map(|h| h.join().unwrap_or_default()).unwrap_or_default()
     };
@@ -113,16 +113,14 @@ fn finish(mut child: Child, deadline: Instant) -> (Output, bool) {
 }
 
 /// Waits for `child` to exit until `deadline`, killing it then (`true`: killed).
-fn wait_until(child: &mut Child, deadline: Instant) -> (std::process::ExitStatus, bool) {
-    loop {
-        if let Ok(Some(s)) = child.try_wait() {
-            return (s, false);
-        }
-        if Instant::now() > deadline {
+fn exit_by(child: &mut Child, deadline: Instant) -> (std::process::ExitStatus, bool) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    match poll_within(left, || child.try_wait().ok().flatten()) {
+        Some(s) => (s, false),
+        None => {
             let _ = child.kill();
-            return (child.wait().expect("wait"), true);
+            (child.wait().expect("wait"), true)
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -169,14 +167,12 @@ fn pair(s: &Setting, prog: &str, port_flag: &str, args: &[&str], expect: &str) -
         .unwrap_or_else(|e| panic!("{what}: start the server: {e}"));
     // the clients do not retry their TCP connect: wait until the server
     // listens (without connecting: it accepts one connection only), or
-    // has given up
-    let t0 = Instant::now();
-    while !listening(s.server.ns.as_deref(), port)
-        && t0.elapsed() < Duration::from_secs(30)
-        && server.try_wait().ok().flatten().is_none()
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // has given up (then the client fails and the check below shows both)
+    poll_within(STUCK, || {
+        let ready =
+            listening(s.server.ns.as_deref(), port) || server.try_wait().ok().flatten().is_some();
+        ready.then_some(())
+    });
     let deadline = Instant::now() + DEADLINE;
     let client = match tool(&s.client, prog, &cargs).spawn() {
         Ok(c) => c,
@@ -471,7 +467,7 @@ fn a_peer_killed_mid_transfer_ends_the_writers_run_in_error_completions() {
     let _ = run.server.kill();
     let _ = run.server.wait();
     let err = run.client.stderr.take().map(drain);
-    let (status, late) = wait_until(&mut run.client, Instant::now() + DEADLINE);
+    let (status, late) = exit_by(&mut run.client, Instant::now() + DEADLINE);
     let err = String::from_utf8_lossy(
         &err.map(|h| h.join().unwrap_or_default())
             .unwrap_or_default(),
@@ -527,10 +523,9 @@ impl WriteBwRun {
             .stderr(Stdio::null())
             .spawn()
             .expect("server");
-        let t0 = Instant::now();
-        while !listening(None, port) && t0.elapsed() < Duration::from_secs(30) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // (a server that never listens: the client fails, and `started`
+        // says so)
+        poll_within(STUCK, || listening(None, port).then_some(()));
         let mut cargs = args("t1");
         cargs.push("127.0.0.1".into());
         // line-buffered stdout (a pipe is block-buffered otherwise)
@@ -575,8 +570,9 @@ struct NetDaemon {
 impl NetDaemon {
     fn start(ns: &str, iface: &str, gid: &str, name: &str, backend: &str) -> NetDaemon {
         let dir = tempfile::tempdir().expect("tempdir");
-        // SAFETY: chmod of our own temp folder so `nobody` can use it.
         let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: chmod of our own temp folder (a NUL-terminated path) so
+        // `nobody` can use it.
         unsafe { libc::chmod(p.as_ptr(), 0o777) };
         let out = File::create(dir.path().join("rnicd.out")).expect("out");
         let err = File::create(dir.path().join("rnicd.err")).expect("err");
@@ -592,19 +588,17 @@ impl NetDaemon {
             .spawn()
             .expect("start rnicd");
         let mut d = NetDaemon { child, dir };
-        let t0 = Instant::now();
         // READY: the port is open, the socket listens, root is dropped
-        while !d.log("rnicd.out").contains("READY") {
+        wait_for(STUCK, &format!("rnicd in {ns} READY"), || {
             if let Ok(Some(st)) = d.child.try_wait() {
                 panic!("rnicd in {ns} exited ({st}): {}", d.log("rnicd.err"));
             }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "rnicd in {ns} did not come up: {}",
-                d.log("rnicd.err")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            if d.log("rnicd.out").contains("READY") {
+                Ok(())
+            } else {
+                Err(d.log("rnicd.err"))
+            }
+        });
         d
     }
 
@@ -652,11 +646,9 @@ impl NetPair {
         netns::veth(&na, &va, "192.0.2.1/24", &nb, &vb, "192.0.2.2/24", mtu).expect("veth");
         // both ends have carrier before the daemons look at them
         for (n, v) in [(&na, &va), (&nb, &vb)] {
-            let t0 = Instant::now();
-            while !carrier(n, v) {
-                assert!(t0.elapsed() < Duration::from_secs(30), "{v}: no carrier");
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            wait_for(STUCK, &format!("carrier on {v}"), || {
+                carrier(n, v).then_some(()).ok_or_else(String::new)
+            });
         }
         if backend == "afxdp" {
             // can this kernel and build do AF_XDP at all?
@@ -710,22 +702,16 @@ impl NetPair {
     /// engine polls the link now and then).
     fn wait_active(&self) {
         for side in [&self.setting.server, &self.setting.client] {
-            let t0 = Instant::now();
-            loop {
+            wait_for(STUCK, &format!("{}: the port active", side.dev), || {
                 let out = tool(side, "ibv_devinfo", &["-d".into(), side.dev.clone()])
                     .output()
                     .expect("ibv_devinfo");
                 if String::from_utf8_lossy(&out.stdout).contains("PORT_ACTIVE (4)") {
-                    break;
+                    Ok(())
+                } else {
+                    Err(show(&out, false))
                 }
-                assert!(
-                    t0.elapsed() < Duration::from_secs(30),
-                    "{}: the port never became active:\n{}",
-                    side.dev,
-                    show(&out, false)
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            });
         }
     }
 

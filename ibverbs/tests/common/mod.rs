@@ -7,6 +7,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// How long a test waits for a condition (a socket, a log line, a port
+/// state): far more than a loaded machine needs, so only a stuck run
+/// reaches it.
+pub const STUCK: Duration = Duration::from_secs(60);
+
+/// Polls `probe` until it gives `Some`, at growing intervals (1 ms, then
+/// doubling up to 20 ms); `None` once `limit` has passed.
+pub fn poll_within<R>(limit: Duration, mut probe: impl FnMut() -> Option<R>) -> Option<R> {
+    let t0 = Instant::now();
+    let mut nap = Duration::from_millis(1);
+    loop {
+        if let Some(r) = probe() {
+            return Some(r);
+        }
+        if t0.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `probe` gives `Ok`; a wait over `limit` fails the test,
+/// naming `what` and the last `Err` (what was seen instead).
+pub fn wait_for<R>(limit: Duration, what: &str, mut probe: impl FnMut() -> Result<R, String>) -> R {
+    let mut last = String::new();
+    let got = poll_within(limit, || probe().map_err(|e| last = e).ok());
+    got.unwrap_or_else(|| panic!("{what}: not within {limit:?}; last seen: {last}"))
+}
+
 pub fn missing(why: &str) -> bool {
     if std::env::var_os("CI").is_some() {
         panic!("{why}");
@@ -57,8 +87,9 @@ pub struct Daemon {
 impl Daemon {
     pub fn start() -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
-        // SAFETY: chmod of our own temp folder so `nobody` can use it.
         let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: chmod of our own temp folder (a NUL-terminated path) so
+        // `nobody` can use it.
         unsafe { libc::chmod(p.as_ptr(), 0o777) };
         let child = cmd(profile_dir().join("rnicd").to_str().expect("utf-8"))
             .args(["--mem-pair", "--name", "t", "--one-thread", "--sock-dir"])
@@ -67,15 +98,15 @@ impl Daemon {
             .stderr(Stdio::null())
             .spawn()
             .expect("start rnicd");
-        let d = Daemon { child, dir };
-        let t0 = Instant::now();
-        while !(d.dir.path().join("t0.sock").exists() && d.dir.path().join("t1.sock").exists()) {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "rnicd did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut d = Daemon { child, dir };
+        wait_for(STUCK, "rnicd's sockets t0 and t1", || {
+            let up = ["t0.sock", "t1.sock"].map(|s| d.dir.path().join(s).exists());
+            match d.child.try_wait() {
+                Ok(Some(st)) => panic!("rnicd exited ({st})"),
+                _ if up == [true, true] => Ok(()),
+                _ => Err(format!("t0.sock, t1.sock exist: {up:?}")),
+            }
+        });
         d
     }
 
