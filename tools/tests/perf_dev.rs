@@ -17,14 +17,13 @@
 mod common;
 
 use common::netns::{can_run, link, pair, rnic_in, spawn, text, Link};
+use common::{wait_for, STUCK};
 use serde_json::Value;
+use std::io::{Read, Write};
 use std::path::Path;
-use std::time::Duration;
-
-const LIMIT: Duration = Duration::from_secs(20);
 
 fn ok(l: &Link, state: &Path, server: &[&str], client: &[&str]) -> (String, String) {
-    let (s, c) = pair(l, state, server, client, LIMIT);
+    let (s, c) = pair(l, state, server, client, STUCK);
     let ctx = format!(
         "rnic {}\n-- server --\n{}\n-- client --\n{}",
         client.join(" "),
@@ -228,7 +227,7 @@ fn a_server_refuses_a_client_asking_for_another_test() {
         state.path(),
         &["perf", "write", "bw"],
         &["perf", "read", "bw", "-n", "10"],
-        LIMIT,
+        STUCK,
     );
     assert!(
         !s.status.success() && !c.status.success(),
@@ -252,7 +251,7 @@ fn a_server_refuses_a_client_asking_for_another_test() {
         state.path(),
         &["perf", "write", "bw"],
         &["perf", "write", "bw", "-n", "10", "-s", "16777216"],
-        LIMIT,
+        STUCK,
     );
     assert!(
         !s.status.success() && !c.status.success(),
@@ -322,8 +321,8 @@ fn plain_pair(l: &Link, state: &Path, server: &[&str], client: &[&str]) -> (Stri
     ca.extend(["--dev", &l.ifs[1], l.ips[0]]);
     let mut cc = rnic_in(&l.ns[1], state, &ca);
     cc.env("SOFTRNIC_PERFTEST_PLAIN", "1");
-    let c = spawn(cc, "the rnic client").finish(LIMIT);
-    let s = srv.finish(Duration::from_secs(5));
+    let c = spawn(cc, "the rnic client").finish(STUCK);
+    let s = srv.finish(STUCK);
     let ctx = format!(
         "rnic {}\n-- server --\n{}\n-- client --\n{}",
         client.join(" "),
@@ -408,9 +407,11 @@ fn plain_perftest_exchange_every_verb_and_mode() {
     }
 }
 
-/// A fake client (bash's /dev/tcp in the client namespace) sends `bytes`
-/// (a printf format) to an rnic write bw server, which must refuse with
-/// `want` in its one-line error.
+/// A fake client in the client namespace sends `bytes` (a printf(1)
+/// format) to an rnic write bw server, which must refuse with `want` in
+/// its one-line error. The client then ends its half of the stream, so the
+/// server sees the bytes followed by the end, and reads what the server
+/// says until the server closes its end.
 fn refused(l: &Link, state: &Path, bytes: &str, want: &str) {
     let srv = spawn(
         rnic_in(
@@ -420,28 +421,30 @@ fn refused(l: &Link, state: &Path, bytes: &str, want: &str) {
         ),
         "the rnic server",
     );
-    let script = format!(
-        "for i in $(seq 100); do exec 3<>/dev/tcp/{}/18515 && break; sleep 0.1; done 2>/dev/null; printf '{bytes}' >&3; sleep 2",
-        l.ips[0]
-    );
-    let c = spawn(
-        {
-            let mut c = std::process::Command::new("ip");
-            c.args(["netns", "exec", &l.ns[1], "bash", "-c", &script])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            c
-        },
-        "the fake client",
-    )
-    .finish(Duration::from_secs(15));
-    let s = srv.finish(Duration::from_secs(5));
+    let printf = std::process::Command::new("printf")
+        .arg(bytes)
+        .output()
+        .expect("printf");
+    assert!(printf.status.success(), "printf {bytes:?}");
+    let ip = l.ips[0];
+    let heard = nic::io::netns::run_in(&l.ns[1], move || {
+        let mut s = wait_for(STUCK, "the rnic server listening", || {
+            std::net::TcpStream::connect((ip, 18515)).map_err(|e| e.to_string())
+        });
+        s.write_all(&printf.stdout).expect("send the bytes");
+        s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        s.set_read_timeout(Some(STUCK)).unwrap();
+        let mut heard = Vec::new();
+        let r = s.read_to_end(&mut heard);
+        format!("{} bytes from the server, then {r:?}", heard.len())
+    })
+    .unwrap();
+    let s = srv.finish(STUCK);
     let err = String::from_utf8_lossy(&s.stderr);
     assert!(
         !s.status.success() && err.contains(want),
-        "{want:?}:\n{}\n-- fake client --\n{}",
+        "{want:?}:\n{}\n-- fake client --\n{heard}",
         text(&s),
-        text(&c)
     );
     assert!(!err.contains("panicked"), "{err}");
 }

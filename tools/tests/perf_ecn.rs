@@ -11,10 +11,10 @@
 mod common;
 
 use common::netns::{can_run, rnic_in, spawn, text};
+use common::STUCK;
 use nic::io::netns::Routed;
 use serde_json::Value;
 use std::path::Path;
-use std::time::Duration;
 
 fn have(tool: &str) -> bool {
     std::process::Command::new(tool)
@@ -176,9 +176,8 @@ fn run(net: &Routed, dir: &Path, cc_args: &[&str]) -> (Value, Value, f64) {
     cargs.extend(cc_args);
     cargs.push(&gb);
     // the client retries while the server is not listening yet
-    let client =
-        spawn(rnic_in(&net.a, dir, &cargs), "the rnic client").finish(Duration::from_secs(40));
-    let server = server.finish(Duration::from_secs(10));
+    let client = spawn(rnic_in(&net.a, dir, &cargs), "the rnic client").finish(STUCK);
+    let server = server.finish(STUCK);
     let ctx = format!(
         "-- server --\n{}\n-- client --\n{}",
         text(&server),

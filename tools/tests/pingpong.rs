@@ -10,10 +10,8 @@
 mod common;
 
 use common::netns::{can_run, link, pair, rnic_in, spawn, text, Link};
+use common::{wait_for, STUCK};
 use std::io::{Read, Write};
-use std::time::Duration;
-
-const LIMIT: Duration = Duration::from_secs(20);
 
 /// (QPN, PSN, GID) from a "  local address:  LID 0x0000, QPN 0x000011,
 /// PSN 0x1a2b3c, GID ::ffff:192.0.2.1" line (remote: "remote address:").
@@ -52,7 +50,8 @@ fn results(stdout: &str, size: u64, iters: u64) {
         .trim_end_matches(" Mbit/sec")
         .parse()
         .unwrap();
-    assert!(mbit > 0.0, "{l1}");
+    // a rate (wall time): printed with two decimals, 0.00 on a slow run
+    assert!(mbit.is_finite() && mbit >= 0.0, "{l1}");
     let l2 = stdout
         .lines()
         .find(|l| l.contains(" iters in "))
@@ -66,7 +65,7 @@ fn results(stdout: &str, size: u64, iters: u64) {
 fn run(l: &Link, state: &std::path::Path, args: &[&str], size: u64, iters: u64) {
     let mut a = vec!["pingpong"];
     a.extend_from_slice(args);
-    let (s, c) = pair(l, state, &a, &a, LIMIT);
+    let (s, c) = pair(l, state, &a, &a, STUCK);
     let ctx = format!(
         "rnic {}\n-- server --\n{}\n-- client --\n{}",
         a.join(" "),
@@ -270,7 +269,7 @@ fn chk_pingpong_between_namespaces() {
             "--page-size",
             "4096",
         ],
-        LIMIT,
+        STUCK,
     );
     let ctx = format!("-- server --\n{}\n-- client --\n{}", text(&s), text(&c));
     assert!(c.status.success(), "{ctx}");
@@ -319,15 +318,10 @@ fn pingpong_server_speaks_the_examples_exchange() {
     let mine = b"0000:000abc:123456:00000000000000000000ffffc0000202\0";
     assert_eq!(mine.len(), 52);
     let reply = nic::io::netns::run_in(&l.ns[1], || {
-        let t0 = std::time::Instant::now();
-        let mut s = loop {
-            match std::net::TcpStream::connect(("192.0.2.1", 18515)) {
-                Ok(s) => break s,
-                Err(e) if t0.elapsed() > Duration::from_secs(10) => panic!("connect: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        };
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut s = wait_for(STUCK, "the rnic server listening", || {
+            std::net::TcpStream::connect(("192.0.2.1", 18515)).map_err(|e| e.to_string())
+        });
+        s.set_read_timeout(Some(STUCK)).unwrap();
         s.write_all(mine).unwrap();
         let mut reply = [0u8; 52];
         s.read_exact(&mut reply).unwrap();

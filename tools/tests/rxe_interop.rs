@@ -11,6 +11,9 @@
 //! prints a loud SKIPPED line; under CI=true (where .ci/run installs them)
 //! it must run and fails if it cannot.
 
+mod common;
+
+use common::{poll_within, STUCK};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -97,23 +100,19 @@ fn rnic_pingpong_against_linux_soft_roce() {
         let _ = se.read_to_string(&mut s);
         s
     });
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for rxe-peer") {
-            break Some(st);
-        }
-        if t0.elapsed() > LIMIT {
-            // SIGTERM: the script's trap stops QEMU and removes its namespaces.
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            std::thread::sleep(Duration::from_secs(15));
+    let status = poll_within(LIMIT, || child.try_wait().expect("wait for rxe-peer"));
+    if status.is_none() {
+        // SIGTERM: the script's trap stops QEMU and removes its namespaces;
+        // SIGKILL only if that trap has not ended it within STUCK
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        if poll_within(STUCK, || child.try_wait().expect("wait for rxe-peer")).is_none() {
             let _ = child.kill();
-            let _ = child.wait();
-            break None;
         }
-        std::thread::sleep(Duration::from_millis(500));
-    };
+        let _ = child.wait();
+    }
     let stdout = ho.join().unwrap_or_default();
     let stderr = he.join().unwrap_or_default();
     let tail: Vec<&str> = stderr.lines().rev().take(40).collect();

@@ -3,12 +3,13 @@
 //! background, a client in the foreground, both killed if they overrun.
 //! The namespaces go away when the `Link` drops, even when a test fails.
 
+use super::{poll_within, STUCK};
 use nic::io::netns::{self, Namespaces};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Namespaces need root; CI runs as root and must not skip.
 pub fn can_run(test: &str) -> bool {
@@ -112,22 +113,16 @@ impl Running {
     /// (its stderr then ends with a line saying so, and its status is a
     /// failure).
     pub fn finish(mut self, limit: Duration) -> Output {
-        let t0 = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().expect("wait") {
-                return self.collect(s);
-            }
-            if t0.elapsed() > limit {
-                let _ = self.child.kill();
-                let s = self.child.wait().expect("wait");
-                let mut out = self.collect(s);
-                out.stderr.extend_from_slice(
-                    format!("\n[{} killed: still running after {limit:?}]\n", self.what).as_bytes(),
-                );
-                return out;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        if let Some(s) = poll_within(limit, || self.child.try_wait().expect("wait")) {
+            return self.collect(s);
         }
+        let _ = self.child.kill();
+        let s = self.child.wait().expect("wait");
+        let mut out = self.collect(s);
+        out.stderr.extend_from_slice(
+            format!("\n[{} killed: still running after {limit:?}]\n", self.what).as_bytes(),
+        );
+        out
     }
 
     fn collect(&mut self, status: std::process::ExitStatus) -> Output {
@@ -181,6 +176,6 @@ pub fn pair(
     ca.extend(["--dev", &l.ifs[1], l.ips[0]]);
     // the client retries while the server is not listening yet
     let client = spawn(rnic_in(&l.ns[1], state, &ca), "the rnic client").finish(limit);
-    let server = server.finish(Duration::from_secs(5));
+    let server = server.finish(STUCK);
     (server, client)
 }
