@@ -16,37 +16,9 @@ pub const MEM: usize = 1 << 22;
 /// more than a loaded machine needs, so only a stuck run reaches it.
 pub const STUCK: Duration = Duration::from_secs(60);
 
-/// Polls `probe` until it gives `Some`, at growing intervals (1 ms, then
-/// doubling up to 20 ms); `None` once `limit` has passed.
-pub fn poll_within<R>(limit: Duration, mut probe: impl FnMut() -> Option<R>) -> Option<R> {
-    let t0 = Instant::now();
-    let mut nap = Duration::from_millis(1);
-    loop {
-        if let Some(r) = probe() {
-            return Some(r);
-        }
-        if t0.elapsed() >= limit {
-            return None;
-        }
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(20));
-    }
-}
-
-/// Waits until `probe` gives `Ok`; a wait over `limit` fails the test,
-/// naming `what` and the last `Err` (what was seen instead).
-pub fn wait_for<R>(limit: Duration, what: &str, mut probe: impl FnMut() -> Result<R, String>) -> R {
-    let mut last = String::new();
-    let got = poll_within(limit, || probe().map_err(|e| last = e).ok());
-    got.unwrap_or_else(|| panic!("{what}: not within {limit:?}; last seen: {last}"))
-}
-
-/// Waits until `cond` holds; a wait over `limit` fails the test, naming
-/// `what`.
-pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let got = poll_within(limit, || cond().then_some(()));
-    assert!(got.is_some(), "{what}: not within {limit:?}");
-}
+// each test binary uses some of them
+#[allow(unused_imports)]
+pub use testkit::{poll_within, wait_for, wait_until};
 
 pub struct Node {
     pub engine: Engine,

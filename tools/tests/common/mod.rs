@@ -7,36 +7,15 @@ pub mod netns;
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a test waits for a process or a condition: far more than a
 /// loaded machine needs, so only a stuck run reaches it.
 pub const STUCK: Duration = Duration::from_secs(120);
 
-/// Polls `probe` until it gives `Some`, at growing intervals (1 ms, then
-/// doubling up to 20 ms); `None` once `limit` has passed.
-pub fn poll_within<R>(limit: Duration, mut probe: impl FnMut() -> Option<R>) -> Option<R> {
-    let t0 = Instant::now();
-    let mut nap = Duration::from_millis(1);
-    loop {
-        if let Some(r) = probe() {
-            return Some(r);
-        }
-        if t0.elapsed() >= limit {
-            return None;
-        }
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(20));
-    }
-}
-
-/// Waits until `probe` gives `Ok`; a wait over `limit` fails the test,
-/// naming `what` and the last `Err` (what was seen instead).
-pub fn wait_for<R>(limit: Duration, what: &str, mut probe: impl FnMut() -> Result<R, String>) -> R {
-    let mut last = String::new();
-    let got = poll_within(limit, || probe().map_err(|e| last = e).ok());
-    got.unwrap_or_else(|| panic!("{what}: not within {limit:?}; last seen: {last}"))
-}
+// each test binary uses some of them
+#[allow(unused_imports)]
+pub use testkit::{poll_within, wait_for};
 
 /// `rnic` with its own state directory (so parallel tests do not share
 /// `last-run.json`) and no progress bar.
