@@ -146,6 +146,16 @@ fn sges(w: &mut WqeRaw, list: *mut ibv_sge, n: c_int) -> Result<(), c_int> {
     Ok(())
 }
 
+/// The ring WQE's flags for `IBV_SEND_*` flags `f` on a QP whose every
+/// WR is signaled when `sig_all` (`sq_sig_all`).
+fn wqe_flags(f: u32, sig_all: bool) -> u8 {
+    let on = |bit: u32, flag: u8| if f & bit != 0 { flag } else { 0 };
+    on(IBV_SEND_SIGNALED, ring::flags::SIGNALED)
+        | if sig_all { ring::flags::SIGNALED } else { 0 }
+        | on(IBV_SEND_FENCE, ring::flags::FENCE)
+        | on(IBV_SEND_SOLICITED, ring::flags::SOLICITED)
+}
+
 /// Fills a BIND_MW WQE: window `mw` gets R_Key `new_rkey` (its tag, the
 /// low byte, is what changes) over `info`'s range of `info.mr`.
 fn bind_wqe(
@@ -212,16 +222,7 @@ pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_m
     if let Err(e) = bind_wqe(&mut w, m, new_rkey, &b.bind_info) {
         return e;
     }
-    let f = b.send_flags;
-    w.flags = (if f & IBV_SEND_SIGNALED != 0 || g.sq_sig_all {
-        ring::flags::SIGNALED
-    } else {
-        0
-    }) | (if f & IBV_SEND_FENCE != 0 {
-        ring::flags::FENCE
-    } else {
-        0
-    });
+    w.flags = wqe_flags(b.send_flags, g.sq_sig_all);
     // SAFETY: a WQE built here; the daemon validates it again.
     if let Err(e) = unsafe { g.q.post_raw_send(&w) } {
         return crate::errno_of(&e);
@@ -282,19 +283,7 @@ fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw,
         _ => {}
     }
     let f = wr.send_flags;
-    w.flags = (if f & IBV_SEND_SIGNALED != 0 || q.sq_sig_all {
-        ring::flags::SIGNALED
-    } else {
-        0
-    }) | (if f & IBV_SEND_FENCE != 0 {
-        ring::flags::FENCE
-    } else {
-        0
-    }) | (if f & IBV_SEND_SOLICITED != 0 {
-        ring::flags::SOLICITED
-    } else {
-        0
-    });
+    w.flags = wqe_flags(f, q.sq_sig_all);
     if matches!(w.opcode, opcode::BIND_MW | opcode::LOCAL_INV) {
         // local operations carry no data
         return Ok(w);
