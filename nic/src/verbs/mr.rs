@@ -109,8 +109,6 @@ pub enum MwError {
     WrongQp,
     #[error("{0} memory window(s) are still bound to the region")]
     RegionBusy(u32),
-    #[error("no memory region has key {0:#010x}")]
-    NoSuchKey(u32),
 }
 
 /// The QP of a type 2 window whose QP was destroyed (QPNs have 24 bits).
