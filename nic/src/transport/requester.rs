@@ -69,27 +69,7 @@ impl Qp {
         }
         // Local operations run when the requester reaches them, in order,
         // and send nothing: the cursor passes them.
-        while self.req.cur < self.req.sq.len() && self.req.sq[self.req.cur].wr.op.is_local() {
-            let cur = self.req.cur;
-            let w = &self.req.sq[cur];
-            if w.local_status.is_some_and(|st| st != WcStatus::Success) {
-                // failed: holds the queue until it completes in error
-                return None;
-            }
-            if !w.started && !self.run_local(res, cur)? {
-                return None;
-            }
-            if self
-                .req
-                .sq
-                .get(cur)
-                .is_some_and(|w| w.started && w.wr.op.is_local())
-            {
-                self.req.cur += 1;
-                self.req.cur_off = 0;
-            }
-        }
-        if self.req.cur >= self.req.sq.len() {
+        if self.req.sq[self.req.cur].wr.op.is_local() && !self.pass_local_ops(res) {
             return None;
         }
         let cur = self.req.cur;
@@ -355,6 +335,35 @@ impl Qp {
             self.req.rd_atomic_outstanding += 1;
         }
         Some(true)
+    }
+
+    /// Runs and passes the local operations at the cursor; false when
+    /// nothing can be sent now (one waits for a fence or failed, or the
+    /// queue ends). Out of line: the data path seldom meets one.
+    #[cold]
+    #[inline(never)]
+    fn pass_local_ops(&mut self, res: &mut Resources) -> bool {
+        while self.req.cur < self.req.sq.len() && self.req.sq[self.req.cur].wr.op.is_local() {
+            let cur = self.req.cur;
+            let w = &self.req.sq[cur];
+            if w.local_status.is_some_and(|st| st != WcStatus::Success) {
+                // failed: holds the queue until it completes in error
+                return false;
+            }
+            if !w.started && self.run_local(res, cur) != Some(true) {
+                return false;
+            }
+            if self
+                .req
+                .sq
+                .get(cur)
+                .is_some_and(|w| w.started && w.wr.op.is_local())
+            {
+                self.req.cur += 1;
+                self.req.cur_off = 0;
+            }
+        }
+        self.req.cur < self.req.sq.len()
     }
 
     /// Executes the local operation `sq[idx]` (BIND_MW, LOCAL_INV).

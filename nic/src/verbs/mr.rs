@@ -494,6 +494,8 @@ impl MrTable {
     /// Remote access through an rkey (a RETH or AtomicETH) arriving on QP
     /// `qpn` of PD `pd`: a region's, or a window's (IBA 10.6.7: the
     /// window's rights and range, then its parent region's memory).
+    /// Inlined for the region case every request packet takes.
+    #[inline]
     pub fn check_remote(
         &self,
         rkey: u32,
@@ -506,39 +508,53 @@ impl MrTable {
         match self.slots.get((rkey >> 8) as usize) {
             Some(Some(Entry::Mr(mr))) if mr.rkey == rkey => Self::check(mr, pd, addr, len, need),
             Some(Some(Entry::Mw(mw))) if mw.rkey == rkey => {
-                let b = mw.binding.ok_or(KeyError::Invalidated)?;
-                if mw.pd != pd {
-                    return Err(KeyError::WrongPd);
-                }
-                // IBA 10.6.7.2 (type 2B): only the QP the window is bound to.
-                if b.qpn.is_some_and(|q| q != qpn) {
-                    return Err(KeyError::WrongQp(rkey));
-                }
-                if b.access & need != need {
-                    return Err(KeyError::Access {
-                        need,
-                        have: b.access,
-                    });
-                }
-                // a zero-based window is addressed from 0
-                let base = if b.access & access::ZERO_BASED != 0 {
-                    0
-                } else {
-                    b.addr
-                };
-                let end = addr
-                    .checked_add(len)
-                    .ok_or(KeyError::Bounds { addr, len })?;
-                if addr < base || end > base + b.len {
-                    return Err(KeyError::Bounds { addr, len });
-                }
-                let mr = self.get(b.mr_lkey).ok_or(KeyError::NoSuchKey(b.mr_lkey))?;
-                // the parent region's own remote rights do not matter: the
-                // window grants them (IBA 10.6.7.1)
-                Self::check(mr, pd, b.addr + (addr - base), len, 0)
+                self.check_window(mw, pd, qpn, addr, len, need)
             }
             _ => Err(KeyError::NoSuchKey(rkey)),
         }
+    }
+
+    /// [`MrTable::check_remote`] through window `mw`.
+    #[inline(never)]
+    fn check_window(
+        &self,
+        mw: &Mw,
+        pd: u32,
+        qpn: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<(&Mr, usize), KeyError> {
+        let b = mw.binding.ok_or(KeyError::Invalidated)?;
+        if mw.pd != pd {
+            return Err(KeyError::WrongPd);
+        }
+        // IBA 10.6.7.2 (type 2B): only the QP the window is bound to.
+        if b.qpn.is_some_and(|q| q != qpn) {
+            return Err(KeyError::WrongQp(mw.rkey));
+        }
+        if b.access & need != need {
+            return Err(KeyError::Access {
+                need,
+                have: b.access,
+            });
+        }
+        // a zero-based window is addressed from 0
+        let base = if b.access & access::ZERO_BASED != 0 {
+            0
+        } else {
+            b.addr
+        };
+        let end = addr
+            .checked_add(len)
+            .ok_or(KeyError::Bounds { addr, len })?;
+        if addr < base || end > base + b.len {
+            return Err(KeyError::Bounds { addr, len });
+        }
+        let mr = self.get(b.mr_lkey).ok_or(KeyError::NoSuchKey(b.mr_lkey))?;
+        // the parent region's own remote rights do not matter: the window
+        // grants them (IBA 10.6.7.1)
+        Self::check(mr, pd, b.addr + (addr - base), len, 0)
     }
 
     fn check(mr: &Mr, pd: u32, addr: u64, len: u64, need: u32) -> Result<(&Mr, usize), KeyError> {
