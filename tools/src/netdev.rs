@@ -571,7 +571,9 @@ pub struct Connect {
     /// Our first PSN and the peer's.
     pub sq_psn: u32,
     pub rq_psn: u32,
+    /// Initiator depth (RTS) and responder resources (RTR).
     pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
     pub min_rnr_timer: u8,
     pub timeout: u8,
 }
@@ -586,6 +588,7 @@ impl Connect {
             sq_psn: 0,
             rq_psn: 0,
             max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
             min_rnr_timer: 12,
             timeout: 14,
         }
@@ -619,7 +622,7 @@ pub fn connect_qp(r: &mut Rnic, qpn: u32, c: &Connect) -> Result<(), VerbsError>
             path_mtu: Some(c.mtu),
             dest_qpn: Some(c.dest_qpn),
             rq_psn: Some(c.rq_psn),
-            max_dest_rd_atomic: Some(c.max_rd_atomic),
+            max_dest_rd_atomic: Some(c.max_dest_rd_atomic),
             min_rnr_timer: Some(c.min_rnr_timer),
             ..Default::default()
         },

@@ -95,10 +95,10 @@ fn qp_depth(s: &Settings) -> u32 {
     s.tx_depth.max(rx_depth(s)).max(64)
 }
 
-/// Outstanding RDMA READs / atomics our responder takes (and that we
-/// advertise; perftest: the device's maximum for READ and atomic tests, 1
-/// otherwise).
-const OUT_READS: u16 = 16;
+/// Outstanding RDMA READs / atomics our responder takes and that we
+/// advertise in READ and atomic tests: as perftest, the device's maximum
+/// (`max_qp_rd_atom`, 128 as rxe's), 1 otherwise.
+const OUT_READS: u16 = nic::verbs::qp::MAX_RD_ATOMIC as u16;
 
 /// What the report header says about where the numbers come from.
 pub fn dev_note(nd: &NetDev) -> String {
@@ -337,8 +337,10 @@ fn connect_all(nd: &NetDev, s: &Settings, mine: &[Dest], peer: &[Dest]) -> Resul
         let mut c = Connect::new(s.qp_type, ah, s.mtu, p.qpn);
         c.sq_psn = m.psn;
         c.rq_psn = p.psn;
-        // perftest: max_rd_atomic = the peer's out_reads
+        // perftest: max_rd_atomic = the peer's out_reads (what its responder
+        // takes), max_dest_rd_atomic = our own
         c.max_rd_atomic = p.out_reads.clamp(1, OUT_READS) as u8;
+        c.max_dest_rd_atomic = m.out_reads.clamp(1, OUT_READS) as u8;
         nd.connect(m.qpn, c)?;
     }
     Ok(())
