@@ -10,6 +10,9 @@ use std::time::Duration;
 /// How long a test waits for anything (a line, a state, a count): far
 /// more than a loaded machine needs, so only a stuck run reaches it.
 pub const T: Duration = Duration::from_secs(60);
+/// How long a test waits for the end of a long run whose client has its
+/// own stall guard.
+pub const LONG_RUN: Duration = Duration::from_secs(600);
 
 // each test binary uses some of them
 #[allow(unused_imports)]
@@ -142,14 +145,24 @@ impl Client {
     }
 
     pub fn line(&self) -> String {
+        self.line_within(T)
+    }
+
+    fn line_within(&self, d: Duration) -> String {
         self.rx
-            .recv_timeout(T)
-            .unwrap_or_else(|_| panic!("{}: no line within {T:?}", self.name))
+            .recv_timeout(d)
+            .unwrap_or_else(|_| panic!("{}: no line within {d:?}", self.name))
     }
 
     /// The next line, which must start with `word`; returns the rest.
     pub fn expect(&self, word: &str) -> String {
-        let l = self.line();
+        self.expect_within(word, T)
+    }
+
+    /// `expect` for a line that comes after a long run whose client guards
+    /// itself against stalls (a loaded machine makes it slow, not stuck).
+    pub fn expect_within(&self, word: &str, d: Duration) -> String {
+        let l = self.line_within(d);
         assert!(
             l.starts_with(word),
             "{}: expected {word}, got {l:?}",
