@@ -29,6 +29,14 @@ pub const HEADER_LEN: usize = 12;
 /// The default partition key (full membership).
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
+/// Whether two P_Keys match (IBA 10.9.3): the same partition (low 15 bits)
+/// and at least one of the two a full member (bit 15 set). Two limited
+/// members of one partition do not match.
+#[inline(always)]
+pub const fn pkey_matches(a: u16, b: u16) -> bool {
+    (a ^ b) & 0x7FFF == 0 && (a | b) & 0x8000 != 0
+}
+
 /// A zero-copy view of a BTH.
 #[derive(Debug, Clone, Copy)]
 pub struct BthHeader<T: AsRef<[u8]>> {
@@ -184,6 +192,17 @@ pub(crate) fn icrc_mask(b: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pkeys_match_by_partition_with_one_full_member() {
+        assert!(pkey_matches(0xFFFF, 0xFFFF));
+        assert!(pkey_matches(0xFFFF, 0x7FFF));
+        assert!(pkey_matches(0x7FFF, 0xFFFF));
+        assert!(!pkey_matches(0x7FFF, 0x7FFF), "two limited members");
+        assert!(!pkey_matches(0xFFFF, 0x1234));
+        assert!(!pkey_matches(0xFFFF, 0xFFFE));
+        assert!(!pkey_matches(0xFFFF, 0x8000));
+    }
 
     #[test]
     fn every_field_round_trips() {

@@ -1024,6 +1024,10 @@ impl Rnic {
             qp.counters.rx_qp_state_drop += 1;
             return self.res.drop_frame("opcode_not_for_qp_type");
         }
+        // C9-43: a packet whose BTH P_Key does not match the QP's is dropped.
+        if !wire::bth::pkey_matches(repr.bth.pkey, qp.pkey) {
+            return self.res.drop_frame("pkey_mismatch");
+        }
         qp.counters.rcvd_pkts += 1;
         // IBTA 11.6.3.1 "Communication Established": a packet arrived on a
         // connected QP still in RTR (the application may move it to RTS).

@@ -267,6 +267,27 @@ impl H {
         self.local_op(i, 77, SendOp::BindMw(b))
     }
 
+    /// The next frame side `i` sends, taken straight from its device (it
+    /// reaches no link); panics if it has none to send.
+    pub fn pull(&mut self, i: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; nic::transport::MAX_FRAME_LEN];
+        let now = self.p.sim.now;
+        let n = self.p.sim.nodes[i]
+            .poll_transmit(now, &mut buf)
+            .expect("a frame to send");
+        buf.truncate(n);
+        buf
+    }
+
+    /// How many frames side `i` dropped for `reason`.
+    pub fn drops(&self, i: usize, reason: &str) -> u64 {
+        self.p.sim.nodes[i]
+            .drops()
+            .get(reason)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Takes side `i`'s completions (collected so far, and any waiting in
     /// its CQ now).
     pub fn take(&mut self, i: usize) -> Vec<Wc> {
@@ -315,6 +336,18 @@ pub fn same(got: &[u8], want: &[u8], what: &str) {
         want.len(),
         at
     );
+}
+
+/// `frame` (a RoCE frame) with the changes `f` makes to its repr, emitted
+/// again with a correct ICRC (and IP checksum).
+pub fn reforge<'a>(frame: &'a [u8], f: impl FnOnce(&mut RoceRepr<'a>)) -> Vec<u8> {
+    let mut r = RoceRepr::parse(frame).expect("a RoCE frame");
+    r.trailer_len = 0;
+    f(&mut r);
+    let mut b = vec![0u8; r.buffer_len()];
+    let n = r.emit(&mut b).expect("emit");
+    b.truncate(n);
+    b
 }
 
 /// Opcode and PSN of a RoCE frame, if it parses.

@@ -1,0 +1,115 @@
+//! Scenario tests: the checks a received packet passes before its QP takes
+//! it (P_Key, connected address) and the responder's length checks. Each
+//! test takes a real frame straight from the sending device, changes one
+//! field, emits it again with a correct ICRC and puts it on the link.
+
+mod common;
+
+use common::*;
+use nic::sim::PairConfig;
+use nic::verbs::{AhAttr, QpType, SendOp, UdDest, WcStatus};
+use nic::wire::Opcode;
+use std::time::Duration;
+
+fn with(qp_type: QpType) -> H {
+    H::new(PairConfig {
+        qp_type,
+        ..Default::default()
+    })
+}
+
+/// A one-packet SEND of 100 bytes from side 0, posted and taken from the
+/// device: the frame, not yet on the link.
+fn one_send(h: &mut H) -> Vec<u8> {
+    h.fill(0, 0, &pattern(1, 100));
+    h.recv(1, 1, 0x8000, 4096);
+    let mut w = wr(1, SendOp::Send, h.sgl(0, 0, 100));
+    if h.qp(0).qp_type == QpType::Ud {
+        let s = &h.p.sides[1];
+        w.ud = Some(UdDest {
+            ah: AhAttr::new(s.gid, s.mac),
+            remote_qpn: s.qpn,
+            remote_qkey: 0x1111_1111,
+        });
+    }
+    h.send(0, w);
+    h.pull(0)
+}
+
+// ---- C9-43: P_Key ----
+
+#[test]
+fn rc_request_with_a_foreign_pkey_is_dropped_and_counted() {
+    let mut h = H::rc();
+    let f = one_send(&mut h);
+    let forged = reforge(&f, |r| r.bth.pkey = 0x1234);
+    h.sim().inject(0, &forged);
+    h.run_for_wcs(1, 1);
+    assert_eq!(h.drops(1, "pkey_mismatch"), 1);
+    // the forged copy was never acknowledged: the SEND arrived by its resend
+    let (ca, cb) = (h.counters(0), h.counters(1));
+    assert_eq!(ca.retransmitted_pkts, 1);
+    assert_eq!(cb.rdma_recvs, 1);
+    assert_eq!(cb.duplicate_request, 0);
+    assert!(h.take(0).iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(h.take(1)[0].status, WcStatus::Success);
+    same(&h.mem(1, 0x8000, 100), &pattern(1, 100), "SEND target");
+}
+
+#[test]
+fn rc_request_with_the_limited_member_pkey_is_taken() {
+    // 0x7FFF: the default partition, limited member; the QP's 0xFFFF is a
+    // full member, so the two match (IBA 10.9.3).
+    let mut h = H::rc();
+    let f = one_send(&mut h);
+    let forged = reforge(&f, |r| r.bth.pkey = 0x7FFF);
+    h.sim().inject(0, &forged);
+    h.run_for_wcs(1, 1);
+    assert_eq!(h.drops(1, "pkey_mismatch"), 0);
+    assert_eq!(h.counters(0).retransmitted_pkts, 0);
+    assert_eq!(h.take(1)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn rc_response_with_a_foreign_pkey_is_dropped_and_counted() {
+    let mut h = H::rc();
+    let data = pattern(2, 100);
+    h.fill(1, 0x1000, &data);
+    let op = h.read_op(1, 0x1000);
+    h.send(0, wr(1, op, h.sgl(0, 0x2000, 100)));
+    let req = h.pull(0);
+    let now = h.p.sim.now;
+    h.p.sim.nodes[1].handle_frame(now, &req);
+    let resp = h.pull(1);
+    assert_eq!(
+        frame_opcode_psn(&resp).map(|(op, _)| op),
+        Some(Opcode::RC_RDMA_READ_RESPONSE_ONLY)
+    );
+    let forged = reforge(&resp, |r| r.bth.pkey = 0x0001);
+    h.sim().inject(1, &forged);
+    h.run_for_wcs(1, 0);
+    assert_eq!(h.drops(0, "pkey_mismatch"), 1);
+    // the READ completed from the answer to its resend
+    assert_eq!(h.counters(0).retransmitted_pkts, 1);
+    assert_eq!(h.take(0)[0].status, WcStatus::Success);
+    same(&h.mem(0, 0x2000, 100), &data, "READ");
+}
+
+#[test]
+fn ud_packet_with_a_foreign_pkey_is_dropped_and_counted() {
+    let mut h = with(QpType::Ud);
+    let f = one_send(&mut h);
+    let forged = reforge(&f, |r| r.bth.pkey = 0x8001);
+    h.sim().inject(0, &forged);
+    h.settle(Duration::from_millis(10));
+    assert_eq!(h.drops(1, "pkey_mismatch"), 1);
+    // the sender cannot know: success
+    assert_eq!(h.take(0)[0].status, WcStatus::Success);
+    assert!(h.take(1).is_empty());
+    assert_eq!(h.qp(1).recv_queue_len, 1, "the receive WQE is still there");
+    // the same frame with the right P_Key is taken
+    h.sim().inject(0, &f);
+    h.run_for_wcs(0, 1);
+    assert_eq!(h.take(1)[0].status, WcStatus::Success);
+    same(&h.mem(1, 0x8000 + 40, 100), &pattern(1, 100), "UD payload");
+}
