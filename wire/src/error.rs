@@ -18,6 +18,8 @@ pub enum Layer {
     ExtHeader,
     Payload,
     Icrc,
+    /// A management datagram to QP1 (its common header or class data).
+    Mad,
 }
 
 impl fmt::Display for Layer {
@@ -33,6 +35,7 @@ impl fmt::Display for Layer {
             Layer::ExtHeader => "extension header",
             Layer::Payload => "payload",
             Layer::Icrc => "ICRC",
+            Layer::Mad => "MAD",
         })
     }
 }
@@ -86,6 +89,8 @@ pub enum Error {
     BadIcrc { found: u32, expected: u32 },
     #[error("MAC control: opcode {0:#06x} is neither PAUSE nor PFC")]
     UnknownMacControl(u16),
+    #[error("MAD: {0} bytes; a management datagram is 256")]
+    BadMadLength(usize),
     #[error("emit: buffer of {have} bytes is too small, need {need}")]
     BufferTooSmall { need: usize, have: usize },
     #[error("emit: {0}")]
@@ -112,6 +117,7 @@ impl Error {
             Error::BadLength { .. } => "bad_length",
             Error::BadIcrc { .. } => "icrc_error",
             Error::UnknownMacControl(_) => "unknown_mac_control",
+            Error::BadMadLength(_) => "bad_mad_length",
             Error::BufferTooSmall { .. } | Error::InvalidRepr(_) => "emit_error",
         }
     }
@@ -134,6 +140,7 @@ impl Error {
             Error::BadLength { .. } => Layer::Payload,
             Error::BadIcrc { .. } => Layer::Icrc,
             Error::UnknownMacControl(_) => Layer::MacControl,
+            Error::BadMadLength(_) => Layer::Mad,
             Error::BufferTooSmall { .. } | Error::InvalidRepr(_) => Layer::Payload,
         }
     }

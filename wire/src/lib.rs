@@ -16,6 +16,9 @@
 //!   frame while the ICRC folds it in).
 //! - [`roce`]: a whole frame ([`RocePacket`] view, [`RoceRepr`]), CNPs.
 //! - [`mac_control`]: 802.3x PAUSE and 802.1Qbb PFC frames.
+//! - [`mad`]: management datagrams to QP1 and the Communication Manager's
+//!   messages (REQ, REP, RTU, REJ, MRA, DREQ, DREP), the RDMA IP CM
+//!   service's private data.
 //! - [`psn`], [`gid`]: 24-bit PSN arithmetic and GIDs.
 //! - [`Frame`]: classify any received frame.
 //!
@@ -35,6 +38,7 @@ pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
 pub mod mac_control;
+pub mod mad;
 pub mod opcode;
 pub mod psn;
 pub mod roce;

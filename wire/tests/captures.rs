@@ -109,3 +109,105 @@ fn rxe_source_ports_follow_the_linux_rule() {
     assert!(checked > 0, "no RC connection seen in both directions");
     assert!(mismatched.is_empty(), "{mismatched:?}");
 }
+
+/// Every MAD to QP1 in the third-party captures (RDMA CM's connection
+/// set-up and tear-down of rping and the rdma_cm test) parses as a CM
+/// message, re-emits byte for byte, and its fields say what the frames
+/// around it say: the REQ's primary GIDs and its IP CM private data are
+/// the frame's addresses, each REP answers the REQ's communication ID, the
+/// RTU the REP's, the DREQ names the peer's QP from the handshake and the
+/// DREP mirrors the DREQ's IDs.
+#[test]
+fn every_cm_mad_in_the_rxe_captures_parses_and_tells_the_handshake() {
+    use wire::mad::{self, CmMessage, IpCmPrivateData, Mad};
+    let Some(files) =
+        common::rxe_frames("every_cm_mad_in_the_rxe_captures_parses_and_tells_the_handshake")
+    else {
+        return;
+    };
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (name, frames) in &files {
+        // the handshakes seen so far: REQ's (comm ID, QPN) by the REQ's ID,
+        // then the REP's; the DREQs' (local, remote) IDs
+        let mut reqs: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut conns: Vec<((u32, u32), (u32, u32))> = Vec::new();
+        let mut dreqs: Vec<(u32, u32)> = Vec::new();
+        for (i, f) in frames.iter().enumerate() {
+            if !common::is_rocev2(f) {
+                continue;
+            }
+            let r = RoceRepr::parse(f).unwrap();
+            if r.bth.dest_qp != mad::GSI_QPN {
+                continue;
+            }
+            let at = format!("{name} frame {}", i + 1);
+            assert_eq!(r.bth.opcode.name(), "UD_SEND_ONLY", "{at}");
+            let deth = r.ext.deth.unwrap();
+            assert_eq!(
+                (deth.qkey, deth.src_qp),
+                (mad::GSI_QKEY, mad::GSI_QPN),
+                "{at}"
+            );
+            let m = Mad::parse(r.payload).unwrap_or_else(|e| panic!("{at}: {e}"));
+            let mut out = [0u8; mad::MAD_LEN];
+            m.emit(&mut out).unwrap();
+            assert_eq!(&out[..], r.payload, "{at}: re-emitted MAD differs");
+            let cm = m.cm().unwrap_or_else(|| panic!("{at}: not a CM MAD"));
+            *seen.entry(cm.name()).or_default() += 1;
+            let (src, dst) = match r.ip {
+                wire::IpRepr::V4(v4) => (v4.src, v4.dst),
+                wire::IpRepr::V6(_) => panic!("{at}: the captures are IPv4"),
+            };
+            let mapped = |a: std::net::Ipv4Addr| a.to_ipv6_mapped().octets();
+            match cm {
+                CmMessage::Req(q) => {
+                    assert_eq!(q.primary.local_gid, mapped(src), "{at}");
+                    assert_eq!(q.primary.remote_gid, mapped(dst), "{at}");
+                    let (space, _port) = mad::ip_cm_service(q.service_id)
+                        .unwrap_or_else(|| panic!("{at}: {:#x} is no IP CM ID", q.service_id));
+                    assert_eq!(space, 0x06, "{at}: RDMA_PS_TCP");
+                    let p = IpCmPrivateData::parse(&q.private_data).unwrap();
+                    let (s, d) = p.addrs().unwrap();
+                    assert_eq!((s, d), (src.into(), dst.into()), "{at}");
+                    reqs.insert(q.local_comm_id, q.local_qpn);
+                }
+                CmMessage::Rep(p) => {
+                    let qpn = *reqs
+                        .get(&p.remote_comm_id)
+                        .unwrap_or_else(|| panic!("{at}: REP to no REQ: {cm}"));
+                    conns.push(((p.remote_comm_id, qpn), (p.local_comm_id, p.local_qpn)));
+                }
+                CmMessage::Rtu(u) => {
+                    let ok = conns
+                        .iter()
+                        .any(|(q, p)| (u.local_comm_id, u.remote_comm_id) == (q.0, p.0));
+                    assert!(ok, "{at}: RTU to no REP: {cm}");
+                }
+                CmMessage::Dreq(d) => {
+                    // from the client (naming the server's QP) or the server
+                    let ids = (d.local_comm_id, d.remote_comm_id, d.remote_qpn);
+                    let ok = conns
+                        .iter()
+                        .any(|(q, p)| ids == (q.0, p.0, p.1) || ids == (p.0, q.0, q.1));
+                    assert!(ok, "{at}: DREQ of no connection: {cm}");
+                    dreqs.push((d.local_comm_id, d.remote_comm_id));
+                }
+                CmMessage::Drep(p) => {
+                    let ok = dreqs.contains(&(p.remote_comm_id, p.local_comm_id));
+                    assert!(ok, "{at}: DREP to no DREQ: {cm}");
+                }
+                other => panic!("{at}: unexpected {other}"),
+            }
+        }
+    }
+    eprintln!("CM messages in the captures: {seen:?}");
+    for m in [
+        "ConnectRequest",
+        "ConnectReply",
+        "ReadyToUse",
+        "DisconnectRequest",
+        "DisconnectReply",
+    ] {
+        assert!(seen.contains_key(m), "no {m} in the captures: {seen:?}");
+    }
+}
