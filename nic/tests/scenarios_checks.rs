@@ -8,7 +8,8 @@ mod common;
 use common::*;
 use nic::sim::PairConfig;
 use nic::verbs::{AhAttr, QpType, SendOp, UdDest, WcStatus};
-use nic::wire::Opcode;
+use nic::wire::{IpRepr, Opcode, RoceRepr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 fn with(qp_type: QpType) -> H {
@@ -112,4 +113,87 @@ fn ud_packet_with_a_foreign_pkey_is_dropped_and_counted() {
     h.run_for_wcs(0, 1);
     assert_eq!(h.take(1)[0].status, WcStatus::Success);
     same(&h.mem(1, 0x8000 + 40, 100), &pattern(1, 100), "UD payload");
+}
+
+// ---- IBA 9.6: connected address ----
+
+const STRANGER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 99);
+
+fn set_src(r: &mut nic::wire::RoceRepr<'_>) {
+    match &mut r.ip {
+        IpRepr::V4(ip) => ip.src = STRANGER_V4,
+        IpRepr::V6(ip) => ip.src = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x99),
+    }
+}
+
+fn set_dst(r: &mut nic::wire::RoceRepr<'_>) {
+    match &mut r.ip {
+        IpRepr::V4(ip) => ip.dst = STRANGER_V4,
+        IpRepr::V6(ip) => ip.dst = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x99),
+    }
+}
+
+/// An RC SEND re-emitted with another source, then with another
+/// destination address: both dropped and counted, the SEND arrives once,
+/// by its resend.
+fn rc_from_elsewhere(ipv6: bool) {
+    let mut h = H::new(PairConfig {
+        ipv6,
+        ..Default::default()
+    });
+    let f = one_send(&mut h);
+    assert_eq!(
+        matches!(RoceRepr::parse(&f).unwrap().ip, IpRepr::V6(_)),
+        ipv6
+    );
+    h.sim().inject(0, &reforge(&f, set_src));
+    h.sim().inject(0, &reforge(&f, set_dst));
+    h.run_for_wcs(1, 1);
+    assert_eq!(h.drops(1, "address_mismatch"), 2);
+    let (ca, cb) = (h.counters(0), h.counters(1));
+    assert_eq!(ca.retransmitted_pkts, 1, "neither copy was acknowledged");
+    assert_eq!(cb.rdma_recvs, 1);
+    assert_eq!(cb.duplicate_request, 0);
+    assert_eq!(h.take(1)[0].status, WcStatus::Success);
+    same(&h.mem(1, 0x8000, 100), &pattern(1, 100), "SEND target");
+}
+
+#[test]
+fn rc_packet_from_another_address_is_dropped_and_counted() {
+    rc_from_elsewhere(false);
+}
+
+#[test]
+fn rc_packet_from_another_ipv6_address_is_dropped_and_counted() {
+    rc_from_elsewhere(true);
+}
+
+#[test]
+fn uc_packet_from_another_address_is_dropped_and_counted() {
+    let mut h = with(QpType::Uc);
+    let f = one_send(&mut h);
+    h.sim().inject(0, &reforge(&f, set_src));
+    h.sim().inject(0, &reforge(&f, set_dst));
+    h.settle(Duration::from_millis(10));
+    assert_eq!(h.drops(1, "address_mismatch"), 2);
+    assert!(h.take(1).is_empty());
+    assert_eq!(h.qp(1).recv_queue_len, 1, "the receive WQE is still there");
+    // the frame as it was sent is taken
+    h.sim().inject(0, &f);
+    h.settle(Duration::from_millis(10));
+    assert_eq!(h.take(1)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn ud_packet_from_any_address_is_taken() {
+    // UD has no connection: the address is the sender's to choose, and
+    // the GRH reports it.
+    let mut h = with(QpType::Ud);
+    let f = one_send(&mut h);
+    h.sim().inject(0, &reforge(&f, set_src));
+    h.run_for_wcs(1, 1);
+    assert_eq!(h.drops(1, "address_mismatch"), 0);
+    assert_eq!(h.take(1)[0].status, WcStatus::Success);
+    // IPv4 source address, in the last 20 bytes of the 40-byte GRH
+    assert_eq!(h.mem(1, 0x8000 + 20 + 12, 4), STRANGER_V4.octets());
 }

@@ -1028,6 +1028,14 @@ impl Rnic {
         if !wire::bth::pkey_matches(repr.bth.pkey, qp.pkey) {
             return self.res.drop_frame("pkey_mismatch");
         }
+        // IBA 9.6 (connected address; rxe: check_addr): an RC or UC QP takes
+        // packets only from its remote address to its local one. Without a
+        // path (before RTR) the QP takes no packet anyway.
+        if let (QpType::Rc | QpType::Uc, Some(hdr)) = (qp.qp_type(), &qp.hdr) {
+            if !hdr.is_from_peer(&repr.ip) {
+                return self.res.drop_frame("address_mismatch");
+            }
+        }
         qp.counters.rcvd_pkts += 1;
         // IBTA 11.6.3.1 "Communication Established": a packet arrived on a
         // connected QP still in RTR (the application may move it to RTS).

@@ -81,6 +81,24 @@ impl HeaderTemplate {
     }
 }
 
+impl HeaderTemplate {
+    /// Whether a received packet's IP header `ip` comes from the peer these
+    /// headers address and to the address they send from (the same IP
+    /// version, both addresses swapped).
+    #[inline]
+    pub fn is_from_peer(&self, ip: &IpRepr) -> bool {
+        match (&self.ip, ip) {
+            (IpRepr::V4(ours), IpRepr::V4(theirs)) => {
+                theirs.src == ours.dst && theirs.dst == ours.src
+            }
+            (IpRepr::V6(ours), IpRepr::V6(theirs)) => {
+                theirs.src == ours.dst && theirs.dst == ours.src
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A posted send WQE and its progress.
 #[derive(Debug)]
 pub struct SendWqe {
