@@ -396,6 +396,49 @@ fn dump_prints_one_line_per_frame() {
     assert!(text.lines().all(|l| l.contains("RC_RDMA_READ")), "{text}");
 }
 
+/// RDMA CM's MADs to QP1: each dump line names the CM message with its
+/// IDs, QPN and (REQ) the service ID and the addresses of the IP CM private
+/// data; check counts them.
+#[test]
+fn dump_and_check_name_the_cm_messages() {
+    let Some(dir) = rxe_dir("dump_and_check_name_the_cm_messages") else {
+        return;
+    };
+    let file = dir.join("rping.pcap");
+    let state = tempfile::tempdir().unwrap();
+    let out = rnic(state.path())
+        .args(["pcap", "dump", "--roce"])
+        .arg(&file)
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let cm: Vec<&str> = text.lines().filter(|l| l.contains("[CM ")).collect();
+    let want = [
+        "CM REQ comm=0x6ec0c56d qpn=0x00002c psn=15782 sid=0x0000000001061c06 ip 10.1.16.62:48489 > 10.1.16.61:7174",
+        "CM REP comm=0x9d88f456 remote=0x6ec0c56d qpn=0x00002b psn=16694589",
+        "CM RTU comm=0x6ec0c56d remote=0x9d88f456",
+        "CM DREQ comm=0x6ec0c56d remote=0x9d88f456 qpn=0x00002b",
+        "CM DREP comm=0x9d88f456 remote=0x6ec0c56d",
+    ];
+    assert_eq!(cm.len(), want.len(), "{text}");
+    for (line, w) in cm.iter().zip(want) {
+        assert!(
+            line.contains("qp=0x000001") && line.contains(w),
+            "{line}\nwant {w}"
+        );
+    }
+    let out = rnic(state.path())
+        .args(["pcap", "check"])
+        .arg(&file)
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(
+        text.contains("(RC 60, UC 0, UD 5, CNP 0) in 2 QP streams, 5 CM MADs;"),
+        "{text}"
+    );
+}
+
 #[test]
 fn dump_annotates_retransmissions_and_marks_broken_frames() {
     let Some(dir) = rxe_dir("dump_annotates_retransmissions_and_marks_broken_frames") else {

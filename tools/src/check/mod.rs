@@ -41,7 +41,7 @@ use crate::capture::Record;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::net::IpAddr;
-use wire::{Direction, Frame, RocePacket, RoceRepr, Transport};
+use wire::{mad, Direction, Frame, RocePacket, RoceRepr, Transport};
 
 mod request;
 mod response;
@@ -111,6 +111,8 @@ pub struct Stats {
     pub uc: u64,
     pub ud: u64,
     pub cnp: u64,
+    /// UD SENDs to QP1 that carry a Communication Manager MAD.
+    pub cm: u64,
     pub mac_control: u64,
     /// Skipped frames by what they are (TCP, ARP, ...).
     pub skipped: BTreeMap<String, u64>,
@@ -265,6 +267,8 @@ impl Checker {
                         "UD payload of {} bytes exceeds the largest MTU (4096)",
                         repr.payload.len()
                     ))
+                } else if repr.bth.dest_qp == mad::GSI_QPN {
+                    self.gsi(&repr, &mut f.notes)
                 } else {
                     Ok(())
                 }
@@ -289,6 +293,34 @@ impl Checker {
     }
 }
 
+impl Checker {
+    /// A datagram to QP1 (the GSI): one 256-byte MAD (IBA 13.4.1) from QP1
+    /// with the GSI's Q_Key (IBA 13.5.1); a CM message is named in a note.
+    fn gsi(&mut self, repr: &RoceRepr, notes: &mut Vec<String>) -> Result<(), String> {
+        let m = mad::Mad::parse(repr.payload).map_err(|e| format!("to QP1: {e}"))?;
+        if let Some(d) = repr.ext.deth {
+            if d.qkey != mad::GSI_QKEY {
+                return Err(format!(
+                    "to QP1 with Q_Key {:#010x}, not the GSI's {:#010x}",
+                    d.qkey,
+                    mad::GSI_QKEY
+                ));
+            }
+        }
+        match m.cm() {
+            Some(cm) => {
+                self.stats.cm += 1;
+                notes.push(cm.to_string());
+            }
+            None => notes.push(format!(
+                "MAD class {:#04x} attribute {:#06x}",
+                m.header.mgmt_class, m.header.attribute_id
+            )),
+        }
+        Ok(())
+    }
+}
+
 /// One line summing up a checked capture.
 pub fn summary_line(stats: &Stats, streams: usize) -> String {
     let mut s = format!(
@@ -302,6 +334,9 @@ pub fn summary_line(stats: &Stats, streams: usize) -> String {
         streams,
         if streams == 1 { "" } else { "s" }
     );
+    if stats.cm > 0 {
+        let _ = write!(s, ", {} CM MADs", stats.cm);
+    }
     if stats.mac_control > 0 {
         let _ = write!(s, ", {} PAUSE/PFC", stats.mac_control);
     }
