@@ -126,7 +126,7 @@ the interface MTU carries (4096 needs an interface MTU of 4160 or more over IPv4
     /// Counters of the last `rnic perf` / `rnic demo` run (rdma statistic and ethtool names).
     #[command(
         long_about = "Prints the device, port and per-QP counters, named as `rdma statistic` and \
-`ethtool -S` name them. There is no daemon yet: every `rnic perf` and `rnic demo` run saves its \
+`ethtool -S` name them, from the last run: every `rnic perf` and `rnic demo` run saves its \
 counters to last-run.json in $SOFTRNIC_STATE_DIR, else $XDG_RUNTIME_DIR/softrnic, else \
 <temp dir>/softrnic-$USER, and this prints the last one.",
         after_help = "Examples:\n  rnic stats\n  rnic stats --json | jq '.devices[0].counters'\n  rnic stats --file saved-run.json"

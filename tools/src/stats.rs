@@ -1,7 +1,8 @@
 //! `rnic stats`: the counters of the last `rnic perf` or `rnic demo` run.
 //!
-//! There is no daemon yet, so every run saves its devices' counters to
-//! `last-run.json` in the state directory: `$SOFTRNIC_STATE_DIR` when set,
+//! Every `rnic perf` and `rnic demo` run saves its devices' counters to
+//! `last-run.json` in the state directory (`rnic stats` reads that file, not
+//! a running `rnicd`): `$SOFTRNIC_STATE_DIR` when set,
 //! else `$XDG_RUNTIME_DIR/softrnic`, else `<temp dir>/softrnic-$USER`.
 
 use crate::pcapcmd::write_or_quit;
