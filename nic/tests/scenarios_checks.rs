@@ -7,7 +7,8 @@ mod common;
 
 use common::*;
 use nic::sim::PairConfig;
-use nic::verbs::{AhAttr, QpType, SendOp, UdDest, WcStatus};
+use nic::transport::VerbsError;
+use nic::verbs::{AhAttr, QpState, QpType, SendOp, Sgl, UdDest, WcStatus};
 use nic::wire::{IpRepr, Opcode, RoceRepr};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -196,4 +197,63 @@ fn ud_packet_from_any_address_is_taken() {
     assert_eq!(h.take(1)[0].status, WcStatus::Success);
     // IPv4 source address, in the last 20 bytes of the 40-byte GRH
     assert_eq!(h.mem(1, 0x8000 + 20 + 12, 4), STRANGER_V4.octets());
+}
+
+// ---- C9-94: at most 2^31 bytes ----
+
+const TWO_GIB: u64 = 1 << 31;
+
+/// A 100-byte request of side 0 (`op`), its RETH's DMA length raised to
+/// 2^31 + 1 on the wire: an invalid request, before the R_Key is looked at
+/// (the range is far outside the region).
+fn reth_too_long(op: SendOp) {
+    let mut h = H::rc();
+    h.send(0, wr(1, op, h.sgl(0, 0, 100)));
+    let f = h.pull(0);
+    let forged = reforge(&f, |r| {
+        let reth = r.ext.reth.as_mut().expect("a RETH");
+        reth.dma_len = TWO_GIB as u32 + 1;
+    });
+    h.sim().inject(0, &forged);
+    h.run_for_wcs(1, 0);
+    assert_eq!(h.take(0)[0].status, WcStatus::RemInvReqErr);
+    let cb = h.counters(1);
+    assert_eq!(cb.resp_invalid_request, 1);
+    assert_eq!(cb.resp_remote_access_errors, 0);
+    assert_eq!(cb.rx_read_requests + cb.rx_write_requests, 0);
+    assert_eq!(h.qp(1).state, QpState::Err);
+}
+
+#[test]
+fn write_longer_than_2_31_bytes_is_an_invalid_request() {
+    let h = H::rc();
+    reth_too_long(h.write_op(1, 0));
+}
+
+#[test]
+fn read_longer_than_2_31_bytes_is_an_invalid_request() {
+    let h = H::rc();
+    reth_too_long(h.read_op(1, 0));
+}
+
+#[test]
+fn post_send_refuses_messages_longer_than_2_31_bytes() {
+    let mut h = H::rc();
+    let e = h.ep(0);
+    let (qpn, base, lkey) = (e.qpn, e.base, e.lkey);
+    let ops = [SendOp::Send, h.write_op(1, 0), h.read_op(1, 0)];
+    let node = &mut h.p.sim.nodes[0];
+    for op in ops {
+        let sgl = Sgl::single(base, TWO_GIB as u32 + 1, lkey);
+        assert!(
+            matches!(
+                node.post_send(qpn, wr(1, op, sgl)),
+                Err(VerbsError::InvalidWr(_))
+            ),
+            "{op:?}"
+        );
+    }
+    // exactly 2^31 is a message the QP takes (it is never sent here)
+    let sgl = Sgl::single(base, TWO_GIB as u32, lkey);
+    assert!(node.post_send(qpn, wr(2, SendOp::Send, sgl)).is_ok());
 }

@@ -37,6 +37,9 @@ pub const FIRST_QPN: u32 = 0x11;
 /// A buffer of this many bytes holds any frame the transport sends
 /// (VLAN + IPv6 + UDP + BTH + the largest header set + 4096 B + pad + ICRC).
 pub const MAX_FRAME_LEN: usize = 18 + 40 + 8 + 12 + 32 + 4096 + 4 + 4;
+/// The longest message, and the largest RETH DMA length, there is: 2^31
+/// bytes (C9-94; the port's max_msg_sz).
+pub const MAX_MSG_LEN: u64 = 1 << 31;
 
 /// Device-wide settings.
 #[derive(Clone, Debug)]
@@ -1261,7 +1264,7 @@ impl Qp {
                 "atomics need one 8-byte local buffer",
             ));
         }
-        if len > u32::MAX as u64 {
+        if len > MAX_MSG_LEN {
             return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
         }
         let inline = if wr.flags.inline {
