@@ -80,7 +80,7 @@ fn pcap_of(frames: &[Vec<u8>]) -> Vec<u8> {
     let mut w = PcapWriter::with_header(Vec::new(), header).unwrap();
     for (i, f) in frames.iter().enumerate() {
         let ts = EPOCH + GAP * i as u32;
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
             .unwrap();
     }
     w.into_writer()
@@ -1157,11 +1157,13 @@ fn cm_frame(n: u32, mad: &[u8]) -> Vec<u8> {
     });
     let mut bth = wire::BthRepr::new(Opcode(0x64), wire::mad::GSI_QPN, wire::Psn::new(n));
     bth.ack_req = true;
-    let mut ext = ExtHeaders::default();
-    ext.deth = Some(wire::Deth {
-        qkey: wire::mad::GSI_QKEY,
-        src_qp: wire::mad::GSI_QPN,
-    });
+    let ext = ExtHeaders {
+        deth: Some(wire::Deth {
+            qkey: wire::mad::GSI_QKEY,
+            src_qp: wire::mad::GSI_QPN,
+        }),
+        ..ExtHeaders::default()
+    };
     let r = RoceRepr {
         eth: EthernetRepr {
             dst: EthernetAddress([2, 0, 0, 0, 0, 2]),
