@@ -257,3 +257,74 @@ fn post_send_refuses_messages_longer_than_2_31_bytes() {
     let sgl = Sgl::single(base, TWO_GIB as u32, lkey);
     assert!(node.post_send(qpn, wr(2, SendOp::Send, sgl)).is_ok());
 }
+
+// ---- C9-92: packet lengths ----
+
+/// Side 0 SENDs `len` bytes (MTU 1024); the packets go to side 1 taken
+/// straight from the device, packet `which` re-emitted with a payload of
+/// `bad_len` bytes. The responder NAKs it as an invalid request: the SEND
+/// completes with REM_INV_REQ_ERR and both QPs fail.
+fn wrong_length(len: u32, which: usize, bad_len: usize, want: Opcode) {
+    let mut h = H::rc();
+    h.fill(0, 0, &pattern(3, len as usize));
+    h.recv(1, 1, 0, 8192);
+    h.send(0, wr(1, SendOp::Send, h.sgl(0, 0, len)));
+    let n = len.div_ceil(1024) as usize;
+    let frames: Vec<Vec<u8>> = (0..n).map(|_| h.pull(0)).collect();
+    let big = pattern(4, bad_len);
+    let mut bad_psn = None;
+    for (i, f) in frames.iter().enumerate() {
+        if i != which {
+            h.sim().inject(0, f);
+            continue;
+        }
+        let forged = reforge(f, |r| {
+            assert_eq!(r.bth.opcode, want);
+            bad_psn = Some(r.bth.psn);
+            r.payload = &big;
+        });
+        h.sim().inject(0, &forged);
+    }
+    h.run_for_wcs(1, 1);
+    assert_eq!(h.take(0)[0].status, WcStatus::RemInvReqErr);
+    // a FIRST or ONLY is refused before it takes a receive WQE, which is
+    // flushed with the QP; a later packet fails the WQE it was filling
+    let recv = if which == 0 {
+        WcStatus::WrFlushErr
+    } else {
+        WcStatus::RemInvReqErr
+    };
+    assert_eq!(h.take(1)[0].status, recv);
+    let cb = h.counters(1);
+    assert_eq!(cb.resp_invalid_request, 1);
+    assert_eq!(cb.rdma_recvs, 0);
+    assert_eq!(h.qp(1).state, QpState::Err);
+    // the NAK named the bad packet: the responder expected it
+    let psn = bad_psn.expect("forged");
+    assert_eq!(h.qp(1).rq_psn, psn.value());
+}
+
+#[test]
+fn first_shorter_than_the_mtu_is_an_invalid_request() {
+    wrong_length(3072, 0, 1020, Opcode::RC_SEND_FIRST);
+}
+
+#[test]
+fn middle_longer_than_the_mtu_is_an_invalid_request() {
+    wrong_length(3072, 1, 1028, Opcode::RC_SEND_MIDDLE);
+}
+
+#[test]
+fn last_without_payload_is_an_invalid_request() {
+    wrong_length(3072, 2, 0, Opcode::RC_SEND_LAST);
+}
+
+#[test]
+fn last_longer_than_the_mtu_is_an_invalid_request() {
+    wrong_length(3072, 2, 1028, Opcode::RC_SEND_LAST);
+}
+
+#[test]
+fn only_longer_than_the_mtu_is_an_invalid_request() {
+    wrong_length(1000, 0, 1028, Opcode::RC_SEND_ONLY);
+}

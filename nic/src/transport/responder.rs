@@ -329,13 +329,15 @@ impl Qp {
         if self.access & need != need {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
-        // 5 (length, packet level): FIRST and MIDDLE carry exactly one path
-        // MTU, LAST and ONLY at most one (IBA 9.7.5.1.4).
+        // 5 (length, packet level; C9-92): FIRST and MIDDLE carry exactly
+        // one path MTU, LAST at least one byte and at most one MTU, ONLY at
+        // most one MTU.
         let len = pkt.payload.len() as u64;
         let mtu = self.mtu as u64;
         let len_ok = match pos {
             Position::First | Position::Middle => len == mtu,
-            Position::Last | Position::Only => len <= mtu,
+            Position::Last => len > 0 && len <= mtu,
+            Position::Only => len <= mtu,
         };
         if !len_ok {
             self.counters.resp_local_length_error += 1;
