@@ -17,8 +17,9 @@
 //! the transport uses; the full transport (`Rnic`) is wired to them
 //! separately.
 //!
-//! Frame sizes: data = payload + 62 bytes (Ethernet 14, IPv4 20, UDP 8, BTH
-//! 12, ICRC 4, FCS 4), CNP 78 bytes, PFC 64 bytes; every frame also takes
+//! Frame sizes from the wire crate's header lengths: data = payload + 62
+//! bytes (Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4, FCS 4), CNP 78 bytes,
+//! PFC 64 bytes (a test pins the figures); every frame also takes
 //! 20 bytes of preamble and inter-frame gap on the wire. Switching is
 //! store-and-forward. RED marks at dequeue, with the queue length the packet
 //! saw. Nothing reads a clock or an OS random source: the same
@@ -35,12 +36,19 @@ use std::io::{self, Write};
 use std::time::Duration;
 use wire::{EthernetAddress, MacControl, MacControlRepr};
 
+/// The Ethernet frame check sequence: on the wire, in no buffer.
+const FCS_LEN: usize = 4;
 /// Bytes a data frame adds to its payload (Eth, IPv4, UDP, BTH, ICRC, FCS).
-pub const DATA_OVERHEAD: u64 = 62;
-/// A CNP frame (Eth, IPv4, UDP, BTH, 16 reserved, ICRC, FCS).
-pub const CNP_FRAME: u64 = 78;
-/// A PFC frame (60 bytes + FCS).
-pub const PFC_FRAME: u64 = 64;
+pub const DATA_OVERHEAD: u64 = (wire::ethernet::HEADER_LEN
+    + wire::ipv4::HEADER_LEN
+    + wire::udp::HEADER_LEN
+    + wire::bth::HEADER_LEN
+    + wire::icrc::ICRC_LEN
+    + FCS_LEN) as u64;
+/// A CNP frame (a data frame whose payload is the CNP's 16 reserved bytes).
+pub const CNP_FRAME: u64 = DATA_OVERHEAD + wire::Header::CnpReserved.len() as u64;
+/// A PFC frame (the minimum Ethernet frame and its FCS).
+pub const PFC_FRAME: u64 = (wire::ethernet::MIN_FRAME_LEN + FCS_LEN) as u64;
 /// Preamble, start delimiter and inter-frame gap.
 pub const WIRE_EXTRA: u64 = 20;
 
@@ -850,6 +858,35 @@ impl Fabric {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frame_sizes_are_what_the_wire_crate_emits() {
+        assert_eq!((DATA_OVERHEAD, CNP_FRAME, PFC_FRAME), (62, 78, 64));
+        // a CNP as the codec builds it, plus the FCS
+        let cnp = wire::RoceRepr::cnp(
+            wire::EthernetRepr {
+                dst: EthernetAddress([2, 0, 0, 0, 0, 2]),
+                src: EthernetAddress([2, 0, 0, 0, 0, 1]),
+                vlan: None,
+                ethertype: 0,
+            },
+            wire::IpRepr::V4(wire::Ipv4Repr {
+                src: [10, 0, 0, 1].into(),
+                dst: [10, 0, 0, 2].into(),
+                dscp: 48,
+                ecn: 0,
+                ident: 0,
+                dont_frag: true,
+                ttl: 64,
+            }),
+            wire::UdpRepr {
+                src_port: 0xC000,
+                dst_port: wire::ROCEV2_PORT,
+            },
+            0x11,
+        );
+        assert_eq!(cnp.buffer_len() as u64 + FCS_LEN as u64, CNP_FRAME);
+    }
 
     #[test]
     fn red_probability() {

@@ -230,7 +230,7 @@ impl Link {
             let bit = rng.gen_range(0..f.len() * 8);
             f[bit / 8] ^= 1 << (bit % 8);
         }
-        if rng.sample(c.ce_mark) && mark_ce(f) {
+        if rng.sample(c.ce_mark) && wire::mark_ce(f) {
             self.stats.ce_marked += 1;
         }
         if rng.sample(c.duplicate) {
@@ -294,45 +294,6 @@ impl Chances {
             ce_mark: b(cfg.ce_mark),
             duplicate: b(cfg.duplicate),
         }
-    }
-}
-
-/// Sets ECN to CE on an IPv4/IPv6 frame (fixing the IPv4 checksum, which a
-/// router would do; the ICRC does not cover ECN). False if not ECN-capable.
-pub fn mark_ce(f: &mut [u8]) -> bool {
-    let Ok(eth) = wire::ethernet::EthernetFrame::new_checked(&f[..]) else {
-        return false;
-    };
-    let (l3, et) = (eth.header_len(), eth.ethertype());
-    match et {
-        wire::ethernet::ethertype::IPV4 if f.len() >= l3 + 20 => {
-            if f[l3 + 1] & 3 == 0 {
-                return false;
-            }
-            f[l3 + 1] |= 3;
-            f[l3 + 10] = 0;
-            f[l3 + 11] = 0;
-            let mut sum = 0u32;
-            for i in (0..20).step_by(2) {
-                sum += u16::from_be_bytes([f[l3 + i], f[l3 + i + 1]]) as u32;
-            }
-            while sum > 0xFFFF {
-                sum = (sum & 0xFFFF) + (sum >> 16);
-            }
-            let c = !(sum as u16);
-            f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-            true
-        }
-        wire::ethernet::ethertype::IPV6 if f.len() >= l3 + 40 => {
-            // traffic class spans the low nibble of byte 0 and the high nibble of byte 1
-            let ecn = (f[l3 + 1] >> 4) & 3;
-            if ecn == 0 {
-                return false;
-            }
-            f[l3 + 1] |= 0x30;
-            true
-        }
-        _ => false,
     }
 }
 

@@ -156,6 +156,19 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 }
 
+/// Marks the header Congestion Experienced (ECN 11, RFC 3168 5) and
+/// updates its checksum, as an ECN-capable switch does; a Not-ECT header
+/// (ECN 00) is left alone. False when the header is too short or Not-ECT.
+pub fn mark_ce(h: &mut [u8]) -> bool {
+    if h.len() < HEADER_LEN || h[field::TOS] & 3 == 0 {
+        return false;
+    }
+    h[field::TOS] |= 3;
+    let c = header_checksum(h);
+    put16(h, field::CHECKSUM, c);
+    true
+}
+
 fn header_checksum(h: &[u8]) -> u16 {
     header_checksum_of(&crate::bytes::array(h, 0))
 }

@@ -16,6 +16,22 @@ mod field {
 pub const HEADER_LEN: usize = 40;
 pub const NEXT_HEADER_UDP: u8 = 17;
 
+/// Marks the header Congestion Experienced (ECN 11, RFC 3168 5; the ECN
+/// bits are the low two of the traffic class, bits 21:20 of the first
+/// word); a Not-ECT header is left alone. False when the header is too
+/// short or Not-ECT.
+pub fn mark_ce(h: &mut [u8]) -> bool {
+    if h.len() < HEADER_LEN {
+        return false;
+    }
+    let w = be32(h, field::VER_TC_FLOW);
+    if (w >> 20) & 3 == 0 {
+        return false;
+    }
+    put32(h, field::VER_TC_FLOW, w | 3 << 20);
+    true
+}
+
 /// A zero-copy view of an IPv6 header.
 #[derive(Debug, Clone, Copy)]
 pub struct Ipv6Packet<T: AsRef<[u8]>> {

@@ -57,7 +57,7 @@ pub use opcode::{
     Direction, Header, Opcode, OpcodeInfo, Operation, PayloadRule, Position, QpType, Transport,
 };
 pub use psn::Psn;
-pub use roce::{pad_for, IpRepr, RocePacket, RoceRepr, UdpChecksum};
+pub use roce::{mark_ce, pad_for, IpRepr, RocePacket, RoceRepr, UdpChecksum};
 pub use udp::{UdpRepr, ROCEV2_PORT};
 
 /// Any frame softrnic handles: RoCEv2, or a MAC control frame.

@@ -95,6 +95,23 @@ impl UdpChecksum {
     }
 }
 
+/// Marks an Ethernet frame's IPv4 or IPv6 header Congestion Experienced,
+/// as an ECN-marking switch does (RoCEv2 A17.9: the notification point
+/// answers CE-marked packets with CNPs). The ICRC masks the ECN bits
+/// (A17.4.3.1), so it stays valid. False for a Not-ECT packet, a frame that is not IP, or one
+/// too short to hold its IP header.
+pub fn mark_ce(frame: &mut [u8]) -> bool {
+    let Ok(eth) = crate::ethernet::EthernetFrame::new_checked(&frame[..]) else {
+        return false;
+    };
+    let (l3, et) = (eth.header_len(), eth.ethertype());
+    match et {
+        crate::ethernet::ethertype::IPV4 => crate::ipv4::mark_ce(&mut frame[l3..]),
+        crate::ethernet::ethertype::IPV6 => crate::ipv6::mark_ce(&mut frame[l3..]),
+        _ => false,
+    }
+}
+
 /// The pad count that brings `len` payload bytes to a multiple of four.
 #[inline]
 pub const fn pad_for(len: usize) -> u8 {

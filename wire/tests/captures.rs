@@ -211,3 +211,42 @@ fn every_cm_mad_in_the_rxe_captures_parses_and_tells_the_handshake() {
         assert!(seen.contains_key(m), "no {m} in the captures: {seen:?}");
     }
 }
+
+/// `mark_ce` on every sample frame (IPv4 and IPv6, tagged and untagged,
+/// every opcode): an ECN-capable frame comes out CE-marked and otherwise
+/// the same, its IPv4 checksum and ICRC still valid; a Not-ECT frame and a
+/// MAC control frame are left alone.
+#[test]
+fn mark_ce_marks_ecn_capable_frames_and_nothing_else() {
+    use common::sample_frames::{samples, SampleRepr};
+    let mut marked = 0;
+    for s in samples() {
+        let mut f = s.frame();
+        let SampleRepr::Roce(mut want) = s.repr else {
+            let before = f.clone();
+            assert!(!wire::mark_ce(&mut f), "{}", s.label);
+            assert_eq!(f, before, "{}", s.label);
+            continue;
+        };
+        assert_ne!(want.ip.ecn(), 0, "{}: the samples are ECN-capable", s.label);
+        assert!(wire::mark_ce(&mut f), "{}", s.label);
+        let got = RoceRepr::parse(&f).unwrap_or_else(|e| panic!("{}: {e}", s.label));
+        want.ip.set_ecn(3);
+        assert_eq!(got, want, "{}", s.label);
+        marked += 1;
+        // Not-ECT: untouched
+        let mut not_ect = want;
+        not_ect.ip.set_ecn(0);
+        let mut b = vec![0u8; not_ect.buffer_len()];
+        let n = not_ect.emit(&mut b).unwrap();
+        b.truncate(n);
+        let before = b.clone();
+        assert!(!wire::mark_ce(&mut b), "{}", s.label);
+        assert_eq!(b, before, "{}", s.label);
+    }
+    assert!(marked > 50, "{marked}");
+    // too short for its IP header
+    let mut short = samples()[0].frame();
+    short.truncate(20);
+    assert!(!wire::mark_ce(&mut short));
+}

@@ -59,7 +59,7 @@ impl Interceptor for RandomImpairments {
             frame[bit / 8] ^= 1 << (bit % 8);
         }
         if self.rng.gen_bool(self.cfg.ce_mark) {
-            crate::sim::mark_ce(frame);
+            wire::mark_ce(frame);
         }
         if self.rng.gen_bool(self.cfg.duplicate) {
             return Verdict::Duplicate;
