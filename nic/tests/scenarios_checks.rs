@@ -328,3 +328,65 @@ fn last_longer_than_the_mtu_is_an_invalid_request() {
 fn only_longer_than_the_mtu_is_an_invalid_request() {
     wrong_length(1000, 0, 1028, Opcode::RC_SEND_ONLY);
 }
+
+// ---- C9-110: a duplicate READ goes first ----
+
+/// Every frame side `i` has to send now, taken straight from its device.
+fn pull_all(h: &mut H, i: usize) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; nic::transport::MAX_FRAME_LEN];
+    let now = h.p.sim.now;
+    while let Some(n) = h.p.sim.nodes[i].poll_transmit(now, &mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+fn psns(frames: &[Vec<u8>]) -> Vec<u32> {
+    frames
+        .iter()
+        .map(|f| frame_opcode_psn(f).expect("RoCE").1.value())
+        .collect()
+}
+
+#[test]
+fn duplicate_read_stops_the_answer_to_a_later_read() {
+    let mut h = H::rc();
+    let data = pattern(5, 12 * 1024);
+    h.fill(1, 0, &data);
+    // READ 1: 4 responses; READ 2: 8 responses
+    let op = h.read_op(1, 0);
+    h.send(0, wr(1, op, h.sgl(0, 0x10000, 4096)));
+    let op = h.read_op(1, 4096);
+    h.send(0, wr(2, op, h.sgl(0, 0x20000, 8192)));
+    let (read1, read2) = (h.pull(0), h.pull(0));
+    let p1 = frame_opcode_psn(&read1).unwrap().1.value();
+    let p2 = frame_opcode_psn(&read2).unwrap().1.value();
+    assert_eq!(p2, p1 + 4);
+    let now = h.p.sim.now;
+    h.p.sim.nodes[1].handle_frame(now, &read1);
+    h.p.sim.nodes[1].handle_frame(now, &read2);
+    // READ 1 answered, READ 2 begun: its first two responses
+    let mut sent = Vec::new();
+    let mut buf = vec![0u8; nic::transport::MAX_FRAME_LEN];
+    for _ in 0..6 {
+        let n = h.p.sim.nodes[1].poll_transmit(now, &mut buf).unwrap();
+        sent.push(buf[..n].to_vec());
+    }
+    assert_eq!(psns(&sent), [0, 1, 2, 3, 4, 5].map(|k| p1 + k));
+    // READ 1 again (the requester went back to it): it is answered next,
+    // from its first PSN, and READ 2's answer stops
+    h.p.sim.nodes[1].handle_frame(now, &read1);
+    let after = pull_all(&mut h, 1);
+    assert_eq!(psns(&after), [0, 1, 2, 3].map(|k| p1 + k));
+    assert_eq!(h.counters(1).duplicate_request, 1);
+    // the requester gets all of it: READ 2 by asking again
+    for f in sent.iter().chain(&after) {
+        h.sim().inject(1, f);
+    }
+    h.run_for_wcs(2, 0);
+    assert!(h.take(0).iter().all(|w| w.status == WcStatus::Success));
+    same(&h.mem(0, 0x10000, 4096), &data[..4096], "READ 1");
+    same(&h.mem(0, 0x20000, 8192), &data[4096..], "READ 2");
+    assert_eq!(h.qp(1).state, QpState::Rts);
+}

@@ -190,6 +190,16 @@ pub enum Response {
     Read(ReadJob),
 }
 
+impl Response {
+    /// The PSN of the next frame this response sends.
+    pub fn psn(&self) -> Psn {
+        match *self {
+            Response::Ack { psn, .. } | Response::AtomicAck { psn, .. } => psn,
+            Response::Read(job) => job.psn,
+        }
+    }
+}
+
 /// A READ being answered: responses from `psn` on, `remaining` bytes of
 /// `rkey` memory from `va`.
 #[derive(Clone, Copy, Debug)]

@@ -190,6 +190,7 @@ impl Qp {
                 // (IBA 9.7.5.1.1: the responder re-reads from memory).
                 if let (Some(job), Some(reth)) = (hit, pkt.ext.reth) {
                     if reth.rkey == job.rkey {
+                        self.answer_duplicate_first(psn);
                         self.queue_response(Response::Read(job));
                     }
                 }
@@ -202,10 +203,38 @@ impl Qp {
                     _ => None,
                 });
                 if let Some((orig, msn)) = hit {
+                    self.answer_duplicate_first(psn);
                     self.queue_response(Response::AtomicAck { psn, orig, msn });
                 }
             }
             _ => {}
+        }
+    }
+
+    /// C9-110: a duplicate READ or atomic at `psn` is answered before any
+    /// later request: the answers owed to requests after it (a READ being
+    /// answered among them) stop. The requester went back to `psn` and
+    /// asks for them again; if it did not (a copy the network duplicated),
+    /// its ACK timer recovers them.
+    fn answer_duplicate_first(&mut self, psn: Psn) {
+        let mut nak_dropped = false;
+        self.resp.responses.retain(|r| {
+            let later = psn.before(r.psn());
+            if later {
+                nak_dropped |= !matches!(
+                    r,
+                    Response::Ack {
+                        syndrome: Syndrome::Ack { .. },
+                        ..
+                    } | Response::AtomicAck { .. }
+                        | Response::Read(_)
+                );
+            }
+            !later
+        });
+        if nak_dropped {
+            // the gap (or RNR wait) the dropped NAK named may be NAKed again
+            self.resp.nak_sent = false;
         }
     }
 
