@@ -351,12 +351,13 @@ fn routed(test: &str, backend: Backend, n: u32) {
     for n in nodes {
         n.engine.stop();
     }
+    // tcpdump's socket can drop frames on a loaded machine (its buffer
+    // filled while tcpdump was off the CPU); it says how many, and the
+    // comparisons below allow exactly that many gaps in its capture
     let capture_dropped = capture.stop();
-    // a capture that lost frames cannot be compared with the tap
-    assert_eq!(
-        capture_dropped, 0,
-        "tcpdump's socket dropped {capture_dropped} frames (its buffer filled)"
-    );
+    if capture_dropped > 0 {
+        eprintln!("tcpdump's socket dropped {capture_dropped} frames");
+    }
     let lost = LinkDrops::read(&net).since(&drops_before);
     eprintln!(
         "kernel drops on the A link: {lost:?}; A's port dropped rx {} tx {}",
@@ -389,7 +390,13 @@ fn routed(test: &str, backend: Backend, n: u32) {
     };
     // A → R: the tap records what A's port handed to the kernel; a frame
     // the veth could not queue to R (backlog full) is counted on A's veth
-    same_frames("sent by A", &pick(&t, 6), &pick(&d, 6), lost.a_tx);
+    same_frames(
+        "sent by A",
+        &pick(&t, 6),
+        &pick(&d, 6),
+        lost.a_tx,
+        Uncaptured::Later(capture_dropped),
+    );
     // R → A: tcpdump records what R sent; R's veth counts what it could not
     // queue to A, A's port what its receive ring had no room for
     same_frames(
@@ -397,6 +404,7 @@ fn routed(test: &str, backend: Backend, n: u32) {
         &pick(&d, 0),
         &pick(&t, 0),
         lost.r_tx + port.rx_dropped,
+        Uncaptured::Earlier(capture_dropped),
     );
     // Our own checker (`rnic pcap check --lossy`) accepts the router's
     // capture: the B→A frames nftables dropped never reach it, so gaps on
@@ -493,35 +501,77 @@ impl LinkDrops {
 /// `seen` (the later capture point) is `sent` (the earlier one) with exactly
 /// `dropped` frames missing and nothing else changed: same bytes, same
 /// order. Reported by count and first difference (never by dumping frames).
-fn same_frames(what: &str, sent: &[Vec<u8>], seen: &[Vec<u8>], dropped: u64) {
+/// Frames a capture missed by its own account (tcpdump's "dropped by
+/// kernel"): in the later capture (`seen`) or in the earlier one (`sent`).
+#[derive(Clone, Copy)]
+enum Uncaptured {
+    Later(u64),
+    Earlier(u64),
+}
+
+/// `seen` is `sent` in order but for `dropped` frames the kernel counted as
+/// dropped between the two capture points, give or take what a capture
+/// missed by its own account.
+fn same_frames(what: &str, sent: &[Vec<u8>], seen: &[Vec<u8>], dropped: u64, un: Uncaptured) {
     let show = |f: &Vec<u8>| {
         wire::RoceRepr::parse(f)
             .map(|r| r.to_string())
             .unwrap_or_else(|e| e.to_string())
     };
-    // greedy matching decides whether `seen` is a subsequence of `sent`
-    let (mut i, mut missing) = (0usize, 0u64);
+    let (later_lost, earlier_lost) = match un {
+        Uncaptured::Later(n) => (n, 0),
+        Uncaptured::Earlier(n) => (0, n),
+    };
+    // greedy matching decides whether `seen` is a subsequence of `sent`; a
+    // frame the earlier capture missed is in `seen` only
+    let (mut i, mut missing, mut extra) = (0usize, 0u64, 0u64);
     for (j, f) in seen.iter().enumerate() {
-        while i < sent.len() && sent[i] != *f {
-            i += 1;
-            missing += 1;
+        match sent[i..].iter().position(|s| s == f) {
+            Some(k) => {
+                missing += k as u64;
+                i += k + 1;
+            }
+            None => {
+                extra += 1;
+                assert!(
+                    extra <= earlier_lost,
+                    "{what}: frame {j} of the later capture ({}) is not in the earlier one \
+                     in order ({} vs {} frames, {earlier_lost} uncaptured there)",
+                    show(f),
+                    sent.len(),
+                    seen.len()
+                );
+            }
         }
-        assert!(
-            i < sent.len(),
-            "{what}: frame {j} of the later capture ({}) is not in the earlier one \
-             in order ({} vs {} frames)",
-            show(f),
-            sent.len(),
-            seen.len()
-        );
-        i += 1;
     }
     missing += (sent.len() - i) as u64;
-    assert_eq!(
-        missing,
-        dropped,
-        "{what}: {} frames sent, {} seen: {missing} missing but {dropped} counted as dropped",
+    assert!(
+        missing + earlier_lost >= dropped && missing <= dropped + later_lost,
+        "{what}: {} frames sent, {} seen: {missing} missing but {dropped} counted as dropped \
+         ({later_lost} uncaptured)",
         sent.len(),
         seen.len()
     );
+}
+
+#[test]
+fn same_frames_allows_only_what_a_capture_says_it_missed() {
+    let f = |v: &[u8]| v.iter().map(|&b| vec![b]).collect::<Vec<_>>();
+    let fails = |sent: &[u8], seen: &[u8], dropped, un| {
+        let (sent, seen) = (f(sent), f(seen));
+        std::panic::catch_unwind(|| same_frames("t", &sent, &seen, dropped, un)).is_err()
+    };
+    // the kernel's drops, exactly
+    assert!(!fails(&[1, 2, 3], &[1, 3], 1, Uncaptured::Later(0)));
+    assert!(fails(&[1, 2, 3], &[1], 1, Uncaptured::Later(0)));
+    // the later capture missed one more by its own account
+    assert!(!fails(&[1, 2, 3], &[1], 1, Uncaptured::Later(1)));
+    assert!(fails(&[1, 2, 3, 4], &[1], 1, Uncaptured::Later(1)));
+    // the earlier capture missed one the later one has
+    assert!(!fails(&[1, 3], &[1, 2, 3], 0, Uncaptured::Earlier(1)));
+    assert!(fails(&[1, 3], &[1, 2, 4, 3], 0, Uncaptured::Earlier(1)));
+    // ... or one the kernel then dropped
+    assert!(!fails(&[1, 3], &[1, 3], 1, Uncaptured::Earlier(1)));
+    // out of order is never explained by a missed frame
+    assert!(fails(&[1, 2, 3], &[2, 1, 3], 0, Uncaptured::Later(1)));
 }
