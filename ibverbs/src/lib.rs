@@ -5,7 +5,7 @@
 //!
 //! - [`abi`]: the header's structures and constants (checked against the
 //!   installed `<infiniband/verbs.h>` by `tests/abi_layout.rs`).
-//! - [`symbols`]: which function carries which versioned name.
+//! - `symbols`: which function carries which versioned name.
 //! - [`device`]: the device list (one device per `<sock-dir>/<name>.sock`),
 //!   open/close, device/port/GID/P_Key queries.
 //! - [`objects`]: PD, MR, CQ and completion channels, QP, SRQ, AH, async

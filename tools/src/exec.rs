@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// Where `libibverbs.so.1` of the drop-in is: `$SOFTRNIC_IBVERBS_DIR`,
 /// else `softrnic-ibverbs/` beside the running `rnic` (the workspace build
-/// puts both in target/<profile>/).
+/// puts both in `target/<profile>/`).
 pub fn library_dir() -> Result<PathBuf, CliError> {
     let dir = match std::env::var_os("SOFTRNIC_IBVERBS_DIR") {
         Some(d) => PathBuf::from(d),

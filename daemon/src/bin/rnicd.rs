@@ -16,8 +16,8 @@ use wire::{EthernetAddress, Gid};
 #[derive(Parser, Debug)]
 #[command(name = "rnicd", about = "softrnic daemon", args_override_self = true)]
 struct Args {
-    /// Device name: the socket is <sock-dir>/<name>.sock (with --mem-pair:
-    /// <name>0 and <name>1).
+    /// Device name: the socket is SOCK_DIR/NAME.sock (with --mem-pair:
+    /// NAME0 and NAME1).
     #[arg(long, default_value = "srnic0")]
     name: String,
     /// Interface to bind (AF_XDP or AF_PACKET).

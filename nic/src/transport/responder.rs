@@ -373,7 +373,11 @@ impl Qp {
             return Outcome::Nak(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
         }
         // C9-94 (length, message level): a RETH names at most 2^31 bytes.
-        if pkt.ext.reth.is_some_and(|r| r.dma_len as u64 > super::MAX_MSG_LEN) {
+        if pkt
+            .ext
+            .reth
+            .is_some_and(|r| r.dma_len as u64 > super::MAX_MSG_LEN)
+        {
             self.counters.resp_local_length_error += 1;
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }

@@ -92,7 +92,7 @@ impl Finding {
         }
     }
 
-    /// "frame N: <summary>: <problem>", for error messages.
+    /// `"frame N: <summary>: <problem>"`, for error messages.
     pub fn describe_problem(&self) -> Option<String> {
         let p = self.problem.as_ref()?;
         Some(match &self.summary {

@@ -4,7 +4,7 @@
 //! `ib_write_bw`, `ib_read_lat`, … (Debian bookworm's perftest 4.5-0.17,
 //! version 6.06). As perftest: without a peer address the command is the
 //! server, with one the client; the two meet on TCP port 18515 (`-p`).
-//! docs/perftest-interop.md has the whole story; [`exchange`] the byte
+//! docs/perftest-interop.md has the whole story; `exchange` the byte
 //! formats.
 //!
 //! ## The order of the exchange (per test, as each perftest `main` runs it)
