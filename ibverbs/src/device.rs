@@ -392,6 +392,10 @@ pub unsafe extern "C" fn srv_ibv_query_device(
 
 /// `verbs_context.query_device_ex`: the classic attributes; no extended
 /// capabilities (they stay zero, as the header's legacy path leaves them).
+///
+/// # Safety
+/// `c` is NULL or an open context; `input` NULL or valid; `attr` NULL or
+/// valid for `attr_size` bytes of writes.
 unsafe extern "C" fn query_device_ex(
     c: *mut ibv_context,
     input: *const ibv_query_device_ex_input,
@@ -485,6 +489,10 @@ fn port_attr(ctx: &Ctx, port: u8) -> Result<ibv_port_attr, c_int> {
 }
 
 /// `verbs_context.query_port` (what the inline `ibv_query_port` calls).
+///
+/// # Safety
+/// `c` is NULL or an open context; `attr` NULL or valid for `len` bytes of
+/// writes.
 unsafe extern "C" fn query_port_ex(
     c: *mut ibv_context,
     port: u8,

@@ -133,6 +133,7 @@ fn parse() -> Result<Args, String> {
 /// and sockets stay usable: they need no privilege once open.
 fn drop_privileges(user: &str) -> Result<(u32, u32), String> {
     let name = std::ffi::CString::new(user).map_err(|_| "a NUL in the name".to_string())?;
+    // SAFETY: passwd is plain old data; all zeroes (NULL pointers) is valid.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 16 << 10];
     let mut res: *mut libc::passwd = std::ptr::null_mut();

@@ -469,6 +469,8 @@ fn hostile(n: &mut Node) {
             )
         };
         rng.fill(bytes);
+        // SAFETY: post_raw_send is memory-safe for any WQE (that is the
+        // point here: the daemon must refuse random ones).
         let _ = unsafe { n.qps[last].post_raw_send(&w) };
     }
     std::thread::sleep(Duration::from_millis(200));
