@@ -579,7 +579,7 @@ impl Pd {
     pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
         let req = Request::CreateAh {
             pd: self.handle,
-            attr: AhMsg::from_ah(attr),
+            attr: AhMsg::from(attr),
         };
         match self.ctx.request(req, None)?.0 {
             Response::Ah { ah } => Ok(Ah {
@@ -1017,7 +1017,7 @@ impl Qp {
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         self.ctx.simple(Request::ModifyQp {
             qpn: self.qpn,
-            attr: QpAttrMsg::from_attr(attr),
+            attr: QpAttrMsg::from(attr),
         })
     }
 
@@ -1035,8 +1035,7 @@ impl Qp {
                 rq_psn,
                 ..
             } => Ok(QpInfo {
-                state: proto::parse_state(&state)
-                    .ok_or_else(|| Error::Protocol("bad state".into()))?,
+                state: state.into(),
                 dest_qpn,
                 mtu,
                 sq_psn,

@@ -187,7 +187,7 @@ pub unsafe extern "C" fn srnic_create_ah(
         // the C struct has no VLAN tag (its layout stays as it was)
         vlan: None,
     };
-    let Ok(ah) = msg.to_ah() else {
+    let Ok(ah) = AhAttr::try_from(&msg) else {
         return std::ptr::null_mut();
     };
     guard(std::ptr::null_mut(), || {
