@@ -6,6 +6,8 @@
 //! - [`server`]: the daemon side (control socket, clients, cleanup).
 //! - [`dataplane`]: the engine hook that polls doorbells and fills CQ rings.
 //! - [`ring`], [`shm`], [`proto`]: ring layouts, shared memory, messages.
+//! - [`usermem`]: registering the process's own memory (pages moved onto
+//!   shared memory at the same address).
 
 pub mod capi;
 pub mod client;

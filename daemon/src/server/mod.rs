@@ -4,11 +4,11 @@
 //! every request is checked against that record, and when the connection
 //! closes (exit, crash, SIGKILL) everything it owned is torn down.
 //!
-//! [`handle`] checks what every request must satisfy and dispatches it
-//! to the module of its object kind: [`device`] (device, port, bell,
-//! asynchronous events, statistics), [`memory`] (PD, MR, MW), [`cq`],
-//! [`qp`] (QP, AH) and [`srq`]. [`registry`] records what each client
-//! owns and tears it down.
+//! `handle` checks what every request must satisfy and dispatches it to
+//! the module of its object kind: `device` (device, port, bell,
+//! asynchronous events, statistics), `memory` (PD, MR, MW), `cq`, `qp`
+//! (QP, AH) and `srq`. `registry` records what each client owns and tears
+//! it down.
 
 mod cq;
 mod device;
