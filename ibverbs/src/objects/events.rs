@@ -18,7 +18,7 @@ pub unsafe extern "C" fn srv_ibv_get_async_event(
         return -1;
     };
     // async_fd is an epoll descriptor watching the client library's
-    // eventfd (device.rs): its flags are the application's
+    // eventfd (`device::srv_ibv_open_device`): its flags are the application's
     let nb = nonblocking(ctx.vctx.context.async_fd);
     loop {
         let wait = if nb {
