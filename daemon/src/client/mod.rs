@@ -60,17 +60,7 @@ pub struct DeviceInfo {
     pub max_sge: u32,
 }
 
-/// What `query_port` reports (`struct ibv_port_attr`, the fields a RoCE
-/// port has).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PortInfo {
-    /// `enum ibv_port_state`: [`PORT_DOWN`] or [`PORT_ACTIVE`].
-    pub state: u32,
-    /// IB MTUs in bytes (256..4096).
-    pub active_mtu: u32,
-    pub max_mtu: u32,
-    pub link_speed_bps: u64,
-}
+pub use crate::proto::PortInfo;
 
 /// IBV_PORT_DOWN: the link is down.
 pub const PORT_DOWN: u32 = 1;
@@ -292,17 +282,7 @@ impl Context {
     /// refused by the daemon).
     pub fn query_port(&self, port: u8) -> Result<PortInfo> {
         match self.request(Request::QueryPort { port }, None)?.0 {
-            Response::Port {
-                state,
-                active_mtu,
-                max_mtu,
-                link_speed_bps,
-            } => Ok(PortInfo {
-                state,
-                active_mtu,
-                max_mtu,
-                link_speed_bps,
-            }),
+            Response::Port(p) => Ok(p),
             r => Err(unexpected(r)),
         }
     }

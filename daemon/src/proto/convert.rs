@@ -5,8 +5,8 @@
 //! verbs field here or is refused here; nothing else in the crate copies
 //! fields between the two.
 
-use super::{AhMsg, AsyncEventMsg, QpAttrMsg, QpKind, QpStateMsg, VlanMsg};
-use nic::transport::AsyncEvent;
+use super::{AhMsg, AsyncEventMsg, PortInfo, QpAttrMsg, QpKind, QpStateMsg, VlanMsg};
+use nic::transport::{AsyncEvent, PortAttr};
 use nic::verbs::{AhAttr, QpAttr, QpState, QpType};
 use wire::VlanTag;
 
@@ -175,6 +175,17 @@ impl TryFrom<&QpAttrMsg> for QpAttr {
     }
 }
 
+impl From<&PortAttr> for PortInfo {
+    fn from(p: &PortAttr) -> PortInfo {
+        PortInfo {
+            state: p.state.ibv(),
+            active_mtu: p.active_mtu,
+            max_mtu: p.max_mtu,
+            link_speed_bps: p.link_speed_bps,
+        }
+    }
+}
+
 impl From<AsyncEvent> for AsyncEventMsg {
     fn from(e: AsyncEvent) -> AsyncEventMsg {
         use AsyncEvent as E;
@@ -250,6 +261,24 @@ mod tests {
         // what the daemon sends stays as it was
         let srq = serde_json::to_string(&AsyncEventMsg::SrqLimitReached { srq: 3 }).unwrap();
         assert_eq!(srq, r#"{"type":"srq_limit_reached","srq":3}"#);
+    }
+
+    #[test]
+    fn the_port_answer_keeps_its_wire_form() {
+        let r = RespMsg {
+            v: 1,
+            resp: Response::Port(PortInfo {
+                state: 4,
+                active_mtu: 1024,
+                max_mtu: 4096,
+                link_speed_bps: 25_000_000_000,
+            }),
+        };
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            json,
+            r#"{"v":1,"resp":{"r":"port","state":4,"active_mtu":1024,"max_mtu":4096,"link_speed_bps":25000000000}}"#
+        );
     }
 
     #[test]

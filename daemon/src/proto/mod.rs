@@ -214,14 +214,21 @@ pub enum Response {
     },
     Stats(Stats),
     /// `ibv_query_port`'s answer.
-    Port {
-        /// `enum ibv_port_state`: 1 DOWN, 4 ACTIVE (the link is up).
-        state: u32,
-        /// IB MTUs in bytes (256..4096).
-        active_mtu: u32,
-        max_mtu: u32,
-        link_speed_bps: u64,
-    },
+    Port(PortInfo),
+}
+
+/// What `query_port` reports (`struct ibv_port_attr`, the fields a RoCE
+/// port has); on the wire, the fields of the `port` answer.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    /// `enum ibv_port_state`: 1 DOWN, 4 ACTIVE (the link is up).
+    pub state: u32,
+    /// IB MTUs in bytes (256..4096).
+    pub active_mtu: u32,
+    /// The largest IB MTU the port supports, in bytes.
+    pub max_mtu: u32,
+    /// The link's speed in bits per second.
+    pub link_speed_bps: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! engine's bell, asynchronous events.
 
 use super::{event_fd, ok, one_fd, Attach, Reply, RequestError, Shared, MAX_CQE, MAX_QP_WR};
-use crate::proto::Response;
+use crate::proto::{PortInfo, Response};
 use nic::verbs::MAX_SGE;
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -31,15 +31,7 @@ pub(super) fn query_port(sh: &Shared, port: u8) -> Result<Reply, RequestError> {
         return Err(RequestError::NoPort(port));
     }
     let p = super::call(sh, |r| r.port_attr())?;
-    Ok((
-        Response::Port {
-            state: p.state.ibv(),
-            active_mtu: p.active_mtu,
-            max_mtu: p.max_mtu,
-            link_speed_bps: p.link_speed_bps,
-        },
-        None,
-    ))
+    Ok((Response::Port(PortInfo::from(&p)), None))
 }
 
 /// `Bell`: a duplicate of the engine's eventfd.
