@@ -327,7 +327,8 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
 /// `c` came from `ibv_open_device` and is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn srv_ibv_close_device(c: *mut ibv_context) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     let Some(ctx) = (unsafe { Ctx::from(c) }) else {
         return libc::EINVAL;
     };

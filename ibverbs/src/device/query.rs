@@ -54,7 +54,8 @@ pub unsafe extern "C" fn srv_ibv_query_device(
     c: *mut ibv_context,
     attr: *mut ibv_device_attr,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     let Some(ctx) = (unsafe { Ctx::from(c) }) else {
         return libc::EINVAL;
     };
@@ -211,7 +212,8 @@ pub unsafe extern "C" fn srv_ibv_query_port(
     port: u8,
     attr: *mut ibv_port_attr,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` open and `attr` writable for the compat struct's
+    // COMPAT_PORT_ATTR_LEN bytes (this function's contract).
     unsafe { query_port_ex(c, port, attr, COMPAT_PORT_ATTR_LEN) }
 }
 
@@ -226,7 +228,8 @@ pub unsafe extern "C" fn srv_ibv_query_gid(
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     let Some(ctx) = (unsafe { Ctx::from(c) }) else {
         set_errno(libc::EINVAL);
         return -1;
@@ -251,7 +254,8 @@ pub unsafe extern "C" fn srv_ibv_query_gid_type(
     index: u32,
     ty: *mut u32,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     let Some(ctx) = (unsafe { Ctx::from(c) }) else {
         set_errno(libc::EINVAL);
         return -1;
@@ -293,7 +297,8 @@ pub unsafe extern "C" fn srv__ibv_query_gid_ex(
     flags: u32,
     entry_size: usize,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     let Some(ctx) = (unsafe { Ctx::from(c) }) else {
         return libc::EINVAL;
     };
@@ -321,7 +326,8 @@ pub unsafe extern "C" fn srv__ibv_query_gid_table(
     flags: u32,
     entry_size: usize,
 ) -> isize {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     let Some(ctx) = (unsafe { Ctx::from(c) }) else {
         return -(libc::EINVAL as isize);
     };
@@ -353,7 +359,8 @@ pub unsafe extern "C" fn srv_ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     if unsafe { Ctx::from(c) }.is_none() || pkey.is_null() || port != 1 || index != 0 {
         set_errno(libc::EINVAL);
         return -1;
@@ -369,7 +376,8 @@ pub unsafe extern "C" fn srv_ibv_query_pkey(
 /// `c` is an open context.
 #[no_mangle]
 pub unsafe extern "C" fn srv_ibv_get_pkey_index(c: *mut ibv_context, port: u8, pkey: u16) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     if unsafe { Ctx::from(c) }.is_none() || port != 1 {
         return -libc::EINVAL;
     }

@@ -69,7 +69,8 @@ pub unsafe extern "C" fn srv_ibv_resolve_eth_l2_from_gid(
     eth_mac: *mut u8,
     vid: *mut u16,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     if unsafe { Ctx::from(c) }.is_none() || attr.is_null() || eth_mac.is_null() {
         return libc::EINVAL;
     }

@@ -14,7 +14,8 @@ pub struct Ah {
 /// `pd` from `ibv_alloc_pd`; `attr` readable.
 #[no_mangle]
 pub unsafe extern "C" fn srv_ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    // SAFETY: per the contract.
+    // SAFETY: `pd` is NULL or a live PD of this library's (this function's
+    // contract), as pd_of requires.
     let (Some(p), false) = (unsafe { pd_of(pd) }, attr.is_null()) else {
         return null_errno(libc::EINVAL);
     };
@@ -73,7 +74,8 @@ pub unsafe extern "C" fn srv_ibv_init_ah_from_wc(
     grh: *mut ibv_grh,
     ah_attr: *mut ibv_ah_attr,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     if unsafe { Ctx::from(c) }.is_none() || wc.is_null() || ah_attr.is_null() {
         return libc::EINVAL;
     }
@@ -114,12 +116,14 @@ pub unsafe extern "C" fn srv_ibv_create_ah_from_wc(
     grh: *mut ibv_grh,
     port: u8,
 ) -> *mut ibv_ah {
-    // SAFETY: per the contract.
+    // SAFETY: `pd` is NULL or a live PD of this library's (this function's
+    // contract), as pd_of requires.
     let Some(p) = (unsafe { pd_of(pd) }) else {
         return null_errno(libc::EINVAL);
     };
     let mut a = ibv_ah_attr::default();
-    // SAFETY: per the contract.
+    // SAFETY: the PD's context is open while the PD lives; `wc` and `grh`
+    // are as this function's contract (ibv_init_ah_from_wc's) requires.
     let r = unsafe { srv_ibv_init_ah_from_wc(p.ibv.context, port, wc, grh, &mut a) };
     if r != 0 {
         return null_errno(r);

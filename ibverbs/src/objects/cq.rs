@@ -56,7 +56,8 @@ pub struct ChannelState {
 /// `c` is an open context.
 #[no_mangle]
 pub unsafe extern "C" fn srv_ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_comp_channel {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     if unsafe { Ctx::from(c) }.is_none() {
         return null_errno(libc::EINVAL);
     }
@@ -134,7 +135,8 @@ pub unsafe extern "C" fn srv_ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     let Some(ctx) = (unsafe { Ctx::from(c) }) else {
         return null_errno(libc::EINVAL);
     };
@@ -190,7 +192,8 @@ pub unsafe extern "C" fn srv_ibv_create_cq(
 /// `c` from `ibv_create_cq`, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn srv_ibv_destroy_cq(c: *mut ibv_cq) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or a live CQ of this library's (this function's
+    // contract), as cq_of requires.
     let Some(cq) = (unsafe { cq_of(c) }) else {
         return libc::EINVAL;
     };

@@ -12,7 +12,8 @@ pub unsafe extern "C" fn srv_ibv_get_async_event(
     c: *mut ibv_context,
     ev: *mut ibv_async_event,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     let (Some(ctx), false) = (unsafe { Ctx::from(c) }, ev.is_null()) else {
         set_errno(libc::EINVAL);
         return -1;

@@ -22,7 +22,8 @@ pub unsafe fn pd_of<'a>(p: *mut ibv_pd) -> Option<&'a Pd> {
 /// `c` is an open context.
 #[no_mangle]
 pub unsafe extern "C" fn srv_ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
-    // SAFETY: per the contract.
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
     let Some(ctx) = (unsafe { Ctx::from(c) }) else {
         return null_errno(libc::EINVAL);
     };

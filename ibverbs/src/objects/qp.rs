@@ -334,7 +334,8 @@ pub unsafe extern "C" fn srv_ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `q` is NULL or a live QP of this library's (this function's
+    // contract), as qp_of requires.
     let (Some(qp), false) = (unsafe { qp_of(q) }, attr.is_null()) else {
         return libc::EINVAL;
     };
@@ -437,7 +438,8 @@ pub unsafe extern "C" fn srv_ibv_query_qp(
     _mask: c_int,
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `q` is NULL or a live QP of this library's (this function's
+    // contract), as qp_of requires.
     let (Some(qp), false) = (unsafe { qp_of(q) }, attr.is_null()) else {
         return libc::EINVAL;
     };
@@ -487,7 +489,8 @@ pub extern "C" fn srv_ibv_query_qp_data_in_order() -> c_int {
 /// `q` from `ibv_create_qp`, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn srv_ibv_destroy_qp(q: *mut ibv_qp) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `q` is NULL or a live QP of this library's (this function's
+    // contract), as qp_of requires.
     let Some(qp) = (unsafe { qp_of(q) }) else {
         return libc::EINVAL;
     };

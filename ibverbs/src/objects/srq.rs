@@ -25,7 +25,8 @@ pub unsafe extern "C" fn srv_ibv_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
-    // SAFETY: per the contract.
+    // SAFETY: `pd` is NULL or a live PD of this library's (this function's
+    // contract), as pd_of requires.
     let (Some(p), false) = (unsafe { pd_of(pd) }, attr.is_null()) else {
         return null_errno(libc::EINVAL);
     };
@@ -80,7 +81,8 @@ pub unsafe extern "C" fn srv_ibv_modify_srq(
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `s` is NULL or a live SRQ of this library's (this function's
+    // contract), as srq_of requires.
     let (Some(srq), false) = (unsafe { srq_of(s) }, attr.is_null()) else {
         return libc::EINVAL;
     };
@@ -106,7 +108,8 @@ pub unsafe extern "C" fn srv_ibv_modify_srq(
 /// `s` from `ibv_create_srq`; `attr` writable.
 #[no_mangle]
 pub unsafe extern "C" fn srv_ibv_query_srq(s: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `s` is NULL or a live SRQ of this library's (this function's
+    // contract), as srq_of requires.
     let (Some(srq), false) = (unsafe { srq_of(s) }, attr.is_null()) else {
         return libc::EINVAL;
     };
@@ -147,7 +150,8 @@ pub unsafe extern "C" fn get_srq_num(s: *mut ibv_srq, n: *mut u32) -> c_int {
 /// `s` from `ibv_create_srq`.
 #[no_mangle]
 pub unsafe extern "C" fn srv_ibv_destroy_srq(s: *mut ibv_srq) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `s` is NULL or a live SRQ of this library's (this function's
+    // contract), as srq_of requires.
     let Some(srq) = (unsafe { srq_of(s) }) else {
         return libc::EINVAL;
     };
