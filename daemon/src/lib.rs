@@ -19,7 +19,7 @@ pub mod shm;
 pub mod usermem;
 
 pub use client::{
-    Ah, Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Mw, Pd, PortInfo, Qp, QpInfo,
-    QpInitAttr, Srq, ACCESS_ALL, PORT_ACTIVE, PORT_DOWN,
+    Ah, Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Mw, Pd, PortInfo, ProtocolError,
+    Qp, QpInfo, QpInitAttr, Srq, ACCESS_ALL, PORT_ACTIVE, PORT_DOWN,
 };
 pub use proto::{QpKind, Stats};

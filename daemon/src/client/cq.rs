@@ -34,9 +34,7 @@ impl Cq {
     /// Waits up to `timeout` for a completion event (`ibv_get_cq_event`
     /// and its acknowledgement in one); true when one came. Then poll.
     pub fn get_event(&mut self, timeout: Duration) -> Result<bool> {
-        let bell = self.events.as_ref().ok_or_else(|| {
-            Error::Protocol("no completion events asked for: req_notify first".into())
-        })?;
+        let bell = self.events.as_ref().ok_or(Error::NotArmed)?;
         if bell.drain() > 0 {
             return Ok(true);
         }

@@ -151,7 +151,11 @@ impl Pd {
     /// Registers `len` bytes of `buf` from `offset` (zero-copy).
     pub fn reg_mr(&self, buf: &Buffer, offset: usize, len: usize, access: u32) -> Result<Mr> {
         if !matches!(offset.checked_add(len), Some(e) if e <= buf.len()) {
-            return Err(Error::Protocol("region outside the buffer".into()));
+            return Err(Error::OutsideBuffer {
+                offset,
+                len,
+                buf_len: buf.len(),
+            });
         }
         let addr = buf.addr() + offset as u64;
         let b = Backing::Buffer(buf.clone());
@@ -236,7 +240,7 @@ impl Pd {
                     && map_len as usize
                         >= rq_offset as usize + ring::ring_bytes(rq_entries, WQE_SIZE);
                 if !ok {
-                    return Err(Error::Protocol("bad QP reply".into()));
+                    return Err(ProtocolError::BadRings("QP").into());
                 }
                 let map = Arc::new(Mapping::from_untrusted_fd(fds.remove(0), map_len as usize)?);
                 // SAFETY: both rings lie inside the mapping the Qp keeps.
@@ -305,7 +309,7 @@ impl Pd {
                     || ring::ring_entries(entries) != Some(entries)
                     || (map_len as usize) < ring::ring_bytes(entries, WQE_SIZE)
                 {
-                    return Err(Error::Protocol("bad SRQ reply".into()));
+                    return Err(ProtocolError::BadRings("SRQ").into());
                 }
                 let map = Arc::new(Mapping::from_untrusted_fd(fds.remove(0), map_len as usize)?);
                 // SAFETY: the ring lies inside the mapping the Srq keeps.

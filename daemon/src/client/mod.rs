@@ -30,20 +30,64 @@ use wire::{EthernetAddress, Gid};
 
 pub use crate::proto::QpKind as QpType;
 
+/// Why a verb of the client library failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The socket or a mapping failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The daemon refused the request; its reason.
     #[error("the daemon refused: {0}")]
     Daemon(String),
+    /// The daemon's answer could not be used.
     #[error("protocol error: {0}")]
-    Protocol(String),
+    Protocol(#[from] ProtocolError),
+    /// A region that does not lie inside its buffer.
+    #[error("[{offset:#x}, +{len:#x}) is outside the buffer of {buf_len:#x} bytes")]
+    OutsideBuffer {
+        /// Where the region starts in the buffer.
+        offset: usize,
+        /// Its length.
+        len: usize,
+        /// The buffer's length.
+        buf_len: usize,
+    },
+    /// `Cq::get_event` before `Cq::req_notify` made the event descriptor.
+    #[error("no completion events asked for: req_notify first")]
+    NotArmed,
+    /// The ring has no free slot.
     #[error("the work queue is full")]
     QueueFull,
+    /// Nothing came in time.
     #[error("timed out")]
     Timeout,
+    /// The process's own memory cannot be registered.
     #[error("{0}")]
     UserMem(crate::usermem::UserMemError),
+}
+
+/// Why an answer of the daemon could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// A thread panicked while holding the connection.
+    #[error("the connection's lock is poisoned")]
+    Poisoned,
+    /// The daemon closed the connection.
+    #[error("the daemon closed the connection")]
+    Closed,
+    /// The answer is not a message of this protocol.
+    #[error("malformed answer: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// The daemon speaks another version.
+    #[error("the daemon speaks version {0}")]
+    Version(u32),
+    /// An answer of another kind than the request asks for.
+    #[error("unexpected answer {0}")]
+    Unexpected(String),
+    /// A ring whose size or place does not fit its shared memory (or
+    /// whose descriptor is missing).
+    #[error("the {0} answer's rings do not fit their memory")]
+    BadRings(&'static str),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -146,10 +190,7 @@ impl Context {
     }
 
     fn request(&self, req: Request, fd: Option<RawFd>) -> Result<(Response, Vec<OwnedFd>)> {
-        let sock = self
-            .sock
-            .lock()
-            .map_err(|_| Error::Protocol("poisoned".into()))?;
+        let sock = self.sock.lock().map_err(|_| ProtocolError::Poisoned)?;
         let msg = proto::encode(&ReqMsg {
             v: proto::VERSION,
             req,
@@ -157,13 +198,10 @@ impl Context {
         let fds: Vec<RawFd> = fd.into_iter().collect();
         sock.send(&msg, &fds)?;
         let mut buf = Vec::new();
-        let fds = sock
-            .recv(&mut buf)?
-            .ok_or_else(|| Error::Protocol("the daemon closed the connection".into()))?;
-        let m: RespMsg =
-            serde_json::from_slice(&buf).map_err(|e| Error::Protocol(e.to_string()))?;
+        let fds = sock.recv(&mut buf)?.ok_or(ProtocolError::Closed)?;
+        let m: RespMsg = serde_json::from_slice(&buf).map_err(ProtocolError::from)?;
         if m.v != proto::VERSION {
-            return Err(Error::Protocol(format!("daemon speaks version {}", m.v)));
+            return Err(ProtocolError::Version(m.v).into());
         }
         match m.resp {
             Response::Error { msg } => Err(Error::Daemon(msg)),
@@ -217,7 +255,7 @@ impl Context {
         let mut g = self
             .async_events
             .lock()
-            .map_err(|_| Error::Protocol("poisoned".into()))?;
+            .map_err(|_| ProtocolError::Poisoned)?;
         if g.is_none() {
             let bell = nic::io::Bell::new()?;
             let raw = bell.as_fd().as_raw_fd();
@@ -260,7 +298,7 @@ impl Context {
                     || ring::ring_entries(entries) != Some(entries)
                     || (map_len as usize) < ring::ring_bytes(entries, CQE_SIZE)
                 {
-                    return Err(Error::Protocol("bad CQ reply".into()));
+                    return Err(ProtocolError::BadRings("CQ").into());
                 }
                 let map = Arc::new(Mapping::from_untrusted_fd(fds.remove(0), map_len as usize)?);
                 // SAFETY: the ring lies inside the mapping the Cq keeps.
@@ -297,7 +335,7 @@ impl Context {
 }
 
 fn unexpected(r: Response) -> Error {
-    Error::Protocol(format!("unexpected reply {r:?}"))
+    ProtocolError::Unexpected(format!("{r:?}")).into()
 }
 
 fn post_ring(r: &Ring, prod: &mut u32, w: &WqeRaw, ctx: &Context) -> Result<()> {
