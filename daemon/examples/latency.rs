@@ -226,6 +226,8 @@ fn daemon_with(iters: usize, gap_us: u64, extra: &[&str]) -> Vec<u64> {
         lat
     };
     let lat = run();
+    // SAFETY: kill(2) has no memory-safety preconditions; the child is
+    // not yet reaped, so its PID is still its own.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);

@@ -225,7 +225,7 @@ impl DataPlane {
                 // (every connected client, as every open context of a
                 // verbs device gets its port events)
                 Affiliated::Port(_) => {
-                    let msg = crate::proto::AsyncEventMsg::from_event(ev);
+                    let msg = crate::proto::AsyncEventMsg::from(ev);
                     for c in self.events.values_mut() {
                         c.push(msg);
                     }
@@ -235,7 +235,7 @@ impl DataPlane {
             let Some(owner) = owner else {
                 continue;
             };
-            let msg = crate::proto::AsyncEventMsg::from_event(ev);
+            let msg = crate::proto::AsyncEventMsg::from(ev);
             self.events.entry(owner).or_default().push(msg);
         }
         n

@@ -6,6 +6,8 @@
 //! - [`server`]: the daemon side (control socket, clients, cleanup).
 //! - [`dataplane`]: the engine hook that polls doorbells and fills CQ rings.
 //! - [`ring`], [`shm`], [`proto`]: ring layouts, shared memory, messages.
+//! - [`usermem`]: registering the process's own memory (pages moved onto
+//!   shared memory at the same address).
 
 pub mod capi;
 pub mod client;
@@ -17,7 +19,7 @@ pub mod shm;
 pub mod usermem;
 
 pub use client::{
-    Ah, Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Mw, Pd, PortInfo, Qp, QpInfo,
-    QpInitAttr, Srq, ACCESS_ALL, PORT_ACTIVE, PORT_DOWN,
+    Ah, Buffer, ConnectParams, Context, Cq, DeviceInfo, Error, Mr, Mw, Pd, PortInfo, ProtocolError,
+    Qp, QpInfo, QpInitAttr, Srq, ACCESS_ALL, PORT_ACTIVE, PORT_DOWN,
 };
 pub use proto::{QpKind, Stats};

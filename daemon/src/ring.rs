@@ -115,6 +115,18 @@ pub struct CqeRaw {
 const _: () = assert!(std::mem::size_of::<WqeRaw>() == WQE_SIZE);
 const _: () = assert!(std::mem::size_of::<CqeRaw>() == CQE_SIZE);
 
+/// A type [`Ring::read`] and [`Ring::write`] copy in and out of slots.
+///
+/// # Safety
+/// Implementors are `#[repr(C)]` plain old data: every bit pattern of
+/// their size is a valid value, and they have no padding bytes (a slot's
+/// bytes are shared with another process).
+pub unsafe trait Slot: Copy {}
+// SAFETY: repr(C), integer fields only, no padding (the size asserts).
+unsafe impl Slot for WqeRaw {}
+// SAFETY: repr(C), integer fields only, no padding (the size asserts).
+unsafe impl Slot for CqeRaw {}
+
 /// CQE flag bits.
 pub mod cqe_flags {
     pub const IMM: u8 = 1;
@@ -147,6 +159,9 @@ pub struct Ring {
 
 // SAFETY: a Ring is a pointer into a shared mapping kept alive by its owner.
 unsafe impl Send for Ring {}
+// SAFETY: every access through a shared Ring is a bounded volatile or
+// atomic access to the shared mapping, which another process writes
+// concurrently anyway; values read are validated by their users.
 unsafe impl Sync for Ring {}
 
 impl Ring {
@@ -189,17 +204,26 @@ impl Ring {
         unsafe { self.base.add(RING_HDR + i * self.slot) }
     }
 
-    /// Copies slot `idx` out (any bit pattern is a valid `T`).
-    pub fn read<T: Copy>(&self, idx: u32) -> T {
-        debug_assert!(std::mem::size_of::<T>() <= self.slot);
-        // SAFETY: in bounds; T is plain old data; volatile because the
+    /// Copies slot `idx` out.
+    ///
+    /// # Panics
+    /// If `T` is larger than the ring's slot (a programming error).
+    pub fn read<T: Slot>(&self, idx: u32) -> T {
+        assert!(std::mem::size_of::<T>() <= self.slot);
+        // SAFETY: the slot is inside the ring and holds a T (checked
+        // above); any bits are a valid T (`Slot`); volatile because the
         // other process may write concurrently.
         unsafe { std::ptr::read_volatile(self.slot_ptr(idx) as *const T) }
     }
 
-    pub fn write<T: Copy>(&self, idx: u32, v: &T) {
-        debug_assert!(std::mem::size_of::<T>() <= self.slot);
-        // SAFETY: in bounds.
+    /// Copies `v` into slot `idx`.
+    ///
+    /// # Panics
+    /// If `T` is larger than the ring's slot (a programming error).
+    pub fn write<T: Slot>(&self, idx: u32, v: &T) {
+        assert!(std::mem::size_of::<T>() <= self.slot);
+        // SAFETY: the slot is inside the ring and has room for a T
+        // (checked above).
         unsafe { std::ptr::write_volatile(self.slot_ptr(idx) as *mut T, *v) }
     }
 

@@ -24,6 +24,8 @@ pub struct Mapping {
 // are inherent to shared memory and only ever corrupt data, not memory
 // safety, because every value read from it is validated).
 unsafe impl Send for Mapping {}
+// SAFETY: as for Send: shared access only goes through the same bounded
+// raw-pointer accessors, which take `&self` and validate what they read.
 unsafe impl Sync for Mapping {}
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -48,6 +50,7 @@ fn sealed_size(fd: &OwnedFd) -> io::Result<u64> {
     }
     // SAFETY: fstat into a local struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one `stat` into the local struct.
     cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
     Ok(st.st_size.max(0) as u64)
 }
@@ -271,6 +274,7 @@ pub const MAX_MSG: usize = 64 * 1024;
 const MAX_FDS: usize = 4;
 
 fn sockaddr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
     let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     a.sun_family = libc::AF_UNIX as libc::sa_family_t;
     let b = path.as_os_str().as_encoded_bytes();
@@ -291,6 +295,7 @@ fn seqpacket_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket(2).
     let raw =
         cvt(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: socket(2) succeeded: `raw` is a new descriptor nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
@@ -312,6 +317,7 @@ impl SeqPacket {
             iov_len: data.len(),
         };
         let mut cbuf = [0u64; 16];
+        // SAFETY: msghdr is plain old data; all zeroes is a valid value.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
@@ -350,6 +356,7 @@ impl SeqPacket {
             iov_len: buf.len(),
         };
         let mut cbuf = [0u64; 16];
+        // SAFETY: msghdr is plain old data; all zeroes is a valid value.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
@@ -415,6 +422,7 @@ impl Listener {
         cvt(unsafe { libc::bind(fd.as_raw_fd(), &a as *const _ as *const libc::sockaddr, len) })?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        // SAFETY: listen(2) on a socket this listener owns.
         cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
         Ok(Listener { fd })
     }
@@ -448,6 +456,8 @@ impl Listener {
             };
         }
         Ok(Some(SeqPacket {
+            // SAFETY: accept4(2) succeeded: `raw` is a new descriptor
+            // nothing else owns.
             fd: unsafe { OwnedFd::from_raw_fd(raw) },
         }))
     }

@@ -129,7 +129,12 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     0
 }
 
-fn sges(w: &mut WqeRaw, list: *mut ibv_sge, n: c_int) -> Result<(), c_int> {
+/// Copies the SGE list into the WQE (EINVAL: a bad count or NULL list).
+///
+/// # Safety
+/// When `n` is in 1..=MAX_SGE and `list` is not NULL, `list` holds `n`
+/// readable entries.
+unsafe fn sges(w: &mut WqeRaw, list: *mut ibv_sge, n: c_int) -> Result<(), c_int> {
     if n < 0 || n as usize > MAX_SGE || (n > 0 && list.is_null()) {
         return Err(libc::EINVAL);
     }
@@ -158,7 +163,10 @@ fn wqe_flags(f: u32, sig_all: bool) -> u8 {
 
 /// Fills a BIND_MW WQE: window `mw` gets R_Key `new_rkey` (its tag, the
 /// low byte, is what changes) over `info`'s range of `info.mr`.
-fn bind_wqe(
+///
+/// # Safety
+/// `info.mr` is NULL or a live region of this library's.
+unsafe fn bind_wqe(
     w: &mut WqeRaw,
     mw: &crate::objects::Mw,
     new_rkey: u32,
@@ -219,7 +227,9 @@ pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_m
         wr_id: b.wr_id,
         ..Default::default()
     };
-    if let Err(e) = bind_wqe(&mut w, m, new_rkey, &b.bind_info) {
+    // SAFETY: the bind's region is the application's (or NULL), per this
+    // function's contract.
+    if let Err(e) = unsafe { bind_wqe(&mut w, m, new_rkey, &b.bind_info) } {
         return e;
     }
     w.flags = wqe_flags(b.send_flags, g.sq_sig_all);
@@ -234,7 +244,11 @@ pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_m
 }
 
 /// Builds the ring WQE of one send work request.
-fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw, c_int> {
+///
+/// # Safety
+/// `wr`'s pointers (SGE list, inline data, window, bound region) are the
+/// application's and valid as `ibv_post_send` requires.
+unsafe fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw, c_int> {
     let mut w = WqeRaw {
         wr_id: wr.wr_id,
         ..Default::default()
@@ -265,7 +279,8 @@ fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw,
             let b = wr.bind_mw;
             // SAFETY: the application's window (or NULL).
             let mw = unsafe { crate::objects::mw_of(b.mw) }.ok_or(libc::EINVAL)?;
-            bind_wqe(&mut w, mw, b.rkey, &b.bind_info)?;
+            // SAFETY: the WR's region is the application's (the contract).
+            unsafe { bind_wqe(&mut w, mw, b.rkey, &b.bind_info) }?;
         }
         _ => {}
     }
@@ -331,7 +346,8 @@ fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw,
             lkey: mr.lkey,
         };
     } else {
-        sges(&mut w, wr.sg_list, wr.num_sge)?;
+        // SAFETY: the WR's SGE list is the application's (the contract).
+        unsafe { sges(&mut w, wr.sg_list, wr.num_sge) }?;
     }
     if ud {
         // SAFETY: the union member for UD.
@@ -366,7 +382,8 @@ pub unsafe extern "C" fn post_send(
     mut wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    let fail = |w: *mut ibv_send_wr, e: c_int| fail_at(bad_wr, w, e);
+    // SAFETY: `bad_wr` is NULL or the caller's out-pointer (the contract).
+    let fail = |w: *mut ibv_send_wr, e: c_int| unsafe { fail_at(bad_wr, w, e) };
     // SAFETY: the application's QP.
     let Some(q) = (unsafe { qp_of(qp) }) else {
         return fail(wr, libc::EINVAL);
@@ -380,7 +397,8 @@ pub unsafe extern "C" fn post_send(
     while !wr.is_null() {
         // SAFETY: the caller's WR chain.
         let r = unsafe { &*wr };
-        let w = match send_wqe(&mut g, r) {
+        // SAFETY: a WR of the caller's chain, valid as the verb requires.
+        let w = match unsafe { send_wqe(&mut g, r) } {
             Ok(w) => w,
             Err(e) => return fail(wr, e),
         };
@@ -394,17 +412,25 @@ pub unsafe extern "C" fn post_send(
     0
 }
 
-fn recv_wqe(wr: &ibv_recv_wr) -> Result<WqeRaw, c_int> {
+/// Builds the ring WQE of one receive work request.
+///
+/// # Safety
+/// `wr.sg_list` holds `wr.num_sge` readable entries (or is NULL).
+unsafe fn recv_wqe(wr: &ibv_recv_wr) -> Result<WqeRaw, c_int> {
     let mut w = WqeRaw {
         wr_id: wr.wr_id,
         ..Default::default()
     };
-    sges(&mut w, wr.sg_list, wr.num_sge)?;
+    // SAFETY: the contract.
+    unsafe { sges(&mut w, wr.sg_list, wr.num_sge) }?;
     Ok(w)
 }
 
 /// Names the failing WR in `*bad_wr` (if given) and returns `e`.
-fn fail_at<T>(bad_wr: *mut *mut T, w: *mut T, e: c_int) -> c_int {
+///
+/// # Safety
+/// `bad_wr` is NULL or valid for a write.
+unsafe fn fail_at<T>(bad_wr: *mut *mut T, w: *mut T, e: c_int) -> c_int {
     if !bad_wr.is_null() {
         // SAFETY: the caller's out-pointer.
         unsafe { *bad_wr = w };
@@ -425,12 +451,15 @@ unsafe fn post_recv_chain(
     while !wr.is_null() {
         // SAFETY: the caller's WR chain.
         let r = unsafe { &*wr };
-        let w = match recv_wqe(r) {
+        // SAFETY: a WR of the caller's chain, valid as the verb requires.
+        let w = match unsafe { recv_wqe(r) } {
             Ok(w) => w,
-            Err(e) => return fail_at(bad_wr, wr, e),
+            // SAFETY: `bad_wr` is NULL or the caller's out-pointer (the contract).
+            Err(e) => return unsafe { fail_at(bad_wr, wr, e) },
         };
         if let Err(e) = post(&w) {
-            return fail_at(bad_wr, wr, crate::errno_of(&e));
+            // SAFETY: `bad_wr` is NULL or the caller's out-pointer (the contract).
+            return unsafe { fail_at(bad_wr, wr, crate::errno_of(&e)) };
         }
         wr = r.next;
     }
@@ -449,12 +478,14 @@ pub unsafe extern "C" fn post_recv(
 ) -> c_int {
     // SAFETY: the application's QP.
     let Some(q) = (unsafe { qp_of(qp) }) else {
-        return fail_at(bad_wr, wr, libc::EINVAL);
+        // SAFETY: `bad_wr` is NULL or the caller's out-pointer (the contract).
+        return unsafe { fail_at(bad_wr, wr, libc::EINVAL) };
     };
     // IBA 10.2.9.5: a QP on an SRQ has no receive queue of its own;
     // IBA 10.8.1: receives posted to a QP in Reset are an immediate error
     if !q.ibv.srq.is_null() || q.ibv.state == IBV_QPS_RESET {
-        return fail_at(bad_wr, wr, libc::EINVAL);
+        // SAFETY: `bad_wr` is NULL or the caller's out-pointer (the contract).
+        return unsafe { fail_at(bad_wr, wr, libc::EINVAL) };
     }
     let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: the caller's chain.
@@ -473,7 +504,8 @@ pub unsafe extern "C" fn post_srq_recv(
 ) -> c_int {
     // SAFETY: the application's SRQ.
     let Some(s) = (unsafe { srq_of(srq) }) else {
-        return fail_at(bad_wr, wr, libc::EINVAL);
+        // SAFETY: `bad_wr` is NULL or the caller's out-pointer (the contract).
+        return unsafe { fail_at(bad_wr, wr, libc::EINVAL) };
     };
     let mut g = s.inner.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: the caller's chain.

@@ -96,13 +96,49 @@ extern "C" fn on_cable(sig: libc::c_int) {
     CABLE.store(v, Ordering::Release);
 }
 
-fn parse() -> Result<Args, String> {
+/// Why the command line or the configuration file was refused.
+#[derive(Debug, thiserror::Error)]
+enum ArgsError {
+    #[error("{0}")]
+    Cli(#[from] clap::Error),
+    #[error("{}: {source}", path.display())]
+    ReadConfig {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{line}: config may not nest", path.display())]
+    NestedConfig {
+        path: std::path::PathBuf,
+        line: usize,
+    },
+}
+
+/// Why dropping privileges failed.
+#[derive(Debug, thiserror::Error)]
+enum PrivError {
+    #[error("a NUL in the name")]
+    Nul,
+    #[error("no such user")]
+    NoUser,
+    #[error("{call}: {source}")]
+    Syscall {
+        call: &'static str,
+        source: std::io::Error,
+    },
+    #[error("the switch did not stick")]
+    DidNotStick,
+}
+
+fn parse() -> Result<Args, ArgsError> {
     let cli: Vec<String> = std::env::args().collect();
-    let first = Args::try_parse_from(&cli).map_err(|e| e.to_string())?;
+    let first = Args::try_parse_from(&cli)?;
     let Some(path) = first.config.clone() else {
         return Ok(first);
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ArgsError::ReadConfig {
+        path: path.clone(),
+        source,
+    })?;
     let mut args = vec![cli[0].clone()];
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -114,7 +150,10 @@ fn parse() -> Result<Args, String> {
             .map(|(k, v)| (k.trim(), v.trim()))
             .unwrap_or((line, ""));
         if k == "config" {
-            return Err(format!("{}:{}: config may not nest", path.display(), n + 1));
+            return Err(ArgsError::NestedConfig {
+                path: path.clone(),
+                line: n + 1,
+            });
         }
         if v.is_empty() || v == "true" {
             args.push(format!("--{k}"));
@@ -124,19 +163,22 @@ fn parse() -> Result<Args, String> {
         }
     }
     args.extend(cli[1..].iter().cloned());
-    Args::try_parse_from(&args).map_err(|e| e.to_string())
+    Ok(Args::try_parse_from(&args)?)
 }
 
 /// Becomes `user` for good: no supplementary groups, its group, its user
 /// (glibc applies set*id to every thread of the process), and no way back
 /// up (PR_SET_NO_NEW_PRIVS; getting root back must fail). The open ports
 /// and sockets stay usable: they need no privilege once open.
-fn drop_privileges(user: &str) -> Result<(u32, u32), String> {
-    let name = std::ffi::CString::new(user).map_err(|_| "a NUL in the name".to_string())?;
+fn drop_privileges(user: &str) -> Result<(u32, u32), PrivError> {
+    let name = std::ffi::CString::new(user).map_err(|_| PrivError::Nul)?;
+    // SAFETY: passwd is plain old data; all zeroes (NULL pointers) is valid.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 16 << 10];
     let mut res: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwnam_r with a buffer of the stated length
+    // SAFETY: getpwnam_r with a NUL-terminated name, a local passwd, a
+    // buffer of the stated length and a local result pointer, all alive
+    // for the call; pw's strings point into `buf`, which outlives them.
     let rc = unsafe {
         libc::getpwnam_r(
             name.as_ptr(),
@@ -147,11 +189,16 @@ fn drop_privileges(user: &str) -> Result<(u32, u32), String> {
         )
     };
     if rc != 0 || res.is_null() {
-        return Err("no such user".into());
+        return Err(PrivError::NoUser);
     }
     let (uid, gid) = (pw.pw_uid, pw.pw_gid);
-    let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
-    // SAFETY: plain syscalls on this process
+    let os = |call: &'static str| PrivError::Syscall {
+        call,
+        source: std::io::Error::last_os_error(),
+    };
+    // SAFETY: set*id, setgroups with no list (a NULL pointer and length
+    // 0), prctl and get*id take no memory of ours; they change only this
+    // process's credentials.
     unsafe {
         if libc::setgroups(0, std::ptr::null()) != 0 {
             return Err(os("setgroups"));
@@ -166,7 +213,7 @@ fn drop_privileges(user: &str) -> Result<(u32, u32), String> {
             return Err(os("prctl(PR_SET_NO_NEW_PRIVS)"));
         }
         if uid != 0 && (libc::setuid(0) == 0 || libc::geteuid() != uid || libc::getegid() != gid) {
-            return Err("the switch did not stick".into());
+            return Err(PrivError::DidNotStick);
         }
     }
     Ok((uid, gid))
@@ -260,7 +307,8 @@ fn main() {
         eprintln!("rnicd: give --iface IFNAME or --mem-pair");
         std::process::exit(2)
     }
-    // SAFETY: the handler only stores to an atomic.
+    // SAFETY: the handlers only store to an atomic (async-signal-safe);
+    // signal(2) takes no memory of ours.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);

@@ -1,0 +1,352 @@
+//! The control protocol: one JSON object per SOCK_SEQPACKET message,
+//! `{"v":1,"req":{...}}` from the client and `{"v":1,"resp":{...}}` back.
+//! Memfds travel as SCM_RIGHTS on the same message (RegMr: client→daemon;
+//! CreateCq/CreateQp: daemon→client); `Bell` answers with the engine's
+//! eventfd (daemon→client). Unknown versions, unknown fields'
+//! types, oversize messages and missing descriptors are refused with an
+//! `Error` response; nothing a client sends can make the daemon panic.
+
+use serde::{Deserialize, Serialize};
+
+mod convert;
+
+pub use convert::ConvertError;
+
+pub const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct ReqMsg {
+    pub v: u32,
+    pub req: Request,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct RespMsg {
+    pub v: u32,
+    pub resp: Response,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum QpKind {
+    Rc,
+    Uc,
+    Ud,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    QueryDevice,
+    /// The engine's bell (an eventfd, attached to the `Ok` answer): a
+    /// client rings it after posting when a ring's header says the engine
+    /// parks (`ring::PARKED_AT`). An error answer: the engine has none.
+    Bell,
+    AllocPd,
+    DeallocPd {
+        pd: u32,
+    },
+    /// Attach the memfd holding the buffer; `offset` is where the region
+    /// starts in it, `addr` the client's virtual address of that byte.
+    RegMr {
+        pd: u32,
+        offset: u64,
+        addr: u64,
+        len: u64,
+        access: u32,
+    },
+    DeregMr {
+        lkey: u32,
+    },
+    /// A memory window (`ibv_alloc_mw`); `mw_type` is `ibv_mw_type` (1 or
+    /// 2). Bound and invalidated by work requests on a QP's send ring.
+    AllocMw {
+        pd: u32,
+        mw_type: u32,
+    },
+    /// `ibv_dealloc_mw`; `handle` is the window's key index (`rkey >> 8`).
+    DeallocMw {
+        handle: u32,
+    },
+    CreateCq {
+        cqe: u32,
+    },
+    DestroyCq {
+        cq: u32,
+    },
+    /// Completion events for `cq` (`ibv_req_notify_cq` with a completion
+    /// channel): an eventfd attached, which the daemon writes when a
+    /// completion arrives on the CQ while the ring header's "armed" word
+    /// (`ring::ARMED_AT`) asks for one; it disarms it then.
+    NotifyCq {
+        cq: u32,
+    },
+    CreateQp {
+        pd: u32,
+        qp_type: QpKind,
+        send_cq: u32,
+        recv_cq: u32,
+        max_send_wr: u32,
+        max_recv_wr: u32,
+        sq_sig_all: bool,
+        /// Receive from this SRQ (the client's, same PD) instead of the
+        /// QP's own receive ring.
+        #[serde(default)]
+        srq: Option<u32>,
+    },
+    ModifyQp {
+        qpn: u32,
+        attr: QpAttrMsg,
+    },
+    QueryQp {
+        qpn: u32,
+    },
+    DestroyQp {
+        qpn: u32,
+    },
+    /// An address handle for UD sends (`ibv_create_ah`).
+    CreateAh {
+        pd: u32,
+        attr: AhMsg,
+    },
+    DestroyAh {
+        ah: u32,
+    },
+    /// A shared receive queue (`ibv_create_srq`); its ring's memfd comes
+    /// back with the reply.
+    CreateSrq {
+        pd: u32,
+        max_wr: u32,
+    },
+    DestroySrq {
+        srq: u32,
+    },
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm (or, 0, disarm) the limit.
+    ModifySrq {
+        srq: u32,
+        limit: u32,
+    },
+    /// `ibv_query_srq`.
+    QuerySrq {
+        srq: u32,
+    },
+    /// Asynchronous events for this client (`ibv_get_async_event`): an
+    /// eventfd attached, which the daemon writes when one is queued.
+    AsyncEventFd,
+    /// The queued asynchronous events (up to 64; none: an empty list).
+    GetAsyncEvents,
+    /// Daemon-wide object counts (administration and tests).
+    Stats,
+    /// `ibv_query_port`: the device's one port is 1; any other number is
+    /// refused.
+    QueryPort {
+        port: u8,
+    },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "r", rename_all = "snake_case")]
+pub enum Response {
+    Ok,
+    Error {
+        msg: String,
+    },
+    Device {
+        name: String,
+        gid: [u8; 16],
+        mac: [u8; 6],
+        mtu: u32,
+        max_qp_wr: u32,
+        max_cqe: u32,
+        max_sge: u32,
+    },
+    Pd {
+        pd: u32,
+    },
+    Mr {
+        lkey: u32,
+        rkey: u32,
+    },
+    /// A new memory window: its R_Key; its handle is `rkey >> 8`.
+    Mw {
+        rkey: u32,
+    },
+    /// With the CQ ring's memfd attached.
+    Cq {
+        cq: u32,
+        entries: u32,
+        map_len: u64,
+    },
+    /// With the QP rings' memfd attached: SQ ring at 0, RQ ring at rq_offset.
+    Qp {
+        qpn: u32,
+        sq_entries: u32,
+        rq_entries: u32,
+        rq_offset: u64,
+        map_len: u64,
+    },
+    QpInfo {
+        qpn: u32,
+        state: QpStateMsg,
+        dest_qpn: u32,
+        mtu: u32,
+        sq_psn: u32,
+        rq_psn: u32,
+    },
+    Ah {
+        ah: u32,
+    },
+    /// With the SRQ ring's memfd attached (one receive ring at 0).
+    SrqInfo {
+        max_wr: u32,
+        /// The armed limit (0: not armed, or fired).
+        limit: u32,
+        /// Receive WQEs the transport holds for it now.
+        pending: u32,
+    },
+    AsyncEvents {
+        events: Vec<AsyncEventMsg>,
+    },
+    Srq {
+        srq: u32,
+        entries: u32,
+        map_len: u64,
+    },
+    Stats(Stats),
+    /// `ibv_query_port`'s answer.
+    Port(PortInfo),
+}
+
+/// What `query_port` reports (`struct ibv_port_attr`, the fields a RoCE
+/// port has); on the wire, the fields of the `port` answer.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    /// `enum ibv_port_state`: 1 DOWN, 4 ACTIVE (the link is up).
+    pub state: u32,
+    /// IB MTUs in bytes (256..4096).
+    pub active_mtu: u32,
+    /// The largest IB MTU the port supports, in bytes.
+    pub max_mtu: u32,
+    /// The link's speed in bits per second.
+    pub link_speed_bps: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub clients: u32,
+    pub pds: u32,
+    pub mrs: u32,
+    pub cqs: u32,
+    pub qps: u32,
+    /// QPs the transport still has (probes every QPN the daemon handed out).
+    pub rnic_qps: u32,
+    /// Rings the engine polls.
+    pub active_qp_rings: u32,
+    pub active_cq_rings: u32,
+    /// Clients that went away and were cleaned up.
+    pub clients_reaped: u64,
+    #[serde(default)]
+    pub ahs: u32,
+    #[serde(default)]
+    pub srqs: u32,
+    /// SRQ rings the engine polls.
+    #[serde(default)]
+    pub active_srq_rings: u32,
+}
+
+/// An asynchronous event (`struct ibv_async_event`) on one of the client's
+/// own objects: a QP (by QPN), a CQ (by its handle) or an SRQ (by its
+/// handle); or an unaffiliated one about the port, which every client
+/// hears. The `type` tags are the snake_case variant names; the SRQ one
+/// is unchanged since it was the only one.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AsyncEventMsg {
+    /// IBV_EVENT_SRQ_LIMIT_REACHED on the client's SRQ `srq`.
+    SrqLimitReached { srq: u32 },
+    /// IBV_EVENT_CQ_ERR: the CQ overran.
+    CqErr { cq: u32 },
+    /// IBV_EVENT_QP_FATAL: the QP's CQ overran; the QP is in ERR.
+    QpFatal { qp: u32 },
+    /// IBV_EVENT_QP_REQ_ERR: the QP NAKed an invalid request and is in ERR.
+    QpReqErr { qp: u32 },
+    /// IBV_EVENT_QP_ACCESS_ERR: the QP NAKed a remote access error and is
+    /// in ERR.
+    QpAccessErr { qp: u32 },
+    /// IBV_EVENT_COMM_EST: the first packet arrived while the QP was in RTR.
+    CommEst { qp: u32 },
+    /// IBV_EVENT_SQ_DRAINED: the QP is in SQD with nothing in progress.
+    SqDrained { qp: u32 },
+    /// IBV_EVENT_QP_LAST_WQE_REACHED: the QP (on an SRQ) went to ERR.
+    QpLastWqeReached { qp: u32 },
+    /// IBV_EVENT_PORT_ACTIVE: the link of `port` came up (to every client).
+    PortActive { port: u8 },
+    /// IBV_EVENT_PORT_ERR: the link of `port` went down (to every client).
+    PortErr { port: u8 },
+    /// A kind this build does not know (from a newer daemon): clients skip
+    /// it, so adding a kind never breaks an older client's event list.
+    #[serde(other)]
+    Unknown,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default)]
+pub struct AhMsg {
+    pub dgid: [u8; 16],
+    pub dmac: [u8; 6],
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    pub flow_label: u32,
+    /// The 802.1Q tag to send with (absent: untagged; older clients).
+    #[serde(default)]
+    pub vlan: Option<VlanMsg>,
+}
+
+/// An 802.1Q tag: priority (PCP, 3 bits), drop eligible, VLAN ID (12 bits;
+/// 0 tags priority only, 4095 is reserved, IEEE 802.1Q 9.6).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VlanMsg {
+    pub pcp: u8,
+    #[serde(default)]
+    pub dei: bool,
+    pub vid: u16,
+}
+
+/// `QpAttr` on the wire (the path's VLAN tag travels in its `ah`).
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct QpAttrMsg {
+    pub state: Option<QpStateMsg>,
+    pub pkey_index: Option<u16>,
+    pub port: Option<u8>,
+    pub access_flags: Option<u32>,
+    pub qkey: Option<u32>,
+    pub ah: Option<AhMsg>,
+    pub path_mtu: Option<u32>,
+    pub dest_qpn: Option<u32>,
+    pub rq_psn: Option<u32>,
+    pub max_dest_rd_atomic: Option<u8>,
+    pub min_rnr_timer: Option<u8>,
+    pub sq_psn: Option<u32>,
+    pub timeout: Option<u8>,
+    pub retry_cnt: Option<u8>,
+    pub rnr_retry: Option<u8>,
+    pub max_rd_atomic: Option<u8>,
+}
+
+/// A QP state on the wire (`"reset"`, `"init"`, `"rtr"`, `"rts"`,
+/// `"sqd"`, `"sqe"`, `"err"`); any other name is a malformed message.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum QpStateMsg {
+    Reset,
+    Init,
+    Rtr,
+    Rts,
+    Sqd,
+    Sqe,
+    Err,
+}
+
+/// The message as JSON bytes.
+pub fn encode<T: Serialize>(m: &T) -> Vec<u8> {
+    serde_json::to_vec(m).unwrap_or_default()
+}

@@ -1,0 +1,101 @@
+//! Completion queues: a CQ ring shared with the client, backed by a
+//! transport CQ (pooled and reused, since the transport never destroys
+//! one).
+
+use super::registry::{release_cqs, with_owned};
+use super::{event_fd, ok, one_fd, Attach, Object, Reply, RequestError, Shared};
+use crate::dataplane::CqRing;
+use crate::proto::Response;
+use crate::ring::{self, Ring, CQE_SIZE};
+use crate::shm::Mapping;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+/// `CreateCq`: a ring of at least `cqe` entries (its memfd travels with
+/// the answer) over a transport CQ of twice that.
+pub(super) fn create_cq(sh: &Shared, id: u64, cqe: u32) -> Result<Reply, RequestError> {
+    let entries = ring::ring_entries(cqe).ok_or(RequestError::BadSize {
+        what: "CQ size",
+        value: cqe,
+    })?;
+    let map = Arc::new(Mapping::create(
+        "softrnic-cq",
+        ring::ring_bytes(entries, CQE_SIZE),
+    )?);
+    let cap = entries as usize * 2;
+    let pooled = {
+        let mut r = sh.reg.lock().expect("registry");
+        let i = r.cq_pool.iter().position(|(_, c)| *c >= cap);
+        i.map(|i| r.cq_pool.swap_remove(i))
+    };
+    let cq = match pooled {
+        Some((cq, _)) => cq,
+        None => {
+            let cq = super::call(sh, move |r| r.create_cq(cap))?;
+            sh.reg.lock().expect("registry").cq_cap.insert(cq, cap);
+            cq
+        }
+    };
+    // SAFETY: the mapping is ring_bytes(entries, CQE_SIZE) long (made
+    // above) and CqRing keeps it alive as long as the ring; entries is a
+    // power of two (ring_entries).
+    let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
+    sh.dp.lock().expect("dp").add_cq(
+        cq,
+        CqRing {
+            _map: map.clone(),
+            ring,
+            prod: 0,
+            pending: Default::default(),
+            notify: None,
+            owner: id,
+        },
+    );
+    with_owned(sh, id, |o| o.cqs.insert(cq));
+    Ok((
+        Response::Cq {
+            cq,
+            entries,
+            map_len: map.len() as u64,
+        },
+        Some(Attach::Map(map)),
+    ))
+}
+
+/// `NotifyCq`: the eventfd the daemon writes for the CQ's completion
+/// events.
+pub(super) fn notify_cq(
+    sh: &Shared,
+    id: u64,
+    cq: u32,
+    fds: Vec<OwnedFd>,
+) -> Result<Reply, RequestError> {
+    if !with_owned(sh, id, |o| o.cqs.contains(&cq)) {
+        return Err(RequestError::NotFound(Object::Cq(cq)));
+    }
+    let fd = one_fd(fds, "notify_cq", "eventfd")?;
+    event_fd(&fd)?;
+    let mut dp = sh.dp.lock().expect("dp");
+    let c = dp
+        .cqs
+        .get_mut(&cq)
+        .ok_or(RequestError::NotFound(Object::Cq(cq)))?;
+    c.notify = Some(fd);
+    ok()
+}
+
+/// `DestroyCq`: refused while the client's QPs use it.
+pub(super) fn destroy_cq(sh: &Shared, id: u64, cq: u32) -> Result<Reply, RequestError> {
+    with_owned(sh, id, |o| {
+        if !o.cqs.contains(&cq) {
+            return Err(RequestError::NotFound(Object::Cq(cq)));
+        }
+        if o.qps.values().any(|q| q.send_cq == cq || q.recv_cq == cq) {
+            return Err(RequestError::CqInUse);
+        }
+        o.cqs.remove(&cq);
+        Ok(())
+    })?;
+    release_cqs(sh, vec![cq]);
+    ok()
+}

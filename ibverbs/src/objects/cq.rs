@@ -1,0 +1,330 @@
+//! Completion channels and completion queues (their control verbs; polling
+//! is in `datapath`).
+
+use super::*;
+
+/// A completion channel: one eventfd the daemon writes for every CQ on the
+/// channel whose request fired; which CQ fired is read from the CQs'
+/// request words (the daemon clears them as it fires). The application
+/// sees an epoll descriptor watching the eventfd (`ibv.fd`): readable
+/// exactly when the eventfd is, and its own file, so the application's
+/// O_NONBLOCK (ibv_get_cq_event then returns EAGAIN) is not mixed up with
+/// the flags the daemon sets on its duplicate of the eventfd.
+#[repr(C)]
+pub struct Channel {
+    pub ibv: ibv_comp_channel,
+    pub fd: OwnedFd,
+    pub ep: OwnedFd,
+    pub state: Mutex<ChannelState>,
+}
+
+/// An epoll descriptor that is readable while `fd` is.
+pub fn watcher(fd: c_int) -> Result<OwnedFd, c_int> {
+    // SAFETY: a new epoll instance we own, watching one descriptor.
+    unsafe {
+        let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+        if ep < 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE));
+        }
+        let ep = <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(ep);
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 0,
+        };
+        if libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) != 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL));
+        }
+        Ok(ep)
+    }
+}
+
+#[derive(Default)]
+pub struct ChannelState {
+    /// CQs on the channel (`*mut Cq` as usize).
+    pub cqs: Vec<usize>,
+    /// CQs whose event fired and was not handed out yet.
+    pub pending: VecDeque<usize>,
+}
+
+/// `ibv_create_comp_channel`.
+///
+/// # Safety
+/// `c` is an open context.
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_comp_channel {
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
+    if unsafe { Ctx::from(c) }.is_none() {
+        return null_errno(libc::EINVAL);
+    }
+    // SAFETY: eventfd makes a new descriptor we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return null_errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE),
+        );
+    }
+    // SAFETY: fd is ours.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let ep = match watcher(fd.as_raw_fd()) {
+        Ok(ep) => ep,
+        Err(e) => return null_errno(e),
+    };
+    boxed(Channel {
+        ibv: ibv_comp_channel {
+            context: c,
+            fd: ep.as_raw_fd(),
+            refcnt: 0,
+        },
+        fd,
+        ep,
+        state: Mutex::new(ChannelState::default()),
+    }) as *mut ibv_comp_channel
+}
+
+/// `ibv_destroy_comp_channel`: EBUSY while CQs use it.
+///
+/// # Safety
+/// `ch` from `ibv_create_comp_channel`.
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    if ch.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: made by create_comp_channel.
+    let chan = unsafe { &*(ch as *const Channel) };
+    if !lock(&chan.state).cqs.is_empty() {
+        return libc::EBUSY;
+    }
+    // SAFETY: made by Box in create_comp_channel; no CQ refers to it.
+    drop(unsafe { Box::from_raw(ch as *mut Channel) });
+    0
+}
+
+#[repr(C)]
+pub struct Cq {
+    pub ibv: ibv_cq,
+    pub inner: Mutex<softrnic::Cq>,
+    /// An event was asked for and has not been handed out.
+    pub armed: AtomicBool,
+    pub channel: *mut Channel,
+}
+
+/// # Safety
+/// `c` is NULL or a CQ from `ibv_create_cq` not yet destroyed.
+pub unsafe fn cq_of<'a>(c: *mut ibv_cq) -> Option<&'a Cq> {
+    // SAFETY: Cq starts with its ibv_cq.
+    (!c.is_null()).then(|| unsafe { &*(c as *const Cq) })
+}
+
+/// `ibv_create_cq`.
+///
+/// # Safety
+/// `c` is an open context; `channel` NULL or one of its channels.
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_create_cq(
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
+    let Some(ctx) = (unsafe { Ctx::from(c) }) else {
+        return null_errno(libc::EINVAL);
+    };
+    if cqe < 1 || cqe as u32 > ctx.inner.device.max_cqe || comp_vector != 0 {
+        return null_errno(libc::EINVAL);
+    }
+    let mut cq = match ctx.inner.create_cq(cqe as u32) {
+        Ok(cq) => cq,
+        Err(e) => {
+            complain("ibv_create_cq", &e);
+            return null_errno(errno_of(&e));
+        }
+    };
+    let chan = channel as *mut Channel;
+    if !chan.is_null() {
+        // SAFETY: the application's channel.
+        let fd = unsafe { (*chan).fd.as_raw_fd() };
+        if let Err(e) = cq.notify_to(fd) {
+            complain("ibv_create_cq", &e);
+            let _ = cq.destroy();
+            return null_errno(errno_of(&e));
+        }
+    }
+    let handle = cq.handle;
+    let entries = cq.entries() as c_int;
+    // SAFETY: ibv_cq's mutex/cond: zero is their static initializer.
+    let mut ibv: ibv_cq = unsafe { std::mem::zeroed() };
+    ibv.context = c;
+    ibv.channel = channel;
+    ibv.cq_context = cq_context;
+    ibv.handle = handle;
+    ibv.cqe = entries;
+    let p = boxed(Cq {
+        ibv,
+        inner: Mutex::new(cq),
+        armed: AtomicBool::new(false),
+        channel: chan,
+    });
+    if !chan.is_null() {
+        // SAFETY: the application's channel.
+        let ch = unsafe { &*chan };
+        lock(&ch.state).cqs.push(p as usize);
+        // SAFETY: as above.
+        unsafe { (*chan).ibv.refcnt += 1 };
+    }
+    lock(&ctx.cqs).insert(handle, p as usize);
+    p as *mut ibv_cq
+}
+
+/// `ibv_destroy_cq`: EBUSY (kept) while a QP uses it.
+///
+/// # Safety
+/// `c` from `ibv_create_cq`, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_destroy_cq(c: *mut ibv_cq) -> c_int {
+    // SAFETY: `c` is NULL or a live CQ of this library's (this function's
+    // contract), as cq_of requires.
+    let Some(cq) = (unsafe { cq_of(c) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the CQ's context is open.
+    let Some(ctx) = (unsafe { Ctx::from(cq.ibv.context) }) else {
+        return libc::EINVAL;
+    };
+    if let Err(e) = lock(&cq.inner).destroy_by_ref() {
+        complain("ibv_destroy_cq", &e);
+        return libc::EBUSY;
+    }
+    lock(&ctx.cqs).remove(&cq.ibv.handle);
+    if !cq.channel.is_null() {
+        // SAFETY: the channel outlives its CQs (destroy refuses otherwise).
+        let ch = unsafe { &*cq.channel };
+        let mut st = lock(&ch.state);
+        st.cqs.retain(|x| *x != c as usize);
+        st.pending.retain(|x| *x != c as usize);
+        // SAFETY: as above.
+        unsafe { (*cq.channel).ibv.refcnt -= 1 };
+    }
+    // SAFETY: made by Box in create_cq.
+    drop(unsafe { Box::from_raw(c as *mut Cq) });
+    0
+}
+
+/// `ibv_resize_cq`: not supported.
+#[no_mangle]
+pub extern "C" fn srv_ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+pub(super) fn nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL on a descriptor the caller names.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+fn drain_eventfd(fd: c_int) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd; then an 8-byte read into a local.
+    unsafe {
+        if libc::poll(&mut pfd, 1, 0) == 1 {
+            let mut v = 0u64;
+            libc::read(fd, &mut v as *mut u64 as *mut c_void, 8);
+        }
+    }
+}
+
+/// `ibv_get_cq_event`: waits (unless the channel's fd is non-blocking)
+/// for a CQ on the channel to fire; 0 and the CQ, or -1.
+///
+/// # Safety
+/// `ch` from `ibv_create_comp_channel`; `cq`, `cq_context` writable.
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    if ch.is_null() || cq.is_null() || cq_context.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: made by create_comp_channel.
+    let chan = unsafe { &*(ch as *const Channel) };
+    let fd = chan.fd.as_raw_fd();
+    loop {
+        {
+            let mut st = lock(&chan.state);
+            drain_eventfd(fd);
+            let fired: Vec<usize> = st
+                .cqs
+                .iter()
+                .copied()
+                .filter(|p| {
+                    // SAFETY: CQs on the channel are alive (destroy removes them).
+                    let c = unsafe { &*(*p as *const Cq) };
+                    c.armed.load(Ordering::Acquire) && lock(&c.inner).armed() == 0
+                })
+                .collect();
+            for p in fired {
+                // SAFETY: as above.
+                let c = unsafe { &*(p as *const Cq) };
+                c.armed.store(false, Ordering::Release);
+                st.pending.push_back(p);
+            }
+            if let Some(p) = st.pending.pop_front() {
+                if !st.pending.is_empty() {
+                    // more events wait: keep the descriptor readable
+                    let one = 1u64;
+                    // SAFETY: an 8-byte write to our eventfd.
+                    unsafe { libc::write(fd, &one as *const u64 as *const c_void, 8) };
+                }
+                // SAFETY: the caller's out-pointers; p is a live Cq.
+                unsafe {
+                    *cq = p as *mut ibv_cq;
+                    *cq_context = (*(p as *const Cq)).ibv.cq_context;
+                }
+                return 0;
+            }
+        }
+        if nonblocking(chan.ep.as_raw_fd()) {
+            set_errno(libc::EAGAIN);
+            return -1;
+        }
+        let mut pfd = libc::pollfd {
+            fd: chan.ep.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on our eventfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return -1;
+        }
+    }
+}
+
+/// `ibv_ack_cq_events`.
+///
+/// # Safety
+/// `c` from `ibv_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_ack_cq_events(c: *mut ibv_cq, n: u32) {
+    if !c.is_null() {
+        // SAFETY: the application's CQ.
+        unsafe { (*c).comp_events_completed = (*c).comp_events_completed.wrapping_add(n) };
+    }
+}

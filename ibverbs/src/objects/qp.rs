@@ -1,0 +1,512 @@
+//! Queue pairs: create, modify (checked by the daemon against the IBA
+//! state machine), query, destroy.
+
+use super::*;
+
+#[repr(C)]
+pub struct Qp {
+    pub ibv: ibv_qp,
+    pub inner: Mutex<QpInner>,
+}
+
+pub struct QpInner {
+    pub q: softrnic::Qp,
+    pub kind: QpKind,
+    /// Sends posted (the send ring's producer index: slot of the next
+    /// inline copy).
+    pub posted: u32,
+    /// Inline sends are copied here (one `MAX_INLINE` slot per ring entry)
+    /// and sent from this region: (buffer, lkey, slots).
+    pub inline: Option<(Buffer, softrnic::Mr, u32)>,
+    pub cap: ibv_qp_cap,
+    pub sq_sig_all: bool,
+    /// The attributes last set, for `ibv_query_qp`.
+    pub attr: ibv_qp_attr,
+}
+
+/// # Safety
+/// `q` is NULL or a QP from `ibv_create_qp` not yet destroyed.
+pub unsafe fn qp_of<'a>(q: *mut ibv_qp) -> Option<&'a Qp> {
+    // SAFETY: Qp starts with its ibv_qp.
+    (!q.is_null()).then(|| unsafe { &*(q as *const Qp) })
+}
+
+/// What `ibv_create_qp` and `create_qp_ex` share: the QP on `pd`, with
+/// `attr.cap` updated to what it has.
+///
+/// # Safety
+/// `pd` is NULL or a live PD of this library's; `attr`'s CQ and SRQ
+/// pointers are NULL or live objects of this library's.
+unsafe fn create_qp_common(
+    pd: *mut ibv_pd,
+    attr: &mut ibv_qp_init_attr,
+) -> Result<*mut ibv_qp, c_int> {
+    // SAFETY: the application's PD.
+    let p = unsafe { pd_of(pd) }.ok_or(libc::EINVAL)?;
+    // SAFETY: the PD's context is open.
+    let ctx = unsafe { Ctx::from(p.ibv.context) }.ok_or(libc::EINVAL)?;
+    let kind = match attr.qp_type {
+        IBV_QPT_RC => QpKind::Rc,
+        IBV_QPT_UC => QpKind::Uc,
+        IBV_QPT_UD => QpKind::Ud,
+        t => {
+            complain(
+                "ibv_create_qp",
+                format!("QP type {t} is not supported (RC, UC, UD are)"),
+            );
+            return Err(libc::EOPNOTSUPP);
+        }
+    };
+    // SAFETY: the application's CQs / SRQ (NULL checked).
+    let (scq, rcq) = unsafe { (cq_of(attr.send_cq), cq_of(attr.recv_cq)) };
+    let (Some(scq), Some(rcq)) = (scq, rcq) else {
+        return Err(libc::EINVAL);
+    };
+    // SAFETY: as above.
+    let srq = unsafe { srq_of(attr.srq) };
+    let d = &ctx.inner.device;
+    let cap = &mut attr.cap;
+    if cap.max_send_wr > d.max_qp_wr
+        || (srq.is_none() && cap.max_recv_wr > d.max_qp_wr)
+        || cap.max_send_sge > d.max_sge
+        || cap.max_recv_sge > d.max_sge
+    {
+        return Err(libc::EINVAL);
+    }
+    if cap.max_inline_data > MAX_INLINE {
+        return Err(libc::EINVAL);
+    }
+    let init = QpInitAttr {
+        qp_type: kind,
+        send_cq: scq.ibv.handle,
+        recv_cq: rcq.ibv.handle,
+        max_send_wr: cap.max_send_wr.max(1),
+        max_recv_wr: if srq.is_some() {
+            0
+        } else {
+            cap.max_recv_wr.max(1)
+        },
+        sq_sig_all: attr.sq_sig_all != 0,
+        srq: srq.map(|s| s.ibv.handle),
+    };
+    let q = p.inner.create_qp(&init).map_err(|e| {
+        complain("ibv_create_qp", &e);
+        errno_of(&e)
+    })?;
+    let (sq_entries, rq_entries) = q.entries();
+    let inline = if cap.max_inline_data > 0 {
+        let bytes = sq_entries as usize * MAX_INLINE as usize;
+        let made = p
+            .inner
+            .alloc_buffer(bytes)
+            .and_then(|b| p.inner.reg_mr(&b, 0, bytes, 0).map(|m| (b, m)));
+        match made {
+            Ok((b, m)) => Some((b, m, sq_entries)),
+            Err(e) => {
+                complain("ibv_create_qp", format!("inline buffer: {e}"));
+                let _ = q.destroy();
+                return Err(errno_of(&e));
+            }
+        }
+    } else {
+        None
+    };
+    // what the QP really has (IBA 11.2.4.1: at least what was asked)
+    cap.max_send_wr = sq_entries;
+    if srq.is_none() {
+        cap.max_recv_wr = rq_entries;
+    } else {
+        cap.max_recv_wr = 0;
+        cap.max_recv_sge = 0;
+    }
+    cap.max_send_sge = d.max_sge;
+    if srq.is_none() {
+        cap.max_recv_sge = d.max_sge;
+    }
+    cap.max_inline_data = if inline.is_some() { MAX_INLINE } else { 0 };
+    let qpn = q.qpn;
+    // SAFETY: ibv_qp's mutex/cond: zero is their static initializer.
+    let mut ibv: ibv_qp = unsafe { std::mem::zeroed() };
+    ibv.context = p.ibv.context;
+    ibv.qp_context = attr.qp_context;
+    ibv.pd = pd;
+    ibv.send_cq = attr.send_cq;
+    ibv.recv_cq = attr.recv_cq;
+    ibv.srq = attr.srq;
+    ibv.handle = qpn;
+    ibv.qp_num = qpn;
+    ibv.state = IBV_QPS_RESET;
+    ibv.qp_type = attr.qp_type;
+    let qa = ibv_qp_attr {
+        cap: *cap,
+        ..Default::default()
+    };
+    let ptr = boxed(Qp {
+        ibv,
+        inner: Mutex::new(QpInner {
+            q,
+            kind,
+            posted: 0,
+            inline,
+            cap: *cap,
+            sq_sig_all: attr.sq_sig_all != 0,
+            attr: qa,
+        }),
+    });
+    lock(&ctx.qps).insert(qpn, ptr as usize);
+    Ok(ptr as *mut ibv_qp)
+}
+
+/// `ibv_create_qp` (RC, UC, UD; optionally on an SRQ).
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`; `attr` readable and writable (`cap` is
+/// updated to what the QP has).
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    if attr.is_null() {
+        return null_errno(libc::EINVAL);
+    }
+    // SAFETY: the caller's attributes and objects (this function's
+    // contract is create_qp_common's).
+    match unsafe { create_qp_common(pd, &mut *attr) } {
+        Ok(q) => q,
+        Err(e) => null_errno(e),
+    }
+}
+
+/// `verbs_context.create_qp_ex`: the attributes of `ibv_create_qp` with a
+/// PD; extended features (send-ops flags for the `ibv_wr_*` API, create
+/// flags, XRC, RSS, source QPN) are not supported.
+///
+/// # Safety
+/// Called through the ops table with the application's objects, which
+/// this library made (or NULL); WR lists and arrays as the verb defines.
+pub unsafe extern "C" fn create_qp_ex(
+    _c: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    if attr.is_null() {
+        return null_errno(libc::EINVAL);
+    }
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &mut *attr };
+    if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        complain(
+            "ibv_create_qp_ex",
+            "only the ibv_create_qp attributes (with a PD) are supported",
+        );
+        return null_errno(libc::EOPNOTSUPP);
+    }
+    // SAFETY: ibv_qp_init_attr_ex begins with the fields of ibv_qp_init_attr.
+    let base = unsafe { &mut *(attr as *mut ibv_qp_init_attr) };
+    // SAFETY: the application's PD and objects (this function's contract).
+    match unsafe { create_qp_common(a.pd, base) } {
+        Ok(q) => q,
+        Err(e) => null_errno(e),
+    }
+}
+
+/// `ibv_qp_to_qp_ex`: NULL (QPs made here do not use the `ibv_wr_*` API).
+#[no_mangle]
+pub extern "C" fn srv_ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
+    null_errno(libc::EOPNOTSUPP)
+}
+
+fn state_from(s: c_int) -> Option<QpState> {
+    Some(match s {
+        IBV_QPS_RESET => QpState::Reset,
+        IBV_QPS_INIT => QpState::Init,
+        IBV_QPS_RTR => QpState::Rtr,
+        IBV_QPS_RTS => QpState::Rts,
+        IBV_QPS_SQD => QpState::Sqd,
+        IBV_QPS_SQE => QpState::Sqe,
+        IBV_QPS_ERR => QpState::Err,
+        _ => return None,
+    })
+}
+
+fn state_to(s: QpState) -> c_int {
+    match s {
+        QpState::Reset => IBV_QPS_RESET,
+        QpState::Init => IBV_QPS_INIT,
+        QpState::Rtr => IBV_QPS_RTR,
+        QpState::Rts => IBV_QPS_RTS,
+        QpState::Sqd => IBV_QPS_SQD,
+        QpState::Sqe => IBV_QPS_SQE,
+        QpState::Err => IBV_QPS_ERR,
+    }
+}
+
+/// The address vector of a RoCE path: a GRH is required (RoCE has no
+/// LIDs, IBA A16/A17: the GRH carries the addresses), its source GID must
+/// be the one softrnic sends from.
+pub fn av_from(verb: &str, a: &ibv_ah_attr) -> Result<AhAttr, c_int> {
+    if a.is_global == 0 {
+        complain(
+            verb,
+            "RoCE needs a GRH (is_global = 1, the peer's GID; e.g. -g 3 / -x 3)",
+        );
+        return Err(libc::EINVAL);
+    }
+    if a.grh.sgid_index as usize != ROCE_V2_GID_INDEX {
+        complain(
+            verb,
+            format!(
+                "GID index {} is not softrnic's RoCE v2 GID; use index {ROCE_V2_GID_INDEX}",
+                a.grh.sgid_index
+            ),
+        );
+        return Err(libc::EINVAL);
+    }
+    let dgid = Gid(a.grh.dgid.raw);
+    let dmac = resolve_mac(dgid).map_err(|e| {
+        complain(verb, e);
+        libc::EHOSTUNREACH
+    })?;
+    Ok(AhAttr {
+        dgid,
+        dmac,
+        traffic_class: a.grh.traffic_class,
+        hop_limit: if a.grh.hop_limit == 0 {
+            64
+        } else {
+            a.grh.hop_limit
+        },
+        flow_label: a.grh.flow_label & 0xf_ffff,
+        vlan: None,
+    })
+}
+
+fn mtu_bytes(m: c_int) -> Option<u32> {
+    Some(match m {
+        1 => 256,
+        2 => 512,
+        3 => 1024,
+        4 => 2048,
+        5 => 4096,
+        _ => return None,
+    })
+}
+
+/// The attributes `ibv_modify_qp` remembers for `ibv_query_qp`: mask bit
+/// and the fields it names.
+type CopyAttr = fn(&mut ibv_qp_attr, &ibv_qp_attr);
+const CACHED: &[(c_int, CopyAttr)] = &[
+    (IBV_QP_STATE, |c, a| c.qp_state = a.qp_state),
+    (IBV_QP_PKEY_INDEX, |c, a| c.pkey_index = a.pkey_index),
+    (IBV_QP_PORT, |c, a| c.port_num = a.port_num),
+    (IBV_QP_ACCESS_FLAGS, |c, a| {
+        c.qp_access_flags = a.qp_access_flags
+    }),
+    (IBV_QP_QKEY, |c, a| c.qkey = a.qkey),
+    (IBV_QP_AV, |c, a| c.ah_attr = a.ah_attr),
+    (IBV_QP_PATH_MTU, |c, a| c.path_mtu = a.path_mtu),
+    (IBV_QP_DEST_QPN, |c, a| c.dest_qp_num = a.dest_qp_num),
+    (IBV_QP_RQ_PSN, |c, a| c.rq_psn = a.rq_psn),
+    (IBV_QP_MAX_DEST_RD_ATOMIC, |c, a| {
+        c.max_dest_rd_atomic = a.max_dest_rd_atomic
+    }),
+    (IBV_QP_MIN_RNR_TIMER, |c, a| {
+        c.min_rnr_timer = a.min_rnr_timer
+    }),
+    (IBV_QP_SQ_PSN, |c, a| c.sq_psn = a.sq_psn),
+    (IBV_QP_TIMEOUT, |c, a| c.timeout = a.timeout),
+    (IBV_QP_RETRY_CNT, |c, a| c.retry_cnt = a.retry_cnt),
+    (IBV_QP_RNR_RETRY, |c, a| c.rnr_retry = a.rnr_retry),
+    (IBV_QP_MAX_QP_RD_ATOMIC, |c, a| {
+        c.max_rd_atomic = a.max_rd_atomic
+    }),
+];
+
+/// `ibv_modify_qp`: the attributes in `mask` to the daemon, which applies
+/// the IBA state machine's rules (required and allowed attributes per
+/// transition).
+///
+/// # Safety
+/// `q` from `ibv_create_qp`, `attr` readable.
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_modify_qp(
+    q: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    // SAFETY: `q` is NULL or a live QP of this library's (this function's
+    // contract), as qp_of requires.
+    let (Some(qp), false) = (unsafe { qp_of(q) }, attr.is_null()) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &*attr };
+    let unsupported = IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_RATE_LIMIT;
+    if mask & unsupported != 0 {
+        complain(
+            "ibv_modify_qp",
+            "alternate paths, path migration and rate limits are not supported",
+        );
+        return libc::EOPNOTSUPP;
+    }
+    let has = |m: c_int| mask & m != 0;
+    let mut m = QpAttr::default();
+    if has(IBV_QP_STATE) {
+        match state_from(a.qp_state) {
+            Some(s) => m.state = Some(s),
+            None => return libc::EINVAL,
+        }
+    }
+    if has(IBV_QP_PKEY_INDEX) {
+        m.pkey_index = Some(a.pkey_index);
+    }
+    if has(IBV_QP_PORT) {
+        m.port = Some(a.port_num);
+    }
+    if has(IBV_QP_ACCESS_FLAGS) {
+        m.access_flags = Some(a.qp_access_flags & 0xf);
+    }
+    if has(IBV_QP_QKEY) {
+        m.qkey = Some(a.qkey);
+    }
+    if has(IBV_QP_AV) {
+        match av_from("ibv_modify_qp", &a.ah_attr) {
+            Ok(av) => m.ah = Some(av),
+            Err(e) => return e,
+        }
+    }
+    if has(IBV_QP_PATH_MTU) {
+        match mtu_bytes(a.path_mtu) {
+            Some(b) => m.path_mtu = Some(b),
+            None => return libc::EINVAL,
+        }
+    }
+    if has(IBV_QP_DEST_QPN) {
+        m.dest_qpn = Some(a.dest_qp_num);
+    }
+    if has(IBV_QP_RQ_PSN) {
+        m.rq_psn = Some(a.rq_psn & 0xff_ffff);
+    }
+    if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
+        m.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
+    }
+    if has(IBV_QP_MIN_RNR_TIMER) {
+        m.min_rnr_timer = Some(a.min_rnr_timer);
+    }
+    if has(IBV_QP_SQ_PSN) {
+        m.sq_psn = Some(a.sq_psn & 0xff_ffff);
+    }
+    if has(IBV_QP_TIMEOUT) {
+        m.timeout = Some(a.timeout);
+    }
+    if has(IBV_QP_RETRY_CNT) {
+        m.retry_cnt = Some(a.retry_cnt);
+    }
+    if has(IBV_QP_RNR_RETRY) {
+        m.rnr_retry = Some(a.rnr_retry);
+    }
+    if has(IBV_QP_MAX_QP_RD_ATOMIC) {
+        m.max_rd_atomic = Some(a.max_rd_atomic);
+    }
+    let mut g = lock(&qp.inner);
+    if let Err(e) = g.q.modify(&m) {
+        complain("ibv_modify_qp", &e);
+        return libc::EINVAL;
+    }
+    // remember what was set, for ibv_query_qp
+    for (bit, copy) in CACHED {
+        if has(*bit) {
+            copy(&mut g.attr, a);
+        }
+    }
+    if has(IBV_QP_STATE) {
+        // SAFETY: the application's QP; its state field mirrors ours.
+        unsafe { (*q).state = a.qp_state };
+    }
+    0
+}
+
+/// `ibv_query_qp`: the state, PSNs, destination and MTU from the daemon,
+/// the rest as last set.
+///
+/// # Safety
+/// `q` from `ibv_create_qp`; `attr`, `init` writable.
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_query_qp(
+    q: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: `q` is NULL or a live QP of this library's (this function's
+    // contract), as qp_of requires.
+    let (Some(qp), false) = (unsafe { qp_of(q) }, attr.is_null()) else {
+        return libc::EINVAL;
+    };
+    let g = lock(&qp.inner);
+    let info = match g.q.query() {
+        Ok(i) => i,
+        Err(e) => return errno_of(&e),
+    };
+    let mut a = g.attr;
+    a.qp_state = state_to(info.state);
+    a.cur_qp_state = a.qp_state;
+    a.dest_qp_num = info.dest_qpn;
+    a.sq_psn = info.sq_psn;
+    a.rq_psn = info.rq_psn;
+    if info.mtu != 0 {
+        a.path_mtu = crate::device::mtu_enum(info.mtu);
+    }
+    a.cap = g.cap;
+    // SAFETY: the caller's structs; the QP's fields are ours.
+    unsafe {
+        *attr = a;
+        (*q).state = a.qp_state;
+        if !init.is_null() {
+            *init = ibv_qp_init_attr {
+                qp_context: qp.ibv.qp_context,
+                send_cq: qp.ibv.send_cq,
+                recv_cq: qp.ibv.recv_cq,
+                srq: qp.ibv.srq,
+                cap: g.cap,
+                qp_type: qp.ibv.qp_type,
+                sq_sig_all: g.sq_sig_all as c_int,
+            };
+        }
+    }
+    0
+}
+
+/// `ibv_query_qp_data_in_order`: 0 (no promise beyond the IBA's).
+#[no_mangle]
+pub extern "C" fn srv_ibv_query_qp_data_in_order() -> c_int {
+    0
+}
+
+/// `ibv_destroy_qp`.
+///
+/// # Safety
+/// `q` from `ibv_create_qp`, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn srv_ibv_destroy_qp(q: *mut ibv_qp) -> c_int {
+    // SAFETY: `q` is NULL or a live QP of this library's (this function's
+    // contract), as qp_of requires.
+    let Some(qp) = (unsafe { qp_of(q) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the QP's context is open.
+    if let Some(ctx) = unsafe { Ctx::from(qp.ibv.context) } {
+        lock(&ctx.qps).remove(&qp.ibv.qp_num);
+    }
+    // SAFETY: made by Box in create_qp_common.
+    let b = unsafe { Box::from_raw(q as *mut Qp) };
+    let inner = b.inner.into_inner().unwrap_or_else(|e| e.into_inner());
+    let r = inner.q.destroy();
+    if let Some((_buf, mr, _)) = inner.inline {
+        let _ = mr.dereg();
+    }
+    match r {
+        Ok(()) => 0,
+        Err(e) => errno_of(&e),
+    }
+}
