@@ -14,6 +14,7 @@ pub mod perf;
 pub mod perfcmd;
 pub mod pingpong;
 pub mod progress;
+pub mod qp;
 pub mod report;
 pub mod stats;
 
@@ -52,6 +53,25 @@ impl fmt::Display for CliError {
 }
 
 impl std::error::Error for CliError {}
+
+/// The typed errors below the command line end as a failure (exit
+/// status 1) with their message.
+macro_rules! failure_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for CliError {
+            fn from(e: $t) -> CliError {
+                CliError::new(e.to_string())
+            }
+        }
+    )*};
+}
+
+failure_from!(
+    qp::QpError,
+    report::WriteError,
+    devperf::ExchangeError,
+    pingpong::RecordError
+);
 
 /// Prints to stdout; when stdout is a closed pipe (`| head`), ends the
 /// program quietly.

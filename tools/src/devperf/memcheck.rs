@@ -32,6 +32,7 @@
 
 use crate::netdev::NetDev;
 use crate::perf::{Settings, Verb};
+use crate::report::write_file;
 use crate::CliError;
 use nic::verbs::Memory;
 use serde_json::{json, Value};
@@ -42,11 +43,6 @@ fn with_ext(prefix: &Path, ext: &str) -> PathBuf {
     s.push(".");
     s.push(ext);
     PathBuf::from(s)
-}
-
-fn write(path: &Path, data: &[u8]) -> Result<(), CliError> {
-    std::fs::write(path, data)
-        .map_err(|e| CliError::new(format!("cannot write {}: {e}", path.display())))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CliError> {
@@ -61,7 +57,10 @@ fn region(nd: &NetDev, len: usize) -> Vec<u8> {
 
 /// Our region before the test (after the pattern is in place).
 pub fn dump_init(prefix: &Path, nd: &NetDev, s: &Settings) -> Result<(), CliError> {
-    write(&with_ext(prefix, "init"), &region(nd, s.mem_len()))
+    Ok(write_file(
+        &with_ext(prefix, "init"),
+        region(nd, s.mem_len()),
+    )?)
 }
 
 /// Our region after the test, and what the check needs to know of it.
@@ -73,7 +72,7 @@ pub fn dump_final(
     peer_vaddrs: &[u64],
     ops: u64,
 ) -> Result<(), CliError> {
-    write(&with_ext(prefix, "final"), &region(nd, s.mem_len()))?;
+    write_file(&with_ext(prefix, "final"), region(nd, s.mem_len()))?;
     let doc = json!({
         "verb": s.verb.name(),
         "mode": s.mode.name(),
@@ -86,7 +85,7 @@ pub fn dump_final(
         "ops": ops,
         "atomic_add": 1,
     });
-    write(&with_ext(prefix, "json"), doc.to_string().as_bytes())
+    Ok(write_file(&with_ext(prefix, "json"), doc.to_string())?)
 }
 
 /// What `rnic perf --dump-mem` recorded.
@@ -197,6 +196,27 @@ impl<'a> Span<'a> {
     }
 }
 
+/// Bytes a receiver holds that no sender had at their offset.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{what}: {bad} of {len} bytes hold what the sender never had at their offset; \
+     the first at offset {at} (message size {size}): {got:#04x}, the sender had {senders} \
+     (the receiver had {before:#04x} before the test)"
+)]
+pub struct FlowError {
+    /// The direction ("perftest → rnic", ...).
+    pub what: String,
+    pub bad: usize,
+    pub len: usize,
+    /// The first wrong byte: its offset, value, and value before the test.
+    pub at: usize,
+    pub size: usize,
+    pub got: u8,
+    pub before: u8,
+    /// What each sender had there, before/after the test.
+    pub senders: String,
+}
+
 /// One direction of data: every byte of `rx` (the first `size` strictly,
 /// the rest unless unchanged) holds a byte some sender span had at the
 /// same offset (`skip`: a byte left out). Returns the number of bytes
@@ -207,7 +227,7 @@ fn flow(
     senders: &[Span],
     size: usize,
     skip: Option<usize>,
-) -> Result<usize, String> {
+) -> Result<usize, FlowError> {
     let len = rx.fin.len();
     let from_sender = |i: usize| {
         senders
@@ -225,18 +245,20 @@ fn flow(
     }
     match first {
         None => Ok(len),
-        Some(i) => Err(format!(
-            "{what}: {bad} of {len} bytes hold what the sender never had at their offset; \
-             the first at offset {i} (message size {size}): {:#04x}, the sender had {} \
-             (the receiver had {:#04x} before the test)",
-            rx.fin[i],
-            senders
+        Some(i) => Err(FlowError {
+            what: what.to_string(),
+            bad,
+            len,
+            at: i,
+            size,
+            got: rx.fin[i],
+            before: rx.init[i],
+            senders: senders
                 .iter()
                 .map(|s| format!("{:#04x}/{:#04x}", s.init[i], s.fin[i]))
                 .collect::<Vec<_>>()
                 .join(" or "),
-            rx.init[i],
-        )),
+        }),
     }
 }
 
@@ -311,11 +333,11 @@ pub fn check(ours: &Path, theirs: &Path) -> Result<String, CliError> {
     let skip = (o.verb == Verb::Write && !o.bw).then(|| size.saturating_sub(1));
     let mut said = Vec::new();
     let mut fail = Vec::new();
-    let mut note = |r: Result<usize, String>, what: &str| match r {
+    let mut note = |r: Result<usize, FlowError>, what: &str| match r {
         Ok(n) => said.push(format!(
             "{what}: the last {size}-byte message and the rest of its {n}-byte span checked"
         )),
-        Err(e) => fail.push(e),
+        Err(e) => fail.push(e.to_string()),
     };
     let (to_server, to_client) = match (o.verb, o.bw) {
         (Verb::Write | Verb::Send, true) => (true, false),
