@@ -4,7 +4,7 @@
 //! write the warm-up frames of every test to a pcap, and check that pcap.
 
 use crate::loopback::{Loopback, LOOPBACK_NOTE};
-use crate::perf::loopback::run_size;
+use crate::perf::loopback::run_sizes;
 use crate::perf::{title, Mode, Settings, Verb};
 use crate::progress::Progress;
 use crate::{report, say, stats, CliError};
@@ -75,24 +75,13 @@ pub fn run(opts: &DemoOptions) -> Result<(), CliError> {
     let mut done = 0usize;
     let mut all = Vec::new();
     for s in &cases {
-        let mut results = Vec::new();
-        for &size in &s.sizes {
-            progress.stage(
-                format!("{} {} {size} B", s.verb.name(), s.mode.name()),
-                done as f64 / total as f64,
-                1.0 / total as f64,
-            );
-            let r = run_size(&mut lb, s, size, &mut progress).map_err(|e| {
-                progress.finish();
-                CliError::new(format!(
-                    "demo: {} {} {size} B: {e}",
-                    s.verb.name(),
-                    s.mode.name()
-                ))
-            })?;
-            results.push(r);
-            done += 1;
-        }
+        let (base, span) = (
+            done as f64 / total as f64,
+            s.sizes.len() as f64 / total as f64,
+        );
+        let results = run_sizes(&mut lb, s, &mut progress, base, span)
+            .map_err(|e| CliError::new(format!("demo: {e}")))?;
+        done += s.sizes.len();
         progress.finish();
         say(&format!(
             "\n{}  ({})\n{}",

@@ -3,7 +3,7 @@
 //! ([`crate::devperf`]).
 
 use crate::loopback::{Loopback, LOOPBACK_NOTE};
-use crate::perf::loopback::run_size;
+use crate::perf::loopback::run_sizes;
 use crate::perf::request::{settings, PerfRequest};
 use crate::perf::{conn_name, title, Settings, SizeResult};
 use crate::progress::Progress;
@@ -75,20 +75,8 @@ pub fn run(req: &PerfRequest) -> Result<(), CliError> {
     crate::say(&header(&s))?;
     let mut lb = Loopback::new(s.mem_len());
     let mut progress = Progress::new(!req.no_progress);
-    let mut results = Vec::new();
-    let n = s.sizes.len() as f64;
-    for (i, &size) in s.sizes.iter().enumerate() {
-        progress.stage(
-            format!("{} {} {size} B", s.verb.name(), s.mode.name()),
-            i as f64 / n,
-            1.0 / n,
-        );
-        let r = run_size(&mut lb, &s, size, &mut progress).map_err(|e| {
-            progress.finish();
-            CliError::new(format!("{} {} {size} B: {e}", s.verb.name(), s.mode.name()))
-        })?;
-        results.push(r);
-    }
+    let results = run_sizes(&mut lb, &s, &mut progress, 0.0, 1.0)
+        .map_err(|e| CliError::new(e.to_string()))?;
     progress.finish();
     crate::say(&report::text(&s, &results, req.report_gbits))?;
     if let Some(p) = &req.hgrm {

@@ -68,7 +68,7 @@ pub use exchange::{decode_mtu, decode_version, BwReport, Dest, ExchangeError, KE
 use crate::netdev::{self, DevOptions, NetDev};
 use crate::oob::{self, Ctrl};
 use crate::perf::request::PerfRequest;
-use crate::perf::{conn_name, half, title, Mode, RunError, Settings, SizeResult, Verb};
+use crate::perf::{conn_name, half, title, Mode, RunError, Settings, SizeError, SizeResult, Verb};
 use crate::progress::Progress;
 use crate::{report, CliError};
 use exchange::{Peer, Wait};
@@ -161,16 +161,7 @@ pub fn run(req: &PerfRequest, mut s: Settings) -> Result<(), CliError> {
     let client = req.peer.is_some();
     let ifname = match (&req.dev, &req.peer) {
         (Some(d), _) => d.clone(),
-        (None, Some(peer)) => {
-            use std::net::ToSocketAddrs;
-            let ip = (peer.as_str(), req.port)
-                .to_socket_addrs()
-                .map_err(|e| CliError::new(format!("{peer}: {e}")))?
-                .next()
-                .ok_or_else(|| CliError::new(format!("{peer}: no address")))?
-                .ip();
-            netdev::route_dev(ip)?
-        }
+        (None, Some(peer)) => netdev::route_dev(oob::resolve(peer, req.port)?)?,
         (None, None) => {
             return Err(CliError::usage(
                 "the server needs its interface: --dev IFACE",
@@ -270,9 +261,7 @@ fn test(
     let client = peer.client;
     let check = peer.rnic();
     let nd = link.nd;
-    let fail = |size: usize, e: RunError| {
-        CliError::new(format!("{} {} {size} B: {e}", s.verb.name(), s.mode.name()))
-    };
+    let fail = |size: usize, e: RunError| CliError::new(SizeError::new(s, size, e).to_string());
     let n = s.sizes.len() as f64;
     let mut results = Vec::new();
     let mut peer_report = None;

@@ -11,7 +11,8 @@
 //! operation's time from post to completion goes into a histogram as well.
 
 use super::{
-    check_wc, half, new_histogram, BwMeter, Mode, RunError, Settings, SizeResult, Target, Verb,
+    check_wc, half, new_histogram, BwMeter, Mode, RunError, Settings, SizeError, SizeResult,
+    Target, Verb,
 };
 use crate::loopback::Loopback;
 use crate::progress::Progress;
@@ -99,6 +100,32 @@ fn recv_request(lb: &Loopback, s: &Settings, node: usize, wr_id: u64) -> RecvWr 
         wr_id,
         sgl: Sgl::single(me.base + h as u64, h as u32, me.lkey),
     }
+}
+
+/// Runs every size of `s` in turn, the progress bar going from `base` to
+/// `base + span` and naming the size it is at; it is finished on an error.
+pub fn run_sizes(
+    lb: &mut Loopback,
+    s: &Settings,
+    progress: &mut Progress,
+    base: f64,
+    span: f64,
+) -> Result<Vec<SizeResult>, SizeError> {
+    let step = span / s.sizes.len().max(1) as f64;
+    let mut results = Vec::new();
+    for (i, &size) in s.sizes.iter().enumerate() {
+        progress.stage(
+            format!("{} {} {size} B", s.verb.name(), s.mode.name()),
+            base + i as f64 * step,
+            step,
+        );
+        let r = run_size(lb, s, size, progress).map_err(|e| {
+            progress.finish();
+            SizeError::new(s, size, e)
+        })?;
+        results.push(r);
+    }
+    Ok(results)
 }
 
 /// Runs one message size.

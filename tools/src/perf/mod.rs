@@ -305,6 +305,28 @@ pub enum RunError {
     Qp(#[from] QpError),
 }
 
+/// A run that failed at one message size.
+#[derive(Debug, thiserror::Error)]
+#[error("{} {} {size} B: {source}", .verb.name(), .mode.name())]
+pub struct SizeError {
+    pub verb: Verb,
+    pub mode: Mode,
+    pub size: usize,
+    pub source: RunError,
+}
+
+impl SizeError {
+    /// `source` stopped the run of `s` at `size` bytes.
+    pub fn new(s: &Settings, size: usize, source: RunError) -> SizeError {
+        SizeError {
+            verb: s.verb,
+            mode: s.mode,
+            size,
+            source,
+        }
+    }
+}
+
 impl RunError {
     /// `post_send` refused.
     pub fn post_send(e: impl Into<EngineError>) -> RunError {

@@ -144,7 +144,7 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     let ifname = match (&o.ifname, &o.peer) {
         (Some(d), _) => d.clone(),
         (None, Some(p)) => {
-            let ip = oob_resolve(p, o.port)?;
+            let ip = oob::resolve(p, o.port)?;
             crate::netdev::route_dev(ip)?
         }
         (None, None) => {
@@ -452,16 +452,6 @@ fn fix_gid(mut rem: Dest, ctrl: &Ctrl) -> Dest {
         rem.gid = Gid::from_ip(ctrl.peer);
     }
     rem
-}
-
-fn oob_resolve(host: &str, port: u16) -> Result<std::net::IpAddr, CliError> {
-    use std::net::ToSocketAddrs;
-    (host, port)
-        .to_socket_addrs()
-        .map_err(|e| CliError::new(format!("{host}: {e}")))?
-        .next()
-        .map(|a| a.ip())
-        .ok_or_else(|| CliError::new(format!("{host}: no address")))
 }
 
 #[cfg(test)]
