@@ -75,8 +75,7 @@ pub fn run(req: &PerfRequest) -> Result<(), CliError> {
     crate::say(&header(&s))?;
     let mut lb = Loopback::new(s.mem_len());
     let mut progress = Progress::new(!req.no_progress);
-    let results = run_sizes(&mut lb, &s, &mut progress, 0.0, 1.0)
-        .map_err(|e| CliError::new(e.to_string()))?;
+    let results = run_sizes(&mut lb, &s, &mut progress, 0.0, 1.0)?;
     progress.finish();
     crate::say(&report::text(&s, &results, req.report_gbits))?;
     if let Some(p) = &req.hgrm {

@@ -4,7 +4,7 @@
 //! RTS, with the attributes rdma-core's pingpong examples and perftest use.
 //!
 //! The steps are functions over a [`Rnic`]: the in-process loopback calls
-//! them on its two devices directly, and [`crate::netdev::NetDev`] runs them
+//! them on its two devices directly, and `NetDev` (`netdev.rs`) runs them
 //! on its engine's thread through the engine's control path.
 
 use nic::engine::EngineError;
@@ -30,6 +30,8 @@ pub enum QpError {
     #[error("the engine: {0}")]
     Engine(#[from] EngineError),
 }
+
+impl crate::Failure for QpError {}
 
 /// How to connect a QP (INIT → RTR → RTS).
 #[derive(Clone, Copy, Debug)]

@@ -5,7 +5,7 @@
 //! a running `rnicd`): `$SOFTRNIC_STATE_DIR` when set,
 //! else `$XDG_RUNTIME_DIR/softrnic`, else `<temp dir>/softrnic-$USER`.
 
-use crate::pcapcmd::write_or_quit;
+use crate::out::write_or_quit;
 use crate::report::{write_file, WriteError};
 use crate::CliError;
 use serde_json::{json, Value};

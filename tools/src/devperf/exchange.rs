@@ -96,6 +96,8 @@ pub enum ExchangeError {
     Mtu { bytes: Vec<u8> },
 }
 
+impl crate::Failure for ExchangeError {}
+
 /// What a handshake of the InfiniBand form's length is.
 fn ib_form(len: &usize) -> &'static str {
     if *len == KEY_MSG_SIZE {

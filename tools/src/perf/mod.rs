@@ -315,6 +315,8 @@ pub struct SizeError {
     pub source: RunError,
 }
 
+impl crate::Failure for SizeError {}
+
 impl SizeError {
     /// `source` stopped the run of `s` at `size` bytes.
     pub fn new(s: &Settings, size: usize, source: RunError) -> SizeError {

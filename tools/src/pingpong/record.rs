@@ -22,6 +22,8 @@ pub enum RecordError {
     OutOfRange { record: String },
 }
 
+impl crate::Failure for RecordError {}
+
 /// One side's address record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dest {

@@ -17,6 +17,8 @@ pub enum WriteError {
     NoDir { path: PathBuf, dir: PathBuf },
 }
 
+impl crate::Failure for WriteError {}
+
 /// Writes `text` to `path`.
 pub fn write_file(path: &Path, text: impl AsRef<[u8]>) -> Result<(), WriteError> {
     std::fs::write(path, text).map_err(|source| WriteError::Io {

@@ -1,6 +1,7 @@
 //! Reports: perftest's tables, HDR percentiles, HdrHistogram's
 //! percentile-distribution text (`.hgrm`), the JSON of results and
-//! devices, an SVG plot ([`plot`]) and the files they go to ([`files`]).
+//! devices, an SVG plot ([`svg`]) and the files they go to ([`write_file`],
+//! [`write_json`], ...).
 
 mod files;
 mod plot;
