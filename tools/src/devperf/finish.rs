@@ -92,21 +92,13 @@ pub(super) fn finish(
             let done =
                 json!({"results": results_json, "report": own_text, "device": local, "ops": ops});
             peer.ctrl.send_line(&format!("rnic-done {done}"))?;
-            let l = peer.ctrl.recv_line()?;
-            let v: Value = l
-                .strip_prefix("rnic-done ")
-                .and_then(|j| serde_json::from_str(j).ok())
-                .ok_or_else(|| CliError::new(format!("the server said {l:?}")))?;
+            let v = rnic::recv_json(&mut peer, "rnic-done ")?;
             if let Some(e) = v["error"].as_str() {
                 return Err(CliError::new(format!("the server's data check: {e}")));
             }
             remote = v["device"].clone();
         } else {
-            let l = peer.ctrl.recv_line()?;
-            let v: Value = l
-                .strip_prefix("rnic-done ")
-                .and_then(|j| serde_json::from_str(j).ok())
-                .ok_or_else(|| CliError::new(format!("the client said {l:?}")))?;
+            let v = rnic::recv_json(&mut peer, "rnic-done ")?;
             let checked = rnic::server_checks(s, &nd, v["ops"].as_u64().unwrap_or(0));
             let err = checked.err().map(|e| e.to_string());
             peer.ctrl.send_line(&format!(

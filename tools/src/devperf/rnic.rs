@@ -110,6 +110,17 @@ fn adopt(s: &mut Settings, v: &Value) -> Result<(), AdoptError> {
     Ok(())
 }
 
+/// The peer's next line, `prefix` and a JSON document.
+pub(super) fn recv_json(peer: &mut Peer, prefix: &str) -> Result<Value, CliError> {
+    let l = peer.ctrl.recv_line()?;
+    l.strip_prefix(prefix)
+        .and_then(|j| serde_json::from_str(j).ok())
+        .ok_or_else(|| {
+            let who = if peer.client { "server" } else { "client" };
+            CliError::new(format!("the {who} said {l:?}"))
+        })
+}
+
 /// The rnic line after perftest's preamble (both sides are rnic).
 pub(super) fn settings(peer: &mut Peer, s: &mut Settings) -> Result<(), CliError> {
     if peer.client {
@@ -126,11 +137,7 @@ pub(super) fn settings(peer: &mut Peer, s: &mut Settings) -> Result<(), CliError
         }
         Ok(())
     } else {
-        let l = peer.ctrl.recv_line()?;
-        let v: Value = l
-            .strip_prefix("rnic-settings ")
-            .and_then(|j| serde_json::from_str(j).ok())
-            .ok_or_else(|| CliError::new(format!("the client said {l:?}")))?;
+        let v = recv_json(peer, "rnic-settings ")?;
         if let Err(why) = adopt(s, &v) {
             let _ = peer.ctrl.send_line(&format!("rnic-error {why}"));
             return Err(CliError::new(why.to_string()));
