@@ -4,8 +4,8 @@
 //! write the warm-up frames of every test to a pcap, and check that pcap.
 
 use crate::loopback::{Loopback, LOOPBACK_NOTE};
-use crate::perf::{run_size, Mode, Settings, Verb};
-use crate::perfcmd::title;
+use crate::perf::loopback::run_sizes;
+use crate::perf::{title, Mode, Settings, Verb};
 use crate::progress::Progress;
 use crate::{report, say, stats, CliError};
 use nic::verbs::QpType;
@@ -60,15 +60,7 @@ fn suite(quick: bool) -> Vec<Settings> {
 
 pub fn run(opts: &DemoOptions) -> Result<(), CliError> {
     let cases = suite(opts.quick);
-    if let Some(dir) = opts.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !dir.is_dir() {
-            return Err(CliError::new(format!(
-                "cannot write {}: {} is not a directory",
-                opts.out.display(),
-                dir.display()
-            )));
-        }
-    }
+    report::check_dirs([opts.out.as_path()])?;
     let mem = cases.iter().map(|c| c.mem_len()).max().unwrap_or(1 << 20);
     let mut lb = Loopback::new(mem);
     say(&format!(
@@ -83,24 +75,13 @@ pub fn run(opts: &DemoOptions) -> Result<(), CliError> {
     let mut done = 0usize;
     let mut all = Vec::new();
     for s in &cases {
-        let mut results = Vec::new();
-        for &size in &s.sizes {
-            progress.stage(
-                format!("{} {} {size} B", s.verb.name(), s.mode.name()),
-                done as f64 / total as f64,
-                1.0 / total as f64,
-            );
-            let r = run_size(&mut lb, s, size, &mut progress).map_err(|e| {
-                progress.finish();
-                CliError::new(format!(
-                    "demo: {} {} {size} B: {e}",
-                    s.verb.name(),
-                    s.mode.name()
-                ))
-            })?;
-            results.push(r);
-            done += 1;
-        }
+        let (base, span) = (
+            done as f64 / total as f64,
+            s.sizes.len() as f64 / total as f64,
+        );
+        let results = run_sizes(&mut lb, s, &mut progress, base, span)
+            .map_err(|e| CliError::new(format!("demo: {e}")))?;
+        done += s.sizes.len();
         progress.finish();
         say(&format!(
             "\n{}  ({})\n{}",
@@ -144,13 +125,8 @@ pub fn run(opts: &DemoOptions) -> Result<(), CliError> {
             })).collect::<Vec<_>>(),
             "devices": devices.clone(),
         });
-        let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
-        std::fs::write(p, text + "\n")
-            .map_err(|e| CliError::new(format!("cannot write {}: {e}", p.display())))?;
-        eprintln!("rnic: wrote {}", p.display());
+        report::write_json(p, &doc)?;
     }
-    if let Err(e) = stats::save(&opts.command, devices) {
-        eprintln!("rnic: warning: counters not saved for `rnic stats`: {e}");
-    }
+    stats::save_or_warn(&opts.command, devices);
     Ok(())
 }

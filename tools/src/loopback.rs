@@ -5,8 +5,8 @@
 //! operation is the software path itself: post → requester → frame → ICRC
 //! → responder → ACK → completion.
 
-use nic::sim::{connect, Endpoint, LinkConfig, PairConfig, Sim};
-use nic::transport::QpInit;
+use crate::qp::{self, Connect, QpError};
+use nic::sim::{Endpoint, LinkConfig, Sim};
 use nic::verbs::{AhAttr, QpState, QpType, Wc};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -113,44 +113,27 @@ impl Loopback {
 
     /// Creates a QP on each node and connects them (RC or UC), with queues
     /// of `depth` work requests. Returns the connection's index.
-    pub fn connect(&mut self, qp_type: QpType, mtu: u32, depth: u32) -> Result<usize, String> {
+    pub fn connect(&mut self, qp_type: QpType, mtu: u32, depth: u32) -> Result<usize, QpError> {
         let mut qpn = [0u32; 2];
         for (i, q) in qpn.iter_mut().enumerate() {
             let n = &self.nodes[i];
-            *q = self.sim.nodes[i]
-                .create_qp(QpInit {
-                    qp_type,
-                    pd: n.pd,
-                    send_cq: n.cq,
-                    recv_cq: n.cq,
-                    srq: None,
-                    max_send_wr: depth,
-                    max_recv_wr: depth,
-                    sq_sig_all: false,
-                })
-                .map_err(|e| format!("create_qp: {e}"))?;
+            *q = qp::create(&mut self.sim.nodes[i], qp_type, n.pd, n.cq, depth)?;
         }
-        let cfg = PairConfig {
-            qp_type,
-            mtu,
-            max_wr: depth,
-            ..PairConfig::default()
-        };
         // distinct starting PSNs per connection and direction
         let psn = [self.next_psn, self.next_psn + 0x80_0000];
         self.next_psn = (self.next_psn + 0x1_0000) & 0x7F_FFFF;
         for i in 0..2 {
             let peer = &self.nodes[1 - i];
             let ah = AhAttr::new(peer.gid, peer.mac);
-            connect(
-                &mut self.sim.nodes[i],
-                qpn[i],
-                cfg,
-                ah,
-                qpn[1 - i],
-                psn[i],
-                psn[1 - i],
-            );
+            let c = Connect {
+                // the simulator's pair defaults: a short ACK timeout and RNR timer
+                min_rnr_timer: 1,
+                timeout: 8,
+                ..Connect::new(qp_type, ah, mtu, qpn[1 - i]).with_psns(psn[i], psn[1 - i])
+            };
+            let r = &mut self.sim.nodes[i];
+            qp::init(r, qpn[i], qp_type)?;
+            qp::connect(r, qpn[i], &c)?;
         }
         self.conns.push(Conn { qpn, qp_type });
         Ok(self.conns.len() - 1)

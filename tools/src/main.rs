@@ -3,8 +3,8 @@
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
+use tools::perf::request::PerfRequest;
 use tools::perf::{Mode, Verb};
-use tools::perfcmd::PerfRequest;
 use tools::CliError;
 
 #[derive(Parser)]

@@ -10,14 +10,15 @@
 //! beside the port (AF_XDP's program passes everything that is not
 //! RoCEv2; AF_PACKET only copies).
 
+use crate::qp::{self, Connect, QpError};
 use crate::CliError;
 use nic::engine::{CqHandle, Device, Engine, EngineConfig};
 use nic::io::addr::next_hop_mac;
 use nic::io::afxdp::{open_port, AfXdpConfig, AfXdpPort, AttachMode, Backend};
 use nic::io::pcap::PcapTap;
 use nic::io::Port;
-use nic::transport::{QpInit, Rnic, RnicConfig, VerbsError};
-use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpAttr, QpState, QpType};
+use nic::transport::{Rnic, RnicConfig};
+use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpType};
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -419,39 +420,26 @@ impl NetDev {
         let (pd, cqn) = (self.pd, self.cq.cqn);
         let qpn = self
             .dev
-            .call(move |r| {
-                r.create_qp(QpInit {
-                    qp_type,
-                    pd,
-                    send_cq: cqn,
-                    recv_cq: cqn,
-                    srq: None,
-                    max_send_wr: depth,
-                    max_recv_wr: depth,
-                    sq_sig_all: false,
-                })
-            })
-            .map_err(engine_err)?
-            .map_err(|e| CliError::new(format!("create_qp: {e}")))?;
+            .call(move |r| qp::create(r, qp_type, pd, cqn, depth))
+            .map_err(QpError::from)??;
         self.qps.push(qpn);
         Ok(qpn)
     }
 
     /// RESET → INIT (receives may be posted from here on).
     pub fn init(&self, qpn: u32, qp_type: QpType) -> Result<(), CliError> {
-        self.dev
-            .call(move |r| init_qp(r, qpn, qp_type))
-            .map_err(engine_err)?
-            .map_err(|e| CliError::new(format!("QP {qpn:#x} to INIT: {e}")))
+        Ok(self
+            .dev
+            .call(move |r| qp::init(r, qpn, qp_type))
+            .map_err(QpError::from)??)
     }
 
-    /// INIT → RTR → RTS with the peer's QPN and PSN (RC and UC), or with
-    /// just our send PSN (UD), as the pingpong examples and perftest do.
+    /// INIT → RTR → RTS (see [`qp::connect`]).
     pub fn connect(&self, qpn: u32, c: Connect) -> Result<(), CliError> {
-        self.dev
-            .call(move |r| connect_qp(r, qpn, &c))
-            .map_err(engine_err)?
-            .map_err(|e| CliError::new(format!("connecting QP {qpn:#x}: {e}")))
+        Ok(self
+            .dev
+            .call(move |r| qp::connect(r, qpn, &c))
+            .map_err(QpError::from)??)
     }
 
     /// Our address vector towards `peer`: its GID and the next hop's MAC.
@@ -560,107 +548,6 @@ impl Drop for NetDev {
         self.stop();
     }
 }
-
-/// How to connect a QP.
-#[derive(Clone, Copy, Debug)]
-pub struct Connect {
-    pub qp_type: QpType,
-    pub ah: AhAttr,
-    pub mtu: u32,
-    pub dest_qpn: u32,
-    /// Our first PSN and the peer's.
-    pub sq_psn: u32,
-    pub rq_psn: u32,
-    /// Initiator depth (RTS) and responder resources (RTR).
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub timeout: u8,
-}
-
-impl Connect {
-    pub fn new(qp_type: QpType, ah: AhAttr, mtu: u32, dest_qpn: u32) -> Connect {
-        Connect {
-            qp_type,
-            ah,
-            mtu,
-            dest_qpn,
-            sq_psn: 0,
-            rq_psn: 0,
-            max_rd_atomic: 16,
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 12,
-            timeout: 14,
-        }
-    }
-}
-
-/// RESET → INIT: every remote access right (RC, UC) or Q_Key 0x11111111 (UD).
-pub fn init_qp(r: &mut Rnic, qpn: u32, qp_type: QpType) -> Result<(), VerbsError> {
-    let all =
-        access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
-    let ud = qp_type == QpType::Ud;
-    r.modify_qp(
-        qpn,
-        &QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            access_flags: (!ud).then_some(all),
-            qkey: ud.then_some(UD_QKEY),
-            ..Default::default()
-        },
-    )
-}
-
-/// INIT → RTR → RTS (errors returned: nothing panics on the engine thread).
-pub fn connect_qp(r: &mut Rnic, qpn: u32, c: &Connect) -> Result<(), VerbsError> {
-    let rtr = match c.qp_type {
-        QpType::Rc => QpAttr {
-            state: Some(QpState::Rtr),
-            ah: Some(c.ah),
-            path_mtu: Some(c.mtu),
-            dest_qpn: Some(c.dest_qpn),
-            rq_psn: Some(c.rq_psn),
-            max_dest_rd_atomic: Some(c.max_dest_rd_atomic),
-            min_rnr_timer: Some(c.min_rnr_timer),
-            ..Default::default()
-        },
-        QpType::Uc => QpAttr {
-            state: Some(QpState::Rtr),
-            ah: Some(c.ah),
-            path_mtu: Some(c.mtu),
-            dest_qpn: Some(c.dest_qpn),
-            rq_psn: Some(c.rq_psn),
-            ..Default::default()
-        },
-        QpType::Ud => QpAttr {
-            state: Some(QpState::Rtr),
-            ..Default::default()
-        },
-    };
-    r.modify_qp(qpn, &rtr)?;
-    let rts = match c.qp_type {
-        QpType::Rc => QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(c.sq_psn),
-            timeout: Some(c.timeout),
-            retry_cnt: Some(7),
-            rnr_retry: Some(7),
-            max_rd_atomic: Some(c.max_rd_atomic),
-            ..Default::default()
-        },
-        _ => QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(c.sq_psn),
-            ..Default::default()
-        },
-    };
-    r.modify_qp(qpn, &rts)
-}
-
-/// The Q_Key of ibv_ud_pingpong (and of our UD QPs).
-pub const UD_QKEY: u32 = 0x1111_1111;
 
 #[cfg(test)]
 mod tests {

@@ -37,6 +37,17 @@ pub fn listen(port: u16) -> Result<TcpListener, CliError> {
         .map_err(|e| io_err(&format!("cannot listen on TCP port {port}"), e))
 }
 
+/// The first address of `host` (a name or an address), as a client
+/// connecting to it on `port` would use.
+pub fn resolve(host: &str, port: u16) -> Result<IpAddr, CliError> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| CliError::new(format!("{host}: {e}")))?
+        .next()
+        .map(|a| a.ip())
+        .ok_or_else(|| CliError::new(format!("{host}: no address")))
+}
+
 impl Ctrl {
     fn new(stream: TcpStream) -> Result<Ctrl, CliError> {
         let peer = stream

@@ -2,6 +2,7 @@
 
 use crate::capture::{CaptureReader, Record};
 use crate::check::{summary_line, Checker, Class};
+use crate::out::write_or_quit;
 use crate::CliError;
 use std::io::{self, Write};
 use std::path::Path;
@@ -48,15 +49,6 @@ pub fn check_with(path: &Path, lossy: bool) -> Result<String, CliError> {
         )));
     }
     Ok(summary_line(&checker.stats, checker.streams()))
-}
-
-/// Writes to stdout; a closed pipe (`| head`) ends the program quietly.
-pub fn write_or_quit(out: &mut impl Write, args: std::fmt::Arguments<'_>) -> Result<(), CliError> {
-    match out.write_fmt(args) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => std::process::exit(0),
-        Err(e) => Err(CliError::new(format!("cannot write the output: {e}"))),
-    }
 }
 
 fn secs(d: Duration) -> String {

@@ -5,7 +5,8 @@
 //! a running `rnicd`): `$SOFTRNIC_STATE_DIR` when set,
 //! else `$XDG_RUNTIME_DIR/softrnic`, else `<temp dir>/softrnic-$USER`.
 
-use crate::pcapcmd::write_or_quit;
+use crate::out::write_or_quit;
+use crate::report::{write_file, WriteError};
 use crate::CliError;
 use serde_json::{json, Value};
 use std::io;
@@ -28,9 +29,20 @@ pub fn last_run_path() -> PathBuf {
     state_dir().join("last-run.json")
 }
 
-/// Saves a run's devices. Failing to save is not the run's failure: the
-/// caller prints the returned message as a warning.
-pub fn save(command: &str, devices: Value) -> Result<PathBuf, String> {
+/// Why a run's counters were not saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    #[error("cannot create {}: {source}", .dir.display())]
+    CreateDir { dir: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("cannot write {}: {source}", .path.display())]
+    Rename { path: PathBuf, source: io::Error },
+}
+
+/// Saves a run's devices. Failing to save is not the run's failure (see
+/// [`save_or_warn`]).
+pub fn save(command: &str, devices: Value) -> Result<PathBuf, SaveError> {
     let path = last_run_path();
     let finished = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -41,13 +53,25 @@ pub fn save(command: &str, devices: Value) -> Result<PathBuf, String> {
         "devices": devices,
     });
     let dir = state_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|source| SaveError::CreateDir {
+        dir: dir.clone(),
+        source,
+    })?;
     let tmp = dir.join(format!("last-run.json.{}", std::process::id()));
     let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
-    std::fs::write(&tmp, text + "\n")
-        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    write_file(&tmp, text + "\n")?;
+    std::fs::rename(&tmp, &path).map_err(|source| SaveError::Rename {
+        path: path.clone(),
+        source,
+    })?;
     Ok(path)
+}
+
+/// Saves a run's devices; a failure is a warning on stderr.
+pub fn save_or_warn(command: &str, devices: Value) {
+    if let Err(e) = save(command, devices) {
+        eprintln!("rnic: warning: counters not saved for `rnic stats`: {e}");
+    }
 }
 
 /// Prints the saved counters, as `rdma statistic show` lays them out (one

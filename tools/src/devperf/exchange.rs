@@ -51,6 +51,62 @@ pub const DONE: &[u8; 5] = b"done\0";
 pub const CYCLE_BUFFER: i32 = 4096;
 pub const CACHE_LINE: i32 = 64;
 
+/// A message of the peer's that is not what perftest sends.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExchangeError {
+    #[error("a handshake is {KEY_MSG_SIZE_GID} bytes, not {len}{}", ib_form(.len))]
+    HandshakeLength { len: usize },
+    #[error("the handshake {text:?} does not end in a NUL")]
+    HandshakeNoNul { text: String },
+    #[error(
+        "the handshake {text:?}: field {field} (bytes {from}..{to}) is not {} hexadecimal digits",
+        .to - .from
+    )]
+    HandshakeField {
+        text: String,
+        field: usize,
+        from: usize,
+        to: usize,
+    },
+    #[error("the handshake {text:?}: byte {at} is {got:?}, not ':'")]
+    HandshakeSeparator { text: String, at: usize, got: char },
+    #[error("the version field is {VERSION_LEN} bytes, not {len}")]
+    VersionLength { len: usize },
+    #[error(
+        "the peer's version field {text:?} has no NUL: not perftest's exchange \
+         (is the peer perftest or rnic perf?)"
+    )]
+    VersionNoNul { text: String },
+    #[error("the peer's version {text:?} is not a version number: not perftest's exchange")]
+    NotAVersion { text: String },
+    #[error("the peer's version {text:?} is not a number")]
+    VersionNotANumber { text: String },
+    #[error(
+        "the peer's perftest version {text} is older than {:.2}, which perftest 6.06 refuses too",
+        MIN_PEER_VERSION
+    )]
+    TooOld { text: String },
+    #[error("the peer's {what} is 4 bytes, not {len}")]
+    SysLength { what: &'static str, len: usize },
+    #[error("the peer's {what} is {value}: not a size")]
+    SysValue { what: &'static str, value: i32 },
+    #[error(
+        "the peer's MTU field is {bytes:02x?}: perftest sends one digit 1-5 (256-4096 bytes) and a NUL"
+    )]
+    Mtu { bytes: Vec<u8> },
+}
+
+impl crate::Failure for ExchangeError {}
+
+/// What a handshake of the InfiniBand form's length is.
+fn ib_form(len: &usize) -> &'static str {
+    if *len == KEY_MSG_SIZE {
+        " (perftest's form without a GID, InfiniBand's; RoCE needs the GID)"
+    } else {
+        ""
+    }
+}
+
 /// One QP's `struct pingpong_dest`, as the handshake carries it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dest {
@@ -92,17 +148,9 @@ impl Dest {
 
     /// Parses a peer's handshake strictly: exactly the layout above,
     /// hexadecimal digits of the fixed widths, the colons, the NUL.
-    pub fn decode(b: &[u8]) -> Result<Dest, String> {
+    pub fn decode(b: &[u8]) -> Result<Dest, ExchangeError> {
         if b.len() != KEY_MSG_SIZE_GID {
-            let ib = if b.len() == KEY_MSG_SIZE {
-                " (perftest's form without a GID, InfiniBand's; RoCE needs the GID)"
-            } else {
-                ""
-            };
-            return Err(format!(
-                "a handshake is {KEY_MSG_SIZE_GID} bytes, not {}{ib}",
-                b.len()
-            ));
+            return Err(ExchangeError::HandshakeLength { len: b.len() });
         }
         let show = || {
             String::from_utf8_lossy(&b[..b.len() - 1])
@@ -110,31 +158,29 @@ impl Dest {
                 .to_string()
         };
         if b[KEY_MSG_SIZE_GID - 1] != 0 {
-            return Err(format!("the handshake {:?} does not end in a NUL", show()));
+            return Err(ExchangeError::HandshakeNoNul { text: show() });
         }
         let mut vals = [0u64; 23];
         let mut at = 0;
         for (k, &w) in WIDTHS.iter().enumerate() {
             let field = &b[at..at + w];
+            let not_hex = || ExchangeError::HandshakeField {
+                text: show(),
+                field: k + 1,
+                from: at,
+                to: at + w,
+            };
             let text = std::str::from_utf8(field)
                 .ok()
                 .filter(|t| t.bytes().all(|c| c.is_ascii_hexdigit()))
-                .ok_or_else(|| {
-                    format!(
-                        "the handshake {:?}: field {} (bytes {at}..{}) is not {w} hexadecimal digits",
-                        show(),
-                        k + 1,
-                        at + w
-                    )
-                })?;
-            vals[k] = u64::from_str_radix(text, 16).map_err(|e| e.to_string())?;
+                .ok_or_else(not_hex)?;
+            vals[k] = u64::from_str_radix(text, 16).map_err(|_| not_hex())?;
             if b[at + w] != b':' {
-                return Err(format!(
-                    "the handshake {:?}: byte {} is {:?}, not ':'",
-                    show(),
-                    at + w,
-                    b[at + w] as char
-                ));
+                return Err(ExchangeError::HandshakeSeparator {
+                    text: show(),
+                    at: at + w,
+                    got: b[at + w] as char,
+                });
             }
             at += w + 1;
         }
@@ -186,35 +232,27 @@ pub fn encode_version() -> [u8; VERSION_LEN] {
 
 /// Parses the peer's version field: a number (as `atof` reads it) ended by
 /// a NUL within the 16 bytes; refuses what perftest refuses.
-pub fn decode_version(b: &[u8]) -> Result<PeerVersion, String> {
+pub fn decode_version(b: &[u8]) -> Result<PeerVersion, ExchangeError> {
     if b.len() != VERSION_LEN {
-        return Err(format!(
-            "the version field is {VERSION_LEN} bytes, not {}",
-            b.len()
-        ));
+        return Err(ExchangeError::VersionLength { len: b.len() });
     }
-    let nul = b.iter().position(|&c| c == 0).ok_or_else(|| {
-        format!(
-            "the peer's version field {:?} has no NUL: not perftest's exchange (is the peer perftest or rnic perf?)",
-            String::from_utf8_lossy(b)
-        )
-    })?;
+    let nul = b
+        .iter()
+        .position(|&c| c == 0)
+        .ok_or_else(|| ExchangeError::VersionNoNul {
+            text: String::from_utf8_lossy(b).into_owned(),
+        })?;
     let text = std::str::from_utf8(&b[..nul])
         .ok()
         .filter(|t| !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit() || c == b'.'))
-        .ok_or_else(|| {
-            format!(
-                "the peer's version {:?} is not a version number: not perftest's exchange",
-                String::from_utf8_lossy(&b[..nul])
-            )
+        .ok_or_else(|| ExchangeError::NotAVersion {
+            text: String::from_utf8_lossy(&b[..nul]).into_owned(),
         })?;
     let value: f64 = text
         .parse()
-        .map_err(|_| format!("the peer's version {text:?} is not a number"))?;
+        .map_err(|_| ExchangeError::VersionNotANumber { text: text.into() })?;
     if value < MIN_PEER_VERSION {
-        return Err(format!(
-            "the peer's perftest version {text} is older than {MIN_PEER_VERSION:.2}, which perftest 6.06 refuses too"
-        ));
+        return Err(ExchangeError::TooOld { text: text.into() });
     }
     let rest = &b[nul + 1..];
     let mark_end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
@@ -228,13 +266,13 @@ pub fn decode_version(b: &[u8]) -> Result<PeerVersion, String> {
 
 /// A big-endian int of `check_sys_data`; a page or cache line size is
 /// positive and at most 1 GiB.
-pub fn decode_sys(b: &[u8], what: &str) -> Result<i32, String> {
+pub fn decode_sys(b: &[u8], what: &'static str) -> Result<i32, ExchangeError> {
     let v = i32::from_be_bytes(
         b.try_into()
-            .map_err(|_| format!("the peer's {what} is 4 bytes, not {}", b.len()))?,
+            .map_err(|_| ExchangeError::SysLength { what, len: b.len() })?,
     );
     if !(1..=1 << 30).contains(&v) {
-        return Err(format!("the peer's {what} is {v}: not a size"));
+        return Err(ExchangeError::SysValue { what, value: v });
     }
     Ok(v)
 }
@@ -256,12 +294,10 @@ pub fn encode_mtu(mtu: u32) -> [u8; 2] {
 }
 
 /// The peer's MTU, in bytes.
-pub fn decode_mtu(b: &[u8]) -> Result<u32, String> {
+pub fn decode_mtu(b: &[u8]) -> Result<u32, ExchangeError> {
     match b {
         [d @ b'1'..=b'5', 0] => Ok(128 << (d - b'0')),
-        _ => Err(format!(
-            "the peer's MTU field is {b:02x?}: perftest sends one digit 1-5 (256-4096 bytes) and a NUL"
-        )),
+        _ => Err(ExchangeError::Mtu { bytes: b.to_vec() }),
     }
 }
 
@@ -328,21 +364,20 @@ impl Peer {
 
     /// Version, cycle buffer, cache line and MTU; returns the agreed MTU.
     pub fn preamble(&mut self, our_mtu: u32, idle: &mut dyn FnMut(u64)) -> Result<u32, CliError> {
-        let ctx = |e: String| CliError::new(e);
         let v = self.xchg(&encode_version(), VERSION_LEN, Wait::Setup, idle)?;
-        let v = decode_version(&v).map_err(ctx)?;
+        let v = decode_version(&v)?;
         let old = v.value;
         self.version = Some(v);
         // check_sys_data: from 5.32 on (always, past the 5.70 check)
         if old >= 5.32 {
             let c = self.xchg(&CYCLE_BUFFER.to_be_bytes(), 4, Wait::Setup, idle)?;
-            decode_sys(&c, "cycle buffer size").map_err(ctx)?;
+            decode_sys(&c, "cycle buffer size")?;
             let l = self.xchg(&CACHE_LINE.to_be_bytes(), 4, Wait::Setup, idle)?;
-            decode_sys(&l, "cache line size").map_err(ctx)?;
+            decode_sys(&l, "cache line size")?;
         }
         // check_mtu: two bytes from 5.31 on
         let m = self.xchg(&encode_mtu(our_mtu), 2, Wait::Setup, idle)?;
-        let peer = decode_mtu(&m).map_err(ctx)?;
+        let peer = decode_mtu(&m)?;
         Ok(our_mtu.min(peer))
     }
 
@@ -507,7 +542,7 @@ mod tests {
             (vec![0xffu8; 108], "NUL"),
         ];
         for (b, want) in cases {
-            let e = Dest::decode(&b).unwrap_err();
+            let e = Dest::decode(&b).unwrap_err().to_string();
             assert!(e.contains(want), "{want:?} not in {e:?}");
         }
     }
@@ -527,8 +562,12 @@ mod tests {
         old[..4].copy_from_slice(b"5.60");
         assert!(decode_version(&old)
             .unwrap_err()
+            .to_string()
             .contains("older than 5.70"));
-        assert!(decode_version(&[b'6'; 16]).unwrap_err().contains("no NUL"));
+        assert!(decode_version(&[b'6'; 16])
+            .unwrap_err()
+            .to_string()
+            .contains("no NUL"));
         assert!(decode_version(b"rnic-perf 1\nrol\0").is_err());
         assert!(decode_version(&[0u8; 16]).is_err());
         assert_eq!(decode_sys(&4096i32.to_be_bytes(), "x"), Ok(4096));

@@ -27,7 +27,9 @@
 //! server).
 
 use crate::netdev::NetDev;
-use crate::perf::{check_wc, half, new_histogram, BwMeter, Settings, SizeResult, Target, Verb};
+use crate::perf::{
+    check_wc, half, new_histogram, BwMeter, DataError, RunError, Settings, SizeResult, Target, Verb,
+};
 use crate::progress::Progress;
 use hdrhistogram::Histogram;
 use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sgl, Wc, WcOpcode};
@@ -48,15 +50,18 @@ pub fn fill_pattern(nd: &NetDev, at: usize, len: usize) {
 }
 
 /// Checks `[at, at + len)` against the pattern; names the first difference.
-pub fn check_pattern(nd: &NetDev, at: usize, len: usize, what: &str) -> Result<(), String> {
+pub fn check_pattern(nd: &NetDev, at: usize, len: usize, what: &str) -> Result<(), DataError> {
     let mut got = vec![0u8; len];
     nd.mem.read(at, &mut got);
     match got.iter().enumerate().find(|&(i, &b)| b != pattern(i)) {
         None => Ok(()),
-        Some((i, &b)) => Err(format!(
-            "{what}: byte {i} of {len} is {b:#04x}, the sender wrote {:#04x}",
-            pattern(i)
-        )),
+        Some((i, &b)) => Err(DataError {
+            what: what.to_string(),
+            at: i,
+            len,
+            got: b,
+            want: pattern(i),
+        }),
     }
 }
 
@@ -100,15 +105,15 @@ impl Spin {
         self.last = Instant::now();
     }
 
-    fn idle(&mut self, link: &Link, what: &str) -> Result<(), String> {
+    fn idle(&mut self, link: &Link, what: &'static str) -> Result<(), RunError> {
         self.n += 1;
         link.nd.idle(self.n);
         if self.n.is_multiple_of(4096) && self.last.elapsed() > STALL {
-            return Err(format!(
-                "no progress for {} s waiting for {what}: {}",
-                STALL.as_secs(),
-                link.describe()
-            ));
+            return Err(RunError::NoProgress {
+                stall: STALL,
+                what,
+                qps: link.describe(),
+            });
         }
         Ok(())
     }
@@ -178,19 +183,19 @@ impl<'a> Link<'a> {
         SendWr::new(wr_id, op, Sgl::single(local, size as u32, self.nd.lkey))
     }
 
-    fn post_send(&mut self, qi: usize, size: usize, wr_id: u64) -> Result<(), String> {
+    fn post_send(&mut self, qi: usize, size: usize, wr_id: u64) -> Result<(), RunError> {
         let wr = self.work_request(qi, size, wr_id);
         self.nd
             .dev
             .post_send(self.qpns[qi], wr)
-            .map_err(|e| format!("post_send: {e}"))?;
+            .map_err(RunError::post_send)?;
         self.posted += 1;
         Ok(())
     }
 
     /// Polls completions into `self.wcs` (cleared first): checks their
     /// status, counts sends, counts and reposts receives. Returns how many.
-    pub fn poll(&mut self) -> Result<usize, String> {
+    pub fn poll(&mut self) -> Result<usize, RunError> {
         self.wcs.clear();
         let n = self.nd.cq.poll(256, &mut self.wcs);
         for i in 0..n {
@@ -203,10 +208,10 @@ impl<'a> Link<'a> {
                 self.recvs += 1;
                 if self.check_recv > 0 {
                     if wc.byte_len as usize != self.check_recv {
-                        return Err(format!(
-                            "a SEND of {} bytes arrived where {} were due",
-                            wc.byte_len, self.check_recv
-                        ));
+                        return Err(RunError::RecvLength {
+                            got: wc.byte_len,
+                            due: self.check_recv,
+                        });
                     }
                     check_pattern(
                         self.nd,
@@ -225,7 +230,7 @@ impl<'a> Link<'a> {
                             sgl: Sgl::single(self.nd.base + h, h as u32, self.nd.lkey),
                         },
                     )
-                    .map_err(|e| format!("post_recv: {e}"))?;
+                    .map_err(RunError::post_recv)?;
             } else {
                 self.completed += 1;
             }
@@ -234,7 +239,7 @@ impl<'a> Link<'a> {
     }
 
     /// Waits until every posted send WR has completed.
-    pub fn quiesce(&mut self) -> Result<(), String> {
+    pub fn quiesce(&mut self) -> Result<(), RunError> {
         let mut spin = Spin::new();
         while self.completed < self.posted {
             if self.poll()? == 0 {
@@ -276,7 +281,7 @@ pub fn lat_run(
     first: bool,
     check: bool,
     progress: &mut Progress,
-) -> Result<SizeResult, String> {
+) -> Result<SizeResult, RunError> {
     let s = link.s;
     let n = s.iters;
     let start = Instant::now();
@@ -303,7 +308,7 @@ pub fn lat_run(
             // perftest polls the last byte of its buffer for (char)rcnt
             let at = h + size - 1;
             let (mut k, mut r) = (0u64, 0u64);
-            let wait = |link: &mut Link, r: &mut u64| -> Result<bool, String> {
+            let wait = |link: &mut Link, r: &mut u64| -> Result<bool, RunError> {
                 let want = (*r + 1) as u8;
                 let mut spin = Spin::new();
                 while link.byte(at) != want {
@@ -338,7 +343,7 @@ pub fn lat_run(
         }
         Verb::Send => {
             let (mut k, mut r) = (0u64, 0u64);
-            let wait = |link: &mut Link, r: &mut u64| -> Result<bool, String> {
+            let wait = |link: &mut Link, r: &mut u64| -> Result<bool, RunError> {
                 let mut spin = Spin::new();
                 while link.recvs <= *r {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -419,7 +424,7 @@ pub fn bw_client(
     size: usize,
     check: bool,
     progress: &mut Progress,
-) -> Result<SizeResult, String> {
+) -> Result<SizeResult, RunError> {
     let s = link.s;
     let nq = link.qpns.len() as u64;
     if s.verb != Verb::Send {
@@ -455,7 +460,7 @@ fn bw_loop(
     target: Target,
     hist: &mut Histogram<u64>,
     progress: &mut Progress,
-) -> Result<(u64, Duration, f64), String> {
+) -> Result<(u64, Duration, f64), RunError> {
     let depth = link.s.tx_depth.max(1) as usize;
     let nq = link.qpns.len();
     let per_qp = match target {

@@ -1,8 +1,19 @@
 //! Reports: perftest's tables, HDR percentiles, HdrHistogram's
-//! percentile-distribution text (`.hgrm`), JSON and an SVG plot.
+//! percentile-distribution text (`.hgrm`), the JSON of results and
+//! devices, an SVG plot ([`svg`]) and the files they go to ([`write_file`],
+//! [`write_json`], ...).
+
+mod files;
+mod plot;
+
+pub use files::{
+    check_dirs, per_size_path, write_file, write_hgrms, write_json, write_plot, WriteError,
+};
+pub use plot::svg;
 
 use crate::loopback::Loopback;
-use crate::perf::{Mode, Settings, SizeResult};
+use crate::perf::request::PerfRequest;
+use crate::perf::{title, Mode, Settings, SizeResult};
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
@@ -324,169 +335,36 @@ pub fn mac(b: [u8; 6]) -> String {
     )
 }
 
-/// A latency distribution plot: latency against percentile, the
-/// percentile axis stretched as HdrHistogram's plotter does (by
-/// 1/(1-percentile)), one line per message size.
-pub fn svg(title: &str, results: &[SizeResult]) -> String {
-    const W: f64 = 900.0;
-    const H: f64 = 520.0;
-    const L: f64 = 80.0;
-    const R: f64 = 170.0;
-    const T: f64 = 50.0;
-    const B: f64 = 60.0;
-    let colors = [
-        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-    ];
-    // x: log10(1/(1-q)) from 0 (0 %) to 5 (99.999 %)
-    let series: Vec<(usize, Vec<(f64, f64)>)> = results
-        .iter()
-        .map(|r| {
-            let pts = r
-                .hist
-                .iter_quantiles(5)
-                .map(|v| {
-                    let q = v.quantile_iterated_to().min(0.99999);
-                    (
-                        (1.0 / (1.0 - q)).log10(),
-                        v.value_iterated_to() as f64 / 1000.0,
-                    )
-                })
-                .collect();
-            (r.bytes, pts)
-        })
-        .collect();
-    let xmax = series
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|x| x.0))
-        .fold(2.0f64, f64::max)
-        .ceil()
-        .min(5.0);
-    let ys = || series.iter().flat_map(|(_, p)| p.iter().map(|x| x.1));
-    let ymax_raw = ys().fold(0.0f64, f64::max).max(0.001);
-    let ymin_raw = ys()
-        .filter(|&y| y > 0.0)
-        .fold(f64::MAX, f64::min)
-        .min(ymax_raw);
-    // a log scale when the sizes' latencies span more than two decades
-    let log = ymax_raw / ymin_raw > 100.0;
-    let (ylo, yhi, step) = if log {
-        (
-            ymin_raw.log10().floor(),
-            ymax_raw.log10().ceil().max(ymin_raw.log10().floor() + 1.0),
-            1.0,
-        )
-    } else {
-        let step = nice_step(ymax_raw / 5.0);
-        (0.0, (ymax_raw / step).ceil() * step, step)
-    };
-    let yv = move |y: f64| if log { y.max(1e-9).log10() } else { y };
-    let px = |x: f64| L + x / xmax * (W - L - R);
-    let py = move |y: f64| H - B - (yv(y) - ylo) / (yhi - ylo) * (H - T - B);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"{W}\" height=\"{H}\" fill=\"white\"/>\n\
-         <text x=\"{L}\" y=\"24\" font-size=\"13\">{}</text>\n",
-        escape(title)
-    );
-    // grid and axes
-    let mut k = 0.0;
-    while k <= xmax + 1e-9 {
-        let x = px(k);
-        let label = match k as u32 {
-            0 => "0%".to_string(),
-            n => {
-                let p = 100.0 - 100.0 / 10f64.powi(n as i32);
-                format!("{}%", trim(p))
-            }
-        };
-        let _ = writeln!(
-            s,
-            "<line x1=\"{x:.1}\" y1=\"{T}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/>\n<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{label}</text>",
-            H - B,
-            H - B + 18.0
-        );
-        k += 1.0;
-    }
-    let mut k = ylo;
-    while k <= yhi + step * 1e-6 {
-        let value = if log { 10f64.powf(k) } else { k };
-        let yy = py(value);
-        let _ = writeln!(
-            s,
-            "<line x1=\"{L}\" y1=\"{yy:.1}\" x2=\"{:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            W - R,
-            L - 6.0,
-            yy + 4.0,
-            trim(value)
-        );
-        k += step;
-    }
-    let _ = writeln!(
-        s,
-        "<rect x=\"{L}\" y=\"{T}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"none\" stroke=\"black\"/>",
-        W - L - R,
-        H - T - B
-    );
-    let _ = writeln!(
-        s,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">percentile</text>",
-        (W - R + L) / 2.0,
-        H - 18.0
-    );
-    let _ = writeln!(
-        s,
-        "<text transform=\"translate(22 {:.1}) rotate(-90)\" text-anchor=\"middle\">latency [usec]{}</text>",
-        (H - B + T) / 2.0,
-        if log { " (log scale)" } else { "" }
-    );
-    for (i, (bytes, pts)) in series.iter().enumerate() {
-        let c = colors[i % colors.len()];
-        let path: Vec<String> = pts
-            .iter()
-            .map(|(x, y)| format!("{:.1},{:.1}", px(x.min(xmax)), py(*y)))
-            .collect();
-        let _ = writeln!(
-            s,
-            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>",
-            path.join(" ")
-        );
-        let ly = T + 10.0 + (H - T - B - 10.0) / series.len().max(1) as f64 * i as f64;
-        let _ = writeln!(
-            s,
-            "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{c}\" stroke-width=\"2\"/>\n<text x=\"{:.1}\" y=\"{:.1}\">{bytes} bytes</text>",
-            W - R + 15.0,
-            W - R + 40.0,
-            W - R + 46.0,
-            ly + 4.0
-        );
-    }
-    s += "</svg>\n";
-    s
-}
-
-fn nice_step(raw: f64) -> f64 {
-    let mag = 10f64.powf(raw.log10().floor());
-    let f = raw / mag;
-    let n = if f <= 1.0 {
-        1.0
-    } else if f <= 2.0 {
-        2.0
-    } else if f <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    n * mag
-}
-
-fn trim(v: f64) -> String {
-    let s = format!("{v:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    s.to_string()
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+/// What every run's JSON document holds (the tool, the test, its settings,
+/// the results and the devices); a run on real interfaces adds its role,
+/// interface and backend.
+pub fn json_head(
+    req: &PerfRequest,
+    s: &Settings,
+    transport: &str,
+    results: Value,
+    devices: Value,
+) -> Value {
+    json!({
+        "tool": "rnic",
+        "version": env!("CARGO_PKG_VERSION"),
+        "command": req.command,
+        "test": s.verb.name(),
+        "mode": s.mode.name(),
+        "title": title(s.verb, s.mode),
+        "transport": transport,
+        "method": s.method(),
+        "settings": {
+            "connection": format!("{:?}", s.qp_type).to_uppercase(),
+            "qps": s.qps,
+            "mtu": s.mtu,
+            "tx_depth": s.tx_depth,
+            "iterations": s.iters,
+            "duration_sec": s.duration.map(|d| d.as_secs()),
+            "sizes": s.sizes,
+            "report_gbits": req.report_gbits,
+        },
+        "results": results,
+        "devices": devices,
+    })
 }

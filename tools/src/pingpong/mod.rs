@@ -36,16 +36,20 @@
 //! the client's, so rnic also checks every byte of the last message each
 //! side received and fails (non-zero exit) on the first difference.
 
-use crate::netdev::{Connect, DevOptions, NetDev};
+mod record;
+
+pub use record::{gid_to_wire, wire_to_gid, Dest, RecordError};
+
+use crate::netdev::{DevOptions, NetDev};
 use crate::oob::{self, Ctrl};
+use crate::qp::{Connect, UD_QKEY};
 use crate::CliError;
 use nic::verbs::{Memory, QpType, RecvWr, SendOp, SendWr, Sgl, UdDest, Wc, WcStatus};
+use record::MSG_LEN;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use wire::Gid;
 
-/// `sizeof "0000:000000:000000:00000000000000000000000000000000"`.
-pub const MSG_LEN: usize = 52;
 /// `sizeof "done"`.
 pub const DONE: &[u8; 5] = b"done\0";
 /// ibv_ud_pingpong's receive buffers hold the 40-byte GRH before the data.
@@ -84,81 +88,6 @@ pub struct PingpongOptions {
     pub core: Option<usize>,
     /// Congestion control (see `netdev::parse_cc`).
     pub cc: nic::transport::CcConfig,
-}
-
-/// One side's address record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Dest {
-    pub lid: u32,
-    pub qpn: u32,
-    pub psn: u32,
-    pub gid: Gid,
-}
-
-/// `gid_to_wire_gid`: each 32-bit word of the GID as the host loads it,
-/// through `htonl`, printed `%08x`.
-pub fn gid_to_wire(gid: &Gid) -> String {
-    gid.0
-        .chunks(4)
-        .map(|w| {
-            let host = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
-            format!("{:08x}", host.to_be())
-        })
-        .collect()
-}
-
-/// `wire_gid_to_gid`: each 8 hex digits scanned `%x`, through `ntohl`,
-/// stored as a host word.
-pub fn wire_to_gid(s: &str) -> Option<Gid> {
-    if s.len() < 32 || !s.is_char_boundary(32) {
-        return None;
-    }
-    let mut g = [0u8; 16];
-    for i in 0..4 {
-        let v = u32::from_str_radix(&s[i * 8..i * 8 + 8], 16).ok()?;
-        g[i * 4..i * 4 + 4].copy_from_slice(&u32::from_be(v).to_ne_bytes());
-    }
-    Some(Gid(g))
-}
-
-impl Dest {
-    /// The 52-byte record (NUL-terminated).
-    pub fn encode(&self) -> [u8; MSG_LEN] {
-        let text = format!(
-            "{:04x}:{:06x}:{:06x}:{}",
-            self.lid,
-            self.qpn,
-            self.psn,
-            gid_to_wire(&self.gid)
-        );
-        let mut out = [0u8; MSG_LEN];
-        let n = text.len().min(MSG_LEN - 1);
-        out[..n].copy_from_slice(&text.as_bytes()[..n]);
-        out
-    }
-
-    /// `sscanf(msg, "%x:%x:%x:%s", ...)` and `wire_gid_to_gid`.
-    pub fn decode(b: &[u8]) -> Result<Dest, String> {
-        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-        let text = std::str::from_utf8(&b[..end])
-            .map_err(|_| "the peer's address record is not text".to_string())?;
-        let mut f = text.splitn(4, ':');
-        let mut hex = |what: &str| {
-            let s = f.next().unwrap_or("");
-            u32::from_str_radix(s.trim(), 16)
-                .map_err(|_| format!("bad {what} {s:?} in the peer's record {text:?}"))
-        };
-        let lid = hex("LID")?;
-        let qpn = hex("QPN")?;
-        let psn = hex("PSN")?;
-        let g = f.next().unwrap_or("");
-        let gid = wire_to_gid(g.trim())
-            .ok_or_else(|| format!("bad GID {g:?} in the peer's record {text:?}"))?;
-        if qpn > 0xFF_FFFF || psn > 0xFF_FFFF {
-            return Err(format!("QPN or PSN out of range in {text:?}"));
-        }
-        Ok(Dest { lid, qpn, psn, gid })
-    }
 }
 
 fn inet6(g: &Gid) -> String {
@@ -206,16 +135,16 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
         Some(p) => p,
         None => host_page_size(),
     };
-    if size as usize > crate::perfcmd::MAX_SIZE {
+    if size as usize > crate::perf::request::MAX_SIZE {
         return Err(CliError::usage(format!(
             "-s {size}: at most {} bytes",
-            crate::perfcmd::MAX_SIZE
+            crate::perf::request::MAX_SIZE
         )));
     }
     let ifname = match (&o.ifname, &o.peer) {
         (Some(d), _) => d.clone(),
         (None, Some(p)) => {
-            let ip = oob_resolve(p, o.port)?;
+            let ip = oob::resolve(p, o.port)?;
             crate::netdev::route_dev(ip)?
         }
         (None, None) => {
@@ -286,12 +215,11 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     }
     let connect = |nd: &NetDev, rem: &Dest| -> Result<Connect, CliError> {
         let ah = nd.ah_to(rem.gid)?;
-        let mut c = Connect::new(qp_type, ah, mtu, rem.qpn);
-        c.sq_psn = me.psn;
-        c.rq_psn = rem.psn;
-        c.max_rd_atomic = 1;
-        c.min_rnr_timer = 12;
-        c.timeout = 14;
+        // the examples: one outstanding READ/atomic, RNR timer 12, timeout 14
+        let c = Connect {
+            max_rd_atomic: 1,
+            ..Connect::new(qp_type, ah, mtu, rem.qpn).with_psns(me.psn, rem.psn)
+        };
         nd.connect(qpn, c)?;
         Ok(c)
     };
@@ -305,7 +233,7 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
                 .read_exact(MSG_LEN)
                 .map_err(|e| CliError::new(format!("Couldn't read/write remote address: {e}")))?;
             ctrl.write_all(DONE)?;
-            let rem = fix_gid(Dest::decode(&msg).map_err(CliError::new)?, &ctrl);
+            let rem = fix_gid(Dest::decode(&msg)?, &ctrl);
             print_remote(&rem)?;
             let c = connect(&nd, &rem)?;
             (rem, c)
@@ -317,7 +245,7 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
             let msg = ctrl
                 .read_exact(MSG_LEN)
                 .map_err(|e| CliError::new(format!("{e}: Couldn't read remote address")))?;
-            let rem = fix_gid(Dest::decode(&msg).map_err(CliError::new)?, &ctrl);
+            let rem = fix_gid(Dest::decode(&msg)?, &ctrl);
             let c = connect(&nd, &rem)?;
             ctrl.write_all(&me.encode())?;
             // "done" (5 bytes; some versions read a whole record's worth)
@@ -332,7 +260,7 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     let ud = o.ud.then_some(UdDest {
         ah: conn.ah,
         remote_qpn: rem.qpn,
-        remote_qkey: crate::netdev::UD_QKEY,
+        remote_qkey: UD_QKEY,
     });
     let send = SendWr {
         ud,
@@ -526,76 +454,9 @@ fn fix_gid(mut rem: Dest, ctrl: &Ctrl) -> Dest {
     rem
 }
 
-fn oob_resolve(host: &str, port: u16) -> Result<std::net::IpAddr, CliError> {
-    use std::net::ToSocketAddrs;
-    (host, port)
-        .to_socket_addrs()
-        .map_err(|e| CliError::new(format!("{host}: {e}")))?
-        .next()
-        .map(|a| a.ip())
-        .ok_or_else(|| CliError::new(format!("{host}: no address")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// What `gid_to_wire_gid` does in C: load each 4 bytes as a host word,
-    /// `htonl`, print `%08x` — written out for both byte orders.
-    fn c_gid_to_wire(raw: &[u8; 16], little_endian_host: bool) -> String {
-        let mut s = String::new();
-        for w in raw.chunks(4) {
-            let host = if little_endian_host {
-                u32::from_le_bytes([w[0], w[1], w[2], w[3]])
-            } else {
-                u32::from_be_bytes([w[0], w[1], w[2], w[3]])
-            };
-            let net = if little_endian_host {
-                host.swap_bytes()
-            } else {
-                host
-            };
-            s += &format!("{net:08x}");
-        }
-        s
-    }
-
-    #[test]
-    fn wire_gid_is_the_bytes_in_order_on_any_host() {
-        let g = Gid::from_ipv4("192.0.2.1".parse().unwrap());
-        assert_eq!(gid_to_wire(&g), "00000000000000000000ffffc0000201");
-        let raw: [u8; 16] = core::array::from_fn(|i| (i * 17 + 3) as u8);
-        let g = Gid(raw);
-        assert_eq!(gid_to_wire(&g), c_gid_to_wire(&raw, true));
-        assert_eq!(gid_to_wire(&g), c_gid_to_wire(&raw, false));
-        assert_eq!(gid_to_wire(&g), g.to_hex());
-        assert_eq!(wire_to_gid(&gid_to_wire(&g)), Some(g));
-        let v6 = Gid::from_ipv6("fe80::1234:56ff:fe78:9abc".parse().unwrap());
-        assert_eq!(gid_to_wire(&v6), "fe80000000000000123456fffe789abc");
-    }
-
-    #[test]
-    fn records_are_52_bytes_with_the_nul() {
-        let d = Dest {
-            lid: 0,
-            qpn: 0x11,
-            psn: 0xabcdef,
-            gid: Gid::from_ipv4("192.0.2.2".parse().unwrap()),
-        };
-        let b = d.encode();
-        assert_eq!(b.len(), 52);
-        assert_eq!(
-            &b[..51],
-            b"0000:000011:abcdef:00000000000000000000ffffc0000202"
-        );
-        assert_eq!(b[51], 0);
-        assert_eq!(Dest::decode(&b), Ok(d));
-        // as sscanf reads it: fields need not be zero-padded
-        let d2 = Dest::decode(b"1:2a:3:00000000000000000000ffffc0000202\0").unwrap();
-        assert_eq!((d2.lid, d2.qpn, d2.psn), (1, 0x2a, 3));
-        assert!(Dest::decode(b"0000:zz:000000:00\0").is_err());
-        assert!(Dest::decode(b"0000:000011:000001:0000\0").is_err());
-    }
 
     #[test]
     fn chk_marks_are_zero_and_checks_find_the_first_difference() {
