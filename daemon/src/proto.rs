@@ -288,8 +288,8 @@ impl AsyncEventMsg {
 
     /// The transport's event with the same object number (None: an
     /// unknown kind).
-    pub fn to_event(&self) -> Option<nic::transport::AsyncEvent> {
-        use nic::transport::AsyncEvent as E;
+    pub fn to_event(&self) -> Option<nic::verbs::AsyncEvent> {
+        use nic::verbs::AsyncEvent as E;
         Some(match *self {
             AsyncEventMsg::Unknown => return None,
             AsyncEventMsg::SrqLimitReached { srq } => E::SrqLimitReached(srq),
@@ -305,8 +305,8 @@ impl AsyncEventMsg {
         })
     }
 
-    pub fn from_event(e: nic::transport::AsyncEvent) -> AsyncEventMsg {
-        use nic::transport::AsyncEvent as E;
+    pub fn from_event(e: nic::verbs::AsyncEvent) -> AsyncEventMsg {
+        use nic::verbs::AsyncEvent as E;
         match e {
             E::SrqLimitReached(srq) => AsyncEventMsg::SrqLimitReached { srq },
             E::CqErr(cq) => AsyncEventMsg::CqErr { cq },

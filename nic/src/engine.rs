@@ -23,9 +23,11 @@
 //! application turns the same loop from its own thread ([`Device::turn`]),
 //! run to completion — one busy thread per device instead of two.
 
+use crate::device::{PortAttr, Rnic};
 use crate::io::{Bell, FrameBatch, Port, PortCounters};
 use crate::time::Instant;
-use crate::transport::{Counters, PortAttr, Rnic, VerbsError};
+use crate::transport::Counters;
+use crate::verbs::VerbsError;
 use crate::verbs::{RecvWr, SendWr, Wc, WcOpcode, WcStatus};
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::ArrayQueue;

@@ -25,8 +25,9 @@
 //! - The memory check judges the bytes whose last WRITE the capture shows
 //!   acknowledged (`check_writes`).
 
+use crate::device::{Rnic, RnicConfig, MAX_FRAME_LEN};
 use crate::time::Instant;
-use crate::transport::{QpInit, Rnic, RnicConfig, MAX_FRAME_LEN};
+use crate::transport::QpInit;
 use crate::verbs::{access, AhAttr, HeapMemory, Memory, QpAttr, QpState, RecvWr, Sgl, MTUS};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;

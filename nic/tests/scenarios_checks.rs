@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use nic::sim::PairConfig;
-use nic::transport::VerbsError;
+use nic::verbs::VerbsError;
 use nic::verbs::{AhAttr, QpState, QpType, SendOp, Sgl, UdDest, WcStatus};
 use nic::wire::{IpRepr, Opcode, RoceRepr};
 use std::net::{Ipv4Addr, Ipv6Addr};

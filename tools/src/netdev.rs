@@ -11,12 +11,14 @@
 //! RoCEv2; AF_PACKET only copies).
 
 use crate::CliError;
+use nic::device::Rnic;
 use nic::engine::{CqHandle, Device, Engine, EngineConfig};
 use nic::io::addr::next_hop_mac;
 use nic::io::afxdp::{open_port, AfXdpConfig, AfXdpPort, AttachMode, Backend};
 use nic::io::pcap::PcapTap;
 use nic::io::Port;
-use nic::transport::{QpInit, Rnic, RnicConfig, VerbsError};
+use nic::transport::{QpInit, RnicConfig};
+use nic::verbs::VerbsError;
 use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpAttr, QpState, QpType};
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
@@ -162,7 +164,7 @@ pub fn parse_gid(s: &str) -> Result<Gid, CliError> {
 
 /// The largest IB MTU a port with this interface MTU carries.
 pub fn max_ib_mtu(if_mtu: usize, ipv6: bool) -> u32 {
-    nic::transport::ib_mtu_for_ip_mtu(if_mtu, ipv6)
+    nic::device::ib_mtu_for_ip_mtu(if_mtu, ipv6)
 }
 
 /// What to open.

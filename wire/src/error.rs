@@ -97,29 +97,84 @@ pub enum Error {
     InvalidRepr(&'static str),
 }
 
-impl Error {
-    /// A stable, counter-friendly name for the reason, e.g. `rx_drop_bad_icrc`.
-    pub fn reason(&self) -> &'static str {
+/// Why a frame was refused, without the details: what drop counters are
+/// kept by. Each has a stable, counter-friendly name ([`Reason::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    Truncated,
+    NotIp,
+    BadIpVersion,
+    BadIpHeader,
+    BadIpChecksum,
+    BadIpLength,
+    IpFragment,
+    NotUdp,
+    NotRoce,
+    BadUdpLength,
+    BadUdpChecksum,
+    BadTver,
+    UnknownOpcode,
+    BadLength,
+    IcrcError,
+    UnknownMacControl,
+    BadMadLength,
+    EmitError,
+}
+
+impl Reason {
+    /// The stable counter name, e.g. `icrc_error`.
+    pub fn name(self) -> &'static str {
         match self {
-            Error::Truncated { .. } => "truncated",
-            Error::UnsupportedEtherType(_) => "not_ip",
-            Error::Ipv4BadVersion(_) | Error::Ipv6BadVersion(_) => "bad_ip_version",
-            Error::Ipv4BadHeaderLen(_) | Error::Ipv4Options => "bad_ip_header",
-            Error::Ipv4BadChecksum { .. } => "bad_ip_checksum",
-            Error::Ipv4BadTotalLen { .. } | Error::Ipv6BadPayloadLen { .. } => "bad_ip_length",
-            Error::Ipv4Fragment => "ip_fragment",
-            Error::NotUdp(_) => "not_udp",
-            Error::NotRoce(_) => "not_roce",
-            Error::UdpBadLength { .. } => "bad_udp_length",
-            Error::UdpBadChecksum(_) => "bad_udp_checksum",
-            Error::BadTver(_) => "bad_tver",
-            Error::UnknownOpcode(_) => "unknown_opcode",
-            Error::BadLength { .. } => "bad_length",
-            Error::BadIcrc { .. } => "icrc_error",
-            Error::UnknownMacControl(_) => "unknown_mac_control",
-            Error::BadMadLength(_) => "bad_mad_length",
-            Error::BufferTooSmall { .. } | Error::InvalidRepr(_) => "emit_error",
+            Reason::Truncated => "truncated",
+            Reason::NotIp => "not_ip",
+            Reason::BadIpVersion => "bad_ip_version",
+            Reason::BadIpHeader => "bad_ip_header",
+            Reason::BadIpChecksum => "bad_ip_checksum",
+            Reason::BadIpLength => "bad_ip_length",
+            Reason::IpFragment => "ip_fragment",
+            Reason::NotUdp => "not_udp",
+            Reason::NotRoce => "not_roce",
+            Reason::BadUdpLength => "bad_udp_length",
+            Reason::BadUdpChecksum => "bad_udp_checksum",
+            Reason::BadTver => "bad_tver",
+            Reason::UnknownOpcode => "unknown_opcode",
+            Reason::BadLength => "bad_length",
+            Reason::IcrcError => "icrc_error",
+            Reason::UnknownMacControl => "unknown_mac_control",
+            Reason::BadMadLength => "bad_mad_length",
+            Reason::EmitError => "emit_error",
         }
+    }
+}
+
+impl Error {
+    /// What kind of refusal this is (the key drop counters are kept by).
+    pub fn kind(&self) -> Reason {
+        match self {
+            Error::Truncated { .. } => Reason::Truncated,
+            Error::UnsupportedEtherType(_) => Reason::NotIp,
+            Error::Ipv4BadVersion(_) | Error::Ipv6BadVersion(_) => Reason::BadIpVersion,
+            Error::Ipv4BadHeaderLen(_) | Error::Ipv4Options => Reason::BadIpHeader,
+            Error::Ipv4BadChecksum { .. } => Reason::BadIpChecksum,
+            Error::Ipv4BadTotalLen { .. } | Error::Ipv6BadPayloadLen { .. } => Reason::BadIpLength,
+            Error::Ipv4Fragment => Reason::IpFragment,
+            Error::NotUdp(_) => Reason::NotUdp,
+            Error::NotRoce(_) => Reason::NotRoce,
+            Error::UdpBadLength { .. } => Reason::BadUdpLength,
+            Error::UdpBadChecksum(_) => Reason::BadUdpChecksum,
+            Error::BadTver(_) => Reason::BadTver,
+            Error::UnknownOpcode(_) => Reason::UnknownOpcode,
+            Error::BadLength { .. } => Reason::BadLength,
+            Error::BadIcrc { .. } => Reason::IcrcError,
+            Error::UnknownMacControl(_) => Reason::UnknownMacControl,
+            Error::BadMadLength(_) => Reason::BadMadLength,
+            Error::BufferTooSmall { .. } | Error::InvalidRepr(_) => Reason::EmitError,
+        }
+    }
+
+    /// A stable, counter-friendly name for the reason, e.g. `icrc_error`.
+    pub fn reason(&self) -> &'static str {
+        self.kind().name()
     }
 
     /// The layer the error belongs to.

@@ -45,7 +45,7 @@ pub mod roce;
 pub mod udp;
 
 pub use bth::BthRepr;
-pub use error::{Error, Layer, Result};
+pub use error::{Error, Layer, Reason, Result};
 pub use ethernet::{EthernetAddress, EthernetRepr, VlanTag};
 pub use ext::{Aeth, AtomicEth, Deth, ExtHeaders, Feth, NakCode, Reth, Syndrome};
 pub use gid::Gid;

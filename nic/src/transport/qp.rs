@@ -278,7 +278,7 @@ pub struct Responder {
     /// NAK first, then fail the QP).
     pub error_after_flush: bool,
     /// The affiliated asynchronous event raised when it does.
-    pub error_event: Option<super::AsyncEvent>,
+    pub error_event: Option<crate::verbs::AsyncEvent>,
 }
 
 /// One queue pair.

@@ -41,7 +41,7 @@ pub(crate) fn packets(len: u64, mtu: u32) -> u32 {
 
 impl Qp {
     /// Builds the next request packet, if the send queue has one ready.
-    pub(super) fn next_request(
+    pub(crate) fn next_request(
         &mut self,
         res: &mut Resources,
         now: Instant,
@@ -426,7 +426,7 @@ impl Qp {
     /// Go-back-N: resend from `psn` (IBA 9.7.5.2.5: after a NAK or
     /// timeout the requester resends from the first unacknowledged packet).
     /// Moves the cursor to `una` after ACKs overtook a go-back-N replay.
-    pub(super) fn fast_forward(&mut self) {
+    pub(crate) fn fast_forward(&mut self) {
         let una = self.req.una;
         match self.req.sq.iter().position(|w| w.contains(una)) {
             Some(idx) => {
@@ -482,7 +482,7 @@ impl Qp {
     }
 
     /// Only ever moves the cursor back; `fast_forward` moves it forward.
-    pub(super) fn rewind_to(&mut self, psn: Psn) {
+    pub(crate) fn rewind_to(&mut self, psn: Psn) {
         if !psn.before(self.req.npsn) {
             return;
         }

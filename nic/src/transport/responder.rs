@@ -7,8 +7,9 @@
 
 use super::qp::{InMessage, Qp, ReadJob, Resource, Response};
 use super::requester::packets;
-use super::{AsyncEvent, Resources};
+use super::Resources;
 use crate::time::Instant;
+use crate::verbs::AsyncEvent;
 use crate::verbs::{access, RecvWr, Wc, WcOpcode, WcStatus};
 use wire::{
     Aeth, BthRepr, ExtHeaders, IpRepr, NakCode, Opcode, Operation, Position, Psn, QpType, RoceRepr,
@@ -34,7 +35,7 @@ const ACK: Syndrome = Syndrome::Ack {
 };
 
 impl Qp {
-    pub(super) fn handle_request(
+    pub(crate) fn handle_request(
         &mut self,
         res: &mut Resources,
         _now: Instant,
@@ -661,7 +662,7 @@ impl Qp {
     }
 
     /// Builds the next response frame, if one is owed.
-    pub(super) fn next_response(&mut self, res: &mut Resources, buf: &mut [u8]) -> Option<usize> {
+    pub(crate) fn next_response(&mut self, res: &mut Resources, buf: &mut [u8]) -> Option<usize> {
         let hdr = self.hdr.as_ref()?;
         let front = *self.resp.responses.front()?;
         let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, self.dest_qpn, Psn::new(0));
