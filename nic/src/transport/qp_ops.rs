@@ -4,7 +4,8 @@
 //! the receive queue (IBA 10.3.1, 10.8, 11.2.4.7).
 
 use super::congestion::CcConfig;
-use super::qp::{self, HeaderTemplate, Qp, SendWqe};
+use super::qp::{HeaderTemplate, Qp};
+use super::requester::SendWqe;
 use super::{Resources, MAX_MSG_LEN};
 use crate::time::Instant;
 use crate::verbs::{
@@ -235,7 +236,7 @@ impl Qp {
         self.req.rnr_deadline = None;
         self.resp.responses.clear();
         self.flush_send_queue(res);
-        if let Some(qp::InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
+        if let Some(super::responder::InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
             self.rq.push_front(recv);
         }
         while let Some(wr) = self.rq.pop_front() {
