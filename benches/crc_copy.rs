@@ -1,11 +1,11 @@
-//! The fused copy + CRC-32 of `wire::crc_copy` against the two passes it
-//! replaces, interleaved like `crc.rs`: per round, one batch of each case
+//! The fused copy + CRC-32 of `wire::crc_copy` against a copy followed by
+//! a CRC pass, interleaved like `crc.rs`: per round, one batch of each case
 //! over the same buffers; min / median over the rounds.
 //!
 //! - `fused`: `copy_and_update` (the best kernel on this CPU);
 //! - `fused-pclmul`: the 128-bit PCLMULQDQ kernel forced;
-//! - `copy+crc`: `copy_from_slice`, then `crc32fast` over the copy (what
-//!   the send path did before);
+//! - `copy+crc`: `copy_from_slice`, then `crc32fast` over the copy (two
+//!   passes);
 //! - `memcpy`: `copy_from_slice` alone (the floor);
 //! - `crc`: `crc32fast` alone;
 //! - `update`: `wire::crc_copy::update` (CRC alone, this module's kernel

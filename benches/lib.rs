@@ -9,8 +9,8 @@ use wire::{
 };
 
 /// Nanoseconds per call of `f` over a batch of `n` calls (the interleaved
-/// `*_ratio` and `crc*` benchmarks, which time old and new side by side
-/// outside criterion).
+/// `*_ratio`, `crc*` and `idle_turn` benchmarks, which time their cases
+/// side by side outside criterion).
 pub fn batch(n: usize, mut f: impl FnMut()) -> f64 {
     let t = std::time::Instant::now();
     for _ in 0..n {

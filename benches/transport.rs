@@ -15,8 +15,8 @@
 //! - `memcpy/64` and `memcpy/65536`: `copy_from_slice` of a buffer of the
 //!   same size on one core, in the same run, as the baseline.
 //!
-//! Targets (transport issue, acceptance item 5): at least 3 M 64 B WRITEs
-//! per second; 64 KiB WRITE throughput at least 50 % of memcpy throughput.
+//! Targets: at least 3 M 64 B WRITEs per second; 64 KiB WRITE throughput
+//! at least 50 % of memcpy throughput.
 //! Figures: BENCHMARKS.md.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

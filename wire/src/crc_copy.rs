@@ -405,8 +405,8 @@ mod x86 {
     /// against crc32fast's 92 with four lanes). The sixteen are then
     /// folded onto four (lane i of a 256-byte group holds blocks i, i + 4,
     /// i + 8, i + 12 of the last 1 KiB) and the 256-byte loop goes on
-    /// from there. With the copy, sixteen lanes measured no faster than
-    /// four (88 against 86 ns at 4 KiB): the copy keeps four.
+    /// from there. With the copy, sixteen lanes are no faster than four
+    /// (88 against 86 ns at 4 KiB), so the copy keeps four.
     ///
     /// # Safety
     /// As `bulk_pclmul`, `dst` only when `COPY`; AVX-512F and VPCLMULQDQ

@@ -148,8 +148,9 @@ impl Icrc {
     /// If `front` is shorter than the IP, UDP and BTH headers.
     #[inline]
     pub fn new(version: IpVersion, front: &[u8]) -> Icrc {
-        // The documented precondition, checked as before this function copied
-        // only the masked part (a shorter IPv6 datagram must not slip through).
+        // The documented precondition, checked in full: the masked copy
+        // below reads only part of it, and a shorter IPv6 datagram must not
+        // slip through.
         assert!(
             front.len() >= version.header_len() + udp::HEADER_LEN + bth::HEADER_LEN,
             "ICRC over a datagram shorter than its IP, UDP and BTH headers"

@@ -366,8 +366,7 @@ impl<'a> RoceRepr<'a> {
         // be forwarded from those stores and wait until they reach the
         // cache. Built before the 4 KiB CRC, the stores have long reached it
         // when the copy runs; built after it (as `from_packet` does), the
-        // copy stalled: about 3 ns of a 130 ns 4 KiB parse (BENCHMARKS.md,
-        // wire, third round).
+        // copy stalls: about 3 ns of a 130 ns 4 KiB parse.
         let ext = Self::ext_of(&p);
         p.verify_icrc()?;
         Ok(Self::from_packet_and_ext(&p, ext))
@@ -387,8 +386,8 @@ impl<'a> RoceRepr<'a> {
 
     /// `from_packet` with the extension headers already parsed (`ext_of`).
     /// Parsing them before the rest, rather than in the struct literal
-    /// below, measured 2 ns faster (the copy of the 120-byte value waits
-    /// less for its stores).
+    /// below, is 2 ns faster (the copy of the 120-byte value waits less
+    /// for its stores).
     #[inline(always)]
     fn from_packet_and_ext(p: &RocePacket<&'a [u8]>, ext: ExtHeaders) -> RoceRepr<'a> {
         let b: &'a [u8] = p.buffer;
