@@ -151,7 +151,8 @@ pub enum Error {
     /// An 802.3 MAC control opcode other than PAUSE (0x0001) or PFC (0x0101).
     #[error("MAC control: opcode {0:#06x} is neither PAUSE nor PFC")]
     UnknownMacControl(u16),
-    /// A MAD payload that is not exactly 256 bytes (IBA 13.4.2).
+    /// A MAD payload longer than 256 bytes (IBA 13.4.1); a shorter one is
+    /// [`Error::Truncated`].
     #[error("MAD: {0} bytes; a management datagram is 256")]
     BadMadLength(usize),
     /// The output buffer of an `emit` is shorter than the frame.
