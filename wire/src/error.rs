@@ -71,7 +71,7 @@ pub enum Error {
     /// IHL × 4 is below the 20-byte minimum header (RFC 791 3.1).
     #[error("IPv4: header length {0} bytes is invalid")]
     Ipv4BadHeaderLen(usize),
-    /// IHL is above 5: the header carries options, which RoCEv2 never sends.
+    /// IHL is above 5: the header carries options, which RoCEv2 does not use.
     #[error("IPv4: options are not used by RoCEv2 and are not supported")]
     Ipv4Options,
     /// The IPv4 header checksum does not verify (RFC 791 3.1).
@@ -90,8 +90,8 @@ pub enum Error {
         /// Bytes present from the start of the IPv4 header.
         have: usize,
     },
-    /// MF is set or the fragment offset is non-zero; RoCEv2 sets DF and
-    /// never fragments.
+    /// MF is set or the fragment offset is non-zero: a fragment, which a
+    /// RoCEv2 packet never is.
     #[error("IPv4: fragments are not allowed for RoCEv2")]
     Ipv4Fragment,
     /// The IPv6 Version field is not 6 (RFC 8200 3).

@@ -53,7 +53,7 @@ pub mod ethertype {
     pub const IPV4: u16 = 0x0800;
     /// IPv6.
     pub const IPV6: u16 = 0x86DD;
-    /// An IEEE 802.1Q tag (TPID) follows the source address.
+    /// The TPID of an IEEE 802.1Q tag, which sits after the source address.
     pub const VLAN: u16 = 0x8100;
     /// IEEE 802.3 MAC control (PAUSE, PFC).
     pub const MAC_CONTROL: u16 = 0x8808;

@@ -51,8 +51,8 @@ pub struct Feth {
 /// NAK codes of the AETH syndrome (IBA 9.7.5.2.2, Table 45).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum NakCode {
-    /// Code 0: PSN sequence error; the requester resends from the AETH's
-    /// PSN.
+    /// Code 0: PSN sequence error; the requester resends from the PSN in
+    /// the NAK's BTH.
     PsnSequenceError,
     /// Code 1: invalid request (an opcode or length the responder refuses).
     InvalidRequest,

@@ -91,7 +91,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         ((self.buffer.as_ref()[field::VER_IHL] & 0x0F) as usize) * 4
     }
     /// Differentiated Services Code Point, the high 6 bits of the TOS byte
-    /// (RFC 2474); RoCEv2 maps it to the traffic class.
+    /// (RFC 2474).
     #[inline(always)]
     pub fn dscp(&self) -> u8 {
         self.buffer.as_ref()[field::TOS] >> 2

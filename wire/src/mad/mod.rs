@@ -53,9 +53,9 @@ pub struct MadHeader {
     pub class_version: u8,
     /// The method with the response bit (bit 7).
     pub method: u8,
-    /// Status of a response; 0 in requests.
+    /// Status of a response; 0 in a request.
     pub status: u16,
-    /// Defined by each class; 0 for the CM.
+    /// Defined by each management class; [`MadHeader::cm`] leaves it 0.
     pub class_specific: u16,
     /// Transaction ID, chosen by the requester and echoed in the response.
     pub transaction_id: u64,
@@ -63,7 +63,7 @@ pub struct MadHeader {
     pub attribute_id: u16,
     /// Reserved, kept as received.
     pub reserved: u16,
-    /// Attribute-specific qualifier; 0 for the CM messages here.
+    /// Attribute-specific qualifier; [`MadHeader::cm`] leaves it 0.
     pub attribute_modifier: u32,
 }
 
