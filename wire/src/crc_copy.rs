@@ -84,6 +84,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// Every kernel, available on this CPU or not.
     pub const ALL: [Kernel; 3] = [Kernel::Portable, Kernel::Pclmul, Kernel::Avx512];
 
     /// Whether this CPU runs the kernel.

@@ -8,9 +8,13 @@ use core::fmt;
 /// bytes each, the same layout).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct CmPath {
+    /// LID of the active side's port; RoCE has no LRH and routes by GID.
     pub local_lid: u16,
+    /// LID of the passive side's port.
     pub remote_lid: u16,
+    /// GID of the active side's port (on RoCEv2, its IP address as a GID).
     pub local_gid: [u8; 16],
+    /// GID of the passive side's port.
     pub remote_gid: [u8; 16],
     /// 20 bits.
     pub flow_label: u32,
@@ -18,10 +22,13 @@ pub struct CmPath {
     pub reserved1: u8,
     /// 6 bits.
     pub packet_rate: u8,
+    /// Traffic class of the GRH; on RoCEv2, the IP DSCP and ECN byte.
     pub traffic_class: u8,
+    /// Hop limit of the GRH; on RoCEv2, the IP TTL or hop limit.
     pub hop_limit: u8,
     /// 4 bits.
     pub sl: u8,
+    /// Subnet Local: both ends are in one subnet.
     pub subnet_local: bool,
     /// The 3 reserved bits after Subnet Local.
     pub reserved2: u8,
@@ -76,17 +83,27 @@ impl CmPath {
 /// ConnectRequest (IBA 12.6.5).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct CmReq {
+    /// Local Communication ID: the sender's handle for the connection.
     pub local_comm_id: u32,
+    /// Reserved (bytes 4-7).
     pub reserved0: u32,
+    /// Service ID the REQ is addressed to (RDMA CM: [`ip_cm_service_id`]).
     pub service_id: u64,
+    /// GUID of the sender's channel adapter.
     pub local_ca_guid: u64,
+    /// Reserved (bytes 24-27).
     pub reserved1: u32,
+    /// Local Q_Key (used by RD only).
     pub local_qkey: u32,
     /// 24 bits.
     pub local_qpn: u32,
+    /// Responder Resources: RDMA READ and atomic requests the sender accepts
+    /// outstanding at once.
     pub responder_resources: u8,
     /// 24 bits.
     pub local_eecn: u32,
+    /// Initiator Depth: RDMA READ and atomic requests the sender keeps
+    /// outstanding at once.
     pub initiator_depth: u8,
     /// 24 bits.
     pub remote_eecn: u32,
@@ -94,6 +111,8 @@ pub struct CmReq {
     pub remote_cm_response_timeout: u8,
     /// 2 bits: 0 RC, 1 UC, 2 RD.
     pub transport_service_type: u8,
+    /// End-to-end flow control: the sender's responder reports credits in the
+    /// AETH.
     pub end_to_end_flow_control: bool,
     /// 24 bits.
     pub starting_psn: u32,
@@ -101,23 +120,31 @@ pub struct CmReq {
     pub local_cm_response_timeout: u8,
     /// 3 bits.
     pub retry_count: u8,
+    /// Partition key of the connection.
     pub pkey: u16,
     /// 4 bits, the IBA MTU code (1: 256 ... 5: 4096).
     pub path_mtu: u8,
+    /// RDC Exists (RD only).
     pub rdc_exists: bool,
     /// 3 bits.
     pub rnr_retry_count: u8,
     /// 4 bits.
     pub max_cm_retries: u8,
+    /// SRQ: the sender's QP takes its receives from a shared receive queue.
     pub srq: bool,
     /// 3 bits.
     pub extended_transport_type: u8,
+    /// Primary path (class data bytes 52-95).
     pub primary: CmPath,
+    /// Alternate path (bytes 96-139); all zeros when there is none.
     pub alternate: CmPath,
+    /// Consumer private data (bytes 140-231); RDMA CM puts an
+    /// [`IpCmPrivateData`] here.
     pub private_data: [u8; CmReq::PRIVATE_DATA_LEN],
 }
 
 impl CmReq {
+    /// Bytes of private data in a REQ.
     pub const PRIVATE_DATA_LEN: usize = 92;
 
     fn parse(b: &[u8]) -> CmReq {
@@ -185,18 +212,24 @@ impl CmReq {
 /// MessageReceiptAcknowledgement (IBA 12.6.6).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct CmMra {
+    /// Local Communication ID of the sender.
     pub local_comm_id: u32,
+    /// Communication ID of the receiver, from the message being acknowledged.
     pub remote_comm_id: u32,
     /// 2 bits: 0 REQ, 1 REP, 2 LAP.
     pub message_mraed: u8,
+    /// Reserved (the 6 bits after Message MRAed).
     pub reserved0: u8,
     /// 5 bits: 4.096 µs × 2^n.
     pub service_timeout: u8,
+    /// Reserved (the 3 bits after the service timeout).
     pub reserved1: u8,
+    /// Consumer private data (bytes 10-231).
     pub private_data: [u8; CmMra::PRIVATE_DATA_LEN],
 }
 
 impl CmMra {
+    /// Bytes of private data in an MRA.
     pub const PRIVATE_DATA_LEN: usize = 222;
 
     fn parse(b: &[u8]) -> CmMra {
@@ -223,22 +256,28 @@ impl CmMra {
 /// Reject (IBA 12.6.7).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct CmRej {
+    /// Local Communication ID of the sender.
     pub local_comm_id: u32,
+    /// Communication ID of the receiver, from the message being rejected.
     pub remote_comm_id: u32,
     /// 2 bits: 0 REQ, 1 REP, 2 no message (a stale connection).
     pub message_rejected: u8,
+    /// Reserved (the 6 bits after Message Rejected).
     pub reserved0: u8,
     /// 7 bits: how many bytes of `ari` count.
     pub reject_info_length: u8,
+    /// Reserved (the bit after Reject Info Length).
     pub reserved1: u8,
     /// IBA Table 104 (e.g. 1 no QP, 8 invalid service ID, 28 consumer reject).
     pub reason: u16,
     /// Additional Rejection Information.
     pub ari: [u8; 72],
+    /// Consumer private data (bytes 84-231).
     pub private_data: [u8; CmRej::PRIVATE_DATA_LEN],
 }
 
 impl CmRej {
+    /// Bytes of private data in a REJ.
     pub const PRIVATE_DATA_LEN: usize = 148;
 
     fn parse(b: &[u8]) -> CmRej {
@@ -269,35 +308,51 @@ impl CmRej {
 /// ConnectReply (IBA 12.6.8).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct CmRep {
+    /// Local Communication ID of the sender (the passive side).
     pub local_comm_id: u32,
+    /// Communication ID of the receiver, from its REQ.
     pub remote_comm_id: u32,
+    /// Local Q_Key (used by RD only).
     pub local_qkey: u32,
     /// 24 bits.
     pub local_qpn: u32,
+    /// Reserved (byte 15).
     pub reserved0: u8,
     /// 24 bits.
     pub local_eecn: u32,
+    /// Reserved (byte 19).
     pub reserved1: u8,
     /// 24 bits.
     pub starting_psn: u32,
+    /// Reserved (byte 23).
     pub reserved2: u8,
+    /// Responder Resources: RDMA READ and atomic requests the sender accepts
+    /// outstanding at once.
     pub responder_resources: u8,
+    /// Initiator Depth: RDMA READ and atomic requests the sender keeps
+    /// outstanding at once.
     pub initiator_depth: u8,
     /// 5 bits.
     pub target_ack_delay: u8,
     /// 2 bits: 0 accepted, 1 not supported, 2 rejected.
     pub failover_accepted: u8,
+    /// End-to-end flow control: the sender's responder reports credits in the
+    /// AETH.
     pub end_to_end_flow_control: bool,
     /// 3 bits.
     pub rnr_retry_count: u8,
+    /// SRQ: the sender's QP takes its receives from a shared receive queue.
     pub srq: bool,
     /// 4 bits.
     pub reserved3: u8,
+    /// GUID of the sender's channel adapter.
     pub local_ca_guid: u64,
+    /// Consumer private data (bytes 36-231).
     pub private_data: [u8; CmRep::PRIVATE_DATA_LEN],
 }
 
 impl CmRep {
+    /// Bytes of private data in a REP.
     pub const PRIVATE_DATA_LEN: usize = 196;
 
     fn parse(b: &[u8]) -> CmRep {
@@ -350,12 +405,16 @@ impl CmRep {
 /// communication IDs and private data.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct CmIds {
+    /// Local Communication ID of the sender.
     pub local_comm_id: u32,
+    /// Communication ID of the receiver.
     pub remote_comm_id: u32,
+    /// Consumer private data (bytes 8-231).
     pub private_data: [u8; CmIds::PRIVATE_DATA_LEN],
 }
 
 impl CmIds {
+    /// Bytes of private data in an RTU or DREP.
     pub const PRIVATE_DATA_LEN: usize = 224;
 
     fn parse(b: &[u8]) -> CmIds {
@@ -376,15 +435,20 @@ impl CmIds {
 /// DisconnectRequest (IBA 12.6.10).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct CmDreq {
+    /// Local Communication ID of the sender.
     pub local_comm_id: u32,
+    /// Communication ID of the receiver.
     pub remote_comm_id: u32,
     /// 24 bits: the QPN (or EECN) the receiver disconnects.
     pub remote_qpn: u32,
+    /// Reserved (byte 11).
     pub reserved0: u8,
+    /// Consumer private data (bytes 12-231).
     pub private_data: [u8; CmDreq::PRIVATE_DATA_LEN],
 }
 
 impl CmDreq {
+    /// Bytes of private data in a DREQ.
     pub const PRIVATE_DATA_LEN: usize = 220;
 
     fn parse(b: &[u8]) -> CmDreq {
@@ -409,16 +473,25 @@ impl CmDreq {
 /// The class data of a CM MAD, by attribute.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum CmMessage {
+    /// ConnectRequest ([`attr::REQ`]).
     Req(CmReq),
+    /// MessageReceiptAcknowledgement ([`attr::MRA`]).
     Mra(CmMra),
+    /// Reject ([`attr::REJ`]).
     Rej(CmRej),
+    /// ConnectReply ([`attr::REP`]).
     Rep(CmRep),
+    /// ReadyToUse ([`attr::RTU`]).
     Rtu(CmIds),
+    /// DisconnectRequest ([`attr::DREQ`]).
     Dreq(CmDreq),
+    /// DisconnectReply ([`attr::DREP`]).
     Drep(CmIds),
     /// Another attribute (SIDR, LAP, APR, ClassPortInfo...), kept raw.
     Other {
+        /// The MAD header's attribute ID.
         attribute_id: u16,
+        /// The 232 bytes of class data.
         data: [u8; MAD_DATA_LEN],
     },
 }

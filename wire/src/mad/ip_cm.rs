@@ -23,14 +23,18 @@ pub fn ip_cm_service(service_id: u64) -> Option<(u8, u16)> {
 pub struct IpCmPrivateData {
     /// 4 bits each.
     pub major_version: u8,
+    /// Minor version, the low nibble of byte 0 after `major_version`.
     pub minor_version: u8,
     /// 4 bits: 4 or 6.
     pub ip_version: u8,
     /// 4 bits.
     pub reserved: u8,
+    /// The active side's (client's) port; the passive side's is in the
+    /// service ID.
     pub src_port: u16,
     /// IPv4 addresses sit in the last four bytes, the first twelve zero.
     pub src_ip: [u8; 16],
+    /// The passive side's address, laid out as `src_ip`.
     pub dst_ip: [u8; 16],
 }
 
@@ -38,6 +42,7 @@ impl IpCmPrivateData {
     /// Its length; the consumer's private data starts there.
     pub const LEN: usize = 36;
 
+    /// Reads the 36-byte head of a REQ's private data.
     pub fn parse(b: &[u8]) -> Result<IpCmPrivateData> {
         need(Layer::Mad, b, Self::LEN)?;
         Ok(IpCmPrivateData {
@@ -51,6 +56,7 @@ impl IpCmPrivateData {
         })
     }
 
+    /// Writes the 36-byte head into the front of `b`.
     pub fn emit(&self, b: &mut [u8]) -> Result<()> {
         room(b, Self::LEN)?;
         b[0] = (self.major_version & 0x0F) << 4 | (self.minor_version & 0x0F);

@@ -45,20 +45,30 @@ pub const METHOD_SEND: u8 = 0x03;
 /// The common MAD header (IBA 13.4.2, 24 bytes).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct MadHeader {
+    /// Base version of the MAD format ([`MAD_BASE_VERSION`]).
     pub base_version: u8,
+    /// Management class ([`MGMT_CLASS_CM`] for the CM).
     pub mgmt_class: u8,
+    /// Version of the class ([`CM_CLASS_VERSION`] for the CM).
     pub class_version: u8,
     /// The method with the response bit (bit 7).
     pub method: u8,
+    /// Status of a response; 0 in a request.
     pub status: u16,
+    /// Defined by each management class; [`MadHeader::cm`] leaves it 0.
     pub class_specific: u16,
+    /// Transaction ID, chosen by the requester and echoed in the response.
     pub transaction_id: u64,
+    /// Which attribute the method acts on; for the CM, the message ([`attr`]).
     pub attribute_id: u16,
+    /// Reserved, kept as received.
     pub reserved: u16,
+    /// Attribute-specific qualifier; [`MadHeader::cm`] leaves it 0.
     pub attribute_modifier: u32,
 }
 
 impl MadHeader {
+    /// Reads the header from the first 24 bytes of `b`.
     pub fn parse(b: &[u8]) -> Result<MadHeader> {
         need(Layer::Mad, b, MAD_HEADER_LEN)?;
         Ok(MadHeader {
@@ -118,17 +128,29 @@ fn room(b: &[u8], n: usize) -> Result<()> {
 
 /// The CM attribute IDs (IBA 12.6, Table 97 in IBA 1.3).
 pub mod attr {
+    /// ClassPortInfo: the class's capabilities.
     pub const CLASS_PORT_INFO: u16 = 0x0001;
+    /// ConnectRequest (REQ): the active side asks for a connection.
     pub const REQ: u16 = 0x0010;
+    /// MsgRcptAck (MRA): a message arrived, the reply will take longer.
     pub const MRA: u16 = 0x0011;
+    /// ConnectReject (REJ): refuses a REQ or REP.
     pub const REJ: u16 = 0x0012;
+    /// ConnectReply (REP): the passive side accepts a REQ.
     pub const REP: u16 = 0x0013;
+    /// ReadyToUse (RTU): the active side accepts the REP.
     pub const RTU: u16 = 0x0014;
+    /// DisconnectRequest (DREQ).
     pub const DREQ: u16 = 0x0015;
+    /// DisconnectReply (DREP).
     pub const DREP: u16 = 0x0016;
+    /// ServiceIDResReq (SIDR_REQ): resolves a service ID to a UD QP.
     pub const SIDR_REQ: u16 = 0x0017;
+    /// ServiceIDResReqResp (SIDR_REP): the answer to a SIDR_REQ.
     pub const SIDR_REP: u16 = 0x0018;
+    /// LoadAlternatePath (LAP).
     pub const LAP: u16 = 0x0019;
+    /// AlternatePathResponse (APR): the answer to a LAP.
     pub const APR: u16 = 0x001A;
 }
 
@@ -155,14 +177,18 @@ pub fn attribute_name(attribute_id: u16) -> &'static str {
 /// classes keep their data raw.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Mad {
+    /// The 24-byte common header.
     pub header: MadHeader,
+    /// The 232 bytes of class data.
     pub body: MadBody,
 }
 
 /// The class data of a MAD.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum MadBody {
+    /// A CM message (management class 0x07).
     Cm(CmMessage),
+    /// The class data of any other management class, as is.
     Raw([u8; MAD_DATA_LEN]),
 }
 
