@@ -190,7 +190,11 @@ impl Icrc {
     /// overlap `dst`.
     #[inline]
     pub unsafe fn copy_raw(&mut self, src: *const u8, dst: &mut [u8]) {
-        crate::crc_copy::copy_and_update_raw(&mut self.h, src, dst);
+        // SAFETY: the caller guarantees `src` is readable for `dst.len()` bytes
+        // and does not overlap `dst`.
+        unsafe {
+            crate::crc_copy::copy_and_update_raw(&mut self.h, src, dst);
+        }
     }
 
     /// The ICRC of everything covered, to store with `write`.
