@@ -145,8 +145,6 @@ impl Rnic {
         }
     }
 
-    /// Takes one received frame. Frames that are not RoCEv2 for a QP of
-
     /// A multi-line dump of a QP's transport state, for debugging and tools.
     pub fn debug_qp(&self, qpn: u32) -> String {
         let Some(idx) = self.qp_index(qpn) else {
