@@ -8,8 +8,9 @@
 //! `cargo bench -p benches --bench idle_turn`
 
 use benches::{batch, min_median};
+use nic::device::Rnic;
 use nic::sim::{connect, Endpoint, PairConfig};
-use nic::transport::{QpInit, Rnic};
+use nic::transport::QpInit;
 use nic::verbs::{AhAttr, QpType, SendOp, SendWr, Sgl};
 use nic::Instant;
 use std::hint::black_box;

@@ -14,9 +14,10 @@
 //! bell handed to the client and with `--no-bell` (the post then waits for
 //! the park, `--park-us`, to end), alternately.
 
+use nic::device::Rnic;
 use nic::engine::{Engine, EngineConfig};
 use nic::sim::{connect, PairConfig};
-use nic::transport::{QpInit, Rnic, RnicConfig};
+use nic::transport::{QpInit, RnicConfig};
 use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpType, SendOp, SendWr, Sgl, WcStatus};
 use softrnic::{ConnectParams, Context, QpInitAttr, QpKind, ACCESS_ALL};
 use std::io::BufRead;

@@ -12,7 +12,8 @@
 
 use crate::ring::{self, CqeRaw, Ring, WqeRaw};
 use crate::shm::Mapping;
-use nic::transport::{Rnic, VerbsError};
+use nic::device::Rnic;
+use nic::verbs::VerbsError;
 use nic::verbs::{AhAttr, QpAttr, QpState, UdDest, Wc, WcOpcode, WcStatus};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -214,7 +215,7 @@ impl DataPlane {
         let mut n = 0;
         while let Some(ev) = rnic.poll_async_event() {
             n += 1;
-            use nic::transport::Affiliated;
+            use nic::verbs::Affiliated;
             // only the client that owns the object hears of it; events of
             // objects already released are dropped
             let owner = match ev.affiliated() {

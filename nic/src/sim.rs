@@ -4,8 +4,9 @@
 //! all on a virtual clock. Nothing sleeps; a run with the same seed is the
 //! same run.
 
+use crate::device::{Rnic, RnicConfig, MAX_FRAME_LEN};
 use crate::time::Instant;
-use crate::transport::{QpInit, Rnic, RnicConfig, MAX_FRAME_LEN};
+use crate::transport::QpInit;
 use crate::verbs::{access, AhAttr, HeapMemory, Memory, QpAttr, QpState, QpType, Wc};
 use rand::distributions::Bernoulli;
 use rand::rngs::SmallRng;

@@ -9,8 +9,9 @@
 //! Replay one seed with `SOFTRNIC_DEADLINE_SEED=<seed> cargo test --release
 //! -p nic --test deadline_index -- --nocapture`.
 
+use nic::device::Rnic;
 use nic::sim::{connect, Endpoint, LinkConfig, PairConfig, Sim};
-use nic::transport::{QpInit, Rnic};
+use nic::transport::QpInit;
 use nic::verbs::{AhAttr, QpAttr, QpState, QpType, RecvWr, SendOp, SendWr, Sgl};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -5,12 +5,13 @@
 //! calls run directly; a pcap tap with a frame limit records only the
 //! first frames; stopping closes the port.
 
+use nic::device::Rnic;
 use nic::engine::{CqHandle, Device, Engine, EngineConfig};
 use nic::io::mem::pair;
 use nic::io::pcap::{read_pcap, PcapTap};
 use nic::io::Port;
 use nic::sim::{connect, PairConfig};
-use nic::transport::{QpInit, Rnic, RnicConfig};
+use nic::transport::{QpInit, RnicConfig};
 use nic::verbs::{
     access, AhAttr, HeapMemory, Memory, QpType, RecvWr, SendOp, SendWr, Sgl, Wc, WcStatus,
 };

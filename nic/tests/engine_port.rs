@@ -14,10 +14,12 @@
 mod enginecommon;
 
 use enginecommon::{wait_for, wait_until, STUCK};
+use nic::device::{PortState, Rnic};
 use nic::engine::{Device, Engine, EngineConfig};
 use nic::io::mem::pair;
 use nic::io::{Bell, FrameBatch, Port, PortCounters, RxBacklog};
-use nic::transport::{Affiliated, AsyncEvent, PortState, Rnic, RnicConfig};
+use nic::transport::RnicConfig;
+use nic::verbs::{Affiliated, AsyncEvent};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

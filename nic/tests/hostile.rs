@@ -36,8 +36,9 @@
 
 mod common;
 
+use nic::device::Rnic;
 use nic::sim::{connect, Pair, PairConfig};
-use nic::transport::{QpInit, Rnic};
+use nic::transport::QpInit;
 use nic::verbs::{
     access, AhAttr, HeapMemory, Memory, QpAttr, QpState, QpType, RecvWr, SendOp, SendWr, Sge, Sgl,
     Wc, WcStatus,

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use nic::sim::PairConfig;
-use nic::transport::VerbsError;
+use nic::verbs::VerbsError;
 use nic::verbs::{AhAttr, QpState, QpType, SendOp, Sgl, UdDest, WcStatus};
 use nic::wire::{IpRepr, Opcode, RoceRepr};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -388,5 +388,61 @@ fn duplicate_read_stops_the_answer_to_a_later_read() {
     assert!(h.take(0).iter().all(|w| w.status == WcStatus::Success));
     same(&h.mem(0, 0x10000, 4096), &data[..4096], "READ 1");
     same(&h.mem(0, 0x20000, 8192), &data[4096..], "READ 2");
+    assert_eq!(h.qp(1).state, QpState::Rts);
+}
+
+/// C9-110 with an atomic: a duplicate atomic whose PSN is earlier than the
+/// READ being answered stops that answer and is answered next, from the
+/// responder resources (IBA 9.7.5.1.3.2: replayed, never executed again).
+#[test]
+fn duplicate_atomic_stops_the_answer_to_a_later_read() {
+    let mut h = H::rc();
+    let b = h.ep(1);
+    let data = pattern(7, 8192);
+    h.fill(1, 0, &data);
+    let fadd = SendOp::FetchAdd {
+        remote_addr: b.base + 0x10000,
+        rkey: b.rkey,
+        add: 5,
+    };
+    h.send(0, wr(1, fadd, h.sgl(0, 0x30000, 8)));
+    let op = h.read_op(1, 0);
+    h.send(0, wr(2, op, h.sgl(0, 0x20000, 8192)));
+    let (atomic, read) = (h.pull(0), h.pull(0));
+    let pa = frame_opcode_psn(&atomic).unwrap().1.value();
+    let pr = frame_opcode_psn(&read).unwrap().1.value();
+    assert_eq!(pr, pa + 1);
+    let now = h.p.sim.now;
+    h.p.sim.nodes[1].handle_frame(now, &atomic);
+    h.p.sim.nodes[1].handle_frame(now, &read);
+    // the atomic ACK, then the READ's first two responses
+    let mut sent = Vec::new();
+    let mut buf = vec![0u8; nic::transport::MAX_FRAME_LEN];
+    for _ in 0..3 {
+        let n = h.p.sim.nodes[1].poll_transmit(now, &mut buf).unwrap();
+        sent.push(buf[..n].to_vec());
+    }
+    assert_eq!(psns(&sent), [pa, pr, pr + 1]);
+    // the atomic again: its saved ACK goes out next and the READ's answer
+    // stops; the atomic does not run a second time
+    h.p.sim.nodes[1].handle_frame(now, &atomic);
+    let after = pull_all(&mut h, 1);
+    assert_eq!(psns(&after), [pa]);
+    assert_eq!(
+        frame_opcode_psn(&after[0]).unwrap().0,
+        Opcode::RC_ATOMIC_ACKNOWLEDGE
+    );
+    let c = h.counters(1);
+    assert_eq!((c.duplicate_request, c.rx_atomic_requests), (1, 1));
+    assert_eq!(h.u64_at(1, 0x10000), 5, "the atomic ran once");
+    // the requester gets all of it: the READ by asking again
+    for f in sent.iter().chain(&after) {
+        h.sim().inject(1, f);
+    }
+    h.run_for_wcs(2, 0);
+    assert!(h.take(0).iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(h.u64_at(0, 0x30000), 0, "the original value");
+    assert_eq!(h.u64_at(1, 0x10000), 5);
+    same(&h.mem(0, 0x20000, 8192), &data, "READ");
     assert_eq!(h.qp(1).state, QpState::Rts);
 }

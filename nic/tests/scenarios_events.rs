@@ -6,8 +6,10 @@
 mod common;
 
 use common::*;
+use nic::device::Rnic;
 use nic::sim::{connect, PairConfig};
-use nic::transport::{AsyncEvent, QpInit, Rnic};
+use nic::transport::QpInit;
+use nic::verbs::AsyncEvent;
 use nic::verbs::{AhAttr, QpAttr, QpState, QpType, RecvWr, SendOp, WcStatus};
 use std::time::Duration;
 
@@ -328,7 +330,8 @@ fn last_wqe_reached_when_an_srq_qp_fails() {
 /// checks that the engine polls a port's link and feeds it here.)
 #[test]
 fn port_events_once_per_link_change() {
-    use nic::transport::{Affiliated, PortState};
+    use nic::device::PortState;
+    use nic::verbs::Affiliated;
     let mut h = H::rc();
     let r = &mut h.p.sim.nodes[0];
     r.init_link_up(false);

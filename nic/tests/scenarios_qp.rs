@@ -6,8 +6,10 @@
 mod common;
 
 use common::*;
+use nic::device::Rnic;
 use nic::sim::PairConfig;
-use nic::transport::{QpInit, Rnic, RnicConfig, VerbsError};
+use nic::transport::{QpInit, RnicConfig};
+use nic::verbs::VerbsError;
 use nic::verbs::{
     access, AhAttr, ModifyError, QpAttr, QpState, QpType, RecvWr, SendOp, Sgl, WcStatus,
 };

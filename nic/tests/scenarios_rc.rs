@@ -629,7 +629,7 @@ fn rc_srq_shared_by_two_qps_with_its_limit_event() {
         assert_eq!(h.mem(1, 0x10000 * (k + 1), msgs[k].len()), msgs[k]);
     }
     // below 3 WQEs left (after the second SEND): one event, then disarmed
-    use nic::transport::AsyncEvent;
+    use nic::verbs::AsyncEvent;
     assert_eq!(
         h.p.sim.nodes[1].poll_async_event(),
         Some(AsyncEvent::SrqLimitReached(srq))

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use nic::sim::PairConfig;
-use nic::transport::VerbsError;
+use nic::verbs::VerbsError;
 use nic::verbs::{AhAttr, QpState, QpType, SendOp, SendWr, UdDest, WcOpcode, WcStatus};
 use nic::wire::Opcode;
 use std::net::Ipv4Addr;

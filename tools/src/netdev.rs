@@ -17,7 +17,8 @@ use nic::io::addr::next_hop_mac;
 use nic::io::afxdp::{open_port, AfXdpConfig, AfXdpPort, AttachMode, Backend};
 use nic::io::pcap::PcapTap;
 use nic::io::Port;
-use nic::transport::{Rnic, RnicConfig};
+use nic::device::Rnic;
+use nic::transport::RnicConfig;
 use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpType};
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
@@ -163,7 +164,7 @@ pub fn parse_gid(s: &str) -> Result<Gid, CliError> {
 
 /// The largest IB MTU a port with this interface MTU carries.
 pub fn max_ib_mtu(if_mtu: usize, ipv6: bool) -> u32 {
-    nic::transport::ib_mtu_for_ip_mtu(if_mtu, ipv6)
+    nic::device::ib_mtu_for_ip_mtu(if_mtu, ipv6)
 }
 
 /// What to open.

@@ -8,7 +8,9 @@
 //! on its engine's thread through the engine's control path.
 
 use nic::engine::EngineError;
-use nic::transport::{QpInit, Rnic, VerbsError};
+use nic::device::Rnic;
+use nic::transport::QpInit;
+use nic::verbs::VerbsError;
 use nic::verbs::{access, AhAttr, QpAttr, QpState, QpType};
 
 /// The Q_Key of ibv_ud_pingpong (and of our UD QPs).

@@ -25,6 +25,7 @@ mod field {
     pub const PSN: usize = 9;
 }
 
+/// Length of the BTH in bytes.
 pub const HEADER_LEN: usize = 12;
 /// The default partition key (full membership).
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
@@ -44,6 +45,8 @@ pub struct BthHeader<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> BthHeader<T> {
+    /// Wraps `buffer` without checks; the accessors then panic on a buffer
+    /// shorter than [`HEADER_LEN`]. Use [`Self::new_checked`] on untrusted input.
     #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         BthHeader { buffer }
@@ -66,54 +69,71 @@ impl<T: AsRef<[u8]>> BthHeader<T> {
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
+    /// OpCode (byte 0): transport service in bits 7:5, operation in bits 4:0.
     #[inline(always)]
     pub fn opcode(&self) -> Opcode {
         Opcode(self.b()[field::OPCODE])
     }
+    /// Solicited Event (SE), byte 1 bit 7: the responder raises a solicited
+    /// completion event for this message, IBA 9.2.
     #[inline(always)]
     pub fn solicited(&self) -> bool {
         self.b()[field::FLAGS] & 0x80 != 0
     }
+    /// MigReq, byte 1 bit 6: the path migration state, IBA 9.2.
     #[inline(always)]
     pub fn migreq(&self) -> bool {
         self.b()[field::FLAGS] & 0x40 != 0
     }
+    /// PadCnt (0-3), byte 1 bits 5:4: pad bytes between the payload and the
+    /// ICRC that bring it to a multiple of four, IBA 9.2.
     #[inline(always)]
     pub fn pad(&self) -> u8 {
         (self.b()[field::FLAGS] >> 4) & 3
     }
+    /// TVer, byte 1 bits 3:0: the transport header version, always 0.
     #[inline(always)]
     pub fn tver(&self) -> u8 {
         self.b()[field::FLAGS] & 0x0F
     }
+    /// P_Key, bytes 2-3: the partition key (bit 15 full membership).
     #[inline(always)]
     pub fn pkey(&self) -> u16 {
         be16(self.b(), field::PKEY)
     }
+    /// FECN, byte 4 bit 7: forward explicit congestion notification.
     #[inline(always)]
     pub fn fecn(&self) -> bool {
         self.b()[field::BECN_FECN] & 0x80 != 0
     }
+    /// BECN, byte 4 bit 6: backward explicit congestion notification; set in
+    /// a RoCEv2 CNP (RoCEv2 A17.9).
     #[inline(always)]
     pub fn becn(&self) -> bool {
         self.b()[field::BECN_FECN] & 0x40 != 0
     }
+    /// Resv6, byte 4 bits 5:0: reserved.
     #[inline(always)]
     pub fn resv6(&self) -> u8 {
         self.b()[field::BECN_FECN] & 0x3F
     }
+    /// DestQP, bytes 5-7: the 24-bit number of the destination queue pair.
     #[inline(always)]
     pub fn dest_qp(&self) -> u32 {
         be24(self.b(), field::DEST_QP)
     }
+    /// AckReq, byte 8 bit 7: the requester asks for an acknowledgement of this
+    /// packet, IBA 9.2.
     #[inline(always)]
     pub fn ack_req(&self) -> bool {
         self.b()[field::ACK_REQ] & 0x80 != 0
     }
+    /// Resv7, byte 8 bits 6:0: reserved.
     #[inline(always)]
     pub fn resv7(&self) -> u8 {
         self.b()[field::ACK_REQ] & 0x7F
     }
+    /// PSN, bytes 9-11: the 24-bit packet sequence number.
     #[inline(always)]
     pub fn psn(&self) -> Psn {
         Psn::new(be24(self.b(), field::PSN))
@@ -125,21 +145,34 @@ impl<T: AsRef<[u8]>> BthHeader<T> {
 /// that a parsed header re-emits byte for byte.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct BthRepr {
+    /// OpCode: transport service and operation.
     pub opcode: Opcode,
+    /// Solicited Event (SE).
     pub solicited: bool,
+    /// MigReq: the path migration state.
     pub migreq: bool,
+    /// PadCnt (0-3): pad bytes after the payload.
     pub pad: u8,
+    /// P_Key: the partition key.
     pub pkey: u16,
+    /// FECN: forward explicit congestion notification.
     pub fecn: bool,
+    /// BECN: backward explicit congestion notification (set in a CNP).
     pub becn: bool,
+    /// Resv6: 6 reserved bits after FECN and BECN.
     pub resv6: u8,
+    /// DestQP: the destination queue pair (24 bits).
     pub dest_qp: u32,
+    /// AckReq: acknowledge request.
     pub ack_req: bool,
+    /// Resv7: 7 reserved bits after AckReq.
     pub resv7: u8,
+    /// PSN: the packet sequence number.
     pub psn: Psn,
 }
 
 impl BthRepr {
+    /// Reads every field of a checked header.
     #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(h: &BthHeader<T>) -> BthRepr {
         BthRepr {
@@ -170,6 +203,8 @@ impl BthRepr {
         }
     }
 
+    /// Writes the 12-byte header into the front of `buf` with TVer 0; `buf`
+    /// must hold at least [`HEADER_LEN`] bytes.
     pub fn emit(&self, buf: &mut [u8]) {
         let b = &mut buf[..HEADER_LEN];
         b[field::OPCODE] = self.opcode.0;

@@ -84,6 +84,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// Every kernel, available on this CPU or not.
     pub const ALL: [Kernel; 3] = [Kernel::Portable, Kernel::Pclmul, Kernel::Avx512];
 
     /// Whether this CPU runs the kernel.
@@ -207,7 +208,9 @@ pub fn copy_and_update_with(kernel: Kernel, crc: &mut Hasher, src: &[u8], dst: &
 /// `dst`.
 #[inline]
 pub unsafe fn copy_and_update_raw(crc: &mut Hasher, src: *const u8, dst: &mut [u8]) {
-    run(Kernel::best(), crc, src, dst)
+    // SAFETY: the caller guarantees `src` is readable for `dst.len()` bytes and
+    // does not overlap `dst`, which is `run`'s contract.
+    unsafe { run(Kernel::best(), crc, src, dst) }
 }
 
 /// `copy_and_update_raw` with a chosen kernel (see `copy_and_update_with`).
@@ -220,12 +223,16 @@ pub unsafe fn copy_and_update_raw_with(
     src: *const u8,
     dst: &mut [u8],
 ) {
-    let kernel = if kernel.available() {
-        kernel
-    } else {
-        Kernel::Portable
-    };
-    run(kernel, crc, src, dst)
+    // SAFETY: `kernel` is available here (checked above) and the caller
+    // guarantees `run`'s contract for `src` and `dst`.
+    unsafe {
+        let kernel = if kernel.available() {
+            kernel
+        } else {
+            Kernel::Portable
+        };
+        run(kernel, crc, src, dst)
+    }
 }
 
 /// The dispatch, `kernel` known to run here.
@@ -234,30 +241,35 @@ pub unsafe fn copy_and_update_raw_with(
 /// As `copy_and_update_raw`.
 #[inline]
 unsafe fn run(kernel: Kernel, crc: &mut Hasher, src: *const u8, dst: &mut [u8]) {
-    let len = dst.len();
-    #[cfg(target_arch = "x86_64")]
-    {
-        let bulk = match kernel {
-            Kernel::Avx512 if len >= AVX512_MIN => {
-                let raw = !crc.clone().finalize();
-                Some(x86::bulk_avx512::<true>(raw, src, dst.as_mut_ptr(), len))
+    // SAFETY: the caller guarantees `src` is readable for `len` bytes and does
+    // not overlap `dst`; the kernels run only when `kernel` is available (the
+    // callers check), which is what their target features need.
+    unsafe {
+        let len = dst.len();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let bulk = match kernel {
+                Kernel::Avx512 if len >= AVX512_MIN => {
+                    let raw = !crc.clone().finalize();
+                    Some(x86::bulk_avx512::<true>(raw, src, dst.as_mut_ptr(), len))
+                }
+                Kernel::Pclmul if len >= PCLMUL_MIN => {
+                    let raw = !crc.clone().finalize();
+                    Some(x86::bulk_pclmul(raw, src, dst.as_mut_ptr(), len))
+                }
+                _ => None,
+            };
+            if let Some((v, done)) = bulk {
+                let tail = &mut dst[done..];
+                core::ptr::copy_nonoverlapping(src.add(done), tail.as_mut_ptr(), tail.len());
+                finish(crc, v, done, tail);
+                return;
             }
-            Kernel::Pclmul if len >= PCLMUL_MIN => {
-                let raw = !crc.clone().finalize();
-                Some(x86::bulk_pclmul(raw, src, dst.as_mut_ptr(), len))
-            }
-            _ => None,
-        };
-        if let Some((v, done)) = bulk {
-            let tail = &mut dst[done..];
-            core::ptr::copy_nonoverlapping(src.add(done), tail.as_mut_ptr(), tail.len());
-            finish(crc, v, done, tail);
-            return;
         }
+        let _ = kernel;
+        core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), len);
+        crc.update(dst);
     }
-    let _ = kernel;
-    core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), len);
-    crc.update(dst);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -292,19 +304,31 @@ mod x86 {
 
     /// Loads 16 bytes at `src + at` and, when `COPY`, stores them at
     /// `dst + at`.
+    ///
+    /// # Safety
+    /// `src + at` readable and, when `COPY`, `dst + at` writable for 16
+    /// bytes; SSE2 present.
     #[inline]
     #[target_feature(enable = "sse2")]
     unsafe fn copy16<const COPY: bool>(src: *const u8, dst: *mut u8, at: usize) -> __m128i {
-        let v = _mm_loadu_si128(src.add(at) as *const __m128i);
-        if COPY {
-            _mm_storeu_si128(dst.add(at) as *mut __m128i, v);
+        // SAFETY: the caller guarantees `src + at` readable and, when `COPY`,
+        // `dst + at` writable for 16 bytes; unaligned loads and stores.
+        unsafe {
+            let v = _mm_loadu_si128(src.add(at) as *const __m128i);
+            if COPY {
+                _mm_storeu_si128(dst.add(at) as *mut __m128i, v);
+            }
+            v
         }
-        v
     }
 
     /// `N` 64-byte blocks from `src + at`, all loads first, then (when
     /// `COPY`) all stores: the loads need not wait for the stores'
     /// addresses.
+    ///
+    /// # Safety
+    /// `src + at` readable and, when `COPY`, `dst + at` writable for `N` ×
+    /// 64 bytes; AVX-512F present.
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn copy64s<const N: usize, const COPY: bool>(
@@ -312,22 +336,30 @@ mod x86 {
         dst: *mut u8,
         at: usize,
     ) -> [__m512i; N] {
-        let s = src.add(at) as *const __m512i;
-        let mut v = [_mm512_setzero_si512(); N];
-        for (i, v) in v.iter_mut().enumerate() {
-            *v = _mm512_loadu_si512(s.add(i));
-        }
-        if COPY {
-            let d = dst.add(at) as *mut __m512i;
-            for (i, v) in v.iter().enumerate() {
-                _mm512_storeu_si512(d.add(i), *v);
+        // SAFETY: the caller guarantees `src + at` readable and, when `COPY`,
+        // `dst + at` writable for `N` × 64 bytes; unaligned loads and stores.
+        unsafe {
+            let s = src.add(at) as *const __m512i;
+            let mut v = [_mm512_setzero_si512(); N];
+            for (i, v) in v.iter_mut().enumerate() {
+                *v = _mm512_loadu_si512(s.add(i));
             }
+            if COPY {
+                let d = dst.add(at) as *mut __m512i;
+                for (i, v) in v.iter().enumerate() {
+                    _mm512_storeu_si512(d.add(i), *v);
+                }
+            }
+            v
         }
-        v
     }
 
     /// Folds whole 16-byte blocks from `at` on into `x`; returns V and
     /// where the blocks end.
+    ///
+    /// # Safety
+    /// `src` readable and, when `COPY`, `dst` writable for `len` bytes;
+    /// PCLMULQDQ present.
     #[inline]
     #[target_feature(enable = "pclmulqdq,sse2")]
     unsafe fn finish_blocks<const COPY: bool>(
@@ -337,15 +369,20 @@ mod x86 {
         mut at: usize,
         len: usize,
     ) -> ([u8; 16], usize) {
-        let (a, b) = lane(K128);
-        let k128 = _mm_set_epi64x(b, a);
-        while at + 16 <= len {
-            x = fold128(x, k128, copy16::<COPY>(src, dst, at));
-            at += 16;
+        // SAFETY: the caller guarantees `src` readable and, when `COPY`, `dst`
+        // writable up to `len`; every block read or written ends at or before
+        // `len`.
+        unsafe {
+            let (a, b) = lane(K128);
+            let k128 = _mm_set_epi64x(b, a);
+            while at + 16 <= len {
+                x = fold128(x, k128, copy16::<COPY>(src, dst, at));
+                at += 16;
+            }
+            let mut v = [0u8; 16];
+            _mm_storeu_si128(v.as_mut_ptr() as *mut __m128i, x);
+            (v, at)
         }
-        let mut v = [0u8; 16];
-        _mm_storeu_si128(v.as_mut_ptr() as *mut __m128i, x);
-        (v, at)
     }
 
     /// Copies and folds the first whole 16-byte blocks of `len` bytes
@@ -361,39 +398,44 @@ mod x86 {
         dst: *mut u8,
         len: usize,
     ) -> ([u8; 16], usize) {
-        debug_assert!(len >= super::PCLMUL_MIN);
-        let (a, b) = lane(K512);
-        let k512 = _mm_set_epi64x(b, a);
-        let (a, b) = lane(K128);
-        let k128 = _mm_set_epi64x(b, a);
-        let mut x0 = _mm_xor_si128(copy16::<true>(src, dst, 0), _mm_cvtsi32_si128(raw as i32));
-        let mut x1 = copy16::<true>(src, dst, 16);
-        let mut x2 = copy16::<true>(src, dst, 32);
-        let mut x3 = copy16::<true>(src, dst, 48);
-        let mut at = 64;
-        while at + 64 <= len {
-            // four loads, then four stores (as in `copy64s`)
-            let s = src.add(at) as *const __m128i;
-            let d = dst.add(at) as *mut __m128i;
-            let v = [
-                _mm_loadu_si128(s),
-                _mm_loadu_si128(s.add(1)),
-                _mm_loadu_si128(s.add(2)),
-                _mm_loadu_si128(s.add(3)),
-            ];
-            for (i, v) in v.iter().enumerate() {
-                _mm_storeu_si128(d.add(i), *v);
+        // SAFETY: the caller guarantees `src` readable and `dst` writable for
+        // `len` bytes (at least 64); every load and store below ends at or
+        // before `len`.
+        unsafe {
+            debug_assert!(len >= super::PCLMUL_MIN);
+            let (a, b) = lane(K512);
+            let k512 = _mm_set_epi64x(b, a);
+            let (a, b) = lane(K128);
+            let k128 = _mm_set_epi64x(b, a);
+            let mut x0 = _mm_xor_si128(copy16::<true>(src, dst, 0), _mm_cvtsi32_si128(raw as i32));
+            let mut x1 = copy16::<true>(src, dst, 16);
+            let mut x2 = copy16::<true>(src, dst, 32);
+            let mut x3 = copy16::<true>(src, dst, 48);
+            let mut at = 64;
+            while at + 64 <= len {
+                // four loads, then four stores (as in `copy64s`)
+                let s = src.add(at) as *const __m128i;
+                let d = dst.add(at) as *mut __m128i;
+                let v = [
+                    _mm_loadu_si128(s),
+                    _mm_loadu_si128(s.add(1)),
+                    _mm_loadu_si128(s.add(2)),
+                    _mm_loadu_si128(s.add(3)),
+                ];
+                for (i, v) in v.iter().enumerate() {
+                    _mm_storeu_si128(d.add(i), *v);
+                }
+                x0 = fold128(x0, k512, v[0]);
+                x1 = fold128(x1, k512, v[1]);
+                x2 = fold128(x2, k512, v[2]);
+                x3 = fold128(x3, k512, v[3]);
+                at += 64;
             }
-            x0 = fold128(x0, k512, v[0]);
-            x1 = fold128(x1, k512, v[1]);
-            x2 = fold128(x2, k512, v[2]);
-            x3 = fold128(x3, k512, v[3]);
-            at += 64;
+            let x = fold128(x0, k128, x1);
+            let x = fold128(x, k128, x2);
+            let x = fold128(x, k128, x3);
+            finish_blocks::<true>(x, src, dst, at, len)
         }
-        let x = fold128(x0, k128, x1);
-        let x = fold128(x, k128, x2);
-        let x = fold128(x, k128, x3);
-        finish_blocks::<true>(x, src, dst, at, len)
     }
 
     /// `bulk_pclmul` 256 bytes a step (`len` at least 256); without
@@ -418,83 +460,88 @@ mod x86 {
         dst: *mut u8,
         len: usize,
     ) -> ([u8; 16], usize) {
-        debug_assert!(len >= super::AVX512_MIN);
-        let (a, b) = lane(K2048);
-        let k2048 = _mm512_broadcast_i32x4(_mm_set_epi64x(b, a));
-        let (a, b) = lane(K512);
-        let k512 = _mm512_broadcast_i32x4(_mm_set_epi64x(b, a));
-        let init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(raw as i32));
-        let mut z: [__m512i; 4];
-        let mut at;
-        if !COPY && len >= WIDE_MIN {
-            let (a, b) = lane(K8192);
-            let k8192 = _mm512_broadcast_i32x4(_mm_set_epi64x(b, a));
-            let mut w = [_mm512_setzero_si512(); 16];
-            for g in 0..4 {
-                let d = copy64s::<4, COPY>(src, dst, 256 * g);
-                w[4 * g..4 * g + 4].copy_from_slice(&d);
-            }
-            w[0] = _mm512_xor_si512(w[0], init);
-            at = 1024;
-            while at + 1024 <= len {
-                // four groups of four loads (and stores, were this path
-                // taken with `COPY`: sixteen registers held for their
-                // stores would spill)
+        // SAFETY: the caller guarantees `src` readable and, when `COPY`, `dst`
+        // writable for `len` bytes (at least 256); every load and store below
+        // ends at or before `len`.
+        unsafe {
+            debug_assert!(len >= super::AVX512_MIN);
+            let (a, b) = lane(K2048);
+            let k2048 = _mm512_broadcast_i32x4(_mm_set_epi64x(b, a));
+            let (a, b) = lane(K512);
+            let k512 = _mm512_broadcast_i32x4(_mm_set_epi64x(b, a));
+            let init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(raw as i32));
+            let mut z: [__m512i; 4];
+            let mut at;
+            if !COPY && len >= WIDE_MIN {
+                let (a, b) = lane(K8192);
+                let k8192 = _mm512_broadcast_i32x4(_mm_set_epi64x(b, a));
+                let mut w = [_mm512_setzero_si512(); 16];
                 for g in 0..4 {
-                    let d = copy64s::<4, COPY>(src, dst, at + 256 * g);
-                    for (w, d) in w[4 * g..4 * g + 4].iter_mut().zip(d) {
-                        *w = fold512(*w, k8192, d);
+                    let d = copy64s::<4, COPY>(src, dst, 256 * g);
+                    w[4 * g..4 * g + 4].copy_from_slice(&d);
+                }
+                w[0] = _mm512_xor_si512(w[0], init);
+                at = 1024;
+                while at + 1024 <= len {
+                    // four groups of four loads (and stores, were this path
+                    // taken with `COPY`: sixteen registers held for their
+                    // stores would spill)
+                    for g in 0..4 {
+                        let d = copy64s::<4, COPY>(src, dst, at + 256 * g);
+                        for (w, d) in w[4 * g..4 * g + 4].iter_mut().zip(d) {
+                            *w = fold512(*w, k8192, d);
+                        }
+                    }
+                    at += 1024;
+                }
+                z = [w[0], w[1], w[2], w[3]];
+                for j in 1..4 {
+                    for (i, z) in z.iter_mut().enumerate() {
+                        *z = fold512(*z, k2048, w[4 * j + i]);
                     }
                 }
-                at += 1024;
+            } else {
+                z = copy64s::<4, COPY>(src, dst, 0);
+                z[0] = _mm512_xor_si512(z[0], init);
+                at = 256;
             }
-            z = [w[0], w[1], w[2], w[3]];
-            for j in 1..4 {
-                for (i, z) in z.iter_mut().enumerate() {
-                    *z = fold512(*z, k2048, w[4 * j + i]);
+            while at + 256 <= len {
+                let d = copy64s::<4, COPY>(src, dst, at);
+                for (z, d) in z.iter_mut().zip(d) {
+                    *z = fold512(*z, k2048, d);
                 }
+                at += 256;
             }
-        } else {
-            z = copy64s::<4, COPY>(src, dst, 0);
-            z[0] = _mm512_xor_si512(z[0], init);
-            at = 256;
-        }
-        while at + 256 <= len {
-            let d = copy64s::<4, COPY>(src, dst, at);
-            for (z, d) in z.iter_mut().zip(d) {
-                *z = fold512(*z, k2048, d);
+            let [z0, z1, z2, z3] = z;
+            let z = fold512(z0, k512, z1);
+            let z = fold512(z, k512, z2);
+            let mut z = fold512(z, k512, z3);
+            while at + 64 <= len {
+                let [d] = copy64s::<1, COPY>(src, dst, at);
+                z = fold512(z, k512, d);
+                at += 64;
             }
-            at += 256;
+            // The four 16-byte lanes onto the last: by 384, 256 and 128 bits.
+            let (a3, b3) = lane(K384);
+            let (a2, b2) = lane(K256);
+            let (a1, b1) = lane(K128);
+            let k = _mm512_set_epi64(0, 0, b1, a1, b2, a2, b3, a3);
+            let p = _mm512_xor_si512(
+                _mm512_clmulepi64_epi128::<0x00>(z, k),
+                _mm512_clmulepi64_epi128::<0x11>(z, k),
+            );
+            let x = _mm_xor_si128(
+                _mm_xor_si128(
+                    _mm512_extracti32x4_epi32::<0>(p),
+                    _mm512_extracti32x4_epi32::<1>(p),
+                ),
+                _mm_xor_si128(
+                    _mm512_extracti32x4_epi32::<2>(p),
+                    _mm512_extracti32x4_epi32::<3>(z),
+                ),
+            );
+            finish_blocks::<COPY>(x, src, dst, at, len)
         }
-        let [z0, z1, z2, z3] = z;
-        let z = fold512(z0, k512, z1);
-        let z = fold512(z, k512, z2);
-        let mut z = fold512(z, k512, z3);
-        while at + 64 <= len {
-            let [d] = copy64s::<1, COPY>(src, dst, at);
-            z = fold512(z, k512, d);
-            at += 64;
-        }
-        // The four 16-byte lanes onto the last: by 384, 256 and 128 bits.
-        let (a3, b3) = lane(K384);
-        let (a2, b2) = lane(K256);
-        let (a1, b1) = lane(K128);
-        let k = _mm512_set_epi64(0, 0, b1, a1, b2, a2, b3, a3);
-        let p = _mm512_xor_si512(
-            _mm512_clmulepi64_epi128::<0x00>(z, k),
-            _mm512_clmulepi64_epi128::<0x11>(z, k),
-        );
-        let x = _mm_xor_si128(
-            _mm_xor_si128(
-                _mm512_extracti32x4_epi32::<0>(p),
-                _mm512_extracti32x4_epi32::<1>(p),
-            ),
-            _mm_xor_si128(
-                _mm512_extracti32x4_epi32::<2>(p),
-                _mm512_extracti32x4_epi32::<3>(z),
-            ),
-        );
-        finish_blocks::<COPY>(x, src, dst, at, len)
     }
 }
 

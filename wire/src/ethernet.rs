@@ -9,10 +9,12 @@ use core::fmt;
 pub struct EthernetAddress(pub [u8; 6]);
 
 impl EthernetAddress {
+    /// The broadcast address, ff:ff:ff:ff:ff:ff.
     pub const BROADCAST: EthernetAddress = EthernetAddress([0xff; 6]);
     /// IEEE 802.1Qbb / 802.3x MAC control destination (01:80:C2:00:00:01).
     pub const MAC_CONTROL: EthernetAddress = EthernetAddress([0x01, 0x80, 0xC2, 0, 0, 0x01]);
 
+    /// The address in the first six bytes of `b`; panics if `b` is shorter.
     #[inline(always)]
     pub fn from_bytes(b: &[u8]) -> EthernetAddress {
         let mut a = [0u8; 6];
@@ -20,6 +22,8 @@ impl EthernetAddress {
         EthernetAddress(a)
     }
 
+    /// True for a group address: the I/G bit (bit 0 of the first byte) is set.
+    /// Broadcast is a multicast address.
     #[inline(always)]
     pub fn is_multicast(&self) -> bool {
         self.0[0] & 1 == 1
@@ -45,18 +49,26 @@ impl fmt::Debug for EthernetAddress {
 
 /// EtherType values this crate understands; others are kept as numbers.
 pub mod ethertype {
+    /// IPv4.
     pub const IPV4: u16 = 0x0800;
+    /// IPv6.
     pub const IPV6: u16 = 0x86DD;
+    /// The TPID of an IEEE 802.1Q tag, which sits after the source address.
     pub const VLAN: u16 = 0x8100;
+    /// IEEE 802.3 MAC control (PAUSE, PFC).
     pub const MAC_CONTROL: u16 = 0x8808;
+    /// ARP (RFC 826).
     pub const ARP: u16 = 0x0806;
 }
 
 /// An 802.1Q tag: priority code point, drop-eligible indicator, VLAN id.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct VlanTag {
+    /// Priority code point (0-7), the 802.1p priority; PFC pauses per PCP.
     pub pcp: u8,
+    /// Drop eligible indicator.
     pub dei: bool,
+    /// VLAN identifier (12 bits).
     pub vid: u16,
 }
 
@@ -84,7 +96,9 @@ mod field {
     pub const INNER_TYPE: usize = 16;
 }
 
+/// Length of an untagged Ethernet II header: two addresses and the EtherType.
 pub const HEADER_LEN: usize = 14;
+/// Length of a header with one 802.1Q tag (4 more bytes: TPID and TCI).
 pub const VLAN_HEADER_LEN: usize = 18;
 /// Minimum Ethernet frame length without the FCS.
 pub const MIN_FRAME_LEN: usize = 60;
@@ -96,6 +110,8 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
+    /// Wraps `buffer` without checks; the accessors then panic on a buffer
+    /// shorter than the header. Use [`Self::new_checked`] on untrusted input.
     #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         EthernetFrame { buffer }
@@ -113,16 +129,19 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         Ok(f)
     }
 
+    /// Destination MAC address (bytes 0-5).
     #[inline(always)]
     pub fn dst(&self) -> EthernetAddress {
         EthernetAddress::from_bytes(&self.buffer.as_ref()[field::DST])
     }
 
+    /// Source MAC address (bytes 6-11).
     #[inline(always)]
     pub fn src(&self) -> EthernetAddress {
         EthernetAddress::from_bytes(&self.buffer.as_ref()[field::SRC])
     }
 
+    /// The 802.1Q tag, when the outer EtherType is [`ethertype::VLAN`].
     #[inline(always)]
     pub fn vlan(&self) -> Option<VlanTag> {
         let b = self.buffer.as_ref();
@@ -139,6 +158,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         }
     }
 
+    /// Header length: [`VLAN_HEADER_LEN`] when tagged, else [`HEADER_LEN`].
     #[inline(always)]
     pub fn header_len(&self) -> usize {
         if be16(self.buffer.as_ref(), field::TYPE) == ethertype::VLAN {
@@ -148,6 +168,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         }
     }
 
+    /// The bytes after the header (and tag), to the end of the buffer.
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
@@ -156,13 +177,18 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 /// The parsed form of an Ethernet header.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct EthernetRepr {
+    /// Destination MAC address.
     pub dst: EthernetAddress,
+    /// Source MAC address.
     pub src: EthernetAddress,
+    /// The 802.1Q tag, if the frame is tagged.
     pub vlan: Option<VlanTag>,
+    /// EtherType of the payload (the inner one when tagged); see [`ethertype`].
     pub ethertype: u16,
 }
 
 impl EthernetRepr {
+    /// Reads the fields of a checked header.
     #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(f: &EthernetFrame<T>) -> EthernetRepr {
         EthernetRepr {
@@ -173,6 +199,8 @@ impl EthernetRepr {
         }
     }
 
+    /// Length the header takes on emit: [`VLAN_HEADER_LEN`] with a tag, else
+    /// [`HEADER_LEN`].
     #[inline(always)]
     pub const fn header_len(&self) -> usize {
         if self.vlan.is_some() {

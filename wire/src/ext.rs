@@ -8,24 +8,31 @@ use core::fmt;
 /// RDMA Extended Transport Header (IBA 9.3.3), 16 bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Reth {
+    /// Virtual address of the first byte of the remote buffer.
     pub va: u64,
+    /// R_Key of the remote memory region.
     pub rkey: u32,
+    /// Length of the whole RDMA operation in bytes (not of this packet).
     pub dma_len: u32,
 }
 
 /// Atomic Extended Transport Header (IBA 9.3.4), 28 bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct AtomicEth {
+    /// Virtual address of the 8-byte target; must be 8-byte aligned.
     pub va: u64,
+    /// R_Key of the remote memory region.
     pub rkey: u32,
     /// The swap value (CMP_SWAP) or the addend (FETCH_ADD).
     pub swap_add: u64,
+    /// The value compared with the target (CMP_SWAP; unused by FETCH_ADD).
     pub compare: u64,
 }
 
 /// Datagram Extended Transport Header (IBA 9.3.2), 8 bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Deth {
+    /// Q_Key, checked by the receiving UD QP against its own.
     pub qkey: u32,
     /// 24-bit source QP number.
     pub src_qp: u32,
@@ -35,23 +42,32 @@ pub struct Deth {
 /// and placement type (bits 3:0).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Feth {
+    /// Selectivity level (2 bits): how much memory the FLUSH covers.
     pub selectivity: u8,
+    /// Placement type (4 bits): the persistence or visibility requested.
     pub placement_type: u8,
 }
 
 /// NAK codes of the AETH syndrome (IBA 9.7.5.2.2, Table 45).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum NakCode {
+    /// Code 0: PSN sequence error; the requester resends from the PSN in
+    /// the NAK's BTH.
     PsnSequenceError,
+    /// Code 1: invalid request (an opcode or length the responder refuses).
     InvalidRequest,
+    /// Code 2: remote access error (an R_Key, bounds or access-right fault).
     RemoteAccessError,
+    /// Code 3: remote operational error (the responder could not complete).
     RemoteOperationalError,
+    /// Code 4: invalid RD request (Reliable Datagram only).
     InvalidRdRequest,
     /// A reserved code, kept so the header re-emits byte for byte.
     Reserved(u8),
 }
 
 impl NakCode {
+    /// The NAK code in the low 5 bits of `v`.
     pub fn from_bits(v: u8) -> NakCode {
         match v & 0x1F {
             0 => NakCode::PsnSequenceError,
@@ -62,6 +78,7 @@ impl NakCode {
             v => NakCode::Reserved(v),
         }
     }
+    /// The 5-bit code, for the low bits of the syndrome.
     pub fn bits(self) -> u8 {
         match self {
             NakCode::PsnSequenceError => 0,
@@ -81,12 +98,15 @@ impl NakCode {
 pub enum Syndrome {
     /// Credit count code; 0x1F means "invalid / no end-to-end flow control".
     Ack {
+        /// The 5-bit credit count code.
         credits: u8,
     },
     /// Encoded minimum RNR NAK timer (IBA Table 45).
     RnrNak {
+        /// The 5-bit timer code.
         timer: u8,
     },
+    /// Negative acknowledgement (type 011) with its code.
     Nak(NakCode),
     /// Reserved syndrome values (types 010, 1xx), kept raw.
     Reserved(u8),
@@ -96,6 +116,7 @@ impl Syndrome {
     /// Credit code for "no end-to-end credits are being tracked".
     pub const UNLIMITED_CREDITS: u8 = 0x1F;
 
+    /// Decodes the first byte of an AETH.
     pub fn from_byte(b: u8) -> Syndrome {
         let low = b & 0x1F;
         match b >> 5 {
@@ -106,6 +127,7 @@ impl Syndrome {
         }
     }
 
+    /// Encodes the syndrome as the first byte of an AETH.
     pub fn to_byte(self) -> u8 {
         match self {
             Syndrome::Ack { credits } => credits & 0x1F,
@@ -115,6 +137,7 @@ impl Syndrome {
         }
     }
 
+    /// True for a positive acknowledgement (type 000).
     pub fn is_ack(self) -> bool {
         matches!(self, Syndrome::Ack { .. })
     }
@@ -139,6 +162,7 @@ impl fmt::Display for Syndrome {
 /// ACK Extended Transport Header (IBA 9.3.5), 4 bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Aeth {
+    /// ACK, RNR NAK or NAK, with its code (byte 0).
     pub syndrome: Syndrome,
     /// 24-bit message sequence number.
     pub msn: u32,
@@ -148,10 +172,17 @@ pub struct Aeth {
 /// present (`ExtHeaders::matches`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct ExtHeaders {
+    /// DETH: in every UD packet.
     pub deth: Option<Deth>,
+    /// FETH: in a FLUSH request.
     pub feth: Option<Feth>,
+    /// RETH: in the first (or only) packet of an RDMA WRITE, and in RDMA
+    /// READ, FLUSH and ATOMIC_WRITE requests.
     pub reth: Option<Reth>,
+    /// AtomicETH: in a CMP_SWAP or FETCH_ADD request.
     pub atomic: Option<AtomicEth>,
+    /// AETH: in every acknowledgement and in the first, last and only RDMA
+    /// READ response packets.
     pub aeth: Option<Aeth>,
     /// AtomicAckETH: the original value at the target address.
     pub atomic_ack: Option<u64>,

@@ -4,10 +4,13 @@
 use core::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// A 128-bit GID in network byte order; in RoCEv2 the IPv6 (or IPv4-mapped)
+/// address of a port.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {
+    /// The GID of 16 raw bytes, in network byte order.
     pub const fn from_bytes(b: [u8; 16]) -> Gid {
         Gid(b)
     }
@@ -20,10 +23,12 @@ impl Gid {
         ])
     }
 
+    /// The GID of an IPv6 address (the same 16 bytes).
     pub const fn from_ipv6(a: Ipv6Addr) -> Gid {
         Gid(a.octets())
     }
 
+    /// The GID of an IP address: IPv4-mapped for IPv4, as is for IPv6.
     pub fn from_ip(a: IpAddr) -> Gid {
         match a {
             IpAddr::V4(v4) => Gid::from_ipv4(v4),
@@ -36,6 +41,7 @@ impl Gid {
         self.0[..10].iter().all(|&b| b == 0) && self.0[10] == 0xff && self.0[11] == 0xff
     }
 
+    /// The IPv4 address of an IPv4-mapped GID, `None` for any other.
     pub fn to_ipv4(&self) -> Option<Ipv4Addr> {
         self.is_ipv4_mapped()
             .then(|| Ipv4Addr::new(self.0[12], self.0[13], self.0[14], self.0[15]))

@@ -11,16 +11,20 @@
 use crate::{bth, ipv4, ipv6, udp};
 use std::sync::LazyLock;
 
+/// Length of the ICRC at the end of every RoCEv2 packet.
 pub const ICRC_LEN: usize = 4;
 
 /// IP version of the datagram the ICRC covers.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum IpVersion {
+    /// IPv4, a 20-byte header.
     V4,
+    /// IPv6, a 40-byte fixed header.
     V6,
 }
 
 impl IpVersion {
+    /// The IP header length: 20 bytes for IPv4, 40 for IPv6.
     pub const fn header_len(self) -> usize {
         match self {
             IpVersion::V4 => ipv4::HEADER_LEN,
@@ -186,7 +190,11 @@ impl Icrc {
     /// overlap `dst`.
     #[inline]
     pub unsafe fn copy_raw(&mut self, src: *const u8, dst: &mut [u8]) {
-        crate::crc_copy::copy_and_update_raw(&mut self.h, src, dst);
+        // SAFETY: the caller guarantees `src` is readable for `dst.len()` bytes
+        // and does not overlap `dst`.
+        unsafe {
+            crate::crc_copy::copy_and_update_raw(&mut self.h, src, dst);
+        }
     }
 
     /// The ICRC of everything covered, to store with `write`.

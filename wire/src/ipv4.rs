@@ -18,7 +18,10 @@ mod field {
     pub const DST: usize = 16;
 }
 
+/// Length of the IPv4 header without options (IHL 5), the only form RoCEv2
+/// uses.
 pub const HEADER_LEN: usize = 20;
+/// The IPv4 Protocol number of UDP.
 pub const PROTOCOL_UDP: u8 = 17;
 const FLAG_DF: u16 = 0x4000;
 const FLAG_MF: u16 = 0x2000;
@@ -31,6 +34,8 @@ pub struct Ipv4Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
+    /// Wraps `buffer` without checks; the accessors then panic on a buffer
+    /// shorter than [`HEADER_LEN`]. Use [`Self::new_checked`] on untrusted input.
     #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         Ipv4Packet { buffer }
@@ -75,54 +80,68 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ok(p)
     }
 
+    /// Version, the high nibble of byte 0 (4 for IPv4).
     #[inline(always)]
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_IHL] >> 4
     }
+    /// Header length in bytes: the IHL field (low nibble of byte 0) × 4.
     #[inline(always)]
     pub fn header_len(&self) -> usize {
         ((self.buffer.as_ref()[field::VER_IHL] & 0x0F) as usize) * 4
     }
+    /// Differentiated Services Code Point, the high 6 bits of the TOS byte
+    /// (RFC 2474).
     #[inline(always)]
     pub fn dscp(&self) -> u8 {
         self.buffer.as_ref()[field::TOS] >> 2
     }
+    /// ECN codepoint, the low 2 bits of the TOS byte (RFC 3168 5).
     #[inline(always)]
     pub fn ecn(&self) -> u8 {
         self.buffer.as_ref()[field::TOS] & 3
     }
+    /// Total Length: header and payload, in bytes.
     #[inline(always)]
     pub fn total_len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::LEN)
     }
+    /// Identification field.
     #[inline(always)]
     pub fn ident(&self) -> u16 {
         be16(self.buffer.as_ref(), field::IDENT)
     }
+    /// Don't Fragment (DF) flag.
     #[inline(always)]
     pub fn dont_frag(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_DF != 0
     }
+    /// More Fragments (MF) flag.
     #[inline(always)]
     pub fn more_frags(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_MF != 0
     }
+    /// Fragment Offset, in units of 8 bytes (13 bits).
     #[inline(always)]
     pub fn frag_offset(&self) -> u16 {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FRAG_OFFSET
     }
+    /// Time to Live.
     #[inline(always)]
     pub fn ttl(&self) -> u8 {
         self.buffer.as_ref()[field::TTL]
     }
+    /// Protocol of the payload ([`PROTOCOL_UDP`] for RoCEv2).
     #[inline(always)]
     pub fn protocol(&self) -> u8 {
         self.buffer.as_ref()[field::PROTOCOL]
     }
+    /// Header checksum as carried.
     #[inline(always)]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
+    /// Source address.
     #[inline(always)]
     pub fn src(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
@@ -133,6 +152,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
             b[field::SRC + 3],
         )
     }
+    /// Destination address.
     #[inline(always)]
     pub fn dst(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
@@ -193,18 +213,25 @@ fn header_checksum_of(h: &[u8; HEADER_LEN]) -> u16 {
 /// length and checksum are derived on emit.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Ipv4Repr {
+    /// Source address.
     pub src: Ipv4Addr,
+    /// Destination address.
     pub dst: Ipv4Addr,
     /// Differentiated services code point (6 bits).
     pub dscp: u8,
     /// ECN codepoint (2 bits): 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
     pub ecn: u8,
+    /// Identification field.
     pub ident: u16,
+    /// Don't Fragment (DF) flag.
     pub dont_frag: bool,
+    /// Time to Live.
     pub ttl: u8,
 }
 
 impl Ipv4Repr {
+    /// Reads the fields of a checked header; [`Error::NotUdp`] when the
+    /// protocol is not UDP.
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv4Packet<T>) -> Result<Ipv4Repr> {
         if p.protocol() != PROTOCOL_UDP {
             return Err(Error::NotUdp(p.protocol()));

@@ -13,7 +13,9 @@ mod field {
     pub const DST: usize = 24;
 }
 
+/// Length of the IPv6 fixed header; RoCEv2 uses no extension headers.
 pub const HEADER_LEN: usize = 40;
+/// The IPv6 Next Header value of UDP.
 pub const NEXT_HEADER_UDP: u8 = 17;
 
 /// Marks the header Congestion Experienced (ECN 11, RFC 3168 5; the ECN
@@ -39,11 +41,15 @@ pub struct Ipv6Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
+    /// Wraps `buffer` without checks; the accessors then panic on a buffer
+    /// shorter than [`HEADER_LEN`]. Use [`Self::new_checked`] on untrusted input.
     #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         Ipv6Packet { buffer }
     }
 
+    /// Validates the length of the fixed header, the version, and that the
+    /// payload length fits in the buffer.
     #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let p = Self::new_unchecked(buffer);
@@ -66,38 +72,48 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     fn word0(&self) -> u32 {
         be32(self.buffer.as_ref(), field::VER_TC_FLOW)
     }
+    /// Version, the top 4 bits of the first word (6 for IPv6).
     #[inline(always)]
     pub fn version(&self) -> u8 {
         (self.word0() >> 28) as u8
     }
+    /// Traffic Class, bits 27:20 of the first word: DSCP in its high 6 bits,
+    /// ECN in its low 2 (RFC 8200 7).
     #[inline(always)]
     pub fn traffic_class(&self) -> u8 {
         (self.word0() >> 20) as u8
     }
+    /// Flow Label, the low 20 bits of the first word.
     #[inline(always)]
     pub fn flow_label(&self) -> u32 {
         self.word0() & 0x000F_FFFF
     }
+    /// Payload Length: the bytes after the 40-byte fixed header.
     #[inline(always)]
     pub fn payload_len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::PAYLOAD_LEN)
     }
+    /// Next Header: the protocol of the payload ([`NEXT_HEADER_UDP`] for RoCEv2).
     #[inline(always)]
     pub fn next_header(&self) -> u8 {
         self.buffer.as_ref()[field::NEXT_HEADER]
     }
+    /// Hop Limit.
     #[inline(always)]
     pub fn hop_limit(&self) -> u8 {
         self.buffer.as_ref()[field::HOP_LIMIT]
     }
+    /// Source address; a RoCEv2 GID.
     #[inline(always)]
     pub fn src(&self) -> Ipv6Addr {
         Ipv6Addr::from(crate::bytes::array::<16>(self.buffer.as_ref(), field::SRC))
     }
+    /// Destination address; a RoCEv2 GID.
     #[inline(always)]
     pub fn dst(&self) -> Ipv6Addr {
         Ipv6Addr::from(crate::bytes::array::<16>(self.buffer.as_ref(), field::DST))
     }
+    /// The bytes after the fixed header, up to the payload length.
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + self.payload_len() as usize]
     }
@@ -107,16 +123,24 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 /// length is derived on emit.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Ipv6Repr {
+    /// Source address.
     pub src: Ipv6Addr,
+    /// Destination address.
     pub dst: Ipv6Addr,
+    /// Differentiated services code point (6 bits), the high bits of the
+    /// traffic class.
     pub dscp: u8,
+    /// ECN codepoint (2 bits): 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
     pub ecn: u8,
     /// 20-bit flow label.
     pub flow_label: u32,
+    /// Hop Limit.
     pub hop_limit: u8,
 }
 
 impl Ipv6Repr {
+    /// Reads the fields of a checked header; [`Error::NotUdp`] when the next
+    /// header is not UDP.
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv6Packet<T>) -> Result<Ipv6Repr> {
         if p.next_header() != NEXT_HEADER_UDP {
             return Err(Error::NotUdp(p.next_header()));
@@ -132,6 +156,8 @@ impl Ipv6Repr {
         })
     }
 
+    /// Writes a 40-byte fixed header for a payload of `payload_len` bytes;
+    /// `buf` must hold at least [`HEADER_LEN`] bytes.
     pub fn emit(&self, buf: &mut [u8], payload_len: usize) {
         let h = &mut buf[..HEADER_LEN];
         let tc = ((self.dscp << 2) | (self.ecn & 3)) as u32;

@@ -26,6 +26,8 @@
 //! that parse stays zero-copy and emit is byte-exact with the ICRC masks in
 //! one pass; the tests use etherparse as an independent decoder.
 
+#![deny(missing_docs)]
+
 pub mod bth;
 mod bytes;
 pub mod crc_copy;
@@ -45,7 +47,7 @@ pub mod roce;
 pub mod udp;
 
 pub use bth::BthRepr;
-pub use error::{Error, Layer, Result};
+pub use error::{Error, Layer, Reason, Result};
 pub use ethernet::{EthernetAddress, EthernetRepr, VlanTag};
 pub use ext::{Aeth, AtomicEth, Deth, ExtHeaders, Feth, NakCode, Reth, Syndrome};
 pub use gid::Gid;
@@ -66,7 +68,9 @@ pub use udp::{UdpRepr, ROCEV2_PORT};
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Frame<'a> {
+    /// A RoCEv2 packet, parsed and ICRC-checked.
     Roce(RoceRepr<'a>),
+    /// An 802.3x PAUSE or 802.1Qbb PFC frame.
     MacControl(MacControlRepr),
 }
 

@@ -12,7 +12,9 @@ use crate::error::{need, Error, Layer, Result};
 use crate::ethernet::{ethertype, EthernetAddress, EthernetFrame, EthernetRepr, MIN_FRAME_LEN};
 use core::fmt;
 
+/// MAC control opcode of an 802.3x PAUSE frame.
 pub const OPCODE_PAUSE: u16 = 0x0001;
+/// MAC control opcode of an 802.1Qbb PFC frame.
 pub const OPCODE_PFC: u16 = 0x0101;
 /// Bit times in one pause quantum (IEEE 802.3 Annex 31B).
 pub const BITS_PER_QUANTUM: u64 = 512;
@@ -21,17 +23,29 @@ pub const BITS_PER_QUANTUM: u64 = 512;
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum MacControl {
     /// 802.3x: pause every priority for `quanta`.
-    Pause { quanta: u16 },
+    Pause {
+        /// Pause time in quanta of [`BITS_PER_QUANTUM`] bit times; 0 resumes
+        /// at once.
+        quanta: u16,
+    },
     /// 802.1Qbb: for each priority whose bit is set in `class_enable`, pause
     /// for `quanta[p]` (0 resumes at once).
-    Pfc { class_enable: u8, quanta: [u16; 8] },
+    Pfc {
+        /// Priority-enable vector: bit `p` set means `quanta[p]` applies.
+        class_enable: u8,
+        /// Pause time per priority (index = 802.1p priority), in quanta.
+        quanta: [u16; 8],
+    },
 }
 
 /// A whole MAC control frame.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct MacControlRepr {
+    /// Source MAC address: the port that sends the pause.
     pub src: EthernetAddress,
+    /// Destination MAC address, normally [`EthernetAddress::MAC_CONTROL`].
     pub dst: EthernetAddress,
+    /// The PAUSE or PFC request.
     pub control: MacControl,
 }
 
@@ -86,6 +100,8 @@ impl MacControlRepr {
         MIN_FRAME_LEN
     }
 
+    /// Writes the 60-byte frame (zero-padded) into `buf` and returns its
+    /// length; [`Error::BufferTooSmall`] when `buf` is shorter.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         if buf.len() < MIN_FRAME_LEN {
             return Err(Error::BufferTooSmall {

@@ -16,8 +16,11 @@ use core::fmt;
 /// Transport service of an opcode.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Transport {
+    /// Reliable Connected (opcodes 000xxxxx).
     Rc,
+    /// Unreliable Connected (opcodes 001xxxxx).
     Uc,
+    /// Unreliable Datagram (opcodes 011xxxxx).
     Ud,
     /// RoCEv2 Congestion Notification Packet.
     Cnp,
@@ -26,33 +29,52 @@ pub enum Transport {
 /// The QP types a packet may be delivered to.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum QpType {
+    /// A Reliable Connected QP.
     Rc,
+    /// An Unreliable Connected QP.
     Uc,
+    /// An Unreliable Datagram QP.
     Ud,
 }
 
 /// What the packet does.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Operation {
+    /// SEND: the payload lands in the buffer of the responder's next
+    /// receive WQE.
     Send,
+    /// RDMA WRITE: the payload lands at the address the RETH names.
     Write,
+    /// RDMA READ request: asks for the bytes the RETH names.
     ReadRequest,
+    /// RDMA READ response: carries the bytes read.
     ReadResponse,
+    /// ACK, RNR NAK or NAK (the AETH's syndrome tells which).
     Acknowledge,
+    /// The response to an atomic, with the target's original value.
     AtomicAcknowledge,
+    /// Atomic compare and swap on 8 bytes.
     CompareSwap,
+    /// Atomic fetch and add on 8 bytes.
     FetchAdd,
+    /// FLUSH: make earlier writes visible or persistent (IBA 1.5 MPE).
     Flush,
+    /// ATOMIC_WRITE: write 8 bytes as one unit (IBA 1.5 MPE).
     AtomicWrite,
+    /// Congestion notification (RoCEv2 A17.9.2).
     Cnp,
 }
 
 /// Position of a packet in a multi-packet message.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Position {
+    /// The first packet of a message of two or more.
     First,
+    /// Neither first nor last.
     Middle,
+    /// The last packet of a message of two or more.
     Last,
+    /// The message's only packet.
     Only,
 }
 
@@ -81,7 +103,9 @@ pub enum Direction {
 /// The payload an opcode carries.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum PayloadRule {
+    /// No payload and a pad count of 0.
     None,
+    /// Any length (bounded by the path MTU, which is not checked here).
     Any,
     /// Exactly this many bytes (ATOMIC_WRITE: 8).
     Exactly(u16),
@@ -90,13 +114,21 @@ pub enum PayloadRule {
 /// Extension headers that may follow the BTH, in wire order.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Header {
+    /// Datagram ETH, 8 bytes: Q_Key and source QP (IBA 9.3.2).
     Deth,
+    /// Flush ETH, 4 bytes: selectivity and placement type (IBA 1.5 MPE).
     Feth,
+    /// RDMA ETH, 16 bytes: VA, R_Key, DMA length (IBA 9.3.3).
     Reth,
+    /// Atomic ETH, 28 bytes: VA, R_Key, swap/add and compare (IBA 9.3.4).
     AtomicEth,
+    /// ACK ETH, 4 bytes: syndrome and MSN (IBA 9.3.5).
     Aeth,
+    /// Atomic ACK ETH, 8 bytes: the original value at the target.
     AtomicAckEth,
+    /// Immediate data, 4 bytes, delivered in the receive completion.
     ImmDt,
+    /// Invalidate ETH, 4 bytes: the R_Key to invalidate.
     Ieth,
     /// The 16 reserved bytes of a CNP (RoCEv2 A17.9.2).
     CnpReserved,
@@ -136,6 +168,7 @@ impl Header {
         1 << (self as u16)
     }
 
+    /// The header's IBA abbreviation, e.g. `RETH`.
     pub const fn name(self) -> &'static str {
         match self {
             Header::Deth => "DETH",
@@ -156,8 +189,10 @@ impl Header {
 pub struct Headers(u16);
 
 impl Headers {
+    /// The empty set.
     pub const NONE: Headers = Headers(0);
 
+    /// The set with `h` added.
     pub const fn with(self, h: Header) -> Headers {
         Headers(self.0 | h.bit())
     }
@@ -167,6 +202,7 @@ impl Headers {
         Headers(self.0 & !h.bit())
     }
 
+    /// Whether `h` is in the set.
     pub const fn contains(self, h: Header) -> bool {
         self.0 & h.bit() != 0
     }
@@ -184,6 +220,7 @@ impl Headers {
         n
     }
 
+    /// True for the empty set: the BTH is followed by the payload.
     pub const fn is_empty(self) -> bool {
         self.0 == 0
     }
@@ -208,6 +245,7 @@ impl Headers {
         None
     }
 
+    /// The headers in the set, in wire order.
     pub fn iter(self) -> impl Iterator<Item = Header> {
         Header::ORDER.into_iter().filter(move |h| self.contains(*h))
     }
@@ -224,14 +262,21 @@ impl fmt::Debug for Headers {
 /// One row of the opcode table.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct OpcodeInfo {
+    /// The BTH OpCode byte.
     pub opcode: u8,
     /// The IBA name with its transport, e.g. `RC_SEND_FIRST`.
     pub name: &'static str,
+    /// Transport service: the top three bits of the opcode.
     pub transport: Transport,
+    /// What the packet does.
     pub operation: Operation,
+    /// Where in its message the packet lies.
     pub position: Position,
+    /// The extension headers between the BTH and the payload.
     pub headers: Headers,
+    /// The payload the opcode allows.
     pub payload: PayloadRule,
+    /// Who sends it: requester, responder, or congestion notifier.
     pub direction: Direction,
     /// `headers`' total length and per-header offsets, worked out once when
     /// the table is built (`ext_len` and `offset` are on every parse).
@@ -270,18 +315,23 @@ impl ExtLayout {
 }
 
 impl OpcodeInfo {
+    /// Carries immediate data (ImmDt).
     pub const fn has_immediate(&self) -> bool {
         self.headers.contains(Header::ImmDt)
     }
+    /// Carries an IETH (SEND with Invalidate).
     pub const fn has_invalidate(&self) -> bool {
         self.headers.contains(Header::Ieth)
     }
+    /// May carry a payload.
     pub const fn has_payload(&self) -> bool {
         !matches!(self.payload, PayloadRule::None)
     }
+    /// Sent by a requester, consumed by a responder.
     pub const fn is_request(&self) -> bool {
         matches!(self.direction, Direction::Request)
     }
+    /// Sent by a responder, consumed by a requester.
     pub const fn is_response(&self) -> bool {
         matches!(self.direction, Direction::Response)
     }
@@ -417,36 +467,68 @@ static TABLE: [Option<OpcodeInfo>; 256] = build();
 pub struct Opcode(pub u8);
 
 impl Opcode {
+    /// RC: first packet of a SEND that spans several packets.
     pub const RC_SEND_FIRST: Opcode = Opcode(0x00);
+    /// RC: middle packet of a multi-packet SEND.
     pub const RC_SEND_MIDDLE: Opcode = Opcode(0x01);
+    /// RC: last packet of a multi-packet SEND.
     pub const RC_SEND_LAST: Opcode = Opcode(0x02);
+    /// RC: last packet of a multi-packet SEND, with ImmDt.
     pub const RC_SEND_LAST_WITH_IMMEDIATE: Opcode = Opcode(0x03);
+    /// RC: a SEND in one packet.
     pub const RC_SEND_ONLY: Opcode = Opcode(0x04);
+    /// RC: a SEND in one packet, with ImmDt.
     pub const RC_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x05);
+    /// RC: first packet of a multi-packet RDMA WRITE; carries the RETH.
     pub const RC_RDMA_WRITE_FIRST: Opcode = Opcode(0x06);
+    /// RC: middle packet of a multi-packet RDMA WRITE.
     pub const RC_RDMA_WRITE_MIDDLE: Opcode = Opcode(0x07);
+    /// RC: last packet of a multi-packet RDMA WRITE.
     pub const RC_RDMA_WRITE_LAST: Opcode = Opcode(0x08);
+    /// RC: last packet of a multi-packet RDMA WRITE, with ImmDt; consumes a receive WQE.
     pub const RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: Opcode = Opcode(0x09);
+    /// RC: an RDMA WRITE in one packet; carries the RETH.
     pub const RC_RDMA_WRITE_ONLY: Opcode = Opcode(0x0A);
+    /// RC: an RDMA WRITE in one packet with RETH and ImmDt; consumes a receive WQE.
     pub const RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x0B);
+    /// RC: RDMA READ request: a RETH naming the remote buffer, no payload.
     pub const RC_RDMA_READ_REQUEST: Opcode = Opcode(0x0C);
+    /// RC: first packet of a multi-packet READ response; carries an AETH.
     pub const RC_RDMA_READ_RESPONSE_FIRST: Opcode = Opcode(0x0D);
+    /// RC: middle packet of a READ response; no AETH.
     pub const RC_RDMA_READ_RESPONSE_MIDDLE: Opcode = Opcode(0x0E);
+    /// RC: last packet of a multi-packet READ response; carries an AETH.
     pub const RC_RDMA_READ_RESPONSE_LAST: Opcode = Opcode(0x0F);
+    /// RC: a READ response in one packet; carries an AETH.
     pub const RC_RDMA_READ_RESPONSE_ONLY: Opcode = Opcode(0x10);
+    /// RC: ACK, RNR NAK or NAK: an AETH and no payload.
     pub const RC_ACKNOWLEDGE: Opcode = Opcode(0x11);
+    /// RC: response to an atomic: AETH and AtomicAckETH with the original value.
     pub const RC_ATOMIC_ACKNOWLEDGE: Opcode = Opcode(0x12);
+    /// RC: atomic compare and swap of 8 bytes: an AtomicETH, no payload.
     pub const RC_CMP_SWAP: Opcode = Opcode(0x13);
+    /// RC: atomic fetch and add on 8 bytes: an AtomicETH, no payload.
     pub const RC_FETCH_ADD: Opcode = Opcode(0x14);
+    /// RC: last packet of a multi-packet SEND, with an IETH naming an R_Key to invalidate.
     pub const RC_SEND_LAST_WITH_INVALIDATE: Opcode = Opcode(0x16);
+    /// RC: a SEND in one packet, with an IETH naming an R_Key to invalidate.
     pub const RC_SEND_ONLY_WITH_INVALIDATE: Opcode = Opcode(0x17);
+    /// RC: FLUSH (IBA 1.5 Memory Placement Extensions): FETH and RETH, no payload.
     pub const RC_FLUSH: Opcode = Opcode(0x1C);
+    /// RC: ATOMIC_WRITE (IBA 1.5 Memory Placement Extensions): RETH and an
+    /// 8-byte payload.
     pub const RC_ATOMIC_WRITE: Opcode = Opcode(0x1D);
+    /// UC: first packet of a SEND that spans several packets.
     pub const UC_SEND_FIRST: Opcode = Opcode(0x20);
+    /// UC: a SEND in one packet.
     pub const UC_SEND_ONLY: Opcode = Opcode(0x24);
+    /// UC: an RDMA WRITE in one packet; carries the RETH.
     pub const UC_RDMA_WRITE_ONLY: Opcode = Opcode(0x2A);
+    /// A UD SEND (every UD message is one packet). Carries a DETH.
     pub const UD_SEND_ONLY: Opcode = Opcode(0x64);
+    /// A UD SEND (every UD message is one packet), with ImmDt. Carries a DETH.
     pub const UD_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x65);
+    /// RoCEv2 Congestion Notification Packet (RoCEv2 A17.9.2).
     pub const CNP: Opcode = Opcode(0x81);
 
     /// The table row, or `None` for an opcode we do not implement.
@@ -455,6 +537,7 @@ impl Opcode {
         TABLE[self.0 as usize].as_ref()
     }
 
+    /// The IBA name, e.g. `RC_SEND_ONLY`, or `UNKNOWN`.
     pub fn name(self) -> &'static str {
         self.info().map_or("UNKNOWN", |i| i.name)
     }

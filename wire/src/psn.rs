@@ -13,7 +13,9 @@ use core::fmt;
 pub struct Psn(u32);
 
 impl Psn {
+    /// The 24 bits a PSN occupies.
     pub const MASK: u32 = 0x00FF_FFFF;
+    /// The size of the PSN space, 2^24; PSN arithmetic is modulo this.
     pub const MODULUS: u32 = 1 << 24;
     const HALF: u32 = 1 << 23;
 
@@ -23,6 +25,7 @@ impl Psn {
         Psn(v & Self::MASK)
     }
 
+    /// The PSN as a number in 0 ..= 0xFF_FFFF.
     #[inline]
     pub const fn value(self) -> u32 {
         self.0
@@ -40,6 +43,7 @@ impl Psn {
         Psn(self.0.wrapping_sub(n) & Self::MASK)
     }
 
+    /// The next PSN, wrapping from 0xFF_FFFF to 0.
     #[inline]
     pub const fn next(self) -> Psn {
         self.add(1)

@@ -20,32 +20,39 @@ use std::net::IpAddr;
 /// The IP header of a RoCEv2 frame.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum IpRepr {
+    /// RoCEv2 over IPv4 (EtherType 0x0800).
     V4(Ipv4Repr),
+    /// RoCEv2 over IPv6 (EtherType 0x86DD).
     V6(Ipv6Repr),
 }
 
 impl IpRepr {
+    /// Which IP version the header is.
     pub fn version(&self) -> IpVersion {
         match self {
             IpRepr::V4(_) => IpVersion::V4,
             IpRepr::V6(_) => IpVersion::V6,
         }
     }
+    /// The IP header's length: 20 bytes for IPv4, 40 for IPv6.
     pub fn header_len(&self) -> usize {
         self.version().header_len()
     }
+    /// Source address.
     pub fn src(&self) -> IpAddr {
         match self {
             IpRepr::V4(r) => IpAddr::V4(r.src),
             IpRepr::V6(r) => IpAddr::V6(r.src),
         }
     }
+    /// Destination address.
     pub fn dst(&self) -> IpAddr {
         match self {
             IpRepr::V4(r) => IpAddr::V4(r.dst),
             IpRepr::V6(r) => IpAddr::V6(r.dst),
         }
     }
+    /// Differentiated services code point (6 bits).
     pub fn dscp(&self) -> u8 {
         match self {
             IpRepr::V4(r) => r.dscp,
@@ -59,6 +66,7 @@ impl IpRepr {
             IpRepr::V6(r) => r.ecn,
         }
     }
+    /// Sets the ECN codepoint (the low 2 bits of `ecn`).
     pub fn set_ecn(&mut self, ecn: u8) {
         match self {
             IpRepr::V4(r) => r.ecn = ecn & 3,
@@ -82,11 +90,14 @@ impl IpRepr {
 /// both on receive, as rxe's tunnel socket does.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum UdpChecksum {
+    /// The field is 0: no checksum.
     Zero,
+    /// The checksum over the IP pseudo-header and the datagram (RFC 768).
     Computed,
 }
 
 impl UdpChecksum {
+    /// What softrnic sends: `Zero` over IPv4, `Computed` over IPv6.
     pub fn default_for(ip: &IpRepr) -> UdpChecksum {
         match ip {
             IpRepr::V4(_) => UdpChecksum::Zero,
@@ -285,18 +296,23 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         })
     }
 
+    /// The underlying buffer.
     pub fn into_inner(self) -> T {
         self.buffer
     }
+    /// Whether the frame is RoCEv2 over IPv4 or IPv6.
     pub fn ip_version(&self) -> IpVersion {
         self.version
     }
+    /// The opcode table row of the BTH's opcode (known, as `new_checked` ran).
     pub fn opcode_info(&self) -> &'static OpcodeInfo {
         self.info
     }
+    /// A view of the Ethernet header.
     pub fn ethernet(&self) -> EthernetFrame<&[u8]> {
         EthernetFrame::new_unchecked(self.buffer.as_ref())
     }
+    /// A view of the BTH.
     pub fn bth(&self) -> BthHeader<&[u8]> {
         BthHeader::new_unchecked(&self.buffer.as_ref()[self.bth_at..])
     }
@@ -324,6 +340,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
     pub fn computed_icrc(&self) -> u32 {
         icrc::compute(self.version, self.icrc_covered())
     }
+    /// Checks the stored ICRC against the computed one ([`Error::BadIcrc`]).
     pub fn verify_icrc(&self) -> Result<()> {
         let expected = self.computed_icrc();
         let found = self.stored_icrc();
@@ -344,12 +361,17 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
 pub struct RoceRepr<'a> {
     /// The Ethernet header; its `ethertype` is set from `ip` on emit.
     pub eth: EthernetRepr,
+    /// The IPv4 or IPv6 header.
     pub ip: IpRepr,
+    /// The UDP ports; the length is set on emit.
     pub udp: UdpRepr,
+    /// Whether the UDP checksum is zero or computed.
     pub udp_checksum: UdpChecksum,
     /// The BTH; its `pad` is set from the payload length on emit.
     pub bth: BthRepr,
+    /// The extension headers; exactly those the opcode names.
     pub ext: ExtHeaders,
+    /// The payload, without pad.
     pub payload: &'a [u8],
     /// Zero bytes after the IP datagram (padding up to the Ethernet minimum).
     pub trailer_len: usize,
@@ -443,6 +465,7 @@ impl<'a> RoceRepr<'a> {
         }
     }
 
+    /// The opcode table row of the BTH's opcode, or `None` when unknown.
     pub fn opcode_info(&self) -> Option<&'static OpcodeInfo> {
         self.bth.opcode.info()
     }

@@ -11,6 +11,7 @@ mod field {
     pub const CHECKSUM: usize = 6;
 }
 
+/// Length of the UDP header in bytes.
 pub const HEADER_LEN: usize = 8;
 /// RoCEv2 A17.2.2: the IANA-assigned destination port.
 pub const ROCEV2_PORT: u16 = 4791;
@@ -22,6 +23,8 @@ pub struct UdpPacket<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> UdpPacket<T> {
+    /// Wraps `buffer` without checks; the accessors then panic on a buffer
+    /// shorter than [`HEADER_LEN`]. Use [`Self::new_checked`] on untrusted input.
     #[inline(always)]
     pub const fn new_unchecked(buffer: T) -> Self {
         UdpPacket { buffer }
@@ -44,26 +47,32 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         Ok(p)
     }
 
+    /// Source port; RoCEv2 uses it for flow entropy ([`rdma_udp_sport`]).
     #[inline(always)]
     pub fn src_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::SRC_PORT)
     }
+    /// Destination port ([`ROCEV2_PORT`] for RoCEv2).
     #[inline(always)]
     pub fn dst_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::DST_PORT)
     }
+    /// Length field: header and payload, in bytes.
     #[inline(always)]
     pub fn len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::LEN)
     }
+    /// True when the datagram carries no payload.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
         self.len() as usize <= HEADER_LEN
     }
+    /// Checksum as carried; 0 means none was computed (RFC 768).
     #[inline(always)]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
+    /// The bytes after the 8-byte header.
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
     }
@@ -74,11 +83,14 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
 /// pseudo-header (`RoceRepr::emit`, by its `UdpChecksum` policy).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct UdpRepr {
+    /// Source port.
     pub src_port: u16,
+    /// Destination port.
     pub dst_port: u16,
 }
 
 impl UdpRepr {
+    /// Reads the ports of a checked header.
     #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> UdpRepr {
         UdpRepr {
@@ -87,6 +99,8 @@ impl UdpRepr {
         }
     }
 
+    /// Writes the 8-byte header for a payload of `payload_len` bytes, with a
+    /// zero checksum; `buf` must hold at least [`HEADER_LEN`] bytes.
     pub fn emit(&self, buf: &mut [u8], payload_len: usize) {
         put16(buf, field::SRC_PORT, self.src_port);
         put16(buf, field::DST_PORT, self.dst_port);

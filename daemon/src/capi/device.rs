@@ -130,7 +130,7 @@ pub unsafe extern "C" fn srnic_get_async_event(
     guard(-libc::EIO, || loop {
         match c.ctx.get_async_event(t) {
             Ok(Some(e)) => {
-                use nic::transport::Affiliated;
+                use nic::verbs::Affiliated;
                 let (mut qp_num, mut cq_num, mut srq_num, mut port_num) = (0, 0, 0, 0);
                 // the client skips kinds it does not know
                 let Some(ev) = e.to_event() else { continue };

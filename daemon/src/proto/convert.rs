@@ -6,7 +6,8 @@
 //! fields between the two.
 
 use super::{AhMsg, AsyncEventMsg, PortInfo, QpAttrMsg, QpKind, QpStateMsg, VlanMsg};
-use nic::transport::{AsyncEvent, PortAttr};
+use nic::device::PortAttr;
+use nic::verbs::AsyncEvent;
 use nic::verbs::{AhAttr, QpAttr, QpState, QpType};
 use wire::VlanTag;
 

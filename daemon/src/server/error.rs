@@ -4,7 +4,7 @@
 
 use crate::proto::ConvertError;
 use nic::engine::EngineError;
-use nic::transport::VerbsError;
+use nic::verbs::VerbsError;
 use std::fmt;
 
 /// A client's object, as error messages name it.

@@ -162,7 +162,7 @@ impl PortCounters {
 
 /// Bytes of received frames waiting in a port's receive ring (received by
 /// the port, not yet handed to the engine): the backlog PFC generation
-/// watches ([`crate::transport::Rnic::on_rx_backlog`]).
+/// watches ([`crate::device::Rnic::on_rx_backlog`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RxBacklog {
     pub frames: u64,

@@ -11,7 +11,7 @@ use wire::{NakCode, Operation, Position, Psn, RoceRepr, Syndrome};
 
 impl Qp {
     /// A response (ACK, NAK, READ response, atomic ACK) for our requests.
-    pub(super) fn handle_response(
+    pub(crate) fn handle_response(
         &mut self,
         res: &mut Resources,
         now: Instant,
@@ -322,7 +322,7 @@ impl Qp {
     }
 
     /// Timers: the RNR wait ending, or the local ACK timeout.
-    pub(super) fn handle_timeout(&mut self, res: &mut Resources, now: Instant) {
+    pub(crate) fn handle_timeout(&mut self, res: &mut Resources, now: Instant) {
         // DCQCN rate-increase timer and deferred cuts; a paced QP may go on
         self.cc.rp.handle_timeout(now);
         if self.cc.pace_blocked && self.cc.pacer.ready(now) {

@@ -2,12 +2,13 @@
 //! header template frames are built from.
 
 use super::counters::Counters;
-use crate::time::Instant;
-use crate::verbs::{AhAttr, QpState, RecvWr, SendWr};
+use super::requester::Requester;
+use super::responder::Responder;
+use crate::verbs::{AhAttr, QpState, RecvWr};
 use std::collections::VecDeque;
 use wire::{
-    EthernetAddress, EthernetRepr, Gid, IpRepr, Ipv4Repr, Ipv6Repr, Operation, Psn, UdpChecksum,
-    UdpRepr, ROCEV2_PORT,
+    EthernetAddress, EthernetRepr, Gid, IpRepr, Ipv4Repr, Ipv6Repr, UdpChecksum, UdpRepr,
+    ROCEV2_PORT,
 };
 
 /// How a QP was created.
@@ -97,188 +98,6 @@ impl HeaderTemplate {
             _ => false,
         }
     }
-}
-
-/// A posted send WQE and its progress.
-#[derive(Debug)]
-pub struct SendWqe {
-    pub wr: SendWr,
-    /// IBV_SEND_INLINE: the data, copied at post time.
-    pub inline: Option<Box<[u8]>>,
-    /// Message length in bytes.
-    pub len: u64,
-    /// Whether its first packet has gone out (and `first_psn` is fixed).
-    pub started: bool,
-    pub first_psn: Psn,
-    /// PSNs the message occupies (READ: one per response packet).
-    pub npkts: u32,
-    /// READ: bytes of response received so far.
-    pub read_done: u64,
-    pub signaled: bool,
-    /// The WQE finished locally while WQEs before it were still in
-    /// flight — a local operation (BIND_MW, LOCAL_INV) executed, or a local
-    /// error found when it was due to be sent: it completes with this
-    /// status once they have (IBA 10.8.5: send completions are returned in
-    /// posting order).
-    pub local_status: Option<crate::verbs::WcStatus>,
-}
-
-impl SendWqe {
-    pub fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts.max(1) - 1)
-    }
-    /// Whether packet `psn` belongs to this WQE (a local operation has no
-    /// packets).
-    pub fn contains(&self, psn: Psn) -> bool {
-        self.started && !self.wr.op.is_local() && psn.in_window(self.first_psn, self.npkts.max(1))
-    }
-}
-
-/// Requester and completer state (one side of the send queue).
-#[derive(Debug, Default)]
-pub struct Requester {
-    /// Posted, not yet completed, oldest first.
-    pub sq: VecDeque<SendWqe>,
-    /// Index in `sq` of the WQE whose next packet goes out next.
-    pub cur: usize,
-    /// Bytes of `sq[cur]` already sent (or, for a READ, the offset to ask from).
-    pub cur_off: u64,
-    /// Next PSN to send.
-    pub npsn: Psn,
-    /// Oldest PSN not yet acknowledged.
-    pub una: Psn,
-    /// READs and atomics sent and not completed.
-    pub rd_atomic_outstanding: u32,
-    /// Packets sent since the last one with AckReq.
-    pub noack_pkts: u32,
-    pub retry_left: u8,
-    pub rnr_left: u8,
-    pub ack_deadline: Option<Instant>,
-    /// Sending is held until this RNR NAK timer expires.
-    pub rnr_deadline: Option<Instant>,
-    /// One past the highest PSN ever sent: responses up to here answer
-    /// something we sent, even after a go-back-N rewind moved `npsn` back.
-    pub high: Psn,
-    /// One past the highest PSN an ACK or NAK has acknowledged. WQEs behind
-    /// an unanswered READ cannot complete yet, but their packets need not
-    /// be sent again (an ACK acknowledges every earlier packet, IBA 9.7.5.2).
-    pub acked: Psn,
-    /// The first missing READ/atomic response an implied NAK last resent
-    /// from (once per gap, `implied_nak`); forgotten on progress.
-    pub read_retry: Option<Psn>,
-}
-
-impl Requester {
-    pub fn outstanding(&self) -> bool {
-        self.una != self.high
-    }
-}
-
-/// A response the responder owes, in PSN order.
-#[derive(Clone, Copy, Debug)]
-pub enum Response {
-    Ack {
-        psn: Psn,
-        syndrome: wire::Syndrome,
-        msn: u32,
-    },
-    AtomicAck {
-        psn: Psn,
-        orig: u64,
-        msn: u32,
-    },
-    Read(ReadJob),
-}
-
-impl Response {
-    /// The PSN of the next frame this response sends.
-    pub fn psn(&self) -> Psn {
-        match *self {
-            Response::Ack { psn, .. } | Response::AtomicAck { psn, .. } => psn,
-            Response::Read(job) => job.psn,
-        }
-    }
-}
-
-/// A READ being answered: responses from `psn` on, `remaining` bytes of
-/// `rkey` memory from `va`.
-#[derive(Clone, Copy, Debug)]
-pub struct ReadJob {
-    pub psn: Psn,
-    pub va: u64,
-    pub rkey: u32,
-    pub remaining: u64,
-    /// No response of this job has gone out yet.
-    pub first: bool,
-    pub msn: u32,
-    /// Answers a duplicate READ (a replay from the responder resources); it
-    /// does not count against max_dest_rd_atomic.
-    pub replay: bool,
-}
-
-/// A READ or atomic remembered for duplicates (the responder resources of
-/// IBA 9.7.5.1.3 / C9-111: atomics are replayed, never re-executed).
-#[derive(Clone, Copy, Debug)]
-pub enum Resource {
-    Read {
-        first_psn: Psn,
-        npkts: u32,
-        va: u64,
-        rkey: u32,
-        len: u64,
-        msn: u32,
-    },
-    Atomic {
-        psn: Psn,
-        orig: u64,
-        msn: u32,
-    },
-}
-
-/// The message the responder is in the middle of.
-#[derive(Clone, Copy, Debug)]
-pub enum InMessage {
-    Send {
-        recv: RecvWr,
-        offset: u64,
-    },
-    Write {
-        va: u64,
-        rkey: u32,
-        remaining: u64,
-        total: u64,
-    },
-}
-
-impl InMessage {
-    pub fn operation(&self) -> Operation {
-        match self {
-            InMessage::Send { .. } => Operation::Send,
-            InMessage::Write { .. } => Operation::Write,
-        }
-    }
-}
-
-/// Responder state.
-#[derive(Debug, Default)]
-pub struct Responder {
-    /// Expected PSN.
-    pub epsn: Psn,
-    /// Message sequence number: completed request messages, 24 bits.
-    pub msn: u32,
-    pub in_msg: Option<InMessage>,
-    /// A PSN sequence error NAK was sent for the current gap (IBA C9-97:
-    /// one NAK per out-of-sequence condition).
-    pub nak_sent: bool,
-    /// UC: drop packets until the next FIRST or ONLY.
-    pub uc_discard: bool,
-    pub responses: VecDeque<Response>,
-    pub resources: VecDeque<Resource>,
-    /// Move to ERR once the pending responses have gone out (class C errors
-    /// NAK first, then fail the QP).
-    pub error_after_flush: bool,
-    /// The affiliated asynchronous event raised when it does.
-    pub error_event: Option<super::AsyncEvent>,
 }
 
 /// One queue pair.

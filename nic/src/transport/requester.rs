@@ -6,8 +6,85 @@ use super::qp::Qp;
 use super::timers::local_ack_timeout;
 use super::Resources;
 use crate::time::Instant;
+use crate::verbs::SendWr;
 use crate::verbs::{access, QpState, SendOp, WcStatus};
+use std::collections::VecDeque;
 use wire::{AtomicEth, BthRepr, Deth, ExtHeaders, Opcode, Psn, QpType, Reth};
+
+/// A posted send WQE and its progress.
+#[derive(Debug)]
+pub struct SendWqe {
+    pub wr: SendWr,
+    /// IBV_SEND_INLINE: the data, copied at post time.
+    pub inline: Option<Box<[u8]>>,
+    /// Message length in bytes.
+    pub len: u64,
+    /// Whether its first packet has gone out (and `first_psn` is fixed).
+    pub started: bool,
+    pub first_psn: Psn,
+    /// PSNs the message occupies (READ: one per response packet).
+    pub npkts: u32,
+    /// READ: bytes of response received so far.
+    pub read_done: u64,
+    pub signaled: bool,
+    /// The WQE finished locally while WQEs before it were still in
+    /// flight — a local operation (BIND_MW, LOCAL_INV) executed, or a local
+    /// error found when it was due to be sent: it completes with this
+    /// status once they have (IBA 10.8.5: send completions are returned in
+    /// posting order).
+    pub local_status: Option<crate::verbs::WcStatus>,
+}
+
+impl SendWqe {
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts.max(1) - 1)
+    }
+    /// Whether packet `psn` belongs to this WQE (a local operation has no
+    /// packets).
+    pub fn contains(&self, psn: Psn) -> bool {
+        self.started && !self.wr.op.is_local() && psn.in_window(self.first_psn, self.npkts.max(1))
+    }
+}
+
+/// Requester and completer state (one side of the send queue).
+#[derive(Debug, Default)]
+pub struct Requester {
+    /// Posted, not yet completed, oldest first.
+    pub sq: VecDeque<SendWqe>,
+    /// Index in `sq` of the WQE whose next packet goes out next.
+    pub cur: usize,
+    /// Bytes of `sq[cur]` already sent (or, for a READ, the offset to ask from).
+    pub cur_off: u64,
+    /// Next PSN to send.
+    pub npsn: Psn,
+    /// Oldest PSN not yet acknowledged.
+    pub una: Psn,
+    /// READs and atomics sent and not completed.
+    pub rd_atomic_outstanding: u32,
+    /// Packets sent since the last one with AckReq.
+    pub noack_pkts: u32,
+    pub retry_left: u8,
+    pub rnr_left: u8,
+    pub ack_deadline: Option<Instant>,
+    /// Sending is held until this RNR NAK timer expires.
+    pub rnr_deadline: Option<Instant>,
+    /// One past the highest PSN ever sent: responses up to here answer
+    /// something we sent, even after a go-back-N rewind moved `npsn` back.
+    pub high: Psn,
+    /// One past the highest PSN an ACK or NAK has acknowledged. WQEs behind
+    /// an unanswered READ cannot complete yet, but their packets need not
+    /// be sent again (an ACK acknowledges every earlier packet, IBA 9.7.5.2).
+    pub acked: Psn,
+    /// The first missing READ/atomic response an implied NAK last resent
+    /// from (once per gap, `implied_nak`); forgotten on progress.
+    pub read_retry: Option<Psn>,
+}
+
+impl Requester {
+    pub fn outstanding(&self) -> bool {
+        self.una != self.high
+    }
+}
 
 /// RC opcodes for (operation, position); UC opcodes are RC | 0x20.
 fn send_opcode(first: bool, last: bool, imm: bool, inv: bool) -> Opcode {
@@ -41,7 +118,7 @@ pub(crate) fn packets(len: u64, mtu: u32) -> u32 {
 
 impl Qp {
     /// Builds the next request packet, if the send queue has one ready.
-    pub(super) fn next_request(
+    pub(crate) fn next_request(
         &mut self,
         res: &mut Resources,
         now: Instant,
@@ -426,7 +503,7 @@ impl Qp {
     /// Go-back-N: resend from `psn` (IBA 9.7.5.2.5: after a NAK or
     /// timeout the requester resends from the first unacknowledged packet).
     /// Moves the cursor to `una` after ACKs overtook a go-back-N replay.
-    pub(super) fn fast_forward(&mut self) {
+    pub(crate) fn fast_forward(&mut self) {
         let una = self.req.una;
         match self.req.sq.iter().position(|w| w.contains(una)) {
             Some(idx) => {
@@ -482,7 +559,7 @@ impl Qp {
     }
 
     /// Only ever moves the cursor back; `fast_forward` moves it forward.
-    pub(super) fn rewind_to(&mut self, psn: Psn) {
+    pub(crate) fn rewind_to(&mut self, psn: Psn) {
         if !psn.before(self.req.npsn) {
             return;
         }

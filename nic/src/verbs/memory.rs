@@ -50,6 +50,8 @@ pub struct HeapMemory {
 // SAFETY: all access goes through raw-pointer copies or atomics; concurrent
 // access has DMA semantics (see the module docs).
 unsafe impl Sync for HeapMemory {}
+// SAFETY: the words are owned by the value (a boxed slice); nothing in it
+// is tied to the thread that made it.
 unsafe impl Send for HeapMemory {}
 
 impl HeapMemory {

@@ -4,8 +4,9 @@
 
 #![allow(dead_code)]
 
+use nic::device::QpInfo;
 use nic::sim::{Pair, PairConfig, Sim};
-use nic::transport::{Counters, QpInfo};
+use nic::transport::Counters;
 use nic::verbs::{Memory, MwBind, MwType, RecvWr, SendOp, SendWr, Sge, Sgl, Wc, WcStatus};
 use nic::wire::{Opcode, Psn, RoceRepr};
 use std::sync::Arc;

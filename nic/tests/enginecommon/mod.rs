@@ -1,10 +1,11 @@
 //! Two engines with one connected RC QP and one UD QP each, over any ports.
 #![allow(dead_code)]
 
+use nic::device::Rnic;
 use nic::engine::{CqHandle, Device, Engine, EngineConfig};
 use nic::io::Port;
 use nic::sim::{connect, PairConfig};
-use nic::transport::{QpInit, Rnic, RnicConfig};
+use nic::transport::{QpInit, RnicConfig};
 use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpType, Wc};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,312 @@
+//! The loop itself: one turn takes posted work, receives and dispatches a
+//! batch, runs due timers, builds and sends a batch and moves completions
+//! out; between turns the idle backoff (spin, yield, park on the bell).
+
+use super::*;
+
+/// The loop's state: everything a turn needs.
+pub(super) struct Loop {
+    pub(super) rnic: Rnic,
+    pub(super) port: Box<dyn Port>,
+    cfg: EngineConfig,
+    /// Control calls (threaded engines; an inline engine runs them directly).
+    calls: Option<Receiver<Call>>,
+    hook: Option<TurnHook>,
+    start: std::time::Instant,
+    rx: FrameBatch,
+    tx: FrameBatch,
+    cqs: Vec<(u32, Arc<ArrayQueue<Wc>>)>,
+    wcs: Vec<Wc>,
+    pub(super) stats: EngineStats,
+    /// When the link state is next read (engine clock).
+    link_check: Instant,
+}
+
+impl Loop {
+    pub(super) fn new(
+        mut rnic: Rnic,
+        port: Box<dyn Port>,
+        cfg: EngineConfig,
+        calls: Option<Receiver<Call>>,
+        hook: Option<TurnHook>,
+    ) -> Loop {
+        // the state at start: no event (an unknown state counts as up)
+        rnic.init_link_up(port.link_up().unwrap_or(true));
+        let start = std::time::Instant::now();
+        Loop {
+            rnic,
+            port,
+            calls,
+            hook,
+            start,
+            rx: FrameBatch::new(cfg.batch),
+            tx: FrameBatch::new(cfg.batch),
+            cqs: Vec::new(),
+            wcs: Vec::with_capacity(cfg.batch * 2),
+            stats: EngineStats::default(),
+            link_check: Instant::ZERO + LINK_POLL,
+            cfg,
+        }
+    }
+
+    /// Reads the port's link state if [`LINK_POLL`] has passed since the
+    /// last read; a change raises the port event (see
+    /// [`Rnic::set_link_up`]). Returns whether it changed.
+    fn check_link(&mut self, now: Instant) -> bool {
+        if now < self.link_check {
+            return false;
+        }
+        self.link_check = now + LINK_POLL;
+        let up = self.port.link_up().unwrap_or(true);
+        self.rnic.set_link_up(up)
+    }
+
+    fn clock(&self) -> Instant {
+        Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
+    }
+
+    /// One turn: control calls, doorbells, receive, timers, transmit,
+    /// completions. Returns the work done (0: an idle turn).
+    pub(super) fn turn(&mut self, sh: &Shared) -> usize {
+        self.stats.turns += 1;
+        let mut work = 0usize;
+        // control path
+        if let Some(calls) = &self.calls {
+            while let Ok(call) = calls.try_recv() {
+                call(&mut self.rnic, &*self.port);
+                work += 1;
+            }
+        }
+        if let Ok(mut new) = sh.new_cqs.try_lock() {
+            self.cqs.append(&mut new);
+        }
+        let rnic = &mut self.rnic;
+        // doorbells: posted work requests
+        while let Some(p) = sh.posts.pop() {
+            work += 1;
+            let (res, wr_id, qpn, opcode) = match p {
+                Post::Send(q, wr) => {
+                    let (id, op) = (wr.wr_id, wr.op.wc_opcode());
+                    (rnic.post_send(q, wr), id, q, op)
+                }
+                Post::Recv(q, wr) => (rnic.post_recv(q, wr), wr.wr_id, q, WcOpcode::Recv),
+            };
+            if res.is_err() {
+                // report the refusal as a completion on the QP's CQ
+                let wc = Wc::new(wr_id, WcStatus::LocQpOpErr, opcode, qpn);
+                if let Some(cq) = rnic.qp_cq(qpn, opcode == WcOpcode::Recv) {
+                    if let Some((_, q)) = self.cqs.iter().find(|(n, _)| *n == cq) {
+                        let _ = q.push(wc);
+                    }
+                }
+            }
+        }
+        // one clock read for the rest of the turn
+        let now = self.clock();
+        // the link state, now and then; before the hook, which hands the
+        // device's events to their users
+        if self.check_link(now) {
+            work += 1;
+        }
+        let rnic = &mut self.rnic;
+        if let Some(h) = self.hook.as_mut() {
+            work += h.turn(rnic);
+        }
+        // receive and dispatch
+        self.rx.clear();
+        let n = self.port.recv(&mut self.rx);
+        for f in self.rx.iter() {
+            rnic.handle_frame(now, f);
+        }
+        self.stats.rx_frames += n as u64;
+        work += n;
+        // PFC generation: what is still waiting in the receive ring
+        if rnic.pfc_tx_enabled() {
+            if let Some(b) = self.port.rx_backlog() {
+                let by_prio = b.by_priority(&rnic.config().cc.qos);
+                rnic.on_rx_backlogs(now, &by_prio);
+            }
+        }
+        // timers
+        if rnic.poll_timeout().is_some_and(|t| t <= now) {
+            rnic.handle_timeout(now);
+            work += 1;
+        }
+        // transmit
+        self.tx.clear();
+        while let Some(slot) = self.tx.next_slot() {
+            match rnic.poll_transmit(now, slot) {
+                Some(len) => self.tx.commit(len),
+                None => break,
+            }
+        }
+        if !self.tx.is_empty() {
+            self.port.send(&self.tx);
+            self.stats.tx_frames += self.tx.len() as u64;
+            work += self.tx.len();
+        }
+        // completions to the application
+        for (cqn, q) in &self.cqs {
+            let room = q.capacity() - q.len();
+            if room == 0 {
+                continue;
+            }
+            self.wcs.clear();
+            let _ = rnic.poll_cq(*cqn, room, &mut self.wcs);
+            for wc in self.wcs.drain(..) {
+                let _ = q.push(wc);
+            }
+        }
+        if work == 0 {
+            self.stats.idle_turns += 1;
+        }
+        work
+    }
+
+    /// Until the next timer, at most `cfg.park`.
+    fn park_time(&self) -> Duration {
+        self.rnic
+            .poll_timeout()
+            .map(|t| t.saturating_since(self.clock()))
+            .unwrap_or(self.cfg.park)
+            .min(self.cfg.park)
+    }
+
+    /// Announces a park to the device's ringers; false: work arrived.
+    fn may_park(&mut self, sh: &Shared) -> bool {
+        if !sh.park_on() || self.calls.as_ref().is_some_and(|c| !c.is_empty()) {
+            sh.unpark();
+            return false;
+        }
+        if let Some(h) = self.hook.as_mut() {
+            if !h.before_park(&mut self.rnic) {
+                h.after_park(&mut self.rnic);
+                sh.unpark();
+                return false;
+            }
+        }
+        true
+    }
+
+    fn parked(&mut self, sh: &Shared) {
+        sh.unpark();
+        if let Some(h) = self.hook.as_mut() {
+            h.after_park(&mut self.rnic);
+        }
+    }
+
+    /// The idle backoff's last step: wait for a frame, a doorbell or the
+    /// next timer (at most `cfg.park`).
+    fn park(&mut self, sh: &Shared) {
+        let t = self.park_time();
+        match sh.bell.clone() {
+            Some(bell) => {
+                if !self.may_park(sh) {
+                    return;
+                }
+                self.stats.parks += 1;
+                self.port.wait_or_ring(&bell, t);
+                bell.drain();
+                self.parked(sh);
+            }
+            None => {
+                self.stats.parks += 1;
+                self.port.wait(t);
+            }
+        }
+    }
+}
+
+pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
+    if let Some(core) = lp.cfg.core {
+        core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    }
+    *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
+    let mut idle = 0u32;
+    while !sh.stop.load(Ordering::Acquire) {
+        if lp.turn(&sh) > 0 {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if idle < lp.cfg.spin {
+            std::hint::spin_loop();
+        } else if idle < lp.cfg.spin + lp.cfg.yields {
+            std::thread::yield_now();
+        } else {
+            lp.park(&sh);
+        }
+    }
+    lp.stats
+}
+
+pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig) {
+    if let Some(core) = cfg.core {
+        core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    }
+    for (_, sh) in &members {
+        *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
+    }
+    let mut idle = 0u32;
+    while !members.is_empty() {
+        // a stopped member leaves its statistics and its loop (and port) goes
+        members.retain(|(lp, sh)| {
+            let stopped = sh.stop.load(Ordering::Acquire);
+            if stopped {
+                *sh.done.lock().expect("not poisoned") = Some(lp.stats.clone());
+            }
+            !stopped
+        });
+        let mut work = 0;
+        for (lp, sh) in members.iter_mut() {
+            work += lp.turn(sh);
+        }
+        if work > 0 {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if idle < cfg.spin {
+            std::hint::spin_loop();
+        } else if idle < cfg.spin + cfg.yields {
+            std::thread::yield_now();
+        } else {
+            let until = members
+                .iter()
+                .map(|(lp, _)| lp.park_time())
+                .min()
+                .unwrap_or(cfg.park);
+            let bell = members.first().and_then(|(_, sh)| sh.bell.clone());
+            match bell {
+                Some(bell) => {
+                    // every member announces the park; any with work cancels it
+                    let mut go = true;
+                    let mut announced = 0;
+                    for (lp, sh) in members.iter_mut() {
+                        if !lp.may_park(sh) {
+                            go = false;
+                            break;
+                        }
+                        announced += 1;
+                    }
+                    if go {
+                        for (lp, _) in members.iter_mut() {
+                            lp.stats.parks += 1;
+                        }
+                        bell.wait(None, until);
+                        bell.drain();
+                    }
+                    for (lp, sh) in members.iter_mut().take(announced) {
+                        lp.parked(sh);
+                    }
+                }
+                None => {
+                    for (lp, _) in members.iter_mut() {
+                        lp.stats.parks += 1;
+                    }
+                    std::thread::park_timeout(until);
+                }
+            }
+        }
+    }
+}

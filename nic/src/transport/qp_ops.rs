@@ -1,0 +1,428 @@
+//! What the device asks of a QP: `modify` (the attributes and state
+//! transitions of `modify_qp`), `post_send`, `poll_transmit` (CNP, then
+//! responses, then paced requests), and the rules for errors, flushing and
+//! the receive queue (IBA 10.3.1, 10.8, 11.2.4.7).
+
+use super::congestion::CcConfig;
+use super::qp::{HeaderTemplate, Qp};
+use super::requester::SendWqe;
+use super::{Resources, MAX_MSG_LEN};
+use crate::time::Instant;
+use crate::verbs::{
+    check_modify, AsyncEvent, QpAttr, QpState, RecvWr, SendOp, SendWr, VerbsError, Wc, WcOpcode,
+    WcStatus,
+};
+use wire::{IpRepr, QpType};
+
+impl Qp {
+    /// `modify_qp`: checks the transition (IBA 10.3.1, Table 93 via
+    /// [`check_modify`]), applies the attributes and enters the new state.
+    pub(crate) fn modify(&mut self, res: &mut Resources, attr: &QpAttr) -> Result<(), VerbsError> {
+        let qp = self;
+        let to = check_modify(qp.state, qp.qp_type(), attr)?;
+        if let Some(a) = attr.access_flags {
+            qp.access = a;
+        }
+        if let Some(k) = attr.qkey {
+            qp.qkey = k;
+        }
+        if let Some(ah) = attr.ah {
+            qp.ah = Some(ah);
+        }
+        if let Some(m) = attr.path_mtu {
+            qp.mtu = m;
+        }
+        if let Some(d) = attr.dest_qpn {
+            qp.dest_qpn = d;
+        }
+        if let Some(p) = attr.rq_psn {
+            qp.resp.epsn = wire::Psn::new(p);
+        }
+        if let Some(v) = attr.max_dest_rd_atomic {
+            qp.max_dest_rd_atomic = v;
+        }
+        if let Some(v) = attr.min_rnr_timer {
+            qp.min_rnr_timer = v;
+        }
+        if let Some(p) = attr.sq_psn {
+            qp.req.npsn = wire::Psn::new(p);
+            qp.req.una = qp.req.npsn;
+            qp.req.high = qp.req.npsn;
+            qp.req.acked = qp.req.npsn;
+        }
+        if let Some(v) = attr.timeout {
+            qp.timeout = v;
+        }
+        if let Some(v) = attr.retry_cnt {
+            qp.retry_cnt = v;
+            qp.req.retry_left = v;
+        }
+        if let Some(v) = attr.rnr_retry {
+            qp.rnr_retry = v;
+            qp.req.rnr_left = v;
+        }
+        if let Some(v) = attr.max_rd_atomic {
+            qp.max_rd_atomic = v;
+        }
+        if let (Some(ah), QpType::Rc | QpType::Uc) = (qp.ah, qp.qp_type()) {
+            let mut hdr = HeaderTemplate::new(res.cfg.mac, res.cfg.gid, &ah, qp.qpn, qp.dest_qpn);
+            data_class(&mut hdr, &ah, &res.cfg.cc);
+            qp.cc.prio = res.cfg.cc.qos.priority(hdr.eth.vlan, ip_dscp(&hdr.ip));
+            qp.hdr = Some(hdr);
+        }
+        match to {
+            QpState::Err if qp.state != QpState::Err => qp.enter_error(res),
+            QpState::Reset => {
+                let (qpn, init, counters) = (qp.qpn, qp.init, std::mem::take(&mut qp.counters));
+                *qp = Qp::new(qpn, init, &res.cfg);
+                qp.counters = counters;
+            }
+            QpState::Sqd => {
+                // SQ_DRAINED is owed once per transition into SQD
+                if qp.state != QpState::Sqd {
+                    qp.drain_pending = true;
+                }
+                qp.state = QpState::Sqd;
+                qp.check_drained(res);
+            }
+            s => qp.state = s,
+        }
+        Ok(())
+    }
+
+    /// Validates and queues a send WR.
+    pub(crate) fn post_send(&mut self, res: &mut Resources, wr: SendWr) -> Result<(), VerbsError> {
+        if matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(VerbsError::BadState(self.state));
+        }
+        if self.req.sq.len() >= self.init.max_send_wr as usize {
+            return Err(VerbsError::QueueFull);
+        }
+        match (self.qp_type(), &wr.op) {
+            (QpType::Ud, SendOp::Send | SendOp::SendWithImm { .. }) if wr.ud.is_some() => {}
+            (QpType::Ud, _) => {
+                return Err(VerbsError::InvalidWr(
+                    "UD QPs take SEND with an address handle",
+                ))
+            }
+            (QpType::Uc, op)
+                if op.is_read_or_atomic() || matches!(op, SendOp::SendWithInv { .. }) =>
+            {
+                return Err(VerbsError::InvalidWr(
+                    "UC QPs take only SEND and RDMA WRITE",
+                ))
+            }
+            _ => {}
+        }
+        let len = wr.sgl.total_len();
+        if wr.op.is_atomic() && len != 8 {
+            return Err(VerbsError::InvalidWr(
+                "atomics need one 8-byte local buffer",
+            ));
+        }
+        if len > MAX_MSG_LEN {
+            return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
+        }
+        let inline = if wr.flags.inline {
+            if wr.op.is_read_or_atomic() {
+                return Err(VerbsError::InvalidWr("inline data is for SEND and WRITE"));
+            }
+            // IBV_SEND_INLINE: the data is copied now, the lkeys are not used.
+            let mut data = vec![0u8; len as usize].into_boxed_slice();
+            let mut off = 0;
+            for sge in wr.sgl.as_slice() {
+                let n = sge.length as usize;
+                let (mr, at) = res
+                    .mrs
+                    .get(sge.lkey)
+                    .and_then(|m| m.offset_of(sge.addr, n as u64).ok().map(|at| (m, at)))
+                    .ok_or(VerbsError::InvalidWr(
+                        "inline SGE outside any registered region",
+                    ))?;
+                mr.mem.read(at, &mut data[off..off + n]);
+                off += n;
+            }
+            Some(data)
+        } else {
+            None
+        };
+        let signaled = wr.flags.signaled || self.init.sq_sig_all;
+        let wqe = SendWqe {
+            wr,
+            inline,
+            len,
+            started: false,
+            first_psn: wire::Psn::new(0),
+            npkts: 0,
+            read_done: 0,
+            signaled,
+            local_status: None,
+        };
+        // IBA 10.3.1: send WRs posted in ERR (or SQEr) complete as flushed.
+        if matches!(self.state, QpState::Err | QpState::Sqe) {
+            self.req.sq.push_back(wqe);
+            self.flush_send_queue(res);
+            return Ok(());
+        }
+        self.req.sq.push_back(wqe);
+        Ok(())
+    }
+
+    /// Frames the QP has to send: a CNP it owes first (on its own
+    /// priority), then — unless PFC pauses the QP's priority — responses
+    /// (they unblock the peer), then requests at the pace DCQCN allows.
+    pub(crate) fn poll_transmit(
+        &mut self,
+        res: &mut Resources,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        if let Some(cnp) = self.cc.pending_cnp.take() {
+            if let Ok(n) = cnp.emit(buf) {
+                return Some(n);
+            }
+        }
+        if res.pfc.is_paused(self.cc.prio, now) {
+            return None;
+        }
+        if let Some(n) = self.next_response(res, buf) {
+            return Some(n);
+        }
+        if self.resp.error_after_flush && self.resp.responses.is_empty() {
+            self.resp.error_after_flush = false;
+            if let Some(ev) = self.resp.error_event.take() {
+                res.raise(ev);
+            }
+            self.enter_error(res);
+            return None;
+        }
+        if !self.cc.may_send(now) {
+            return None;
+        }
+        let n = self.next_request(res, now, buf)?;
+        self.cc.on_sent(now, n);
+        Some(n)
+    }
+
+    /// Copies the congestion counters into the QP's counters.
+    pub(crate) fn sync_cc_counters(&mut self) {
+        let np = &self.cc.np_counters;
+        let rp = self.cc.rp.counters();
+        self.counters.np_ecn_marked_roce_packets = np.np_ecn_marked_roce_packets;
+        self.counters.np_cnp_sent = np.np_cnp_sent;
+        self.counters.rp_cnp_handled = rp.rp_cnp_handled;
+        self.counters.rp_cnp_ignored = rp.rp_cnp_ignored;
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        [
+            self.req.ack_deadline,
+            self.req.rnr_deadline,
+            self.cc.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).
+    pub(crate) fn enter_error(&mut self, res: &mut Resources) {
+        let was = self.state;
+        self.state = QpState::Err;
+        self.drain_pending = false;
+        self.resp.error_after_flush = false;
+        self.resp.error_event = None;
+        self.req.ack_deadline = None;
+        self.req.rnr_deadline = None;
+        self.resp.responses.clear();
+        self.flush_send_queue(res);
+        if let Some(super::responder::InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
+            self.rq.push_front(recv);
+        }
+        while let Some(wr) = self.rq.pop_front() {
+            self.counters.resp_cqe_flush_error += 1;
+            let _ = res.complete(
+                self.init.recv_cq,
+                Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn),
+            );
+        }
+        // IBA 10.2.9.5 / 11.6.3.1 "Last WQE Reached": a QP on an SRQ went to
+        // ERR and will take no more receive WQEs from it.
+        if was != QpState::Err && self.init.srq.is_some() {
+            res.raise(AsyncEvent::QpLastWqeReached(self.qpn));
+        }
+    }
+
+    /// SQ_DRAINED (IBTA 11.6.3.1 "Send Queue Drained"), once the QP is in
+    /// SQD and no message it had begun is left unfinished.
+    pub(crate) fn check_drained(&mut self, res: &mut Resources) {
+        if self.drain_pending
+            && self.state == QpState::Sqd
+            && !self.req.outstanding()
+            && !self.req.sq.iter().any(|w| w.started)
+        {
+            self.drain_pending = false;
+            res.raise(AsyncEvent::SqDrained(self.qpn));
+        }
+    }
+
+    fn flush_send_queue(&mut self, res: &mut Resources) {
+        while let Some(w) = self.req.sq.pop_front() {
+            self.counters.req_cqe_flush_error += 1;
+            let wc = Wc::new(
+                w.wr.wr_id,
+                WcStatus::WrFlushErr,
+                w.wr.op.wc_opcode(),
+                self.qpn,
+            );
+            let _ = res.complete(self.init.send_cq, wc);
+        }
+        self.req.cur = 0;
+        self.req.cur_off = 0;
+        self.req.rd_atomic_outstanding = 0;
+    }
+
+    /// Completes the oldest send WQE with `status` (errors always complete,
+    /// signaled or not) and, on error, fails the QP.
+    pub(crate) fn complete_front(&mut self, res: &mut Resources, status: WcStatus) {
+        let Some(w) = self.req.sq.pop_front() else {
+            return;
+        };
+        if self.req.cur == 0 {
+            // the WQE being (re)sent is done: the cursor moves to the next
+            // one (`fast_forward` puts npsn back in line with una)
+            self.req.cur_off = 0;
+        }
+        self.req.cur = self.req.cur.saturating_sub(1);
+        if w.wr.op.is_read_or_atomic() && w.started {
+            self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
+        }
+        if status == WcStatus::Success {
+            if w.wr.op.is_send() {
+                self.counters.rdma_sends += 1;
+            }
+            if w.signaled {
+                let mut wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
+                wc.byte_len = w.len as u32;
+                if res.complete(self.init.send_cq, wc).is_err() {
+                    self.counters.cq_overrun += 1;
+                    self.raise_fatal(res);
+                    self.enter_error(res);
+                    return;
+                }
+            }
+            // The next WQE failed locally while this one was in flight: its
+            // error completion is due now, in order.
+            if let Some(st) = self.req.sq.front().and_then(|w| w.local_status) {
+                self.complete_front(res, st);
+            }
+        } else {
+            self.counters.req_cqe_error += 1;
+            let wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
+            let _ = res.complete(self.init.send_cq, wc);
+            self.fail_send_queue(res);
+        }
+    }
+
+    /// A send WQE completed in error. RC fails the whole QP (IBA 9.9.2).
+    /// UC and UD move to the Send Queue Error state (IBA 10.3.1, SQEr): the
+    /// other send WQEs are flushed, the receive queue keeps working, and
+    /// `modify_qp(SQE → RTS)` resumes sending.
+    pub(crate) fn fail_send_queue(&mut self, res: &mut Resources) {
+        match self.qp_type() {
+            QpType::Rc => self.enter_error(res),
+            QpType::Uc | QpType::Ud => {
+                self.state = QpState::Sqe;
+                self.flush_send_queue(res);
+            }
+        }
+    }
+
+    /// Completes a receive WQE; on a CQ overrun the QP fails.
+    pub(crate) fn complete_recv(&mut self, res: &mut Resources, wc: Wc) {
+        if wc.status != WcStatus::Success {
+            self.counters.resp_cqe_error += 1;
+        }
+        if res.complete(self.init.recv_cq, wc).is_err() {
+            self.counters.cq_overrun += 1;
+            self.raise_fatal(res);
+            self.enter_error(res);
+        }
+    }
+
+    /// QP_FATAL (IBTA "Local Work Queue Catastrophic Error": an error the
+    /// CI cannot report through the CQ): the QP's completion could not be
+    /// delivered because its CQ overran, and the QP goes to ERR. The only
+    /// local catastrophic cause this transport has.
+    fn raise_fatal(&mut self, res: &mut Resources) {
+        if self.state != QpState::Err {
+            res.raise(AsyncEvent::QpFatal(self.qpn));
+        }
+    }
+
+    /// Takes the next receive WQE: from the SRQ if the QP has one.
+    pub(crate) fn take_recv(&mut self, res: &mut Resources) -> Option<RecvWr> {
+        match self.init.srq {
+            Some(s) => {
+                let srq = res.srqs.get_mut(s as usize)?.as_mut()?;
+                let wr = srq.queue.pop_front()?;
+                // the SRQ limit: below it, one event, and it disarms
+                // (ibv_modify_srq(3): "low watermark"; IBTA SRQ Limit Reached)
+                if srq.limit > 0 && (srq.queue.len() as u64) < srq.limit as u64 {
+                    srq.limit = 0;
+                    res.raise(AsyncEvent::SrqLimitReached(s));
+                }
+                Some(wr)
+            }
+            None => self.rq.pop_front(),
+        }
+    }
+
+    /// Puts back a receive WQE that a dropped message had taken, at the
+    /// head of the queue it came from (the SRQ if the QP has one).
+    pub(crate) fn return_recv(&mut self, res: &mut Resources, recv: RecvWr) {
+        match self.init.srq {
+            Some(s) => {
+                if let Some(srq) = res.srqs.get_mut(s as usize).and_then(|s| s.as_mut()) {
+                    srq.queue.push_front(recv);
+                }
+            }
+            None => self.rq.push_front(recv),
+        }
+    }
+
+    pub(crate) fn has_recv(&self, res: &Resources) -> bool {
+        match self.init.srq {
+            Some(s) => res
+                .srqs
+                .get(s as usize)
+                .and_then(|s| s.as_ref())
+                .is_some_and(|s| !s.queue.is_empty()),
+            None => !self.rq.is_empty(),
+        }
+    }
+}
+
+/// Data traffic class when congestion control is on: ECT(0) so switches can
+/// mark it, and the configured DSCP unless the address handle names one.
+fn data_class(hdr: &mut HeaderTemplate, ah: &crate::verbs::AhAttr, cc: &CcConfig) {
+    let (dscp, ecn) = if ah.traffic_class == 0 {
+        (cc.qos.data_dscp, cc.qos.data_ecn)
+    } else {
+        (ah.traffic_class >> 2, ah.traffic_class & 3)
+    };
+    match &mut hdr.ip {
+        IpRepr::V4(v) => {
+            v.dscp = dscp;
+            v.ecn = ecn;
+        }
+        IpRepr::V6(v) => {
+            v.dscp = dscp;
+            v.ecn = ecn;
+        }
+    }
+}
+
+fn ip_dscp(ip: &IpRepr) -> u8 {
+    ip.dscp()
+}
