@@ -2,12 +2,8 @@
 
 use super::*;
 use wire::mad::{
-    self, CmMra, IpCmPrivateData, CM_CLASS_VERSION, MAD_BASE_VERSION, METHOD_SEND, MGMT_CLASS_CM,
+    self, IpCmPrivateData, CM_CLASS_VERSION, MAD_BASE_VERSION, METHOD_SEND, MGMT_CLASS_CM,
 };
-
-/// IBA 12.6.6 MessageMRAed: the REQ / the REP.
-const MRAED_REQ: u8 = 0;
-const MRAED_REP: u8 = 1;
 
 impl Cm {
     /// Parses the 256 bytes of a MAD from QP1 and handles it; bytes that
@@ -40,7 +36,7 @@ impl Cm {
             return self.drop_mad(CmDrop::NotCmClass);
         };
         match msg {
-            CmMessage::Req(r) => self.on_req(from, h.transaction_id, r),
+            CmMessage::Req(r) => self.on_req(now, from, h.transaction_id, r),
             CmMessage::Mra(m) => self.on_mra(now, from, m),
             CmMessage::Rej(r) => self.on_rej(from, r),
             CmMessage::Rep(r) => self.on_rep(now, from, r),
@@ -67,18 +63,28 @@ impl Cm {
         }
     }
 
-    fn on_req(&mut self, from: CmAddr, tid: u64, r: &CmReq) {
+    fn on_req(&mut self, now: Instant, from: CmAddr, tid: u64, r: &CmReq) {
         // IBA 12.9.8.1 duplicates: a REQ whose (sender, comm ID) we know
         let dup = self
             .conns
             .iter()
             .find(|(_, c)| !c.active && c.peer == from && c.remote_comm_id == r.local_comm_id)
             .map(|(id, c)| (*id, c.state, c.last_reply, c.tid));
-        if let Some((_, state, last, ctid)) = dup {
+        if let Some((id, state, last, ctid)) = dup {
             match (state, last) {
                 // IBA 12.9.6.2: a REQ repeated while the REP is outstanding
                 // is answered with the same REP
-                (State::RepSent, Some(rep)) => self.send(from, ctid, rep),
+                // (and the REP's retransmission timer restarts: it just
+                // went out)
+                (State::RepSent, Some(rep)) => {
+                    if let Some(c) = self.conns.get_mut(&id) {
+                        c.deadline = Some(now + c.response_wait);
+                    }
+                    self.send(from, ctid, rep)
+                }
+                // IBA 12.6.6: while the owner decides, a repeated REQ gets
+                // the MRA sent for it again
+                (State::ReqRcvd, Some(mra)) => self.send(from, ctid, mra),
                 _ => self.drop_mad(CmDrop::DuplicateReq),
             }
             return;

@@ -15,7 +15,9 @@ pub use types::*;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
-use wire::mad::{CmDreq, CmIds, CmMessage, CmPath, CmRej, CmRep, CmReq, Mad, MadBody, MadHeader};
+use wire::mad::{
+    CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, Mad, MadBody, MadHeader,
+};
 
 /// IBA 12.7.x timer encoding (CM response timeouts, service timeouts,
 /// packet life time): 4.096 µs × 2^`exp`. Exponents above 31 are clamped
@@ -264,6 +266,29 @@ impl Cm {
         Ok(())
     }
 
+    /// Passive side: tells the peer (MRA, IBA 12.6.6) that the answer to
+    /// its REQ takes longer: it waits `service_timeout` (4.096 µs × 2^n)
+    /// more. A repeated REQ is answered with the same MRA.
+    pub fn mra(&mut self, id: CmId, service_timeout: u8) -> Result<(), CmError> {
+        let c = self.conns.get_mut(&id.0).ok_or(CmError::UnknownId)?;
+        if c.state != State::ReqRcvd {
+            return Err(CmError::WrongState);
+        }
+        let msg = CmMessage::Mra(CmMra {
+            local_comm_id: id.0,
+            remote_comm_id: c.remote_comm_id,
+            message_mraed: MRAED_REQ,
+            reserved0: 0,
+            service_timeout: service_timeout & 0x1F,
+            reserved1: 0,
+            private_data: [0; CmMra::PRIVATE_DATA_LEN],
+        });
+        c.last_reply = Some(msg);
+        let (peer, tid) = (c.peer, c.tid);
+        self.send(peer, tid, msg);
+        Ok(())
+    }
+
     /// Passive side: the QP saw a packet from the peer before the RTU
     /// (IBA 12.9.x: any packet on the QP counts as the RTU).
     pub fn established(&mut self, id: CmId) -> Result<(), CmError> {
@@ -418,6 +443,9 @@ impl Cm {
     }
 }
 
+/// IBA 12.6.6 MessageMRAed: the REQ / the REP.
+pub(crate) const MRAED_REQ: u8 = 0;
+pub(crate) const MRAED_REP: u8 = 1;
 /// IBA 12.6.7 MessageRejected: the REQ.
 pub(crate) const REJECTED_REQ: u8 = 0;
 /// IBA 12.6.7 MessageRejected: the REP.
