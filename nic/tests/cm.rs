@@ -367,6 +367,47 @@ fn vanished_peer_times_out_after_max_retries_plus_one_reqs_at_the_iba_interval()
 }
 
 #[test]
+fn unanswered_rep_times_out_after_max_retries_plus_one_reps() {
+    // every RTU is lost and the owner never reports a packet on the QP
+    let mut net = Net::new(Box::new(|_, at, _| at == attr::RTU));
+    let p = connect_params();
+    let a = net.a.connect(net.now, &p);
+    net.run_to_quiet();
+    let b = net.b_id();
+    let reps: Vec<Instant> = net
+        .log
+        .iter()
+        .filter(|l| l.2 == attr::REP)
+        .map(|l| l.0)
+        .collect();
+    // the REP waits the REQ's local CM response timeout each time
+    let w = iba_timeout(p.cm_response_timeout);
+    let t_rep = reps[0];
+    let want: Vec<Instant> = (0..=u32::from(p.max_cm_retries))
+        .map(|k| t_rep + w * k)
+        .collect();
+    assert_eq!(reps, want);
+    assert!(net
+        .ev_b
+        .iter()
+        .any(|e| e.1 == CmEvent::Unreachable { id: b }));
+    // A, established by the first REP, learns from the timeout REJ
+    let tail: Vec<&CmEvent> = net.ev_a.iter().map(|e| &e.1).collect();
+    assert!(matches!(tail[..], [
+        CmEvent::Established { .. },
+        CmEvent::Rejected { id, reason, .. },
+        CmEvent::TimeWaitExit { id: id2 },
+    ] if *id == a && *id2 == a && *reason == RejectReason::TIMEOUT));
+    let rej = net.log.iter().find(|l| l.2 == attr::REJ).unwrap().4;
+    let Some(CmMessage::Rej(rej)) = rej.cm() else {
+        panic!()
+    };
+    assert_eq!(rej.reject_info_length, 8);
+    assert_eq!(rej.ari[..8], 0xbu64.to_be_bytes());
+    assert!(net.a.is_empty() && net.b.is_empty());
+}
+
+#[test]
 fn req_for_an_unknown_service_is_rejected_with_invalid_service_id() {
     let mut net = Net::new(no_drops());
     net.b.unlisten(SERVICE);
@@ -562,12 +603,15 @@ fn hostile_mads_never_panic_nor_touch_an_established_connection() {
                 }
                 _ => {
                     let m = random_cm_message(&mut rng, &ids);
-                    // the one message that is no attack: the peer's own
-                    // DREQ for the connection
-                    if let CmMessage::Dreq(d) = &m {
-                        if from == addr(1) && d.remote_comm_id == b.0 {
-                            continue;
-                        }
+                    // the messages that are no attack: the peer's own DREQ
+                    // or REJ for the connection
+                    let own = match &m {
+                        CmMessage::Dreq(d) => d.remote_comm_id == b.0,
+                        CmMessage::Rej(r) => r.remote_comm_id == b.0 && r.local_comm_id == a.0,
+                        _ => false,
+                    };
+                    if from == addr(1) && own {
+                        continue;
                     }
                     let mad = Mad {
                         header: MadHeader::cm(m.attribute_id(), rng.gen()),

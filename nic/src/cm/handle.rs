@@ -38,7 +38,7 @@ impl Cm {
         match msg {
             CmMessage::Req(r) => self.on_req(now, from, h.transaction_id, r),
             CmMessage::Mra(m) => self.on_mra(now, from, m),
-            CmMessage::Rej(r) => self.on_rej(from, r),
+            CmMessage::Rej(r) => self.on_rej(now, from, r),
             CmMessage::Rep(r) => self.on_rep(now, from, r),
             CmMessage::Rtu(i) => self.on_rtu(from, i),
             CmMessage::Dreq(d) => self.on_dreq(now, from, d),
@@ -186,7 +186,7 @@ impl Cm {
         }
     }
 
-    fn on_rej(&mut self, from: CmAddr, r: &CmRej) {
+    fn on_rej(&mut self, now: Instant, from: CmAddr, r: &CmRej) {
         // IBA 12.6.7: a REJ of a REQ whose sender never learnt our ID
         // (remote comm ID 0) names the connection by the REQ's comm ID
         let by_req = (r.remote_comm_id == 0)
@@ -194,7 +194,9 @@ impl Cm {
                 self.conns
                     .iter()
                     .find(|(_, c)| {
-                        !c.active && c.peer == from && c.remote_comm_id == r.local_comm_id
+                        matches!(c.state, State::ReqRcvd | State::RepSent)
+                            && c.peer == from
+                            && c.remote_comm_id == r.local_comm_id
                     })
                     .map(|(id, _)| *id)
             })
@@ -203,12 +205,17 @@ impl Cm {
         else {
             return;
         };
-        let c = &self.conns[&id];
-        // IBA 12.9.6: REJ is accepted while the connection is being set up
-        if !matches!(c.state, State::ReqSent | State::RepSent | State::ReqRcvd) {
-            return self.drop_mad(CmDrop::OutOfState);
+        match self.conns[&id].state {
+            // IBA 12.9.6: REJ ends a connection being set up
+            State::ReqSent | State::RepSent | State::ReqRcvd => {
+                self.conns.remove(&id);
+            }
+            // the active side is established once it sent the RTU; a peer
+            // that never saw it (its REP retries ran out) rejects then, and
+            // the connection ends through TimeWait (as Linux's CM does)
+            State::Established => self.enter_timewait(now, id),
+            _ => return self.drop_mad(CmDrop::OutOfState),
         }
-        self.conns.remove(&id);
         self.events.push_back(CmEvent::Rejected {
             id: CmId(id),
             reason: RejectReason(r.reason),
@@ -361,14 +368,20 @@ impl Cm {
             let (peer, tid, remote, state) = (c.peer, c.tid, c.remote_comm_id, c.state);
             match state {
                 State::ReqSent | State::RepSent => {
-                    // IBA 12.9.6: the attempt ends with a REJ (timeout)
-                    let rejected = if state == State::ReqSent {
-                        REJECTED_REP
-                    } else {
-                        REJECTED_REQ
-                    };
+                    // IBA 12.9.6: the attempt ends with a REJ (timeout),
+                    // which rejects no particular message (MessageRejected
+                    // 2, as Linux sends it); its ARI is our CA GUID
+                    // (IBA 12.6.7, Table 104, reason 4)
                     self.conns.remove(&id);
-                    self.send_rej(peer, tid, id, remote, rejected, RejectReason::TIMEOUT, &[]);
+                    self.send_rej(
+                        peer,
+                        tid,
+                        id,
+                        remote,
+                        REJECTED_NONE,
+                        RejectReason::TIMEOUT,
+                        &[],
+                    );
                     self.events.push_back(CmEvent::Unreachable { id: CmId(id) });
                 }
                 _ => {

@@ -418,6 +418,13 @@ impl Cm {
             ari: [0; 72],
             private_data: pd,
         };
+        let mut rej = rej;
+        if reason == RejectReason::TIMEOUT {
+            // IBA 12.6.7, Table 104: a timeout REJ carries the sender's CA
+            // GUID as its additional rejection information
+            rej.ari[..8].copy_from_slice(&self.ca_guid.to_be_bytes());
+            rej.reject_info_length = 8;
+        }
         self.send(to, tid, CmMessage::Rej(rej));
     }
 

@@ -123,7 +123,8 @@ pub enum CmEvent {
     /// The connection is established: on the active side with the peer's
     /// REP, on the passive side after the RTU or `established`.
     Established { id: CmId, rep: Option<Box<CmRep>> },
-    /// The peer rejected the REQ or REP; the ID is freed.
+    /// The peer rejected the REQ or REP; the ID is freed (at once while
+    /// connecting; after TimeWait when the active side was established).
     Rejected {
         id: CmId,
         reason: RejectReason,
