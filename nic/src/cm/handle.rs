@@ -49,7 +49,7 @@ impl Cm {
 
     /// The connection a non-REQ message names: its remote communication ID
     /// is one of ours, it comes from that connection's peer and (once the
-    /// peer's ID is known) carries that ID (IBA 12.9.8.1: messages with
+    /// peer's ID is known) carries that ID (IBA 12.9, the CM state machine: messages with
     /// unknown IDs are discarded).
     fn lookup(&mut self, from: CmAddr, ours: u32, theirs: u32) -> Option<u32> {
         match self.conns.get(&ours) {
@@ -64,7 +64,7 @@ impl Cm {
     }
 
     fn on_req(&mut self, now: Instant, from: CmAddr, tid: u64, r: &CmReq) {
-        // IBA 12.9.8.1 duplicates: a REQ whose (sender, comm ID) we know
+        // IBA 12.9 (the CM state machine), duplicates: a REQ whose (sender, comm ID) we know
         let dup = self
             .conns
             .iter()
@@ -72,7 +72,7 @@ impl Cm {
             .map(|(id, c)| (*id, c.state, c.last_reply, c.tid));
         if let Some((id, state, last, ctid)) = dup {
             match (state, last) {
-                // IBA 12.9.6.2: a REQ repeated while the REP is outstanding
+                // IBA 12.9 (REP sent): a REQ repeated while the REP is outstanding
                 // is answered with the same REP
                 // (and the REP's retransmission timer restarts: it just
                 // went out)
@@ -89,7 +89,7 @@ impl Cm {
             }
             return;
         }
-        // IBA 12.9.8.3.3 stale connection: a new comm ID for a QP that is
+        // IBA 12.9 and Table 104 reason 10, stale connection: a new comm ID for a QP that is
         // still connected to us is rejected with reason 10
         let stale = self.conns.values().any(|c| {
             c.peer == from
@@ -206,7 +206,7 @@ impl Cm {
             return;
         };
         match self.conns[&id].state {
-            // IBA 12.9.6: REJ ends a connection being set up
+            // IBA 12.9: REJ ends a connection being set up
             State::ReqSent | State::RepSent | State::ReqRcvd => {
                 self.conns.remove(&id);
             }
@@ -248,7 +248,7 @@ impl Cm {
                     rep: Some(Box::new(*r)),
                 });
             }
-            // IBA 12.9.6.1: a repeated REP (our RTU was lost) gets the RTU
+            // IBA 12.9 (Established): a repeated REP (our RTU was lost) gets the RTU
             // again
             State::Established if c.remote_comm_id == r.local_comm_id => {
                 if let Some(rtu) = c.last_reply {
@@ -288,7 +288,7 @@ impl Cm {
         }
         let (peer, tid, remote) = (c.peer, c.tid, c.remote_comm_id);
         match c.state {
-            // IBA 12.9.6.1: a DREQ in RepSent stands for the RTU too
+            // IBA 12.9 (REP sent): a DREQ in RepSent stands for the RTU too
             State::Established | State::RepSent | State::DreqSent => {
                 self.enter_timewait(now, id);
                 self.send_ids(peer, tid, CmMessage::Drep, id, remote);
@@ -297,7 +297,7 @@ impl Cm {
                 self.events
                     .push_back(CmEvent::Disconnected { id: CmId(id) });
             }
-            // IBA 12.9.6.3: a DREQ repeated in TimeWait (our DREP was
+            // IBA 12.9 (TimeWait): a DREQ repeated in TimeWait (our DREP was
             // lost) is answered again
             State::TimeWait => {
                 self.send_ids(peer, tid, CmMessage::Drep, id, remote);
@@ -320,7 +320,7 @@ impl Cm {
         }
     }
 
-    /// IBA 12.9.6.3 TimeWait: the ID stays as long as the peer may still
+    /// IBA 12.9 TimeWait: the ID stays as long as the peer may still
     /// retransmit its DREQ (every response wait, `max_cm_retries` times),
     /// so late messages of the connection are recognised and answered;
     /// then it is freed.
@@ -333,7 +333,7 @@ impl Cm {
         }
     }
 
-    /// Fires every timer due at `now`: retransmissions (IBA 12.7.x: REQ,
+    /// Fires every timer due at `now`: retransmissions (IBA 12.6.5 CM response timeouts and Max CM Retries: REQ,
     /// REP and DREQ are resent after each response wait, at most
     /// `max_cm_retries` times) and the end of TimeWait.
     pub fn handle_timeout(&mut self, now: Instant) {
@@ -368,7 +368,7 @@ impl Cm {
             let (peer, tid, remote, state) = (c.peer, c.tid, c.remote_comm_id, c.state);
             match state {
                 State::ReqSent | State::RepSent => {
-                    // IBA 12.9.6: the attempt ends with a REJ (timeout),
+                    // IBA 12.9: the attempt ends with a REJ (timeout),
                     // which rejects no particular message (MessageRejected
                     // 2, as Linux sends it); its ARI is our CA GUID
                     // (IBA 12.6.7, Table 104, reason 4)

@@ -19,14 +19,15 @@ use wire::mad::{
     CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep, CmReq, Mad, MadBody, MadHeader,
 };
 
-/// IBA 12.7.x timer encoding (CM response timeouts, service timeouts,
-/// packet life time): 4.096 µs × 2^`exp`. Exponents above 31 are clamped
+/// The IBA timer encoding of the CM response timeouts (REQ, IBA 12.6.5),
+/// the service timeout (MRA, IBA 12.6.6) and packet life times:
+/// 4.096 µs × 2^`exp`. Exponents above 31 are clamped
 /// to 31 (the 5-bit fields cannot carry more).
 pub fn iba_timeout(exp: u8) -> Duration {
     Duration::from_nanos(4096u64 << u32::from(exp.min(31)))
 }
 
-/// Where a connection is (IBA 12.9.6, the CM state diagrams, reduced to
+/// Where a connection is (IBA 12.9, the CM state diagrams, reduced to
 /// the states this CM distinguishes).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum State {
@@ -55,7 +56,7 @@ pub(crate) struct Conn {
     pub(crate) tid: u64,
     /// The message the timer retransmits (REQ, REP or DREQ), if any.
     pub(crate) outstanding: Option<CmMessage>,
-    /// The last REP sent (answer to a duplicate REQ, IBA 12.9.x) or the
+    /// The last REP sent (answer to a duplicate REQ, IBA 12.9) or the
     /// RTU (answer to a duplicate REP in Established).
     pub(crate) last_reply: Option<CmMessage>,
     pub(crate) deadline: Option<Instant>,
@@ -164,7 +165,7 @@ impl Cm {
             private_data,
         };
         let msg = CmMessage::Req(req);
-        // IBA 12.7.x: the active side waits the remote CM response timeout
+        // IBA 12.6.5: the active side waits the remote CM response timeout
         // (plus the path's round trip, negligible on one L2 segment) for REP
         let wait = iba_timeout(p.cm_response_timeout);
         let conn = Conn {
@@ -210,7 +211,7 @@ impl Cm {
             reserved1: 0,
             starting_psn: p.starting_psn & 0x00FF_FFFF,
             reserved2: 0,
-            // IBA 12.6.8 / o12-8: the responder resources the REP offers
+            // IBA 12.6.8: the responder resources the REP offers
             // may not exceed the initiator depth of the REQ, and the
             // initiator depth may not exceed the REQ's responder resources
             responder_resources: p.responder_resources.min(req.initiator_depth),
@@ -290,7 +291,7 @@ impl Cm {
     }
 
     /// Passive side: the QP saw a packet from the peer before the RTU
-    /// (IBA 12.9.x: any packet on the QP counts as the RTU).
+    /// (IBA 12.9: any packet on the QP counts as the RTU).
     pub fn established(&mut self, id: CmId) -> Result<(), CmError> {
         let c = self.conns.get_mut(&id.0).ok_or(CmError::UnknownId)?;
         if c.state != State::RepSent {
@@ -407,7 +408,7 @@ impl Cm {
     ) {
         let mut pd = [0u8; CmRej::PRIVATE_DATA_LEN];
         copy_prefix(&mut pd, private_data);
-        let rej = CmRej {
+        let mut rej = CmRej {
             local_comm_id: local,
             remote_comm_id: remote,
             message_rejected,
@@ -418,7 +419,6 @@ impl Cm {
             ari: [0; 72],
             private_data: pd,
         };
-        let mut rej = rej;
         if reason == RejectReason::TIMEOUT {
             // IBA 12.6.7, Table 104: a timeout REJ carries the sender's CA
             // GUID as its additional rejection information

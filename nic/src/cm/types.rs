@@ -112,7 +112,7 @@ impl RejectReason {
 /// `Rejected`, `DisconnectRequest` or `Disconnected` to error.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum CmEvent {
-    /// A REQ for a listened service ID (IBA 12.9.6.2); `ip` is its RDMA IP
+    /// A REQ for a listened service ID (IBA 12.9); `ip` is its RDMA IP
     /// CM private data when it parses.
     ConnectRequest {
         id: CmId,
