@@ -46,6 +46,7 @@ fn accept_params() -> AcceptParams {
         target_ack_delay: 15,
         rnr_retry_count: 7,
         srq: false,
+        end_to_end_flow_control: false,
         private_data: b"accepted".to_vec(),
     }
 }
@@ -730,6 +731,7 @@ fn rxe_capture_req_gets_a_rep_consistent_with_the_captures() {
         target_ack_delay: rep.target_ack_delay,
         rnr_retry_count: rep.rnr_retry_count,
         srq: rep.srq,
+        end_to_end_flow_control: rep.end_to_end_flow_control,
         private_data: rep.private_data.to_vec(),
     };
     cm.accept(Instant::ZERO, id, &p).unwrap();
@@ -773,4 +775,90 @@ fn rxe_capture_req_gets_a_rep_consistent_with_the_captures() {
     if rep_mad.header.transaction_id == req_mad.header.transaction_id {
         assert_eq!(ours.header.transaction_id, req_mad.header.transaction_id);
     }
+
+    // the capture's RTU, addressed to our comm ID, establishes it
+    let find = |pick: &dyn Fn(&CmMessage) -> bool| {
+        *mads
+            .iter()
+            .find(|m| m.cm().is_some_and(pick))
+            .expect("message in the capture")
+    };
+    let mut rtu = find(&|m| matches!(m, CmMessage::Rtu(i) if i.local_comm_id == req.local_comm_id));
+    if let MadBody::Cm(CmMessage::Rtu(i)) = &mut rtu.body {
+        i.remote_comm_id = id.0;
+    }
+    cm.handle_mad(Instant::ZERO, from, &rtu);
+    assert_eq!(
+        cm.poll_event(),
+        Some(CmEvent::Established { id, rep: None })
+    );
+
+    // rxe's passive side disconnected this connection: our DREQ names what
+    // its DREQ names
+    let Some(CmMessage::Dreq(their_dreq)) =
+        find(&|m| matches!(m, CmMessage::Dreq(d) if d.remote_comm_id == req.local_comm_id))
+            .cm()
+            .copied()
+    else {
+        unreachable!()
+    };
+    cm.disconnect(Instant::ZERO, id).unwrap();
+    let (_, dreq) = cm.poll_transmit(Instant::ZERO).unwrap();
+    let Some(CmMessage::Dreq(our_dreq)) = dreq.cm() else {
+        panic!("not a DREQ: {dreq:?}");
+    };
+    assert_eq!(
+        (our_dreq.remote_comm_id, our_dreq.remote_qpn),
+        (their_dreq.remote_comm_id, their_dreq.remote_qpn)
+    );
+    let mut drep =
+        find(&|m| matches!(m, CmMessage::Drep(i) if i.local_comm_id == req.local_comm_id));
+    if let MadBody::Cm(CmMessage::Drep(i)) = &mut drep.body {
+        i.remote_comm_id = id.0;
+    }
+    cm.handle_mad(Instant::ZERO, from, &drep);
+    assert_eq!(cm.poll_event(), Some(CmEvent::Disconnected { id }));
+    assert!(cm.drops().is_empty(), "{:?}", cm.drops());
+
+    // and a DREQ from the peer is answered under its own transaction ID,
+    // as rxe answers
+    let mut second =
+        find(&|m| matches!(m, CmMessage::Req(r) if r.local_comm_id != req.local_comm_id));
+    let Some(CmMessage::Req(req2)) = second.cm().copied() else {
+        unreachable!()
+    };
+    cm.handle_mad(Instant::ZERO, from, &second);
+    let Some(CmEvent::ConnectRequest { id: id2, .. }) = cm.poll_event() else {
+        panic!("no second connect request");
+    };
+    let rep2 = find(&|m| matches!(m, CmMessage::Rep(r) if r.remote_comm_id == req2.local_comm_id));
+    let Some(CmMessage::Rep(rep2)) = rep2.cm().copied() else {
+        unreachable!()
+    };
+    let mut p2 = p.clone();
+    p2.local_qpn = rep2.local_qpn;
+    cm.accept(Instant::ZERO, id2, &p2).unwrap();
+    cm.established(id2).unwrap();
+    while cm.poll_transmit(Instant::ZERO).is_some() {}
+    while cm.poll_event().is_some() {}
+    let peer_dreq =
+        find(&|m| matches!(m, CmMessage::Dreq(d) if d.local_comm_id == req2.local_comm_id));
+    let their_drep =
+        find(&|m| matches!(m, CmMessage::Drep(i) if i.remote_comm_id == req2.local_comm_id));
+    second = peer_dreq;
+    if let MadBody::Cm(CmMessage::Dreq(d)) = &mut second.body {
+        d.remote_comm_id = id2.0;
+    }
+    cm.handle_mad(Instant::ZERO, from, &second);
+    let (_, our_drep) = cm.poll_transmit(Instant::ZERO).unwrap();
+    assert_eq!(our_drep.header.attribute_id, attr::DREP);
+    assert_eq!(
+        our_drep.header.transaction_id,
+        peer_dreq.header.transaction_id
+    );
+    assert_eq!(
+        their_drep.header.transaction_id,
+        peer_dreq.header.transaction_id
+    );
+    assert!(cm.drops().is_empty(), "{:?}", cm.drops());
 }

@@ -41,7 +41,7 @@ impl Cm {
             CmMessage::Rej(r) => self.on_rej(now, from, r),
             CmMessage::Rep(r) => self.on_rep(now, from, r),
             CmMessage::Rtu(i) => self.on_rtu(from, i),
-            CmMessage::Dreq(d) => self.on_dreq(now, from, d),
+            CmMessage::Dreq(d) => self.on_dreq(now, from, h.transaction_id, d),
             CmMessage::Drep(i) => self.on_drep(now, from, i),
             CmMessage::Other { .. } => self.drop_mad(CmDrop::UnsupportedAttribute),
         }
@@ -277,7 +277,7 @@ impl Cm {
         });
     }
 
-    fn on_dreq(&mut self, now: Instant, from: CmAddr, d: &CmDreq) {
+    fn on_dreq(&mut self, now: Instant, from: CmAddr, dreq_tid: u64, d: &CmDreq) {
         let Some(id) = self.lookup(from, d.remote_comm_id, d.local_comm_id) else {
             return;
         };
@@ -286,12 +286,14 @@ impl Cm {
         if d.remote_qpn != c.local_qpn {
             return self.drop_mad(CmDrop::UnknownCommId);
         }
-        let (peer, tid, remote) = (c.peer, c.tid, c.remote_comm_id);
+        // the DREP answers the DREQ's transaction (a response
+        // carries its request's TID, IBA 13.4 MAD transactions), as rxe's DREPs do
+        let (peer, remote) = (c.peer, c.remote_comm_id);
         match c.state {
             // IBA 12.9 (REP sent): a DREQ in RepSent stands for the RTU too
             State::Established | State::RepSent | State::DreqSent => {
                 self.enter_timewait(now, id);
-                self.send_ids(peer, tid, CmMessage::Drep, id, remote);
+                self.send_ids(peer, dreq_tid, CmMessage::Drep, id, remote);
                 self.events
                     .push_back(CmEvent::DisconnectRequest { id: CmId(id) });
                 self.events
@@ -300,7 +302,7 @@ impl Cm {
             // IBA 12.9 (TimeWait): a DREQ repeated in TimeWait (our DREP was
             // lost) is answered again
             State::TimeWait => {
-                self.send_ids(peer, tid, CmMessage::Drep, id, remote);
+                self.send_ids(peer, dreq_tid, CmMessage::Drep, id, remote);
             }
             _ => self.drop_mad(CmDrop::OutOfState),
         }

@@ -149,7 +149,7 @@ impl Cm {
             remote_cm_response_timeout: p.cm_response_timeout,
             // IBA 12.6.5: transport service type 0 is RC
             transport_service_type: 0,
-            end_to_end_flow_control: true,
+            end_to_end_flow_control: p.end_to_end_flow_control,
             starting_psn: p.starting_psn & 0x00FF_FFFF,
             local_cm_response_timeout: p.cm_response_timeout,
             retry_count: p.retry_count,
@@ -219,7 +219,7 @@ impl Cm {
             target_ack_delay: p.target_ack_delay & 0x1F,
             // IBA 12.6.8: 0 "failover accepted"; no alternate path here
             failover_accepted: 0,
-            end_to_end_flow_control: true,
+            end_to_end_flow_control: p.end_to_end_flow_control,
             rnr_retry_count: p.rnr_retry_count & 0x07,
             srq: p.srq,
             reserved3: 0,

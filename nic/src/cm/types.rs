@@ -42,6 +42,9 @@ pub struct ConnectParams {
     /// 4 bits: retransmissions of REQ/REP/DREQ before giving up.
     pub max_cm_retries: u8,
     pub srq: bool,
+    /// The REQ's end-to-end flow control bit (librdmacm's
+    /// `rdma_conn_param.flow_control`).
+    pub end_to_end_flow_control: bool,
     /// The path's local ACK timeout (5 bits).
     pub local_ack_timeout: u8,
     pub hop_limit: u8,
@@ -67,6 +70,7 @@ impl ConnectParams {
             cm_response_timeout: 20,
             max_cm_retries: 15,
             srq: false,
+            end_to_end_flow_control: false,
             local_ack_timeout: 14,
             hop_limit: 64,
             traffic_class: 0,
@@ -85,6 +89,8 @@ pub struct AcceptParams {
     pub target_ack_delay: u8,
     pub rnr_retry_count: u8,
     pub srq: bool,
+    /// The REP's end-to-end flow control bit.
+    pub end_to_end_flow_control: bool,
     /// At most 196 bytes (the REP's private data); longer is cut.
     pub private_data: Vec<u8>,
 }
