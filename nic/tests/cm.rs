@@ -862,3 +862,60 @@ fn rxe_capture_req_gets_a_rep_consistent_with_the_captures() {
     );
     assert!(cm.drops().is_empty(), "{:?}", cm.drops());
 }
+
+/// The REQ we build from rxe's choices is rxe's REQ but for our comm ID,
+/// CA GUID and what librdmacm chose (timeouts, retries, private data).
+#[test]
+fn our_req_has_the_layout_of_the_captures_req() {
+    let Some(mads) = capture_mads("rdma_cm.pcap") else {
+        return;
+    };
+    let theirs = mads
+        .iter()
+        .find_map(|m| match m.cm() {
+            Some(CmMessage::Req(r)) => Some(*r),
+            _ => None,
+        })
+        .expect("a REQ in rdma_cm.pcap");
+    let remote = CmAddr {
+        gid: theirs.primary.remote_gid,
+    };
+    let mut p = ConnectParams::new(
+        remote,
+        theirs.service_id,
+        theirs.local_qpn,
+        theirs.starting_psn,
+    );
+    p.responder_resources = theirs.responder_resources;
+    p.initiator_depth = theirs.initiator_depth;
+    p.path_mtu = theirs.path_mtu;
+    p.retry_count = theirs.retry_count;
+    p.rnr_retry_count = theirs.rnr_retry_count;
+    p.cm_response_timeout = theirs.remote_cm_response_timeout;
+    p.max_cm_retries = theirs.max_cm_retries;
+    p.srq = theirs.srq;
+    p.end_to_end_flow_control = theirs.end_to_end_flow_control;
+    p.local_ack_timeout = theirs.primary.local_ack_timeout;
+    p.hop_limit = theirs.primary.hop_limit;
+    p.traffic_class = theirs.primary.traffic_class;
+    p.flow_label = theirs.primary.flow_label;
+    p.private_data = theirs.private_data.to_vec();
+    let mut cm = Cm::new(
+        CmAddr {
+            gid: theirs.primary.local_gid,
+        },
+        theirs.local_ca_guid,
+        3,
+    );
+    let id = cm.connect(Instant::ZERO, &p);
+    let (to, mad) = cm.poll_transmit(Instant::ZERO).unwrap();
+    assert_eq!(to, remote);
+    let Some(CmMessage::Req(ours)) = mad.cm() else {
+        panic!("not a REQ");
+    };
+    assert_eq!(ours.local_comm_id, id.0);
+    let mut want = theirs;
+    want.local_comm_id = id.0;
+    assert_eq!(ours.primary, want.primary);
+    assert_eq!(*ours, want);
+}

@@ -127,10 +127,14 @@ impl Cm {
             remote_lid: 0xFFFF,
             local_gid: self.local.gid,
             remote_gid: p.remote.gid,
+            flow_label: p.flow_label & 0x000F_FFFF,
             hop_limit: p.hop_limit,
             traffic_class: p.traffic_class,
-            packet_rate: 0x03,
-            subnet_local: true,
+            // no static rate on RoCE, as Linux's RoCE REQs carry it
+            packet_rate: 0,
+            // IBA 12.6.5: SubnetLocal says the path needs no router; a
+            // hop limit above 1 says it may (Linux's RoCE rule)
+            subnet_local: p.hop_limit <= 1,
             local_ack_timeout: p.local_ack_timeout,
             ..CmPath::default()
         };

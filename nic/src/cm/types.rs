@@ -49,6 +49,8 @@ pub struct ConnectParams {
     pub local_ack_timeout: u8,
     pub hop_limit: u8,
     pub traffic_class: u8,
+    /// The path's flow label (20 bits; Linux derives one per connection).
+    pub flow_label: u32,
     /// At most 92 bytes (the REQ's private data); longer is cut.
     pub private_data: Vec<u8>,
 }
@@ -74,6 +76,7 @@ impl ConnectParams {
             local_ack_timeout: 14,
             hop_limit: 64,
             traffic_class: 0,
+            flow_label: 0,
             private_data: Vec::new(),
         }
     }
