@@ -6,6 +6,7 @@
 //! simulator driving endpoints built from the real code).
 
 pub mod cc;
+pub mod cm;
 pub mod device;
 pub mod engine;
 pub mod fabric;
