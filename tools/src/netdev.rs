@@ -12,12 +12,12 @@
 
 use crate::qp::{self, Connect, QpError};
 use crate::CliError;
+use nic::device::Rnic;
 use nic::engine::{CqHandle, Device, Engine, EngineConfig};
 use nic::io::addr::next_hop_mac;
 use nic::io::afxdp::{open_port, AfXdpConfig, AfXdpPort, AttachMode, Backend};
 use nic::io::pcap::PcapTap;
 use nic::io::Port;
-use nic::device::Rnic;
 use nic::transport::RnicConfig;
 use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpType};
 use serde_json::{json, Map, Value};

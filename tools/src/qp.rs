@@ -7,8 +7,8 @@
 //! them on its two devices directly, and `NetDev` (`netdev.rs`) runs them
 //! on its engine's thread through the engine's control path.
 
-use nic::engine::EngineError;
 use nic::device::Rnic;
+use nic::engine::EngineError;
 use nic::transport::QpInit;
 use nic::verbs::VerbsError;
 use nic::verbs::{access, AhAttr, QpAttr, QpState, QpType};

@@ -101,7 +101,7 @@ impl Rnic {
         let _ = self.set_port_mtu(ib_mtu_for_ip_mtu(ip_mtu, ipv6));
     }
 
-    /// Sets the port's active MTU (see [`RnicConfig::port_mtu`]); UD QPs,
+    /// Sets the port's active MTU (see [`RnicConfig::port_mtu`](crate::transport::RnicConfig::port_mtu)); UD QPs,
     /// existing and new, take it as their message limit.
     pub fn set_port_mtu(&mut self, mtu: u32) -> Result<(), VerbsError> {
         if !crate::verbs::MTUS.contains(&mtu) {
@@ -144,7 +144,7 @@ impl Rnic {
     }
 
     /// Turns PFC generation on (or off with `None`), as
-    /// [`CcConfig::pfc_tx`] does at creation; counters start again.
+    /// [`CcConfig::pfc_tx`](crate::transport::CcConfig::pfc_tx) does at creation; counters start again.
     pub fn set_pfc_tx(&mut self, cfg: Option<PfcTxConfig>) {
         self.res.cfg.cc.pfc_tx = cfg;
         self.res.pfc_tx = congestion::pfc_tx(&self.res.cfg.cc, self.res.cfg.link_bps);

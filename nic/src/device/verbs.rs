@@ -59,7 +59,7 @@ impl Rnic {
 
     /// Allocates a memory window in `pd` (`ibv_alloc_mw`); returns its
     /// R_Key (its handle is `rkey >> 8`). Bind it with a
-    /// [`SendOp::BindMw`] work request.
+    /// [`SendOp::BindMw`](crate::verbs::SendOp::BindMw) work request.
     pub fn alloc_mw(&mut self, pd: u32, kind: MwType) -> Result<u32, VerbsError> {
         self.check_pd(pd)?;
         self.res
