@@ -8,10 +8,10 @@
 //! `cargo bench -p benches --bench idle_turn`
 
 use benches::{batch, min_median};
-use nic::sim::{connect, Endpoint, PairConfig};
 use nic::transport::{QpInit, Rnic};
 use nic::verbs::{AhAttr, QpType, SendOp, SendWr, Sgl};
 use nic::Instant;
+use sim::{connect, Endpoint, PairConfig};
 use std::hint::black_box;
 
 const ROUNDS: usize = 200;

@@ -15,9 +15,9 @@
 //! the park, `--park-us`, to end), alternately.
 
 use nic::engine::{Engine, EngineConfig};
-use nic::sim::{connect, PairConfig};
 use nic::transport::{QpInit, Rnic, RnicConfig};
 use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpType, SendOp, SendWr, Sgl, WcStatus};
+use sim::{connect, PairConfig};
 use softrnic::{ConnectParams, Context, QpInitAttr, QpKind, ACCESS_ALL};
 use std::io::BufRead;
 use std::process::{Command, Stdio};

@@ -2,15 +2,14 @@
 //!
 //! Layers (see `../shared/DESIGN.md`): `verbs` (PD, MR, CQ, SRQ, QP state
 //! machine), `transport` (requester / responder / completer, sans-I/O:
-//! `handle_*` in, `poll_*` out, `now` passed in), `sim` (a deterministic
-//! simulator driving endpoints built from the real code).
+//! `handle_*` in, `poll_*` out, `now` passed in), `cc` (DCQCN, PFC), `io`
+//! (ports), `engine` (the polling loop). The simulators that drive this code
+//! on a virtual clock are the `sim` crate's (a dev-dependency of the tests).
 
 pub mod cc;
 pub mod engine;
-pub mod fabric;
 pub mod io;
 pub mod replay;
-pub mod sim;
 pub mod time;
 pub mod transport;
 pub mod verbs;

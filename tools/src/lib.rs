@@ -1,8 +1,7 @@
 //! The `rnic` command's library: capture checking, perftest-style runs on
-//! the in-process loopback, reports. The engine can reuse [`check`].
+//! the in-process loopback, reports. The capture reader and checker
+//! are the `conform` crate's ([`capture`], [`check`]).
 
-pub mod capture;
-pub mod check;
 pub mod demo;
 pub mod devperf;
 pub mod exec;
@@ -16,6 +15,8 @@ pub mod pingpong;
 pub mod progress;
 pub mod report;
 pub mod stats;
+
+pub use conform::{capture, check};
 
 use std::fmt;
 

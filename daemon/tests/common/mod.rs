@@ -206,7 +206,7 @@ pub fn pair(a: &mut Client, b: &mut Client) {
 
 /// Whether this test can run here (root + ip). Under CI it must.
 pub fn can_run(test: &str) -> bool {
-    match nic::io::netns::available() {
+    match testkit::netns::available() {
         Ok(()) => true,
         Err(why) if std::env::var_os("CI").is_some() => {
             panic!("{test}: {why} — CI must run this test as root")
