@@ -13,16 +13,7 @@ use testkit::netns::{self, Namespaces};
 
 /// Namespaces need root; CI runs as root and must not skip.
 pub fn can_run(test: &str) -> bool {
-    match netns::available() {
-        Ok(()) => true,
-        Err(why) if std::env::var_os("CI").is_some() => {
-            panic!("{test}: {why} — CI must run this test as root")
-        }
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
-    }
+    testkit::runs_here(test, netns::available())
 }
 
 pub struct Link {
