@@ -9,10 +9,10 @@
 
 use benches::{batch, min_median};
 use nic::device::Rnic;
-use nic::sim::{connect, Endpoint, PairConfig};
 use nic::transport::QpInit;
 use nic::verbs::{AhAttr, QpType, SendOp, SendWr, Sgl};
 use nic::Instant;
+use sim::{connect, Endpoint, PairConfig};
 use std::hint::black_box;
 
 const ROUNDS: usize = 200;

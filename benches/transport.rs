@@ -1,5 +1,5 @@
 //! transport: two RNICs joined by the deterministic simulator
-//! (`nic::sim::Pair`) over a zero-latency, infinitely fast link with no
+//! (`sim::Pair`) over a zero-latency, infinitely fast link with no
 //! impairments, so that only the transport and the simulator's frame
 //! handling are measured: no sockets, no threads, no clock reads.
 //!

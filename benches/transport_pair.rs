@@ -2,8 +2,8 @@
 //! `transport_ratio.rs` (interleaved): two RNICs over an ideal link, and a
 //! batch of RC RDMA WRITEs from one to the other.
 
-use nic::sim::{LinkConfig, Pair, PairConfig};
 use nic::verbs::{Memory, QpType, SendOp, SendWr, Sgl, Wc, WcStatus};
+use sim::{LinkConfig, Pair, PairConfig};
 
 /// WRITEs outstanding per iteration (perftest's default `--tx-depth`).
 pub const TX_DEPTH: usize = 128;

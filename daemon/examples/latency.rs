@@ -16,9 +16,9 @@
 
 use nic::device::Rnic;
 use nic::engine::{Engine, EngineConfig};
-use nic::sim::{connect, PairConfig};
 use nic::transport::{QpInit, RnicConfig};
 use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpType, SendOp, SendWr, Sgl, WcStatus};
+use sim::{connect, PairConfig};
 use softrnic::{ConnectParams, Context, QpInitAttr, QpKind, ACCESS_ALL};
 use std::io::BufRead;
 use std::process::{Command, Stdio};

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{can_run, pair, tempdir, Client, Daemon};
-use nic::io::netns::{self, Namespaces};
+use testkit::netns::{self, Namespaces};
 
 #[test]
 fn two_daemons_two_namespaces_every_verb() {

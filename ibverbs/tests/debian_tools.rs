@@ -17,11 +17,11 @@
 mod common;
 
 use common::{cmd, have, is_root, missing, poll_within, profile_dir, wait_for, Daemon, STUCK};
-use nic::io::netns::{self, Namespaces};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use testkit::netns::{self, Namespaces};
 
 /// How long one tool process may run.
 const DEADLINE: Duration = Duration::from_secs(90);

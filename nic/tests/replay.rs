@@ -11,7 +11,6 @@
 
 use nic::replay::{drive_engine, replay, replay_with, ConnectionReport};
 use nic::Instant;
-use std::path::PathBuf;
 use wire::RoceRepr;
 
 type Frames = Vec<(Instant, Vec<u8>)>;
@@ -20,21 +19,13 @@ type Frames = Vec<(Instant, Vec<u8>)>;
 /// (or `$SOFTRNIC_RXE_PCAPS`). None (with a SKIPPED line) when the folder
 /// is not there; under `CI=true` a missing capture fails the test instead.
 fn capture(name: &str) -> Option<Frames> {
-    let dir = match std::env::var_os("SOFTRNIC_RXE_PCAPS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/pcaps/rxe-public"),
-    };
-    let path = dir.join(name);
+    let path = testkit::pcap::rxe_pcaps_path().join(name);
     if !path.is_file() {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "{} is missing and CI=true: the replay tests need the rxe captures",
+        let why = format!(
+            "{} is missing (../shared is not beside the repository)",
             path.display()
         );
-        eprintln!(
-            "SKIPPED replay of {name}: {} is missing (../shared is not beside the repository)",
-            path.display()
-        );
+        testkit::skip_or_fail(&format!("replay of {name}"), &why);
         return None;
     }
     let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(&path).unwrap()).unwrap();

@@ -1,10 +1,55 @@
-//! Support the workspace's tests share. Real-I/O tests wait on conditions,
-//! never on sleeps: [`poll_within`] polls a probe at growing intervals
-//! until it answers or a deadline passes; [`wait_for`] and [`wait_until`]
-//! fail the test with what was awaited and what was seen last. The
-//! deadlines are the callers' (generous, so only a stuck run reaches them).
+//! # testkit — what the workspace's tests share
+//!
+//! A leaf crate (no workspace dependency, so every crate's tests can use
+//! it, `wire`'s included, without a cycle):
+//!
+//! - waiting: real-I/O tests wait on conditions, never on sleeps:
+//!   [`poll_within`] polls a probe at growing intervals until it answers or
+//!   a deadline passes; [`wait_for`] and [`wait_until`] fail the test with
+//!   what was awaited and what was seen last. The deadlines are the
+//!   callers' (generous, so only a stuck run reaches them);
+//! - the rule for what cannot run here: [`skip_or_fail`] — a loud SKIPPED
+//!   line, or a failure saying why when `CI` is set;
+//! - [`netns`]: network namespaces and veth pairs a test creates and
+//!   removes itself;
+//! - [`pcap`]: the capture files the tests read.
+//!
+//! The simulators (two RNICs on impaired links, the switch fabric) are the
+//! `sim` crate's; the pcap conformance checker is the `conform` crate's.
 
+pub mod netns;
+pub mod pcap;
+
+use std::fmt::Display;
 use std::time::{Duration, Instant};
+
+/// Whether the tests run under CI (`CI` set, and not to `false` or `0`):
+/// there, every test must run.
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "false" | "0"))
+}
+
+/// For a test (or part of one, named by `test`) that cannot run here:
+/// under CI it fails, saying `why`; elsewhere it prints a loud SKIPPED
+/// line and returns, and the caller skips.
+pub fn skip_or_fail(test: &str, why: &str) {
+    if under_ci() {
+        panic!("{test}: {why} — and CI is set, where every test must run");
+    }
+    eprintln!("\n*** SKIPPED {test}: {why} ***\n");
+}
+
+/// Whether `test` can run here, as `ready` says; when not, the reason goes
+/// through [`skip_or_fail`] and the answer is `false`.
+pub fn runs_here<E: Display>(test: &str, ready: Result<(), E>) -> bool {
+    match ready {
+        Ok(()) => true,
+        Err(why) => {
+            skip_or_fail(test, &why.to_string());
+            false
+        }
+    }
+}
 
 /// Polls `probe` until it gives `Some`, at growing intervals (1 ms, then
 /// doubling up to 20 ms); `None` once `limit` has passed.
@@ -59,5 +104,17 @@ mod tests {
             msg.contains("a thing") && msg.contains("last seen: no"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn what_cannot_run_is_skipped_or_fails_as_ci_says() {
+        assert!(runs_here("ready", Ok::<(), String>(())));
+        if under_ci() {
+            let r = std::panic::catch_unwind(|| runs_here("t", Err("no tool")));
+            let msg = *r.unwrap_err().downcast::<String>().unwrap();
+            assert!(msg.contains("t: no tool"), "{msg}");
+        } else {
+            assert!(!runs_here("t", Err("no tool")));
+        }
     }
 }

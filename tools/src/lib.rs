@@ -10,11 +10,9 @@
 //! | commands | [`demo`], [`perfcmd`], [`devperf`] (`rnic perf --dev`), [`pingpong`], [`pcapcmd`], [`stats`], [`exec`] |
 //! | runs | [`netdev`] (an RNIC on a real interface), [`report`], [`perf`] (perftest's vocabulary and the loopback measurements), [`loopback`] (two RNICs in this process), [`oob`] (the TCP exchange) |
 //! | QP bring-up | [`qp`] |
-//! | captures | [`check`], [`capture`] |
+//! | captures | [`check`], [`capture`] (the `conform` crate's) |
 //! | plumbing | [`progress`], [`out`], [`error`] |
 
-pub mod capture;
-pub mod check;
 pub mod demo;
 pub mod devperf;
 pub mod error;
@@ -32,5 +30,6 @@ pub mod qp;
 pub mod report;
 pub mod stats;
 
+pub use conform::{capture, check};
 pub use error::{CliError, Failure};
 pub use out::say;

@@ -1,32 +1,79 @@
 //! The in-process loopback: two soft RNICs built from the real transport,
-//! joined by the simulator's in-memory wire with zero latency and unlimited
-//! bandwidth, driven from one thread. Time on the simulator's clock does not
-//! move (nothing waits on the wire), so what a wall clock measures around an
+//! facing each other with nothing between them, driven from one thread.
+//! What one sends in a turn, the other receives in the same turn; time is
+//! virtual and jumps to the next timer when nothing else is left to do, so
+//! nothing waits on a wire and what a wall clock measures around an
 //! operation is the software path itself: post → requester → frame → ICRC
 //! → responder → ACK → completion.
+//!
+//! This is product code (`rnic demo`, `rnic perf --loopback`), built on
+//! `nic`'s public API only. It models no link: latency, bandwidth and
+//! impairments are the `sim` crate's, which the tests use and the product
+//! never depends on. QPs come up as every other command brings them up
+//! ([`crate::qp`]).
 
 use crate::qp::{self, Connect, QpError};
-use nic::sim::{Endpoint, LinkConfig, Sim};
-use nic::verbs::{AhAttr, QpState, QpType, Wc};
+use nic::device::{Rnic, RnicConfig, MAX_FRAME_LEN};
+use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpState, QpType, Wc};
+use nic::Instant;
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wire::{EthernetAddress, Gid};
 
 /// What the output header says about the loopback.
 pub const LOOPBACK_NOTE: &str =
     "in-process loopback: both NICs in one thread; wall-clock time of the software path";
 
-/// One node: its verbs objects and the memory of its one region.
+/// One node: its PD, its CQ and its one registered region (every access
+/// right), and its addresses.
 pub struct Node {
     pub name: String,
-    /// PD, CQ, the registered region and the addresses (`node.lkey`).
-    pub ep: Endpoint,
+    pub pd: u32,
+    pub cq: u32,
+    pub mem: Arc<HeapMemory>,
+    /// The region's first virtual address.
+    pub base: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+    pub mac: EthernetAddress,
+    pub gid: Gid,
 }
 
-impl std::ops::Deref for Node {
-    type Target = Endpoint;
-    fn deref(&self) -> &Endpoint {
-        &self.ep
+impl Node {
+    /// Node `i`: MAC 02:00:00:00:00:0{i+1}, GID 192.0.2.{i+1}, a CQ of
+    /// 65536 entries and `mem_len` bytes at 0x1000_0000·(i+1).
+    fn create(i: u8, mem_len: usize) -> (Rnic, Node) {
+        let mac = EthernetAddress([0x02, 0, 0, 0, 0, i + 1]);
+        let gid = Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, i + 1));
+        let mut cfg = RnicConfig::new(mac, gid);
+        cfg.seed = 0x5eed + i as u64;
+        let mut r = Rnic::new(cfg);
+        let pd = r.alloc_pd();
+        let cq = r.create_cq(1 << 16);
+        let mem = Arc::new(HeapMemory::new(mem_len));
+        let base = 0x1000_0000u64 * (i as u64 + 1);
+        let all = access::LOCAL_WRITE
+            | access::REMOTE_WRITE
+            | access::REMOTE_READ
+            | access::REMOTE_ATOMIC;
+        let region = mem.clone() as Arc<dyn Memory>;
+        let (lkey, rkey) = r
+            .reg_mr(pd, region, 0, base, mem_len as u64, all)
+            .expect("a fresh device registers its region");
+        let node = Node {
+            name: format!("srnic{i}"),
+            pd,
+            cq,
+            mem,
+            base,
+            lkey,
+            rkey,
+            mac,
+            gid,
+        };
+        (r, node)
     }
 }
 
@@ -35,6 +82,65 @@ impl std::ops::Deref for Node {
 pub struct Conn {
     pub qpn: [u32; 2],
     pub qp_type: QpType,
+}
+
+/// The two RNICs on their virtual clock, and the frames each sent in the
+/// current turn.
+pub struct BackToBack {
+    pub now: Instant,
+    pub nodes: [Rnic; 2],
+    sent: [Sent; 2],
+}
+
+/// Frames one node sent in a turn, in buffers kept from turn to turn.
+#[derive(Default)]
+struct Sent {
+    bufs: Vec<Box<[u8]>>,
+    /// The length of each frame sent (`lens.len()` frames, in `bufs`).
+    lens: Vec<usize>,
+}
+
+impl BackToBack {
+    /// One turn: every node sends what it has (each frame shown to `see`
+    /// with its sender), then receives what the other sent, then the timers
+    /// that are due fire. Returns whether anything happened.
+    fn step(&mut self, mut see: impl FnMut(usize, &[u8])) -> bool {
+        let mut busy = false;
+        for (i, (node, sent)) in self.nodes.iter_mut().zip(&mut self.sent).enumerate() {
+            loop {
+                let k = sent.lens.len();
+                if k == sent.bufs.len() {
+                    sent.bufs.push(vec![0; MAX_FRAME_LEN].into_boxed_slice());
+                }
+                let Some(n) = node.poll_transmit(self.now, &mut sent.bufs[k]) else {
+                    break;
+                };
+                see(i, &sent.bufs[k][..n]);
+                sent.lens.push(n);
+                busy = true;
+            }
+        }
+        let [a, b] = &mut self.nodes;
+        for (to, sent) in [b, a].into_iter().zip(&mut self.sent) {
+            for (buf, &n) in sent.bufs.iter().zip(&sent.lens) {
+                to.handle_frame(self.now, &buf[..n]);
+                busy = true;
+            }
+            sent.lens.clear();
+        }
+        for n in self.nodes.iter_mut() {
+            if n.poll_timeout().is_some_and(|t| t <= self.now) {
+                n.handle_timeout(self.now);
+                busy = true;
+            }
+        }
+        busy
+    }
+
+    /// The next timer of either node, if one is set.
+    fn next_timer(&self) -> Option<Instant> {
+        self.nodes.iter().filter_map(|n| n.poll_timeout()).min()
+    }
 }
 
 /// Frames and bytes seen on the wire, per sending node, and the frames
@@ -65,9 +171,9 @@ impl Wire {
     }
 }
 
-/// Two RNICs on the in-memory wire.
+/// Two RNICs back to back.
 pub struct Loopback {
-    pub sim: Sim,
+    pub sim: BackToBack,
     pub nodes: [Node; 2],
     pub conns: Vec<Conn>,
     pub wire: Rc<RefCell<Wire>>,
@@ -78,35 +184,17 @@ impl Loopback {
     /// Two nodes, each with a PD, a CQ and one registered region of
     /// `mem_len` bytes, and no QP yet.
     pub fn new(mem_len: usize) -> Loopback {
-        let mut rnics = Vec::new();
-        let mut nodes = Vec::new();
-        for i in 0..2u8 {
-            let (r, e) = Endpoint::create(i, false, mem_len, 1 << 16, |c| {
-                c.seed = 0x5eed + i as u64;
-            });
-            rnics.push(r);
-            nodes.push(Node {
-                name: format!("srnic{i}"),
-                ep: e,
-            });
-        }
-        let b = rnics.pop().expect("two");
-        let a = rnics.pop().expect("two");
-        let mut sim = Sim::new(a, b, LinkConfig::ideal(), 1);
-        let wire = Rc::new(RefCell::new(Wire::default()));
-        let w = wire.clone();
-        sim.tap = Some(Box::new(move |_, dir, frame| {
-            w.borrow_mut().see(dir, frame)
-        }));
-        let nodes: [Node; 2] = match nodes.try_into() {
-            Ok(n) => n,
-            Err(_) => unreachable!("two nodes were built"),
-        };
+        let (a, na) = Node::create(0, mem_len);
+        let (b, nb) = Node::create(1, mem_len);
         Loopback {
-            sim,
-            nodes,
+            sim: BackToBack {
+                now: Instant::ZERO,
+                nodes: [a, b],
+                sent: Default::default(),
+            },
+            nodes: [na, nb],
             conns: Vec::new(),
-            wire,
+            wire: Rc::new(RefCell::new(Wire::default())),
             next_psn: 0x1000,
         }
     }
@@ -126,7 +214,7 @@ impl Loopback {
             let peer = &self.nodes[1 - i];
             let ah = AhAttr::new(peer.gid, peer.mac);
             let c = Connect {
-                // the simulator's pair defaults: a short ACK timeout and RNR timer
+                // a 1 ms retransmission timeout, a 0.01 ms RNR delay
                 min_rnr_timer: 1,
                 timeout: 8,
                 ..Connect::new(qp_type, ah, mtu, qpn[1 - i]).with_psns(psn[i], psn[1 - i])
@@ -145,14 +233,15 @@ impl Loopback {
         let _ = self.sim.nodes[i].poll_cq(cq, usize::MAX, out);
     }
 
-    /// One round of the simulator; when nothing happened, jumps its clock
-    /// to the next timer. Returns false when nothing is left to happen at
+    /// One turn of both nodes; when nothing happened, jumps the clock to
+    /// the next timer. Returns false when nothing is left to happen at
     /// all (the transport stalled).
     pub fn turn(&mut self) -> bool {
-        if self.sim.step() {
+        let mut wire = self.wire.borrow_mut();
+        if self.sim.step(|dir, frame| wire.see(dir, frame)) {
             return true;
         }
-        match self.sim.next_event() {
+        match self.sim.next_timer() {
             Some(t) => {
                 self.sim.now = t.max(self.sim.now);
                 true

@@ -29,26 +29,7 @@ pub fn check_one(path: &Path) -> Result<String, CliError> {
 /// Like `check_one`; `lossy`: the capture was taken behind a lossy hop, so
 /// packets missing from it are counted, not failures (`Checker::lossy`).
 pub fn check_with(path: &Path, lossy: bool) -> Result<String, CliError> {
-    let reader = CaptureReader::open(path).map_err(|e| CliError::new(e.to_string()))?;
-    let mut checker = if lossy {
-        Checker::lossy()
-    } else {
-        Checker::new()
-    };
-    for rec in reader {
-        let rec = rec.map_err(|e| CliError::new(format!("{}: {e}", path.display())))?;
-        let f = checker.frame(&rec);
-        if let Some(p) = f.describe_problem() {
-            return Err(CliError::new(format!("{}: {p}", path.display())));
-        }
-    }
-    if checker.stats.frames == 0 {
-        return Err(CliError::new(format!(
-            "{}: the capture holds no frames",
-            path.display()
-        )));
-    }
-    Ok(summary_line(&checker.stats, checker.streams()))
+    conform::check_file(path, lossy).map_err(|e| CliError::new(e.to_string()))
 }
 
 fn secs(d: Duration) -> String {

@@ -427,7 +427,7 @@ fn refused(l: &Link, state: &Path, bytes: &str, want: &str) {
         .expect("printf");
     assert!(printf.status.success(), "printf {bytes:?}");
     let ip = l.ips[0];
-    let heard = nic::io::netns::run_in(&l.ns[1], move || {
+    let heard = testkit::netns::run_in(&l.ns[1], move || {
         let mut s = wait_for(STUCK, "the rnic server listening", || {
             std::net::TcpStream::connect((ip, 18515)).map_err(|e| e.to_string())
         });

@@ -12,9 +12,9 @@ mod common;
 
 use common::netns::{can_run, rnic_in, spawn, text};
 use common::STUCK;
-use nic::io::netns::Routed;
 use serde_json::Value;
 use std::path::Path;
+use testkit::netns::Routed;
 
 fn have(tool: &str) -> bool {
     std::process::Command::new(tool)

@@ -317,7 +317,7 @@ fn pingpong_server_speaks_the_examples_exchange() {
     // the client's record: LID 0, QPN 0x000abc, PSN 0x123456, GID ::ffff:192.0.2.2
     let mine = b"0000:000abc:123456:00000000000000000000ffffc0000202\0";
     assert_eq!(mine.len(), 52);
-    let reply = nic::io::netns::run_in(&l.ns[1], || {
+    let reply = testkit::netns::run_in(&l.ns[1], || {
         let mut s = wait_for(STUCK, "the rnic server listening", || {
             std::net::TcpStream::connect(("192.0.2.1", 18515)).map_err(|e| e.to_string())
         });

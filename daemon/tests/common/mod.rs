@@ -206,16 +206,7 @@ pub fn pair(a: &mut Client, b: &mut Client) {
 
 /// Whether this test can run here (root + ip). Under CI it must.
 pub fn can_run(test: &str) -> bool {
-    match nic::io::netns::available() {
-        Ok(()) => true,
-        Err(why) if std::env::var_os("CI").is_some() => {
-            panic!("{test}: {why} — CI must run this test as root")
-        }
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
-    }
+    testkit::runs_here(test, testkit::netns::available())
 }
 
 /// The daemon's stats through a fresh client connection.

@@ -3,7 +3,8 @@
 //! What a hardware RNIC does about congestion, in the same shape as the
 //! transport: every entry point takes `now` (a [`crate::Instant`]), nothing
 //! reads a clock, opens a socket or spawns a thread, so the same code runs in
-//! the simulators ([`crate::sim`], [`crate::fabric`]) and behind real ports.
+//! the simulators (the `sim` crate: `sim::Sim`, `sim::fabric`) and behind
+//! real ports.
 //!
 //! - [`dcqcn`]: the DCQCN *reaction point* (RP), one [`ReactionPoint`] per
 //!   QP: rate cut on CNP, α estimator, rate increase by timer and byte
@@ -31,8 +32,8 @@
 //!
 //! Wiring into the transport (`Rnic`: the NP on CE-marked requests, the RP on
 //! received CNPs, the pacer and PFC gating in `poll_transmit`, PFC frames in
-//! `handle_frame`) happens in `transport`; [`crate::fabric`] drives these
-//! pieces with packet-level flows.
+//! `handle_frame`) happens in `transport`; `sim::fabric` drives these pieces
+//! with packet-level flows.
 
 pub mod dcqcn;
 pub mod np;

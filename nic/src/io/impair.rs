@@ -1,31 +1,40 @@
-//! Impairments on any port: a seeded interceptor that drops, reorders,
-//! duplicates, corrupts or CE-marks what a port sends — the impairment stage
-//! for real paths (the kernels here have no netem) and the in-memory wire.
+//! Impairments: one seeded model of what a lossy path does to frames —
+//! loss, bit corruption, CE marking, duplication, reordering — and a port
+//! wrapper that applies it to what a port sends. The wrapper is the
+//! impairment stage for real paths (the kernels here have no netem) and the
+//! in-memory wire; the `sim` crate's links draw from the same model
+//! ([`Chances::apply`]) and only decide, on their virtual clock, when a
+//! duplicated or reordered frame arrives.
 
 use super::{FrameBatch, Port, PortCounters, SLOT_LEN};
+use rand::distributions::{Bernoulli, Distribution};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 use wire::EthernetAddress;
 
-/// What an interceptor decides for one frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Pass,
-    Drop,
-    /// Send it twice.
-    Duplicate,
-    /// Hold it back behind the next frame.
-    Delay,
+/// What impairments did to one frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fate {
+    /// Dropped (nothing else happens to it).
+    pub lost: bool,
+    /// One bit flipped.
+    pub corrupted: bool,
+    /// Marked Congestion Experienced (only ECN-capable frames are).
+    pub ce_marked: bool,
+    /// Sent twice.
+    pub duplicated: bool,
+    /// Held back, so that frames sent after it overtake it.
+    pub reordered: bool,
 }
 
 /// Looks at (and may modify) every frame a port sends.
 pub trait Interceptor: Send {
-    fn on_send(&mut self, frame: &mut [u8]) -> Verdict;
+    fn on_send(&mut self, frame: &mut [u8]) -> Fate;
 }
 
-/// Seeded random impairments.
-#[derive(Clone, Copy, Debug, Default)]
+/// Seeded random impairments: the chance of each, per frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Impairments {
     pub loss: f64,
     pub duplicate: f64,
@@ -34,40 +43,85 @@ pub struct Impairments {
     pub ce_mark: f64,
 }
 
+/// [`Impairments`] as samplers, made once: building one per draw
+/// (`Rng::gen_bool`) converts a float to an integer each time. A sampler
+/// draws from the generator exactly as `gen_bool` does.
+#[derive(Clone, Copy, Debug)]
+pub struct Chances {
+    loss: Bernoulli,
+    corrupt: Bernoulli,
+    ce_mark: Bernoulli,
+    duplicate: Bernoulli,
+    reorder: Bernoulli,
+    /// Every chance is zero: no frame is touched and nothing is drawn.
+    none: bool,
+}
+
+impl Chances {
+    /// Panics on a probability outside [0, 1], as `Rng::gen_bool` does.
+    pub fn new(cfg: &Impairments) -> Chances {
+        let b = |p: f64| Bernoulli::new(p).expect("impairment probabilities lie in [0, 1]");
+        Chances {
+            loss: b(cfg.loss),
+            corrupt: b(cfg.corrupt),
+            ce_mark: b(cfg.ce_mark),
+            duplicate: b(cfg.duplicate),
+            reorder: b(cfg.reorder),
+            none: [
+                cfg.loss,
+                cfg.corrupt,
+                cfg.ce_mark,
+                cfg.duplicate,
+                cfg.reorder,
+            ]
+            .iter()
+            .all(|&p| p == 0.0),
+        }
+    }
+
+    /// Decides what happens to `frame`, drawing from `rng` in this order:
+    /// loss (a lost frame draws nothing more), corruption (then which bit),
+    /// CE marking, duplication, reordering. Corruption and CE marking are
+    /// applied to `frame`; the rest is the caller's to carry out.
+    pub fn apply<R: Rng + ?Sized>(&self, frame: &mut [u8], rng: &mut R) -> Fate {
+        let mut fate = Fate::default();
+        if self.none {
+            return fate;
+        }
+        if self.loss.sample(rng) {
+            fate.lost = true;
+            return fate;
+        }
+        if self.corrupt.sample(rng) && !frame.is_empty() {
+            let bit = rng.gen_range(0..frame.len() * 8);
+            frame[bit / 8] ^= 1 << (bit % 8);
+            fate.corrupted = true;
+        }
+        fate.ce_marked = self.ce_mark.sample(rng) && wire::mark_ce(frame);
+        fate.duplicated = self.duplicate.sample(rng);
+        fate.reordered = self.reorder.sample(rng);
+        fate
+    }
+}
+
 /// An interceptor applying [`Impairments`] with a seeded generator.
 pub struct RandomImpairments {
-    cfg: Impairments,
+    chances: Chances,
     rng: SmallRng,
 }
 
 impl RandomImpairments {
     pub fn new(cfg: Impairments, seed: u64) -> RandomImpairments {
         RandomImpairments {
-            cfg,
+            chances: Chances::new(&cfg),
             rng: SmallRng::seed_from_u64(seed),
         }
     }
 }
 
 impl Interceptor for RandomImpairments {
-    fn on_send(&mut self, frame: &mut [u8]) -> Verdict {
-        if self.rng.gen_bool(self.cfg.loss) {
-            return Verdict::Drop;
-        }
-        if !frame.is_empty() && self.rng.gen_bool(self.cfg.corrupt) {
-            let bit = self.rng.gen_range(0..frame.len() * 8);
-            frame[bit / 8] ^= 1 << (bit % 8);
-        }
-        if self.rng.gen_bool(self.cfg.ce_mark) {
-            wire::mark_ce(frame);
-        }
-        if self.rng.gen_bool(self.cfg.duplicate) {
-            return Verdict::Duplicate;
-        }
-        if self.rng.gen_bool(self.cfg.reorder) {
-            return Verdict::Delay;
-        }
-        Verdict::Pass
+    fn on_send(&mut self, frame: &mut [u8]) -> Fate {
+        self.chances.apply(frame, &mut self.rng)
     }
 }
 
@@ -107,29 +161,27 @@ impl<P: Port> Port for Impaired<P> {
         for f in batch.iter() {
             let frame = &mut scratch[..f.len()];
             frame.copy_from_slice(f);
-            let v = self.interceptor.on_send(frame);
+            let fate = self.interceptor.on_send(frame);
             if out.capacity() - out.len() < 3 {
                 sent += self.inner.send(&out);
                 out.clear();
             }
-            match v {
-                Verdict::Drop => continue,
-                Verdict::Pass => {
-                    out.push(frame);
-                }
-                Verdict::Duplicate => {
-                    out.push(frame);
-                    out.push(frame);
-                }
-                Verdict::Delay => {
-                    let mut b = Box::new([0u8; SLOT_LEN]);
-                    b[..frame.len()].copy_from_slice(frame);
-                    if let Some((old, len)) = self.held.replace((b, frame.len())) {
-                        out.push(&old[..len]);
-                    }
-                    continue;
-                }
+            if fate.lost {
+                continue;
             }
+            if fate.duplicated {
+                out.push(frame);
+            }
+            if fate.reordered {
+                // held behind the next frame; the one held before goes now
+                let mut b = Box::new([0u8; SLOT_LEN]);
+                b[..frame.len()].copy_from_slice(frame);
+                if let Some((old, len)) = self.held.replace((b, frame.len())) {
+                    out.push(&old[..len]);
+                }
+                continue;
+            }
+            out.push(frame);
             if let Some((b, len)) = self.held.take() {
                 out.push(&b[..len]);
             }

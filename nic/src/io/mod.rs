@@ -19,7 +19,6 @@ pub mod afxdp;
 pub mod bell;
 pub mod impair;
 pub mod mem;
-pub mod netns;
 pub mod pcap;
 
 use std::sync::Arc;

@@ -26,42 +26,13 @@ pub fn rnic(state: &Path) -> Command {
     c
 }
 
-/// `../shared/pcaps/rxe-public` beside the repository, or
-/// `$SOFTRNIC_RXE_PCAPS`; None (with a loud SKIPPED line) when missing.
+/// The rxe captures' folder, or None after `testkit::skip_or_fail`.
 pub fn rxe_dir(test: &str) -> Option<PathBuf> {
-    let dir = match std::env::var_os("SOFTRNIC_RXE_PCAPS") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/pcaps/rxe-public"),
-    };
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED {test}: {} is missing (set SOFTRNIC_RXE_PCAPS to the folder); \
-             the third-party captures are not in this checkout",
-            dir.display()
-        );
-        None
-    }
+    testkit::pcap::rxe_pcaps(test)
 }
 
-/// Every `.pcap` below `dir`, sorted.
-pub fn pcap_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "pcap") {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
-}
+#[allow(unused_imports)]
+pub use testkit::pcap::pcap_files;
 
 /// A classic little-endian pcap file: the 24-byte header and the records
 /// (record header, data).
@@ -163,8 +134,8 @@ pub fn tshark_verdict(file: &Path) -> Option<Result<String, String>> {
 
 /// Skips (loudly) or, when CI is set, fails for a missing tool.
 pub fn missing_tool(test: &str, tool: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {tool} is not installed, and CI is set: install it (.ci/run does)");
-    }
-    eprintln!("SKIPPED {test}: {tool} is not installed (Debian package tshark)");
+    testkit::skip_or_fail(
+        test,
+        &format!("{tool} is not installed (Debian package tshark; .ci/run installs it)"),
+    );
 }

@@ -4,25 +4,16 @@
 //! The namespaces go away when the `Link` drops, even when a test fails.
 
 use super::{poll_within, STUCK};
-use nic::io::netns::{self, Namespaces};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use testkit::netns::{self, Namespaces};
 
 /// Namespaces need root; CI runs as root and must not skip.
 pub fn can_run(test: &str) -> bool {
-    match netns::available() {
-        Ok(()) => true,
-        Err(why) if std::env::var_os("CI").is_some() => {
-            panic!("{test}: {why} — CI must run this test as root")
-        }
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
-    }
+    testkit::runs_here(test, netns::available())
 }
 
 pub struct Link {

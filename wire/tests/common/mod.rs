@@ -3,35 +3,9 @@
 #![allow(dead_code)]
 pub mod sample_frames;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// `../shared/pcaps/rxe-public` beside the repository root, or the folder
-/// named by `SOFTRNIC_RXE_PCAPS`.
-pub fn rxe_pcaps_dir() -> Option<PathBuf> {
-    let dir = match std::env::var_os("SOFTRNIC_RXE_PCAPS") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/pcaps/rxe-public"),
-    };
-    dir.is_dir().then_some(dir)
-}
-
-/// Every `.pcap` below `dir`, sorted.
-pub fn pcap_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "pcap") {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
-}
+pub use testkit::pcap::pcap_files;
 
 /// The frames of a classic pcap file.
 pub fn read_frames(path: &Path) -> Vec<Vec<u8>> {
@@ -47,13 +21,7 @@ pub fn read_frames(path: &Path) -> Vec<Vec<u8>> {
 /// Every frame of every third-party capture, or None (with a loud message)
 /// when `../shared` is not there.
 pub fn rxe_frames(test: &str) -> Option<Vec<(String, Vec<Vec<u8>>)>> {
-    let Some(dir) = rxe_pcaps_dir() else {
-        eprintln!(
-            "SKIPPED {test}: ../shared/pcaps/rxe-public is missing (set SOFTRNIC_RXE_PCAPS to the folder); \
-             the third-party captures are not in this checkout"
-        );
-        return None;
-    };
+    let dir = testkit::pcap::rxe_pcaps(test)?;
     Some(
         pcap_files(&dir)
             .into_iter()
