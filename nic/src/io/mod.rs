@@ -19,6 +19,7 @@ pub mod afxdp;
 pub mod bell;
 pub mod impair;
 pub mod mem;
+pub mod netlink;
 pub mod netns;
 pub mod pcap;
 
