@@ -30,7 +30,8 @@ use wire::EthernetAddress;
 /// A zero-length, non-blocking `sendto` on a socket with a mapped TX ring
 /// (AF_PACKET, AF_XDP): the kernel sends what the ring holds.
 pub(crate) fn kick_tx(fd: std::os::fd::RawFd) -> std::io::Result<()> {
-    // SAFETY: a zero-length sendto on a descriptor the caller owns.
+    // SAFETY: sendto(2) with a null buffer of length 0 and no address
+    // reads no memory; a bad descriptor is an error return, not UB.
     let r = unsafe {
         libc::sendto(
             fd,
