@@ -11,7 +11,11 @@
 //! - [`pcap`]: a replay port feeding a capture's frames, and a tap that
 //!   records everything any port sends or receives;
 //! - [`afpacket`]: raw AF_PACKET sockets with mmap'd TPACKET_V2 rings (or
-//!   TPACKET_V3 on request).
+//!   TPACKET_V3 on request);
+//! - [`afxdp`]: AF_XDP sockets and their XDP program, falling back to
+//!   AF_PACKET;
+//! - [`addr`] over [`netlink`]: the next hop's MAC and an interface's
+//!   address, from the kernel's tables.
 
 pub mod addr;
 pub mod afpacket;
