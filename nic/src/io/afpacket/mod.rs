@@ -1,7 +1,7 @@
 //! Raw AF_PACKET sockets with mmap'd rings (packet(7); the kernel's
 //! Documentation/networking/packet_mmap.rst), in one of two RX ring
-//! formats: TPACKET_V2 ([`v2`](self::v2), the default: each frame handed
-//! over at once) or TPACKET_V3 ([`v3`](self::v3): a block at a time). This
+//! formats: TPACKET_V2 (`v2`, the default: each frame handed
+//! over at once) or TPACKET_V3 (`v3`: a block at a time). This
 //! module opens the socket, asks for the rings, maps them and moves
 //! frames; `sys` holds the system calls, `tx` the TX ring.
 //!
@@ -24,7 +24,7 @@
 //! reads (as rxe has its tunnel socket) keeps it quiet.
 //!
 //! Receive backlog (`Port::rx_backlog`, what PFC generation watches): V2
-//! counts it (see [`v2`](self::v2)); V3 cannot (`None`: no PFC from a device
+//! counts it (see `v2`); V3 cannot (`None`: no PFC from a device
 //! on V3).
 
 mod sys;
@@ -408,7 +408,7 @@ impl Port for AfPacketPort {
     }
 
     /// V2: the slots the kernel has filled and `recv` has not read, and
-    /// their frames' bytes (wire lengths). V3: `None` (see [`v3`](self::v3)).
+    /// their frames' bytes (wire lengths). V3: `None` (see `v3`).
     fn rx_backlog(&self) -> Option<RxBacklog> {
         match &self.rx {
             RxRing::V2(rx) => Some(rx.backlog()),
