@@ -23,7 +23,6 @@ use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpType};
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wire::{EthernetAddress, Gid};
@@ -98,46 +97,13 @@ pub fn parse_engine(s: &str) -> Result<bool, CliError> {
     }
 }
 
-/// The first address of `ifname` (IPv4, else a global IPv6), from
-/// `ip -o addr show dev IFNAME` in this process's network namespace.
+/// The first address of `ifname` (IPv4, else a global IPv6), from the
+/// kernel's address table in this process's network namespace.
 pub fn interface_ip(ifname: &str) -> Result<IpAddr, CliError> {
-    for (family, key) in [("-4", "inet"), ("-6", "inet6")] {
-        let mut args = vec![family, "-o", "addr", "show", "dev", ifname];
-        if family == "-6" {
-            args.extend(["scope", "global"]);
-        }
-        let out = Command::new("ip")
-            .args(&args)
-            .output()
-            .map_err(|e| CliError::new(format!("cannot run `ip` (iproute2): {e}")))?;
-        if !out.status.success() {
-            let why = String::from_utf8_lossy(&out.stderr);
-            if why.contains("does not exist") {
-                return Err(CliError::new(format!(
-                    "interface {ifname}: no such interface (in this network namespace)"
-                )));
-            }
-            return Err(CliError::new(format!(
-                "ip {}: {}",
-                args.join(" "),
-                why.trim()
-            )));
-        }
-        if let Some(ip) = parse_addr_line(&String::from_utf8_lossy(&out.stdout), key) {
-            return Ok(ip);
-        }
-    }
-    Err(CliError::new(format!(
-        "interface {ifname} has no IPv4 or global IPv6 address: give one with --ip ADDR"
-    )))
-}
-
-/// The address after `key` ("inet" / "inet6") in `ip -o addr` output.
-pub fn parse_addr_line(text: &str, key: &str) -> Option<IpAddr> {
-    text.lines().find_map(|l| {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        let i = w.iter().position(|x| *x == key)?;
-        w.get(i + 1)?.split('/').next()?.parse().ok()
+    use nic::io::addr::{interface_addr, AddrError};
+    interface_addr(ifname).map_err(|e| match e {
+        AddrError::NoAddress(_) => CliError::new(format!("{e}: give one with --ip ADDR")),
+        e => CliError::new(e.to_string()),
     })
 }
 
@@ -553,21 +519,6 @@ impl Drop for NetDev {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_parse_from_ip_o_addr() {
-        let v4 = "7: rva1@if6    inet 192.0.2.1/24 scope global rva1\\       valid_lft forever preferred_lft forever\n";
-        assert_eq!(
-            parse_addr_line(v4, "inet"),
-            Some("192.0.2.1".parse().unwrap())
-        );
-        let v6 = "2: eth0    inet6 2001:db8::5/64 scope global \\       valid_lft forever\n";
-        assert_eq!(
-            parse_addr_line(v6, "inet6"),
-            Some("2001:db8::5".parse().unwrap())
-        );
-        assert_eq!(parse_addr_line("", "inet"), None);
-    }
 
     #[test]
     fn ib_mtu_follows_the_interface_mtu() {

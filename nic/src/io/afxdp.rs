@@ -212,7 +212,10 @@ pub struct AfXdpPort {
     ctl: OwnedFd,
 }
 
-// SAFETY: the mappings are owned by this port and only touched through &mut self.
+// SAFETY: the raw pointers inside `xsk` and `umem` point into mappings
+// that the port owns and that move with it; they are dereferenced only
+// through &mut self (and &self reads of ring indices), and the port is not
+// Sync, so no two threads use it at once.
 unsafe impl Send for AfXdpPort {}
 
 impl AfXdpPort {
@@ -400,16 +403,18 @@ impl AfXdpPort {
 /// (ifindex, MAC, MTU) of `name` in the calling thread's namespace, and
 /// the socket that asked (kept for the link state).
 fn interface(name: &str) -> Result<(OwnedFd, (i32, EthernetAddress, usize)), AfXdpError> {
-    // SAFETY: plain socket(2) call; AF_XDP sockets take no interface ioctls.
+    // SAFETY: socket(2) takes no pointers; the result is checked below.
+    // (An AF_INET socket: AF_XDP sockets take no interface ioctls.)
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
         return Err(sys("socket(AF_INET) for interface ioctls"));
     }
-    // SAFETY: a fresh descriptor we own.
+    // SAFETY: raw is a descriptor socket(2) just returned, owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let facts = afpacket::interface(fd.as_raw_fd(), name).map_err(|e| match e {
         AfPacketError::NoInterface(n) => AfXdpError::NoInterface(n),
         AfPacketError::Sys { what, source } => AfXdpError::Sys { what, source },
+        AfPacketError::Geometry(why) => AfXdpError::Config(why),
     })?;
     Ok((fd, facts))
 }

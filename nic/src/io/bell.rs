@@ -26,13 +26,14 @@ pub struct Bell {
 
 impl Bell {
     pub fn new() -> io::Result<Bell> {
-        // SAFETY: plain syscall; the result is checked before use.
+        // SAFETY: eventfd(2) takes no pointers; the result is checked below.
         let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a fresh descriptor that nothing else owns.
         Ok(Bell {
+            // SAFETY: raw is a descriptor eventfd(2) just returned (not an
+            // error: checked above), owned by nothing else.
             fd: unsafe { OwnedFd::from_raw_fd(raw) },
             parked: AtomicBool::new(false),
         })
@@ -68,7 +69,8 @@ impl Bell {
     /// Clears what was rung; returns how many rings it clears (0: none).
     pub fn drain(&self) -> u64 {
         let mut v = 0u64;
-        // SAFETY: reads 8 bytes into a u64; EAGAIN (not rung) is fine.
+        // SAFETY: read(2) writes at most 8 bytes into `v`, a live, writable
+        // u64; EAGAIN (not rung) is fine.
         let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
         if n == 8 {
             v
@@ -102,7 +104,9 @@ impl Bell {
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
         let n = if other.is_some() { 2 } else { 1 };
-        // SAFETY: `n` valid pollfds and a valid timespec; no signal mask.
+        // SAFETY: `fds` holds at least `n` live, writable pollfds (a -1 fd
+        // is ignored by the kernel), `ts` is a live timespec, and a null
+        // signal mask means none; ppoll(2) keeps no pointer after it returns.
         unsafe { libc::ppoll(fds.as_mut_ptr(), n, &ts, std::ptr::null()) };
     }
 }
@@ -117,7 +121,8 @@ impl AsFd for Bell {
 /// engine's bell through its duplicate).
 pub fn ring_fd(fd: BorrowedFd<'_>) {
     let one = 1u64;
-    // SAFETY: writes 8 bytes from a u64; EAGAIN (counter full) is fine.
+    // SAFETY: write(2) reads 8 bytes from `one`, a live u64; a bad
+    // descriptor or EAGAIN (counter full) is an error return, not UB.
     unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
 }
 

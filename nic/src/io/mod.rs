@@ -11,7 +11,11 @@
 //! - [`pcap`]: a replay port feeding a capture's frames, and a tap that
 //!   records everything any port sends or receives;
 //! - [`afpacket`]: raw AF_PACKET sockets with mmap'd TPACKET_V2 rings (or
-//!   TPACKET_V3 on request).
+//!   TPACKET_V3 on request);
+//! - [`afxdp`]: AF_XDP sockets and their XDP program, falling back to
+//!   AF_PACKET;
+//! - [`addr`] over [`netlink`]: the next hop's MAC and an interface's
+//!   address, from the kernel's tables.
 
 pub mod addr;
 pub mod afpacket;
@@ -19,6 +23,7 @@ pub mod afxdp;
 pub mod bell;
 pub mod impair;
 pub mod mem;
+pub mod netlink;
 pub mod pcap;
 
 use std::sync::Arc;
@@ -28,7 +33,8 @@ use wire::EthernetAddress;
 /// A zero-length, non-blocking `sendto` on a socket with a mapped TX ring
 /// (AF_PACKET, AF_XDP): the kernel sends what the ring holds.
 pub(crate) fn kick_tx(fd: std::os::fd::RawFd) -> std::io::Result<()> {
-    // SAFETY: a zero-length sendto on a descriptor the caller owns.
+    // SAFETY: sendto(2) with a null buffer of length 0 and no address
+    // reads no memory; a bad descriptor is an error return, not UB.
     let r = unsafe {
         libc::sendto(
             fd,

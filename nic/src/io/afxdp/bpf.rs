@@ -188,7 +188,10 @@ pub fn extract(obj: &[u8], section: &str) -> Result<Program, ObjectError> {
 }
 
 fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
-    // SAFETY: attr is a live, zero-padded bpf_attr prefix of the size we pass.
+    // SAFETY: bpf(2) reads and writes at most size_of::<T>() bytes of
+    // `attr`, a live, writable, zero-padded `#[repr(C)]` prefix of union
+    // bpf_attr for `cmd`; pointers inside it (instructions, license, log)
+    // point to buffers the caller keeps alive across the call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -205,7 +208,8 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
 }
 
 fn fd_of(r: libc::c_long) -> OwnedFd {
-    // SAFETY: the kernel just returned this new descriptor.
+    // SAFETY: the callers pass the non-negative result of a bpf(2) command
+    // that returns a new descriptor, owned by nothing else.
     unsafe { OwnedFd::from_raw_fd(r as i32) }
 }
 

@@ -71,8 +71,9 @@ impl<T: Copy> Ring<T> {
         ours: Side,
     ) -> io::Result<Ring<T>> {
         let area_len = off.desc as usize + size as usize * std::mem::size_of::<T>();
-        // SAFETY: mapping a ring the kernel set up on this socket; the
-        // length covers exactly its header and entries.
+        // SAFETY: a fresh shared mapping, at an address the kernel picks,
+        // of the ring set up on `fd` (its XDP_*_RING option came first);
+        // the length covers its header words and `size` entries.
         let area = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -87,19 +88,20 @@ impl<T: Copy> Ring<T> {
             return Err(io::Error::last_os_error());
         }
         let area = area as *mut u8;
-        // SAFETY: the kernel's offsets lie inside the area and are aligned
-        // for their types.
-        let mut ring = unsafe {
-            Ring {
-                area,
-                area_len,
-                producer: area.add(off.producer as usize) as *const AtomicU32,
-                consumer: area.add(off.consumer as usize) as *const AtomicU32,
-                flags: area.add(off.flags as usize) as *const AtomicU32,
-                entries: area.add(off.desc as usize) as *mut T,
-                mask: size - 1,
-                local: 0,
-            }
+        // The kernel's offsets (XDP_MMAP_OFFSETS) put the producer,
+        // consumer and flags words and the entry array inside the area,
+        // each aligned for its type (struct xdp_ring); `size` is a power
+        // of two (the kernel refuses other ring sizes), so `mask` keeps an
+        // index inside the entries.
+        let mut ring = Ring {
+            area,
+            area_len,
+            producer: area.wrapping_add(off.producer as usize) as *const AtomicU32,
+            consumer: area.wrapping_add(off.consumer as usize) as *const AtomicU32,
+            flags: area.wrapping_add(off.flags as usize) as *const AtomicU32,
+            entries: area.wrapping_add(off.desc as usize) as *mut T,
+            mask: size - 1,
+            local: 0,
         };
         ring.local = match ours {
             Side::Producer => ring.producer().load(Ordering::Relaxed),
@@ -109,12 +111,14 @@ impl<T: Copy> Ring<T> {
     }
 
     fn producer(&self) -> &AtomicU32 {
-        // SAFETY: points into the live mapping.
+        // SAFETY: an aligned u32 word of the mapping, which lives as long
+        // as self; the kernel updates it atomically too, and AtomicU32 has
+        // u32's layout.
         unsafe { &*self.producer }
     }
 
     fn consumer(&self) -> &AtomicU32 {
-        // SAFETY: points into the live mapping.
+        // SAFETY: as in `producer`.
         unsafe { &*self.consumer }
     }
 
@@ -125,13 +129,13 @@ impl<T: Copy> Ring<T> {
     /// Whether the kernel set `XDP_RING_NEED_WAKEUP` (bound with
     /// `XDP_USE_NEED_WAKEUP`).
     pub fn needs_wakeup(&self) -> bool {
-        // SAFETY: points into the live mapping.
+        // SAFETY: as in `producer`.
         unsafe { &*self.flags }.load(Ordering::Relaxed) & XDP_RING_NEED_WAKEUP != 0
     }
 
+    /// The entry `index` falls on (masked into the entry array).
     fn slot(&self, index: u32) -> *mut T {
-        // SAFETY: masked into the entry array.
-        unsafe { self.entries.add((index & self.mask) as usize) }
+        self.entries.wrapping_add((index & self.mask) as usize)
     }
 
     // ---- producer side (fill, TX)
@@ -150,7 +154,9 @@ impl<T: Copy> Ring<T> {
 
     /// Writes the `i`th entry after the published ones; `i < free()`.
     pub fn write(&mut self, i: u32, v: T) {
-        // SAFETY: the entry is ours until published.
+        // SAFETY: `slot` masks the index into the live entry array,
+        // aligned for T; an entry past the published producer index is not
+        // read by the kernel until `submit` publishes it.
         unsafe { std::ptr::write_volatile(self.slot(self.local.wrapping_add(i)), v) };
     }
 
@@ -173,7 +179,11 @@ impl<T: Copy> Ring<T> {
 
     /// The `i`th unreleased entry; `i < available()`.
     pub fn read(&self, i: u32) -> T {
-        // SAFETY: the entry was produced (Acquire in `available`).
+        // SAFETY: `slot` masks the index into the live entry array,
+        // aligned for T, and T is plain integers (any bytes are a value);
+        // entries below the producer index (loaded with Acquire in
+        // `available`) are complete and the kernel leaves them until
+        // `release`.
         unsafe { std::ptr::read_volatile(self.slot(self.local.wrapping_add(i))) }
     }
 
@@ -188,7 +198,8 @@ impl<T: Copy> Ring<T> {
 
 impl<T> Drop for Ring<T> {
     fn drop(&mut self) {
-        // SAFETY: the mapping is ours and nothing refers to it any more.
+        // SAFETY: area/area_len are the mapping `map` made; the pointers
+        // into it die with self.
         unsafe { libc::munmap(self.area as *mut libc::c_void, self.area_len) };
     }
 }

@@ -48,7 +48,8 @@ pub(super) struct Umem {
 impl Umem {
     pub fn new(frames: u32) -> io::Result<Umem> {
         let len = frames as usize * FRAME_SIZE as usize;
-        // SAFETY: a fresh anonymous mapping.
+        // SAFETY: a fresh private anonymous mapping at an address the
+        // kernel picks; nothing else refers to it yet.
         let area = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -75,20 +76,29 @@ impl Umem {
         if a.checked_add(l)? > self.len || !same_frame {
             return None;
         }
-        // SAFETY: inside the mapping; the kernel does not write a frame we hold.
+        // SAFETY: [a, a + l) lies inside the mapping (checked above) and
+        // inside one frame, which the caller holds (taken off the RX ring,
+        // not yet back in the fill ring): the kernel does not write it
+        // while the returned borrow of self lives.
         Some(unsafe { std::slice::from_raw_parts(self.area.add(a), l) })
     }
 
     pub fn frame_mut(&mut self, addr: u64) -> &mut [u8] {
-        debug_assert!(addr as usize + FRAME_SIZE as usize <= self.len);
-        // SAFETY: a whole frame inside the mapping that only we own right now.
+        let fits = (addr as usize)
+            .checked_add(FRAME_SIZE as usize)
+            .is_some_and(|end| end <= self.len);
+        assert!(fits, "UMEM frame {addr:#x} outside the UMEM");
+        // SAFETY: a whole frame inside the mapping (asserted above) that is
+        // in no ring, so the kernel does not touch it; &mut self makes the
+        // slice the only reference into the UMEM.
         unsafe { std::slice::from_raw_parts_mut(self.area.add(addr as usize), FRAME_SIZE as usize) }
     }
 }
 
 impl Drop for Umem {
     fn drop(&mut self) {
-        // SAFETY: our mapping; the sockets using it are closed.
+        // SAFETY: area/len are the mapping `new` made; the port drops its
+        // socket (and the kernel's registration with it) before the UMEM.
         unsafe { libc::munmap(self.area as *mut libc::c_void, self.len) };
     }
 }
@@ -103,7 +113,9 @@ pub(super) struct Xsk {
 }
 
 fn set<T>(fd: &OwnedFd, opt: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: v is a live T of the size we pass.
+    // SAFETY: the kernel reads size_of::<T>() bytes from `v`, a live,
+    // initialised T of the layout `opt` takes; it keeps no pointer to it
+    // (XDP_UMEM_REG's UMEM address is pinned, not this struct).
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
@@ -123,7 +135,9 @@ fn set<T>(fd: &OwnedFd, opt: libc::c_int, v: &T) -> io::Result<()> {
 /// `getsockopt(SOL_XDP, opt)` into a T; how many bytes the kernel wrote.
 fn get<T>(fd: &OwnedFd, opt: libc::c_int, v: &mut T) -> io::Result<usize> {
     let mut len = std::mem::size_of::<T>() as libc::socklen_t;
-    // SAFETY: v is a live T of the size we pass.
+    // SAFETY: the kernel writes at most `len` bytes into `v`, a live,
+    // writable T of plain integers (any bytes are a valid value), and
+    // updates `len`, a live socklen_t.
     let r = unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
@@ -141,12 +155,12 @@ fn get<T>(fd: &OwnedFd, opt: libc::c_int, v: &mut T) -> io::Result<usize> {
 }
 
 pub(super) fn xdp_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2) call.
+    // SAFETY: socket(2) takes no pointers; the result is checked below.
     let raw = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: a fresh descriptor we own.
+    // SAFETY: raw is a descriptor socket(2) just returned, owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
@@ -250,7 +264,8 @@ impl Xsk {
             queue_id: cfg.queue,
             shared_umem_fd: 0,
         };
-        // SAFETY: sa is a valid sockaddr_xdp.
+        // SAFETY: `sa` is a live `#[repr(C)]` struct sockaddr_xdp and the
+        // length its size; the kernel copies it during the call.
         let r = unsafe {
             libc::bind(
                 raw,
@@ -282,7 +297,8 @@ impl Xsk {
     /// A zero-length recvfrom: wakes a driver that waits for fill-ring
     /// entries (zero-copy with need_wakeup).
     pub fn wake_rx(&self) {
-        // SAFETY: a zero-length recvfrom on our socket.
+        // SAFETY: recvfrom(2) with a null buffer of length 0 and null
+        // address pointers writes no memory.
         unsafe {
             libc::recvfrom(
                 self.fd.as_raw_fd(),
@@ -309,7 +325,7 @@ impl Xsk {
             revents: 0,
         };
         let ms = timeout.as_millis().clamp(0, 1000) as i32;
-        // SAFETY: one valid pollfd.
+        // SAFETY: one live, writable pollfd, and nfds = 1.
         unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };
     }
 

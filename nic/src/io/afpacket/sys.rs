@@ -1,0 +1,245 @@
+//! The AF_PACKET socket's system calls: the socket, its options, the
+//! interface ioctls, the binding and the mapping of its rings.
+
+use super::AfPacketError;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+use wire::EthernetAddress;
+
+// linux/if_ether.h, linux/if_packet.h
+const ETH_P_ALL: u16 = 0x0003;
+pub(super) const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_STATISTICS: libc::c_int = 6;
+pub(super) const PACKET_VERSION: libc::c_int = 10;
+pub(super) const PACKET_TX_RING: libc::c_int = 13;
+pub(super) const PACKET_LOSS: libc::c_int = 14;
+pub(super) const PACKET_QDISC_BYPASS: libc::c_int = 20;
+pub(super) const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+
+pub(super) fn sys(what: &'static str) -> AfPacketError {
+    AfPacketError::Sys {
+        what,
+        source: io::Error::last_os_error(),
+    }
+}
+
+/// A non-blocking AF_PACKET socket that sees every protocol.
+pub(super) fn packet_socket() -> Result<OwnedFd, AfPacketError> {
+    // SAFETY: socket(2) takes no pointers; the result is checked below.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            (ETH_P_ALL.to_be()) as i32,
+        )
+    };
+    if raw < 0 {
+        return Err(sys("socket(AF_PACKET)"));
+    }
+    // SAFETY: raw is a descriptor socket(2) just returned, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// setsockopt(SOL_PACKET, opt) with the bytes of `v` — a `#[repr(C)]`
+/// struct or an integer of the layout the kernel expects for `opt`.
+pub(super) fn setsockopt<T>(
+    fd: &OwnedFd,
+    opt: libc::c_int,
+    v: &T,
+    what: &'static str,
+) -> Result<(), AfPacketError> {
+    // SAFETY: the kernel reads size_of::<T>() bytes from v, a live,
+    // initialised T; it keeps no pointer to it after the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            opt,
+            v as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(sys(what));
+    }
+    Ok(())
+}
+
+/// Frames the kernel dropped because the RX ring was full, since the last
+/// call (PACKET_STATISTICS reads and resets its count); 0 if it fails.
+pub(super) fn read_kernel_drops(fd: &OwnedFd) -> u64 {
+    // struct tpacket_stats_v3 (V2's tpacket_stats is its prefix)
+    let mut st = [0u32; 3];
+    let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
+    // SAFETY: st is a writable buffer of `len` bytes and len a writable
+    // socklen_t; the kernel writes at most `len` bytes and updates len.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            PACKET_STATISTICS,
+            st.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r == 0 {
+        st[1] as u64
+    } else {
+        0
+    }
+}
+
+/// Binds the socket to interface `ifindex`, every protocol.
+pub(super) fn bind(fd: &OwnedFd, ifindex: i32) -> Result<(), AfPacketError> {
+    // SAFETY: sockaddr_ll is plain integers and byte arrays, for which all
+    // zeroes is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = ETH_P_ALL.to_be();
+    sll.sll_ifindex = ifindex;
+    // SAFETY: the address is a live sockaddr_ll and the length its size;
+    // the kernel copies it during the call.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(sys("bind(AF_PACKET)"));
+    }
+    Ok(())
+}
+
+/// poll(2) for readability, at most `timeout` (capped at a second).
+pub(super) fn poll_in(fd: &OwnedFd, timeout: Duration) {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().clamp(0, 1000) as i32;
+    // SAFETY: one live, writable pollfd, and nfds = 1.
+    unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };
+}
+
+/// A zeroed `ifreq` naming `name`; None if the name cannot be one (a NUL,
+/// or IFNAMSIZ bytes or more).
+fn ifreq(name: &str) -> Option<libc::ifreq> {
+    let c = CString::new(name).ok()?;
+    if c.as_bytes().len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    // SAFETY: ifreq is a name array and a union of plain integers, arrays
+    // and pointers, for all of which all zeroes is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(c.as_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    Some(ifr)
+}
+
+/// Whether interface `name` (in `fd`'s network namespace) is up with
+/// carrier: SIOCGIFFLAGS has IFF_UP (administratively up) and IFF_RUNNING
+/// (the kernel's operational state: carrier present). None when the ioctl
+/// fails (the interface went away: the caller reports that as it sees fit).
+pub(in crate::io) fn link_flags_up(fd: libc::c_int, name: &str) -> Option<bool> {
+    let mut ifr = ifreq(name)?;
+    // SAFETY: SIOCGIFFLAGS reads the NUL-terminated name and writes the
+    // flags inside `ifr`, a live, writable ifreq.
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) } != 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFFLAGS succeeded, so the flags member is the union's
+    // initialised one (and any bit pattern is a valid c_short).
+    let flags = unsafe { ifr.ifr_ifru.ifru_flags } as libc::c_int;
+    Some(flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0)
+}
+
+/// Interface facts from the kernel through `fd`'s network namespace:
+/// (ifindex, MAC, MTU). (sysfs would show the mount's namespace instead.)
+pub(in crate::io) fn interface(
+    fd: libc::c_int,
+    name: &str,
+) -> Result<(i32, EthernetAddress, usize), AfPacketError> {
+    let mut ifr = ifreq(name).ok_or_else(|| AfPacketError::NoInterface(name.into()))?;
+    // SAFETY: each ioctl reads the NUL-terminated name and writes one
+    // union member of `ifr`, a live, writable ifreq; each member is read
+    // only after the ioctl that writes it succeeded, and every bit pattern
+    // is a valid value of these integer members.
+    unsafe {
+        if libc::ioctl(fd, libc::SIOCGIFINDEX, &mut ifr) != 0 {
+            return Err(AfPacketError::NoInterface(name.into()));
+        }
+        let idx = ifr.ifr_ifru.ifru_ifindex;
+        if libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr) != 0 {
+            return Err(sys("SIOCGIFHWADDR"));
+        }
+        let mut mac = [0u8; 6];
+        for (m, b) in mac.iter_mut().zip(ifr.ifr_ifru.ifru_hwaddr.sa_data.iter()) {
+            *m = *b as u8;
+        }
+        if libc::ioctl(fd, libc::SIOCGIFMTU, &mut ifr) != 0 {
+            return Err(sys("SIOCGIFMTU"));
+        }
+        Ok((idx, EthernetAddress(mac), ifr.ifr_ifru.ifru_mtu as usize))
+    }
+}
+
+/// The socket's RX and TX rings, mapped into this process (the RX ring
+/// first, the TX ring right after it: packet_mmap.rst). Unmapped on drop.
+pub(super) struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    /// Maps the `len` bytes of rings set up on `fd`, locked in memory if
+    /// RLIMIT_MEMLOCK allows.
+    pub(super) fn new(fd: &OwnedFd, len: usize) -> Result<Mapping, AfPacketError> {
+        let map = |flags| {
+            // SAFETY: a fresh shared mapping of the socket's rings at an
+            // address the kernel picks; nothing else refers to it yet.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            }
+        };
+        let mut ptr = map(libc::MAP_SHARED | libc::MAP_LOCKED);
+        if ptr == libc::MAP_FAILED {
+            // MAP_LOCKED may exceed RLIMIT_MEMLOCK: try without
+            ptr = map(libc::MAP_SHARED);
+        }
+        if ptr == libc::MAP_FAILED {
+            return Err(sys("mmap(rings)"));
+        }
+        Ok(Mapping {
+            ptr: ptr as *mut u8,
+            len,
+        })
+    }
+
+    /// The address `off` bytes into the mapping (dereferencing it is the
+    /// caller's business).
+    pub(super) fn at(&self, off: usize) -> *mut u8 {
+        debug_assert!(off <= self.len);
+        self.ptr.wrapping_add(off)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are the mapping `new` made; the rings' pointers
+        // into it are never dereferenced after their port is dropped.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}

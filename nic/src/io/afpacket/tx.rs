@@ -1,0 +1,126 @@
+//! The TX ring (both versions): frames marked TP_STATUS_SEND_REQUEST, then
+//! one `sendto` kicks the kernel for the whole batch. Only the frame
+//! header differs between versions ([`TxLayout`]).
+
+use super::{TxLayout, TP_STATUS_SENDING, TP_STATUS_SEND_REQUEST, TP_STATUS_WRONG_FORMAT};
+use crate::io::{FrameBatch, PortCounters};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::ptr::{read_volatile, write_volatile};
+use std::sync::atomic::{fence, Ordering};
+
+/// The TX ring: `frames` frames of `frame_size` bytes from `base`.
+pub(super) struct Tx {
+    /// The start of the TX ring in the port's mapping.
+    base: *mut u8,
+    frame_size: usize,
+    frames: u32,
+    layout: TxLayout,
+    /// The next frame to fill.
+    next: u32,
+    /// The ring holds frames the kernel has not taken yet: its last kick
+    /// failed (socket send buffer full, device busy) or the ring was found
+    /// full. The kernel takes ring frames only when kicked, so every
+    /// `send` and `recv` kicks again until one succeeds.
+    pub kick_owed: bool,
+}
+
+impl Tx {
+    /// The ring at `base`, which the caller keeps mapped for as long as
+    /// the `Tx` lives; `frame_size` is a multiple of 16 holding at least
+    /// a header (the kernel refused the ring otherwise).
+    pub(super) fn new(base: *mut u8, frame_size: u32, frames: u32, layout: TxLayout) -> Tx {
+        Tx {
+            base,
+            frame_size: frame_size as usize,
+            frames,
+            layout,
+            next: 0,
+            kick_owed: false,
+        }
+    }
+
+    /// The `i`th frame's header field at `off`, a u32 (`i < frames`).
+    fn field(&self, i: u32, off: usize) -> *mut u32 {
+        self.base
+            .wrapping_add(i as usize * self.frame_size + off)
+            .cast::<u32>()
+    }
+
+    /// Queues a prefix of `batch` (frames longer than `mtu` plus an
+    /// Ethernet header and one VLAN tag, or than a ring frame, end it) and
+    /// kicks the kernel. Returns how many were queued.
+    pub(super) fn send(
+        &mut self,
+        fd: &OwnedFd,
+        mtu: usize,
+        counters: &mut PortCounters,
+        batch: &FrameBatch,
+    ) -> usize {
+        let l = self.layout;
+        let mut queued = 0;
+        for (i, f) in batch.iter().enumerate() {
+            let status_p = self.field(self.next, l.status);
+            // SAFETY: next < frames: tp_status of a frame inside the
+            // mapped TX ring, 4-byte aligned (frames are 16-byte aligned,
+            // the field's offset a multiple of 4); the kernel writes it
+            // concurrently, hence the volatile read.
+            let status = unsafe { read_volatile(status_p) };
+            let full = status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) != 0;
+            // the longest frame the kernel sends: the MTU, the Ethernet
+            // header and one VLAN tag
+            let too_long = f.len() > mtu + 18;
+            if full || too_long || f.len() + l.data > self.frame_size {
+                // sends a prefix of the batch (see `Port::send`)
+                counters.tx_dropped += (batch.len() - i) as u64;
+                // a ring full of frames the kernel was never kicked for
+                // would stay full for good
+                self.kick_owed |= full;
+                break;
+            }
+            if status & TP_STATUS_WRONG_FORMAT != 0 {
+                counters.tx_dropped += 1;
+            }
+            fence(Ordering::Acquire);
+            let data = self
+                .base
+                .wrapping_add(self.next as usize * self.frame_size + l.data);
+            // SAFETY: the frame's status is AVAILABLE, so the kernel does
+            // not touch it until we publish it; l.data + f.len() <=
+            // frame_size keeps the copy inside the frame, and tp_len and
+            // tp_snaplen are aligned u32 fields of its header (as above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(f.as_ptr(), data, f.len());
+                write_volatile(self.field(self.next, l.len), f.len() as u32);
+                write_volatile(self.field(self.next, l.snaplen), f.len() as u32);
+            }
+            fence(Ordering::Release);
+            // SAFETY: the same status word as above; the Release fence
+            // orders the frame's bytes before the kernel can see them.
+            unsafe { write_volatile(status_p, TP_STATUS_SEND_REQUEST) };
+            self.next = (self.next + 1) % self.frames;
+            counters.tx_packets += 1;
+            counters.tx_bytes += f.len() as u64;
+            queued += 1;
+        }
+        if queued > 0 || self.kick_owed {
+            self.kick(fd, counters);
+        }
+        queued
+    }
+
+    /// sendto(2) with no data: the kernel takes the ring's pending frames
+    /// in order until one fails (send buffer full, device busy). If the
+    /// frame queued last is still pending afterwards, the kick is owed.
+    pub(super) fn kick(&mut self, fd: &OwnedFd, counters: &mut PortCounters) {
+        if let Err(e) = crate::io::kick_tx(fd.as_raw_fd()) {
+            if e.kind() != io::ErrorKind::WouldBlock && e.raw_os_error() != Some(libc::ENOBUFS) {
+                counters.tx_dropped += 1;
+            }
+        }
+        let last = (self.next + self.frames - 1) % self.frames;
+        // SAFETY: tp_status of a frame inside the ring (as in `send`).
+        let status = unsafe { read_volatile(self.field(last, self.layout.status)) };
+        self.kick_owed = status & TP_STATUS_SEND_REQUEST != 0;
+    }
+}
