@@ -1,4 +1,4 @@
-//! Acceptance 2: a small C program, compiled here against include/softrnic.h
+//! The C API: a small C program, compiled here against include/softrnic.h
 //! and libsoftrnic.so, does WRITE, SEND, READ and FETCH_ADD between the two
 //! devices of a daemon on the in-memory wire.
 
@@ -75,7 +75,7 @@ fn c_program_does_verbs_through_the_c_api() {
     }
 }
 
-/// Issue #7: UD through an address handle and two QPs on one SRQ, from C
+/// UD through an address handle and two QPs on one SRQ, from C
 /// (srnic_create_ah, srnic_post_send_ud, srnic_poll_cq_ex,
 /// srnic_create_srq, srnic_post_srq_recv, srnic_create_qp_ex).
 #[test]

@@ -339,7 +339,7 @@ fn the_srq_limit_event_reaches_its_owner_once() {
 /// responder NAK and fail its QP; QP_ACCESS_ERR reaches the client owning
 /// that QP only (not the requester's client, not another client of the
 /// same device). The wire format of the events: snake_case `type` tags,
-/// the SRQ one as older clients know it.
+/// the SRQ one.
 #[test]
 fn qp_access_error_event_reaches_its_owner_only() {
     use softrnic::proto::AsyncEventMsg;

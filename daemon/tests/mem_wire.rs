@@ -11,7 +11,7 @@ fn daemon(tag: &str) -> Daemon {
     Daemon::start(None, &["--mem-pair", "--name", "t"], &dir)
 }
 
-/// Acceptance 1 (in-memory wire): SEND, WRITE, WRITE_WITH_IMM, READ and
+/// SEND, WRITE, WRITE_WITH_IMM, READ and
 /// both atomics between two client processes; data checked on both sides.
 #[test]
 fn two_processes_every_verb_over_mem_wire() {
@@ -162,7 +162,7 @@ fn wait_stats(sock: &str, what: &str, ok: impl Fn(&softrnic::Stats) -> bool) -> 
     })
 }
 
-/// Acceptance 3: a client killed with SIGKILL mid-transfer. The daemon
+/// a client killed with SIGKILL mid-transfer. The daemon
 /// frees its QPs, MR, CQ and PD (seen through the daemon's stats), the
 /// peer's QP completes with an error, and another pair on the same devices
 /// carries on.
@@ -216,7 +216,7 @@ fn sigkilled_client_is_reaped_and_others_carry_on() {
     });
 }
 
-/// Acceptance 4: a hostile client posts WQEs with bad opcodes, SGE counts,
+/// a hostile client posts WQEs with bad opcodes, SGE counts,
 /// lkeys, lengths and flags, and scribbles random bytes over its rings: it
 /// gets error completions; the daemon and another pair are unaffected.
 #[test]
@@ -259,7 +259,7 @@ fn hostile_client_gets_errors_others_unaffected() {
     assert!(d.alive());
 }
 
-/// Acceptance 5: 10 processes with 100 QPs each on one daemon (5 on each
+/// 10 processes with 100 QPs each on one daemon (5 on each
 /// device, in pairs) all complete a ping-pong.
 #[test]
 fn ten_processes_hundred_qps_each_pingpong() {
@@ -345,7 +345,7 @@ fn malformed_control_messages_are_refused() {
     drop(other);
 }
 
-/// Issue #7, AH + UD: two client processes with UD QPs exchange SENDs
+/// AH + UD: two client processes with UD QPs exchange SENDs
 /// through daemon address handles (data, source QPN and GRH flag checked);
 /// a send naming a handle that never existed, and one naming a destroyed
 /// handle, complete with errors for that client only. A SIGKILLed client's
@@ -372,7 +372,7 @@ fn ud_sends_through_address_handles_and_bad_handles_fail() {
     assert_eq!(b.finish(), Some(0));
 }
 
-/// Issue #7, SRQ: two RC QPs on one SRQ both take its receives; the SRQ
+/// SRQ: two RC QPs on one SRQ both take its receives; the SRQ
 /// is freed when its SIGKILLed owner is reaped.
 #[test]
 fn two_qps_on_one_srq_both_receive() {
@@ -395,7 +395,7 @@ fn two_qps_on_one_srq_both_receive() {
     assert_eq!(a.finish(), Some(0));
 }
 
-/// Issue #7, SRQ rings are hostile input: a receive WQE with too many SGEs
+/// SRQ rings are hostile input: a receive WQE with too many SGEs
 /// completes with LOC_LEN_ERR on the receive CQ of a QP using the SRQ; a
 /// wild producer index stops the daemon polling that SRQ (an error
 /// completion); the daemon stays up and serves.

@@ -1,4 +1,4 @@
-//! Acceptance 1 over a real wire: two daemons, each bound to one end of a
+//! rnicd over a real wire: two daemons, each bound to one end of a
 //! veth pair in its own network namespace (AF_XDP if it opens, else
 //! AF_PACKET), and a client process in each namespace (`ip netns exec`)
 //! doing SEND, WRITE, WRITE_WITH_IMM, READ and both atomics. The second

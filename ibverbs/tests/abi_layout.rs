@@ -1,4 +1,4 @@
-//! The structures of `src/abi.rs` against rdma-core's own header: a C
+//! The structures of `src/abi/` against rdma-core's own header: a C
 //! program compiled with the installed `<infiniband/verbs.h>`
 //! (libibverbs-dev) prints `offsetof` / `sizeof` of everything listed in
 //! `ibverbs::abi::LAYOUT`; every value must match.

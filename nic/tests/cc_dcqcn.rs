@@ -1,4 +1,4 @@
-//! Acceptance 1 of the DCQCN issue: the reaction point against trajectories
+//! The DCQCN reaction point against trajectories
 //! computed by hand (the numbers in the tables below were worked out on
 //! paper from the update rules in `nic::cc::dcqcn`, not by running it).
 //!

@@ -1,4 +1,4 @@
-//! Acceptance 3 of the transport issue: the requests of the RC captures of
+//! Replay: the requests of the RC captures of
 //! Linux Soft-RoCE, replayed into our responder, produce the capture's
 //! responses field by field (opcode, PSN, destination QP, AETH syndrome and
 //! MSN, READ response lengths and data, atomic ACK values).
@@ -43,8 +43,7 @@ fn capture(name: &str) -> Option<Frames> {
 fn check(name: &str, min_responses: usize) {
     let Some(frames) = capture(name) else { return };
     let reports = replay(&frames);
-    // Acceptance 4 of the engine issue: the same capture through the pcap
-    // replay port into a polling engine gives the same responses.
+    // the same capture through the pcap replay port into a polling engine gives the same responses.
     let via_engine = replay_with(&frames, &mut drive_engine);
     for (a, b) in reports.iter().zip(&via_engine) {
         assert!(

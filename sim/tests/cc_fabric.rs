@@ -1,5 +1,5 @@
-//! Acceptance 2 of the DCQCN issue, on the fabric simulator
-//! (`nic::fabric`): two senders into one receiver through a switch whose
+//! DCQCN on the fabric simulator
+//! (`sim::fabric`): two senders into one receiver through a switch whose
 //! egress port towards the receiver is the bottleneck (2 × 40 Gb/s into
 //! 40 Gb/s), RED/ECN marking with the SIGCOMM'15 setting (Kmin 5 KB, Kmax
 //! 200 KB, Pmax 1 %), a 1 MB buffer per egress port.

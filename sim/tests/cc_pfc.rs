@@ -1,6 +1,6 @@
-//! Acceptance 3 of the DCQCN issue: PFC on the virtual clock.
+//! PFC on the virtual clock.
 //!
-//! - A host of the fabric simulator (`nic::fabric`) sends on priority 3 and
+//! - A host of the fabric simulator (`sim::fabric`) sends on priority 3 and
 //!   priority 5; PFC frames arrive at chosen instants. A paused priority
 //!   starts nothing for exactly quanta × 512 bit times, the other keeps
 //!   sending back to back, quanta 0 resumes at once, a refresh extends, and

@@ -1,4 +1,4 @@
-//! PFC generation by the NIC (issue #6, "PFC generation"), sans-I/O on the
+//! PFC generation by the NIC, sans-I/O on the
 //! virtual clock:
 //!
 //! - a receive backlog at XOFF makes `Rnic` send one 802.1Qbb frame naming

@@ -1,4 +1,4 @@
-//! Acceptance 1 of the engine issue over AF_PACKET, in both ring formats
+//! The engine over AF_PACKET, in both ring formats
 //! (TPACKET_V2, the default, and TPACKET_V3): two engines in two network
 //! namespaces joined by a veth pair exchange every RC verb and a UD SEND;
 //! the data is checked byte for byte. Then the rings themselves: truncated

@@ -1,4 +1,4 @@
-//! Acceptance 1 of the engine issue over AF_XDP: two engines in two
+//! The engine over AF_XDP: two engines in two
 //! network namespaces joined by a veth pair (MTU 9000, IB MTU 4096, so
 //! every full-size frame spans two UMEM frames) exchange every RC verb and
 //! a UD SEND; the data is checked byte for byte. Once in the mode the port

@@ -1,4 +1,4 @@
-//! Acceptance 4 of the congestion issue, on real ports: A ── R ── B where
+//! ECN and DCQCN on real ports: A ── R ── B where
 //! R's egress towards B is shaped (tbf, 400 Mbit/s) and CE-marks RoCEv2
 //! frames above 30 MB/s with nftables (`limit rate over … ip ecn set ce`;
 //! the kernels here have no RED). B counts the CE-marked packets and sends

@@ -1,4 +1,4 @@
-//! Acceptance 2 and 3 of the engine issue: faults on a real, routed path.
+//! The engine under faults on a real, routed path.
 //!
 //! A ── veth ── R ── veth ── B, three namespaces made by the test. R routes
 //! between 192.0.2.0/24 and 198.51.100.0/24 and drops 2 % of RoCEv2 frames

@@ -1,4 +1,4 @@
-//! Acceptance 2 of the transport issue: two RC QPs exchange 100,000 random
+//! Random traffic on the virtual clock: two RC QPs exchange 100,000 random
 //! messages (SEND, WRITE, WRITE_WITH_IMM, READ, atomics; 0 B..1 MiB; a
 //! random MTU per run) through the simulator with up to 20 % loss plus
 //! reordering, duplication and corruption. Every message completes exactly

@@ -1,4 +1,4 @@
-//! Acceptance 4 of the congestion issue, seen through the tool: `rnic perf
+//! ECN and DCQCN seen through the tool: `rnic perf
 //! write bw --dev` from A to B through a router namespace whose egress
 //! towards B is shaped (tbf, 400 Mbit/s) and CE-marks RoCEv2 frames above
 //! 30 MB/s with nftables (no RED here). B's notification point counts the

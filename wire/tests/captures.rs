@@ -1,5 +1,4 @@
-//! Acceptance 1 of the wire issue: every RoCEv2 frame of the third-party
-//! Linux Soft-RoCE captures parses, its ICRC verifies, and emitting the
+//! Every RoCEv2 frame of the third-party Linux Soft-RoCE captures parses, its ICRC verifies, and emitting the
 //! parsed repr reproduces the frame byte for byte.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Acceptance 3 of the wire issue: the known-good CNP is produced exactly
+//! CNPs: the known-good CNP is produced exactly
 //! from its repr and parses back.
 
 use std::net::Ipv4Addr;

@@ -1,4 +1,4 @@
-//! Acceptance 5 of the wire issue (the deterministic half; the libFuzzer
+//! Mutation tests of the codec (the deterministic half; the libFuzzer
 //! half is `wire/fuzz`): well over a million mutated frames, seeded from the
 //! third-party captures and from frames the codec emits itself, go through
 //! every entry point of the parser. None may panic, and whatever parses must

@@ -1,4 +1,4 @@
-//! Acceptance 4 of the wire issue: property tests over random but valid
+//! Property tests over random but valid
 //! reprs of every opcode in the table.
 //!
 //! - emit → parse gives the repr back, and the ICRC verifies;

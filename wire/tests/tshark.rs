@@ -1,4 +1,4 @@
-//! Acceptance 2 of the wire issue: Wireshark decodes a pcap that our codec
+//! Wireshark decodes a pcap that our codec
 //! writes, field for field as our reprs say, and finds nothing malformed.
 //!
 //! `pcaps/wire-samples.pcap` is (re)written from `common::sample_frames`:
@@ -516,7 +516,7 @@ fn expected(index: usize, s: &Sample) -> Expected {
 // The tests.
 
 /// Our own codec agrees with itself on every sample, and the set covers
-/// what acceptance 2 asks for. Needs no tshark.
+/// what the Wireshark check asks for. Needs no tshark.
 #[test]
 fn samples_cover_the_table_and_round_trip() {
     let all = samples();

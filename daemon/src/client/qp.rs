@@ -24,7 +24,7 @@ pub struct Qp {
     pub(super) rq_prod: u32,
 }
 
-/// How `Qp::connect` sets up an RC/UC QP (defaults as in `nic::sim`).
+/// How `Qp::connect` sets up an RC/UC QP (defaults as in the `sim` crate).
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectParams {
     pub mtu: u32,

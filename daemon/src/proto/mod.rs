@@ -296,7 +296,7 @@ pub struct AhMsg {
     pub traffic_class: u8,
     pub hop_limit: u8,
     pub flow_label: u32,
-    /// The 802.1Q tag to send with (absent: untagged; older clients).
+    /// The 802.1Q tag to send with (absent: untagged).
     #[serde(default)]
     pub vlan: Option<VlanMsg>,
 }

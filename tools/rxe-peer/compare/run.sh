@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh: softrnic against the kernel's Soft-RoCE (rdma_rxe) in ONE QEMU guest,
-# over ONE veth pair, with the same perftest tests (issue #8's side-by-side
+# over ONE veth pair, with the same perftest tests (the side-by-side
 # comparison). See docs/interop-compare.md.
 #
 #   tools/rxe-peer/compare/run.sh [--repeat N] [--mtu 1024|4096] [--backend KIND]

@@ -4,8 +4,8 @@
 //! when it is full or when its retire timer (`retire_ms`, at least 1 ms)
 //! expires. That batching costs a lone frame up to the timer period: over
 //! veth a 64 B WRITE's half round trip is ~500 µs on V3 against ~8 µs on
-//! V2, and the ACKs' wait halves WRITE bandwidth (3.9 against 7.1 Gbit/s;
-//! BENCHMARKS.md, "AF_PACKET: TPACKET_V2 against TPACKET_V3").
+//! V2, and the ACKs' wait cuts WRITE bandwidth to under a third (2.48 against
+//! 8.16 Gbit/s; BENCHMARKS.md, "Real ports: veth between namespaces").
 //!
 //! Receive backlog: `None` — frames wait in blocks the kernel has not
 //! retired yet, which userspace cannot count, so a device on V3 generates
