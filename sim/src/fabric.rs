@@ -24,6 +24,9 @@
 //! store-and-forward. RED marks at dequeue, with the queue length the packet
 //! saw. Nothing reads a clock or an OS random source: the same
 //! configuration and seed give the same run, bit for bit.
+//!
+//! Length: The switch, its queues and the hosts share one event queue; about 80
+//! of its lines are tests.
 
 use nic::cc::{
     ecn, CcCounters, CnpLimiter, DcqcnParams, NpCounters, NpParams, Pacer, PfcCounters, PfcRx,

@@ -13,6 +13,9 @@
 //! things arrive (latency, serialisation, the delay of a reordered frame).
 //! `rnic demo` and `rnic perf --loopback` do not run here: their two RNICs
 //! face each other directly (`tools::loopback`), with no link to model.
+//!
+//! Length: The event loop, the links and the nodes share the virtual clock's
+//! queue, so they stay in one file.
 
 pub mod fabric;
 

@@ -32,6 +32,9 @@
 //! `dst` and folded; the tail is copied first and its CRC taken from `dst`.
 //! So the CRC always covers the bytes that landed in `dst`, even if the
 //! source changes during the copy (registered memory behaves like DMA).
+//!
+//! Length: About 190 of its lines are tests; the SIMD kernels stay beside the
+//! portable path they must agree with.
 
 use core::sync::atomic::{AtomicU8, Ordering};
 use crc32fast::Hasher;

@@ -5,6 +5,9 @@
 //! validating every length, so no accessor can panic afterwards. `RoceRepr`
 //! is the plain description a transport builds and `emit`s; `parse` fills
 //! it from a view without copying the payload.
+//!
+//! Length: The view, the repr, parsing with the ICRC and emitting stay together
+//! (they share the layout arithmetic); just over 600 lines.
 
 use crate::bth::{self, BthHeader, BthRepr};
 use crate::error::{need, Error, Layer, Result};

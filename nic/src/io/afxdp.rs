@@ -24,6 +24,10 @@
 //! The program is attached through a BPF link: dropping the port (or the
 //! process dying) detaches it. [`open_port`] picks a backend and falls back
 //! to AF_PACKET, saying why on one line of stderr.
+//!
+//! Length: The socket, its UMEM and the port share their setup and teardown
+//! order, so they stay together; the rings, the loader and the raw socket
+//! calls are in `afxdp/`.
 
 pub mod bpf;
 mod ring;

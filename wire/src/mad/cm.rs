@@ -1,5 +1,8 @@
 //! The CM messages (IBA 12.6): REQ, MRA, REJ, REP, RTU, DREQ, DREP and
 //! the path they carry, each field at its IBA offset within the class data.
+//!
+//! Length: Seven message layouts, each with its parse and emit beside its
+//! fields, in the order of the IBA tables; one file keeps that order.
 
 use super::*;
 use core::fmt;
