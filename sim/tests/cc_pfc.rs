@@ -163,27 +163,6 @@ fn paused_priority_is_silent_for_exactly_the_pause_others_keep_sending() {
 // ---------------------------------------------------------------------------
 // tshark
 
-/// Whether tshark runs. Without it: fail under CI, else print SKIPPED.
-fn have_tshark(test: &str) -> bool {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "{test}: tshark is not installed, and CI is set: .ci/run must install tshark \
-                 (apt-get install tshark)"
-            );
-        }
-        eprintln!(
-            "\n*** SKIPPED {test}: tshark is not installed (Debian package `tshark`). Wireshark \
-             did NOT check our PFC frames. ***\n"
-        );
-    }
-    ok
-}
-
 /// The PFC frames we emit: what the switch model generates when two
 /// senders overrun it without DCQCN (pause, refresh, resume on priority
 /// 3), and `PfcTx` frames naming several priorities at once.
@@ -300,7 +279,7 @@ fn emitted_pfc_frames_decode_in_tshark_as_802_1qbb() {
     let frames = emitted_frames();
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pfc-emitted.pcap");
     write_pcap(&path, &frames);
-    if !have_tshark("emitted_pfc_frames_decode_in_tshark_as_802_1qbb") {
+    if !testkit::tshark_runs("emitted_pfc_frames_decode_in_tshark_as_802_1qbb") {
         return;
     }
     let mut fields = vec![

@@ -51,6 +51,24 @@ pub fn runs_here<E: Display>(test: &str, ready: Result<(), E>) -> bool {
     }
 }
 
+/// Whether `tshark` runs here; when not, [`skip_or_fail`] says so (and
+/// that Wireshark did not check the test's frames) and the answer is
+/// `false`.
+pub fn tshark_runs(test: &str) -> bool {
+    let ok = std::process::Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip_or_fail(
+            test,
+            "tshark is not installed (Debian package `tshark`; .ci/run installs it): \
+             Wireshark did NOT check this test's frames",
+        );
+    }
+    ok
+}
+
 /// Polls `probe` until it gives `Some`, at growing intervals (1 ms, then
 /// doubling up to 20 ms); `None` once `limit` has passed.
 pub fn poll_within<R>(limit: Duration, mut probe: impl FnMut() -> Option<R>) -> Option<R> {

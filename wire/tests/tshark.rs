@@ -104,27 +104,6 @@ fn written_pcap() -> &'static Path {
     })
 }
 
-/// Whether tshark runs. Without it: fail under CI, else print SKIPPED.
-fn have_tshark(test: &str) -> bool {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "{test}: tshark is not installed, and CI is set: .ci/run must install tshark \
-                 (apt-get install tshark)"
-            );
-        }
-        eprintln!(
-            "\n*** SKIPPED {test}: tshark is not installed (Debian package `tshark`; .ci/run \
-             installs it). Wireshark did NOT check our frames. ***\n"
-        );
-    }
-    ok
-}
-
 fn tshark(args: &[&str]) -> String {
     let mut cmd = Command::new("tshark");
     cmd.arg("-n");
@@ -625,7 +604,7 @@ fn pcap_holds_exactly_the_samples() {
 
 #[test]
 fn tshark_fields_equal_our_reprs() {
-    if !have_tshark("tshark_fields_equal_our_reprs") {
+    if !testkit::tshark_runs("tshark_fields_equal_our_reprs") {
         return;
     }
     let path = written_pcap();
@@ -758,7 +737,7 @@ fn tshark_fields_equal_our_reprs() {
 
 #[test]
 fn tshark_judge_finds_nothing_malformed() {
-    if !have_tshark("tshark_judge_finds_nothing_malformed") {
+    if !testkit::tshark_runs("tshark_judge_finds_nothing_malformed") {
         return;
     }
     let path = written_pcap();
@@ -837,7 +816,7 @@ fn tshark_judge_finds_nothing_malformed() {
 /// it. The file goes to the temp directory, not to pcaps/.
 #[test]
 fn tshark_calls_a_zero_udp_checksum_over_ipv6_illegal() {
-    if !have_tshark("tshark_calls_a_zero_udp_checksum_over_ipv6_illegal") {
+    if !testkit::tshark_runs("tshark_calls_a_zero_udp_checksum_over_ipv6_illegal") {
         return;
     }
     let all = samples();
@@ -893,7 +872,7 @@ fn tshark_calls_a_zero_udp_checksum_over_ipv6_illegal() {
 #[test]
 fn tshark_decodes_our_cm_mads_field_for_field() {
     use wire::mad::{self, attr, CmMessage, IpCmPrivateData, Mad, MadBody, MadHeader};
-    if !have_tshark("tshark_decodes_our_cm_mads_field_for_field") {
+    if !testkit::tshark_runs("tshark_decodes_our_cm_mads_field_for_field") {
         return;
     }
     let path_for = |i: u8| mad::CmPath {
