@@ -150,7 +150,8 @@ fn port_attr(ctx: &Ctx, port: u8) -> Result<ibv_port_attr, c_int> {
         active_mtu: mtu_enum(p.active_mtu),
         gid_tbl_len: GID_TABLE_LEN as c_int,
         port_cap_flags: IBV_PORT_IP_BASED_GIDS,
-        max_msg_sz: 1 << 31,
+        // the transport's longest message (C9-94: 2^31 bytes)
+        max_msg_sz: nic::device::MAX_MSG_LEN as u32,
         pkey_tbl_len: 1,
         max_vl_num: 1,
         active_width: w,
