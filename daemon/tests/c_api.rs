@@ -23,8 +23,7 @@ fn libdir() -> PathBuf {
 fn compile(tag: &str, src: &str) -> Option<(PathBuf, PathBuf)> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     if Command::new(&cc).arg("--version").output().is_err() {
-        assert!(std::env::var_os("CI").is_none(), "CI needs a C compiler");
-        eprintln!("SKIPPED {tag}: no C compiler ({cc})");
+        testkit::skip_or_fail(tag, &format!("no C compiler ({cc})"));
         return None;
     }
     let dir = tempdir(tag);

@@ -7,7 +7,6 @@ use nic::cm::{
 };
 use nic::Instant;
 use rand::{Rng, SeedableRng};
-use std::path::PathBuf;
 use std::time::Duration;
 use wire::mad::{self, attr, CmMessage, Mad, MadBody, MadHeader};
 
@@ -650,20 +649,11 @@ fn hostile_mads_never_panic_nor_touch_an_established_connection() {
 
 /// The CM MADs of `name` in ../shared/pcaps/rxe-public, in order.
 fn capture_mads(name: &str) -> Option<Vec<Mad>> {
-    let dir = match std::env::var_os("SOFTRNIC_RXE_PCAPS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/pcaps/rxe-public"),
-    };
-    let path = dir.join(name);
+    let path = testkit::pcap::rxe_pcaps(&format!("the CM capture test of {name}"))?.join(name);
     if !path.is_file() {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "{} is missing and CI=true: the CM capture test needs the rxe captures",
-            path.display()
-        );
-        eprintln!(
-            "SKIPPED CM capture test: {} is missing (../shared is not beside the repository)",
-            path.display()
+        testkit::skip_or_fail(
+            &format!("the CM capture test of {name}"),
+            &format!("{} is missing from the rxe captures", path.display()),
         );
         return None;
     }

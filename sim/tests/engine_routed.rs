@@ -21,7 +21,7 @@ use nic::io::Port;
 use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sgl, WcOpcode, WcStatus};
 use sim::PairConfig;
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -252,11 +252,6 @@ fn impaired<P: Port + 'static>(p: P, seed: u64) -> Box<dyn Port> {
     ))
 }
 
-fn shared_judge() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/tshark-judge");
-    p.is_file().then_some(p)
-}
-
 #[test]
 fn ten_thousand_messages_through_a_lossy_router_over_afpacket() {
     routed(
@@ -412,7 +407,9 @@ fn routed(test: &str, backend: Backend, n: u32) {
     let verdict =
         conform::check_file(&dump, true).unwrap_or_else(|e| panic!("rnic pcap check --lossy: {e}"));
     eprintln!("rnic pcap check --lossy: {verdict}");
-    if let Some(judge) = shared_judge() {
+    if let Some(judge) =
+        testkit::tshark_judge(&format!("{test}: tshark-judge of the router's capture"))
+    {
         let out = Command::new(judge)
             .arg(&dump)
             .output()
@@ -420,8 +417,6 @@ fn routed(test: &str, backend: Backend, n: u32) {
         let text = String::from_utf8_lossy(&out.stdout);
         eprintln!("tshark-judge: {text}");
         assert!(out.status.success(), "tshark-judge: {text}");
-    } else {
-        eprintln!("SKIPPED the tshark-judge part: ../shared/tools/tshark-judge is missing");
     }
 }
 

@@ -21,7 +21,37 @@ pub mod netns;
 pub mod pcap;
 
 use std::fmt::Display;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// The folder of what the project keeps beside the repository (the
+/// third-party captures, `tools/tshark-judge`, the rxe guest recipe):
+/// `$SOFTRNIC_SHARED`, or `../shared` beside the repository.
+pub fn shared_dir() -> PathBuf {
+    match std::env::var_os("SOFTRNIC_SHARED") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
+    }
+}
+
+/// `tools/tshark-judge` of the [shared folder](shared_dir) (Wireshark's
+/// verdict with its payload heuristics off) when it is there; otherwise
+/// `None` after [`skip_or_fail`] for `test`.
+pub fn tshark_judge(test: &str) -> Option<PathBuf> {
+    let judge = shared_dir().join("tools/tshark-judge");
+    if judge.is_file() {
+        return Some(judge);
+    }
+    skip_or_fail(
+        test,
+        &format!(
+            "{} is missing (set SOFTRNIC_SHARED to the folder beside the repository): \
+             tshark-judge did NOT check this test's frames",
+            judge.display()
+        ),
+    );
+    None
+}
 
 /// Whether the tests run under CI (`CI` set, and not to `false` or `0`):
 /// there, every test must run.

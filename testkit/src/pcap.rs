@@ -24,11 +24,12 @@ pub fn pcap_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The folder of the third-party rxe captures: `$SOFTRNIC_RXE_PCAPS`, or
-/// `../shared/pcaps/rxe-public` beside the repository. It may not exist.
+/// `pcaps/rxe-public` in the [shared folder](crate::shared_dir). It may not
+/// exist.
 pub fn rxe_pcaps_path() -> PathBuf {
     match std::env::var_os("SOFTRNIC_RXE_PCAPS") {
         Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/pcaps/rxe-public"),
+        None => crate::shared_dir().join("pcaps/rxe-public"),
     }
 }
 

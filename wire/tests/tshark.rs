@@ -775,15 +775,9 @@ fn tshark_judge_finds_nothing_malformed() {
         String::from_utf8_lossy(&out.stdout).lines().count()
     );
 
-    let judge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/tshark-judge");
-    if !judge.is_file() {
-        eprintln!(
-            "\n*** SKIPPED tshark-judge part: {} is missing (../shared is not beside the \
-             repository); the tshark checks above did run. ***\n",
-            judge.display()
-        );
+    let Some(judge) = testkit::tshark_judge("tshark_judge_finds_nothing_malformed") else {
         return;
-    }
+    };
     let out = Command::new(&judge)
         .arg(path)
         .output()

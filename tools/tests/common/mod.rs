@@ -96,40 +96,27 @@ impl Pcap {
     }
 }
 
-/// Runs tshark's verdict on a capture: `Some(Ok)` clean, `Some(Err(why))`
-/// not, `None` when tshark is not installed (the caller skips or, under
-/// CI, fails).
-pub fn tshark_verdict(file: &Path) -> Option<Result<String, String>> {
-    let have = std::process::Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
+/// tshark-judge's verdict on a capture (Wireshark with its payload
+/// heuristics off): `Some(Ok(text))` clean, `Some(Err(text))` not, `None`
+/// when tshark or the judge is missing here (after
+/// [`testkit::skip_or_fail`] for `test`, so under CI the test fails).
+pub fn tshark_verdict(test: &str, file: &Path) -> Option<Result<String, String>> {
+    if !testkit::tshark_runs(test) {
         return None;
     }
-    let judge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/tshark-judge");
-    let out = if judge.is_file() {
-        std::process::Command::new("bash")
-            .arg(&judge)
-            .arg(file)
-            .output()
-            .unwrap()
-    } else {
-        std::process::Command::new("tshark")
-            .args(["-r"])
-            .arg(file)
-            .args(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
-            .output()
-            .unwrap()
-    };
+    let judge = testkit::tshark_judge(test)?;
+    let out = std::process::Command::new("bash")
+        .arg(&judge)
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", judge.display()));
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    let clean = if judge.is_file() {
-        out.status.success()
+    Some(if out.status.success() {
+        Ok(text)
     } else {
-        out.status.success() && out.stdout.is_empty()
-    };
-    Some(if clean { Ok(text) } else { Err(text) })
+        Err(text)
+    })
 }
 
 /// Skips (loudly) or, when CI is set, fails for a missing tool.
