@@ -118,9 +118,13 @@ pub fn poll_within<R>(limit: Duration, mut probe: impl FnMut() -> Option<R>) -> 
 
 /// Waits until `probe` gives `Ok`; a wait over `limit` fails the test,
 /// naming `what` and the last `Err` (what was seen instead).
-pub fn wait_for<R>(limit: Duration, what: &str, mut probe: impl FnMut() -> Result<R, String>) -> R {
+pub fn wait_for<R, E: Display>(
+    limit: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Result<R, E>,
+) -> R {
     let mut last = String::new();
-    let got = poll_within(limit, || probe().map_err(|e| last = e).ok());
+    let got = poll_within(limit, || probe().map_err(|e| last = e.to_string()).ok());
     got.unwrap_or_else(|| panic!("{what}: not within {limit:?}; last seen: {last}"))
 }
 

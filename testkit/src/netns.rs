@@ -28,16 +28,27 @@ fn checked(mut c: Command, what: impl FnOnce() -> String) -> io::Result<()> {
     }
 }
 
+/// Why this process cannot create network namespaces.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    /// Not running as root.
+    #[error("not root: network namespaces need CAP_SYS_ADMIN")]
+    NotRoot,
+    /// `ip` cannot be run.
+    #[error("`ip` (iproute2) is not installed: {0}")]
+    NoIp(io::Error),
+}
+
 /// Whether this process can create namespaces (root and `ip` present).
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), Unavailable> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err("not root: network namespaces need CAP_SYS_ADMIN".into());
+        return Err(Unavailable::NotRoot);
     }
     Command::new("ip")
         .arg("-V")
         .output()
-        .map_err(|e| format!("`ip` (iproute2) is not installed: {e}"))?;
+        .map_err(Unavailable::NoIp)?;
     Ok(())
 }
 

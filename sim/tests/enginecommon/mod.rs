@@ -222,7 +222,9 @@ pub fn can_run(test: &str, tools: &[&str]) -> bool {
                 .is_err()
         })
         .map(|t| format!("`{t}` is not installed"));
-    let ready = testkit::netns::available().and_then(|()| missing_tool.map_or(Ok(()), Err));
+    let ready = testkit::netns::available()
+        .map_err(|e| e.to_string())
+        .and_then(|()| missing_tool.map_or(Ok(()), Err));
     testkit::runs_here(test, ready)
 }
 
