@@ -88,7 +88,7 @@ pub fn dump(path: &Path, limit: Option<u64>, roce_only: bool) -> Result<(), CliE
         if let Some(p) = &f.problem {
             broken += 1;
             line += " !! ";
-            line += p;
+            line += &p.to_string();
         }
         line.push('\n');
         write_or_quit(&mut out, format_args!("{line}"))?;

@@ -46,6 +46,9 @@ use wire::{mad, Direction, Frame, RocePacket, RoceRepr, Transport};
 mod request;
 mod response;
 mod sniff;
+mod violation;
+
+pub use violation::Violation;
 
 use request::ReqStream;
 use response::RespStream;
@@ -77,7 +80,7 @@ pub struct Finding {
     /// Things worth knowing that break no rule.
     pub notes: Vec<String>,
     /// The rule the frame breaks, if any.
-    pub problem: Option<String>,
+    pub problem: Option<Violation>,
 }
 
 impl Finding {
@@ -196,7 +199,7 @@ impl Checker {
                         self.stats.mac_control += 1;
                         f.summary = Some(m.to_string());
                     }
-                    Err(e) => f.problem = Some(e.to_string()),
+                    Err(e) => f.problem = Some(e.into()),
                 }
                 f
             }
@@ -218,13 +221,13 @@ impl Checker {
             Ok(p) => p,
             Err(e) => {
                 f.problem = Some(if rec.is_cut() {
-                    format!(
-                        "only {} of the frame's {} bytes were captured (snap length): {e}",
-                        rec.data.len(),
-                        rec.orig_len
-                    )
+                    Violation::Cut {
+                        captured: rec.data.len(),
+                        orig: rec.orig_len,
+                        error: e,
+                    }
                 } else {
-                    e.to_string()
+                    e.into()
                 });
                 return f;
             }
@@ -232,16 +235,15 @@ impl Checker {
         let repr = RoceRepr::from_packet(&pkt);
         f.summary = Some(repr.to_string());
         if rec.is_cut() {
-            f.problem = Some(format!(
-                "only {} of the frame's {} bytes were captured (snap length): the ICRC cannot be checked",
-                rec.data.len(),
-                rec.orig_len
-            ));
+            f.problem = Some(Violation::CutBeforeIcrc {
+                captured: rec.data.len(),
+                orig: rec.orig_len,
+            });
             return f;
         }
         if let Err(e) = pkt.verify_icrc() {
             f.icrc_ok = Some(false);
-            f.problem = Some(e.to_string());
+            f.problem = Some(e.into());
             return f;
         }
         f.icrc_ok = Some(true);
@@ -263,10 +265,7 @@ impl Checker {
                 self.stats.ud += 1;
                 // a UD message is one packet of at most the path MTU (4096 at most)
                 if repr.payload.len() > 4096 {
-                    Err(format!(
-                        "UD payload of {} bytes exceeds the largest MTU (4096)",
-                        repr.payload.len()
-                    ))
+                    Err(Violation::UdTooLong(repr.payload.len()))
                 } else if repr.bth.dest_qp == mad::GSI_QPN {
                     self.gsi(&repr, &mut f.notes)
                 } else {
@@ -296,15 +295,11 @@ impl Checker {
 impl Checker {
     /// A datagram to QP1 (the GSI): one 256-byte MAD (IBA 13.4.1) from QP1
     /// with the GSI's Q_Key (IBA 13.5.1); a CM message is named in a note.
-    fn gsi(&mut self, repr: &RoceRepr, notes: &mut Vec<String>) -> Result<(), String> {
-        let m = mad::Mad::parse(repr.payload).map_err(|e| format!("to QP1: {e}"))?;
+    fn gsi(&mut self, repr: &RoceRepr, notes: &mut Vec<String>) -> Result<(), Violation> {
+        let m = mad::Mad::parse(repr.payload).map_err(Violation::NotAMad)?;
         if let Some(d) = repr.ext.deth {
             if d.qkey != mad::GSI_QKEY {
-                return Err(format!(
-                    "to QP1 with Q_Key {:#010x}, not the GSI's {:#010x}",
-                    d.qkey,
-                    mad::GSI_QKEY
-                ));
+                return Err(Violation::GsiQkey(d.qkey));
             }
         }
         match m.cm() {
@@ -364,7 +359,7 @@ pub fn summary_line(stats: &Stats, streams: usize) -> String {
 mod tests;
 
 /// Lossy mode: counts a loss (or a stale copy) and keeps `msg` as a note.
-pub(super) fn lost(stats: &mut Stats, notes: &mut Vec<String>, msg: String) {
+pub(super) fn lost(stats: &mut Stats, notes: &mut Vec<String>, msg: Violation) {
     stats.losses += 1;
     notes.push(format!(
         "{msg} (lossy path: lost, reordered or duplicated upstream of the capture point)"

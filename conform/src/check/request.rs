@@ -2,7 +2,7 @@
 //! READs that span one PSN per response packet), the opcode sequence of
 //! messages, payload sizes against the path MTU and the RETH.
 
-use super::{Checker, StreamKey, MTUS};
+use super::{Checker, StreamKey, Violation, MTUS};
 use std::collections::VecDeque;
 use wire::{Operation, Position, Psn, RoceRepr, Transport};
 
@@ -89,28 +89,12 @@ impl ReqStream {
     }
 }
 
-fn op_name(op: Operation) -> &'static str {
-    match op {
-        Operation::Send => "SEND",
-        Operation::Write => "RDMA WRITE",
-        Operation::ReadRequest => "RDMA READ",
-        Operation::ReadResponse => "RDMA READ response",
-        Operation::Acknowledge => "ACK",
-        Operation::AtomicAcknowledge => "atomic ACK",
-        Operation::CompareSwap => "CMP_SWAP",
-        Operation::FetchAdd => "FETCH_ADD",
-        Operation::Flush => "FLUSH",
-        Operation::AtomicWrite => "ATOMIC WRITE",
-        Operation::Cnp => "CNP",
-    }
-}
-
 impl Checker {
     pub(super) fn request(
         &mut self,
         r: &RoceRepr<'_>,
         notes: &mut Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Violation> {
         let info = r.opcode_info().expect("parsed frames have a known opcode");
         let key = StreamKey {
             src: r.ip.src(),
@@ -135,10 +119,11 @@ impl Checker {
             msns_unknown: false,
         });
         if s.transport != info.transport {
-            return Err(format!(
-                "{} to QP {:#x}, which has been receiving {:?} requests",
-                info.name, key.dest_qp, s.transport
-            ));
+            return Err(Violation::TransportChanged {
+                op: info.name,
+                qp: key.dest_qp,
+                was: s.transport,
+            });
         }
 
         // ---- PSN ----
@@ -154,14 +139,18 @@ impl Checker {
                 if fits.is_empty() {
                     let hi = q.add(npkts(len, MTUS[0]));
                     if !p.after(hi) {
-                        return Err(format!(
-                            "PSN {p} after the READ of {len} bytes at PSN {q} fits no path MTU"
-                        ));
+                        return Err(Violation::AfterReadFitsNoMtu {
+                            psn: p,
+                            len,
+                            read: q,
+                        });
                     }
-                    let msg = format!(
-                        "PSN gap: PSN {p} follows the READ of {len} bytes at PSN {q}, which spans at most {} PSNs: packets are missing from the capture",
-                        npkts(len, MTUS[0])
-                    );
+                    let msg = Violation::GapAfterRead {
+                        psn: p,
+                        len,
+                        read: q,
+                        span: npkts(len, MTUS[0]),
+                    };
                     if !self.lossy {
                         return Err(msg);
                     }
@@ -214,12 +203,12 @@ impl Checker {
                 s.msg = Msg::Unknown;
             } else {
                 let missing = s.cursor.distance_to(p);
-                let msg = format!(
-                    "PSN gap: expected PSN {}, found {p}: {missing} packet{} to QP {:#x} missing from the capture",
-                    s.cursor,
-                    if missing == 1 { "" } else { "s" },
-                    key.dest_qp
-                );
+                let msg = Violation::PsnGap {
+                    expected: s.cursor,
+                    found: p,
+                    missing,
+                    qp: key.dest_qp,
+                };
                 if !self.lossy {
                     return Err(msg);
                 }
@@ -243,24 +232,21 @@ impl Checker {
         let name = info.name;
         match (s.msg, info.position) {
             (Msg::Idle, Position::Middle | Position::Last) => {
-                return Err(format!(
-                    "{name} outside a message: no {} message is in progress on QP {:#x}",
-                    op_name(info.operation),
-                    key.dest_qp
-                ));
+                return Err(Violation::OutsideMessage {
+                    op: name,
+                    kind: info.operation,
+                    qp: key.dest_qp,
+                });
             }
             (Msg::In { op, .. }, Position::Middle | Position::Last) if op != info.operation => {
-                return Err(format!(
-                    "{name} inside an unfinished {} message",
-                    op_name(op)
-                ));
+                return Err(Violation::InsideOtherMessage { op: name, open: op });
             }
             (Msg::In { op, start, .. }, Position::First | Position::Only) => {
-                let at = start.map_or(String::new(), |s| format!(" at PSN {s}"));
-                let msg = format!(
-                    "{name} begins a message while the {} message begun{at} is unfinished (its LAST packet is missing)",
-                    op_name(op)
-                );
+                let msg = Violation::BeginsInsideMessage {
+                    op: name,
+                    open: op,
+                    at: start,
+                };
                 if !self.lossy {
                     return Err(msg);
                 }
@@ -276,9 +262,11 @@ impl Checker {
             match info.position {
                 Position::First | Position::Middle => match s.mtu {
                     Some(m) if len != m => {
-                        return Err(format!(
-                            "{name} carries {len} bytes; every packet but the last of a message carries exactly the path MTU ({m})"
-                        ));
+                        return Err(Violation::NotPathMtu {
+                            op: name,
+                            len,
+                            mtu: m,
+                        });
                     }
                     Some(_) => {}
                     None if MTUS.contains(&len) => {
@@ -286,17 +274,17 @@ impl Checker {
                         s.set_mtu(len);
                     }
                     None => {
-                        return Err(format!(
-                            "{name} carries {len} bytes, which is no path MTU (256, 512, 1024, 2048, 4096)"
-                        ));
+                        return Err(Violation::NoPathMtu { op: name, len });
                     }
                 },
                 Position::Last | Position::Only => {
                     let m = s.mtu.unwrap_or(4096);
                     if len > m {
-                        return Err(format!(
-                            "{name} carries {len} bytes, more than the path MTU ({m})"
-                        ));
+                        return Err(Violation::OverPathMtu {
+                            op: name,
+                            len,
+                            mtu: m,
+                        });
                     }
                 }
             }
@@ -346,9 +334,11 @@ impl Checker {
             ) => {
                 let total = bytes + len as u64;
                 if total != want as u64 {
-                    return Err(format!(
-                        "the RDMA WRITE begun at PSN {start} carried {total} bytes, but its RETH DMA length is {want}"
-                    ));
+                    return Err(Violation::WriteLength {
+                        start,
+                        total,
+                        want: want.into(),
+                    });
                 }
                 Msg::Idle
             }
@@ -357,9 +347,11 @@ impl Checker {
                 if info.operation == Operation::Write {
                     if let Some(want) = dma {
                         if want != len {
-                            return Err(format!(
-                                "{name} carries {len} bytes, but its RETH DMA length is {want}"
-                            ));
+                            return Err(Violation::WriteOnlyLength {
+                                op: name,
+                                len,
+                                want,
+                            });
                         }
                     }
                 }

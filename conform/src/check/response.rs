@@ -2,7 +2,7 @@
 //! consistency (PSNs sent, MSNs counting completed messages), read
 //! responses and atomic ACKs.
 
-use super::{Checker, StreamKey, MTUS};
+use super::{Checker, StreamKey, Violation, MTUS};
 use wire::{NakCode, Operation, Position, Psn, RoceRepr, Syndrome, Transport};
 
 #[derive(Clone, Copy)]
@@ -70,7 +70,7 @@ impl Checker {
         &mut self,
         r: &RoceRepr<'_>,
         notes: &mut Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Violation> {
         let info = r.opcode_info().expect("parsed frames have a known opcode");
         let name = info.name;
         let rkey = StreamKey {
@@ -111,9 +111,10 @@ impl Checker {
                     notes.push(format!("RNR NAK at PSN {p} (timer code {timer})"));
                 }
                 Syndrome::Reserved(b) => {
-                    return Err(format!(
-                        "{name} carries the reserved AETH syndrome {b:#04x}"
-                    ));
+                    return Err(Violation::ReservedSyndrome {
+                        op: name,
+                        syndrome: b,
+                    });
                 }
                 Syndrome::Ack { .. } => {
                     if info.operation == Operation::Acknowledge {
@@ -154,12 +155,13 @@ impl Checker {
         }
         let upper = s.upper();
         if !p.before(upper) {
-            return Err(format!(
-                "{name} for PSN {p}, but QP {:#x} of {} has been sent requests only up to PSN {}",
-                qkey.dest_qp,
-                qkey.dst,
-                upper.sub(1)
-            ));
+            return Err(Violation::ResponseAhead {
+                op: name,
+                psn: p,
+                qp: qkey.dest_qp,
+                host: qkey.dst,
+                upto: upper.sub(1),
+            });
         }
 
         // The AETH's MSN counts the messages the responder has
@@ -178,11 +180,15 @@ impl Checker {
                         let n = s.ends.iter().take_while(|e| !e.after(p)).count() as u32;
                         let want = Psn::new(m0).add(n).value();
                         if aeth.msn != want {
-                            return Err(format!(
-                                "{name} for PSN {p} carries MSN {}, but {n} message{} ended after PSN {p0}, answered with MSN {m0}: the MSN should be {want}",
-                                aeth.msn,
-                                if n == 1 { "" } else { "s" }
-                            ));
+                            return Err(Violation::WrongMsn {
+                                op: name,
+                                psn: p,
+                                msn: aeth.msn,
+                                n,
+                                since: p0,
+                                since_msn: m0,
+                                want,
+                            });
                         }
                         rs.calib = Some((p, aeth.msn));
                     }
@@ -193,9 +199,7 @@ impl Checker {
 
         match info.operation {
             Operation::AtomicAcknowledge if !s.atomics.contains(&p) => {
-                return Err(format!(
-                    "{name} for PSN {p}, which is not an atomic request"
-                ));
+                return Err(Violation::AtomicAckWithoutAtomic { op: name, psn: p });
             }
             Operation::ReadResponse => {
                 let len = r.payload.len() as u32;
@@ -204,36 +208,39 @@ impl Checker {
                 match info.position {
                     Position::First | Position::Middle => match s.mtu {
                         Some(m) if m != len => {
-                            return Err(format!(
-                                "{name} carries {len} bytes; every read response packet but the last carries exactly the path MTU ({m})"
-                            ));
+                            return Err(Violation::ReadResponseNotPathMtu {
+                                op: name,
+                                len,
+                                mtu: m,
+                            });
                         }
                         Some(_) => {}
                         None if MTUS.contains(&len) => {
                             notes.push(format!("path MTU {len}"));
                             s.set_mtu(len);
                         }
-                        None => {
-                            return Err(format!("{name} carries {len} bytes, which is no path MTU"))
-                        }
+                        None => return Err(Violation::ReadResponseNoPathMtu { op: name, len }),
                     },
                     Position::Last | Position::Only => {
                         let m = s.mtu.unwrap_or(4096);
                         if len > m {
-                            return Err(format!(
-                                "{name} carries {len} bytes, more than the path MTU ({m})"
-                            ));
+                            return Err(Violation::OverPathMtu {
+                                op: name,
+                                len,
+                                mtu: m,
+                            });
                         }
                     }
                 }
                 if info.position.is_start() {
                     if let Some(cur) = rs.read {
                         if p.after(cur.next) {
-                            let msg = format!(
-                                "{name} at PSN {p} while the read response begun at PSN {} stopped at PSN {}: packets are missing from the capture",
-                                cur.start,
-                                cur.next.sub(1)
-                            );
+                            let msg = Violation::ReadResponseCutShort {
+                                op: name,
+                                psn: p,
+                                start: cur.start,
+                                last: cur.next.sub(1),
+                            };
                             if !self.lossy {
                                 return Err(msg);
                             }
@@ -247,9 +254,7 @@ impl Checker {
                     }
                     let want = s.reads.iter().rev().find(|(q, _)| *q == p).map(|x| x.1);
                     if want.is_none() {
-                        return Err(format!(
-                            "{name} at PSN {p} answers no RDMA READ request (none was sent with that PSN)"
-                        ));
+                        return Err(Violation::ReadResponseUnasked { op: name, psn: p });
                     }
                     rs.read = Some(ReadInProgress {
                         start: p,
@@ -262,7 +267,7 @@ impl Checker {
                     if first_of_stream {
                         notes.push("read response begun before the capture".into());
                     } else {
-                        let msg = format!("{name} at PSN {p}, but no read response is in progress");
+                        let msg = Violation::NoReadResponseInProgress { op: name, psn: p };
                         if !self.lossy {
                             return Err(msg);
                         }
@@ -272,10 +277,11 @@ impl Checker {
                 };
                 if p != cur.next {
                     if !p.after(cur.next) {
-                        let msg = format!(
-                            "{name} at PSN {p} goes back inside the read response (expected PSN {})",
-                            cur.next
-                        );
+                        let msg = Violation::ReadResponseBack {
+                            op: name,
+                            psn: p,
+                            expected: cur.next,
+                        };
                         if !self.lossy {
                             return Err(msg);
                         }
@@ -283,10 +289,10 @@ impl Checker {
                         super::lost(&mut self.stats, notes, msg);
                         return Ok(());
                     }
-                    let msg = format!(
-                        "read response PSN gap: expected PSN {}, found {p}: packets are missing from the capture",
-                        cur.next
-                    );
+                    let msg = Violation::ReadResponseGap {
+                        expected: cur.next,
+                        found: p,
+                    };
                     if !self.lossy {
                         return Err(msg);
                     }
@@ -301,10 +307,11 @@ impl Checker {
                     rs.read = None;
                     if let Some(want) = cur.want {
                         if cur.bytes != want as u64 {
-                            return Err(format!(
-                                "the read response begun at PSN {} carried {} bytes, the READ asked for {want}",
-                                cur.start, cur.bytes
-                            ));
+                            return Err(Violation::ReadLength {
+                                start: cur.start,
+                                total: cur.bytes,
+                                want: want.into(),
+                            });
                         }
                     }
                 }

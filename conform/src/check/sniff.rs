@@ -1,5 +1,6 @@
 //! Classifying frames before parsing them, and Linux cooked captures.
 
+use super::Violation;
 use std::borrow::Cow;
 use std::net::IpAddr;
 
@@ -92,17 +93,13 @@ pub(super) fn kind_of(what: &str) -> String {
 
 /// Rewrites a Linux cooked capture (SLL, SLL2) frame as Ethernet (the
 /// Ethernet header is not covered by the ICRC, so nothing is lost).
-pub(super) fn to_ethernet(linktype: u32, data: &[u8]) -> Result<Cow<'_, [u8]>, String> {
+pub(super) fn to_ethernet(linktype: u32, data: &[u8]) -> Result<Cow<'_, [u8]>, Violation> {
     let (proto, addr, rest) = match linktype {
         crate::capture::LINKTYPE_ETHERNET => return Ok(Cow::Borrowed(data)),
         113 if data.len() >= 16 => (&data[14..16], &data[6..12], &data[16..]),
         276 if data.len() >= 20 => (&data[0..2], &data[12..18], &data[20..]),
-        113 | 276 => return Err("Linux cooked capture header cut short".into()),
-        other => {
-            return Err(format!(
-                "link type {other} is not supported (Ethernet and Linux cooked captures are)"
-            ))
-        }
+        113 | 276 => return Err(Violation::CookedHeaderCut),
+        other => return Err(Violation::LinkType(other)),
     };
     let mut v = Vec::with_capacity(14 + rest.len());
     v.extend_from_slice(&[0u8; 6]);

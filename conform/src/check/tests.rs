@@ -92,7 +92,7 @@ fn run_with(mut c: Checker, frames: &[Vec<u8>]) -> (Option<(usize, String)>, Vec
         let out = c.frame(&rec);
         notes.extend(out.notes.clone());
         if let Some(p) = out.problem {
-            return (Some((i, p)), notes);
+            return (Some((i, p.to_string())), notes);
         }
     }
     (None, notes)
@@ -395,8 +395,8 @@ fn linux_cooked_captures_are_read() {
         data: vec![0; 60],
         linktype: 105,
     });
-    assert!(out
-        .problem
-        .unwrap()
+    assert_eq!(out.problem, Some(Violation::LinkType(105)));
+    assert!(Violation::LinkType(105)
+        .to_string()
         .contains("link type 105 is not supported"));
 }
