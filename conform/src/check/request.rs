@@ -74,6 +74,38 @@ impl ReqStream {
         }
     }
 
+    /// The payload of a request or read response packet against the path
+    /// MTU (IBA 9.7.5.1.4, read responses 9.7.5.1.6): every packet before
+    /// the last of a message carries exactly the path MTU, the last at most
+    /// that. The first full packet seen tells the path MTU.
+    pub(super) fn check_len(
+        &mut self,
+        op: &'static str,
+        position: Position,
+        len: u32,
+        notes: &mut Vec<String>,
+    ) -> Result<(), Violation> {
+        match position {
+            Position::First | Position::Middle => match self.mtu {
+                Some(mtu) if len != mtu => Err(Violation::NotPathMtu { op, len, mtu }),
+                Some(_) => Ok(()),
+                None if MTUS.contains(&len) => {
+                    notes.push(format!("path MTU {len}"));
+                    self.set_mtu(len);
+                    Ok(())
+                }
+                None => Err(Violation::NoPathMtu { op, len }),
+            },
+            Position::Last | Position::Only => {
+                let mtu = self.mtu.unwrap_or(4096);
+                if len > mtu {
+                    return Err(Violation::OverPathMtu { op, len, mtu });
+                }
+                Ok(())
+            }
+        }
+    }
+
     pub(super) fn set_mtu(&mut self, mtu: u32) {
         self.mtu = Some(mtu);
         if let Some((q, len)) = self.pending_read.take() {
@@ -259,35 +291,7 @@ impl Checker {
         // ---- lengths (IBA 9.7.5.1.4; read responses 9.7.5.1.6) ----
         let len = r.payload.len() as u32;
         if info.has_payload() {
-            match info.position {
-                Position::First | Position::Middle => match s.mtu {
-                    Some(m) if len != m => {
-                        return Err(Violation::NotPathMtu {
-                            op: name,
-                            len,
-                            mtu: m,
-                        });
-                    }
-                    Some(_) => {}
-                    None if MTUS.contains(&len) => {
-                        notes.push(format!("path MTU {len}"));
-                        s.set_mtu(len);
-                    }
-                    None => {
-                        return Err(Violation::NoPathMtu { op: name, len });
-                    }
-                },
-                Position::Last | Position::Only => {
-                    let m = s.mtu.unwrap_or(4096);
-                    if len > m {
-                        return Err(Violation::OverPathMtu {
-                            op: name,
-                            len,
-                            mtu: m,
-                        });
-                    }
-                }
-            }
+            s.check_len(name, info.position, len, notes)?;
         }
 
         // ---- message state ----

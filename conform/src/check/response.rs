@@ -2,8 +2,8 @@
 //! consistency (PSNs sent, MSNs counting completed messages), read
 //! responses and atomic ACKs.
 
-use super::{Checker, StreamKey, Violation, MTUS};
-use wire::{NakCode, Operation, Position, Psn, RoceRepr, Syndrome, Transport};
+use super::{Checker, StreamKey, Violation};
+use wire::{NakCode, Operation, Psn, RoceRepr, Syndrome, Transport};
 
 #[derive(Clone, Copy)]
 pub(super) struct ReadInProgress {
@@ -204,34 +204,7 @@ impl Checker {
             Operation::ReadResponse => {
                 let len = r.payload.len() as u32;
                 let name = info.name;
-                // payload sizes
-                match info.position {
-                    Position::First | Position::Middle => match s.mtu {
-                        Some(m) if m != len => {
-                            return Err(Violation::ReadResponseNotPathMtu {
-                                op: name,
-                                len,
-                                mtu: m,
-                            });
-                        }
-                        Some(_) => {}
-                        None if MTUS.contains(&len) => {
-                            notes.push(format!("path MTU {len}"));
-                            s.set_mtu(len);
-                        }
-                        None => return Err(Violation::ReadResponseNoPathMtu { op: name, len }),
-                    },
-                    Position::Last | Position::Only => {
-                        let m = s.mtu.unwrap_or(4096);
-                        if len > m {
-                            return Err(Violation::OverPathMtu {
-                                op: name,
-                                len,
-                                mtu: m,
-                            });
-                        }
-                    }
-                }
+                s.check_len(name, info.position, len, notes)?;
                 if info.position.is_start() {
                     if let Some(cur) = rs.read {
                         if p.after(cur.next) {

@@ -116,21 +116,10 @@ pub enum Violation {
         /// Where it began, when seen.
         at: Option<Psn>,
     },
-    /// A packet before the last of a message that does not carry the path
-    /// MTU (IBA 9.7.5.1.4).
+    /// A packet before the last of a message (a read response's included)
+    /// that does not carry the path MTU (IBA 9.7.5.1.4, 9.7.5.1.6).
     #[error("{op} carries {len} bytes; every packet but the last of a message carries exactly the path MTU ({mtu})")]
     NotPathMtu {
-        /// The packet's opcode.
-        op: &'static str,
-        /// Its payload.
-        len: u32,
-        /// The stream's path MTU.
-        mtu: u32,
-    },
-    /// A read response packet before the last that does not carry the
-    /// path MTU (IBA 9.7.5.1.6).
-    #[error("{op} carries {len} bytes; every read response packet but the last carries exactly the path MTU ({mtu})")]
-    ReadResponseNotPathMtu {
         /// The packet's opcode.
         op: &'static str,
         /// Its payload.
@@ -141,14 +130,6 @@ pub enum Violation {
     /// A first or middle packet whose payload is no IBA path MTU.
     #[error("{op} carries {len} bytes, which is no path MTU (256, 512, 1024, 2048, 4096)")]
     NoPathMtu {
-        /// The packet's opcode.
-        op: &'static str,
-        /// Its payload.
-        len: u32,
-    },
-    /// A first or middle read response packet whose payload is no path MTU.
-    #[error("{op} carries {len} bytes, which is no path MTU")]
-    ReadResponseNoPathMtu {
         /// The packet's opcode.
         op: &'static str,
         /// Its payload.
@@ -165,7 +146,7 @@ pub enum Violation {
         mtu: u32,
     },
     /// An RDMA WRITE whose packets carry other than its RETH DMA length
-    /// (IBA 9.7.5.1.4, C9-95).
+    /// (IBA 9.7.5.1.4).
     #[error("the RDMA WRITE begun at PSN {start} carried {total} bytes, but its RETH DMA length is {want}")]
     WriteLength {
         /// Its first PSN.
