@@ -13,65 +13,41 @@
 //! ([`crate::qp`]).
 
 use crate::qp::{self, Connect, QpError};
-use nic::device::{Rnic, RnicConfig, MAX_FRAME_LEN};
-use nic::verbs::{access, AhAttr, HeapMemory, Memory, QpState, QpType, Wc};
+use nic::device::{Endpoint, Rnic, MAX_FRAME_LEN};
+use nic::verbs::{AhAttr, QpState, QpType, Wc};
 use nic::Instant;
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use wire::{EthernetAddress, Gid};
 
 /// What the output header says about the loopback.
 pub const LOOPBACK_NOTE: &str =
     "in-process loopback: both NICs in one thread; wall-clock time of the software path";
 
-/// One node: its PD, its CQ and its one registered region (every access
-/// right), and its addresses.
+/// One node: a device's PD, CQ and region ([`Endpoint`], whose fields
+/// read through: `node.lkey`) and its name.
 pub struct Node {
     pub name: String,
-    pub pd: u32,
-    pub cq: u32,
-    pub mem: Arc<HeapMemory>,
-    /// The region's first virtual address.
-    pub base: u64,
-    pub lkey: u32,
-    pub rkey: u32,
-    pub mac: EthernetAddress,
-    pub gid: Gid,
+    pub ep: Endpoint,
+}
+
+impl std::ops::Deref for Node {
+    type Target = Endpoint;
+    fn deref(&self) -> &Endpoint {
+        &self.ep
+    }
 }
 
 impl Node {
-    /// Node `i`: MAC 02:00:00:00:00:0{i+1}, GID 192.0.2.{i+1}, a CQ of
-    /// 65536 entries and `mem_len` bytes at 0x1000_0000·(i+1).
+    /// Node `i` ([`Endpoint::create`]): a CQ of 65536 entries, `mem_len`
+    /// bytes, the device's seed 0x5eed + `i`.
     fn create(i: u8, mem_len: usize) -> (Rnic, Node) {
-        let mac = EthernetAddress([0x02, 0, 0, 0, 0, i + 1]);
-        let gid = Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, i + 1));
-        let mut cfg = RnicConfig::new(mac, gid);
-        cfg.seed = 0x5eed + i as u64;
-        let mut r = Rnic::new(cfg);
-        let pd = r.alloc_pd();
-        let cq = r.create_cq(1 << 16);
-        let mem = Arc::new(HeapMemory::new(mem_len));
-        let base = 0x1000_0000u64 * (i as u64 + 1);
-        let all = access::LOCAL_WRITE
-            | access::REMOTE_WRITE
-            | access::REMOTE_READ
-            | access::REMOTE_ATOMIC;
-        let region = mem.clone() as Arc<dyn Memory>;
-        let (lkey, rkey) = r
-            .reg_mr(pd, region, 0, base, mem_len as u64, all)
-            .expect("a fresh device registers its region");
+        let (r, ep) = Endpoint::create(i, false, mem_len, 1 << 16, |cfg| {
+            cfg.seed = 0x5eed + i as u64;
+        });
         let node = Node {
             name: format!("srnic{i}"),
-            pd,
-            cq,
-            mem,
-            base,
-            lkey,
-            rkey,
-            mac,
-            gid,
+            ep,
         };
         (r, node)
     }

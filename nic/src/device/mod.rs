@@ -7,13 +7,17 @@
 //!
 //! - `verbs`: PD, MR, MW, CQ, SRQ and QP verbs, posting and polling;
 //! - `datapath`: frames in and out, timers, dispatch to the QPs;
-//! - `port`: the port's attributes, link, MTU and PFC settings.
+//! - `port`: the port's attributes, link, MTU and PFC settings;
+//! - `endpoint`: a device with one region, as the loopback and tests set
+//!   one up.
 
 mod datapath;
+mod endpoint;
 mod port;
 mod verbs;
 
 pub use crate::transport::{RnicConfig, FIRST_QPN, MAX_FRAME_LEN, MAX_MSG_LEN};
+pub use endpoint::Endpoint;
 pub use port::{ib_mtu_for_ip_mtu, PortAttr, PortState};
 
 use crate::time::Instant;
