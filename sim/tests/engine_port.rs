@@ -17,12 +17,11 @@ use enginecommon::{wait_for, wait_until, STUCK};
 use nic::device::{PortState, Rnic};
 use nic::engine::{Device, Engine, EngineConfig};
 use nic::io::mem::pair;
-use nic::io::{Bell, FrameBatch, Port, PortCounters, RxBacklog};
+use nic::io::Port;
 use nic::transport::RnicConfig;
 use nic::verbs::{Affiliated, AsyncEvent};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use wire::{EthernetAddress, Gid};
 
 fn macs() -> [EthernetAddress; 2] {
@@ -55,40 +54,11 @@ impl<P: Port> LinkReads<P> {
 }
 
 impl<P: Port> Port for LinkReads<P> {
-    fn recv(&mut self, batch: &mut FrameBatch) -> usize {
-        self.inner.recv(batch)
-    }
-    fn send(&mut self, batch: &FrameBatch) -> usize {
-        self.inner.send(batch)
-    }
-    fn mac(&self) -> EthernetAddress {
-        self.inner.mac()
-    }
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-    fn link_speed_bps(&self) -> u64 {
-        self.inner.link_speed_bps()
-    }
-    fn counters(&self) -> PortCounters {
-        self.inner.counters()
-    }
-    fn wait(&mut self, timeout: Duration) {
-        self.inner.wait(timeout)
-    }
-    fn wait_or_ring(&mut self, bell: &Arc<Bell>, timeout: Duration) {
-        self.inner.wait_or_ring(bell, timeout)
-    }
-    fn attach_bell(&mut self, bell: &Arc<Bell>) {
-        self.inner.attach_bell(bell)
-    }
-    fn rx_backlog(&self) -> Option<RxBacklog> {
-        self.inner.rx_backlog()
-    }
     fn link_up(&self) -> Option<bool> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         self.inner.link_up()
     }
+    nic::forward_port!(field inner: recv, send, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, rx_backlog);
 }
 
 fn event(dev: &Device) -> Option<AsyncEvent> {

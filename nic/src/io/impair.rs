@@ -6,12 +6,10 @@
 //! ([`Chances::apply`]) and only decide, on their virtual clock, when a
 //! duplicated or reordered frame arrives.
 
-use super::{FrameBatch, Port, PortCounters, SLOT_LEN};
+use super::{FrameBatch, Port, SLOT_LEN};
 use rand::distributions::{Bernoulli, Distribution};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::time::Duration;
-use wire::EthernetAddress;
 
 /// What impairments did to one frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -149,10 +147,6 @@ impl<P: Port> Impaired<P> {
 }
 
 impl<P: Port> Port for Impaired<P> {
-    fn recv(&mut self, batch: &mut FrameBatch) -> usize {
-        self.inner.recv(batch)
-    }
-
     fn send(&mut self, batch: &FrameBatch) -> usize {
         let mut out = std::mem::replace(&mut self.out, FrameBatch::new(0));
         out.clear();
@@ -192,32 +186,5 @@ impl<P: Port> Port for Impaired<P> {
         self.out = out;
         sent
     }
-
-    fn mac(&self) -> EthernetAddress {
-        self.inner.mac()
-    }
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-    fn link_speed_bps(&self) -> u64 {
-        self.inner.link_speed_bps()
-    }
-    fn counters(&self) -> PortCounters {
-        self.inner.counters()
-    }
-    fn wait(&mut self, timeout: Duration) {
-        self.inner.wait(timeout)
-    }
-    fn wait_or_ring(&mut self, bell: &std::sync::Arc<super::Bell>, timeout: Duration) {
-        self.inner.wait_or_ring(bell, timeout)
-    }
-    fn attach_bell(&mut self, bell: &std::sync::Arc<super::Bell>) {
-        self.inner.attach_bell(bell)
-    }
-    fn rx_backlog(&self) -> Option<super::RxBacklog> {
-        self.inner.rx_backlog()
-    }
-    fn link_up(&self) -> Option<bool> {
-        self.inner.link_up()
-    }
+    crate::forward_port!(field inner: recv, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, rx_backlog, link_up);
 }

@@ -305,6 +305,86 @@ pub trait Port: Send {
     }
 }
 
+/// Writes the [`Port`] methods a wrapper port leaves as they are: each
+/// named method forwards to the wrapped port, reached through a field
+/// (`forward_port!(field inner: mac, mtu)`) or through two accessor methods
+/// (`forward_port!(via port, port_mut: mac, wait)`). A wrapper writes only
+/// the methods it changes and lists the rest.
+#[macro_export]
+macro_rules! forward_port {
+    (field $f:ident: $($m:ident),* $(,)?) => {
+        $( $crate::forward_port!(@one (field $f) $m); )*
+    };
+    (via $get:ident, $get_mut:ident: $($m:ident),* $(,)?) => {
+        $( $crate::forward_port!(@one (via $get $get_mut) $m); )*
+    };
+    // `self` is written where the method is, so the accessor is applied to
+    // it by a nested call
+    (@r $s:tt (field $f:ident)) => { $s.$f };
+    (@w $s:tt (field $f:ident)) => { $s.$f };
+    (@r $s:tt (via $get:ident $get_mut:ident)) => { $s.$get() };
+    (@w $s:tt (via $get:ident $get_mut:ident)) => { $s.$get_mut() };
+    (@one $how:tt recv) => {
+        fn recv(&mut self, batch: &mut $crate::io::FrameBatch) -> usize {
+            $crate::forward_port!(@w self $how).recv(batch)
+        }
+    };
+    (@one $how:tt send) => {
+        fn send(&mut self, batch: &$crate::io::FrameBatch) -> usize {
+            $crate::forward_port!(@w self $how).send(batch)
+        }
+    };
+    (@one $how:tt mac) => {
+        fn mac(&self) -> $crate::wire::EthernetAddress {
+            $crate::forward_port!(@r self $how).mac()
+        }
+    };
+    (@one $how:tt mtu) => {
+        fn mtu(&self) -> usize {
+            $crate::forward_port!(@r self $how).mtu()
+        }
+    };
+    (@one $how:tt link_speed_bps) => {
+        fn link_speed_bps(&self) -> u64 {
+            $crate::forward_port!(@r self $how).link_speed_bps()
+        }
+    };
+    (@one $how:tt counters) => {
+        fn counters(&self) -> $crate::io::PortCounters {
+            $crate::forward_port!(@r self $how).counters()
+        }
+    };
+    (@one $how:tt wait) => {
+        fn wait(&mut self, timeout: ::std::time::Duration) {
+            $crate::forward_port!(@w self $how).wait(timeout)
+        }
+    };
+    (@one $how:tt wait_or_ring) => {
+        fn wait_or_ring(
+            &mut self,
+            bell: &::std::sync::Arc<$crate::io::Bell>,
+            timeout: ::std::time::Duration,
+        ) {
+            $crate::forward_port!(@w self $how).wait_or_ring(bell, timeout)
+        }
+    };
+    (@one $how:tt attach_bell) => {
+        fn attach_bell(&mut self, bell: &::std::sync::Arc<$crate::io::Bell>) {
+            $crate::forward_port!(@w self $how).attach_bell(bell)
+        }
+    };
+    (@one $how:tt rx_backlog) => {
+        fn rx_backlog(&self) -> Option<$crate::io::RxBacklog> {
+            $crate::forward_port!(@r self $how).rx_backlog()
+        }
+    };
+    (@one $how:tt link_up) => {
+        fn link_up(&self) -> Option<bool> {
+            $crate::forward_port!(@r self $how).link_up()
+        }
+    };
+}
+
 /// A boxed port is a port (so wrappers take `Box<dyn Port>` from `open_port`).
 impl<P: Port + ?Sized> Port for Box<P> {
     fn recv(&mut self, batch: &mut FrameBatch) -> usize {

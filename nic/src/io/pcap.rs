@@ -272,32 +272,5 @@ impl<P: Port> Port for PcapTap<P> {
         }
         n
     }
-
-    fn mac(&self) -> EthernetAddress {
-        self.port().mac()
-    }
-    fn mtu(&self) -> usize {
-        self.port().mtu()
-    }
-    fn link_speed_bps(&self) -> u64 {
-        self.port().link_speed_bps()
-    }
-    fn counters(&self) -> PortCounters {
-        self.port().counters()
-    }
-    fn wait(&mut self, timeout: Duration) {
-        self.port_mut().wait(timeout)
-    }
-    fn wait_or_ring(&mut self, bell: &std::sync::Arc<super::Bell>, timeout: Duration) {
-        self.port_mut().wait_or_ring(bell, timeout)
-    }
-    fn attach_bell(&mut self, bell: &std::sync::Arc<super::Bell>) {
-        self.port_mut().attach_bell(bell)
-    }
-    fn rx_backlog(&self) -> Option<super::RxBacklog> {
-        self.port().rx_backlog()
-    }
-    fn link_up(&self) -> Option<bool> {
-        self.port().link_up()
-    }
+    crate::forward_port!(via port, port_mut: mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, rx_backlog, link_up);
 }

@@ -466,30 +466,7 @@ impl<P: Port> Port for Logged<P> {
         }
         n
     }
-    fn mac(&self) -> wire::EthernetAddress {
-        self.inner.mac()
-    }
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-    fn link_speed_bps(&self) -> u64 {
-        self.inner.link_speed_bps()
-    }
-    fn counters(&self) -> nic::io::PortCounters {
-        self.inner.counters()
-    }
-    fn wait(&mut self, timeout: Duration) {
-        self.inner.wait(timeout)
-    }
-    fn rx_backlog(&self) -> Option<nic::io::RxBacklog> {
-        self.inner.rx_backlog()
-    }
-    fn wait_or_ring(&mut self, bell: &Arc<nic::io::Bell>, timeout: Duration) {
-        self.inner.wait_or_ring(bell, timeout)
-    }
-    fn attach_bell(&mut self, bell: &Arc<nic::io::Bell>) {
-        self.inner.attach_bell(bell)
-    }
+    nic::forward_port!(field inner: mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, rx_backlog);
 }
 
 /// PFC generation end to end over any pair of ports (the sender's first):
