@@ -59,6 +59,12 @@ pub mod ethertype {
     pub const MAC_CONTROL: u16 = 0x8808;
     /// ARP (RFC 826).
     pub const ARP: u16 = 0x0806;
+    /// The TPID of an IEEE 802.1ad service tag (QinQ, outside an 802.1Q tag).
+    pub const QINQ: u16 = 0x88A8;
+    /// LLDP (IEEE 802.1AB).
+    pub const LLDP: u16 = 0x88CC;
+    /// FCoE.
+    pub const FCOE: u16 = 0x8906;
 }
 
 /// An 802.1Q tag: priority code point, drop-eligible indicator, VLAN id.
@@ -87,7 +93,7 @@ impl VlanTag {
     }
 }
 
-mod field {
+pub(crate) mod field {
     use core::ops::Range;
     pub const DST: Range<usize> = 0..6;
     pub const SRC: Range<usize> = 6..12;

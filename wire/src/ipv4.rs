@@ -5,7 +5,7 @@ use crate::bytes::{be16, put16};
 use crate::error::{need, Error, Layer, Result};
 use std::net::Ipv4Addr;
 
-mod field {
+pub(crate) mod field {
     pub const VER_IHL: usize = 0;
     pub const TOS: usize = 1;
     pub const LEN: usize = 2;

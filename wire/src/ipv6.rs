@@ -4,7 +4,7 @@ use crate::bytes::{be16, be32, put16, put32};
 use crate::error::{need, Error, Layer, Result};
 use std::net::Ipv6Addr;
 
-mod field {
+pub(crate) mod field {
     pub const VER_TC_FLOW: usize = 0;
     pub const PAYLOAD_LEN: usize = 4;
     pub const NEXT_HEADER: usize = 6;

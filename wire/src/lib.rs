@@ -15,6 +15,7 @@
 //! - [`crc_copy`]: copy and CRC-32 in one pass (a payload copied into its
 //!   frame while the ICRC folds it in).
 //! - [`roce`]: a whole frame ([`RocePacket`] view, [`RoceRepr`]), CNPs.
+//! - [`sniff`]: a first look at any frame, trusting no length in it.
 //! - [`mac_control`]: 802.3x PAUSE and 802.1Qbb PFC frames.
 //! - [`mad`]: management datagrams to QP1 and the Communication Manager's
 //!   messages (REQ, REP, RTU, REJ, MRA, DREQ, DREP), the RDMA IP CM
@@ -44,6 +45,7 @@ pub mod mad;
 pub mod opcode;
 pub mod psn;
 pub mod roce;
+pub mod sniff;
 pub mod udp;
 
 pub use bth::BthRepr;

@@ -4,7 +4,7 @@ use crate::bytes::{be16, fold_checksum, ones_complement_sum, put16};
 use crate::error::{need, Error, Layer, Result};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-mod field {
+pub(crate) mod field {
     pub const SRC_PORT: usize = 0;
     pub const DST_PORT: usize = 2;
     pub const LEN: usize = 4;

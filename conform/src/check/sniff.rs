@@ -3,6 +3,8 @@
 use super::Violation;
 use std::borrow::Cow;
 use std::net::IpAddr;
+use wire::ethernet::ethertype;
+use wire::sniff::{peek, Peek};
 
 /// How a frame looks before it is parsed.
 pub(super) enum Sniff {
@@ -18,71 +20,36 @@ pub(super) fn ip_port(ip: IpAddr, port: u16) -> String {
     }
 }
 
-/// Classifies an Ethernet frame without trusting any length in it.
+/// Classifies an Ethernet frame without trusting any length in it
+/// ([`wire::sniff::peek`]).
 pub(super) fn sniff(b: &[u8]) -> Sniff {
-    if b.len() < 14 {
-        return Sniff::Other(format!("runt frame ({} bytes)", b.len()));
+    let p = peek(b);
+    if p.may_be_roce() {
+        return Sniff::Roce;
     }
-    let mut et = u16::from_be_bytes([b[12], b[13]]);
-    let mut l3 = 14;
-    while (et == 0x8100 || et == 0x88A8) && b.len() >= l3 + 4 {
-        et = u16::from_be_bytes([b[l3 + 2], b[l3 + 3]]);
-        l3 += 4;
-    }
-    let l3b = &b[l3..];
-    let (proto, src, dst, l4) = match et {
-        0x8808 => return Sniff::MacControl,
-        0x0806 => return Sniff::Other("ARP".into()),
-        0x88CC => return Sniff::Other("LLDP".into()),
-        0x8906 => return Sniff::Other("FCoE".into()),
-        0x0800 => {
-            if l3b.len() < 20 || l3b[0] >> 4 != 4 {
-                // too short to tell what it carries: parsed as RoCE, it is refused
-                return Sniff::Roce;
-            }
-            let ihl = (l3b[0] & 0x0F) as usize * 4;
-            let frag = u16::from_be_bytes([l3b[6], l3b[7]]) & 0x1FFF;
-            let src = IpAddr::from([l3b[12], l3b[13], l3b[14], l3b[15]]);
-            let dst = IpAddr::from([l3b[16], l3b[17], l3b[18], l3b[19]]);
-            if frag != 0 {
-                return Sniff::Other(format!("IPv4 fragment {src} > {dst}"));
-            }
-            (l3b[9], src, dst, ihl.max(20))
-        }
-        0x86DD => {
-            if l3b.len() < 40 {
-                return Sniff::Roce;
-            }
-            let mut s = [0u8; 16];
-            let mut d = [0u8; 16];
-            s.copy_from_slice(&l3b[8..24]);
-            d.copy_from_slice(&l3b[24..40]);
-            (l3b[6], IpAddr::from(s), IpAddr::from(d), 40)
-        }
-        other => return Sniff::Other(format!("EtherType {other:#06x}")),
-    };
-    let l4b = l3b.get(l4..).unwrap_or(&[]);
-    let ports = (l4b.len() >= 4).then(|| {
-        (
-            u16::from_be_bytes([l4b[0], l4b[1]]),
-            u16::from_be_bytes([l4b[2], l4b[3]]),
-        )
-    });
-    match (proto, ports) {
-        (17, Some((_, 4791))) => Sniff::Roce,
-        (17, Some((sp, dp))) => {
-            Sniff::Other(format!("UDP {} > {}", ip_port(src, sp), ip_port(dst, dp)))
-        }
-        // a UDP header cut off: it may have been RoCE, so it counts as broken
-        (17, None) => Sniff::Roce,
-        (6, Some((sp, dp))) => {
-            Sniff::Other(format!("TCP {} > {}", ip_port(src, sp), ip_port(dst, dp)))
-        }
-        (6, None) => Sniff::Other(format!("TCP {src} > {dst}")),
-        (1, _) => Sniff::Other(format!("ICMP {src} > {dst}")),
-        (58, _) => Sniff::Other(format!("ICMPv6 {src} > {dst}")),
-        (2, _) => Sniff::Other(format!("IGMP {src} > {dst}")),
-        (p, _) => Sniff::Other(format!("IP protocol {p} {src} > {dst}")),
+    match p {
+        Peek::Runt(n) => Sniff::Other(format!("runt frame ({n} bytes)")),
+        Peek::NotIp(ethertype::MAC_CONTROL) => Sniff::MacControl,
+        Peek::NotIp(ethertype::ARP) => Sniff::Other("ARP".into()),
+        Peek::NotIp(ethertype::LLDP) => Sniff::Other("LLDP".into()),
+        Peek::NotIp(ethertype::FCOE) => Sniff::Other("FCoE".into()),
+        Peek::NotIp(other) => Sniff::Other(format!("EtherType {other:#06x}")),
+        Peek::Fragment { src, dst } => Sniff::Other(format!("IPv4 fragment {src} > {dst}")),
+        Peek::UnclearIp => Sniff::Roce,
+        Peek::Ip {
+            src,
+            dst,
+            protocol,
+            ports,
+        } => Sniff::Other(match (protocol, ports) {
+            (17, Some((sp, dp))) => format!("UDP {} > {}", ip_port(src, sp), ip_port(dst, dp)),
+            (6, Some((sp, dp))) => format!("TCP {} > {}", ip_port(src, sp), ip_port(dst, dp)),
+            (6, None) => format!("TCP {src} > {dst}"),
+            (1, _) => format!("ICMP {src} > {dst}"),
+            (58, _) => format!("ICMPv6 {src} > {dst}"),
+            (2, _) => format!("IGMP {src} > {dst}"),
+            (p, _) => format!("IP protocol {p} {src} > {dst}"),
+        }),
     }
 }
 
