@@ -84,7 +84,7 @@ impl VlanTag {
     }
 
     #[inline(always)]
-    fn from_tci(tci: u16) -> VlanTag {
+    pub(crate) fn from_tci(tci: u16) -> VlanTag {
         VlanTag {
             pcp: (tci >> 13) as u8,
             dei: tci & 0x1000 != 0,

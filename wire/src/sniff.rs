@@ -111,6 +111,35 @@ pub fn peek(b: &[u8]) -> Peek {
     }
 }
 
+/// How a receiver sorts the frame `b` into priorities: the PCP of its
+/// outer 802.1Q / 802.1ad tag (`None` when untagged) and the DSCP of the IP
+/// header after it (0 when it is not IP or is cut short). Never panics.
+pub fn qos_class(b: &[u8]) -> (Option<u8>, u8) {
+    let ty = |at: usize| (b.len() >= at + 2).then(|| be16(b, at));
+    let mut at = ethernet::field::TYPE;
+    let mut pcp = None;
+    let mut et = ty(at);
+    if matches!(
+        et,
+        Some(ethernet::ethertype::VLAN | ethernet::ethertype::QINQ)
+    ) {
+        pcp = ty(ethernet::field::TCI).map(|tci| ethernet::VlanTag::from_tci(tci).pcp);
+        at += 4;
+        et = ty(at);
+    }
+    let l3 = b.get(at + 2..).unwrap_or(&[]);
+    let dscp = match et {
+        Some(ethernet::ethertype::IPV4) if l3.len() > ipv4::field::TOS => {
+            ipv4::Ipv4Packet::new_unchecked(l3).dscp()
+        }
+        Some(ethernet::ethertype::IPV6) if l3.len() >= 4 => {
+            ipv6::Ipv6Packet::new_unchecked(l3).traffic_class() >> 2
+        }
+        _ => 0,
+    };
+    (pcp, dscp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +181,24 @@ mod tests {
         let at = 18 + 6;
         g[at..at + 2].copy_from_slice(&0x0010u16.to_be_bytes());
         assert!(matches!(peek(&g), Peek::Fragment { .. }));
+    }
+
+    #[test]
+    fn qos_class_reads_the_pcp_and_the_dscp() {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&ethernet::ethertype::VLAN.to_be_bytes());
+        f.extend_from_slice(&((5u16 << 13) | 7).to_be_bytes());
+        f.extend_from_slice(&ethernet::ethertype::IPV6.to_be_bytes());
+        // version 6, traffic class DSCP 26 ECN 1
+        let tc: u32 = (26 << 2) | 1;
+        f.extend_from_slice(&((6u32 << 28) | (tc << 20)).to_be_bytes());
+        assert_eq!(qos_class(&f), (Some(5), 26));
+        // untagged IPv4 with DSCP 46, and frames too short to tell
+        let mut g = vec![0u8; 12];
+        g.extend_from_slice(&ethernet::ethertype::IPV4.to_be_bytes());
+        g.extend_from_slice(&[0x45, 46 << 2]);
+        assert_eq!(qos_class(&g), (None, 46));
+        assert_eq!(qos_class(&g[..15]), (None, 0));
+        assert_eq!(qos_class(&[0u8; 3]), (None, 0));
     }
 }

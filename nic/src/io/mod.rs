@@ -202,31 +202,7 @@ impl RxClasses {
     /// The (tagged PCP, DSCP) class of a frame: `None` PCP when untagged;
     /// DSCP 0 when it is not IPv4 or IPv6. Never panics on short frames.
     pub fn classify(frame: &[u8]) -> (Option<u8>, u8) {
-        let mut off = 12;
-        let mut pcp = None;
-        let et = |o: usize| {
-            frame
-                .get(o..o + 2)
-                .map(|b| u16::from_be_bytes([b[0], b[1]]))
-        };
-        let mut ethertype = et(off);
-        if matches!(ethertype, Some(0x8100 | 0x88A8)) {
-            pcp = frame.get(off + 2).map(|b| b >> 5);
-            off += 4;
-            ethertype = et(off);
-        }
-        let ip = off + 2;
-        let dscp = match ethertype {
-            // IPv4: the DS field is the second byte (RFC 2474)
-            Some(0x0800) => frame.get(ip + 1).map_or(0, |b| b >> 2),
-            // IPv6: traffic class spans the first two bytes
-            Some(0x86DD) => match frame.get(ip..ip + 2) {
-                Some(b) => ((b[0] & 0x0F) << 2) | (b[1] >> 6),
-                None => 0,
-            },
-            _ => 0,
-        };
-        (pcp, dscp)
+        wire::sniff::qos_class(frame)
     }
 }
 
