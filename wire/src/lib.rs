@@ -15,6 +15,7 @@
 //! - [`crc_copy`]: copy and CRC-32 in one pass (a payload copied into its
 //!   frame while the ICRC folds it in).
 //! - [`roce`]: a whole frame ([`RocePacket`] view, [`RoceRepr`]), CNPs.
+//! - [`emit`]: the one emitter, with the payload written into place.
 //! - [`sniff`]: a first look at any frame, trusting no length in it.
 //! - [`mac_control`]: 802.3x PAUSE and 802.1Qbb PFC frames.
 //! - [`mad`]: management datagrams to QP1 and the Communication Manager's
@@ -33,6 +34,7 @@ pub mod bth;
 mod bytes;
 pub mod crc_copy;
 mod display;
+pub mod emit;
 pub mod error;
 pub mod ethernet;
 pub mod ext;

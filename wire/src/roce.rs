@@ -76,7 +76,7 @@ impl IpRepr {
             IpRepr::V6(r) => r.ecn = ecn & 3,
         }
     }
-    fn ethertype(&self) -> u16 {
+    pub(crate) fn ethertype(&self) -> u16 {
         match self {
             IpRepr::V4(_) => ethertype::IPV4,
             IpRepr::V6(_) => ethertype::IPV6,
@@ -536,51 +536,14 @@ impl<'a> RoceRepr<'a> {
     /// the IPv4 header checksum, the ICRC and (by policy) the UDP checksum
     /// are computed here.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let info = self.validate()?;
-        let total = self.buffer_len();
-        if buf.len() < total {
-            return Err(Error::BufferTooSmall {
-                need: total,
-                have: buf.len(),
-            });
-        }
-        let buf = &mut buf[..total];
-        let eth = EthernetRepr {
-            ethertype: self.ip.ethertype(),
-            ..self.eth
+        let fill = |p: &mut crate::emit::Payload<'_>| {
+            p.put(self.payload);
+            Ok::<(), core::convert::Infallible>(())
         };
-        eth.emit(buf);
-        let ip_at = eth.header_len();
-        let ip_len = self.ip_len();
-        let udp_at = ip_at + self.ip.header_len();
-        let udp_len = ip_len - self.ip.header_len();
-        match &self.ip {
-            IpRepr::V4(r) => r.emit(&mut buf[ip_at..], udp_len),
-            IpRepr::V6(r) => r.emit(&mut buf[ip_at..], udp_len),
+        match crate::emit::emit_frame(self, self.payload.len(), buf, fill) {
+            Ok(r) => r,
+            Err(never) => match never {},
         }
-        self.udp.emit(&mut buf[udp_at..], udp_len - udp::HEADER_LEN);
-        let bth_at = udp_at + udp::HEADER_LEN;
-        let pad = pad_for(self.payload.len());
-        BthRepr { pad, ..self.bth }.emit(&mut buf[bth_at..]);
-        let ext_at = bth_at + bth::HEADER_LEN;
-        self.ext.emit(info, &mut buf[ext_at..]);
-        let payload_at = ext_at + info.ext_len();
-        let pad_at = payload_at + self.payload.len();
-        buf[payload_at..pad_at].copy_from_slice(self.payload);
-        let icrc_at = pad_at + pad as usize;
-        buf[pad_at..icrc_at].fill(0);
-        let icrc = icrc::compute(self.ip.version(), &buf[ip_at..icrc_at]);
-        icrc::write(&mut buf[icrc_at..], icrc);
-        if self.udp_checksum == UdpChecksum::Computed {
-            let end = icrc_at + ICRC_LEN;
-            let c = match &self.ip {
-                IpRepr::V4(r) => udp::checksum_ipv4(r.src, r.dst, &buf[udp_at..end]),
-                IpRepr::V6(r) => udp::checksum_ipv6(r.src, r.dst, &buf[udp_at..end]),
-            };
-            udp::set_checksum(&mut buf[udp_at..], c);
-        }
-        buf[icrc_at + ICRC_LEN..].fill(0);
-        Ok(total)
     }
 
     /// A Congestion Notification Packet (RoCEv2 A17.9.2) to `dest_qp`:

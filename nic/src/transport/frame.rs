@@ -1,179 +1,36 @@
-//! Building a frame with its payload written in place: `RoceRepr::emit`
-//! copies the payload from a slice, so a payload gathered from registered
-//! memory would be copied twice (memory → staging buffer → frame), and then
-//! read a third time for the ICRC. Here the headers are written first and
-//! the ICRC started over them; the caller's `fill` then copies the payload
-//! straight into the frame through a `Payload`, which folds each byte into
-//! the ICRC as it copies it (`wire::crc_copy`: one pass over the payload);
-//! the pad, ICRC and UDP checksum follow, exactly as `RoceRepr::emit` writes
-//! them (the tests below hold the two to the same bytes).
+//! Frames with their payload gathered from registered memory: the
+//! emitter is wire's ([`wire::emit::emit_with`]), which lets the payload be
+//! written straight into its place in the frame and folded into the ICRC
+//! in the same pass; [`PutMem`] writes it from a [`Memory`].
 
 use crate::verbs::Memory;
-use wire::ethernet::ethertype;
-use wire::icrc::Icrc;
-use wire::{bth, icrc, pad_for, udp, IpRepr, RoceRepr, UdpChecksum};
+pub(crate) use wire::emit::{emit_with, Payload};
 
-/// Zeros standing in for the payload where a repr with the payload's
-/// length is needed (a debug check of the layout).
-static ZEROS: [u8; 4096] = [0; 4096];
-
-/// The longest payload `emit_with` takes (the largest path MTU).
-pub(crate) const MAX_PAYLOAD: usize = ZEROS.len();
-
-/// Payloads shorter than this are copied first and covered by one ICRC
-/// pass over the whole datagram afterwards, as `RoceRepr::emit` does: below
-/// about 256 bytes the fused copy is no faster than copy + CRC (`crc_copy`
-/// bench), and one CRC update over headers and payload together saves the
-/// fixed cost of a separate one.
-const FUSE_MIN: usize = 256;
-
-/// Where `fill` writes a frame's payload: front to back, each piece copied
-/// into the frame and, for a payload of `FUSE_MIN` bytes or more, covered
-/// by the ICRC in the same pass.
-pub(crate) struct Payload<'a> {
-    dst: &'a mut [u8],
-    at: usize,
-    /// `None`: copy only (a short payload; see `FUSE_MIN`).
-    icrc: Option<Icrc>,
-}
-
-impl Payload<'_> {
-    /// Payload bytes not written yet.
-    pub(crate) fn remaining(&self) -> usize {
-        self.dst.len() - self.at
-    }
-
-    /// Appends `src` (at most `remaining()` bytes).
-    pub(crate) fn put(&mut self, src: &[u8]) {
-        let end = self.at + src.len();
-        let dst = &mut self.dst[self.at..end];
-        match &mut self.icrc {
-            Some(icrc) => icrc.copy(src, dst),
-            None => dst.copy_from_slice(src),
-        }
-        self.at = end;
-    }
-
+/// Writing a payload out of registered memory.
+pub(crate) trait PutMem {
     /// Appends `len` bytes of `mem` from `offset` (bounds checked by the
     /// caller, as for `Memory::read`; at most `remaining()` bytes).
-    pub(crate) fn put_mem(&mut self, mem: &dyn Memory, offset: usize, len: usize) {
-        let end = self.at + len;
-        let dst = &mut self.dst[self.at..end];
-        match &mut self.icrc {
-            Some(icrc) => mem.read_icrc(offset, dst, icrc),
-            None => mem.read(offset, dst),
-        }
-        self.at = end;
-    }
+    fn put_mem(&mut self, mem: &dyn Memory, offset: usize, len: usize);
 }
 
-/// Writes the frame `repr` describes into `buf`, with a payload of
-/// `payload_len` bytes written by `fill` into its place in the frame
-/// (`repr.payload` is ignored); payload bytes `fill` leaves unwritten are
-/// zeros. `fill`'s error is returned as is, and `buf` then holds no frame
-/// (its headers may have been written). `Ok(None)`: the repr is not valid
-/// or `buf` is too small (as `RoceRepr::emit` fails), and `fill` did not
-/// run.
-///
-/// Inlined into its callers: its result, returned through memory, was
-/// read back with a wider load than it was stored with (a store-forwarding
-/// stall on every frame).
-#[inline(always)]
-pub(crate) fn emit_with<E>(
-    repr: &RoceRepr<'_>,
-    payload_len: usize,
-    buf: &mut [u8],
-    fill: impl FnOnce(&mut Payload<'_>) -> Result<(), E>,
-) -> Result<Option<usize>, E> {
-    if payload_len > MAX_PAYLOAD {
-        return Ok(None);
+impl PutMem for Payload<'_> {
+    #[inline]
+    fn put_mem(&mut self, mem: &dyn Memory, offset: usize, len: usize) {
+        self.put_with(len, |dst, icrc| match icrc {
+            Some(icrc) => mem.read_icrc(offset, dst, icrc),
+            None => mem.read(offset, dst),
+        });
     }
-    // Validated in place (no copy of the repr with a stand-in payload:
-    // only the payload's length matters).
-    let Ok(info) = repr.validate_with_payload_len(payload_len) else {
-        return Ok(None);
-    };
-    // the layout `RoceRepr::buffer_len` and `ip_len` describe
-    let pad = pad_for(payload_len);
-    let ip_at = repr.eth.header_len();
-    let udp_at = ip_at + repr.ip.header_len();
-    let bth_at = udp_at + udp::HEADER_LEN;
-    let ext_at = bth_at + bth::HEADER_LEN;
-    let payload_at = ext_at + info.ext_len();
-    let pad_at = payload_at + payload_len;
-    let icrc_at = pad_at + pad as usize;
-    let udp_len = icrc_at + icrc::ICRC_LEN - udp_at;
-    let total = icrc_at + icrc::ICRC_LEN + repr.trailer_len;
-    debug_assert_eq!(
-        total,
-        RoceRepr {
-            payload: &ZEROS[..payload_len],
-            ..*repr
-        }
-        .buffer_len()
-    );
-    if buf.len() < total {
-        return Ok(None);
-    }
-    let buf = &mut buf[..total];
-    let eth = wire::EthernetRepr {
-        ethertype: match repr.ip {
-            IpRepr::V4(_) => ethertype::IPV4,
-            IpRepr::V6(_) => ethertype::IPV6,
-        },
-        ..repr.eth
-    };
-    eth.emit(buf);
-    match &repr.ip {
-        IpRepr::V4(r) => r.emit(&mut buf[ip_at..], udp_len),
-        IpRepr::V6(r) => r.emit(&mut buf[ip_at..], udp_len),
-    }
-    repr.udp.emit(&mut buf[udp_at..], udp_len - udp::HEADER_LEN);
-    wire::BthRepr { pad, ..repr.bth }.emit(&mut buf[bth_at..]);
-    repr.ext.emit(info, &mut buf[ext_at..]);
-    // The ICRC (RoCEv2 A17.4.3.1) covers the IP header through the pad:
-    // the headers now, with their variant fields masked by `Icrc::new`,
-    // then the payload as `fill` copies it in, then the pad.
-    let (front, rest) = buf.split_at_mut(payload_at);
-    let mut payload = Payload {
-        dst: &mut rest[..payload_len],
-        at: 0,
-        icrc: (payload_len >= FUSE_MIN).then(|| Icrc::new(repr.ip.version(), &front[ip_at..])),
-    };
-    fill(&mut payload)?;
-    let Payload { dst, at, icrc } = payload;
-    if at < dst.len() {
-        dst[at..].fill(0);
-    }
-    buf[pad_at..icrc_at].fill(0);
-    let crc = match icrc {
-        Some(mut icrc) => {
-            if at < payload_len {
-                icrc.update(&buf[payload_at + at..pad_at]);
-            }
-            icrc.update(&buf[pad_at..icrc_at]);
-            icrc.finish()
-        }
-        None => icrc::compute(repr.ip.version(), &buf[ip_at..icrc_at]),
-    };
-    icrc::write(&mut buf[icrc_at..], crc);
-    if repr.udp_checksum == UdpChecksum::Computed {
-        let end = icrc_at + icrc::ICRC_LEN;
-        let c = match &repr.ip {
-            IpRepr::V4(r) => udp::checksum_ipv4(r.src, r.dst, &buf[udp_at..end]),
-            IpRepr::V6(r) => udp::checksum_ipv6(r.src, r.dst, &buf[udp_at..end]),
-        };
-        // the checksum field: bytes 6 and 7 of the UDP header
-        buf[udp_at + 6..udp_at + 8].copy_from_slice(&c.to_be_bytes());
-    }
-    buf[icrc_at + icrc::ICRC_LEN..].fill(0);
-    Ok(Some(total))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::verbs::HeapMemory;
+    use wire::{IpRepr, RoceRepr, UdpChecksum};
+
+    /// The longest payload a frame carries (the largest path MTU).
+    const MAX_PAYLOAD: usize = 4096;
     use wire::{
         Aeth, AtomicEth, BthRepr, Deth, EthernetAddress, EthernetRepr, ExtHeaders, Ipv4Repr,
         Ipv6Repr, Opcode, Psn, Reth, Syndrome, UdpRepr, VlanTag,

@@ -2,7 +2,8 @@
 //! against: memory regions and windows, CQs, SRQs, PDs, device counters,
 //! asynchronous events, drop counts and PFC state.
 
-use super::{frame, qp, Counters, RnicConfig};
+use super::frame::{self, PutMem};
+use super::{qp, Counters, RnicConfig};
 use crate::time::Instant;
 use crate::verbs::{access, AsyncEvent, Cq, KeyError, MrTable, Sgl, Srq, VerbsError, Wc};
 use std::collections::VecDeque;

@@ -13,6 +13,7 @@
 mod execute;
 mod respond;
 
+use super::frame::PutMem;
 use super::qp::Qp;
 use super::requester::packets;
 use super::Resources;
