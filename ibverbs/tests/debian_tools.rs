@@ -681,12 +681,12 @@ impl NetPair {
         if backend == "afxdp" {
             // can this kernel and build do AF_XDP at all?
             let probe = netns::run_in(&na, || {
-                nic::io::afxdp::open_port(&va, nic::io::afxdp::Backend::AfXdp).map(|_| ())
+                nic::io::open_port(&va, nic::io::Backend::AfXdp).map(|_| ())
             })
             .expect("enter the namespace");
             match probe {
                 Ok(()) => {}
-                Err(nic::io::afxdp::OpenError::AfXdp(e)) if e.is_unavailable() => {
+                Err(nic::io::OpenError::AfXdp(e)) if e.is_unavailable() => {
                     missing(&format!("setting 2 over AF_XDP: {e}"));
                     return None;
                 }

@@ -18,8 +18,9 @@
 mod enginecommon;
 
 use enginecommon::{every_verb, start, wait_for, wait_until, STUCK};
-use nic::io::afxdp::{open_port, AfXdpConfig, AfXdpPort, AttachMode, Backend};
+use nic::io::afxdp::{AfXdpConfig, AfXdpPort, AttachMode};
 use nic::io::Port;
+use nic::io::{open_port, Backend};
 use sim::PairConfig;
 use std::process::Command;
 use testkit::netns::{self, Namespaces};
@@ -443,7 +444,7 @@ fn every_rc_verb_and_ud_send_over_ipv6() {
             let opened = netns::run_in(ns, || {
                 let (p, got) = match open_port(dev, backend) {
                     Ok(x) => x,
-                    Err(nic::io::afxdp::OpenError::AfXdp(e)) if e.is_unavailable() => {
+                    Err(nic::io::OpenError::AfXdp(e)) if e.is_unavailable() => {
                         testkit::skip_or_fail(&format!("{test} over {backend:?}"), &e.to_string());
                         return None;
                     }

@@ -11,7 +11,7 @@
 mod enginecommon;
 
 use enginecommon::{can_run, start_cc, Routed};
-use nic::io::afxdp::Backend;
+use nic::io::Backend;
 use nic::transport::{CcConfig, Counters};
 use nic::verbs::{SendOp, SendWr, Sgl, WcStatus};
 use sim::PairConfig;

@@ -14,9 +14,9 @@
 mod enginecommon;
 
 use enginecommon::{can_run, read, start_with, wait_for, Node, Routed, STUCK};
-use nic::io::afxdp::Backend;
 use nic::io::impair::{Impaired, Impairments, RandomImpairments};
 use nic::io::pcap::{read_pcap, PcapTap};
+use nic::io::Backend;
 use nic::io::Port;
 use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sgl, WcOpcode, WcStatus};
 use sim::PairConfig;

@@ -4,8 +4,8 @@
 
 use clap::Parser;
 use nic::engine::EngineConfig;
-use nic::io::afxdp::{open_port, Backend};
 use nic::io::Port;
+use nic::io::{open_port, Backend};
 use softrnic::server::{Server, ServerConfig};
 use std::net::IpAddr;
 use std::path::PathBuf;

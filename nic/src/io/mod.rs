@@ -24,6 +24,7 @@ pub mod bell;
 pub mod impair;
 pub mod mem;
 pub mod netlink;
+mod open;
 pub mod pcap;
 
 use std::sync::Arc;
@@ -53,6 +54,7 @@ pub(crate) fn kick_tx(fd: std::os::fd::RawFd) -> std::io::Result<()> {
 }
 
 pub use bell::Bell;
+pub use open::{open_best, open_port, Backend, OpenError};
 
 /// Largest frame a slot holds: a 9000-byte MTU plus Ethernet and VLAN headers.
 pub const SLOT_LEN: usize = 9018 + 4;

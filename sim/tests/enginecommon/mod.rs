@@ -255,7 +255,7 @@ impl Routed {
     pub fn open(
         &self,
         side: usize,
-        backend: nic::io::afxdp::Backend,
+        backend: nic::io::Backend,
     ) -> (Box<dyn Port>, wire::EthernetAddress) {
         let (ns, dev, peer) = if side == 0 {
             (&self.a, &self.va, self.gb)
@@ -263,8 +263,8 @@ impl Routed {
             (&self.b, &self.vb, self.ga)
         };
         testkit::netns::run_in(ns, || {
-            let (p, got) = nic::io::afxdp::open_port(dev, backend).expect("open port");
-            assert!(backend == nic::io::afxdp::Backend::Auto || got == backend);
+            let (p, got) = nic::io::open_port(dev, backend).expect("open port");
+            assert!(backend == nic::io::Backend::Auto || got == backend);
             let (_, mac) =
                 nic::io::addr::next_hop_mac(std::net::IpAddr::V4(peer), STUCK).expect("next hop");
             (p, mac)
