@@ -183,6 +183,7 @@ impl Server {
             let cms = Arc::new(Mutex::new(cm::service::CmService::new(
                 cfg.name.clone(),
                 cfg.gid,
+                mac,
                 ib_mtu,
             )));
             cm::register_local(cfg.gid, mac.0);

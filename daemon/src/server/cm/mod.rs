@@ -44,6 +44,8 @@ pub enum CmRequestError {
     Unsupported,
     #[error("the CM: {0}")]
     Cm(#[from] nic::cm::CmError),
+    #[error("too many CM IDs and channels")]
+    TooMany,
     #[error("the event channel: {0}")]
     Socket(#[source] std::io::Error),
 }
@@ -139,6 +141,13 @@ fn request(
     mac: Option<EthernetAddress>,
 ) -> Result<CmReply, CmRequestError> {
     let now = s.now;
+    if matches!(req, CmRequest::CreateChannel | CmRequest::CreateId { .. }) {
+        let held = s.ids.values().filter(|i| i.owner == owner).count()
+            + s.chans.values().filter(|c| c.owner == owner).count();
+        if held >= super::registry::MAX_OBJECTS {
+            return Err(CmRequestError::TooMany);
+        }
+    }
     let events = |n| Ok((CmResponse::Events { events: n }, None));
     let done = || Ok((CmResponse::Events { events: 0 }, None));
     match req {

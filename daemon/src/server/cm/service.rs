@@ -153,10 +153,10 @@ fn rx_name(attribute: u16) -> &'static str {
 }
 
 impl CmService {
-    pub(crate) fn new(dev: String, gid: Gid, mtu: u32) -> CmService {
+    pub(crate) fn new(dev: String, gid: Gid, mac: EthernetAddress, mtu: u32) -> CmService {
         let seed: u64 = rand::random();
         CmService {
-            cm: Cm::new(CmAddr { gid: gid.0 }, seed | 1, seed),
+            cm: Cm::new(CmAddr { gid: gid.0 }, node_guid(mac), seed),
             now: Instant::ZERO,
             dev,
             gid,
@@ -449,6 +449,14 @@ impl CmService {
     }
 }
 
+/// The CA GUID of a device on an Ethernet port: the modified EUI-64 of its
+/// MAC (RFC 4291 Appendix A), as rxe derives its node GUID and puts it in
+/// its REQs and REPs.
+pub(crate) fn node_guid(mac: EthernetAddress) -> u64 {
+    let m = mac.0;
+    u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]])
+}
+
 /// An event of `kind` on `no` with nothing else.
 fn event(no: CmIdNo, i: &Id, kind: CmEventKind, status: i32) -> CmEventMsg {
     CmEventMsg {
@@ -460,5 +468,17 @@ fn event(no: CmIdNo, i: &Id, kind: CmEventKind, status: i32) -> CmEventMsg {
         conn: None,
         ud: None,
         addrs: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ca_guid_is_the_macs_eui64_as_in_the_rxe_capture() {
+        // rdma_cm.pcap: MAC 00:50:56:a7:7d:03, CA GUID 0x025056fffea77d03
+        let mac = EthernetAddress([0x00, 0x50, 0x56, 0xa7, 0x7d, 0x03]);
+        assert_eq!(node_guid(mac), 0x0250_56ff_fea7_7d03);
     }
 }
