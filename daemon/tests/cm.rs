@@ -219,9 +219,24 @@ fn connect_accept_move_data_and_disconnect() {
     let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
     let (cid, sid) = establish(&mut c, &mut s, 7471);
     send_data(&mut c, &mut s);
+    // every event read: the channel is not readable
+    assert!(c.ch.next(true).unwrap().is_none());
+    assert!(s.ch.next(true).unwrap().is_none());
+    // the server's ID moves to a second channel: its next event goes there
+    let ch2 = EventChannel::open(&s1).unwrap();
+    assert_eq!(s.cm.migrate_id(sid, ch2.token()).unwrap(), 2);
     c.cm.disconnect(cid).unwrap();
-    s.expect(CmEventKind::DISCONNECTED);
+    let mut p = libc::pollfd {
+        fd: ch2.fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one pollfd that lives across the call.
+    assert_eq!(unsafe { libc::poll(&mut p, 1, T.as_millis() as i32) }, 1);
+    let e = ch2.next(false).unwrap().unwrap();
+    assert_eq!((e.kind, e.id), (CmEventKind::DISCONNECTED, sid));
     c.expect(CmEventKind::DISCONNECTED);
+    assert!(s.ch.next(true).unwrap().is_none());
     let st = c._ctx.stats().unwrap().cm;
     assert_eq!(st.get("cm_tx_req"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_rx_rep"), Some(&1), "{st:?}");
@@ -231,8 +246,18 @@ fn connect_accept_move_data_and_disconnect() {
     assert_eq!(st.get("cm_rx_req"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_tx_rep"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_tx_drep"), Some(&1), "{st:?}");
-    assert!(c.cm.destroy_id(cid).unwrap() >= 4);
-    assert!(s.cm.destroy_id(sid).unwrap() >= 2);
+    // ADDR_RESOLVED, ROUTE_RESOLVED, ESTABLISHED, DISCONNECTED; then
+    // CONNECT_REQUEST, ESTABLISHED, DISCONNECTED
+    assert_eq!(c.cm.destroy_id(cid).unwrap(), 4);
+    assert_eq!(s.cm.destroy_id(sid).unwrap(), 3);
+    assert!(c.cm.destroy_id(cid).is_err(), "destroyed");
+    // the ID lives where its address is
+    let addr = IpAddr::V4(SERVER_IP);
+    let dir = s1.parent().unwrap();
+    assert_eq!(
+        softrnic::client::cm::device_socket_in(dir, addr),
+        Some(s1.clone())
+    );
 }
 
 #[test]

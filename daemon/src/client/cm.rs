@@ -25,6 +25,27 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Mutex;
 
+/// The control socket of the device (in [`super::sock_dir`]) whose
+/// address is `ip`: where a CM ID bound to `ip` lives.
+pub fn device_socket(ip: std::net::IpAddr) -> Option<std::path::PathBuf> {
+    device_socket_in(&super::sock_dir(), ip)
+}
+
+/// [`device_socket`] among the sockets in `dir`.
+pub fn device_socket_in(dir: &Path, ip: std::net::IpAddr) -> Option<std::path::PathBuf> {
+    let gid = wire::Gid::from_ip(ip);
+    let mut socks: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .collect();
+    socks.sort();
+    socks
+        .into_iter()
+        .find(|p| super::Context::open(p).is_ok_and(|c| c.device.gid == gid))
+}
+
 /// A connection to a device's rnicd for CM commands.
 pub struct CmClient {
     sock: Mutex<SeqPacket>,
