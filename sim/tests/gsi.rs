@@ -66,6 +66,11 @@ fn req_mad() -> Vec<u8> {
 /// A frame to node 1's QP 1 from node 0, with the given opcode, Q_Key and
 /// payload.
 fn frame_to_qp1(opcode: Opcode, qkey: u32, payload: &[u8]) -> Vec<u8> {
+    frame_to_qp1_pkey(opcode, qkey, 0xFFFF, payload)
+}
+
+/// [`frame_to_qp1`] with BTH P_Key `pkey`.
+fn frame_to_qp1_pkey(opcode: Opcode, qkey: u32, pkey: u16, payload: &[u8]) -> Vec<u8> {
     let ud = opcode
         .info()
         .is_some_and(|i| i.transport == nic::wire::Transport::Ud);
@@ -95,7 +100,7 @@ fn frame_to_qp1(opcode: Opcode, qkey: u32, payload: &[u8]) -> Vec<u8> {
             solicited: false,
             migreq: false,
             pad: 0,
-            pkey: 0xFFFF,
+            pkey,
             fecn: false,
             becn: false,
             resv6: 0,
@@ -243,8 +248,20 @@ fn what_qp1_refuses_is_a_counted_drop() {
         &frame_to_qp1(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE, GSI_QKEY, &mad),
     );
     assert_eq!(dev.dropped(DropReason::GsiOpcode), 2);
+    // C9-42: QP 1 compares the P_Key with the port's (the default
+    // partition): another partition is dropped, its limited member taken
+    dev.handle_frame(
+        t,
+        &frame_to_qp1_pkey(Opcode::UD_SEND_ONLY, GSI_QKEY, 0x8001, &mad),
+    );
+    assert_eq!(dev.dropped(DropReason::PkeyMismatch), 1);
+    dev.handle_frame(
+        t,
+        &frame_to_qp1_pkey(Opcode::UD_SEND_ONLY, GSI_QKEY, 0x7FFF, &mad),
+    );
+    assert!(dev.poll_gsi().is_some());
     assert!(dev.poll_gsi().is_none());
-    assert_eq!(dev.gsi_counters().gsi_rcvd, 0);
+    assert_eq!(dev.gsi_counters().gsi_rcvd, 1);
     for _ in 0..GSI_RX_DEPTH + 3 {
         dev.handle_frame(t, &frame_to_qp1(Opcode::UD_SEND_ONLY, GSI_QKEY, &mad));
     }

@@ -71,7 +71,8 @@ impl Rnic {
         if repr.bth.opcode != Opcode::UD_SEND_ONLY {
             return self.drop_frame(DropReason::GsiOpcode);
         }
-        // C9-43: the P_Key must match QP1's (the default partition)
+        // C9-42: QP1 compares the P_Key with the port's P_Key table (the
+        // default partition only)
         if !wire::bth::pkey_matches(repr.bth.pkey, GSI_PKEY) {
             return self.drop_frame(DropReason::PkeyMismatch);
         }
