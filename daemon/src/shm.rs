@@ -405,6 +405,35 @@ impl SeqPacket {
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
+
+    /// A connected pair; the first end does not block (a send that does
+    /// not fit fails with `WouldBlock`).
+    pub fn pair() -> io::Result<(SeqPacket, OwnedFd)> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: socketpair(2) writes two descriptors into `fds`.
+        cvt(unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        })?;
+        // SAFETY: socketpair succeeded: both are new descriptors nothing
+        // else owns.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: fcntl(2) on a descriptor we own; no memory is passed.
+        cvt(unsafe {
+            let fl = libc::fcntl(a.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(a.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK)
+        })?;
+        Ok((SeqPacket { fd: a }, b))
+    }
+
+    /// The socket of a descriptor (one end of a pair handed over).
+    pub fn from_fd(fd: OwnedFd) -> SeqPacket {
+        SeqPacket { fd }
+    }
 }
 
 /// A listening SOCK_SEQPACKET socket.

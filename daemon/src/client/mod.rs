@@ -7,8 +7,9 @@
 //! This module holds the device context ([`Context`]) and the library's
 //! error type; [`memory`] the PD and what is made on one (buffers, MRs,
 //! MWs, QPs, AHs, SRQs); [`cq`] completion queues; [`qp`] queue pairs,
-//! SRQs and address handles.
+//! SRQs and address handles; [`cm`] the RDMA CM (event channels, CM IDs).
 
+pub mod cm;
 pub mod cq;
 pub mod memory;
 pub mod qp;

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod cm;
 mod convert;
 
 pub use convert::ConvertError;
@@ -142,12 +143,16 @@ pub enum Request {
     QueryPort {
         port: u8,
     },
+    /// The RDMA CM (`cm::CmRequest`).
+    Cm(cm::CmRequest),
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(tag = "r", rename_all = "snake_case")]
 pub enum Response {
     Ok,
+    /// An answer to a CM request.
+    Cm(cm::CmResponse),
     Error {
         msg: String,
     },
@@ -252,6 +257,11 @@ pub struct Stats {
     /// SRQ rings the engine polls.
     #[serde(default)]
     pub active_srq_rings: u32,
+    /// The device's CM: messages sent and received per kind
+    /// (`cm_tx_req`, `cm_rx_rep`, ...), `cm_retries`, `cm_timeouts`,
+    /// drops by reason, QP 1's `gsi_*` counters and drops.
+    #[serde(default)]
+    pub cm: std::collections::BTreeMap<String, u64>,
 }
 
 /// An asynchronous event (`struct ibv_async_event`) on one of the client's

@@ -137,4 +137,7 @@ pub enum RequestError {
     /// Shared memory or a descriptor operation failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The RDMA CM refused the request.
+    #[error(transparent)]
+    Cm(#[from] super::cm::CmRequestError),
 }

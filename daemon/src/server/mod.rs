@@ -7,9 +7,11 @@
 //! `handle` checks what every request must satisfy and dispatches it to
 //! the module of its object kind: `device` (device, port, bell,
 //! asynchronous events, statistics), `memory` (PD, MR, MW), `cq`, `qp`
-//! (QP, AH) and `srq`. `registry` records what each client owns and tears
-//! it down.
+//! (QP, AH), `srq` and `cm` (the RDMA CM: its IDs, event channels and
+//! the device's CM protocol, driven from the engine's hook). `registry`
+//! records what each client owns and tears it down.
 
+pub mod cm;
 mod cq;
 mod device;
 mod error;
@@ -63,7 +65,15 @@ struct Shared {
     reg: Mutex<Registry>,
     mac: [u8; 6],
     mtu: u32,
+    /// The device's RDMA CM.
+    cm: Arc<Mutex<cm::service::CmService>>,
     stop: AtomicBool,
+}
+
+impl Shared {
+    fn cm_arc(&self) -> Arc<Mutex<cm::service::CmService>> {
+        self.cm.clone()
+    }
 }
 
 /// The data plane as the engine's hook: each turn polls the rings; before
@@ -72,11 +82,17 @@ struct Shared {
 /// thread may hold it): flags it could not lower are lowered next turn.
 struct DpHook {
     dp: Arc<Mutex<DataPlane>>,
+    cm: Arc<Mutex<cm::service::CmService>>,
     flags_up: bool,
 }
 
 impl nic::engine::EngineHook for DpHook {
     fn turn(&mut self, r: &mut Rnic) -> usize {
+        // the CM: MADs from QP 1, its timers, MADs to QP 1 (a control
+        // thread holding the lock pumps it itself afterwards)
+        if let Ok(mut c) = self.cm.try_lock() {
+            c.pump(r);
+        }
         match self.dp.try_lock() {
             Ok(mut d) => {
                 if self.flags_up {
@@ -162,15 +178,25 @@ impl Server {
             rc.seed = rand::random();
             let rnic = Rnic::new(rc);
             let dp = Arc::new(Mutex::new(DataPlane::default()));
+            let ipv6 = cfg.gid.to_ipv4().is_none();
+            let ib_mtu = nic::device::ib_mtu_for_ip_mtu(mtu as usize, ipv6);
+            let cms = Arc::new(Mutex::new(cm::service::CmService::new(
+                cfg.name.clone(),
+                cfg.gid,
+                mac,
+                ib_mtu,
+            )));
+            cm::register_local(cfg.gid, mac.0);
             let hook: nic::engine::TurnHook = Box::new(DpHook {
                 dp: dp.clone(),
+                cm: cms.clone(),
                 flags_up: false,
             });
             members.push((rnic, port, Some(hook)));
-            rest.push((dp, mac, mtu, cfg));
+            rest.push((dp, mac, mtu, cfg, cms));
         }
         let engines: Vec<Engine> = match rest.first() {
-            Some((_, _, _, first)) if one_thread => {
+            Some((_, _, _, first, _)) if one_thread => {
                 let mut ecfg = first.engine.clone();
                 ecfg.name = format!("rnicd-{}", first.name);
                 Engine::start_group(members, ecfg)
@@ -178,7 +204,7 @@ impl Server {
             _ => members
                 .into_iter()
                 .zip(&rest)
-                .map(|((rnic, port, hook), (_, _, _, cfg))| {
+                .map(|((rnic, port, hook), (_, _, _, cfg, _))| {
                     let mut ecfg = cfg.engine.clone();
                     ecfg.name = format!("rnicd-{}", cfg.name);
                     Engine::start_with_hook(rnic, port, ecfg, hook)
@@ -186,7 +212,7 @@ impl Server {
                 .collect(),
         };
         let mut servers = Vec::new();
-        for (engine, (dp, mac, mtu, cfg)) in engines.into_iter().zip(rest) {
+        for (engine, (dp, mac, mtu, cfg, cms)) in engines.into_iter().zip(rest) {
             std::fs::create_dir_all(&cfg.sock_dir)?;
             let path = cfg.sock_dir.join(format!("{}.sock", cfg.name));
             let listener = Listener::bind(&path, cfg.mode)?;
@@ -197,6 +223,7 @@ impl Server {
                 reg: Mutex::new(Registry::default()),
                 mac: mac.0,
                 mtu,
+                cm: cms,
                 stop: AtomicBool::new(false),
                 cfg,
             });
@@ -437,6 +464,7 @@ fn handle(sh: &Shared, id: u64, req: Request, fds: Vec<OwnedFd>) -> Result<Reply
         Request::ModifySrq { srq, limit } => srq::modify_srq(sh, id, srq, limit),
         Request::QuerySrq { srq } => srq::query_srq(sh, id, srq),
         Request::DestroySrq { srq } => srq::destroy_srq(sh, id, srq),
+        Request::Cm(req) => cm::handle(sh, id, req),
     }
 }
 

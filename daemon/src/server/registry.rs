@@ -139,6 +139,14 @@ pub(super) fn cleanup(sh: &Shared, id: u64) {
         let mut r = sh.reg.lock().expect("registry");
         r.clients.remove(&id).unwrap_or_default()
     };
+    // its CM IDs (a connected one sends a DREQ) and event channels
+    sh.cm.lock().expect("cm").cleanup(id);
+    let svc = sh.cm_arc();
+    let _ = super::call(sh, move |r| {
+        if let Ok(mut s) = svc.lock() {
+            s.pump(r)
+        }
+    });
     destroy_qps(sh, o.qps.keys().copied().collect());
     {
         let mut dp = sh.dp.lock().expect("dp");
@@ -199,6 +207,21 @@ pub(super) fn stats(sh: &Shared) -> Stats {
         s.active_cq_rings = dp.cqs.len() as u32;
         s.active_srq_rings = dp.srqs.len() as u32;
     }
+    s.cm = sh.cm.lock().expect("cm").stats();
+    let gsi = super::call(sh, |r| {
+        let c = r.gsi_counters();
+        let mut m: Vec<(String, u64)> = r
+            .drops()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("gsi_"))
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        m.push(("gsi_rcvd".into(), c.gsi_rcvd));
+        m.push(("gsi_sent".into(), c.gsi_sent));
+        m
+    })
+    .unwrap_or_default();
+    s.cm.extend(gsi);
     s.rnic_qps = super::call(sh, move |r| {
         (FIRST_QPN..=max_qpn)
             .filter(|q| r.query_qp(*q).is_ok())

@@ -34,6 +34,11 @@ impl Rnic {
             // parse refuses unknown opcodes; this cannot happen
             return self.drop_frame(DropReason::Wire(wire::Reason::UnknownOpcode));
         };
+        // IBA 13.5.1: QP 1 is the GSI, served by the device's owner
+        if repr.bth.dest_qp == wire::mad::GSI_QPN {
+            let src_mac = repr.eth.src;
+            return self.handle_gsi(&repr, src_mac);
+        }
         let Some(idx) = self.qp_index(repr.bth.dest_qp) else {
             return self.drop_frame(DropReason::UnknownQp);
         };
@@ -102,6 +107,10 @@ impl Rnic {
                     return Some(n);
                 }
             }
+        }
+        // management datagrams (QP 1) before the QPs' traffic
+        if let Some(n) = self.poll_gsi_transmit(buf) {
+            return Some(n);
         }
         while let Some(idx) = self.tx_queue.pop_front() {
             let Some(qp) = self.qps[idx as usize].as_mut() else {

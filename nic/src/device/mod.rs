@@ -8,16 +8,19 @@
 //! - `verbs`: PD, MR, MW, CQ, SRQ and QP verbs, posting and polling;
 //! - `datapath`: frames in and out, timers, dispatch to the QPs;
 //! - `port`: the port's attributes, link, MTU and PFC settings;
+//! - `gsi`: QP 1, management datagrams to and from the owner;
 //! - `endpoint`: a device with one region, as the loopback and tests set
 //!   one up.
 
 mod datapath;
 mod endpoint;
+mod gsi;
 mod port;
 mod verbs;
 
 pub use crate::transport::{RnicConfig, FIRST_QPN, MAX_FRAME_LEN, MAX_MSG_LEN};
 pub use endpoint::Endpoint;
+pub use gsi::{GsiCounters, GsiError, GsiMad, GSI_PKEY, GSI_RX_DEPTH, GSI_TX_DEPTH};
 pub use port::{ib_mtu_for_ip_mtu, PortAttr, PortState};
 
 use crate::time::Instant;
@@ -42,6 +45,14 @@ pub enum DropReason {
     PkeyMismatch,
     /// An RC or UC packet not from the QP's connected peer (IBA 9.6).
     AddressMismatch,
+    /// A packet to QP 1 that is not a UD SEND ONLY (IBA 13.5.1).
+    GsiOpcode,
+    /// A datagram to QP 1 without the GSI Q_Key 0x80010000 (IBA 13.5.1).
+    GsiQkey,
+    /// A datagram to QP 1 whose payload is not one 256-byte MAD (IBA 13.4.2).
+    GsiLength,
+    /// A MAD for QP 1 while [`GSI_RX_DEPTH`] wait for the owner.
+    GsiQueueFull,
 }
 
 impl DropReason {
@@ -53,6 +64,10 @@ impl DropReason {
             DropReason::OpcodeNotForQpType => "opcode_not_for_qp_type",
             DropReason::PkeyMismatch => "pkey_mismatch",
             DropReason::AddressMismatch => "address_mismatch",
+            DropReason::GsiOpcode => "gsi_opcode",
+            DropReason::GsiQkey => "gsi_qkey",
+            DropReason::GsiLength => "gsi_length",
+            DropReason::GsiQueueFull => "gsi_queue_full",
         }
     }
 }
@@ -84,6 +99,8 @@ pub struct Rnic {
     deadlines: timers::DeadlineIndex,
     /// Scratch for the slots `handle_timeout` fires (no allocation per turn).
     due: Vec<u32>,
+    /// QP 1: MADs in and out.
+    gsi: gsi::Gsi,
 }
 
 impl Rnic {
@@ -111,6 +128,7 @@ impl Rnic {
             tx_queue: VecDeque::new(),
             deadlines: timers::DeadlineIndex::default(),
             due: Vec::new(),
+            gsi: gsi::Gsi::default(),
         }
     }
 

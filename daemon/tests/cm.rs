@@ -1,0 +1,572 @@
+//! The RDMA CM through rnicd (`softrnic::client::cm`): two devices on the
+//! in-memory wire, a client that connects and a server that listens and
+//! accepts; private data both ways, the QP attributes each side gets from
+//! `init_qp_attr`, an RC QP pair brought up with them moving data, reject,
+//! no listener, disconnect; lost REQ, REP and RTU retried (an impairment
+//! stage on one device's port); hostile MADs counted and harmless.
+
+mod common;
+
+use common::{tempdir, Daemon, T};
+use nic::io::impair::{Fate, Impaired, Interceptor};
+use nic::verbs::{QpAttr, RecvWr, SendOp, SendWr, Sgl, Wc, WcStatus};
+use softrnic::client::cm::{
+    CmClient, CmEventKind, CmEventMsg, CmIdNo, CmQpType, ConnParam, EventChannel, PortSpace,
+    QpState,
+};
+use softrnic::server::{Server, ServerConfig};
+use softrnic::{Buffer, Context, Cq, Mr, Pd, Qp, QpInitAttr, QpKind, ACCESS_ALL};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use wire::mad::{attr, MadHeader};
+
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+
+/// One side: verbs objects and a CM connection with its channel.
+struct Side {
+    _ctx: Arc<Context>,
+    _pd: Pd,
+    buf: Buffer,
+    mr: Mr,
+    cq: Cq,
+    qp: Qp,
+    cm: CmClient,
+    ch: EventChannel,
+}
+
+impl Side {
+    fn new(sock: &Path) -> Side {
+        let ctx = Context::open(sock).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let buf = pd.alloc_buffer(1 << 16).unwrap();
+        let mr = pd.reg_mr(&buf, 0, 1 << 16, ACCESS_ALL).unwrap();
+        let cq = ctx.create_cq(64).unwrap();
+        let qp = pd
+            .create_qp(&QpInitAttr {
+                qp_type: QpKind::Rc,
+                send_cq: cq.handle,
+                recv_cq: cq.handle,
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                sq_sig_all: true,
+                srq: None,
+            })
+            .unwrap();
+        Side {
+            _ctx: ctx,
+            _pd: pd,
+            buf,
+            mr,
+            cq,
+            qp,
+            cm: CmClient::open(sock).unwrap(),
+            ch: EventChannel::open(sock).unwrap(),
+        }
+    }
+
+    fn id(&self, ctx: u64) -> CmIdNo {
+        self.cm
+            .create_id(self.ch.token(), PortSpace::TCP, CmQpType::Rc, ctx)
+            .unwrap()
+    }
+
+    /// The next event, waiting on the channel's descriptor.
+    fn event(&self) -> CmEventMsg {
+        let mut p = libc::pollfd {
+            fd: self.ch.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one pollfd that lives across the call.
+        let n = unsafe { libc::poll(&mut p, 1, T.as_millis() as i32) };
+        assert_eq!(n, 1, "no CM event within {T:?}");
+        self.ch.next(true).unwrap().expect("readable: an event")
+    }
+
+    fn expect(&self, kind: CmEventKind) -> CmEventMsg {
+        let e = self.event();
+        assert_eq!(e.kind, kind, "{e:?}");
+        e
+    }
+
+    /// Moves the QP to `state` with the CM's attributes; returns them.
+    fn move_qp(&self, id: CmIdNo, state: QpState) -> QpAttr {
+        let (a, mask) = self.cm.init_qp_attr(id, state).unwrap();
+        assert_ne!(mask, 0);
+        let attr = QpAttr::try_from(&a).unwrap();
+        self.qp.modify(&attr).unwrap();
+        attr
+    }
+
+    fn wait_wc(&mut self) -> Wc {
+        let mut out = Vec::new();
+        testkit::wait_until(T, "a completion", || self.cq.poll(1, &mut out) > 0);
+        out.remove(0)
+    }
+}
+
+fn param(qpn: u32, pd: &[u8]) -> ConnParam {
+    ConnParam {
+        qpn,
+        private_data: pd.to_vec(),
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..Default::default()
+    }
+}
+
+fn server_addr(port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(SERVER_IP), port)
+}
+
+/// The client's ID resolved towards `port` on the server.
+fn resolved(c: &Side, port: u16) -> CmIdNo {
+    let id = c.id(9);
+    // nothing queued yet: the descriptor is not readable
+    assert!(c.ch.next(true).unwrap().is_none());
+    c.cm.resolve_addr(id, None, server_addr(port), 2000)
+        .unwrap();
+    let e = c.expect(CmEventKind::ADDR_RESOLVED);
+    assert_eq!((e.id, e.user_ctx, e.status), (id, 9, 0));
+    c.cm.resolve_route(id, 2000).unwrap();
+    c.expect(CmEventKind::ROUTE_RESOLVED);
+    let q = c.cm.query(id).unwrap();
+    assert_eq!(q.dst, Some(server_addr(port)));
+    assert_eq!((q.path_mtu, q.num_paths, q.pkey), (4096, 1, 0xFFFF));
+    id
+}
+
+/// The server's listening ID on `port`.
+fn listening(s: &Side, port: u16) -> CmIdNo {
+    let l = s.id(7);
+    let b = s.cm.bind(l, server_addr(port)).unwrap();
+    assert_eq!((b.addr, b.port), (server_addr(port), 1));
+    s.cm.listen(l, 8).unwrap();
+    l
+}
+
+/// Connects `c` to `s` (listening on `port`) and brings both QPs up.
+fn establish(c: &mut Side, s: &mut Side, port: u16) -> (CmIdNo, CmIdNo) {
+    let l = listening(s, port);
+    let cid = resolved(c, port);
+    c.move_qp(cid, QpState::Init);
+    c.cm.connect(cid, &param(c.qp.qpn, b"hello")).unwrap();
+    let req = s.expect(CmEventKind::CONNECT_REQUEST);
+    assert_eq!(req.listen_id, Some(l));
+    assert_eq!(req.user_ctx, 7);
+    let sid = req.id;
+    let conn = req.conn.unwrap();
+    assert_eq!(&conn.private_data[..5], b"hello");
+    assert_eq!(conn.private_data.len(), 56);
+    assert_eq!(conn.qp_num, c.qp.qpn);
+    let (local, remote) = req.addrs.unwrap();
+    assert_eq!(local, server_addr(port));
+    assert_eq!(remote.ip(), IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));
+    // the passive side: INIT, RTR, RTS, then accept (as librdmacm does)
+    s.move_qp(sid, QpState::Init);
+    let s_rtr = s.move_qp(sid, QpState::Rtr);
+    assert_eq!(s_rtr.dest_qpn, Some(c.qp.qpn));
+    let s_rts = s.move_qp(sid, QpState::Rts);
+    s.cm.accept(sid, &param(s.qp.qpn, b"welcome")).unwrap();
+    let est = c.expect(CmEventKind::ESTABLISHED);
+    let conn = est.conn.unwrap();
+    assert_eq!(&conn.private_data[..7], b"welcome");
+    assert_eq!(conn.qp_num, s.qp.qpn);
+    let c_rtr = c.move_qp(cid, QpState::Rtr);
+    let c_rts = c.move_qp(cid, QpState::Rts);
+    // each side's receive PSN is the other's send PSN
+    assert_eq!(c_rtr.dest_qpn, Some(s.qp.qpn));
+    assert_eq!(c_rtr.rq_psn, s_rts.sq_psn);
+    assert_eq!(s_rtr.rq_psn, c_rts.sq_psn);
+    s.expect(CmEventKind::ESTABLISHED);
+    (cid, sid)
+}
+
+/// A SEND from `c` lands in `s`'s buffer.
+fn send_data(c: &mut Side, s: &mut Side) {
+    let data: Vec<u8> = (0..200u8).collect();
+    s.qp.post_recv(&RecvWr {
+        wr_id: 1,
+        sgl: Sgl::single(s.mr.addr, 4096, s.mr.lkey),
+    })
+    .unwrap();
+    c.buf.write(0, &data);
+    c.qp.post_send(&SendWr::new(
+        2,
+        SendOp::Send,
+        Sgl::single(c.mr.addr, data.len() as u32, c.mr.lkey),
+    ))
+    .unwrap();
+    assert_eq!(c.wait_wc().status, WcStatus::Success);
+    assert_eq!(s.wait_wc().status, WcStatus::Success);
+    assert_eq!(s.buf.to_vec(0, data.len()), data);
+}
+
+fn daemon(tag: &str) -> (Daemon, PathBuf, PathBuf) {
+    let dir = tempdir(tag);
+    let d = Daemon::start(None, &["--mem-pair", "--name", "c"], &dir);
+    let (a, b) = (PathBuf::from(d.sock("c0")), PathBuf::from(d.sock("c1")));
+    (d, a, b)
+}
+
+#[test]
+fn connect_accept_move_data_and_disconnect() {
+    let (_d, s0, s1) = daemon("cm-conn");
+    let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
+    let (cid, sid) = establish(&mut c, &mut s, 7471);
+    send_data(&mut c, &mut s);
+    // every event read: the channel is not readable
+    assert!(c.ch.next(true).unwrap().is_none());
+    assert!(s.ch.next(true).unwrap().is_none());
+    // the server's ID moves to a second channel: its next event goes there
+    let ch2 = EventChannel::open(&s1).unwrap();
+    assert_eq!(s.cm.migrate_id(sid, ch2.token()).unwrap(), 2);
+    c.cm.disconnect(cid).unwrap();
+    let mut p = libc::pollfd {
+        fd: ch2.fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one pollfd that lives across the call.
+    assert_eq!(unsafe { libc::poll(&mut p, 1, T.as_millis() as i32) }, 1);
+    let e = ch2.next(false).unwrap().unwrap();
+    assert_eq!((e.kind, e.id), (CmEventKind::DISCONNECTED, sid));
+    c.expect(CmEventKind::DISCONNECTED);
+    assert!(s.ch.next(true).unwrap().is_none());
+    let st = c._ctx.stats().unwrap().cm;
+    assert_eq!(st.get("cm_tx_req"), Some(&1), "{st:?}");
+    assert_eq!(st.get("cm_rx_rep"), Some(&1), "{st:?}");
+    assert_eq!(st.get("cm_tx_rtu"), Some(&1), "{st:?}");
+    assert_eq!(st.get("cm_tx_dreq"), Some(&1), "{st:?}");
+    let st = s._ctx.stats().unwrap().cm;
+    assert_eq!(st.get("cm_rx_req"), Some(&1), "{st:?}");
+    assert_eq!(st.get("cm_tx_rep"), Some(&1), "{st:?}");
+    assert_eq!(st.get("cm_tx_drep"), Some(&1), "{st:?}");
+    // ADDR_RESOLVED, ROUTE_RESOLVED, ESTABLISHED, DISCONNECTED; then
+    // CONNECT_REQUEST, ESTABLISHED, DISCONNECTED
+    assert_eq!(c.cm.destroy_id(cid).unwrap(), 4);
+    assert_eq!(s.cm.destroy_id(sid).unwrap(), 3);
+    assert!(c.cm.destroy_id(cid).is_err(), "destroyed");
+    // the ID lives where its address is
+    let addr = IpAddr::V4(SERVER_IP);
+    let dir = s1.parent().unwrap();
+    assert_eq!(
+        softrnic::client::cm::device_socket_in(dir, addr),
+        Some(s1.clone())
+    );
+}
+
+#[test]
+fn reject_and_no_listener_give_rejected() {
+    let (_d, s0, s1) = daemon("cm-rej");
+    let (c, s) = (Side::new(&s0), Side::new(&s1));
+    listening(&s, 7000);
+    let cid = resolved(&c, 7000);
+    c.cm.connect(cid, &param(c.qp.qpn, b"please")).unwrap();
+    let req = s.expect(CmEventKind::CONNECT_REQUEST);
+    s.cm.reject(req.id, b"go away").unwrap();
+    let e = c.expect(CmEventKind::REJECTED);
+    // IBA 12.6.7 Table 104: 28, consumer reject
+    assert_eq!(e.status, 28);
+    assert_eq!(&e.conn.unwrap().private_data[..7], b"go away");
+
+    // a port nobody listens on: IBA Table 104 reason 8, invalid service ID
+    let cid = resolved(&c, 7001);
+    c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
+    let e = c.expect(CmEventKind::REJECTED);
+    assert_eq!(e.status, 8);
+    // IB addressing is refused clearly
+    let e =
+        c.cm.create_id(c.ch.token(), PortSpace::IB, CmQpType::Rc, 0)
+            .unwrap_err();
+    assert!(e.to_string().contains("port space"), "{e}");
+}
+
+#[test]
+fn a_closed_client_connection_disconnects_its_ids() {
+    let (_d, s0, s1) = daemon("cm-orphan");
+    let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
+    establish(&mut c, &mut s, 7100);
+    // the client goes away: its connected ID sends a DREQ
+    drop(c);
+    s.expect(CmEventKind::DISCONNECTED);
+}
+
+/// Drops the first CM MAD of kind `attribute` this port sends.
+struct DropFirst {
+    attribute: u16,
+    dropped: Arc<AtomicUsize>,
+}
+
+impl Interceptor for DropFirst {
+    fn on_send(&mut self, frame: &mut [u8]) -> Fate {
+        let lost = self.dropped.load(Ordering::SeqCst) == 0
+            && wire::RoceRepr::parse(frame).is_ok_and(|r| {
+                r.bth.dest_qp == 1
+                    && MadHeader::parse(r.payload).is_ok_and(|h| h.attribute_id == self.attribute)
+            });
+        if lost {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+        Fate {
+            lost,
+            ..Fate::default()
+        }
+    }
+}
+
+/// Keeps a copy of every frame the port sends.
+struct Record(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl Interceptor for Record {
+    fn on_send(&mut self, frame: &mut [u8]) -> Fate {
+        self.0.lock().unwrap().push(frame.to_vec());
+        Fate::default()
+    }
+}
+
+/// Two devices in this process on an in-memory wire; `dropper` (0 or 1)
+/// loses the first `attribute` it sends.
+fn impaired_pair(tag: &str, dropper: usize, attribute: u16) -> (Vec<Server>, Arc<AtomicUsize>) {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let i = DropFirst {
+        attribute,
+        dropped: dropped.clone(),
+    };
+    (pair_with(tag, dropper, Box::new(i)), dropped)
+}
+
+/// Two devices in this process on an in-memory wire; device `which`
+/// sends through `interceptor`.
+fn pair_with(tag: &str, which: usize, interceptor: Box<dyn Interceptor>) -> Vec<Server> {
+    let dir = tempdir(tag);
+    let macs = [
+        wire::EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
+        wire::EthernetAddress([0x02, 0x53, 0x52, 0, 0, 2]),
+    ];
+    let (p0, p1) = nic::io::mem::pair(macs, 4096);
+    let (p0, p1): (Box<dyn nic::io::Port>, Box<dyn nic::io::Port>) = if which == 0 {
+        (Box::new(Impaired::new(p0, interceptor)), Box::new(p1))
+    } else {
+        (Box::new(p0), Box::new(Impaired::new(p1, interceptor)))
+    };
+    let cfg = |i: u8, name: &str| ServerConfig {
+        name: name.into(),
+        sock_dir: dir.clone(),
+        mode: 0o600,
+        gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 1 + i)),
+        engine: nic::engine::EngineConfig::default(),
+        bell: true,
+    };
+    Server::start_many(
+        vec![
+            (p0, cfg(0, &format!("{tag}0"))),
+            (p1, cfg(1, &format!("{tag}1"))),
+        ],
+        false,
+    )
+    .unwrap()
+}
+
+fn lost_message_is_retried(tag: &str, dropper: usize, attribute: u16) {
+    let (servers, dropped) = impaired_pair(tag, dropper, attribute);
+    let mut c = Side::new(servers[0].socket_path());
+    let mut s = Side::new(servers[1].socket_path());
+    establish(&mut c, &mut s, 7200);
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the message was dropped");
+    send_data(&mut c, &mut s);
+    let st = if dropper == 0 { &c } else { &s }._ctx.stats().unwrap().cm;
+    if attribute != attr::RTU {
+        // REQ and REP are retransmitted on their timer (IBA 12.6.5, 12.6.8;
+        // a lost REP also goes again as the answer to the repeated REQ)
+        assert!(st.get("cm_retries").is_some_and(|n| *n >= 1), "{st:?}");
+    }
+}
+
+#[test]
+fn a_lost_req_is_retried_and_the_connection_forms() {
+    lost_message_is_retried("cmlreq", 0, attr::REQ);
+}
+
+#[test]
+fn a_lost_rep_is_retried_and_the_connection_forms() {
+    lost_message_is_retried("cmlrep", 1, attr::REP);
+}
+
+#[test]
+fn a_lost_rtu_is_replaced_by_the_repeated_rep_and_the_connection_forms() {
+    lost_message_is_retried("cmlrtu", 0, attr::RTU);
+}
+
+#[test]
+fn hostile_mads_are_counted_drops_and_connections_still_form() {
+    let (_d, s0, s1) = daemon("cm-hostile");
+    let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
+    // a UD QP on the client's device sends junk to the server's QP 1 with
+    // the GSI Q_Key: MADs of the wrong class, version, and random bytes
+    let ctx = Context::open(&s0).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.alloc_buffer(1 << 12).unwrap();
+    let mr = pd.reg_mr(&buf, 0, 1 << 12, ACCESS_ALL).unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let mut ud = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpKind::Ud,
+            send_cq: cq.handle,
+            recv_cq: cq.handle,
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            sq_sig_all: true,
+            srq: None,
+        })
+        .unwrap();
+    ud.ud_ready(0x8001_0000, 0).unwrap();
+    let peer = Context::open(&s1).unwrap();
+    let ah = pd
+        .create_ah(&nic::verbs::AhAttr::new(peer.device.gid, peer.device.mac))
+        .unwrap();
+    let mut junk = vec![[0u8; 256]; 4];
+    junk[0][1] = 0x04; // not the CM class
+    junk[1][..4].copy_from_slice(&[1, 7, 9, 3]); // CM class version 9
+    junk[2][..4].copy_from_slice(&[1, 7, 2, 3]); // REQ header, body of zeros
+    junk[2][16..18].copy_from_slice(&attr::REQ.to_be_bytes());
+    junk[3][..4].copy_from_slice(&[1, 7, 2, 3]); // a DREP nobody knows
+    junk[3][16..18].copy_from_slice(&attr::DREP.to_be_bytes());
+    for (k, j) in junk.iter().enumerate() {
+        buf.write(k * 256, j);
+        let wr = SendWr::new(
+            k as u64,
+            SendOp::Send,
+            Sgl::single(mr.addr + (k * 256) as u64, 256, mr.lkey),
+        );
+        ud.post_send_ud(&wr, &ah, 1, 0x8001_0000).unwrap();
+    }
+    let st = testkit::wait_for(T, "the junk counted", || {
+        let st = peer.stats().unwrap().cm;
+        let n: u64 = [
+            "cm_not_cm_class",
+            "cm_bad_class_version",
+            "cm_unknown_comm_id",
+        ]
+        .iter()
+        .map(|k| st.get(*k).copied().unwrap_or(0))
+        .sum();
+        if n >= 3 {
+            Ok(st)
+        } else {
+            Err(format!("{st:?}"))
+        }
+    });
+    assert_eq!(st.get("cm_not_cm_class"), Some(&1), "{st:?}");
+    assert_eq!(st.get("cm_bad_class_version"), Some(&1), "{st:?}");
+    // the daemon serves on: a connection forms
+    let (cid, _) = establish(&mut c, &mut s, 7300);
+    send_data(&mut c, &mut s);
+    c.cm.disconnect(cid).unwrap();
+    c.expect(CmEventKind::DISCONNECTED);
+}
+
+/// A classic pcap file of Ethernet frames.
+fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let mut out = Vec::new();
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, 1] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    // (the version's two halves and the zone/sigfigs words are written as
+    // two u32s above: 2,4 then 0,0; snaplen; LINKTYPE_ETHERNET)
+    out[4..8].copy_from_slice(&[2, 0, 4, 0]);
+    for (k, f) in frames.iter().enumerate() {
+        for v in [1_000_000u32 + k as u32, 0, f.len() as u32, f.len() as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(f);
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn the_cm_conversation_through_rnicd_has_rxe_layout_and_decodes_in_tshark() {
+    let frames = Arc::new(Mutex::new(Vec::new()));
+    let servers = pair_with("cmtap", 0, Box::new(Record(frames.clone())));
+    let mut c = Side::new(servers[0].socket_path());
+    let mut s = Side::new(servers[1].socket_path());
+    let (cid, _) = establish(&mut c, &mut s, 7400);
+    c.cm.disconnect(cid).unwrap();
+    c.expect(CmEventKind::DISCONNECTED);
+    s.expect(CmEventKind::DISCONNECTED);
+    let frames: Vec<Vec<u8>> = frames
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|f| wire::RoceRepr::parse(f).is_ok_and(|r| r.bth.dest_qp == 1))
+        .cloned()
+        .collect();
+    // the client's REQ, RTU and DREQ
+    let kinds: Vec<u16> = frames
+        .iter()
+        .map(|f| {
+            let r = wire::RoceRepr::parse(f).unwrap();
+            MadHeader::parse(r.payload).unwrap().attribute_id
+        })
+        .collect();
+    assert_eq!(kinds, [attr::REQ, attr::RTU, attr::DREQ]);
+    // rxe's REQ (rdma_cm.pcap): 322 bytes; the service ID of RDMA_PS_TCP
+    // and the port; the CA GUID the EUI-64 of the MAC; the RDMA IP CM
+    // header: version 0, IPv4, then both addresses IPv4-compatible
+    let req = wire::RoceRepr::parse(&frames[0]).unwrap();
+    assert_eq!(frames[0].len(), 322);
+    let mad = wire::mad::Mad::parse(req.payload).unwrap();
+    let Some(wire::mad::CmMessage::Req(r)) = mad.cm() else {
+        panic!("a REQ")
+    };
+    assert_eq!(r.service_id, 0x0000_0000_0106_0000 | 7400);
+    assert_eq!(r.local_ca_guid, 0x0053_52ff_fe00_0001);
+    assert_eq!(r.local_qpn, c.qp.qpn);
+    assert_eq!(&r.private_data[..2], &[0x00, 0x40]);
+    assert_eq!(
+        &r.private_data[4..20],
+        &Ipv4Addr::new(192, 0, 2, 1).to_ipv6_compatible().octets()
+    );
+    assert_eq!(
+        &r.private_data[20..36],
+        &SERVER_IP.to_ipv6_compatible().octets()
+    );
+    assert_eq!(&r.private_data[36..41], b"hello");
+    let path = std::env::temp_dir().join(format!("softrnic-cm-{}.pcap", std::process::id()));
+    write_pcap(&path, &frames);
+    if !testkit::tshark_runs(
+        "the_cm_conversation_through_rnicd_has_rxe_layout_and_decodes_in_tshark",
+    ) {
+        return;
+    }
+    let judge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/tshark-judge");
+    if judge.exists() {
+        let out = std::process::Command::new(&judge)
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "tshark-judge: {text}");
+    }
+    let out = std::process::Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(&path)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.mad.attributeid",
+            "-e",
+            "_ws.expert",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows, ["0x0010\t", "0x0014\t", "0x0015\t"], "{text}");
+    let _ = std::fs::remove_file(&path);
+}
