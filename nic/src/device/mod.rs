@@ -153,10 +153,10 @@ impl Rnic {
         let q = self.qps[idx].as_ref().expect("index is live");
         let mut s = format!(
             "qp {qpn:#x} {:?} {:?}: req npsn={} una={} cur={} cur_off={} rd_atomic={} ack_deadline={:?} rnr_deadline={:?} retry_left={}\n",
-            q.qp_type(), q.state, q.req.npsn, q.req.una, q.req.cur, q.req.cur_off, q.req.rd_atomic_outstanding,
-            q.req.ack_deadline, q.req.rnr_deadline, q.req.retry_left
+            q.qp_type(), q.state, q.req.npsn, q.comp.una, q.req.cur, q.req.cur_off, q.req.rd_atomic_outstanding,
+            q.comp.ack_deadline, q.comp.rnr_deadline, q.comp.retry_left
         );
-        for w in q.req.sq.iter().take(12) {
+        for w in q.sq.iter().take(12) {
             s += &format!(
                 "  wqe {} {:?} len={} started={} first_psn={} npkts={} read_done={}\n",
                 w.wr.wr_id, w.wr.op, w.len, w.started, w.first_psn, w.npkts, w.read_done
@@ -207,6 +207,6 @@ impl Rnic {
         self.qps
             .iter()
             .flatten()
-            .all(|q| q.req.sq.is_empty() && q.resp.responses.is_empty())
+            .all(|q| q.sq.is_empty() && q.resp.responses.is_empty())
     }
 }

@@ -182,7 +182,7 @@ impl Rnic {
             mtu: qp.mtu,
             sq_psn: qp.req.npsn.value(),
             rq_psn: qp.resp.epsn.value(),
-            send_queue_len: qp.req.sq.len(),
+            send_queue_len: qp.sq.len(),
             recv_queue_len: qp.rq.len(),
             counters: qp.counters.clone(),
         })

@@ -25,6 +25,7 @@ mod qp_ops;
 mod requester;
 pub(crate) mod resources;
 mod responder;
+mod sq;
 pub mod timers;
 
 pub use congestion::{CcConfig, PfcTxConfig};

@@ -5,14 +5,44 @@
 
 use super::congestion::CcConfig;
 use super::qp::{HeaderTemplate, Qp};
-use super::requester::SendWqe;
+use super::sq::{self, Fault, SendCtx, SendWqe};
 use super::{Resources, MAX_MSG_LEN};
 use crate::time::Instant;
 use crate::verbs::{
     check_modify, AsyncEvent, QpAttr, QpState, RecvWr, SendOp, SendWr, VerbsError, Wc, WcOpcode,
     WcStatus,
 };
-use wire::{IpRepr, QpType};
+use wire::{IpRepr, QpType, RoceRepr};
+
+/// The roles of a QP, for [`Qp::apply_fault`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Requester,
+    Completer,
+}
+
+/// The [`SendCtx`] of a QP: its attributes by value and disjoint borrows
+/// of the send queue and counters, so that the requester and completer
+/// fields stay free to borrow beside it.
+macro_rules! send_ctx {
+    ($qp:ident, $res:ident) => {
+        SendCtx {
+            qpn: $qp.qpn,
+            qp_type: $qp.init.qp_type,
+            state: $qp.state,
+            pd: $qp.init.pd,
+            send_cq: $qp.init.send_cq,
+            mtu: $qp.mtu,
+            timeout: $qp.timeout,
+            retry_cnt: $qp.retry_cnt,
+            rnr_retry: $qp.rnr_retry,
+            sq: &mut $qp.sq,
+            res: $res,
+            counters: &mut $qp.counters,
+            fault: None,
+        }
+    };
+}
 
 impl Qp {
     /// `modify_qp`: checks the transition (IBA 10.3.1, Table 93 via
@@ -45,21 +75,19 @@ impl Qp {
             qp.min_rnr_timer = v;
         }
         if let Some(p) = attr.sq_psn {
-            qp.req.npsn = wire::Psn::new(p);
-            qp.req.una = qp.req.npsn;
-            qp.req.high = qp.req.npsn;
-            qp.req.acked = qp.req.npsn;
+            qp.req.reset_psn(wire::Psn::new(p));
+            qp.comp.reset_psn(wire::Psn::new(p));
         }
         if let Some(v) = attr.timeout {
             qp.timeout = v;
         }
         if let Some(v) = attr.retry_cnt {
             qp.retry_cnt = v;
-            qp.req.retry_left = v;
+            qp.comp.retry_left = v;
         }
         if let Some(v) = attr.rnr_retry {
             qp.rnr_retry = v;
-            qp.req.rnr_left = v;
+            qp.comp.rnr_left = v;
         }
         if let Some(v) = attr.max_rd_atomic {
             qp.max_rd_atomic = v;
@@ -95,7 +123,7 @@ impl Qp {
         if matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(VerbsError::BadState(self.state));
         }
-        if self.req.sq.len() >= self.init.max_send_wr as usize {
+        if self.sq.len() >= self.init.max_send_wr as usize {
             return Err(VerbsError::QueueFull);
         }
         match (self.qp_type(), &wr.op) {
@@ -160,11 +188,11 @@ impl Qp {
         };
         // IBA 10.3.1: send WRs posted in ERR (or SQEr) complete as flushed.
         if matches!(self.state, QpState::Err | QpState::Sqe) {
-            self.req.sq.push_back(wqe);
+            self.sq.push_back(wqe);
             self.flush_send_queue(res);
             return Ok(());
         }
-        self.req.sq.push_back(wqe);
+        self.sq.push_back(wqe);
         Ok(())
     }
 
@@ -215,25 +243,28 @@ impl Qp {
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        [
-            self.req.ack_deadline,
-            self.req.rnr_deadline,
-            self.cc.next_deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        [self.comp.poll_timeout(), self.cc.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).
     pub(crate) fn enter_error(&mut self, res: &mut Resources) {
+        self.enter_error_except(res, None);
+    }
+
+    /// `enter_error`, but the role `by` (whose work failed the QP) has
+    /// done its own part already.
+    fn enter_error_except(&mut self, res: &mut Resources, by: Option<Role>) {
         let was = self.state;
         self.state = QpState::Err;
         self.drain_pending = false;
         self.resp.error_after_flush = false;
         self.resp.error_event = None;
-        self.req.ack_deadline = None;
-        self.req.rnr_deadline = None;
+        if by != Some(Role::Completer) {
+            self.comp.on_qp_error();
+        }
         self.resp.responses.clear();
         self.flush_send_queue(res);
         if let Some(super::responder::InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
@@ -258,8 +289,8 @@ impl Qp {
     pub(crate) fn check_drained(&mut self, res: &mut Resources) {
         if self.drain_pending
             && self.state == QpState::Sqd
-            && !self.req.outstanding()
-            && !self.req.sq.iter().any(|w| w.started)
+            && !self.comp.outstanding(self.req.high())
+            && !self.sq.iter().any(|w| w.started)
         {
             self.drain_pending = false;
             res.raise(AsyncEvent::SqDrained(self.qpn));
@@ -267,74 +298,68 @@ impl Qp {
     }
 
     fn flush_send_queue(&mut self, res: &mut Resources) {
-        while let Some(w) = self.req.sq.pop_front() {
-            self.counters.req_cqe_flush_error += 1;
-            let wc = Wc::new(
-                w.wr.wr_id,
-                WcStatus::WrFlushErr,
-                w.wr.op.wc_opcode(),
-                self.qpn,
-            );
-            let _ = res.complete(self.init.send_cq, wc);
-        }
-        self.req.cur = 0;
-        self.req.cur_off = 0;
-        self.req.rd_atomic_outstanding = 0;
+        let (qpn, cq) = (self.qpn, self.init.send_cq);
+        sq::flush(
+            &mut self.sq,
+            &mut self.req,
+            res,
+            &mut self.counters,
+            qpn,
+            cq,
+        );
     }
 
-    /// Completes the oldest send WQE with `status` (errors always complete,
-    /// signaled or not) and, on error, fails the QP.
+    /// Completes the oldest send WQE with `status` (the requester's
+    /// completions: UC and UD messages sent, local operations, local
+    /// errors) and applies what that does to the QP.
     pub(crate) fn complete_front(&mut self, res: &mut Resources, status: WcStatus) {
-        let Some(w) = self.req.sq.pop_front() else {
-            return;
-        };
-        if self.req.cur == 0 {
-            // the WQE being (re)sent is done: the cursor moves to the next
-            // one (`fast_forward` puts npsn back in line with una)
-            self.req.cur_off = 0;
-        }
-        self.req.cur = self.req.cur.saturating_sub(1);
-        if w.wr.op.is_read_or_atomic() && w.started {
-            self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
-        }
-        if status == WcStatus::Success {
-            if w.wr.op.is_send() {
-                self.counters.rdma_sends += 1;
-            }
-            if w.signaled {
-                let mut wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
-                wc.byte_len = w.len as u32;
-                if res.complete(self.init.send_cq, wc).is_err() {
-                    self.counters.cq_overrun += 1;
-                    self.raise_fatal(res);
-                    self.enter_error(res);
-                    return;
-                }
-            }
-            // The next WQE failed locally while this one was in flight: its
-            // error completion is due now, in order.
-            if let Some(st) = self.req.sq.front().and_then(|w| w.local_status) {
-                self.complete_front(res, st);
-            }
-        } else {
-            self.counters.req_cqe_error += 1;
-            let wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
-            let _ = res.complete(self.init.send_cq, wc);
-            self.fail_send_queue(res);
-        }
+        let mut ctx = send_ctx!(self, res);
+        ctx.complete_front(&mut self.req, status);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Requester);
     }
 
-    /// A send WQE completed in error. RC fails the whole QP (IBA 9.9.2).
-    /// UC and UD move to the Send Queue Error state (IBA 10.3.1, SQEr): the
-    /// other send WQEs are flushed, the receive queue keeps working, and
-    /// `modify_qp(SQE → RTS)` resumes sending.
-    pub(crate) fn fail_send_queue(&mut self, res: &mut Resources) {
-        match self.qp_type() {
-            QpType::Rc => self.enter_error(res),
-            QpType::Uc | QpType::Ud => {
-                self.state = QpState::Sqe;
-                self.flush_send_queue(res);
-            }
+    /// [`SendCtx::complete_front_at`] for the requester.
+    pub(crate) fn complete_front_at(&mut self, res: &mut Resources, idx: usize, status: WcStatus) {
+        let mut ctx = send_ctx!(self, res);
+        ctx.complete_front_at(&mut self.req, idx, status);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Requester);
+    }
+
+    /// A response (ACK, NAK, READ response, atomic ACK): the completer's.
+    pub(crate) fn handle_response(
+        &mut self,
+        res: &mut Resources,
+        now: Instant,
+        pkt: &RoceRepr<'_>,
+    ) {
+        let mut ctx = send_ctx!(self, res);
+        self.comp.handle_response(&mut ctx, &mut self.req, now, pkt);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Completer);
+    }
+
+    /// Timers: DCQCN's, then the completer's (the RNR wait ending, the
+    /// local ACK timeout).
+    pub(crate) fn handle_timeout(&mut self, res: &mut Resources, now: Instant) {
+        // DCQCN rate-increase timer and deferred cuts; a paced QP may go on
+        self.cc.rp.handle_timeout(now);
+        if self.cc.pace_blocked && self.cc.pacer.ready(now) {
+            self.cc.pace_blocked = false;
+        }
+        let mut ctx = send_ctx!(self, res);
+        self.comp.handle_timeout(&mut ctx, &mut self.req, now);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Completer);
+    }
+
+    /// Applies a fault a role reported (the send queue is flushed already).
+    fn apply_fault(&mut self, res: &mut Resources, fault: Option<Fault>, by: Role) {
+        match fault {
+            None => {}
+            Some(Fault::Error) => self.enter_error_except(res, Some(by)),
+            Some(Fault::SendQueueError) => self.state = QpState::Sqe,
         }
     }
 

@@ -3,86 +3,83 @@
 //! max_rd_atomic limit, fences — and rewinds for go-back-N retransmission.
 
 use super::qp::Qp;
-use super::timers::local_ack_timeout;
+use super::sq::{SendQueue, SendWqe};
 use super::Resources;
 use crate::time::Instant;
-use crate::verbs::SendWr;
 use crate::verbs::{access, QpState, SendOp, WcStatus};
-use std::collections::VecDeque;
 use wire::{AtomicEth, BthRepr, Deth, ExtHeaders, Opcode, Psn, QpType, Reth};
 
-/// A posted send WQE and its progress.
-#[derive(Debug)]
-pub struct SendWqe {
-    pub wr: SendWr,
-    /// IBV_SEND_INLINE: the data, copied at post time.
-    pub inline: Option<Box<[u8]>>,
-    /// Message length in bytes.
-    pub len: u64,
-    /// Whether its first packet has gone out (and `first_psn` is fixed).
-    pub started: bool,
-    pub first_psn: Psn,
-    /// PSNs the message occupies (READ: one per response packet).
-    pub npkts: u32,
-    /// READ: bytes of response received so far.
-    pub read_done: u64,
-    pub signaled: bool,
-    /// The WQE finished locally while WQEs before it were still in
-    /// flight — a local operation (BIND_MW, LOCAL_INV) executed, or a local
-    /// error found when it was due to be sent: it completes with this
-    /// status once they have (IBA 10.8.5: send completions are returned in
-    /// posting order).
-    pub local_status: Option<crate::verbs::WcStatus>,
-}
-
-impl SendWqe {
-    pub fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts.max(1) - 1)
-    }
-    /// Whether packet `psn` belongs to this WQE (a local operation has no
-    /// packets).
-    pub fn contains(&self, psn: Psn) -> bool {
-        self.started && !self.wr.op.is_local() && psn.in_window(self.first_psn, self.npkts.max(1))
-    }
-}
-
-/// Requester and completer state (one side of the send queue).
+/// Requester state (rxe's `req`): where in the send queue the next
+/// request packet comes from and which PSN it takes.
 #[derive(Debug, Default)]
 pub struct Requester {
-    /// Posted, not yet completed, oldest first.
-    pub sq: VecDeque<SendWqe>,
-    /// Index in `sq` of the WQE whose next packet goes out next.
+    /// Index in the send queue of the WQE whose next packet goes out next.
     pub cur: usize,
     /// Bytes of `sq[cur]` already sent (or, for a READ, the offset to ask from).
     pub cur_off: u64,
     /// Next PSN to send.
     pub npsn: Psn,
-    /// Oldest PSN not yet acknowledged.
-    pub una: Psn,
     /// READs and atomics sent and not completed.
     pub rd_atomic_outstanding: u32,
     /// Packets sent since the last one with AckReq.
     pub noack_pkts: u32,
-    pub retry_left: u8,
-    pub rnr_left: u8,
-    pub ack_deadline: Option<Instant>,
-    /// Sending is held until this RNR NAK timer expires.
-    pub rnr_deadline: Option<Instant>,
     /// One past the highest PSN ever sent: responses up to here answer
     /// something we sent, even after a go-back-N rewind moved `npsn` back.
     pub high: Psn,
-    /// One past the highest PSN an ACK or NAK has acknowledged. WQEs behind
-    /// an unanswered READ cannot complete yet, but their packets need not
-    /// be sent again (an ACK acknowledges every earlier packet, IBA 9.7.5.2).
-    pub acked: Psn,
-    /// The first missing READ/atomic response an implied NAK last resent
-    /// from (once per gap, `implied_nak`); forgotten on progress.
-    pub read_retry: Option<Psn>,
 }
 
 impl Requester {
-    pub fn outstanding(&self) -> bool {
-        self.una != self.high
+    /// One past the highest PSN ever sent.
+    pub fn high(&self) -> Psn {
+        self.high
+    }
+
+    /// `modify_qp` set the send PSN.
+    pub fn reset_psn(&mut self, psn: Psn) {
+        self.npsn = psn;
+        self.high = psn;
+    }
+
+    /// The oldest WQE `w` left the send queue (completed or failed).
+    pub fn on_front_retired(&mut self, w: &SendWqe) {
+        if self.cur == 0 {
+            // the WQE being (re)sent is done: the cursor moves to the next
+            // one (`fast_forward` puts npsn back in line with una)
+            self.cur_off = 0;
+        }
+        self.cur = self.cur.saturating_sub(1);
+        if w.wr.op.is_read_or_atomic() && w.started {
+            self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
+        }
+    }
+
+    /// The send queue was flushed.
+    pub fn on_flushed(&mut self) {
+        self.cur = 0;
+        self.cur_off = 0;
+        self.rd_atomic_outstanding = 0;
+    }
+
+    /// Go-back-N: resend from `psn` (IBA 9.7.5.2.5: after a NAK or
+    /// timeout the requester resends from the first unacknowledged packet).
+    /// Only ever moves the cursor back; `fast_forward` moves it forward.
+    pub fn handle_retry(&mut self, sq: &SendQueue, mtu: u32, psn: Psn) {
+        if !psn.before(self.npsn) {
+            return;
+        }
+        let Some(idx) = sq.iter().position(|w| w.contains(psn)) else {
+            return;
+        };
+        let w = &sq[idx];
+        let pkt_off = w.first_psn.distance_to(psn) as u64;
+        self.cur = idx;
+        self.cur_off = if w.wr.op.is_atomic() {
+            0
+        } else {
+            (pkt_off * mtu as u64).min(w.len)
+        };
+        self.npsn = psn;
+        self.noack_pkts = 0;
     }
 }
 
@@ -124,40 +121,40 @@ impl Qp {
         now: Instant,
         buf: &mut [u8],
     ) -> Option<usize> {
-        if self.req.npsn.before(self.req.una) {
+        if self.req.npsn.before(self.comp.una) {
             // ACKs for packets of an earlier round arrived after a rewind:
             // skip what is already acknowledged
             self.fast_forward();
         }
         self.skip_acked();
-        if self.req.rnr_deadline.is_some() || self.req.cur >= self.req.sq.len() {
+        if self.comp.rnr_wait() || self.req.cur >= self.sq.len() {
             return None;
         }
         // SQD (IBA 10.3.1, "Send Queue Drain"): the messages already begun
         // are finished (and retransmitted if need be), no new one starts.
-        let in_progress = self.state == QpState::Sqd && self.req.sq[self.req.cur].started;
+        let in_progress = self.state == QpState::Sqd && self.sq[self.req.cur].started;
         if !self.can_send() && !in_progress {
             return None;
         }
         let rc = self.qp_type() == QpType::Rc;
         // Window of unacknowledged PSNs (rxe: RXE_MAX_UNACKED_PSNS).
-        if rc && self.req.una.distance_to(self.req.npsn) >= res.cfg.max_unacked_psns {
+        if rc && self.comp.una.distance_to(self.req.npsn) >= res.cfg.max_unacked_psns {
             return None;
         }
         // Local operations run when the requester reaches them, in order,
         // and send nothing: the cursor passes them.
-        if self.req.sq[self.req.cur].wr.op.is_local() && !self.pass_local_ops(res) {
+        if self.sq[self.req.cur].wr.op.is_local() && !self.pass_local_ops(res) {
             return None;
         }
         let cur = self.req.cur;
         // A WQE that failed locally holds the queue until it completes.
-        if self.req.sq[cur].local_status.is_some() {
+        if self.sq[cur].local_status.is_some() {
             return None;
         }
-        if !self.req.sq[cur].started && !self.start_wqe(res, cur)? {
+        if !self.sq[cur].started && !self.start_wqe(res, cur)? {
             return None;
         }
-        let w = &self.req.sq[cur];
+        let w = &self.sq[cur];
         let mtu = self.mtu as u64;
         let psn = self.req.npsn;
         let mut bth = BthRepr::new(Opcode(0), self.dest_qpn, psn);
@@ -360,12 +357,10 @@ impl Qp {
             self.req.cur_off = 0;
         }
         if rc {
-            if self.req.ack_deadline.is_none() {
-                self.req.ack_deadline = local_ack_timeout(self.timeout).map(|d| now + d);
-            }
+            self.comp.on_request_sent(now, self.timeout);
         } else if msg_done {
             // UC and UD complete once the last packet is on the wire.
-            self.req.una = self.req.npsn;
+            self.comp.on_unreliable_sent(self.req.npsn);
             self.complete_front(res, WcStatus::Success);
         }
         Some(n)
@@ -374,7 +369,7 @@ impl Qp {
     /// First transmission of `sq[idx]`: checks (fence, max_rd_atomic, local
     /// keys) and fixes its PSNs. `Some(false)`: not yet; `None`: failed.
     fn start_wqe(&mut self, res: &mut Resources, idx: usize) -> Option<bool> {
-        let w = &self.req.sq[idx];
+        let w = &self.sq[idx];
         let rd_atomic = w.wr.op.is_read_or_atomic();
         // IBA 10.8.3.3: a fenced WR waits for earlier READs and atomics.
         if w.wr.flags.fence && self.req.rd_atomic_outstanding > 0 {
@@ -404,7 +399,7 @@ impl Qp {
             _ => packets(w.len, self.mtu),
         };
         let psn = self.req.npsn;
-        let w = &mut self.req.sq[idx];
+        let w = &mut self.sq[idx];
         w.started = true;
         w.first_psn = psn;
         w.npkts = npkts;
@@ -420,9 +415,9 @@ impl Qp {
     #[cold]
     #[inline(never)]
     fn pass_local_ops(&mut self, res: &mut Resources) -> bool {
-        while self.req.cur < self.req.sq.len() && self.req.sq[self.req.cur].wr.op.is_local() {
+        while self.req.cur < self.sq.len() && self.sq[self.req.cur].wr.op.is_local() {
             let cur = self.req.cur;
-            let w = &self.req.sq[cur];
+            let w = &self.sq[cur];
             if w.local_status.is_some_and(|st| st != WcStatus::Success) {
                 // failed: holds the queue until it completes in error
                 return false;
@@ -431,7 +426,6 @@ impl Qp {
                 return false;
             }
             if self
-                .req
                 .sq
                 .get(cur)
                 .is_some_and(|w| w.started && w.wr.op.is_local())
@@ -440,7 +434,7 @@ impl Qp {
                 self.req.cur_off = 0;
             }
         }
-        self.req.cur < self.req.sq.len()
+        self.req.cur < self.sq.len()
     }
 
     /// Executes the local operation `sq[idx]` (BIND_MW, LOCAL_INV).
@@ -449,7 +443,7 @@ impl Qp {
     /// Completes it now if it is the oldest WQE, else once those before it
     /// have (IBA 10.8.5).
     fn run_local(&mut self, res: &mut Resources, idx: usize) -> Option<bool> {
-        let w = &self.req.sq[idx];
+        let w = &self.sq[idx];
         // IBA 10.8.3.3: a fenced WR waits for earlier READs and atomics.
         if w.wr.flags.fence && self.req.rd_atomic_outstanding > 0 {
             return Some(false);
@@ -470,7 +464,7 @@ impl Qp {
             _ => unreachable!("only local operations"),
         };
         let psn = self.req.npsn;
-        let w = &mut self.req.sq[idx];
+        let w = &mut self.sq[idx];
         w.started = true;
         w.first_psn = psn;
         w.npkts = 0;
@@ -481,33 +475,17 @@ impl Qp {
         if idx == 0 {
             self.complete_front(res, WcStatus::Success);
         } else {
-            self.req.sq[idx].local_status = Some(WcStatus::Success);
+            self.sq[idx].local_status = Some(WcStatus::Success);
         }
         Some(true)
     }
 
-    /// Fails the WQE at `idx` (always the oldest unfinished one: WQEs
-    /// start in order and earlier ones are complete or in flight).
-    fn complete_front_at(&mut self, res: &mut Resources, idx: usize, status: WcStatus) {
-        if idx == 0 {
-            self.complete_front(res, status);
-        } else {
-            // Earlier WQEs are still in flight and may yet succeed: they
-            // complete first (IBA 10.8.5, completions in posting order),
-            // then this one in error (see `complete_front`), then the QP
-            // fails and flushes the rest. Nothing after it is sent.
-            self.req.sq[idx].local_status = Some(status);
-        }
-    }
-
-    /// Go-back-N: resend from `psn` (IBA 9.7.5.2.5: after a NAK or
-    /// timeout the requester resends from the first unacknowledged packet).
     /// Moves the cursor to `una` after ACKs overtook a go-back-N replay.
     pub(crate) fn fast_forward(&mut self) {
-        let una = self.req.una;
-        match self.req.sq.iter().position(|w| w.contains(una)) {
+        let una = self.comp.una;
+        match self.sq.iter().position(|w| w.contains(una)) {
             Some(idx) => {
-                let w = &self.req.sq[idx];
+                let w = &self.sq[idx];
                 let pkt_off = w.first_psn.distance_to(una) as u64;
                 self.req.cur = idx;
                 self.req.cur_off = if w.wr.op.is_atomic() {
@@ -518,11 +496,10 @@ impl Qp {
             }
             None => {
                 self.req.cur = self
-                    .req
                     .sq
                     .iter()
                     .position(|w| !w.started)
-                    .unwrap_or(self.req.sq.len());
+                    .unwrap_or(self.sq.len());
                 self.req.cur_off = 0;
             }
         }
@@ -534,9 +511,9 @@ impl Qp {
     /// acknowledged already; READs and atomics behind `acked` whose answers
     /// never came are asked again.
     fn skip_acked(&mut self) {
-        let acked = self.req.acked;
-        while self.req.cur < self.req.sq.len() && self.req.npsn.before(acked) {
-            let w = &self.req.sq[self.req.cur];
+        let acked = self.comp.acked;
+        while self.req.cur < self.sq.len() && self.req.npsn.before(acked) {
+            let w = &self.sq[self.req.cur];
             if w.started && w.wr.op.is_local() {
                 self.req.cur += 1;
                 self.req.cur_off = 0;
@@ -556,25 +533,5 @@ impl Qp {
             self.req.cur_off = 0;
             self.req.npsn = end;
         }
-    }
-
-    /// Only ever moves the cursor back; `fast_forward` moves it forward.
-    pub(crate) fn rewind_to(&mut self, psn: Psn) {
-        if !psn.before(self.req.npsn) {
-            return;
-        }
-        let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-            return;
-        };
-        let w = &self.req.sq[idx];
-        let pkt_off = w.first_psn.distance_to(psn) as u64;
-        self.req.cur = idx;
-        self.req.cur_off = if w.wr.op.is_atomic() {
-            0
-        } else {
-            (pkt_off * self.mtu as u64).min(w.len)
-        };
-        self.req.npsn = psn;
-        self.req.noack_pkts = 0;
     }
 }
