@@ -182,12 +182,4 @@ impl Qp {
     pub fn can_send(&self) -> bool {
         matches!(self.state, QpState::Rts)
     }
-
-    /// States in which the receive side takes packets.
-    pub fn can_receive(&self) -> bool {
-        matches!(
-            self.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        )
-    }
 }

@@ -5,12 +5,12 @@
 
 use super::congestion::CcConfig;
 use super::qp::{HeaderTemplate, Qp};
+use super::responder::RespCtx;
 use super::sq::{self, Fault, SendCtx, SendWqe};
 use super::{Resources, MAX_MSG_LEN};
 use crate::time::Instant;
 use crate::verbs::{
-    check_modify, AsyncEvent, QpAttr, QpState, RecvWr, SendOp, SendWr, VerbsError, Wc, WcOpcode,
-    WcStatus,
+    check_modify, AsyncEvent, QpAttr, QpState, SendOp, SendWr, VerbsError, Wc, WcOpcode, WcStatus,
 };
 use wire::{IpRepr, QpType, RoceRepr};
 
@@ -18,12 +18,39 @@ use wire::{IpRepr, QpType, RoceRepr};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     Requester,
+    Responder,
     Completer,
 }
 
 /// The [`SendCtx`] of a QP: its attributes by value and disjoint borrows
 /// of the send queue and counters, so that the requester and completer
 /// fields stay free to borrow beside it.
+/// The [`RespCtx`] of a QP, as `send_ctx!` for the responder.
+macro_rules! resp_ctx {
+    ($qp:ident, $res:ident) => {
+        RespCtx {
+            qpn: $qp.qpn,
+            qp_type: $qp.init.qp_type,
+            state: $qp.state,
+            pd: $qp.init.pd,
+            recv_cq: $qp.init.recv_cq,
+            srq: $qp.init.srq,
+            mtu: $qp.mtu,
+            dest_qpn: $qp.dest_qpn,
+            pkey: $qp.pkey,
+            access: $qp.access,
+            qkey: $qp.qkey,
+            min_rnr_timer: $qp.min_rnr_timer,
+            max_dest_rd_atomic: $qp.max_dest_rd_atomic,
+            hdr: $qp.hdr.as_ref(),
+            rq: &mut $qp.rq,
+            res: $res,
+            counters: &mut $qp.counters,
+            fault: None,
+        }
+    };
+}
+
 macro_rules! send_ctx {
     ($qp:ident, $res:ident) => {
         SendCtx {
@@ -66,7 +93,7 @@ impl Qp {
             qp.dest_qpn = d;
         }
         if let Some(p) = attr.rq_psn {
-            qp.resp.epsn = wire::Psn::new(p);
+            qp.resp.set_epsn(wire::Psn::new(p));
         }
         if let Some(v) = attr.max_dest_rd_atomic {
             qp.max_dest_rd_atomic = v;
@@ -213,12 +240,13 @@ impl Qp {
         if res.pfc.is_paused(self.cc.prio, now) {
             return None;
         }
-        if let Some(n) = self.next_response(res, buf) {
-            return Some(n);
+        let mut ctx = resp_ctx!(self, res);
+        let sent = self.resp.poll_transmit(&mut ctx, buf);
+        if sent.is_some() {
+            return sent;
         }
-        if self.resp.error_after_flush && self.resp.responses.is_empty() {
-            self.resp.error_after_flush = false;
-            if let Some(ev) = self.resp.error_event.take() {
+        if let Some(event) = self.resp.poll_error() {
+            if let Some(ev) = event {
                 res.raise(ev);
             }
             self.enter_error(res);
@@ -260,14 +288,15 @@ impl Qp {
         let was = self.state;
         self.state = QpState::Err;
         self.drain_pending = false;
-        self.resp.error_after_flush = false;
-        self.resp.error_event = None;
+        let in_msg_recv = match by {
+            Some(Role::Responder) => None,
+            _ => self.resp.on_qp_error(),
+        };
         if by != Some(Role::Completer) {
             self.comp.on_qp_error();
         }
-        self.resp.responses.clear();
         self.flush_send_queue(res);
-        if let Some(super::responder::InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
+        if let Some(recv) = in_msg_recv {
             self.rq.push_front(recv);
         }
         while let Some(wr) = self.rq.pop_front() {
@@ -327,6 +356,14 @@ impl Qp {
         self.apply_fault(res, fault, Role::Requester);
     }
 
+    /// A request: the responder's.
+    pub(crate) fn handle_request(&mut self, res: &mut Resources, now: Instant, pkt: &RoceRepr<'_>) {
+        let mut ctx = resp_ctx!(self, res);
+        self.resp.handle_request(&mut ctx, now, pkt);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Responder);
+    }
+
     /// A response (ACK, NAK, READ response, atomic ACK): the completer's.
     pub(crate) fn handle_response(
         &mut self,
@@ -360,70 +397,6 @@ impl Qp {
             None => {}
             Some(Fault::Error) => self.enter_error_except(res, Some(by)),
             Some(Fault::SendQueueError) => self.state = QpState::Sqe,
-        }
-    }
-
-    /// Completes a receive WQE; on a CQ overrun the QP fails.
-    pub(crate) fn complete_recv(&mut self, res: &mut Resources, wc: Wc) {
-        if wc.status != WcStatus::Success {
-            self.counters.resp_cqe_error += 1;
-        }
-        if res.complete(self.init.recv_cq, wc).is_err() {
-            self.counters.cq_overrun += 1;
-            self.raise_fatal(res);
-            self.enter_error(res);
-        }
-    }
-
-    /// QP_FATAL (IBTA "Local Work Queue Catastrophic Error": an error the
-    /// CI cannot report through the CQ): the QP's completion could not be
-    /// delivered because its CQ overran, and the QP goes to ERR. The only
-    /// local catastrophic cause this transport has.
-    fn raise_fatal(&mut self, res: &mut Resources) {
-        if self.state != QpState::Err {
-            res.raise(AsyncEvent::QpFatal(self.qpn));
-        }
-    }
-
-    /// Takes the next receive WQE: from the SRQ if the QP has one.
-    pub(crate) fn take_recv(&mut self, res: &mut Resources) -> Option<RecvWr> {
-        match self.init.srq {
-            Some(s) => {
-                let srq = res.srqs.get_mut(s as usize)?.as_mut()?;
-                let wr = srq.queue.pop_front()?;
-                // the SRQ limit: below it, one event, and it disarms
-                // (ibv_modify_srq(3): "low watermark"; IBTA SRQ Limit Reached)
-                if srq.limit > 0 && (srq.queue.len() as u64) < srq.limit as u64 {
-                    srq.limit = 0;
-                    res.raise(AsyncEvent::SrqLimitReached(s));
-                }
-                Some(wr)
-            }
-            None => self.rq.pop_front(),
-        }
-    }
-
-    /// Puts back a receive WQE that a dropped message had taken, at the
-    /// head of the queue it came from (the SRQ if the QP has one).
-    pub(crate) fn return_recv(&mut self, res: &mut Resources, recv: RecvWr) {
-        match self.init.srq {
-            Some(s) => {
-                if let Some(srq) = res.srqs.get_mut(s as usize).and_then(|s| s.as_mut()) {
-                    srq.queue.push_front(recv);
-                }
-            }
-            None => self.rq.push_front(recv),
-        }
-    }
-
-    pub(crate) fn has_recv(&self, res: &Resources) -> bool {
-        match self.init.srq {
-            Some(s) => res
-                .srqs
-                .get(s as usize)
-                .and_then(|s| s.as_ref())
-                .is_some_and(|s| !s.queue.is_empty()),
-            None => !self.rq.is_empty(),
         }
     }
 }
