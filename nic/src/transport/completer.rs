@@ -53,6 +53,16 @@ impl Completer {
         }
     }
 
+    /// Oldest PSN not yet acknowledged.
+    pub fn una(&self) -> Psn {
+        self.una
+    }
+
+    /// One past the highest PSN an ACK or NAK has acknowledged.
+    pub fn acked(&self) -> Psn {
+        self.acked
+    }
+
     /// Whether an RNR NAK holds the requester back.
     pub fn rnr_wait(&self) -> bool {
         self.rnr_deadline.is_some()

@@ -177,9 +177,4 @@ impl Qp {
     pub fn qp_type(&self) -> wire::QpType {
         self.init.qp_type
     }
-
-    /// States in which the send queue processes work (IBA 10.3.1).
-    pub fn can_send(&self) -> bool {
-        matches!(self.state, QpState::Rts)
-    }
 }

@@ -63,6 +63,11 @@ macro_rules! send_ctx {
             timeout: $qp.timeout,
             retry_cnt: $qp.retry_cnt,
             rnr_retry: $qp.rnr_retry,
+            dest_qpn: $qp.dest_qpn,
+            pkey: $qp.pkey,
+            qkey: $qp.qkey,
+            max_rd_atomic: $qp.max_rd_atomic,
+            hdr: $qp.hdr.as_ref(),
             sq: &mut $qp.sq,
             res: $res,
             counters: &mut $qp.counters,
@@ -255,7 +260,11 @@ impl Qp {
         if !self.cc.may_send(now) {
             return None;
         }
-        let n = self.next_request(res, now, buf)?;
+        let mut ctx = send_ctx!(self, res);
+        let sent = self.req.poll_transmit(&mut ctx, &mut self.comp, now, buf);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Requester);
+        let n = sent?;
         self.cc.on_sent(now, n);
         Some(n)
     }
@@ -336,24 +345,6 @@ impl Qp {
             qpn,
             cq,
         );
-    }
-
-    /// Completes the oldest send WQE with `status` (the requester's
-    /// completions: UC and UD messages sent, local operations, local
-    /// errors) and applies what that does to the QP.
-    pub(crate) fn complete_front(&mut self, res: &mut Resources, status: WcStatus) {
-        let mut ctx = send_ctx!(self, res);
-        ctx.complete_front(&mut self.req, status);
-        let fault = ctx.fault;
-        self.apply_fault(res, fault, Role::Requester);
-    }
-
-    /// [`SendCtx::complete_front_at`] for the requester.
-    pub(crate) fn complete_front_at(&mut self, res: &mut Resources, idx: usize, status: WcStatus) {
-        let mut ctx = send_ctx!(self, res);
-        ctx.complete_front_at(&mut self.req, idx, status);
-        let fault = ctx.fault;
-        self.apply_fault(res, fault, Role::Requester);
     }
 
     /// A request: the responder's.

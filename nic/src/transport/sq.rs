@@ -5,6 +5,7 @@
 //! for the QP to apply.
 
 use super::counters::Counters;
+use super::qp::HeaderTemplate;
 use super::requester::Requester;
 use super::Resources;
 use crate::verbs::{AsyncEvent, QpState, SendWr, Wc, WcStatus};
@@ -62,7 +63,8 @@ pub(crate) enum Fault {
 }
 
 /// The QP as the requester and the completer see it: its attributes by
-/// value, the send queue, the tables and its counters.
+/// value, its header template, the send queue, the tables and its
+/// counters.
 pub(crate) struct SendCtx<'a> {
     pub qpn: u32,
     pub qp_type: QpType,
@@ -74,6 +76,13 @@ pub(crate) struct SendCtx<'a> {
     pub timeout: u8,
     pub retry_cnt: u8,
     pub rnr_retry: u8,
+    pub dest_qpn: u32,
+    pub pkey: u16,
+    pub qkey: u32,
+    pub max_rd_atomic: u8,
+    /// The headers of the QP's frames (none before it has a path; UD
+    /// builds them per WQE).
+    pub hdr: Option<&'a HeaderTemplate>,
     pub sq: &'a mut SendQueue,
     pub res: &'a mut Resources,
     pub counters: &'a mut Counters,
@@ -82,6 +91,11 @@ pub(crate) struct SendCtx<'a> {
 }
 
 impl SendCtx<'_> {
+    /// States in which the send queue processes work (IBA 10.3.1).
+    pub fn can_send(&self) -> bool {
+        self.state == QpState::Rts
+    }
+
     /// Whether the QP is (or, once `fault` is applied, will be) in ERR.
     pub fn in_error(&self) -> bool {
         self.state == QpState::Err || self.fault == Some(Fault::Error)
