@@ -1,7 +1,11 @@
 //! What the device asks of a QP: `modify` (the attributes and state
-//! transitions of `modify_qp`), `post_send`, `poll_transmit` (CNP, then
-//! responses, then paced requests), and the rules for errors, flushing and
-//! the receive queue (IBA 10.3.1, 10.8, 11.2.4.7).
+//! transitions of `modify_qp`), `post_send`, and the routing of packets,
+//! timers and transmit turns to the QP's roles — `handle_request` to the
+//! responder, `handle_response` and `handle_timeout` to the completer,
+//! `poll_transmit` to CNP, then responses, then paced requests — each with
+//! the context built for it (`send_ctx!`, `resp_ctx!`); then the [`Fault`]
+//! a role reports is applied, with the rules for errors and flushing (IBA
+//! 10.3.1, 10.8, 11.2.4.7).
 
 use super::congestion::CcConfig;
 use super::qp::{HeaderTemplate, Qp};
@@ -22,10 +26,9 @@ enum Role {
     Completer,
 }
 
-/// The [`SendCtx`] of a QP: its attributes by value and disjoint borrows
-/// of the send queue and counters, so that the requester and completer
-/// fields stay free to borrow beside it.
-/// The [`RespCtx`] of a QP, as `send_ctx!` for the responder.
+/// The [`RespCtx`] of a QP: its attributes by value and disjoint borrows
+/// of the receive queue and counters, so that the `resp` field stays free
+/// to borrow beside it.
 macro_rules! resp_ctx {
     ($qp:ident, $res:ident) => {
         RespCtx {
@@ -51,6 +54,8 @@ macro_rules! resp_ctx {
     };
 }
 
+/// The [`SendCtx`] of a QP, as `resp_ctx!`: the `req` and `comp` fields
+/// stay free to borrow beside it.
 macro_rules! send_ctx {
     ($qp:ident, $res:ident) => {
         SendCtx {
@@ -382,7 +387,8 @@ impl Qp {
         self.apply_fault(res, fault, Role::Completer);
     }
 
-    /// Applies a fault a role reported (the send queue is flushed already).
+    /// Applies the fault a role reported (the send queue is flushed
+    /// already, and the role has done its own part).
     fn apply_fault(&mut self, res: &mut Resources, fault: Option<Fault>, by: Role) {
         match fault {
             None => {}

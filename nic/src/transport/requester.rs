@@ -1,6 +1,8 @@
 //! The requester: turns send WQEs into request packets — segmentation by
 //! path MTU, PSN assignment, AckReq, the unacknowledged-PSN window, the
 //! max_rd_atomic limit, fences — and rewinds for go-back-N retransmission.
+//! It works on the send queue it shares with the completer through
+//! [`SendCtx`].
 
 use super::completer::Completer;
 use super::sq::{SendCtx, SendQueue, SendWqe};
@@ -10,6 +12,15 @@ use wire::{AtomicEth, BthRepr, Deth, ExtHeaders, Opcode, Psn, QpType, Reth};
 
 /// Requester state (rxe's `req`): where in the send queue the next
 /// request packet comes from and which PSN it takes.
+///
+/// Input: [`Self::handle_retry`] (go-back-N from the completer); output:
+/// [`Self::poll_transmit`] (the next request packet). The completer's
+/// `una`, `acked` and RNR wait are read through its methods; it learns of
+/// what was sent through `on_request_sent` / `on_unreliable_sent`.
+///
+/// Invariants: `npsn` never passes `high`; the cursor moves back only
+/// through `handle_retry`; `rd_atomic_outstanding` counts the started
+/// READs and atomics still in the send queue.
 #[derive(Debug, Default)]
 pub struct Requester {
     /// Index in the send queue of the WQE whose next packet goes out next.

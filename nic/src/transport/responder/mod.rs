@@ -4,11 +4,11 @@
 //! SENDs into receive WQEs, runs atomics exactly once) and owes responses
 //! (coalesced ACKs, NAKs, segmented READ responses, atomic ACKs), which it
 //! hands out in PSN order.
-
 //!
 //! `mod.rs` holds the responder's state and the checks up to execution;
 //! `execute` runs a request that passed them; `respond` builds the
-//! response frames the responder owes.
+//! response frames the responder owes; `ctx` is the slice of the QP the
+//! responder works with (`RespCtx`: attributes, receive queue or SRQ).
 
 mod ctx;
 mod execute;
