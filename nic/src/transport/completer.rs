@@ -23,19 +23,19 @@ use wire::{NakCode, Operation, Position, Psn, RoceRepr, Syndrome};
 #[derive(Debug, Default)]
 pub struct Completer {
     /// Oldest PSN not yet acknowledged.
-    pub una: Psn,
+    una: Psn,
     /// One past the highest PSN an ACK or NAK has acknowledged. WQEs behind
     /// an unanswered READ cannot complete yet, but their packets need not
     /// be sent again (an ACK acknowledges every earlier packet, IBA 9.7.5.2).
-    pub acked: Psn,
-    pub retry_left: u8,
-    pub rnr_left: u8,
-    pub ack_deadline: Option<Instant>,
+    acked: Psn,
+    retry_left: u8,
+    rnr_left: u8,
+    ack_deadline: Option<Instant>,
     /// Sending is held until this RNR NAK timer expires.
-    pub rnr_deadline: Option<Instant>,
+    rnr_deadline: Option<Instant>,
     /// The first missing READ/atomic response an implied NAK last resent
     /// from (once per gap, `implied_nak`); forgotten on progress.
-    pub read_retry: Option<Psn>,
+    read_retry: Option<Psn>,
 }
 
 impl Completer {
@@ -43,6 +43,24 @@ impl Completer {
     pub fn reset_psn(&mut self, psn: Psn) {
         self.una = psn;
         self.acked = psn;
+    }
+
+    /// `modify_qp` set the retry count (IBA 9.7.6.1.3).
+    pub fn set_retry_cnt(&mut self, v: u8) {
+        self.retry_left = v;
+    }
+
+    /// `modify_qp` set the RNR retry count (IBA 9.7.5.2.8).
+    pub fn set_rnr_retry(&mut self, v: u8) {
+        self.rnr_left = v;
+    }
+
+    /// The state in one line, for debugging.
+    pub fn describe(&self) -> String {
+        format!(
+            "una={} ack_deadline={:?} rnr_deadline={:?} retry_left={}",
+            self.una, self.ack_deadline, self.rnr_deadline, self.retry_left
+        )
     }
 
     /// The earliest of the completer's timers.

@@ -120,11 +120,11 @@ impl Qp {
         }
         if let Some(v) = attr.retry_cnt {
             qp.retry_cnt = v;
-            qp.comp.retry_left = v;
+            qp.comp.set_retry_cnt(v);
         }
         if let Some(v) = attr.rnr_retry {
             qp.rnr_retry = v;
-            qp.comp.rnr_left = v;
+            qp.comp.set_rnr_retry(v);
         }
         if let Some(v) = attr.max_rd_atomic {
             qp.max_rd_atomic = v;
@@ -272,6 +272,26 @@ impl Qp {
         let n = sent?;
         self.cc.on_sent(now, n);
         Some(n)
+    }
+
+    /// A multi-line dump of the QP's transport state, for debugging.
+    pub(crate) fn debug_state(&self) -> String {
+        let mut s = format!(
+            "qp {:#x} {:?} {:?}: req {} comp {}\n",
+            self.qpn,
+            self.qp_type(),
+            self.state,
+            self.req.describe(),
+            self.comp.describe()
+        );
+        for w in self.sq.iter().take(12) {
+            s += &format!(
+                "  wqe {} {:?} len={} started={} first_psn={} npkts={} read_done={}\n",
+                w.wr.wr_id, w.wr.op, w.len, w.started, w.first_psn, w.npkts, w.read_done
+            );
+        }
+        s += &format!("  resp {}\n", self.resp.describe());
+        s
     }
 
     /// Copies the congestion counters into the QP's counters.

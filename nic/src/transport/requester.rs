@@ -24,21 +24,34 @@ use wire::{AtomicEth, BthRepr, Deth, ExtHeaders, Opcode, Psn, QpType, Reth};
 #[derive(Debug, Default)]
 pub struct Requester {
     /// Index in the send queue of the WQE whose next packet goes out next.
-    pub cur: usize,
+    cur: usize,
     /// Bytes of `sq[cur]` already sent (or, for a READ, the offset to ask from).
-    pub cur_off: u64,
+    cur_off: u64,
     /// Next PSN to send.
-    pub npsn: Psn,
+    npsn: Psn,
     /// READs and atomics sent and not completed.
-    pub rd_atomic_outstanding: u32,
+    rd_atomic_outstanding: u32,
     /// Packets sent since the last one with AckReq.
-    pub noack_pkts: u32,
+    noack_pkts: u32,
     /// One past the highest PSN ever sent: responses up to here answer
     /// something we sent, even after a go-back-N rewind moved `npsn` back.
-    pub high: Psn,
+    high: Psn,
 }
 
 impl Requester {
+    /// Next PSN to send.
+    pub fn npsn(&self) -> Psn {
+        self.npsn
+    }
+
+    /// The state in one line, for debugging.
+    pub fn describe(&self) -> String {
+        format!(
+            "npsn={} cur={} cur_off={} rd_atomic={}",
+            self.npsn, self.cur, self.cur_off, self.rd_atomic_outstanding
+        )
+    }
+
     /// One past the highest PSN ever sent.
     pub fn high(&self) -> Psn {
         self.high

@@ -50,6 +50,28 @@ impl Responder {
         self.epsn = psn;
     }
 
+    /// Expected PSN.
+    pub fn epsn(&self) -> Psn {
+        self.epsn
+    }
+
+    /// Whether a response is owed.
+    pub fn owes_responses(&self) -> bool {
+        !self.responses.is_empty()
+    }
+
+    /// The state in one line, for debugging.
+    pub fn describe(&self) -> String {
+        format!(
+            "epsn={} msn={} in_msg={:?} nak_sent={} responses={:?}",
+            self.epsn,
+            self.msn,
+            self.in_msg.map(|m| m.operation()),
+            self.nak_sent,
+            self.responses
+        )
+    }
+
     /// The QP entered ERR: nothing more is owed. Returns the receive WQE
     /// of a SEND in progress, for the QP to flush.
     pub fn on_qp_error(&mut self) -> Option<RecvWr> {
@@ -479,20 +501,20 @@ impl InMessage {
 #[derive(Debug, Default)]
 pub struct Responder {
     /// Expected PSN.
-    pub epsn: Psn,
+    epsn: Psn,
     /// Message sequence number: completed request messages, 24 bits.
-    pub msn: u32,
-    pub in_msg: Option<InMessage>,
+    msn: u32,
+    in_msg: Option<InMessage>,
     /// A PSN sequence error NAK was sent for the current gap (IBA C9-97:
     /// one NAK per out-of-sequence condition).
-    pub nak_sent: bool,
+    nak_sent: bool,
     /// UC: drop packets until the next FIRST or ONLY.
-    pub uc_discard: bool,
-    pub responses: VecDeque<Response>,
-    pub resources: VecDeque<Resource>,
+    uc_discard: bool,
+    responses: VecDeque<Response>,
+    resources: VecDeque<Resource>,
     /// Move to ERR once the pending responses have gone out (class C errors
     /// NAK first, then fail the QP).
-    pub error_after_flush: bool,
+    error_after_flush: bool,
     /// The affiliated asynchronous event raised when it does.
-    pub error_event: Option<crate::verbs::AsyncEvent>,
+    error_event: Option<crate::verbs::AsyncEvent>,
 }
