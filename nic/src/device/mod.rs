@@ -172,27 +172,7 @@ impl Rnic {
         let Some(idx) = self.qp_index(qpn) else {
             return format!("no QP {qpn:#x}");
         };
-        let q = self.qps[idx].as_ref().expect("index is live");
-        let mut s = format!(
-            "qp {qpn:#x} {:?} {:?}: req npsn={} una={} cur={} cur_off={} rd_atomic={} ack_deadline={:?} rnr_deadline={:?} retry_left={}\n",
-            q.qp_type(), q.state, q.req.npsn, q.req.una, q.req.cur, q.req.cur_off, q.req.rd_atomic_outstanding,
-            q.req.ack_deadline, q.req.rnr_deadline, q.req.retry_left
-        );
-        for w in q.req.sq.iter().take(12) {
-            s += &format!(
-                "  wqe {} {:?} len={} started={} first_psn={} npkts={} read_done={}\n",
-                w.wr.wr_id, w.wr.op, w.len, w.started, w.first_psn, w.npkts, w.read_done
-            );
-        }
-        s += &format!(
-            "  resp epsn={} msn={} in_msg={:?} nak_sent={} responses={:?}\n",
-            q.resp.epsn,
-            q.resp.msn,
-            q.resp.in_msg.map(|m| m.operation()),
-            q.resp.nak_sent,
-            q.resp.responses
-        );
-        s
+        self.qps[idx].as_ref().expect("index is live").debug_state()
     }
 
     /// The CQ a QP completes its send (or receive) work on.
@@ -229,6 +209,6 @@ impl Rnic {
         self.qps
             .iter()
             .flatten()
-            .all(|q| q.req.sq.is_empty() && q.resp.responses.is_empty())
+            .all(|q| q.sq.is_empty() && !q.resp.owes_responses())
     }
 }

@@ -180,9 +180,9 @@ impl Rnic {
             state: qp.state,
             dest_qpn: qp.dest_qpn,
             mtu: qp.mtu,
-            sq_psn: qp.req.npsn.value(),
-            rq_psn: qp.resp.epsn.value(),
-            send_queue_len: qp.req.sq.len(),
+            sq_psn: qp.req.npsn().value(),
+            rq_psn: qp.resp.epsn().value(),
+            send_queue_len: qp.sq.len(),
             recv_queue_len: qp.rq.len(),
             counters: qp.counters.clone(),
         })

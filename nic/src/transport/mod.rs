@@ -5,11 +5,17 @@
 //! socket or spawns a thread. [`crate::device::Rnic`] owns the QPs and
 //! drives them.
 //!
-//! - `qp`: the QP, its attributes and the per-role state it owns
-//!   (`Requester`, `Responder`), and the header template of its frames;
-//! - `qp_ops`: what the device asks of a QP — `modify`, `post_send`,
-//!   `poll_transmit`, the error and flush rules;
-//! - `requester`, `responder`, `completer`: the three roles;
+//! - `qp`: the QP, its attributes, its queues and the three roles it owns
+//!   (`Requester`, `Responder`, `Completer`), and the header template of
+//!   its frames;
+//! - `qp_ops`: what the device asks of a QP — `modify`, `post_send`, the
+//!   routing of packets, timers and transmit turns to the roles, and the
+//!   error and flush rules that apply the faults they report;
+//! - `requester`, `responder`, `completer`: the three roles, each a state
+//!   machine owning its state, with `handle_*` inputs and `poll_*` outputs,
+//!   seeing the rest of the QP through a context (`SendCtx`, `RespCtx`);
+//! - `sq`: the send queue the requester and completer share, and
+//!   `SendCtx`;
 //! - `resources`: the tables the roles work against (memory, CQs, SRQs,
 //!   events, drop counts) and the one place frames are built;
 //! - `frame`: emitting a frame with its payload gathered from memory;
@@ -25,6 +31,7 @@ mod qp_ops;
 mod requester;
 pub(crate) mod resources;
 mod responder;
+mod sq;
 pub mod timers;
 
 pub use congestion::{CcConfig, PfcTxConfig};

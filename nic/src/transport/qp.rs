@@ -1,9 +1,11 @@
 //! Per-QP state shared by the requester, responder and completer, and the
 //! header template frames are built from.
 
+use super::completer::Completer;
 use super::counters::Counters;
 use super::requester::Requester;
 use super::responder::Responder;
+use super::sq::SendQueue;
 use crate::verbs::{AhAttr, QpState, RecvWr};
 use std::collections::VecDeque;
 use wire::{
@@ -118,7 +120,10 @@ pub struct Qp {
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
     pub hdr: Option<HeaderTemplate>,
+    /// Posted send WQEs, shared by the requester and the completer.
+    pub sq: SendQueue,
     pub req: Requester,
+    pub comp: Completer,
     pub resp: Responder,
     pub rq: VecDeque<RecvWr>,
     pub counters: Counters,
@@ -157,7 +162,9 @@ impl Qp {
             max_rd_atomic: 1,
             max_dest_rd_atomic: 1,
             hdr: None,
+            sq: SendQueue::new(),
             req: Requester::default(),
+            comp: Completer::default(),
             resp: Responder::default(),
             rq: VecDeque::new(),
             counters: Counters::default(),
@@ -169,18 +176,5 @@ impl Qp {
 
     pub fn qp_type(&self) -> wire::QpType {
         self.init.qp_type
-    }
-
-    /// States in which the send queue processes work (IBA 10.3.1).
-    pub fn can_send(&self) -> bool {
-        matches!(self.state, QpState::Rts)
-    }
-
-    /// States in which the receive side takes packets.
-    pub fn can_receive(&self) -> bool {
-        matches!(
-            self.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        )
     }
 }

@@ -1,18 +1,85 @@
 //! What the device asks of a QP: `modify` (the attributes and state
-//! transitions of `modify_qp`), `post_send`, `poll_transmit` (CNP, then
-//! responses, then paced requests), and the rules for errors, flushing and
-//! the receive queue (IBA 10.3.1, 10.8, 11.2.4.7).
+//! transitions of `modify_qp`), `post_send`, and the routing of packets,
+//! timers and transmit turns to the QP's roles — `handle_request` to the
+//! responder, `handle_response` and `handle_timeout` to the completer,
+//! `poll_transmit` to CNP, then responses, then paced requests — each with
+//! the context built for it (`send_ctx!`, `resp_ctx!`); then the [`Fault`]
+//! a role reports is applied, with the rules for errors and flushing (IBA
+//! 10.3.1, 10.8, 11.2.4.7).
 
 use super::congestion::CcConfig;
 use super::qp::{HeaderTemplate, Qp};
-use super::requester::SendWqe;
+use super::responder::RespCtx;
+use super::sq::{self, Fault, SendCtx, SendWqe};
 use super::{Resources, MAX_MSG_LEN};
 use crate::time::Instant;
 use crate::verbs::{
-    check_modify, AsyncEvent, QpAttr, QpState, RecvWr, SendOp, SendWr, VerbsError, Wc, WcOpcode,
-    WcStatus,
+    check_modify, AsyncEvent, QpAttr, QpState, SendOp, SendWr, VerbsError, Wc, WcOpcode, WcStatus,
 };
-use wire::{IpRepr, QpType};
+use wire::{IpRepr, QpType, RoceRepr};
+
+/// The roles of a QP, for [`Qp::apply_fault`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Requester,
+    Responder,
+    Completer,
+}
+
+/// The [`RespCtx`] of a QP: its attributes by value and disjoint borrows
+/// of the receive queue and counters, so that the `resp` field stays free
+/// to borrow beside it.
+macro_rules! resp_ctx {
+    ($qp:ident, $res:ident) => {
+        RespCtx {
+            qpn: $qp.qpn,
+            qp_type: $qp.init.qp_type,
+            state: $qp.state,
+            pd: $qp.init.pd,
+            recv_cq: $qp.init.recv_cq,
+            srq: $qp.init.srq,
+            mtu: $qp.mtu,
+            dest_qpn: $qp.dest_qpn,
+            pkey: $qp.pkey,
+            access: $qp.access,
+            qkey: $qp.qkey,
+            min_rnr_timer: $qp.min_rnr_timer,
+            max_dest_rd_atomic: $qp.max_dest_rd_atomic,
+            hdr: $qp.hdr.as_ref(),
+            rq: &mut $qp.rq,
+            res: $res,
+            counters: &mut $qp.counters,
+            fault: None,
+        }
+    };
+}
+
+/// The [`SendCtx`] of a QP, as `resp_ctx!`: the `req` and `comp` fields
+/// stay free to borrow beside it.
+macro_rules! send_ctx {
+    ($qp:ident, $res:ident) => {
+        SendCtx {
+            qpn: $qp.qpn,
+            qp_type: $qp.init.qp_type,
+            state: $qp.state,
+            pd: $qp.init.pd,
+            send_cq: $qp.init.send_cq,
+            mtu: $qp.mtu,
+            timeout: $qp.timeout,
+            retry_cnt: $qp.retry_cnt,
+            rnr_retry: $qp.rnr_retry,
+            dest_qpn: $qp.dest_qpn,
+            pkey: $qp.pkey,
+            qkey: $qp.qkey,
+            max_rd_atomic: $qp.max_rd_atomic,
+            hdr: $qp.hdr.as_ref(),
+            sq: &mut $qp.sq,
+            res: $res,
+            counters: &mut $qp.counters,
+            fault: None,
+        }
+    };
+}
 
 impl Qp {
     /// `modify_qp`: checks the transition (IBA 10.3.1, Table 93 via
@@ -36,7 +103,7 @@ impl Qp {
             qp.dest_qpn = d;
         }
         if let Some(p) = attr.rq_psn {
-            qp.resp.epsn = wire::Psn::new(p);
+            qp.resp.set_epsn(wire::Psn::new(p));
         }
         if let Some(v) = attr.max_dest_rd_atomic {
             qp.max_dest_rd_atomic = v;
@@ -45,21 +112,19 @@ impl Qp {
             qp.min_rnr_timer = v;
         }
         if let Some(p) = attr.sq_psn {
-            qp.req.npsn = wire::Psn::new(p);
-            qp.req.una = qp.req.npsn;
-            qp.req.high = qp.req.npsn;
-            qp.req.acked = qp.req.npsn;
+            qp.req.reset_psn(wire::Psn::new(p));
+            qp.comp.reset_psn(wire::Psn::new(p));
         }
         if let Some(v) = attr.timeout {
             qp.timeout = v;
         }
         if let Some(v) = attr.retry_cnt {
             qp.retry_cnt = v;
-            qp.req.retry_left = v;
+            qp.comp.set_retry_cnt(v);
         }
         if let Some(v) = attr.rnr_retry {
             qp.rnr_retry = v;
-            qp.req.rnr_left = v;
+            qp.comp.set_rnr_retry(v);
         }
         if let Some(v) = attr.max_rd_atomic {
             qp.max_rd_atomic = v;
@@ -95,7 +160,7 @@ impl Qp {
         if matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(VerbsError::BadState(self.state));
         }
-        if self.req.sq.len() >= self.init.max_send_wr as usize {
+        if self.sq.len() >= self.init.max_send_wr as usize {
             return Err(VerbsError::QueueFull);
         }
         match (self.qp_type(), &wr.op) {
@@ -160,11 +225,11 @@ impl Qp {
         };
         // IBA 10.3.1: send WRs posted in ERR (or SQEr) complete as flushed.
         if matches!(self.state, QpState::Err | QpState::Sqe) {
-            self.req.sq.push_back(wqe);
+            self.sq.push_back(wqe);
             self.flush_send_queue(res);
             return Ok(());
         }
-        self.req.sq.push_back(wqe);
+        self.sq.push_back(wqe);
         Ok(())
     }
 
@@ -185,12 +250,13 @@ impl Qp {
         if res.pfc.is_paused(self.cc.prio, now) {
             return None;
         }
-        if let Some(n) = self.next_response(res, buf) {
-            return Some(n);
+        let mut ctx = resp_ctx!(self, res);
+        let sent = self.resp.poll_transmit(&mut ctx, buf);
+        if sent.is_some() {
+            return sent;
         }
-        if self.resp.error_after_flush && self.resp.responses.is_empty() {
-            self.resp.error_after_flush = false;
-            if let Some(ev) = self.resp.error_event.take() {
+        if let Some(event) = self.resp.poll_error() {
+            if let Some(ev) = event {
                 res.raise(ev);
             }
             self.enter_error(res);
@@ -199,9 +265,33 @@ impl Qp {
         if !self.cc.may_send(now) {
             return None;
         }
-        let n = self.next_request(res, now, buf)?;
+        let mut ctx = send_ctx!(self, res);
+        let sent = self.req.poll_transmit(&mut ctx, &mut self.comp, now, buf);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Requester);
+        let n = sent?;
         self.cc.on_sent(now, n);
         Some(n)
+    }
+
+    /// A multi-line dump of the QP's transport state, for debugging.
+    pub(crate) fn debug_state(&self) -> String {
+        let mut s = format!(
+            "qp {:#x} {:?} {:?}: req {} comp {}\n",
+            self.qpn,
+            self.qp_type(),
+            self.state,
+            self.req.describe(),
+            self.comp.describe()
+        );
+        for w in self.sq.iter().take(12) {
+            s += &format!(
+                "  wqe {} {:?} len={} started={} first_psn={} npkts={} read_done={}\n",
+                w.wr.wr_id, w.wr.op, w.len, w.started, w.first_psn, w.npkts, w.read_done
+            );
+        }
+        s += &format!("  resp {}\n", self.resp.describe());
+        s
     }
 
     /// Copies the congestion counters into the QP's counters.
@@ -215,28 +305,32 @@ impl Qp {
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        [
-            self.req.ack_deadline,
-            self.req.rnr_deadline,
-            self.cc.next_deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        [self.comp.poll_timeout(), self.cc.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).
     pub(crate) fn enter_error(&mut self, res: &mut Resources) {
+        self.enter_error_except(res, None);
+    }
+
+    /// `enter_error`, but the role `by` (whose work failed the QP) has
+    /// done its own part already.
+    fn enter_error_except(&mut self, res: &mut Resources, by: Option<Role>) {
         let was = self.state;
         self.state = QpState::Err;
         self.drain_pending = false;
-        self.resp.error_after_flush = false;
-        self.resp.error_event = None;
-        self.req.ack_deadline = None;
-        self.req.rnr_deadline = None;
-        self.resp.responses.clear();
+        let in_msg_recv = match by {
+            Some(Role::Responder) => None,
+            _ => self.resp.on_qp_error(),
+        };
+        if by != Some(Role::Completer) {
+            self.comp.on_qp_error();
+        }
         self.flush_send_queue(res);
-        if let Some(super::responder::InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
+        if let Some(recv) = in_msg_recv {
             self.rq.push_front(recv);
         }
         while let Some(wr) = self.rq.pop_front() {
@@ -258,8 +352,8 @@ impl Qp {
     pub(crate) fn check_drained(&mut self, res: &mut Resources) {
         if self.drain_pending
             && self.state == QpState::Sqd
-            && !self.req.outstanding()
-            && !self.req.sq.iter().any(|w| w.started)
+            && !self.comp.outstanding(self.req.high())
+            && !self.sq.iter().any(|w| w.started)
         {
             self.drain_pending = false;
             res.raise(AsyncEvent::SqDrained(self.qpn));
@@ -267,138 +361,59 @@ impl Qp {
     }
 
     fn flush_send_queue(&mut self, res: &mut Resources) {
-        while let Some(w) = self.req.sq.pop_front() {
-            self.counters.req_cqe_flush_error += 1;
-            let wc = Wc::new(
-                w.wr.wr_id,
-                WcStatus::WrFlushErr,
-                w.wr.op.wc_opcode(),
-                self.qpn,
-            );
-            let _ = res.complete(self.init.send_cq, wc);
-        }
-        self.req.cur = 0;
-        self.req.cur_off = 0;
-        self.req.rd_atomic_outstanding = 0;
+        let (qpn, cq) = (self.qpn, self.init.send_cq);
+        sq::flush(
+            &mut self.sq,
+            &mut self.req,
+            res,
+            &mut self.counters,
+            qpn,
+            cq,
+        );
     }
 
-    /// Completes the oldest send WQE with `status` (errors always complete,
-    /// signaled or not) and, on error, fails the QP.
-    pub(crate) fn complete_front(&mut self, res: &mut Resources, status: WcStatus) {
-        let Some(w) = self.req.sq.pop_front() else {
-            return;
-        };
-        if self.req.cur == 0 {
-            // the WQE being (re)sent is done: the cursor moves to the next
-            // one (`fast_forward` puts npsn back in line with una)
-            self.req.cur_off = 0;
-        }
-        self.req.cur = self.req.cur.saturating_sub(1);
-        if w.wr.op.is_read_or_atomic() && w.started {
-            self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
-        }
-        if status == WcStatus::Success {
-            if w.wr.op.is_send() {
-                self.counters.rdma_sends += 1;
-            }
-            if w.signaled {
-                let mut wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
-                wc.byte_len = w.len as u32;
-                if res.complete(self.init.send_cq, wc).is_err() {
-                    self.counters.cq_overrun += 1;
-                    self.raise_fatal(res);
-                    self.enter_error(res);
-                    return;
-                }
-            }
-            // The next WQE failed locally while this one was in flight: its
-            // error completion is due now, in order.
-            if let Some(st) = self.req.sq.front().and_then(|w| w.local_status) {
-                self.complete_front(res, st);
-            }
-        } else {
-            self.counters.req_cqe_error += 1;
-            let wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
-            let _ = res.complete(self.init.send_cq, wc);
-            self.fail_send_queue(res);
-        }
+    /// A request: the responder's.
+    pub(crate) fn handle_request(&mut self, res: &mut Resources, now: Instant, pkt: &RoceRepr<'_>) {
+        let mut ctx = resp_ctx!(self, res);
+        self.resp.handle_request(&mut ctx, now, pkt);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Responder);
     }
 
-    /// A send WQE completed in error. RC fails the whole QP (IBA 9.9.2).
-    /// UC and UD move to the Send Queue Error state (IBA 10.3.1, SQEr): the
-    /// other send WQEs are flushed, the receive queue keeps working, and
-    /// `modify_qp(SQE → RTS)` resumes sending.
-    pub(crate) fn fail_send_queue(&mut self, res: &mut Resources) {
-        match self.qp_type() {
-            QpType::Rc => self.enter_error(res),
-            QpType::Uc | QpType::Ud => {
-                self.state = QpState::Sqe;
-                self.flush_send_queue(res);
-            }
-        }
+    /// A response (ACK, NAK, READ response, atomic ACK): the completer's.
+    pub(crate) fn handle_response(
+        &mut self,
+        res: &mut Resources,
+        now: Instant,
+        pkt: &RoceRepr<'_>,
+    ) {
+        let mut ctx = send_ctx!(self, res);
+        self.comp.handle_response(&mut ctx, &mut self.req, now, pkt);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Completer);
     }
 
-    /// Completes a receive WQE; on a CQ overrun the QP fails.
-    pub(crate) fn complete_recv(&mut self, res: &mut Resources, wc: Wc) {
-        if wc.status != WcStatus::Success {
-            self.counters.resp_cqe_error += 1;
+    /// Timers: DCQCN's, then the completer's (the RNR wait ending, the
+    /// local ACK timeout).
+    pub(crate) fn handle_timeout(&mut self, res: &mut Resources, now: Instant) {
+        // DCQCN rate-increase timer and deferred cuts; a paced QP may go on
+        self.cc.rp.handle_timeout(now);
+        if self.cc.pace_blocked && self.cc.pacer.ready(now) {
+            self.cc.pace_blocked = false;
         }
-        if res.complete(self.init.recv_cq, wc).is_err() {
-            self.counters.cq_overrun += 1;
-            self.raise_fatal(res);
-            self.enter_error(res);
-        }
+        let mut ctx = send_ctx!(self, res);
+        self.comp.handle_timeout(&mut ctx, &mut self.req, now);
+        let fault = ctx.fault;
+        self.apply_fault(res, fault, Role::Completer);
     }
 
-    /// QP_FATAL (IBTA "Local Work Queue Catastrophic Error": an error the
-    /// CI cannot report through the CQ): the QP's completion could not be
-    /// delivered because its CQ overran, and the QP goes to ERR. The only
-    /// local catastrophic cause this transport has.
-    fn raise_fatal(&mut self, res: &mut Resources) {
-        if self.state != QpState::Err {
-            res.raise(AsyncEvent::QpFatal(self.qpn));
-        }
-    }
-
-    /// Takes the next receive WQE: from the SRQ if the QP has one.
-    pub(crate) fn take_recv(&mut self, res: &mut Resources) -> Option<RecvWr> {
-        match self.init.srq {
-            Some(s) => {
-                let srq = res.srqs.get_mut(s as usize)?.as_mut()?;
-                let wr = srq.queue.pop_front()?;
-                // the SRQ limit: below it, one event, and it disarms
-                // (ibv_modify_srq(3): "low watermark"; IBTA SRQ Limit Reached)
-                if srq.limit > 0 && (srq.queue.len() as u64) < srq.limit as u64 {
-                    srq.limit = 0;
-                    res.raise(AsyncEvent::SrqLimitReached(s));
-                }
-                Some(wr)
-            }
-            None => self.rq.pop_front(),
-        }
-    }
-
-    /// Puts back a receive WQE that a dropped message had taken, at the
-    /// head of the queue it came from (the SRQ if the QP has one).
-    pub(crate) fn return_recv(&mut self, res: &mut Resources, recv: RecvWr) {
-        match self.init.srq {
-            Some(s) => {
-                if let Some(srq) = res.srqs.get_mut(s as usize).and_then(|s| s.as_mut()) {
-                    srq.queue.push_front(recv);
-                }
-            }
-            None => self.rq.push_front(recv),
-        }
-    }
-
-    pub(crate) fn has_recv(&self, res: &Resources) -> bool {
-        match self.init.srq {
-            Some(s) => res
-                .srqs
-                .get(s as usize)
-                .and_then(|s| s.as_ref())
-                .is_some_and(|s| !s.queue.is_empty()),
-            None => !self.rq.is_empty(),
+    /// Applies the fault a role reported (the send queue is flushed
+    /// already, and the role has done its own part).
+    fn apply_fault(&mut self, res: &mut Resources, fault: Option<Fault>, by: Role) {
+        match fault {
+            None => {}
+            Some(Fault::Error) => self.enter_error_except(res, Some(by)),
+            Some(Fault::SendQueueError) => self.state = QpState::Sqe,
         }
     }
 }

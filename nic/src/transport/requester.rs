@@ -1,88 +1,108 @@
 //! The requester: turns send WQEs into request packets — segmentation by
 //! path MTU, PSN assignment, AckReq, the unacknowledged-PSN window, the
 //! max_rd_atomic limit, fences — and rewinds for go-back-N retransmission.
+//! It works on the send queue it shares with the completer through
+//! [`SendCtx`].
 
-use super::qp::Qp;
-use super::timers::local_ack_timeout;
-use super::Resources;
+use super::completer::Completer;
+use super::sq::{SendCtx, SendQueue, SendWqe};
 use crate::time::Instant;
-use crate::verbs::SendWr;
 use crate::verbs::{access, QpState, SendOp, WcStatus};
-use std::collections::VecDeque;
 use wire::{AtomicEth, BthRepr, Deth, ExtHeaders, Opcode, Psn, QpType, Reth};
 
-/// A posted send WQE and its progress.
-#[derive(Debug)]
-pub struct SendWqe {
-    pub wr: SendWr,
-    /// IBV_SEND_INLINE: the data, copied at post time.
-    pub inline: Option<Box<[u8]>>,
-    /// Message length in bytes.
-    pub len: u64,
-    /// Whether its first packet has gone out (and `first_psn` is fixed).
-    pub started: bool,
-    pub first_psn: Psn,
-    /// PSNs the message occupies (READ: one per response packet).
-    pub npkts: u32,
-    /// READ: bytes of response received so far.
-    pub read_done: u64,
-    pub signaled: bool,
-    /// The WQE finished locally while WQEs before it were still in
-    /// flight — a local operation (BIND_MW, LOCAL_INV) executed, or a local
-    /// error found when it was due to be sent: it completes with this
-    /// status once they have (IBA 10.8.5: send completions are returned in
-    /// posting order).
-    pub local_status: Option<crate::verbs::WcStatus>,
-}
-
-impl SendWqe {
-    pub fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts.max(1) - 1)
-    }
-    /// Whether packet `psn` belongs to this WQE (a local operation has no
-    /// packets).
-    pub fn contains(&self, psn: Psn) -> bool {
-        self.started && !self.wr.op.is_local() && psn.in_window(self.first_psn, self.npkts.max(1))
-    }
-}
-
-/// Requester and completer state (one side of the send queue).
+/// Requester state (rxe's `req`): where in the send queue the next
+/// request packet comes from and which PSN it takes.
+///
+/// Input: [`Self::handle_retry`] (go-back-N from the completer); output:
+/// [`Self::poll_transmit`] (the next request packet). The completer's
+/// `una`, `acked` and RNR wait are read through its methods; it learns of
+/// what was sent through `on_request_sent` / `on_unreliable_sent`.
+///
+/// Invariants: `npsn` never passes `high`; the cursor moves back only
+/// through `handle_retry`; `rd_atomic_outstanding` counts the started
+/// READs and atomics still in the send queue.
 #[derive(Debug, Default)]
 pub struct Requester {
-    /// Posted, not yet completed, oldest first.
-    pub sq: VecDeque<SendWqe>,
-    /// Index in `sq` of the WQE whose next packet goes out next.
-    pub cur: usize,
+    /// Index in the send queue of the WQE whose next packet goes out next.
+    cur: usize,
     /// Bytes of `sq[cur]` already sent (or, for a READ, the offset to ask from).
-    pub cur_off: u64,
+    cur_off: u64,
     /// Next PSN to send.
-    pub npsn: Psn,
-    /// Oldest PSN not yet acknowledged.
-    pub una: Psn,
+    npsn: Psn,
     /// READs and atomics sent and not completed.
-    pub rd_atomic_outstanding: u32,
+    rd_atomic_outstanding: u32,
     /// Packets sent since the last one with AckReq.
-    pub noack_pkts: u32,
-    pub retry_left: u8,
-    pub rnr_left: u8,
-    pub ack_deadline: Option<Instant>,
-    /// Sending is held until this RNR NAK timer expires.
-    pub rnr_deadline: Option<Instant>,
+    noack_pkts: u32,
     /// One past the highest PSN ever sent: responses up to here answer
     /// something we sent, even after a go-back-N rewind moved `npsn` back.
-    pub high: Psn,
-    /// One past the highest PSN an ACK or NAK has acknowledged. WQEs behind
-    /// an unanswered READ cannot complete yet, but their packets need not
-    /// be sent again (an ACK acknowledges every earlier packet, IBA 9.7.5.2).
-    pub acked: Psn,
-    /// The first missing READ/atomic response an implied NAK last resent
-    /// from (once per gap, `implied_nak`); forgotten on progress.
-    pub read_retry: Option<Psn>,
+    high: Psn,
 }
 
 impl Requester {
-    pub fn outstanding(&self) -> bool {
-        self.una != self.high
+    /// Next PSN to send.
+    pub fn npsn(&self) -> Psn {
+        self.npsn
+    }
+
+    /// The state in one line, for debugging.
+    pub fn describe(&self) -> String {
+        format!(
+            "npsn={} cur={} cur_off={} rd_atomic={}",
+            self.npsn, self.cur, self.cur_off, self.rd_atomic_outstanding
+        )
+    }
+
+    /// One past the highest PSN ever sent.
+    pub fn high(&self) -> Psn {
+        self.high
+    }
+
+    /// `modify_qp` set the send PSN.
+    pub fn reset_psn(&mut self, psn: Psn) {
+        self.npsn = psn;
+        self.high = psn;
+    }
+
+    /// The oldest WQE `w` left the send queue (completed or failed).
+    pub fn on_front_retired(&mut self, w: &SendWqe) {
+        if self.cur == 0 {
+            // the WQE being (re)sent is done: the cursor moves to the next
+            // one (`fast_forward` puts npsn back in line with una)
+            self.cur_off = 0;
+        }
+        self.cur = self.cur.saturating_sub(1);
+        if w.wr.op.is_read_or_atomic() && w.started {
+            self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
+        }
+    }
+
+    /// The send queue was flushed.
+    pub fn on_flushed(&mut self) {
+        self.cur = 0;
+        self.cur_off = 0;
+        self.rd_atomic_outstanding = 0;
+    }
+
+    /// Go-back-N: resend from `psn` (IBA 9.7.5.2.5: after a NAK or
+    /// timeout the requester resends from the first unacknowledged packet).
+    /// Only ever moves the cursor back; `fast_forward` moves it forward.
+    pub fn handle_retry(&mut self, sq: &SendQueue, mtu: u32, psn: Psn) {
+        if !psn.before(self.npsn) {
+            return;
+        }
+        let Some(idx) = sq.iter().position(|w| w.contains(psn)) else {
+            return;
+        };
+        let w = &sq[idx];
+        let pkt_off = w.first_psn.distance_to(psn) as u64;
+        self.cur = idx;
+        self.cur_off = if w.wr.op.is_atomic() {
+            0
+        } else {
+            (pkt_off * mtu as u64).min(w.len)
+        };
+        self.npsn = psn;
+        self.noack_pkts = 0;
     }
 }
 
@@ -116,52 +136,53 @@ pub(crate) fn packets(len: u64, mtu: u32) -> u32 {
     len.div_ceil(mtu as u64).max(1) as u32
 }
 
-impl Qp {
+impl Requester {
     /// Builds the next request packet, if the send queue has one ready.
-    pub(crate) fn next_request(
+    pub(crate) fn poll_transmit(
         &mut self,
-        res: &mut Resources,
+        ctx: &mut SendCtx<'_>,
+        comp: &mut Completer,
         now: Instant,
         buf: &mut [u8],
     ) -> Option<usize> {
-        if self.req.npsn.before(self.req.una) {
+        if self.npsn.before(comp.una()) {
             // ACKs for packets of an earlier round arrived after a rewind:
             // skip what is already acknowledged
-            self.fast_forward();
+            self.fast_forward(ctx.sq, ctx.mtu, comp.una());
         }
-        self.skip_acked();
-        if self.req.rnr_deadline.is_some() || self.req.cur >= self.req.sq.len() {
+        self.skip_acked(ctx.sq, ctx.mtu, comp.acked());
+        if comp.rnr_wait() || self.cur >= ctx.sq.len() {
             return None;
         }
         // SQD (IBA 10.3.1, "Send Queue Drain"): the messages already begun
         // are finished (and retransmitted if need be), no new one starts.
-        let in_progress = self.state == QpState::Sqd && self.req.sq[self.req.cur].started;
-        if !self.can_send() && !in_progress {
+        let in_progress = ctx.state == QpState::Sqd && ctx.sq[self.cur].started;
+        if !ctx.can_send() && !in_progress {
             return None;
         }
-        let rc = self.qp_type() == QpType::Rc;
+        let rc = ctx.qp_type == QpType::Rc;
         // Window of unacknowledged PSNs (rxe: RXE_MAX_UNACKED_PSNS).
-        if rc && self.req.una.distance_to(self.req.npsn) >= res.cfg.max_unacked_psns {
+        if rc && comp.una().distance_to(self.npsn) >= ctx.res.cfg.max_unacked_psns {
             return None;
         }
         // Local operations run when the requester reaches them, in order,
         // and send nothing: the cursor passes them.
-        if self.req.sq[self.req.cur].wr.op.is_local() && !self.pass_local_ops(res) {
+        if ctx.sq[self.cur].wr.op.is_local() && !self.pass_local_ops(ctx) {
             return None;
         }
-        let cur = self.req.cur;
+        let cur = self.cur;
         // A WQE that failed locally holds the queue until it completes.
-        if self.req.sq[cur].local_status.is_some() {
+        if ctx.sq[cur].local_status.is_some() {
             return None;
         }
-        if !self.req.sq[cur].started && !self.start_wqe(res, cur)? {
+        if !ctx.sq[cur].started && !self.start_wqe(ctx, cur)? {
             return None;
         }
-        let w = &self.req.sq[cur];
-        let mtu = self.mtu as u64;
-        let psn = self.req.npsn;
-        let mut bth = BthRepr::new(Opcode(0), self.dest_qpn, psn);
-        bth.pkey = self.pkey;
+        let w = &ctx.sq[cur];
+        let mtu = ctx.mtu as u64;
+        let psn = self.npsn;
+        let mut bth = BthRepr::new(Opcode(0), ctx.dest_qpn, psn);
+        bth.pkey = ctx.pkey;
         let mut ext = ExtHeaders::default();
         let mut payload_len = 0usize;
         // message offset of the payload; where the cursor goes once sent
@@ -172,14 +193,14 @@ impl Qp {
         match w.wr.op {
             SendOp::Read { remote_addr, rkey } => {
                 // A retried READ asks only for what is still missing (IBA 9.7.4.1.4).
-                let off = self.req.cur_off;
+                let off = self.cur_off;
                 bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
                 ext.reth = Some(Reth {
                     va: remote_addr + off,
                     rkey,
                     dma_len: (w.len - off) as u32,
                 });
-                consumed = packets(w.len - off, self.mtu);
+                consumed = packets(w.len - off, ctx.mtu);
                 bth.ack_req = true;
                 msg_done = true;
             }
@@ -215,7 +236,7 @@ impl Qp {
                 msg_done = true;
             }
             op => {
-                let off = self.req.cur_off;
+                let off = self.cur_off;
                 let seg = (w.len - off).min(mtu);
                 let first = off == 0;
                 let last = off + seg == w.len;
@@ -264,7 +285,7 @@ impl Qp {
                     }
                     _ => unreachable!("reads and atomics handled above"),
                 };
-                match self.qp_type() {
+                match ctx.qp_type {
                     QpType::Uc => bth.opcode = Opcode(bth.opcode.0 | 0x20),
                     QpType::Ud => {
                         bth.opcode = if ext.imm.is_some() {
@@ -276,13 +297,13 @@ impl Qp {
                         bth.dest_qp = d.remote_qpn;
                         // IBA 10.2.5 / C10-15: a Q_Key with the high bit set means "use the QP's".
                         let qkey = if d.remote_qkey & 0x8000_0000 != 0 {
-                            self.qkey
+                            ctx.qkey
                         } else {
                             d.remote_qkey
                         };
                         ext.deth = Some(Deth {
                             qkey,
-                            src_qp: self.qpn,
+                            src_qp: ctx.qpn,
                         });
                     }
                     QpType::Rc => {}
@@ -290,7 +311,7 @@ impl Qp {
                 bth.solicited = last && w.wr.flags.solicited;
                 // IBA 9.7.2 / rxe: ask for an ACK at the end of a message and
                 // at least every `ack_every` packets.
-                bth.ack_req = rc && (last || self.req.noack_pkts + 1 >= res.cfg.ack_every);
+                bth.ack_req = rc && (last || self.noack_pkts + 1 >= ctx.res.cfg.ack_every);
                 msg_done = last;
                 if !last {
                     next_off = Some(off + seg);
@@ -301,24 +322,24 @@ impl Qp {
         // back with wider loads than it was written with, stalls on store
         // forwarding.
         let ud_hdr;
-        let hdr = match self.qp_type() {
+        let hdr = match ctx.qp_type {
             QpType::Ud => {
                 let d = w.wr.ud.expect("checked at post");
                 ud_hdr = super::HeaderTemplate::new(
-                    res.cfg.mac,
-                    res.cfg.gid,
+                    ctx.res.cfg.mac,
+                    ctx.res.cfg.gid,
                     &d.ah,
-                    self.qpn,
+                    ctx.qpn,
                     d.remote_qpn,
                 );
                 &ud_hdr
             }
-            _ => self.hdr.as_ref()?,
+            _ => ctx.hdr?,
         };
         // The payload goes from registered memory (or the inline copy)
         // straight into the frame.
-        let pd = self.init.pd;
-        let filled = res.emit(hdr, bth, ext, payload_len, buf, |res, dst| {
+        let pd = ctx.pd;
+        let filled = ctx.res.emit(hdr, bth, ext, payload_len, buf, |res, dst| {
             if dst.remaining() == 0 {
                 return Ok(());
             }
@@ -335,81 +356,79 @@ impl Qp {
             Ok(n) => n?,
             Err(_) => {
                 // The region went away after the WQE started.
-                self.complete_front_at(res, cur, WcStatus::LocProtErr);
+                ctx.complete_front_at(self, cur, WcStatus::LocProtErr);
                 return None;
             }
         };
         if let Some(off) = next_off {
-            self.req.cur_off = off;
+            self.cur_off = off;
         }
         // bookkeeping after the frame is built
         if bth.ack_req {
-            self.req.noack_pkts = 0;
+            self.noack_pkts = 0;
         } else {
-            self.req.noack_pkts += 1;
+            self.noack_pkts += 1;
         }
-        if psn.before(self.req.high) {
-            self.counters.retransmitted_pkts += 1;
+        if psn.before(self.high) {
+            ctx.counters.retransmitted_pkts += 1;
         }
-        self.req.npsn = psn.add(consumed);
-        if self.req.high.before(self.req.npsn) {
-            self.req.high = self.req.npsn;
+        self.npsn = psn.add(consumed);
+        if self.high.before(self.npsn) {
+            self.high = self.npsn;
         }
         if msg_done {
-            self.req.cur += 1;
-            self.req.cur_off = 0;
+            self.cur += 1;
+            self.cur_off = 0;
         }
         if rc {
-            if self.req.ack_deadline.is_none() {
-                self.req.ack_deadline = local_ack_timeout(self.timeout).map(|d| now + d);
-            }
+            comp.on_request_sent(now, ctx.timeout);
         } else if msg_done {
             // UC and UD complete once the last packet is on the wire.
-            self.req.una = self.req.npsn;
-            self.complete_front(res, WcStatus::Success);
+            comp.on_unreliable_sent(self.npsn);
+            ctx.complete_front(self, WcStatus::Success);
         }
         Some(n)
     }
 
     /// First transmission of `sq[idx]`: checks (fence, max_rd_atomic, local
     /// keys) and fixes its PSNs. `Some(false)`: not yet; `None`: failed.
-    fn start_wqe(&mut self, res: &mut Resources, idx: usize) -> Option<bool> {
-        let w = &self.req.sq[idx];
+    fn start_wqe(&mut self, ctx: &mut SendCtx<'_>, idx: usize) -> Option<bool> {
+        let w = &ctx.sq[idx];
         let rd_atomic = w.wr.op.is_read_or_atomic();
         // IBA 10.8.3.3: a fenced WR waits for earlier READs and atomics.
-        if w.wr.flags.fence && self.req.rd_atomic_outstanding > 0 {
+        if w.wr.flags.fence && self.rd_atomic_outstanding > 0 {
             return Some(false);
         }
         // IBA 9.7.4.1.2: at most max_rd_atomic READs/atomics outstanding.
-        if rd_atomic && self.req.rd_atomic_outstanding >= self.max_rd_atomic.max(1) as u32 {
+        if rd_atomic && self.rd_atomic_outstanding >= ctx.max_rd_atomic.max(1) as u32 {
             return Some(false);
         }
         let need = if rd_atomic { access::LOCAL_WRITE } else { 0 };
-        let keys_ok = w.inline.is_some() || res.check_sgl(self.init.pd, &w.wr.sgl, need).is_ok();
+        let keys_ok = w.inline.is_some() || ctx.res.check_sgl(ctx.pd, &w.wr.sgl, need).is_ok();
         // IBA 9.8 (unreliable service): a UD message is one SEND ONLY packet,
         // so it may not exceed the port's active MTU (`Qp::mtu` of a UD QP):
         // a local length error, as rxe completes it (IB_WC_LOC_LEN_ERR).
-        let too_long = self.qp_type() == QpType::Ud && w.len > self.mtu as u64;
+        let too_long = ctx.qp_type == QpType::Ud && w.len > ctx.mtu as u64;
         if !keys_ok || too_long {
             let status = if too_long {
                 WcStatus::LocLenErr
             } else {
                 WcStatus::LocProtErr
             };
-            self.complete_front_at(res, idx, status);
+            ctx.complete_front_at(self, idx, status);
             return None;
         }
         let npkts = match w.wr.op {
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
-            _ => packets(w.len, self.mtu),
+            _ => packets(w.len, ctx.mtu),
         };
-        let psn = self.req.npsn;
-        let w = &mut self.req.sq[idx];
+        let psn = self.npsn;
+        let w = &mut ctx.sq[idx];
         w.started = true;
         w.first_psn = psn;
         w.npkts = npkts;
         if rd_atomic {
-            self.req.rd_atomic_outstanding += 1;
+            self.rd_atomic_outstanding += 1;
         }
         Some(true)
     }
@@ -419,28 +438,27 @@ impl Qp {
     /// queue ends). Out of line: the data path seldom meets one.
     #[cold]
     #[inline(never)]
-    fn pass_local_ops(&mut self, res: &mut Resources) -> bool {
-        while self.req.cur < self.req.sq.len() && self.req.sq[self.req.cur].wr.op.is_local() {
-            let cur = self.req.cur;
-            let w = &self.req.sq[cur];
+    fn pass_local_ops(&mut self, ctx: &mut SendCtx<'_>) -> bool {
+        while self.cur < ctx.sq.len() && ctx.sq[self.cur].wr.op.is_local() {
+            let cur = self.cur;
+            let w = &ctx.sq[cur];
             if w.local_status.is_some_and(|st| st != WcStatus::Success) {
                 // failed: holds the queue until it completes in error
                 return false;
             }
-            if !w.started && self.run_local(res, cur) != Some(true) {
+            if !w.started && self.run_local(ctx, cur) != Some(true) {
                 return false;
             }
-            if self
-                .req
+            if ctx
                 .sq
                 .get(cur)
                 .is_some_and(|w| w.started && w.wr.op.is_local())
             {
-                self.req.cur += 1;
-                self.req.cur_off = 0;
+                self.cur += 1;
+                self.cur_off = 0;
             }
         }
-        self.req.cur < self.req.sq.len()
+        self.cur < ctx.sq.len()
     }
 
     /// Executes the local operation `sq[idx]` (BIND_MW, LOCAL_INV).
@@ -448,98 +466,75 @@ impl Qp {
     /// once the WQEs before it complete, as rxe's requester does).
     /// Completes it now if it is the oldest WQE, else once those before it
     /// have (IBA 10.8.5).
-    fn run_local(&mut self, res: &mut Resources, idx: usize) -> Option<bool> {
-        let w = &self.req.sq[idx];
+    fn run_local(&mut self, ctx: &mut SendCtx<'_>, idx: usize) -> Option<bool> {
+        let w = &ctx.sq[idx];
         // IBA 10.8.3.3: a fenced WR waits for earlier READs and atomics.
-        if w.wr.flags.fence && self.req.rd_atomic_outstanding > 0 {
+        if w.wr.flags.fence && self.rd_atomic_outstanding > 0 {
             return Some(false);
         }
         let status = match w.wr.op {
             // IBA 10.6.7.2: bind (checks in MrTable::bind_window); a failed
             // bind completes with IBV_WC_MW_BIND_ERR.
-            SendOp::BindMw(b) => match res.mrs.bind_window(self.qpn, self.init.pd, &b) {
+            SendOp::BindMw(b) => match ctx.res.mrs.bind_window(ctx.qpn, ctx.pd, &b) {
                 Ok(_) => WcStatus::Success,
                 Err(_) => WcStatus::MwBindErr,
             },
             // IBA 10.6.7.3 (Local Invalidate): a key that cannot be
             // invalidated is a local QP operation error, as rxe.
-            SendOp::LocalInv { rkey } => match res.mrs.invalidate(rkey, self.init.pd, None) {
+            SendOp::LocalInv { rkey } => match ctx.res.mrs.invalidate(rkey, ctx.pd, None) {
                 Ok(()) => WcStatus::Success,
                 Err(_) => WcStatus::LocQpOpErr,
             },
             _ => unreachable!("only local operations"),
         };
-        let psn = self.req.npsn;
-        let w = &mut self.req.sq[idx];
+        let psn = self.npsn;
+        let w = &mut ctx.sq[idx];
         w.started = true;
         w.first_psn = psn;
         w.npkts = 0;
         if status != WcStatus::Success {
-            self.complete_front_at(res, idx, status);
+            ctx.complete_front_at(self, idx, status);
             return None;
         }
         if idx == 0 {
-            self.complete_front(res, WcStatus::Success);
+            ctx.complete_front(self, WcStatus::Success);
         } else {
-            self.req.sq[idx].local_status = Some(WcStatus::Success);
+            ctx.sq[idx].local_status = Some(WcStatus::Success);
         }
         Some(true)
     }
 
-    /// Fails the WQE at `idx` (always the oldest unfinished one: WQEs
-    /// start in order and earlier ones are complete or in flight).
-    fn complete_front_at(&mut self, res: &mut Resources, idx: usize, status: WcStatus) {
-        if idx == 0 {
-            self.complete_front(res, status);
-        } else {
-            // Earlier WQEs are still in flight and may yet succeed: they
-            // complete first (IBA 10.8.5, completions in posting order),
-            // then this one in error (see `complete_front`), then the QP
-            // fails and flushes the rest. Nothing after it is sent.
-            self.req.sq[idx].local_status = Some(status);
-        }
-    }
-
-    /// Go-back-N: resend from `psn` (IBA 9.7.5.2.5: after a NAK or
-    /// timeout the requester resends from the first unacknowledged packet).
     /// Moves the cursor to `una` after ACKs overtook a go-back-N replay.
-    pub(crate) fn fast_forward(&mut self) {
-        let una = self.req.una;
-        match self.req.sq.iter().position(|w| w.contains(una)) {
+    pub(crate) fn fast_forward(&mut self, sq: &SendQueue, mtu: u32, una: Psn) {
+        match sq.iter().position(|w| w.contains(una)) {
             Some(idx) => {
-                let w = &self.req.sq[idx];
+                let w = &sq[idx];
                 let pkt_off = w.first_psn.distance_to(una) as u64;
-                self.req.cur = idx;
-                self.req.cur_off = if w.wr.op.is_atomic() {
+                self.cur = idx;
+                self.cur_off = if w.wr.op.is_atomic() {
                     0
                 } else {
-                    (pkt_off * self.mtu as u64).min(w.len)
+                    (pkt_off * mtu as u64).min(w.len)
                 };
             }
             None => {
-                self.req.cur = self
-                    .req
-                    .sq
-                    .iter()
-                    .position(|w| !w.started)
-                    .unwrap_or(self.req.sq.len());
-                self.req.cur_off = 0;
+                self.cur = sq.iter().position(|w| !w.started).unwrap_or(sq.len());
+                self.cur_off = 0;
             }
         }
-        self.req.npsn = una;
-        self.req.noack_pkts = 0;
+        self.npsn = una;
+        self.noack_pkts = 0;
     }
 
     /// During a replay, skips SEND and WRITE packets the responder has
     /// acknowledged already; READs and atomics behind `acked` whose answers
     /// never came are asked again.
-    fn skip_acked(&mut self) {
-        let acked = self.req.acked;
-        while self.req.cur < self.req.sq.len() && self.req.npsn.before(acked) {
-            let w = &self.req.sq[self.req.cur];
+    fn skip_acked(&mut self, sq: &SendQueue, mtu: u32, acked: Psn) {
+        while self.cur < sq.len() && self.npsn.before(acked) {
+            let w = &sq[self.cur];
             if w.started && w.wr.op.is_local() {
-                self.req.cur += 1;
-                self.req.cur_off = 0;
+                self.cur += 1;
+                self.cur_off = 0;
                 continue;
             }
             if !w.started || w.wr.op.is_read_or_atomic() {
@@ -548,33 +543,13 @@ impl Qp {
             let end = w.last_psn().next();
             if acked.before(end) {
                 let pkts = w.first_psn.distance_to(acked) as u64;
-                self.req.cur_off = (pkts * self.mtu as u64).min(w.len);
-                self.req.npsn = acked;
+                self.cur_off = (pkts * mtu as u64).min(w.len);
+                self.npsn = acked;
                 break;
             }
-            self.req.cur += 1;
-            self.req.cur_off = 0;
-            self.req.npsn = end;
+            self.cur += 1;
+            self.cur_off = 0;
+            self.npsn = end;
         }
-    }
-
-    /// Only ever moves the cursor back; `fast_forward` moves it forward.
-    pub(crate) fn rewind_to(&mut self, psn: Psn) {
-        if !psn.before(self.req.npsn) {
-            return;
-        }
-        let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-            return;
-        };
-        let w = &self.req.sq[idx];
-        let pkt_off = w.first_psn.distance_to(psn) as u64;
-        self.req.cur = idx;
-        self.req.cur_off = if w.wr.op.is_atomic() {
-            0
-        } else {
-            (pkt_off * self.mtu as u64).min(w.len)
-        };
-        self.req.npsn = psn;
-        self.req.noack_pkts = 0;
     }
 }

@@ -4,15 +4,15 @@
 
 use super::*;
 
-impl Qp {
+impl Responder {
     /// Steps 2-6 of the responder checks, then execution (RC and UC).
-    pub(super) fn execute(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) -> Outcome {
+    pub(super) fn execute(&mut self, ctx: &mut RespCtx<'_>, pkt: &RoceRepr<'_>) -> Outcome {
         let info = pkt.opcode_info().expect("parsed");
         let op = info.operation;
         let pos = info.position;
         // 2. opcode sequence (IBA 9.7.5.1.2): MIDDLE/LAST continue a message
         // of the same operation, FIRST/ONLY start one.
-        let seq_ok = match (&self.resp.in_msg, pos) {
+        let seq_ok = match (&self.in_msg, pos) {
             (None, Position::First | Position::Only) => true,
             (Some(m), Position::Middle | Position::Last) => m.operation() == op,
             _ => false,
@@ -29,21 +29,21 @@ impl Qp {
             // FLUSH and ATOMIC_WRITE are not implemented by this responder.
             _ => return Outcome::Nak(NakCode::InvalidRequest, None),
         };
-        if self.access & need != need {
+        if ctx.access & need != need {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
         // 5 (length, packet level; C9-92): FIRST and MIDDLE carry exactly
         // one path MTU, LAST at least one byte and at most one MTU, ONLY at
         // most one MTU.
         let len = pkt.payload.len() as u64;
-        let mtu = self.mtu as u64;
+        let mtu = ctx.mtu as u64;
         let len_ok = match pos {
             Position::First | Position::Middle => len == mtu,
             Position::Last => len > 0 && len <= mtu,
             Position::Only => len <= mtu,
         };
         if !len_ok {
-            self.counters.resp_local_length_error += 1;
+            ctx.counters.resp_local_length_error += 1;
             return Outcome::Nak(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
         }
         // C9-94 (length, message level): a RETH names at most 2^31 bytes.
@@ -52,40 +52,41 @@ impl Qp {
             .reth
             .is_some_and(|r| r.dma_len as u64 > crate::transport::MAX_MSG_LEN)
         {
-            self.counters.resp_local_length_error += 1;
+            ctx.counters.resp_local_length_error += 1;
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
         match op {
-            Operation::Send => self.exec_send(res, pkt, pos),
-            Operation::Write => self.exec_write(res, pkt, pos),
-            Operation::ReadRequest => self.exec_read(res, pkt),
-            _ => self.exec_atomic(res, pkt, op),
+            Operation::Send => self.exec_send(ctx, pkt, pos),
+            Operation::Write => self.exec_write(ctx, pkt, pos),
+            Operation::ReadRequest => self.exec_read(ctx, pkt),
+            _ => self.exec_atomic(ctx, pkt, op),
         }
     }
 
     pub(super) fn exec_send(
         &mut self,
-        res: &mut Resources,
+        ctx: &mut RespCtx<'_>,
         pkt: &RoceRepr<'_>,
         pos: Position,
     ) -> Outcome {
         if pos.is_start() {
             // 4. resources (IBA 9.7.5.1.5): a SEND needs a receive WQE.
-            let Some(recv) = self.take_recv(res) else {
+            let Some(recv) = ctx.take_recv() else {
                 return Outcome::Rnr;
             };
-            self.resp.in_msg = Some(InMessage::Send { recv, offset: 0 });
+            self.in_msg = Some(InMessage::Send { recv, offset: 0 });
         }
-        let Some(InMessage::Send { recv, offset }) = self.resp.in_msg else {
+        let Some(InMessage::Send { recv, offset }) = self.in_msg else {
             unreachable!("sequence checked")
         };
         let len = pkt.payload.len() as u64;
         if offset + len > recv.sgl.total_len() {
-            self.counters.resp_local_length_error += 1;
+            ctx.counters.resp_local_length_error += 1;
             return Outcome::Nak(NakCode::InvalidRequest, Some(WcStatus::LocLenErr));
         }
-        if res
-            .scatter(self.init.pd, &recv.sgl, offset, pkt.payload)
+        if ctx
+            .res
+            .scatter(ctx.pd, &recv.sgl, offset, pkt.payload)
             .is_err()
         {
             return Outcome::Nak(NakCode::RemoteOperationalError, Some(WcStatus::LocProtErr));
@@ -94,37 +95,33 @@ impl Qp {
         // IETH names the R_Key to invalidate, which only a bound type 2
         // window of this QP can be (`MrTable::invalidate` has the rules).
         if let (true, Some(rkey)) = (pos.is_end(), pkt.ext.ieth) {
-            if res
-                .mrs
-                .invalidate(rkey, self.init.pd, Some(self.qpn))
-                .is_err()
-            {
+            if ctx.res.mrs.invalidate(rkey, ctx.pd, Some(ctx.qpn)).is_err() {
                 return Outcome::InvalidateFailed;
             }
         }
-        self.resp.in_msg = Some(InMessage::Send {
+        self.in_msg = Some(InMessage::Send {
             recv,
             offset: offset + len,
         });
-        self.resp.epsn = self.resp.epsn.next();
+        self.epsn = self.epsn.next();
         if pos.is_end() {
-            self.resp.in_msg = None;
+            self.in_msg = None;
             self.finish_message();
-            let mut wc = Wc::new(recv.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+            let mut wc = Wc::new(recv.wr_id, WcStatus::Success, WcOpcode::Recv, ctx.qpn);
             wc.byte_len = (offset + len) as u32;
             wc.imm = pkt.ext.imm;
             wc.solicited = pkt.bth.solicited;
             // invalidated above
             wc.invalidated_rkey = pkt.ext.ieth;
-            self.counters.rdma_recvs += 1;
-            self.complete_recv(res, wc);
+            ctx.counters.rdma_recvs += 1;
+            self.complete_recv(ctx, wc);
         }
         Outcome::Done
     }
 
     pub(super) fn exec_write(
         &mut self,
-        res: &mut Resources,
+        ctx: &mut RespCtx<'_>,
         pkt: &RoceRepr<'_>,
         pos: Position,
     ) -> Outcome {
@@ -132,7 +129,7 @@ impl Qp {
         // LAST or ONLY packet) consumes a receive WQE. Checked before any
         // state changes, so the RNR-NAKed packet is retried from scratch.
         let with_imm = pkt.ext.imm.is_some();
-        if with_imm && !self.has_recv(res) {
+        if with_imm && !ctx.has_recv() {
             return Outcome::Rnr;
         }
         if pos.is_start() {
@@ -143,12 +140,13 @@ impl Qp {
             // 6. R_Key, access and bounds (IBA 9.7.5.1.6, 10.6.3); a
             // zero-length WRITE does not check the R_Key (IBA 9.4.3).
             if total > 0
-                && res
+                && ctx
+                    .res
                     .mrs
                     .check_remote(
                         reth.rkey,
-                        self.init.pd,
-                        self.qpn,
+                        ctx.pd,
+                        ctx.qpn,
                         reth.va,
                         total,
                         access::REMOTE_WRITE,
@@ -157,8 +155,8 @@ impl Qp {
             {
                 return Outcome::Nak(NakCode::RemoteAccessError, None);
             }
-            self.counters.rx_write_requests += 1;
-            self.resp.in_msg = Some(InMessage::Write {
+            ctx.counters.rx_write_requests += 1;
+            self.in_msg = Some(InMessage::Write {
                 va: reth.va,
                 rkey: reth.rkey,
                 remaining: total,
@@ -170,7 +168,7 @@ impl Qp {
             rkey,
             remaining,
             total,
-        }) = self.resp.in_msg
+        }) = self.in_msg
         else {
             unreachable!("sequence checked")
         };
@@ -178,57 +176,59 @@ impl Qp {
         // 5 (length, message level): no more than the RETH's DMA length, and
         // exactly that much by the last packet.
         if len > remaining || (pos.is_end() && len != remaining) {
-            self.counters.resp_local_length_error += 1;
+            ctx.counters.resp_local_length_error += 1;
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
         if len > 0 {
-            match res
+            match ctx
+                .res
                 .mrs
-                .check_remote(rkey, self.init.pd, self.qpn, va, len, access::REMOTE_WRITE)
+                .check_remote(rkey, ctx.pd, ctx.qpn, va, len, access::REMOTE_WRITE)
             {
                 Ok((mr, at)) => mr.mem.write(at, pkt.payload),
                 Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
             }
         }
-        self.resp.in_msg = Some(InMessage::Write {
+        self.in_msg = Some(InMessage::Write {
             va: va + len,
             rkey,
             remaining: remaining - len,
             total,
         });
-        self.resp.epsn = self.resp.epsn.next();
+        self.epsn = self.epsn.next();
         if pos.is_end() {
-            self.resp.in_msg = None;
+            self.in_msg = None;
             self.finish_message();
             if let Some(imm) = pkt.ext.imm {
-                let recv: RecvWr = self.take_recv(res).expect("checked above");
+                let recv: RecvWr = ctx.take_recv().expect("checked above");
                 let mut wc = Wc::new(
                     recv.wr_id,
                     WcStatus::Success,
                     WcOpcode::RecvRdmaWithImm,
-                    self.qpn,
+                    ctx.qpn,
                 );
                 wc.byte_len = total as u32;
                 wc.imm = Some(imm);
                 wc.solicited = pkt.bth.solicited;
-                self.complete_recv(res, wc);
+                self.complete_recv(ctx, wc);
             }
         }
         Outcome::Done
     }
 
-    pub(super) fn exec_read(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) -> Outcome {
+    pub(super) fn exec_read(&mut self, ctx: &mut RespCtx<'_>, pkt: &RoceRepr<'_>) -> Outcome {
         let Some(reth) = pkt.ext.reth else {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         };
         let len = reth.dma_len as u64;
         if len > 0
-            && res
+            && ctx
+                .res
                 .mrs
                 .check_remote(
                     reth.rkey,
-                    self.init.pd,
-                    self.qpn,
+                    ctx.pd,
+                    ctx.qpn,
                     reth.va,
                     len,
                     access::REMOTE_READ,
@@ -239,7 +239,6 @@ impl Qp {
         }
         // 4. resources: at most max_dest_rd_atomic READs/atomics in progress.
         let busy = self
-            .resp
             .responses
             .iter()
             // Replays for duplicates answer READs the requester already
@@ -247,23 +246,26 @@ impl Qp {
             // a responder resource.
             .filter(|r| matches!(r, Response::Read(j) if !j.replay))
             .count();
-        if busy >= self.max_dest_rd_atomic.max(1) as usize {
+        if busy >= ctx.max_dest_rd_atomic.max(1) as usize {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
-        self.counters.rx_read_requests += 1;
+        ctx.counters.rx_read_requests += 1;
         let psn = pkt.bth.psn;
-        let npkts = packets(len, self.mtu);
+        let npkts = packets(len, ctx.mtu);
         self.finish_message();
-        let msn = self.resp.msn;
-        self.remember(Resource::Read {
-            first_psn: psn,
-            npkts,
-            va: reth.va,
-            rkey: reth.rkey,
-            len,
-            msn,
-        });
-        self.resp.epsn = psn.add(npkts);
+        let msn = self.msn;
+        self.remember(
+            ctx.max_dest_rd_atomic,
+            Resource::Read {
+                first_psn: psn,
+                npkts,
+                va: reth.va,
+                rkey: reth.rkey,
+                len,
+                msn,
+            },
+        );
+        self.epsn = psn.add(npkts);
         self.queue_response(Response::Read(ReadJob {
             psn,
             va: reth.va,
@@ -278,7 +280,7 @@ impl Qp {
 
     pub(super) fn exec_atomic(
         &mut self,
-        res: &mut Resources,
+        ctx: &mut RespCtx<'_>,
         pkt: &RoceRepr<'_>,
         op: Operation,
     ) -> Outcome {
@@ -289,44 +291,42 @@ impl Qp {
         if a.va % 8 != 0 {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
-        let (mr, at) = match res.mrs.check_remote(
-            a.rkey,
-            self.init.pd,
-            self.qpn,
-            a.va,
-            8,
-            access::REMOTE_ATOMIC,
-        ) {
-            Ok(x) => x,
-            Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
-        };
+        let (mr, at) =
+            match ctx
+                .res
+                .mrs
+                .check_remote(a.rkey, ctx.pd, ctx.qpn, a.va, 8, access::REMOTE_ATOMIC)
+            {
+                Ok(x) => x,
+                Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
+            };
         if at % 8 != 0 {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
-        self.counters.rx_atomic_requests += 1;
+        ctx.counters.rx_atomic_requests += 1;
         let orig = match op {
             Operation::CompareSwap => mr.mem.compare_swap(at, a.compare, a.swap_add),
             _ => mr.mem.fetch_add(at, a.swap_add),
         };
         let psn = pkt.bth.psn;
         self.finish_message();
-        let msn = self.resp.msn;
-        self.remember(Resource::Atomic { psn, orig, msn });
-        self.resp.epsn = psn.next();
+        let msn = self.msn;
+        self.remember(ctx.max_dest_rd_atomic, Resource::Atomic { psn, orig, msn });
+        self.epsn = psn.next();
         self.queue_response(Response::AtomicAck { psn, orig, msn });
         Outcome::Done
     }
 
     /// A request message completed: the MSN counts it (IBA 9.7.5.2.2).
     pub(super) fn finish_message(&mut self) {
-        self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+        self.msn = (self.msn + 1) & 0xFF_FFFF;
     }
 
-    pub(super) fn remember(&mut self, r: Resource) {
-        if self.resp.resources.len() >= RESOURCE_CACHE.max(self.max_dest_rd_atomic as usize) {
-            self.resp.resources.pop_front();
+    pub(super) fn remember(&mut self, max_dest_rd_atomic: u8, r: Resource) {
+        if self.resources.len() >= RESOURCE_CACHE.max(max_dest_rd_atomic as usize) {
+            self.resources.pop_front();
         }
-        self.resp.resources.push_back(r);
+        self.resources.push_back(r);
     }
 
     /// Queues a response; an ACK right behind another ACK replaces it
@@ -341,11 +341,11 @@ impl Qp {
                 syndrome: Syndrome::Ack { .. },
                 ..
             }),
-        ) = (&r, self.resp.responses.back())
+        ) = (&r, self.responses.back())
         {
-            *self.resp.responses.back_mut().expect("checked") = r;
+            *self.responses.back_mut().expect("checked") = r;
             return;
         }
-        self.resp.responses.push_back(r);
+        self.responses.push_back(r);
     }
 }

@@ -4,19 +4,20 @@
 //! SENDs into receive WQEs, runs atomics exactly once) and owes responses
 //! (coalesced ACKs, NAKs, segmented READ responses, atomic ACKs), which it
 //! hands out in PSN order.
-
 //!
 //! `mod.rs` holds the responder's state and the checks up to execution;
 //! `execute` runs a request that passed them; `respond` builds the
-//! response frames the responder owes.
+//! response frames the responder owes; `ctx` is the slice of the QP the
+//! responder works with (`RespCtx`: attributes, receive queue or SRQ).
 
+mod ctx;
 mod execute;
 mod respond;
 
+pub(crate) use ctx::RespCtx;
+
 use super::frame::PutMem;
-use super::qp::Qp;
 use super::requester::packets;
-use super::Resources;
 use crate::time::Instant;
 use crate::verbs::AsyncEvent;
 use crate::verbs::{access, RecvWr, Wc, WcOpcode, WcStatus};
@@ -44,48 +45,109 @@ const ACK: Syndrome = Syndrome::Ack {
     credits: Syndrome::UNLIMITED_CREDITS,
 };
 
-impl Qp {
-    pub(crate) fn handle_request(
-        &mut self,
-        res: &mut Resources,
-        _now: Instant,
-        pkt: &RoceRepr<'_>,
-    ) {
-        if !self.can_receive() || self.resp.error_after_flush {
-            self.counters.rx_qp_state_drop += 1;
-            return;
-        }
-        match self.qp_type() {
-            QpType::Rc => self.rc_request(res, pkt),
-            QpType::Uc => self.uc_request(res, pkt),
-            QpType::Ud => self.ud_request(res, pkt),
+impl Responder {
+    /// `modify_qp` set the receive PSN.
+    pub fn set_epsn(&mut self, psn: Psn) {
+        self.epsn = psn;
+    }
+
+    /// Expected PSN.
+    pub fn epsn(&self) -> Psn {
+        self.epsn
+    }
+
+    /// Whether a response is owed.
+    pub fn owes_responses(&self) -> bool {
+        !self.responses.is_empty()
+    }
+
+    /// The state in one line, for debugging.
+    pub fn describe(&self) -> String {
+        format!(
+            "epsn={} msn={} in_msg={:?} nak_sent={} responses={:?}",
+            self.epsn,
+            self.msn,
+            self.in_msg.map(|m| m.operation()),
+            self.nak_sent,
+            self.responses
+        )
+    }
+
+    /// The QP entered ERR: nothing more is owed. Returns the receive WQE
+    /// of a SEND in progress, for the QP to flush.
+    pub fn on_qp_error(&mut self) -> Option<RecvWr> {
+        self.error_after_flush = false;
+        self.error_event = None;
+        self.responses.clear();
+        match self.in_msg.take() {
+            Some(InMessage::Send { recv, .. }) => Some(recv),
+            _ => None,
         }
     }
 
-    fn rc_request(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) {
+    /// Once the responses owed before a class C error (IBA 9.9.3) have
+    /// gone out: `Some(event)`, the QP is to enter ERR, raising `event`
+    /// if there is one.
+    pub fn poll_error(&mut self) -> Option<Option<AsyncEvent>> {
+        if self.error_after_flush && self.responses.is_empty() {
+            self.error_after_flush = false;
+            return Some(self.error_event.take());
+        }
+        None
+    }
+
+    /// Completes a receive WQE; if that fails the QP, the responder's part
+    /// of entering ERR is done at once.
+    fn complete_recv(&mut self, ctx: &mut RespCtx<'_>, wc: Wc) {
+        if ctx.complete_recv(wc) {
+            if let Some(recv) = self.on_qp_error() {
+                ctx.rq.push_front(recv);
+            }
+        }
+    }
+
+    /// A request packet for this QP.
+    pub(crate) fn handle_request(
+        &mut self,
+        ctx: &mut RespCtx<'_>,
+        _now: Instant,
+        pkt: &RoceRepr<'_>,
+    ) {
+        if !ctx.can_receive() || self.error_after_flush {
+            ctx.counters.rx_qp_state_drop += 1;
+            return;
+        }
+        match ctx.qp_type {
+            QpType::Rc => self.rc_request(ctx, pkt),
+            QpType::Uc => self.uc_request(ctx, pkt),
+            QpType::Ud => self.ud_request(ctx, pkt),
+        }
+    }
+
+    fn rc_request(&mut self, ctx: &mut RespCtx<'_>, pkt: &RoceRepr<'_>) {
         let psn = pkt.bth.psn;
-        let epsn = self.resp.epsn;
+        let epsn = self.epsn;
         // 1. PSN (IBA 9.7.5.1.1)
         if psn != epsn {
             if epsn.before(psn) {
-                self.counters.out_of_sequence += 1;
+                ctx.counters.out_of_sequence += 1;
                 // IBA C9-97 (rxe: sent_psn_nak): one NAK per sequence gap.
-                if !self.resp.nak_sent {
-                    self.resp.nak_sent = true;
+                if !self.nak_sent {
+                    self.nak_sent = true;
                     self.queue_response(Response::Ack {
                         psn: epsn,
                         syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
-                        msn: self.resp.msn,
+                        msn: self.msn,
                     });
                 }
             } else {
-                self.counters.duplicate_request += 1;
-                self.rc_duplicate(pkt);
+                ctx.counters.duplicate_request += 1;
+                self.rc_duplicate(ctx, pkt);
             }
             return;
         }
-        self.resp.nak_sent = false;
-        match self.execute(res, pkt) {
+        self.nak_sent = false;
+        match self.execute(ctx, pkt) {
             Outcome::Done => {
                 // READs and atomics are answered by their responses; SENDs
                 // and WRITEs with AckReq by an ACK (IBA 9.7.5.1.7).
@@ -94,28 +156,28 @@ impl Qp {
                     self.queue_response(Response::Ack {
                         psn,
                         syndrome: ACK,
-                        msn: self.resp.msn,
+                        msn: self.msn,
                     });
                 }
             }
             Outcome::Rnr => {
-                self.counters.out_of_buffer += 1;
+                ctx.counters.out_of_buffer += 1;
                 // The retried packet will be in sequence; packets behind it
                 // are not NAKed again (same rule as C9-97).
-                self.resp.nak_sent = true;
-                let timer = self.min_rnr_timer;
+                self.nak_sent = true;
+                let timer = ctx.min_rnr_timer;
                 self.queue_response(Response::Ack {
                     psn,
                     syndrome: Syndrome::RnrNak { timer },
-                    msn: self.resp.msn,
+                    msn: self.msn,
                 });
             }
             Outcome::Nak(code, recv_status) => {
                 // IBA 9.9.3 (responder class C errors): NAK, complete the
                 // receive WQE in progress in error, then fail the QP.
                 match code {
-                    NakCode::RemoteAccessError => self.counters.resp_remote_access_errors += 1,
-                    _ => self.counters.resp_invalid_request += 1,
+                    NakCode::RemoteAccessError => ctx.counters.resp_remote_access_errors += 1,
+                    _ => ctx.counters.resp_invalid_request += 1,
                 }
                 // The affiliated event, raised when the QP enters ERR (IBTA
                 // 11.6.3.1: "Invalid Request Local Work Queue Error", "Local
@@ -123,18 +185,18 @@ impl Qp {
                 // Error (our receive buffer failed the scatter) is reported
                 // through the receive completion (LOC_PROT_ERR), not as an
                 // event.
-                self.resp.error_event = match code {
-                    NakCode::RemoteAccessError => Some(AsyncEvent::QpAccessErr(self.qpn)),
-                    NakCode::InvalidRequest => Some(AsyncEvent::QpReqErr(self.qpn)),
+                self.error_event = match code {
+                    NakCode::RemoteAccessError => Some(AsyncEvent::QpAccessErr(ctx.qpn)),
+                    NakCode::InvalidRequest => Some(AsyncEvent::QpReqErr(ctx.qpn)),
                     _ => None,
                 };
-                self.fail_in_message(res, recv_status);
+                self.fail_in_message(ctx, recv_status);
                 self.queue_response(Response::Ack {
                     psn,
                     syndrome: Syndrome::Nak(code),
-                    msn: self.resp.msn,
+                    msn: self.msn,
                 });
-                self.resp.error_after_flush = true;
+                self.error_after_flush = true;
             }
             Outcome::InvalidateFailed => {
                 // IBA 9.9.3, responder class J (an R_Key in a SEND with
@@ -142,40 +204,40 @@ impl Qp {
                 // (RESPST_ERR_INVALIDATE_RKEY): the receive WQE completes
                 // with REM_INV_REQ_ERR and the QP goes to ERR, but the
                 // request is acknowledged — the requester is not told.
-                self.counters.resp_invalid_request += 1;
-                self.resp.error_event = None;
-                self.fail_in_message(res, Some(WcStatus::RemInvReqErr));
+                ctx.counters.resp_invalid_request += 1;
+                self.error_event = None;
+                self.fail_in_message(ctx, Some(WcStatus::RemInvReqErr));
                 if pkt.bth.ack_req {
                     self.queue_response(Response::Ack {
                         psn,
                         syndrome: ACK,
-                        msn: self.resp.msn,
+                        msn: self.msn,
                     });
                 }
-                self.resp.error_after_flush = true;
+                self.error_after_flush = true;
             }
         }
     }
 
     /// A request already executed: answer it again without re-executing
     /// side effects.
-    fn rc_duplicate(&mut self, pkt: &RoceRepr<'_>) {
+    fn rc_duplicate(&mut self, ctx: &RespCtx<'_>, pkt: &RoceRepr<'_>) {
         let psn = pkt.bth.psn;
         let info = pkt.opcode_info().expect("parsed");
         match info.operation {
             // IBA C9-105 (as rxe cites it): a duplicate SEND or WRITE is
             // acknowledged again with the latest PSN.
             Operation::Send | Operation::Write => {
-                let last = self.resp.epsn.sub(1);
+                let last = self.epsn.sub(1);
                 self.queue_response(Response::Ack {
                     psn: last,
                     syndrome: ACK,
-                    msn: self.resp.msn,
+                    msn: self.msn,
                 });
             }
             Operation::ReadRequest => {
-                let mtu = self.mtu as u64;
-                let hit = self.resp.resources.iter().rev().find_map(|r| match *r {
+                let mtu = ctx.mtu as u64;
+                let hit = self.resources.iter().rev().find_map(|r| match *r {
                     Resource::Read {
                         first_psn,
                         npkts,
@@ -209,7 +271,7 @@ impl Qp {
             Operation::CompareSwap | Operation::FetchAdd => {
                 // IBA 9.7.5.1.3.2: an atomic is executed once; duplicates get
                 // the saved result.
-                let hit = self.resp.resources.iter().rev().find_map(|r| match *r {
+                let hit = self.resources.iter().rev().find_map(|r| match *r {
                     Resource::Atomic { psn: p, orig, msn } if p == psn => Some((orig, msn)),
                     _ => None,
                 });
@@ -229,7 +291,7 @@ impl Qp {
     /// its ACK timer recovers them.
     fn answer_duplicate_first(&mut self, psn: Psn) {
         let mut nak_dropped = false;
-        self.resp.responses.retain(|r| {
+        self.responses.retain(|r| {
             let later = psn.before(r.psn());
             if later {
                 nak_dropped |= !matches!(
@@ -245,72 +307,72 @@ impl Qp {
         });
         if nak_dropped {
             // the gap (or RNR wait) the dropped NAK named may be NAKed again
-            self.resp.nak_sent = false;
+            self.nak_sent = false;
         }
     }
 
-    fn uc_request(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) {
+    fn uc_request(&mut self, ctx: &mut RespCtx<'_>, pkt: &RoceRepr<'_>) {
         let info = pkt.opcode_info().expect("parsed");
         let psn = pkt.bth.psn;
         // UC (IBA 9.8.4): no ACKs. A PSN gap loses the message in progress;
         // a FIRST or ONLY always starts a new one.
         if info.position.is_start() {
-            if psn != self.resp.epsn {
-                self.counters.out_of_sequence += 1;
+            if psn != self.epsn {
+                ctx.counters.out_of_sequence += 1;
             }
-            self.abandon_in_message(res);
-            self.resp.uc_discard = false;
-        } else if psn != self.resp.epsn || self.resp.uc_discard {
-            if psn != self.resp.epsn {
-                self.counters.out_of_sequence += 1;
+            self.abandon_in_message(ctx);
+            self.uc_discard = false;
+        } else if psn != self.epsn || self.uc_discard {
+            if psn != self.epsn {
+                ctx.counters.out_of_sequence += 1;
             }
-            self.abandon_in_message(res);
-            self.resp.uc_discard = true;
-            self.resp.epsn = psn.next();
+            self.abandon_in_message(ctx);
+            self.uc_discard = true;
+            self.epsn = psn.next();
             return;
         }
-        self.resp.epsn = psn;
-        match self.execute(res, pkt) {
+        self.epsn = psn;
+        match self.execute(ctx, pkt) {
             Outcome::Done => {}
             Outcome::Rnr => {
-                self.counters.out_of_buffer += 1;
-                self.resp.uc_discard = !info.position.is_end();
-                self.resp.epsn = psn.next();
+                ctx.counters.out_of_buffer += 1;
+                self.uc_discard = !info.position.is_end();
+                self.epsn = psn.next();
             }
             Outcome::Nak(..) | Outcome::InvalidateFailed => {
-                self.abandon_in_message(res);
-                self.resp.uc_discard = !info.position.is_end();
-                self.resp.epsn = psn.next();
+                self.abandon_in_message(ctx);
+                self.uc_discard = !info.position.is_end();
+                self.epsn = psn.next();
             }
         }
     }
 
     /// Drops a partly received message; its receive WQE is reused.
-    fn abandon_in_message(&mut self, res: &mut Resources) {
-        if let Some(InMessage::Send { recv, .. }) = self.resp.in_msg.take() {
-            self.return_recv(res, recv);
+    fn abandon_in_message(&mut self, ctx: &mut RespCtx<'_>) {
+        if let Some(InMessage::Send { recv, .. }) = self.in_msg.take() {
+            ctx.return_recv(recv);
         }
     }
 
     /// Fails the message in progress; its receive WQE completes in error.
-    fn fail_in_message(&mut self, res: &mut Resources, status: Option<WcStatus>) {
-        let msg = self.resp.in_msg.take();
+    fn fail_in_message(&mut self, ctx: &mut RespCtx<'_>, status: Option<WcStatus>) {
+        let msg = self.in_msg.take();
         if let (Some(InMessage::Send { recv, .. }), Some(st)) = (msg, status) {
-            self.complete_recv(res, Wc::new(recv.wr_id, st, WcOpcode::Recv, self.qpn));
+            self.complete_recv(ctx, Wc::new(recv.wr_id, st, WcOpcode::Recv, ctx.qpn));
         } else if let Some(InMessage::Send { recv, .. }) = msg {
-            self.return_recv(res, recv);
+            ctx.return_recv(recv);
         }
     }
 
-    fn ud_request(&mut self, res: &mut Resources, pkt: &RoceRepr<'_>) {
+    fn ud_request(&mut self, ctx: &mut RespCtx<'_>, pkt: &RoceRepr<'_>) {
         let Some(deth) = pkt.ext.deth else { return };
         // IBA 10.2.5 / C10-16: a UD packet whose Q_Key differs from the QP's is dropped.
-        if deth.qkey != self.qkey {
-            self.counters.qkey_violation += 1;
+        if deth.qkey != ctx.qkey {
+            ctx.counters.qkey_violation += 1;
             return;
         }
-        let Some(recv) = self.take_recv(res) else {
-            self.counters.out_of_buffer += 1;
+        let Some(recv) = ctx.take_recv() else {
+            ctx.counters.out_of_buffer += 1;
             return;
         };
         // IBA 11.4.1.1: the first 40 bytes of a UD receive buffer take the
@@ -322,14 +384,12 @@ impl Qp {
             IpRepr::V6(ip) => ip.emit(&mut grh, pkt.ip_len() - 40),
         }
         let total = 40 + pkt.payload.len() as u64;
-        let mut wc = Wc::new(recv.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+        let mut wc = Wc::new(recv.wr_id, WcStatus::Success, WcOpcode::Recv, ctx.qpn);
         if total > recv.sgl.total_len() {
             wc.status = WcStatus::LocLenErr;
-            self.counters.resp_local_length_error += 1;
-        } else if res.scatter(self.init.pd, &recv.sgl, 0, &grh).is_err()
-            || res
-                .scatter(self.init.pd, &recv.sgl, 40, pkt.payload)
-                .is_err()
+            ctx.counters.resp_local_length_error += 1;
+        } else if ctx.res.scatter(ctx.pd, &recv.sgl, 0, &grh).is_err()
+            || ctx.res.scatter(ctx.pd, &recv.sgl, 40, pkt.payload).is_err()
         {
             wc.status = WcStatus::LocProtErr;
         }
@@ -338,8 +398,8 @@ impl Qp {
         wc.grh = true;
         wc.imm = pkt.ext.imm;
         wc.solicited = pkt.bth.solicited;
-        self.counters.rdma_recvs += 1;
-        self.complete_recv(res, wc);
+        ctx.counters.rdma_recvs += 1;
+        self.complete_recv(ctx, wc);
     }
 }
 
@@ -428,24 +488,34 @@ impl InMessage {
     }
 }
 
-/// Responder state.
+/// Responder state (rxe's `resp`): the expected PSN and MSN, the message
+/// in progress, the responses owed and the responder resources.
+///
+/// Inputs: [`Self::handle_request`]; outputs: [`Self::poll_transmit`]
+/// (the next response frame) and [`Self::poll_error`] (a class C error
+/// whose NAK has gone out: the QP is to enter ERR).
+///
+/// Invariants: `responses` are in PSN order and hold at most one
+/// cumulative ACK at the back; a READ or atomic is executed once and
+/// answered again from `resources`; after a NAK for a PSN gap, no other
+/// until the gap closes (C9-97).
 #[derive(Debug, Default)]
 pub struct Responder {
     /// Expected PSN.
-    pub epsn: Psn,
+    epsn: Psn,
     /// Message sequence number: completed request messages, 24 bits.
-    pub msn: u32,
-    pub in_msg: Option<InMessage>,
+    msn: u32,
+    in_msg: Option<InMessage>,
     /// A PSN sequence error NAK was sent for the current gap (IBA C9-97:
     /// one NAK per out-of-sequence condition).
-    pub nak_sent: bool,
+    nak_sent: bool,
     /// UC: drop packets until the next FIRST or ONLY.
-    pub uc_discard: bool,
-    pub responses: VecDeque<Response>,
-    pub resources: VecDeque<Resource>,
+    uc_discard: bool,
+    responses: VecDeque<Response>,
+    resources: VecDeque<Resource>,
     /// Move to ERR once the pending responses have gone out (class C errors
     /// NAK first, then fail the QP).
-    pub error_after_flush: bool,
+    error_after_flush: bool,
     /// The affiliated asynchronous event raised when it does.
-    pub error_event: Option<crate::verbs::AsyncEvent>,
+    error_event: Option<crate::verbs::AsyncEvent>,
 }

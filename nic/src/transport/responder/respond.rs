@@ -4,29 +4,29 @@
 
 use super::*;
 
-impl Qp {
+impl Responder {
     /// Builds the next response frame, if one is owed.
-    pub(crate) fn next_response(&mut self, res: &mut Resources, buf: &mut [u8]) -> Option<usize> {
-        let hdr = self.hdr.as_ref()?;
-        let front = *self.resp.responses.front()?;
-        let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, self.dest_qpn, Psn::new(0));
-        bth.pkey = self.pkey;
+    pub(crate) fn poll_transmit(&mut self, ctx: &mut RespCtx<'_>, buf: &mut [u8]) -> Option<usize> {
+        let hdr = ctx.hdr?;
+        let front = *self.responses.front()?;
+        let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, ctx.dest_qpn, Psn::new(0));
+        bth.pkey = ctx.pkey;
         let mut ext = ExtHeaders::default();
         match front {
             Response::Ack { psn, syndrome, msn } => {
                 bth.psn = psn;
                 ext.aeth = Some(Aeth { syndrome, msn });
-                self.resp.responses.pop_front();
+                self.responses.pop_front();
             }
             Response::AtomicAck { psn, orig, msn } => {
                 bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
                 bth.psn = psn;
                 ext.aeth = Some(Aeth { syndrome: ACK, msn });
                 ext.atomic_ack = Some(orig);
-                self.resp.responses.pop_front();
+                self.responses.pop_front();
             }
             Response::Read(job) => {
-                let len = job.remaining.min(self.mtu as u64);
+                let len = job.remaining.min(ctx.mtu as u64);
                 let last = len == job.remaining;
                 bth.psn = job.psn;
                 bth.opcode = match (job.first, last) {
@@ -44,9 +44,9 @@ impl Qp {
                 // The data goes from registered memory straight into the
                 // frame. The region may have gone since the request was
                 // checked.
-                let (pd, qpn) = (self.init.pd, self.qpn);
+                let (pd, qpn) = (ctx.pd, ctx.qpn);
                 let filled: Result<_, crate::verbs::KeyError> =
-                    res.emit(hdr, bth, ext, len as usize, buf, |res, dst| {
+                    ctx.res.emit(hdr, bth, ext, len as usize, buf, |res, dst| {
                         if dst.remaining() == 0 {
                             return Ok(());
                         }
@@ -62,16 +62,16 @@ impl Qp {
                         Ok(())
                     });
                 let Ok(n) = filled else {
-                    self.resp.responses.pop_front();
-                    self.counters.resp_remote_access_errors += 1;
-                    self.resp.responses.push_front(Response::Ack {
+                    self.responses.pop_front();
+                    ctx.counters.resp_remote_access_errors += 1;
+                    self.responses.push_front(Response::Ack {
                         psn: job.psn,
                         syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
                         msn: job.msn,
                     });
-                    self.resp.error_after_flush = true;
-                    self.resp.error_event = Some(AsyncEvent::QpAccessErr(self.qpn));
-                    return self.next_response(res, buf);
+                    self.error_after_flush = true;
+                    self.error_event = Some(AsyncEvent::QpAccessErr(ctx.qpn));
+                    return self.poll_transmit(ctx, buf);
                 };
                 let next = ReadJob {
                     psn: job.psn.next(),
@@ -81,13 +81,13 @@ impl Qp {
                     ..job
                 };
                 if last {
-                    self.resp.responses.pop_front();
+                    self.responses.pop_front();
                 } else {
-                    *self.resp.responses.front_mut().expect("front exists") = Response::Read(next);
+                    *self.responses.front_mut().expect("front exists") = Response::Read(next);
                 }
                 return n;
             }
         }
-        res.emit_bare(hdr, bth, ext, buf)
+        ctx.res.emit_bare(hdr, bth, ext, buf)
     }
 }
