@@ -31,6 +31,11 @@ mod strings;
 mod symbols;
 pub mod unsupported;
 
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
 pub use symbols::TABLE as SYMBOL_TABLE;
 
 use libc::c_int;
