@@ -40,7 +40,7 @@ pub fn query_route(idp: &IdPriv, dev: &str, no: u32) -> Result<(), c_int> {
         path.hop_limit = 64;
         path.reversible = 1;
         path.numb_path = 1;
-        path.mtu = mtu_enum(info.path_mtu);
+        path.mtu = crate::qp::mtu_enum(info.path_mtu);
         path.mtu_selector = 2; // exactly
         path.rate_selector = 2;
         path.packet_life_time_selector = 2;
@@ -49,22 +49,6 @@ pub fn query_route(idp: &IdPriv, dev: &str, no: u32) -> Result<(), c_int> {
     }
     Ok(())
 }
-
-/// `enum ibv_mtu` of a size in bytes.
-fn mtu_enum(bytes: u32) -> u8 {
-    match bytes {
-        0..=256 => 1,
-        257..=512 => 2,
-        513..=1024 => 3,
-        1025..=2048 => 4,
-        _ => 5,
-    }
-}
-
-/// Moves the ID's QP to ERR (on REJECTED and before a DREQ, as librdmacm
-/// does). The QPs of IDs are the application's own here (see
-/// `rdma_create_qp` in `unsupported`), so there is nothing to move.
-pub fn qp_to_error(_idp: &IdPriv) {}
 
 /// The local device an ID with no source address reaches `dst` from: the
 /// one holding the kernel's source address for `dst`, else the first
@@ -273,13 +257,16 @@ unsafe fn private_data(p: Option<&rdma_conn_param>) -> Vec<u8> {
 /// The parameters of a connect or accept, librdmacm's defaults filled in
 /// (retries 7; 0xFF depths meaning what the request or device allows).
 fn conn_param(idp: &IdPriv, p: Option<&rdma_conn_param>) -> ConnParam {
+    let qp = idp.raw().qp;
+    // SAFETY: the ID's QP (libibverbs' object) while the ID has one.
+    let own = unsafe { qp.as_ref() }.map(|q| (q.qp_num, !q.srq.is_null()));
     let st = idp.state();
     let pick = |v: u8, dflt: u8| if v == 0xFF { dflt } else { v };
     // SAFETY: the application's param, checked non-NULL by the caller.
     let private_data = unsafe { private_data(p) };
     ConnParam {
-        qpn: p.map_or(0, |p| p.qp_num & 0xFF_FFFF),
-        srq: p.is_some_and(|p| p.srq != 0),
+        qpn: own.map_or(p.map_or(0, |p| p.qp_num), |o| o.0) & 0xFF_FFFF,
+        srq: own.map_or(p.is_some_and(|p| p.srq != 0), |o| o.1),
         psn: None,
         private_data,
         responder_resources: pick(
@@ -330,8 +317,13 @@ pub unsafe extern "C" fn scm_rdma_accept(id: *mut rdma_cm_id, p: *mut rdma_conn_
             return Err(libc::EINVAL);
         }
         let r = idp.remote()?;
-        r.cm.accept(r.no, &conn_param(idp, p))
-            .map_err(|e| errno("rdma_accept", e))?;
+        let cp = conn_param(idp, p);
+        crate::qp::ready(idp, cp.responder_resources, cp.initiator_depth)?;
+        idp.state().qp_ready = true;
+        if let Err(e) = r.cm.accept(r.no, &cp) {
+            crate::qp::to_error(idp);
+            return Err(errno("rdma_accept", e));
+        }
         if idp.raw().qp_type == IBV_QPT_UD {
             return Ok(());
         }
@@ -376,7 +368,7 @@ pub unsafe extern "C" fn scm_rdma_reject(
 pub unsafe extern "C" fn scm_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     ret((|| {
         let idp = id_of(id)?;
-        qp_to_error(idp);
+        crate::qp::to_error(idp);
         let r = idp.remote()?;
         r.cm.disconnect(r.no)
             .map_err(|e| errno("rdma_disconnect", e))?;
@@ -551,6 +543,15 @@ pub unsafe extern "C" fn scm_rdma_get_request(
             } else {
                 libc::EINVAL
             });
+        }
+        let ep = l.state().ep_attr;
+        if let Some((mut attr, pd)) = ep {
+            // SAFETY: the new ID of the request.
+            let new = unsafe { IdPriv::from_ptr(e.id) }.ok_or(libc::EINVAL)?;
+            if let Err(err) = crate::qp::create_qp(new, pd as *mut ibv_pd, &mut attr) {
+                raw.event = ev;
+                return Err(err);
+            }
         }
         // SAFETY: the new ID of the request.
         unsafe {

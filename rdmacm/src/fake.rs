@@ -271,3 +271,103 @@ impl CmBackend for Fake {
         Ok(c)
     }
 }
+
+/// Verbs that make QPs in memory and log every QP state change.
+#[derive(Default)]
+pub struct FakeVerbs {
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+/// A QP of [`FakeVerbs`] (the header `ibv_qp` the library reads).
+fn fake_qp(pd: *mut crate::abi::ibv_pd, num: u32) -> *mut crate::abi::ibv_qp {
+    Box::into_raw(Box::new(crate::abi::ibv_qp {
+        context: std::ptr::dangling_mut(),
+        qp_context: std::ptr::null_mut(),
+        pd,
+        send_cq: std::ptr::null_mut(),
+        recv_cq: std::ptr::null_mut(),
+        srq: std::ptr::null_mut(),
+        handle: 0,
+        qp_num: num,
+        state: 0,
+        qp_type: 2,
+    }))
+}
+
+impl crate::verbs::Verbs for FakeVerbs {
+    fn context(&self, _dev: &str) -> Option<*mut crate::abi::ibv_context> {
+        Some(std::ptr::dangling_mut())
+    }
+    fn contexts(&self) -> Vec<*mut crate::abi::ibv_context> {
+        vec![std::ptr::dangling_mut()]
+    }
+    unsafe fn default_pd(&self, ctx: *mut crate::abi::ibv_context) -> *mut crate::abi::ibv_pd {
+        Box::into_raw(Box::new(crate::abi::ibv_pd {
+            context: ctx,
+            handle: 0,
+        }))
+    }
+    unsafe fn gid_index(&self, _: *mut crate::abi::ibv_context, _: [u8; 16]) -> Option<u8> {
+        Some(3)
+    }
+    unsafe fn create_qp(
+        &self,
+        pd: *mut crate::abi::ibv_pd,
+        _: *mut crate::abi::ibv_qp_init_attr,
+    ) -> *mut crate::abi::ibv_qp {
+        fake_qp(pd, 0x99)
+    }
+    unsafe fn modify_qp(
+        &self,
+        _: *mut crate::abi::ibv_qp,
+        a: *mut crate::abi::ibv_qp_attr,
+        mask: libc::c_int,
+    ) -> libc::c_int {
+        // SAFETY: the library's attributes.
+        let a = unsafe { &*a };
+        self.log.lock().unwrap().push(format!(
+            "modify {} mask {mask:#x} sgid {} rd {}/{}",
+            a.qp_state, a.ah_attr.grh.sgid_index, a.max_rd_atomic, a.max_dest_rd_atomic
+        ));
+        0
+    }
+    unsafe fn destroy_qp(&self, qp: *mut crate::abi::ibv_qp) -> libc::c_int {
+        // SAFETY: made by fake_qp.
+        drop(unsafe { Box::from_raw(qp) });
+        self.log.lock().unwrap().push("destroy_qp".into());
+        0
+    }
+    unsafe fn create_comp_channel(
+        &self,
+        _: *mut crate::abi::ibv_context,
+    ) -> *mut crate::abi::ibv_comp_channel {
+        8 as *mut _
+    }
+    unsafe fn destroy_comp_channel(&self, _: *mut crate::abi::ibv_comp_channel) -> libc::c_int {
+        0
+    }
+    unsafe fn create_cq(
+        &self,
+        _: *mut crate::abi::ibv_context,
+        cqe: libc::c_int,
+        _: *mut libc::c_void,
+        _: *mut crate::abi::ibv_comp_channel,
+    ) -> *mut crate::abi::ibv_cq {
+        self.log.lock().unwrap().push(format!("create_cq {cqe}"));
+        Box::into_raw(Box::new(0u64)) as *mut _
+    }
+    unsafe fn destroy_cq(&self, _: *mut crate::abi::ibv_cq) -> libc::c_int {
+        self.log.lock().unwrap().push("destroy_cq".into());
+        0
+    }
+    unsafe fn create_srq(
+        &self,
+        _: *mut crate::abi::ibv_pd,
+        _: *mut crate::abi::ibv_srq_init_attr,
+    ) -> *mut crate::abi::ibv_srq {
+        std::ptr::null_mut()
+    }
+    unsafe fn destroy_srq(&self, _: *mut crate::abi::ibv_srq) -> libc::c_int {
+        0
+    }
+}

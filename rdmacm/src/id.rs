@@ -18,6 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 /// daemon numbers.
 pub struct Lib {
     pub backend: Box<dyn CmBackend>,
+    pub verbs: Box<dyn crate::verbs::Verbs>,
     /// (device, daemon ID) → `*const IdPriv`.
     ids: Mutex<HashMap<(String, CmIdNo), usize>>,
 }
@@ -25,7 +26,12 @@ pub struct Lib {
 /// The process's library.
 pub fn global() -> &'static Arc<Lib> {
     static LIB: OnceLock<Arc<Lib>> = OnceLock::new();
-    LIB.get_or_init(|| Lib::new(Box::new(crate::backend::Unavailable)))
+    LIB.get_or_init(|| {
+        Lib::new(
+            Box::new(crate::backend::Unavailable),
+            Box::new(crate::verbs::Libibverbs::default()),
+        )
+    })
 }
 
 /// An ID's daemon side on one device.
@@ -54,6 +60,11 @@ pub struct IdState {
     /// A connection the library failed itself: the daemon's REJECTED or
     /// DISCONNECTED that follows is not reported.
     pub connect_error: bool,
+    /// The QP is in RTS (moved by an accept or the answered connect).
+    pub qp_ready: bool,
+    /// `rdma_create_ep` on the passive side: the QP every request's ID
+    /// gets from `rdma_get_request` (attributes, PD address).
+    pub ep_attr: Option<(ibv_qp_init_attr, usize)>,
 }
 
 /// `struct rdma_cm_id` and this library's state of it.
@@ -146,9 +157,10 @@ impl IdPriv {
 }
 
 impl Lib {
-    pub fn new(backend: Box<dyn CmBackend>) -> Arc<Lib> {
+    pub fn new(backend: Box<dyn CmBackend>, verbs: Box<dyn crate::verbs::Verbs>) -> Arc<Lib> {
         Arc::new(Lib {
             backend,
+            verbs,
             ids: Mutex::new(HashMap::new()),
         })
     }
@@ -217,6 +229,10 @@ impl Lib {
         self.table()
             .insert((dev.to_string(), no), idp as *const IdPriv as usize);
         idp.state().remote.push(r.clone());
+        let raw = idp.raw();
+        if raw.verbs.is_null() {
+            raw.verbs = self.verbs.context(dev).unwrap_or(std::ptr::null_mut());
+        }
         Ok(r)
     }
 
@@ -300,13 +316,46 @@ impl Lib {
                 idp.acked();
                 return None;
             }
+            event::CONNECT_RESPONSE | event::ESTABLISHED => self.answered(idp, &mut ev, &msg),
             _ => {}
         }
         copy_params(&mut ev, &msg, idp.raw().qp_type);
         if msg.kind == event::REJECTED {
-            crate::conn::qp_to_error(idp);
+            crate::qp::to_error(idp);
         }
         Some(ev)
+    }
+
+    /// The active side's connection is answered: a QP the library made
+    /// goes to RTR and RTS (and the RTU is asked for when the daemon
+    /// reports the REP as CONNECT_RESPONSE); if it cannot, the application
+    /// sees CONNECT_ERROR and the connection is torn down.
+    fn answered(&self, idp: &IdPriv, ev: &mut EventPriv, msg: &CmEventMsg) {
+        let raw = idp.raw();
+        if raw.qp.is_null() || idp.state().qp_ready || raw.qp_type == IBV_QPT_UD {
+            return;
+        }
+        let r = crate::qp::ready(idp, RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH).and_then(|_| {
+            if msg.kind != event::CONNECT_RESPONSE {
+                return Ok(());
+            }
+            let r = idp.remote()?;
+            r.cm.establish(r.no).map_err(|e| e.errno)
+        });
+        match r {
+            Ok(()) => {
+                idp.state().qp_ready = true;
+                ev.event.event = event::ESTABLISHED;
+            }
+            Err(e) => {
+                idp.state().connect_error = true;
+                if let Ok(r) = idp.remote() {
+                    let _ = r.cm.disconnect(r.no);
+                }
+                ev.event.event = event::CONNECT_ERROR;
+                ev.event.status = -e;
+            }
+        }
     }
 
     /// CONNECT_REQUEST: a new ID for the connection, on the listener's
@@ -357,7 +406,7 @@ impl Lib {
         }
         self.table().insert((dev.to_string(), msg.id), p as usize);
         let raw = idp.raw();
-        raw.verbs = listener.raw().verbs;
+        raw.verbs = self.verbs.context(dev).unwrap_or(std::ptr::null_mut());
         raw.port_num = 1;
         if let Some((src, dst)) = msg.addrs {
             sockaddr::write(&mut raw.route.addr.src, src);

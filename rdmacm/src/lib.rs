@@ -10,7 +10,12 @@
 //!   daemon ([`backend::CmBackend`]), and what answers when none is there.
 //! - [`channel`]: event channels (a real descriptor: poll/epoll/O_NONBLOCK
 //!   work), getting and acknowledging events.
-//! - [`id`]: CM IDs, their per-ID state and the verbs on them.
+//! - [`id`]: CM IDs, their per-ID state, the daemon's events turned into
+//!   `rdma_cm_event`s; `conn`: bind, resolve, listen, connect, accept,
+//!   reject, disconnect and the small verbs on an ID.
+//! - [`qp`]: an ID's QP, CQs and SRQ and the QP's state changes;
+//!   [`ep`]: `rdma_create_ep`; [`verbs`]: the libibverbs calls they make
+//!   (looked up at run time in `libibverbs.so.1`).
 //! - [`addrinfo`]: `rdma_getaddrinfo` / `rdma_freeaddrinfo`.
 //! - [`unsupported`]: rsocket, multicast, ECE — a clear error each.
 //!
@@ -25,11 +30,14 @@ pub mod addrinfo;
 pub mod backend;
 pub mod channel;
 mod conn;
+pub mod ep;
 pub mod id;
+pub mod qp;
 mod sockaddr;
 mod strings;
 mod symbols;
 pub mod unsupported;
+pub mod verbs;
 
 #[cfg(test)]
 mod fake;

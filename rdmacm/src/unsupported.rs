@@ -1,8 +1,6 @@
 //! What this library answers with an error, never a crash: rsocket (the
-//! `r*` socket calls), multicast, ECE, InfiniBand paths; and, until the
-//! QP helpers are wired to libibverbs, the calls that make verbs objects
-//! for an ID (`rdma_create_qp`, `rdma_create_ep`, `rdma_create_srq`,
-//! `rdma_init_qp_attr`, `rdma_get_devices`).
+//! `r*` socket calls), multicast, ECE, and the extended QP/SRQ
+//! attributes.
 
 use crate::{complain, fail};
 use libc::{c_int, c_void};
@@ -55,31 +53,14 @@ pub unsafe extern "C" fn scm_rdma_reject_ece(
     unsafe { crate::conn::scm_rdma_reject(id, data, len) }
 }
 
-/// The verbs-object calls not wired yet: -1 with errno ENOSYS.
+/// `rdma_create_qp_ex` / `rdma_create_srq_ex` (the extended attributes:
+/// XRC, parent domains): -1 with errno EOPNOTSUPP; `rdma_create_qp` and
+/// `rdma_create_srq` serve the plain ones.
 #[no_mangle]
-pub extern "C" fn scm_verbs_call() -> c_int {
+pub extern "C" fn scm_ex_call() -> c_int {
     complain(
-        "rdma_cm",
-        "QP, SRQ and device helpers are not wired to libibverbs yet",
+        "rdma_create_qp_ex",
+        "extended QP/SRQ attributes are not supported (use rdma_create_qp)",
     );
-    fail(libc::ENOSYS)
-}
-
-/// `rdma_destroy_qp` / `rdma_destroy_srq` / `rdma_destroy_ep` /
-/// `rdma_free_devices` counterparts of the above: nothing was made.
-#[no_mangle]
-pub extern "C" fn scm_verbs_void() {}
-
-/// `rdma_get_devices`: NULL with errno ENOSYS (see above).
-///
-/// # Safety
-/// `num` is NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn scm_rdma_get_devices(num: *mut c_int) -> *mut c_void {
-    if !num.is_null() {
-        // SAFETY: the caller's out-pointer.
-        unsafe { *num = 0 };
-    }
-    scm_verbs_call();
-    std::ptr::null_mut()
+    fail(libc::EOPNOTSUPP)
 }

@@ -8,6 +8,44 @@ use super::*;
 pub const LAYOUT: &[(&str, usize)] = {
     use std::mem::{offset_of as o, size_of as s};
     &[
+        ("ibv_qp.pd", o!(ibv_qp, pd)),
+        ("ibv_qp.srq", o!(ibv_qp, srq)),
+        ("ibv_qp.qp_num", o!(ibv_qp, qp_num)),
+        ("ibv_qp.qp_type", o!(ibv_qp, qp_type)),
+        ("ibv_pd", s::<ibv_pd>()),
+        ("ibv_qp_cap", s::<ibv_qp_cap>()),
+        ("ibv_qp_init_attr", s::<ibv_qp_init_attr>()),
+        ("ibv_qp_init_attr.srq", o!(ibv_qp_init_attr, srq)),
+        ("ibv_qp_init_attr.cap", o!(ibv_qp_init_attr, cap)),
+        ("ibv_qp_init_attr.qp_type", o!(ibv_qp_init_attr, qp_type)),
+        (
+            "ibv_qp_init_attr.sq_sig_all",
+            o!(ibv_qp_init_attr, sq_sig_all),
+        ),
+        ("ibv_qp_attr", s::<ibv_qp_attr>()),
+        ("ibv_qp_attr.qkey", o!(ibv_qp_attr, qkey)),
+        ("ibv_qp_attr.dest_qp_num", o!(ibv_qp_attr, dest_qp_num)),
+        (
+            "ibv_qp_attr.qp_access_flags",
+            o!(ibv_qp_attr, qp_access_flags),
+        ),
+        ("ibv_qp_attr.ah_attr", o!(ibv_qp_attr, ah_attr)),
+        ("ibv_qp_attr.pkey_index", o!(ibv_qp_attr, pkey_index)),
+        ("ibv_qp_attr.max_rd_atomic", o!(ibv_qp_attr, max_rd_atomic)),
+        (
+            "ibv_qp_attr.max_dest_rd_atomic",
+            o!(ibv_qp_attr, max_dest_rd_atomic),
+        ),
+        ("ibv_qp_attr.min_rnr_timer", o!(ibv_qp_attr, min_rnr_timer)),
+        ("ibv_qp_attr.port_num", o!(ibv_qp_attr, port_num)),
+        ("ibv_qp_attr.timeout", o!(ibv_qp_attr, timeout)),
+        ("ibv_qp_attr.rnr_retry", o!(ibv_qp_attr, rnr_retry)),
+        ("ibv_qp_attr.rate_limit", o!(ibv_qp_attr, rate_limit)),
+        ("ibv_srq_init_attr", s::<ibv_srq_init_attr>()),
+        (
+            "ibv_srq_init_attr.attr.srq_limit",
+            o!(ibv_srq_init_attr, srq_limit),
+        ),
         ("ibv_global_route", s::<ibv_global_route>()),
         (
             "ibv_global_route.flow_label",
