@@ -9,7 +9,7 @@
 //! `softrnic::client::cm` implements [`CmBackend`]. [`Unavailable`]
 //! answers every command with ENODEV until one is installed.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
@@ -200,30 +200,20 @@ pub trait DeviceCm: Send + Sync {
     fn migrate_id(&self, id: CmIdNo, chan: u64) -> Result<u32>;
 }
 
-/// The connection manager: its devices and, per device, the commands and
-/// event channels.
+/// The connection manager: per device, the commands and event channels.
+/// (Which device an address belongs to is libibverbs' answer: the
+/// devices' GIDs, see `Lib::device_of`.)
 pub trait CmBackend: Send + Sync {
-    /// The devices' names, in a stable order.
-    fn devices(&self) -> Vec<String>;
-    /// The device one of whose addresses (GIDs) is `ip`.
-    fn device_of(&self, ip: IpAddr) -> Option<String>;
     /// The command connection of device `dev`.
     fn device(&self, dev: &str) -> Result<Arc<dyn DeviceCm>>;
     /// A new event channel on device `dev`.
     fn open_channel(&self, dev: &str) -> Result<Arc<dyn CmChannel>>;
 }
 
-/// No connection manager: there are no devices and every command fails
-/// with ENODEV.
+/// No connection manager: every command fails with ENODEV.
 pub struct Unavailable;
 
 impl CmBackend for Unavailable {
-    fn devices(&self) -> Vec<String> {
-        Vec::new()
-    }
-    fn device_of(&self, _: IpAddr) -> Option<String> {
-        None
-    }
     fn device(&self, dev: &str) -> Result<Arc<dyn DeviceCm>> {
         Err(BackendError::new(
             libc::ENODEV,

@@ -55,7 +55,7 @@ pub fn query_route(idp: &IdPriv, dev: &str, no: u32) -> Result<(), c_int> {
 /// device that is not `dst`'s own (a pair of devices in one rnicd), else
 /// `dst`'s own (loopback).
 pub fn device_towards(idp: &IdPriv, dst: IpAddr) -> Option<String> {
-    let b = &idp.lib.backend;
+    let b = &idp.lib;
     let unspecified: SocketAddr = match dst {
         IpAddr::V4(_) => "0.0.0.0:0".parse().ok()?,
         IpAddr::V6(_) => "[::]:0".parse().ok()?,
@@ -86,7 +86,7 @@ fn bind(idp: &IdPriv, addr: SocketAddr) -> Result<(), c_int> {
         sockaddr::write(&mut raw.route.addr.src, addr);
         return Ok(());
     }
-    let Some(dev) = idp.lib.backend.device_of(addr.ip()) else {
+    let Some(dev) = idp.lib.device_of(addr.ip()) else {
         complain(
             "rdma_bind_addr",
             format!("{} is no softrnic device's address", addr.ip()),
@@ -211,7 +211,7 @@ fn listen(idp: &IdPriv, backlog: c_int) -> Result<(), c_int> {
         .ok()
         .flatten()
         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-    let devs = idp.lib.backend.devices();
+    let devs = idp.lib.devices();
     if devs.is_empty() {
         complain("rdma_listen", "no softrnic device");
         return Err(libc::ENODEV);

@@ -231,12 +231,6 @@ impl DeviceCm for FakeDev {
 }
 
 impl CmBackend for Fake {
-    fn devices(&self) -> Vec<String> {
-        self.devs.iter().map(|d| d.0.clone()).collect()
-    }
-    fn device_of(&self, ip: IpAddr) -> Option<String> {
-        self.devs.iter().find(|d| d.1 == ip).map(|d| d.0.clone())
-    }
     fn device(&self, dev: &str) -> Result<Arc<dyn DeviceCm>> {
         let (name, ip) = self
             .devs
@@ -276,6 +270,8 @@ impl CmBackend for Fake {
 #[derive(Default)]
 pub struct FakeVerbs {
     pub log: Arc<Mutex<Vec<String>>>,
+    /// (name, address) of each device: its one GID.
+    pub devs: Vec<(String, IpAddr)>,
 }
 
 /// A QP of [`FakeVerbs`] (the header `ibv_qp` the library reads).
@@ -295,6 +291,18 @@ fn fake_qp(pd: *mut crate::abi::ibv_pd, num: u32) -> *mut crate::abi::ibv_qp {
 }
 
 impl crate::verbs::Verbs for FakeVerbs {
+    fn devices(&self) -> Vec<(String, Vec<[u8; 16]>)> {
+        self.devs
+            .iter()
+            .map(|(n, ip)| {
+                let gid = match ip {
+                    IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                    IpAddr::V6(v6) => v6.octets(),
+                };
+                (n.clone(), vec![gid])
+            })
+            .collect()
+    }
     fn context(&self, _dev: &str) -> Option<*mut crate::abi::ibv_context> {
         Some(std::ptr::dangling_mut())
     }

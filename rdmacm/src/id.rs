@@ -165,6 +165,25 @@ impl Lib {
         })
     }
 
+    /// The devices' names, in libibverbs' order.
+    pub fn devices(&self) -> Vec<String> {
+        self.verbs.devices().into_iter().map(|d| d.0).collect()
+    }
+
+    /// The device one of whose GIDs is `ip` (IPv4 as an IPv4-mapped GID,
+    /// RoCEv2 A17.4.5.1).
+    pub fn device_of(&self, ip: std::net::IpAddr) -> Option<String> {
+        let gid = match ip {
+            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            std::net::IpAddr::V6(v6) => v6.octets(),
+        };
+        self.verbs
+            .devices()
+            .into_iter()
+            .find(|d| d.1.contains(&gid))
+            .map(|d| d.0)
+    }
+
     fn table(&self) -> MutexGuard<'_, HashMap<(String, CmIdNo), usize>> {
         self.ids.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -21,7 +21,11 @@ fn setup() -> (
 ) {
     let fake = Fake::new(&[("t0", "192.0.2.1"), ("t1", "192.0.2.2")]);
     let st = fake.st.clone();
-    let lib = Lib::new(Box::new(fake), Box::new(crate::fake::FakeVerbs::default()));
+    let verbs = crate::fake::FakeVerbs {
+        devs: fake.devs.clone(),
+        ..Default::default()
+    };
+    let lib = Lib::new(Box::new(fake), Box::new(verbs));
     let chan = ChanPriv::create(lib.clone()).unwrap() as *mut rdma_event_channel;
     (lib, st, chan)
 }
@@ -358,7 +362,10 @@ type Logs = (
 fn setup_verbs() -> Logs {
     let fake = Fake::new(&[("t0", "192.0.2.1"), ("t1", "192.0.2.2")]);
     let st = fake.st.clone();
-    let verbs = crate::fake::FakeVerbs::default();
+    let verbs = crate::fake::FakeVerbs {
+        devs: fake.devs.clone(),
+        ..Default::default()
+    };
     let vlog = verbs.log.clone();
     let lib = Lib::new(Box::new(fake), Box::new(verbs));
     let chan = ChanPriv::create(lib.clone()).unwrap() as *mut rdma_event_channel;

@@ -11,6 +11,8 @@ use std::sync::{Mutex, OnceLock};
 
 /// The verbs an ID's objects are made and moved with.
 pub trait Verbs: Send + Sync {
+    /// Every device: its name and the GIDs of its port 1.
+    fn devices(&self) -> Vec<(String, Vec<[u8; 16]>)>;
     /// The open context of device `dev` (opened once, for the process).
     fn context(&self, dev: &str) -> Option<*mut ibv_context>;
     /// Every device's context.
@@ -141,11 +143,13 @@ fn load() -> Option<Syms> {
 /// The process's libibverbs: its devices, opened on first use and kept
 /// open (as librdmacm keeps them), each with a protection domain made
 /// when an ID needs one.
+type Dev = ((String, usize, usize), Vec<[u8; 16]>);
+
 #[derive(Default)]
 pub struct Libibverbs {
     syms: OnceLock<Option<Syms>>,
-    /// (name, context, default PD) as addresses.
-    devs: Mutex<Option<Vec<(String, usize, usize)>>>,
+    /// (name, context, default PD) as addresses, and the GIDs of port 1.
+    devs: Mutex<Option<Vec<Dev>>>,
 }
 
 impl Libibverbs {
@@ -153,7 +157,7 @@ impl Libibverbs {
         self.syms.get_or_init(load).as_ref()
     }
 
-    fn with_devs<T>(&self, f: impl FnOnce(&mut Vec<(String, usize, usize)>) -> T) -> Option<T> {
+    fn with_devs<T>(&self, f: impl FnOnce(&mut Vec<Dev>) -> T) -> Option<T> {
         let s = self.syms()?;
         let mut g = self.devs.lock().ok()?;
         let devs = g.get_or_insert_with(|| {
@@ -169,9 +173,19 @@ impl Libibverbs {
                 let name = unsafe { std::ffi::CStr::from_ptr((s.get_device_name)(d)) };
                 // SAFETY: a device of the list.
                 let ctx = unsafe { (s.open_device)(d) };
-                if !ctx.is_null() {
-                    v.push((name.to_string_lossy().into_owned(), ctx as usize, 0));
+                if ctx.is_null() {
+                    continue;
                 }
+                let mut gids = Vec::new();
+                for i in 0..GIDS {
+                    let mut g = ibv_gid::default();
+                    // SAFETY: the context just opened and a GID to write.
+                    if unsafe { (s.query_gid)(ctx, 1, i, &mut g) } != 0 {
+                        break;
+                    }
+                    gids.push(g.raw);
+                }
+                v.push(((name.to_string_lossy().into_owned(), ctx as usize, 0), gids));
             }
             v
         });
@@ -179,16 +193,23 @@ impl Libibverbs {
     }
 }
 
+/// How many GID table entries are looked at.
+const GIDS: c_int = 16;
+
 impl Verbs for Libibverbs {
+    fn devices(&self) -> Vec<(String, Vec<[u8; 16]>)> {
+        self.with_devs(|d| d.iter().map(|e| (e.0 .0.clone(), e.1.clone())).collect())
+            .unwrap_or_default()
+    }
     fn context(&self, dev: &str) -> Option<*mut ibv_context> {
         self.with_devs(|d| {
             d.iter()
-                .find(|e| e.0 == dev)
-                .map(|e| e.1 as *mut ibv_context)
+                .find(|e| e.0 .0 == dev)
+                .map(|e| e.0 .1 as *mut ibv_context)
         })?
     }
     fn contexts(&self) -> Vec<*mut ibv_context> {
-        self.with_devs(|d| d.iter().map(|e| e.1 as *mut ibv_context).collect())
+        self.with_devs(|d| d.iter().map(|e| e.0 .1 as *mut ibv_context).collect())
             .unwrap_or_default()
     }
     unsafe fn default_pd(&self, ctx: *mut ibv_context) -> *mut ibv_pd {
@@ -196,7 +217,7 @@ impl Verbs for Libibverbs {
             return std::ptr::null_mut();
         };
         self.with_devs(|d| {
-            let Some(e) = d.iter_mut().find(|e| e.1 == ctx as usize) else {
+            let Some((e, _)) = d.iter_mut().find(|e| e.0 .1 == ctx as usize) else {
                 return std::ptr::null_mut();
             };
             if e.2 == 0 {
@@ -208,12 +229,10 @@ impl Verbs for Libibverbs {
         .unwrap_or(std::ptr::null_mut())
     }
     unsafe fn gid_index(&self, ctx: *mut ibv_context, gid: [u8; 16]) -> Option<u8> {
-        let s = self.syms()?;
-        (0..16u8).rev().find(|&i| {
-            let mut g = ibv_gid::default();
-            // SAFETY: an open context and a GID to write.
-            unsafe { (s.query_gid)(ctx, 1, c_int::from(i), &mut g) == 0 && g.raw == gid }
-        })
+        self.with_devs(|d| {
+            let (_, gids) = d.iter().find(|e| e.0 .1 == ctx as usize)?;
+            gids.iter().rposition(|g| *g == gid).map(|i| i as u8)
+        })?
     }
     unsafe fn create_qp(&self, pd: *mut ibv_pd, a: *mut ibv_qp_init_attr) -> *mut ibv_qp {
         // SAFETY: the caller's promise.
