@@ -26,12 +26,15 @@ pub struct Lib {
 /// The process's library.
 pub fn global() -> &'static Arc<Lib> {
     static LIB: OnceLock<Arc<Lib>> = OnceLock::new();
-    LIB.get_or_init(|| {
-        Lib::new(
-            Box::new(crate::backend::Unavailable),
-            Box::new(crate::verbs::Libibverbs::default()),
-        )
-    })
+    LIB.get_or_init(|| Lib::new(backend(), Box::new(crate::verbs::Libibverbs::default())))
+}
+
+/// rnicd's CM when built with it, else [`crate::backend::Unavailable`].
+fn backend() -> Box<dyn CmBackend> {
+    #[cfg(feature = "rnicd-cm")]
+    return Box::new(crate::rnicd::Rnicd::default());
+    #[cfg(not(feature = "rnicd-cm"))]
+    Box::new(crate::backend::Unavailable)
 }
 
 /// An ID's daemon side on one device.

@@ -33,6 +33,8 @@ mod conn;
 pub mod ep;
 pub mod id;
 pub mod qp;
+#[cfg(feature = "rnicd-cm")]
+pub mod rnicd;
 mod sockaddr;
 mod strings;
 mod symbols;
