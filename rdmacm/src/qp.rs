@@ -231,7 +231,6 @@ pub fn create_qp(idp: &IdPriv, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> 
     if attr.srq.is_null() {
         attr.srq = raw.srq;
     }
-    attr.qp_type = raw.qp_type;
     // SAFETY: a PD of the ID's device and the caller's attributes.
     let qp = unsafe { idp.lib.verbs.create_qp(pd, attr) };
     if qp.is_null() {
