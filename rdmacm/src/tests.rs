@@ -492,3 +492,39 @@ fn the_passive_side_is_ready_before_it_accepts_and_a_reject_errors_the_qp() {
         scm_rdma_ack_cm_event(e);
     }
 }
+
+#[test]
+fn a_synchronous_listener_hands_out_requests_with_rdma_get_request() {
+    let (lib, st, vlog, _chan) = setup_verbs();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let l = id::create(&lib, null_mut(), null_mut(), RDMA_PS_TCP, IBV_QPT_RC).unwrap()
+            as *mut rdma_cm_id;
+        let mut src = sa("192.0.2.2:7000");
+        assert_eq!(scm_rdma_bind_addr(l, addr(&mut src)), 0);
+        assert_eq!(scm_rdma_listen(l, 1), 0);
+        crate::id::IdPriv::from_ptr(l).unwrap().state().ep_attr = Some((qp_attrs(), 0));
+        let mut req = ev(60, event::CONNECT_REQUEST);
+        req.listen_id = Some(1);
+        Fake::send(&st, "t1", req);
+        let mut c = null_mut();
+        assert_eq!(scm_rdma_get_request(l, &mut c), 0);
+        assert!(!c.is_null() && c != l);
+        // its own channel, its request event kept, its QP made from the
+        // endpoint's attributes
+        assert_ne!((*c).channel, (*l).channel);
+        assert_eq!((*(*c).event).event, event::CONNECT_REQUEST);
+        assert!(!(*c).qp.is_null());
+        assert!(log(&st).contains(&"t1 migrate_id 60".to_string()));
+        assert_eq!(scm_rdma_accept(c, null_mut()), 0);
+        assert_eq!((*(*c).event).event, event::ESTABLISHED);
+        assert!(vlog
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with("modify 3")));
+        crate::qp::scm_rdma_destroy_qp(c);
+        assert_eq!(id::scm_rdma_destroy_id(c), 0);
+        assert_eq!(id::scm_rdma_destroy_id(l), 0);
+    }
+}
