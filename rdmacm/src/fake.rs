@@ -272,6 +272,8 @@ pub struct FakeVerbs {
     pub log: Arc<Mutex<Vec<String>>>,
     /// (name, address) of each device: its one GID.
     pub devs: Vec<(String, IpAddr)>,
+    /// Moving a QP to RTR fails with EINVAL.
+    pub fail_rtr: bool,
 }
 
 /// A QP of [`FakeVerbs`] (the header `ibv_qp` the library reads).
@@ -337,6 +339,9 @@ impl crate::verbs::Verbs for FakeVerbs {
             "modify {} mask {mask:#x} sgid {} rd {}/{}",
             a.qp_state, a.ah_attr.grh.sgid_index, a.max_rd_atomic, a.max_dest_rd_atomic
         ));
+        if self.fail_rtr && a.qp_state == crate::abi::IBV_QPS_RTR {
+            return libc::EINVAL;
+        }
         0
     }
     unsafe fn destroy_qp(&self, qp: *mut crate::abi::ibv_qp) -> libc::c_int {

@@ -327,6 +327,7 @@ impl Lib {
         let idp = self.hold(dev, msg.id)?;
         let mut ev = new_event(idp, msg.kind, msg.status);
         ev.event.id = idp as *const IdPriv as *mut rdma_cm_id;
+        let connect_error = idp.state().connect_error;
         match msg.kind {
             event::ADDR_RESOLVED | event::ROUTE_RESOLVED => {
                 if let Err(e) = crate::conn::query_route(idp, dev, msg.id) {
@@ -334,7 +335,7 @@ impl Lib {
                     ev.event.status = -e;
                 }
             }
-            event::REJECTED | event::DISCONNECTED if idp.state().connect_error => {
+            event::REJECTED | event::DISCONNECTED if connect_error => {
                 idp.acked();
                 return None;
             }

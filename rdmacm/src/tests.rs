@@ -528,3 +528,41 @@ fn a_synchronous_listener_hands_out_requests_with_rdma_get_request() {
         assert_eq!(id::scm_rdma_destroy_id(l), 0);
     }
 }
+
+#[test]
+fn a_qp_that_cannot_be_readied_is_a_connect_error_and_the_teardown_is_not_reported() {
+    let fake = Fake::new(&[("t0", "192.0.2.1"), ("t1", "192.0.2.2")]);
+    let st = fake.st.clone();
+    let verbs = crate::fake::FakeVerbs {
+        devs: fake.devs.clone(),
+        fail_rtr: true,
+        ..Default::default()
+    };
+    let lib = Lib::new(Box::new(fake), Box::new(verbs));
+    let chan = ChanPriv::create(lib).unwrap() as *mut rdma_event_channel;
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut dst = sa("192.0.2.2:7001");
+        scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000);
+        scm_rdma_ack_cm_event(next(chan));
+        let mut a = qp_attrs();
+        assert_eq!(crate::qp::scm_rdma_create_qp(id, null_mut(), &mut a), 0);
+        let mut p: rdma_conn_param = std::mem::zeroed();
+        assert_eq!(scm_rdma_connect(id, &mut p), 0);
+        let e = next(chan);
+        assert_eq!(
+            ((*e).event, (*e).status),
+            (event::CONNECT_ERROR, -libc::EINVAL)
+        );
+        scm_rdma_ack_cm_event(e);
+        assert!(log(&st).contains(&"t0 disconnect 1".to_string()));
+        // the daemon's DISCONNECTED of that teardown is the library's own
+        libc::fcntl((*chan).fd, libc::F_SETFL, libc::O_NONBLOCK);
+        let mut e = null_mut();
+        assert_eq!(scm_rdma_get_cm_event(chan, &mut e), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        crate::qp::scm_rdma_destroy_qp(id);
+        assert_eq!(id::scm_rdma_destroy_id(id), 0);
+    }
+}
