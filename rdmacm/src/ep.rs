@@ -49,7 +49,9 @@ pub unsafe extern "C" fn scm_rdma_create_ep(
         if r.ai_flags & RAI_PASSIVE != 0 {
             let rc = conn::scm_rdma_bind_addr(cid, r.ai_src_addr);
             if rc == 0 {
-                if let Some(a) = attr.as_ref() {
+                if let Some(a) = attr.as_mut() {
+                    // rdma_create_ep's QPs are of the address info's type
+                    a.qp_type = r.ai_qp_type;
                     idp.state().ep_attr = Some((*a, pd as usize));
                 }
                 *out = cid;
@@ -63,6 +65,7 @@ pub unsafe extern "C" fn scm_rdma_create_ep(
             }
             if rc == 0 {
                 if let Some(a) = attr.as_mut() {
+                    a.qp_type = r.ai_qp_type;
                     rc = crate::qp::scm_rdma_create_qp(cid, pd, a);
                 }
             }

@@ -68,6 +68,7 @@ struct Syms {
     get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device,
     get_device_name: unsafe extern "C" fn(*mut ibv_device) -> *const c_char,
     open_device: unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context,
+    close_device: unsafe extern "C" fn(*mut ibv_context) -> c_int,
     alloc_pd: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd,
     query_gid: unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int,
     create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
@@ -126,6 +127,7 @@ fn load() -> Option<Syms> {
         get_device_list: sym!(c"ibv_get_device_list", c"IBVERBS_1.1"),
         get_device_name: sym!(c"ibv_get_device_name", c"IBVERBS_1.1"),
         open_device: sym!(c"ibv_open_device", c"IBVERBS_1.1"),
+        close_device: sym!(c"ibv_close_device", c"IBVERBS_1.1"),
         alloc_pd: sym!(c"ibv_alloc_pd", c"IBVERBS_1.1"),
         query_gid: sym!(c"ibv_query_gid", c"IBVERBS_1.1"),
         create_qp: sym!(c"ibv_create_qp", c"IBVERBS_1.1"),
@@ -160,36 +162,50 @@ impl Libibverbs {
     fn with_devs<T>(&self, f: impl FnOnce(&mut Vec<Dev>) -> T) -> Option<T> {
         let s = self.syms()?;
         let mut g = self.devs.lock().ok()?;
-        let devs = g.get_or_insert_with(|| {
-            let mut n = 0;
-            // SAFETY: libibverbs' device list; kept for the process (the
-            // contexts opened from it stay open).
-            let list = unsafe { (s.get_device_list)(&mut n) };
-            let mut v = Vec::new();
-            for i in 0..n.max(0) as usize {
-                // SAFETY: entry i of the list of n devices.
-                let d = unsafe { *list.add(i) };
-                // SAFETY: a device of the list; its name is a C string.
-                let name = unsafe { std::ffi::CStr::from_ptr((s.get_device_name)(d)) };
-                // SAFETY: a device of the list.
-                let ctx = unsafe { (s.open_device)(d) };
-                if ctx.is_null() {
-                    continue;
+        if g.is_none() {
+            *g = Some(Self::open_all(s)?);
+        }
+        g.as_mut().map(f)
+    }
+
+    /// Every device of libibverbs' list opened, with its GIDs; `None` (and
+    /// nothing kept open) if one cannot be opened yet (a daemon still
+    /// starting), so that the next call tries again.
+    fn open_all(s: &Syms) -> Option<Vec<Dev>> {
+        let mut n = 0;
+        // SAFETY: libibverbs' device list; kept for the process (the
+        // contexts opened from it stay open).
+        let list = unsafe { (s.get_device_list)(&mut n) };
+        if list.is_null() {
+            return None;
+        }
+        let mut v: Vec<Dev> = Vec::new();
+        for i in 0..n.max(0) as usize {
+            // SAFETY: entry i of the list of n devices.
+            let d = unsafe { *list.add(i) };
+            // SAFETY: a device of the list; its name is a C string.
+            let name = unsafe { std::ffi::CStr::from_ptr((s.get_device_name)(d)) };
+            // SAFETY: a device of the list.
+            let ctx = unsafe { (s.open_device)(d) };
+            if ctx.is_null() {
+                for ((_, c, _), _) in v {
+                    // SAFETY: a context opened above, used by nobody.
+                    unsafe { (s.close_device)(c as *mut ibv_context) };
                 }
-                let mut gids = Vec::new();
-                for i in 0..GIDS {
-                    let mut g = ibv_gid::default();
-                    // SAFETY: the context just opened and a GID to write.
-                    if unsafe { (s.query_gid)(ctx, 1, i, &mut g) } != 0 {
-                        break;
-                    }
-                    gids.push(g.raw);
-                }
-                v.push(((name.to_string_lossy().into_owned(), ctx as usize, 0), gids));
+                return None;
             }
-            v
-        });
-        Some(f(devs))
+            let mut gids = Vec::new();
+            for i in 0..GIDS {
+                let mut g = ibv_gid::default();
+                // SAFETY: the context just opened and a GID to write.
+                if unsafe { (s.query_gid)(ctx, 1, i, &mut g) } != 0 {
+                    break;
+                }
+                gids.push(g.raw);
+            }
+            v.push(((name.to_string_lossy().into_owned(), ctx as usize, 0), gids));
+        }
+        Some(v)
     }
 }
 
