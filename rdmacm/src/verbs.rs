@@ -169,14 +169,15 @@ impl Libibverbs {
     }
 
     /// Every device of libibverbs' list opened, with its GIDs; `None` (and
-    /// nothing kept open) if one cannot be opened yet (a daemon still
-    /// starting), so that the next call tries again.
+    /// nothing kept open) if there is none or one cannot be opened yet (a
+    /// daemon still starting), so that the next call tries again.
     fn open_all(s: &Syms) -> Option<Vec<Dev>> {
         let mut n = 0;
         // SAFETY: libibverbs' device list; kept for the process (the
         // contexts opened from it stay open).
         let list = unsafe { (s.get_device_list)(&mut n) };
-        if list.is_null() {
+        if list.is_null() || n <= 0 {
+            // no daemon yet: ask again next time
             return None;
         }
         let mut v: Vec<Dev> = Vec::new();
