@@ -1,0 +1,229 @@
+//! What this library needs from the connection manager in rnicd: the shape
+//! of `softrnic::client::cm` (a command per verb on a device's
+//! [`DeviceCm`], events on a [`CmChannel`] whose descriptor is readable
+//! exactly when an event is queued), behind a trait so that the library's
+//! logic (IDs, events, acknowledgements) runs the same on the daemon and
+//! on the in-process fake of the unit tests.
+//!
+//! The types mirror the client API's field for field; an adapter over
+//! `softrnic::client::cm` implements [`CmBackend`]. [`Unavailable`]
+//! answers every command with ENODEV until one is installed.
+
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// A CM ID's number in its daemon (never 0).
+pub type CmIdNo = u32;
+
+/// `enum rdma_port_space` (TCP and UDP are served).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortSpace(pub u16);
+
+/// The QP type an ID connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmQpType {
+    Rc,
+    Ud,
+}
+
+/// `struct rdma_conn_param` as `connect` and `accept` pass it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnParam {
+    pub qpn: u32,
+    pub srq: bool,
+    /// The local QP's starting send PSN; the daemon picks one when absent.
+    pub psn: Option<u32>,
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: bool,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+}
+
+/// Where `bind` put an ID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    pub dev: String,
+    pub port: u8,
+    pub gid_index: u8,
+    pub gid: [u8; 16],
+    /// The bound address, its port chosen when 0 was asked for.
+    pub addr: SocketAddr,
+}
+
+/// What `query` tells of an ID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdInfo {
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    pub dev: String,
+    pub port: u8,
+    pub sgid: [u8; 16],
+    pub dgid: Option<[u8; 16]>,
+    pub pkey: u16,
+    /// The path MTU in bytes.
+    pub path_mtu: u32,
+    pub num_paths: u32,
+}
+
+/// The connection parameters an event carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnEventParam {
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: bool,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+    pub qp_num: u32,
+}
+
+/// The datagram parameters an event carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UdEventParam {
+    pub private_data: Vec<u8>,
+    pub dgid: [u8; 16],
+    pub qp_num: u32,
+    pub qkey: u32,
+}
+
+/// One event as the daemon reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CmEventMsg {
+    pub id: CmIdNo,
+    pub user_ctx: u64,
+    /// `enum rdma_cm_event_type`.
+    pub kind: u32,
+    /// 0, -errno, or the REJ reason.
+    pub status: i32,
+    /// CONNECT_REQUEST: the listening ID (`id` is the new one).
+    pub listen_id: Option<CmIdNo>,
+    pub conn: Option<ConnEventParam>,
+    pub ud: Option<UdEventParam>,
+    /// CONNECT_REQUEST: the new ID's local and remote addresses.
+    pub addrs: Option<(SocketAddr, SocketAddr)>,
+}
+
+/// A QP state `init_qp_attr` is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpState {
+    Init,
+    Rtr,
+    Rts,
+}
+
+/// The attributes `init_qp_attr` answers (each present one is in the
+/// mask, `enum ibv_qp_attr_mask` bits).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QpAttr {
+    pub pkey_index: Option<u16>,
+    pub port: Option<u8>,
+    pub access_flags: Option<u32>,
+    pub qkey: Option<u32>,
+    pub dgid: Option<[u8; 16]>,
+    pub hop_limit: Option<u8>,
+    pub traffic_class: Option<u8>,
+    pub flow_label: Option<u32>,
+    pub path_mtu: Option<u32>,
+    pub dest_qpn: Option<u32>,
+    pub rq_psn: Option<u32>,
+    pub max_dest_rd_atomic: Option<u8>,
+    pub min_rnr_timer: Option<u8>,
+    pub sq_psn: Option<u32>,
+    pub timeout: Option<u8>,
+    pub retry_cnt: Option<u8>,
+    pub rnr_retry: Option<u8>,
+    pub max_rd_atomic: Option<u8>,
+}
+
+/// Why the daemon refused a command: the errno the caller sees and the
+/// daemon's reason.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{why}")]
+pub struct BackendError {
+    pub errno: i32,
+    pub why: String,
+}
+
+impl BackendError {
+    pub fn new(errno: i32, why: impl Into<String>) -> BackendError {
+        BackendError {
+            errno,
+            why: why.into(),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// An event channel on one device.
+pub trait CmChannel: Send + Sync {
+    /// Readable exactly when an event is queued.
+    fn fd(&self) -> RawFd;
+    /// Names the channel in `create_id` and `migrate_id`.
+    fn token(&self) -> u64;
+    /// The next event; `None` when `nonblocking` and none is queued.
+    fn next(&self, nonblocking: bool) -> Result<Option<CmEventMsg>>;
+}
+
+/// The CM commands on one device (`softrnic::client::cm::CmClient`).
+pub trait DeviceCm: Send + Sync {
+    fn create_id(
+        &self,
+        chan: u64,
+        ps: PortSpace,
+        qp_type: CmQpType,
+        user_ctx: u64,
+    ) -> Result<CmIdNo>;
+    fn destroy_id(&self, id: CmIdNo) -> Result<u32>;
+    fn bind(&self, id: CmIdNo, addr: SocketAddr) -> Result<Bound>;
+    fn resolve_addr(
+        &self,
+        id: CmIdNo,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout_ms: u32,
+    ) -> Result<()>;
+    fn resolve_route(&self, id: CmIdNo, timeout_ms: u32) -> Result<()>;
+    fn query(&self, id: CmIdNo) -> Result<IdInfo>;
+    fn listen(&self, id: CmIdNo, backlog: u32) -> Result<()>;
+    fn connect(&self, id: CmIdNo, p: &ConnParam) -> Result<()>;
+    fn accept(&self, id: CmIdNo, p: &ConnParam) -> Result<()>;
+    fn reject(&self, id: CmIdNo, private_data: &[u8]) -> Result<()>;
+    fn disconnect(&self, id: CmIdNo) -> Result<()>;
+    fn init_qp_attr(&self, id: CmIdNo, state: QpState) -> Result<(QpAttr, u32)>;
+    fn establish(&self, id: CmIdNo) -> Result<()>;
+    fn notify(&self, id: CmIdNo, event: u32) -> Result<()>;
+    fn migrate_id(&self, id: CmIdNo, chan: u64) -> Result<u32>;
+}
+
+/// The connection manager: per device, the commands and event channels.
+/// (Which device an address belongs to is libibverbs' answer: the
+/// devices' GIDs, see `Lib::device_of`.)
+pub trait CmBackend: Send + Sync {
+    /// The command connection of device `dev`.
+    fn device(&self, dev: &str) -> Result<Arc<dyn DeviceCm>>;
+    /// A new event channel on device `dev`.
+    fn open_channel(&self, dev: &str) -> Result<Arc<dyn CmChannel>>;
+}
+
+/// No connection manager: every command fails with ENODEV.
+pub struct Unavailable;
+
+impl CmBackend for Unavailable {
+    fn device(&self, dev: &str) -> Result<Arc<dyn DeviceCm>> {
+        Err(BackendError::new(
+            libc::ENODEV,
+            format!("no RDMA CM service for device {dev}"),
+        ))
+    }
+    fn open_channel(&self, dev: &str) -> Result<Arc<dyn CmChannel>> {
+        Err(BackendError::new(
+            libc::ENODEV,
+            format!("no RDMA CM service for device {dev}"),
+        ))
+    }
+}

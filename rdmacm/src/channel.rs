@@ -1,0 +1,227 @@
+//! Event channels and events. A channel's `fd` is an epoll descriptor over
+//! the daemon's event descriptors (one per device the channel's IDs live
+//! on), so it is readable exactly when an event is queued: programs poll
+//! it, add it to their own epoll set, or set O_NONBLOCK on it and have
+//! `rdma_get_cm_event` answer EAGAIN.
+
+use crate::abi::{rdma_cm_event, rdma_event_channel};
+use crate::backend::CmChannel;
+use crate::id::{IdPriv, Lib};
+use crate::{complain, fail};
+use libc::c_int;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+
+/// `struct rdma_event_channel` and what this library keeps with it.
+#[repr(C)]
+pub struct ChanPriv {
+    /// First, so that the application's pointer is this one's.
+    pub chan: rdma_event_channel,
+    pub lib: Arc<Lib>,
+    ep: OwnedFd,
+    /// The daemon channels by device; the index is the epoll tag (the
+    /// list only grows while the channel lives).
+    devs: Mutex<Vec<(String, Arc<dyn CmChannel>)>>,
+}
+
+/// `struct rdma_cm_event` and what its acknowledgement needs.
+#[repr(C)]
+pub struct EventPriv {
+    pub event: rdma_cm_event,
+    /// The ID whose count of acknowledged events this event raises (the
+    /// listener for a CONNECT_REQUEST).
+    pub owner: *const IdPriv,
+    /// Where `param.*.private_data` points.
+    pub private_data: [u8; 256],
+}
+
+impl ChanPriv {
+    /// A new channel of `lib`.
+    pub fn create(lib: Arc<Lib>) -> Result<*mut ChanPriv, c_int> {
+        // SAFETY: epoll_create1 has no memory preconditions.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE));
+        }
+        // SAFETY: a descriptor just made and owned by nobody else.
+        let ep = unsafe { OwnedFd::from_raw_fd(fd) };
+        let c = Box::new(ChanPriv {
+            chan: rdma_event_channel { fd },
+            lib,
+            ep,
+            devs: Mutex::new(Vec::new()),
+        });
+        Ok(Box::into_raw(c))
+    }
+
+    /// The channel an application's pointer names.
+    ///
+    /// # Safety
+    /// `p` is NULL or a channel [`ChanPriv::create`] made and not yet
+    /// destroyed.
+    pub unsafe fn from_ptr<'a>(p: *mut rdma_event_channel) -> Option<&'a ChanPriv> {
+        // SAFETY: the caller's promise; `chan` is the first field.
+        unsafe { (p as *const ChanPriv).as_ref() }
+    }
+
+    /// The daemon's channel of device `dev` for this channel, opened (and
+    /// added to the epoll set) on first use.
+    pub fn on_device(&self, dev: &str) -> Result<Arc<dyn CmChannel>, c_int> {
+        let mut devs = self.devs.lock().map_err(|_| libc::EIO)?;
+        if let Some((_, c)) = devs.iter().find(|(d, _)| d == dev) {
+            return Ok(c.clone());
+        }
+        let c = self.lib.backend.open_channel(dev).map_err(|e| {
+            complain("event channel", &e);
+            e.errno
+        })?;
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: devs.len() as u64,
+        };
+        // SAFETY: epoll_ctl on our epoll descriptor with an event that
+        // lives across the call.
+        let r =
+            unsafe { libc::epoll_ctl(self.ep.as_raw_fd(), libc::EPOLL_CTL_ADD, c.fd(), &mut ev) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO));
+        }
+        devs.push((dev.to_string(), c.clone()));
+        Ok(c)
+    }
+
+    fn nonblocking(&self) -> bool {
+        // SAFETY: F_GETFL on our own descriptor.
+        let fl = unsafe { libc::fcntl(self.ep.as_raw_fd(), libc::F_GETFL) };
+        fl >= 0 && fl & libc::O_NONBLOCK != 0
+    }
+
+    /// The next event for the application: waits for one unless the
+    /// descriptor is O_NONBLOCK (then EAGAIN when none is queued).
+    pub fn get_event(&self) -> Result<*mut rdma_cm_event, c_int> {
+        loop {
+            let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
+            let timeout = if self.nonblocking() { 0 } else { -1 };
+            // SAFETY: epoll_wait into an array of 8 that lives across the
+            // call.
+            let n = unsafe { libc::epoll_wait(self.ep.as_raw_fd(), evs.as_mut_ptr(), 8, timeout) };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO));
+            }
+            if n == 0 {
+                return Err(libc::EAGAIN);
+            }
+            for e in &evs[..n as usize] {
+                let tag = e.u64 as usize;
+                let chan = self.devs.lock().map_err(|_| libc::EIO)?.get(tag).cloned();
+                let Some((dev, chan)) = chan else { continue };
+                let msg = match chan.next(true) {
+                    Ok(Some(m)) => m,
+                    // another thread took it
+                    Ok(None) => continue,
+                    Err(e) => {
+                        complain("rdma_get_cm_event", &e);
+                        return Err(e.errno);
+                    }
+                };
+                if let Some(ev) = self.lib.process(self, &dev, msg) {
+                    return Ok(Box::into_raw(ev) as *mut rdma_cm_event);
+                }
+            }
+        }
+    }
+}
+
+/// `rdma_create_event_channel`.
+#[no_mangle]
+pub extern "C" fn scm_rdma_create_event_channel() -> *mut rdma_event_channel {
+    match ChanPriv::create(crate::id::global().clone()) {
+        Ok(c) => c as *mut rdma_event_channel,
+        Err(e) => {
+            fail(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Frees a channel [`ChanPriv::create`] made.
+///
+/// # Safety
+/// `p` is such a channel and no ID uses it any more.
+pub unsafe fn destroy(p: *mut ChanPriv) {
+    // SAFETY: the caller's promise: made by Box::into_raw, used no more.
+    drop(unsafe { Box::from_raw(p) });
+}
+
+/// `rdma_destroy_event_channel` (the IDs on it are destroyed first, as
+/// rdma_cm(7) requires).
+///
+/// # Safety
+/// `c` is NULL or a channel this library made.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_destroy_event_channel(c: *mut rdma_event_channel) {
+    if !c.is_null() {
+        // SAFETY: the caller's channel.
+        unsafe { destroy(c as *mut ChanPriv) };
+    }
+}
+
+/// `rdma_get_cm_event`.
+///
+/// # Safety
+/// `c` is NULL or a channel this library made; `event` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_get_cm_event(
+    c: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    // SAFETY: the caller's channel.
+    let Some(chan) = (unsafe { ChanPriv::from_ptr(c) }) else {
+        return fail(libc::EINVAL);
+    };
+    if event.is_null() {
+        return fail(libc::EINVAL);
+    }
+    match chan.get_event() {
+        Ok(e) => {
+            // SAFETY: the caller's out-pointer.
+            unsafe { *event = e };
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Acknowledges (and frees) an event this library handed out.
+///
+/// # Safety
+/// `e` was returned by `get_event` and is not acknowledged yet.
+pub unsafe fn ack(e: *mut rdma_cm_event) {
+    // SAFETY: the caller's promise: made by Box::into_raw as an EventPriv.
+    let ev = unsafe { Box::from_raw(e as *mut EventPriv) };
+    // SAFETY: the owner stays alive until all its events are acknowledged
+    // (rdma_destroy_id waits for that).
+    if let Some(owner) = unsafe { ev.owner.as_ref() } {
+        owner.acked();
+    }
+}
+
+/// `rdma_ack_cm_event`.
+///
+/// # Safety
+/// `e` is NULL or an unacknowledged event this library handed out.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_ack_cm_event(e: *mut rdma_cm_event) -> c_int {
+    if e.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's event.
+    unsafe { ack(e) };
+    0
+}

@@ -1,0 +1,563 @@
+//! The verbs on an ID: bind, address and route resolution, listen,
+//! connect / accept / reject / disconnect, and the small ones (ports,
+//! options, migrate, notify, establish).
+
+use crate::abi::*;
+use crate::backend::ConnParam;
+use crate::channel::ChanPriv;
+use crate::id::{IdPriv, Remote};
+use crate::{complain, fail, sockaddr};
+use libc::{c_int, c_void, sockaddr as SockAddr};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+
+fn errno(verb: &str, e: crate::backend::BackendError) -> c_int {
+    complain(verb, &e);
+    e.errno
+}
+
+/// The ID's route from the daemon: addresses, GIDs, P_Key and, once
+/// resolved, one path record.
+pub fn query_route(idp: &IdPriv, dev: &str, no: u32) -> Result<(), c_int> {
+    let cm = idp.lib.backend.device(dev).map_err(|e| errno("query", e))?;
+    let info = cm.query(no).map_err(|e| errno("query", e))?;
+    let raw = idp.raw();
+    raw.port_num = info.port;
+    if let Some(s) = info.src {
+        sockaddr::write(&mut raw.route.addr.src, s);
+    }
+    if let Some(d) = info.dst {
+        sockaddr::write(&mut raw.route.addr.dst, d);
+    }
+    raw.route.addr.ibaddr.sgid.raw = info.sgid;
+    raw.route.addr.ibaddr.dgid.raw = info.dgid.unwrap_or_default();
+    raw.route.addr.ibaddr.pkey = info.pkey.to_be();
+    if info.num_paths > 0 {
+        let mut st = idp.state();
+        let path = st.path.get_or_insert_with(Default::default);
+        path.sgid.raw = info.sgid;
+        path.dgid.raw = info.dgid.unwrap_or_default();
+        path.pkey = info.pkey.to_be();
+        path.hop_limit = 64;
+        path.reversible = 1;
+        path.numb_path = 1;
+        path.mtu = crate::qp::mtu_enum(info.path_mtu);
+        path.mtu_selector = 2; // exactly
+        path.rate_selector = 2;
+        path.packet_life_time_selector = 2;
+        raw.route.path_rec = &mut **path;
+        raw.route.num_paths = 1;
+    }
+    Ok(())
+}
+
+/// The local device an ID with no source address reaches `dst` from: the
+/// one holding the kernel's source address for `dst`, else the first
+/// device that is not `dst`'s own (a pair of devices in one rnicd), else
+/// `dst`'s own (loopback).
+pub fn device_towards(idp: &IdPriv, dst: IpAddr) -> Option<String> {
+    let b = &idp.lib;
+    let unspecified: SocketAddr = match dst {
+        IpAddr::V4(_) => "0.0.0.0:0".parse().ok()?,
+        IpAddr::V6(_) => "[::]:0".parse().ok()?,
+    };
+    let kernel_src = UdpSocket::bind(unspecified)
+        .and_then(|s| s.connect((dst, 9)).map(|_| s))
+        .and_then(|s| s.local_addr())
+        .ok();
+    if let Some(d) = kernel_src.and_then(|s| b.device_of(s.ip())) {
+        if b.device_of(dst).as_ref() != Some(&d) {
+            return Some(d);
+        }
+    }
+    let own = b.device_of(dst);
+    b.devices()
+        .into_iter()
+        .find(|d| Some(d) != own.as_ref())
+        .or(own)
+}
+
+fn bind(idp: &IdPriv, addr: SocketAddr) -> Result<(), c_int> {
+    if !idp.state().remote.is_empty() {
+        return Err(libc::EINVAL);
+    }
+    let raw = idp.raw();
+    if addr.ip().is_unspecified() {
+        // the wildcard: the daemon's IDs come at listen, one per device
+        sockaddr::write(&mut raw.route.addr.src, addr);
+        return Ok(());
+    }
+    let Some(dev) = idp.lib.device_of(addr.ip()) else {
+        complain(
+            "rdma_bind_addr",
+            format!("{} is no softrnic device's address", addr.ip()),
+        );
+        return Err(libc::EADDRNOTAVAIL);
+    };
+    let r = idp.lib.attach(idp, &dev)?;
+    let b =
+        r.cm.bind(r.no, addr)
+            .map_err(|e| errno("rdma_bind_addr", e))?;
+    sockaddr::write(&mut raw.route.addr.src, b.addr);
+    raw.route.addr.ibaddr.sgid.raw = b.gid;
+    raw.port_num = b.port;
+    Ok(())
+}
+
+fn id_of<'a>(id: *mut rdma_cm_id) -> Result<&'a IdPriv, c_int> {
+    // SAFETY: the application's ID pointer, as every entry point takes it.
+    unsafe { IdPriv::from_ptr(id) }.ok_or(libc::EINVAL)
+}
+
+fn ret(r: Result<(), c_int>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// `rdma_bind_addr`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library; `addr` NULL or a sockaddr.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut SockAddr) -> c_int {
+    ret((|| {
+        let idp = id_of(id)?;
+        // SAFETY: the caller's address.
+        let a = unsafe { sockaddr::read(addr) }?.ok_or(libc::EINVAL)?;
+        bind(idp, a)
+    })())
+}
+
+fn resolve_addr(
+    idp: &IdPriv,
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    timeout_ms: c_int,
+) -> Result<(), c_int> {
+    let bound = idp.state().remote.first().cloned();
+    let r = match (bound, src) {
+        (Some(r), _) => r,
+        (None, Some(s)) if !s.ip().is_unspecified() => {
+            bind(idp, s)?;
+            idp.remote()?
+        }
+        _ => {
+            let Some(dev) = device_towards(idp, dst.ip()) else {
+                complain(
+                    "rdma_resolve_addr",
+                    format!("no softrnic device reaches {}", dst.ip()),
+                );
+                return Err(libc::EADDRNOTAVAIL);
+            };
+            idp.lib.attach(idp, &dev)?
+        }
+    };
+    sockaddr::write(&mut idp.raw().route.addr.dst, dst);
+    r.cm.resolve_addr(r.no, src, dst, timeout_ms.max(0) as u32)
+        .map_err(|e| errno("rdma_resolve_addr", e))?;
+    idp.complete()
+}
+
+/// `rdma_resolve_addr`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library; the addresses NULL or sockaddrs.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut SockAddr,
+    dst: *mut SockAddr,
+    timeout_ms: c_int,
+) -> c_int {
+    ret((|| {
+        let idp = id_of(id)?;
+        // SAFETY: the caller's addresses.
+        let src = unsafe { sockaddr::read(src) }?;
+        // SAFETY: as above.
+        let dst = unsafe { sockaddr::read(dst) }?.ok_or(libc::EINVAL)?;
+        resolve_addr(idp, src, dst, timeout_ms)
+    })())
+}
+
+/// `rdma_resolve_route`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
+    ret((|| {
+        let idp = id_of(id)?;
+        let r = idp.remote()?;
+        r.cm.resolve_route(r.no, timeout_ms.max(0) as u32)
+            .map_err(|e| errno("rdma_resolve_route", e))?;
+        idp.complete()
+    })())
+}
+
+fn listen(idp: &IdPriv, backlog: c_int) -> Result<(), c_int> {
+    let backlog = backlog.max(0) as u32;
+    let bound = idp.state().remote.clone();
+    if !bound.is_empty() {
+        for r in bound {
+            r.cm.listen(r.no, backlog)
+                .map_err(|e| errno("rdma_listen", e))?;
+        }
+        return Ok(());
+    }
+    // unbound or on the wildcard address: every device, at one port
+    // SAFETY: the union holds an address or zeroes (family 0).
+    let wild = unsafe { sockaddr::read(&idp.raw().route.addr.src.addr) }
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let devs = idp.lib.devices();
+    if devs.is_empty() {
+        complain("rdma_listen", "no softrnic device");
+        return Err(libc::ENODEV);
+    }
+    let mut at = wild;
+    for dev in devs {
+        let r = idp.lib.attach(idp, &dev)?;
+        let b = r.cm.bind(r.no, at).map_err(|e| errno("rdma_listen", e))?;
+        at.set_port(b.addr.port());
+        r.cm.listen(r.no, backlog)
+            .map_err(|e| errno("rdma_listen", e))?;
+    }
+    sockaddr::write(&mut idp.raw().route.addr.src, at);
+    Ok(())
+}
+
+/// `rdma_listen` (on the wildcard address: on every device).
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    ret(id_of(id).and_then(|idp| listen(idp, backlog)))
+}
+
+/// The private data of a `rdma_conn_param`.
+///
+/// # Safety
+/// `p` is NULL or a conn param whose private data is readable.
+unsafe fn private_data(p: Option<&rdma_conn_param>) -> Vec<u8> {
+    match p {
+        Some(p) if !p.private_data.is_null() && p.private_data_len > 0 => {
+            // SAFETY: the caller's private data of that length.
+            unsafe {
+                std::slice::from_raw_parts(p.private_data as *const u8, p.private_data_len.into())
+            }
+            .to_vec()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The parameters of a connect or accept, librdmacm's defaults filled in
+/// (retries 7; 0xFF depths meaning what the request or device allows).
+fn conn_param(idp: &IdPriv, p: Option<&rdma_conn_param>) -> ConnParam {
+    let qp = idp.raw().qp;
+    // SAFETY: the ID's QP (libibverbs' object) while the ID has one.
+    let own = unsafe { qp.as_ref() }.map(|q| (q.qp_num, !q.srq.is_null()));
+    let st = idp.state();
+    let pick = |v: u8, dflt: u8| if v == 0xFF { dflt } else { v };
+    // SAFETY: the application's param, checked non-NULL by the caller.
+    let private_data = unsafe { private_data(p) };
+    ConnParam {
+        qpn: own.map_or(p.map_or(0, |p| p.qp_num), |o| o.0) & 0xFF_FFFF,
+        srq: own.map_or(p.is_some_and(|p| p.srq != 0), |o| o.1),
+        psn: None,
+        private_data,
+        responder_resources: pick(
+            p.map_or(0xFF, |p| p.responder_resources),
+            st.responder_resources.min(16),
+        ),
+        initiator_depth: pick(
+            p.map_or(0xFF, |p| p.initiator_depth),
+            st.initiator_depth.min(16),
+        ),
+        flow_control: p.is_none_or(|p| p.flow_control != 0),
+        retry_count: p.map_or(7, |p| p.retry_count),
+        rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count),
+    }
+}
+
+/// `rdma_connect`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library; `p` NULL or a conn param.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_connect(id: *mut rdma_cm_id, p: *mut rdma_conn_param) -> c_int {
+    ret((|| {
+        let idp = id_of(id)?;
+        // SAFETY: the caller's param.
+        let p = unsafe { p.as_ref() };
+        if idp.raw().qp.is_null() && p.is_none() && idp.raw().ps == RDMA_PS_TCP {
+            return Err(libc::EINVAL);
+        }
+        let r = idp.remote()?;
+        r.cm.connect(r.no, &conn_param(idp, p))
+            .map_err(|e| errno("rdma_connect", e))?;
+        idp.complete()
+    })())
+}
+
+/// `rdma_accept`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library; `p` NULL or a conn param.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_accept(id: *mut rdma_cm_id, p: *mut rdma_conn_param) -> c_int {
+    ret((|| {
+        let idp = id_of(id)?;
+        // SAFETY: the caller's param.
+        let p = unsafe { p.as_ref() };
+        if idp.raw().qp.is_null() && p.is_none() && idp.raw().ps == RDMA_PS_TCP {
+            return Err(libc::EINVAL);
+        }
+        let r = idp.remote()?;
+        let cp = conn_param(idp, p);
+        crate::qp::ready(idp, cp.responder_resources, cp.initiator_depth)?;
+        idp.state().qp_ready = true;
+        if let Err(e) = r.cm.accept(r.no, &cp) {
+            crate::qp::to_error(idp);
+            return Err(errno("rdma_accept", e));
+        }
+        if idp.raw().qp_type == IBV_QPT_UD {
+            return Ok(());
+        }
+        idp.complete()
+    })())
+}
+
+fn with_remote(
+    id: *mut rdma_cm_id,
+    verb: &str,
+    f: impl FnOnce(&Remote) -> crate::backend::Result<()>,
+) -> c_int {
+    ret(id_of(id)
+        .and_then(|idp| idp.remote())
+        .and_then(|r| f(&r).map_err(|e| errno(verb, e))))
+}
+
+/// `rdma_reject`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library; `data` NULL or `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_reject(
+    id: *mut rdma_cm_id,
+    data: *const c_void,
+    len: u8,
+) -> c_int {
+    let bytes = if data.is_null() || len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's private data of `len` bytes.
+        unsafe { std::slice::from_raw_parts(data as *const u8, len.into()) }.to_vec()
+    };
+    with_remote(id, "rdma_reject", |r| r.cm.reject(r.no, &bytes))
+}
+
+/// `rdma_disconnect`: the QP to ERR, then the DREQ.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    ret((|| {
+        let idp = id_of(id)?;
+        crate::qp::to_error(idp);
+        let r = idp.remote()?;
+        r.cm.disconnect(r.no)
+            .map_err(|e| errno("rdma_disconnect", e))?;
+        idp.complete()
+    })())
+}
+
+/// `rdma_establish` (the application's own QP is in RTS: the RTU goes).
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    match id_of(id) {
+        Ok(idp) if !idp.raw().qp.is_null() => fail(libc::EINVAL),
+        _ => with_remote(id, "rdma_establish", |r| r.cm.establish(r.no)),
+    }
+}
+
+/// `rdma_notify`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
+    with_remote(id, "rdma_notify", |r| r.cm.notify(r.no, event as u32))
+}
+
+/// Moves the ID's events to `chan` (NULL: a channel of its own, making
+/// the ID synchronous).
+pub fn migrate(idp: &IdPriv, chan: *mut rdma_event_channel) -> Result<(), c_int> {
+    let sync = chan.is_null();
+    if sync && idp.state().sync {
+        return Err(libc::EINVAL);
+    }
+    let new = if sync {
+        ChanPriv::create(idp.lib.clone())? as *mut rdma_event_channel
+    } else {
+        chan
+    };
+    // SAFETY: a channel of this library (made above or the caller's).
+    let nc = unsafe { ChanPriv::from_ptr(new) }.ok_or(libc::EINVAL)?;
+    let remote = idp.state().remote.clone();
+    for r in &remote {
+        let moved = nc.on_device(&r.dev).and_then(|c| {
+            r.cm.migrate_id(r.no, c.token())
+                .map_err(|e| errno("rdma_migrate_id", e))
+        });
+        if let Err(e) = moved {
+            if sync {
+                // SAFETY: the channel made above, used by nobody.
+                unsafe { crate::channel::destroy(new as *mut ChanPriv) };
+            }
+            return Err(e);
+        }
+    }
+    let raw = idp.raw();
+    let old_sync = idp.state().sync;
+    if old_sync {
+        if !raw.event.is_null() {
+            // SAFETY: the event a synchronous call kept.
+            unsafe { crate::channel::ack(raw.event) };
+            raw.event = std::ptr::null_mut();
+        }
+        // SAFETY: the ID's own channel, nobody else's.
+        unsafe { crate::channel::destroy(raw.channel as *mut ChanPriv) };
+    }
+    raw.channel = new;
+    idp.state().sync = sync;
+    Ok(())
+}
+
+/// `rdma_migrate_id`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library; `chan` NULL or a channel of it.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    chan: *mut rdma_event_channel,
+) -> c_int {
+    ret(id_of(id).and_then(|idp| migrate(idp, chan)))
+}
+
+/// `rdma_set_option`: the options the kernel's RDMA CM takes (TOS,
+/// REUSEADDR, AFONLY, ACK_TIMEOUT are accepted; they do not change what
+/// softrnic's CM does); a wrong length is EINVAL, InfiniBand paths and
+/// unknown options ENOSYS.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: usize,
+) -> c_int {
+    if id_of(id).is_err() || val.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let want = match (level, name) {
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => 1,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => 1,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY) => {
+            std::mem::size_of::<c_int>()
+        }
+        (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
+            complain(
+                "rdma_set_option",
+                "InfiniBand path records are not supported",
+            );
+            return fail(libc::ENOSYS);
+        }
+        _ => return fail(libc::ENOSYS),
+    };
+    if len != want {
+        return fail(libc::EINVAL);
+    }
+    0
+}
+
+/// `rdma_get_src_port` (network order).
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    id_of(id).map_or(0, |i| sockaddr::port_be(&i.raw().route.addr.src))
+}
+
+/// `rdma_get_dst_port` (network order).
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    id_of(id).map_or(0, |i| sockaddr::port_be(&i.raw().route.addr.dst))
+}
+
+/// `rdma_get_request` (on a synchronous listener): the next
+/// CONNECT_REQUEST's new ID, its event kept in `id->event`.
+///
+/// # Safety
+/// `listen` is NULL or an ID of this library; `id` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn scm_rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    ret((|| {
+        let l = id_of(listen)?;
+        if !l.state().sync || id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let raw = l.raw();
+        if !raw.event.is_null() {
+            // SAFETY: the event kept by the last call.
+            unsafe { crate::channel::ack(raw.event) };
+            raw.event = std::ptr::null_mut();
+        }
+        // SAFETY: an ID's channel lives as long as the ID.
+        let chan = unsafe { ChanPriv::from_ptr(raw.channel) }.ok_or(libc::EINVAL)?;
+        let ev = chan.get_event()?;
+        // SAFETY: the event just handed out.
+        let e = unsafe { &*ev };
+        if e.status != 0 || e.event != event::CONNECT_REQUEST {
+            raw.event = ev;
+            return Err(if e.status != 0 {
+                e.status.abs()
+            } else {
+                libc::EINVAL
+            });
+        }
+        let ep = l.state().ep_attr;
+        if let Some((mut attr, pd)) = ep {
+            // SAFETY: the new ID of the request.
+            let new = unsafe { IdPriv::from_ptr(e.id) }.ok_or(libc::EINVAL)?;
+            if let Err(err) = crate::qp::create_qp(new, pd as *mut ibv_pd, &mut attr) {
+                raw.event = ev;
+                return Err(err);
+            }
+        }
+        // SAFETY: the new ID of the request.
+        unsafe {
+            (*e.id).event = ev;
+            *id = e.id;
+        }
+        Ok(())
+    })())
+}

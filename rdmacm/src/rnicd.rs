@@ -1,0 +1,236 @@
+//! [`CmBackend`] over rnicd's CM: `softrnic::client::cm`, one command
+//! connection per device for the process (the daemon's IDs live as long
+//! as it) and an event channel per (library channel, device). Built with
+//! the `rnicd-cm` feature, which needs the client API of rnicd's CM.
+
+use crate::backend::{self as b, BackendError, CmBackend, CmChannel, DeviceCm};
+use softrnic::client::cm;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+
+/// The errno a client-library error maps to, with its text.
+fn err(e: softrnic::Error) -> BackendError {
+    let errno = match &e {
+        softrnic::Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        softrnic::Error::Timeout => libc::ETIMEDOUT,
+        softrnic::Error::Daemon(why) => daemon_errno(why),
+        _ => libc::EIO,
+    };
+    BackendError::new(errno, e.to_string())
+}
+
+/// The errno of a refusal by rnicd's CM (its `CmRequestError` texts).
+fn daemon_errno(why: &str) -> i32 {
+    if why.contains("is not this device's address") {
+        libc::EADDRNOTAVAIL
+    } else if why.contains("address is in use") {
+        libc::EADDRINUSE
+    } else if why.contains("port space") {
+        libc::EPROTONOSUPPORT
+    } else if why.contains("not supported") {
+        libc::EOPNOTSUPP
+    } else if why.contains("too many") {
+        libc::ENOMEM
+    } else {
+        libc::EINVAL
+    }
+}
+
+/// rnicd's CM.
+#[derive(Default)]
+pub struct Rnicd {
+    clients: Mutex<HashMap<String, Arc<Client>>>,
+}
+
+impl CmBackend for Rnicd {
+    fn device(&self, dev: &str) -> b::Result<Arc<dyn DeviceCm>> {
+        let mut c = self
+            .clients
+            .lock()
+            .map_err(|_| BackendError::new(libc::EIO, "poisoned"))?;
+        if let Some(c) = c.get(dev) {
+            return Ok(c.clone());
+        }
+        let client = Arc::new(Client(cm::CmClient::open_device(dev).map_err(err)?));
+        c.insert(dev.to_string(), client.clone());
+        Ok(client)
+    }
+
+    fn open_channel(&self, dev: &str) -> b::Result<Arc<dyn CmChannel>> {
+        Ok(Arc::new(Channel(
+            cm::EventChannel::open_device(dev).map_err(err)?,
+        )))
+    }
+}
+
+struct Channel(cm::EventChannel);
+
+impl CmChannel for Channel {
+    fn fd(&self) -> RawFd {
+        self.0.fd()
+    }
+    fn token(&self) -> u64 {
+        self.0.token()
+    }
+    fn next(&self, nonblocking: bool) -> b::Result<Option<b::CmEventMsg>> {
+        Ok(self.0.next(nonblocking).map_err(err)?.map(event))
+    }
+}
+
+fn event(m: cm::CmEventMsg) -> b::CmEventMsg {
+    b::CmEventMsg {
+        id: m.id,
+        user_ctx: m.user_ctx,
+        kind: m.kind.0,
+        status: m.status,
+        listen_id: m.listen_id,
+        conn: m.conn.map(|c| b::ConnEventParam {
+            private_data: c.private_data,
+            responder_resources: c.responder_resources,
+            initiator_depth: c.initiator_depth,
+            flow_control: c.flow_control,
+            retry_count: c.retry_count,
+            rnr_retry_count: c.rnr_retry_count,
+            srq: c.srq,
+            qp_num: c.qp_num,
+        }),
+        ud: m.ud.map(|u| b::UdEventParam {
+            private_data: u.private_data,
+            dgid: u.dgid,
+            qp_num: u.qp_num,
+            qkey: u.qkey,
+        }),
+        addrs: m.addrs,
+    }
+}
+
+struct Client(cm::CmClient);
+
+fn conn(p: &b::ConnParam) -> cm::ConnParam {
+    cm::ConnParam {
+        qpn: p.qpn,
+        srq: p.srq,
+        psn: p.psn,
+        private_data: p.private_data.clone(),
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: p.flow_control,
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+    }
+}
+
+impl DeviceCm for Client {
+    fn create_id(
+        &self,
+        chan: u64,
+        ps: b::PortSpace,
+        qp_type: b::CmQpType,
+        user_ctx: u64,
+    ) -> b::Result<b::CmIdNo> {
+        let t = match qp_type {
+            b::CmQpType::Rc => cm::CmQpType::Rc,
+            b::CmQpType::Ud => cm::CmQpType::Ud,
+        };
+        self.0
+            .create_id(chan, cm::PortSpace(ps.0), t, user_ctx)
+            .map_err(err)
+    }
+    fn destroy_id(&self, id: b::CmIdNo) -> b::Result<u32> {
+        self.0.destroy_id(id).map_err(err)
+    }
+    fn bind(&self, id: b::CmIdNo, addr: SocketAddr) -> b::Result<b::Bound> {
+        let r = self.0.bind(id, addr).map_err(err)?;
+        Ok(b::Bound {
+            dev: r.dev,
+            port: r.port,
+            gid_index: r.gid_index,
+            gid: r.gid,
+            addr: r.addr,
+        })
+    }
+    fn resolve_addr(
+        &self,
+        id: b::CmIdNo,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout_ms: u32,
+    ) -> b::Result<()> {
+        self.0.resolve_addr(id, src, dst, timeout_ms).map_err(err)
+    }
+    fn resolve_route(&self, id: b::CmIdNo, timeout_ms: u32) -> b::Result<()> {
+        self.0.resolve_route(id, timeout_ms).map_err(err)
+    }
+    fn query(&self, id: b::CmIdNo) -> b::Result<b::IdInfo> {
+        let i = self.0.query(id).map_err(err)?;
+        Ok(b::IdInfo {
+            src: i.src,
+            dst: i.dst,
+            dev: i.dev,
+            port: i.port,
+            sgid: i.sgid,
+            dgid: i.dgid,
+            pkey: i.pkey,
+            path_mtu: i.path_mtu,
+            num_paths: i.num_paths,
+        })
+    }
+    fn listen(&self, id: b::CmIdNo, backlog: u32) -> b::Result<()> {
+        self.0.listen(id, backlog).map_err(err)
+    }
+    fn connect(&self, id: b::CmIdNo, p: &b::ConnParam) -> b::Result<()> {
+        self.0.connect(id, &conn(p)).map_err(err)
+    }
+    fn accept(&self, id: b::CmIdNo, p: &b::ConnParam) -> b::Result<()> {
+        self.0.accept(id, &conn(p)).map_err(err)
+    }
+    fn reject(&self, id: b::CmIdNo, private_data: &[u8]) -> b::Result<()> {
+        self.0.reject(id, private_data).map_err(err)
+    }
+    fn disconnect(&self, id: b::CmIdNo) -> b::Result<()> {
+        self.0.disconnect(id).map_err(err)
+    }
+    fn init_qp_attr(&self, id: b::CmIdNo, state: b::QpState) -> b::Result<(b::QpAttr, u32)> {
+        let s = match state {
+            b::QpState::Init => cm::QpState::Init,
+            b::QpState::Rtr => cm::QpState::Rtr,
+            b::QpState::Rts => cm::QpState::Rts,
+        };
+        let (a, mask) = self.0.init_qp_attr(id, s).map_err(err)?;
+        let ah = a.ah;
+        Ok((
+            b::QpAttr {
+                pkey_index: a.pkey_index,
+                port: a.port,
+                access_flags: a.access_flags,
+                qkey: a.qkey,
+                dgid: ah.map(|h| h.dgid),
+                hop_limit: ah.map(|h| h.hop_limit),
+                traffic_class: ah.map(|h| h.traffic_class),
+                flow_label: ah.map(|h| h.flow_label),
+                path_mtu: a.path_mtu,
+                dest_qpn: a.dest_qpn,
+                rq_psn: a.rq_psn,
+                max_dest_rd_atomic: a.max_dest_rd_atomic,
+                min_rnr_timer: a.min_rnr_timer,
+                sq_psn: a.sq_psn,
+                timeout: a.timeout,
+                retry_cnt: a.retry_cnt,
+                rnr_retry: a.rnr_retry,
+                max_rd_atomic: a.max_rd_atomic,
+            },
+            mask,
+        ))
+    }
+    fn establish(&self, id: b::CmIdNo) -> b::Result<()> {
+        self.0.establish(id).map_err(err)
+    }
+    fn notify(&self, id: b::CmIdNo, event: u32) -> b::Result<()> {
+        self.0.notify(id, event).map_err(err)
+    }
+    fn migrate_id(&self, id: b::CmIdNo, chan: u64) -> b::Result<u32> {
+        self.0.migrate_id(id, chan).map_err(err)
+    }
+}

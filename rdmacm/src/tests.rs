@@ -1,0 +1,568 @@
+//! The library's logic on the in-process connection manager of `fake`:
+//! channels, IDs, events and their acknowledgement, synchronous IDs,
+//! listeners on every device, and the errors of what is not supported.
+
+use crate::abi::*;
+use crate::channel::*;
+use crate::conn::*;
+use crate::fake::{ev, Fake};
+use crate::id::{self, Lib};
+use libc::{c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const STUCK: Duration = Duration::from_secs(60);
+
+fn setup() -> (
+    Arc<Lib>,
+    Arc<Mutex<crate::fake::State>>,
+    *mut rdma_event_channel,
+) {
+    let fake = Fake::new(&[("t0", "192.0.2.1"), ("t1", "192.0.2.2")]);
+    let st = fake.st.clone();
+    let verbs = crate::fake::FakeVerbs {
+        devs: fake.devs.clone(),
+        ..Default::default()
+    };
+    let lib = Lib::new(Box::new(fake), Box::new(verbs));
+    let chan = ChanPriv::create(lib.clone()).unwrap() as *mut rdma_event_channel;
+    (lib, st, chan)
+}
+
+fn log(st: &Mutex<crate::fake::State>) -> Vec<String> {
+    st.lock().unwrap().log.clone()
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+fn sa(s: &str) -> libc::sockaddr_storage {
+    // SAFETY: all-zero is a valid union value.
+    let mut u: rdma_sockaddr = unsafe { std::mem::zeroed() };
+    crate::sockaddr::write(&mut u, s.parse().unwrap());
+    // SAFETY: the storage view of the union just written.
+    unsafe { u.storage }
+}
+
+fn addr(s: &mut libc::sockaddr_storage) -> *mut libc::sockaddr {
+    s as *mut _ as *mut libc::sockaddr
+}
+
+fn readable(chan: *mut rdma_event_channel) -> bool {
+    // SAFETY: our channel.
+    let fd = unsafe { (*chan).fd };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd that outlives the call.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+unsafe fn next(chan: *mut rdma_event_channel) -> *mut rdma_cm_event {
+    let mut e = null_mut();
+    // SAFETY: our channel and out-pointer.
+    let r = unsafe { scm_rdma_get_cm_event(chan, &mut e) };
+    assert_eq!(r, 0, "errno {}", errno());
+    e
+}
+
+unsafe fn new_id(chan: *mut rdma_event_channel, ctx: usize) -> *mut rdma_cm_id {
+    let mut id = null_mut();
+    // SAFETY: our channel and out-pointer.
+    let r = unsafe { id::scm_rdma_create_id(chan, &mut id, ctx as *mut c_void, RDMA_PS_TCP) };
+    assert_eq!(r, 0);
+    id
+}
+
+#[test]
+fn the_channel_fd_is_readable_exactly_while_an_event_is_queued() {
+    let (_lib, st, chan) = setup();
+    // SAFETY: the objects of this test, used as the C API documents.
+    unsafe {
+        let id = new_id(chan, 7);
+        let mut src = sa("192.0.2.1:7000");
+        assert_eq!(scm_rdma_bind_addr(id, addr(&mut src)), 0);
+        assert_eq!(u16::from_be(scm_rdma_get_src_port(id)), 7000);
+        assert!(!readable(chan));
+        let fd = (*chan).fd;
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+        let mut e = null_mut();
+        assert_eq!(scm_rdma_get_cm_event(chan, &mut e), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+
+        let mut dst = sa("192.0.2.2:7001");
+        assert_eq!(
+            scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000),
+            0
+        );
+        assert!(readable(chan));
+        let e = next(chan);
+        assert_eq!(((*e).event, (*e).status), (event::ADDR_RESOLVED, 0));
+        assert_eq!((*e).id, id);
+        assert_eq!((*id).context as usize, 7);
+        assert_eq!((*id).port_num, 1);
+        assert_eq!(u16::from_be(scm_rdma_get_dst_port(id)), 7001);
+        assert_eq!(scm_rdma_ack_cm_event(e), 0);
+        assert!(!readable(chan));
+        assert_eq!(
+            log(&st),
+            [
+                "t0 create_id 1",
+                "t0 bind 1 192.0.2.1:7000",
+                "t0 resolve_addr 1 192.0.2.2:7001"
+            ]
+        );
+        assert_eq!(id::scm_rdma_destroy_id(id), 0);
+        scm_rdma_destroy_event_channel(chan);
+    }
+}
+
+#[test]
+fn an_unbound_id_resolves_from_the_device_that_is_not_the_destination() {
+    let (_lib, st, chan) = setup();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut dst = sa("192.0.2.2:7001");
+        assert_eq!(
+            scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000),
+            0
+        );
+        assert!(log(&st).contains(&"t0 resolve_addr 1 192.0.2.2:7001".to_string()));
+        scm_rdma_ack_cm_event(next(chan));
+        id::scm_rdma_destroy_id(id);
+    }
+}
+
+#[test]
+fn destroy_id_waits_until_every_event_is_acknowledged() {
+    let (_lib, st, chan) = setup();
+    // SAFETY: the objects of this test; the ID is destroyed by one thread
+    // while this one holds its event, as a program may.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut dst = sa("192.0.2.2:7001");
+        scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000);
+        let e = next(chan);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let idu = id as usize;
+        std::thread::spawn(move || {
+            id::scm_rdma_destroy_id(idu as *mut rdma_cm_id);
+            tx.send(()).unwrap();
+        });
+        testkit::wait_for(STUCK, "the daemon's ID destroyed", || {
+            if log(&st).iter().any(|l| l.contains("destroy_id")) {
+                Ok(())
+            } else {
+                Err("no destroy_id yet".into())
+            }
+        });
+        assert!(
+            rx.try_recv().is_err(),
+            "destroy returned with an event outstanding"
+        );
+        scm_rdma_ack_cm_event(e);
+        rx.recv_timeout(STUCK)
+            .expect("destroy returns once acknowledged");
+    }
+}
+
+#[test]
+fn events_of_a_destroyed_id_are_not_reported() {
+    let (_lib, _st, chan) = setup();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut dst = sa("192.0.2.2:7001");
+        scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000);
+        assert!(readable(chan));
+        id::scm_rdma_destroy_id(id);
+        let fd = (*chan).fd;
+        libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
+        let mut e = null_mut();
+        assert_eq!(scm_rdma_get_cm_event(chan, &mut e), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+    }
+}
+
+#[test]
+fn a_wildcard_listener_hears_every_device_and_a_request_gets_a_new_id() {
+    let (_lib, st, chan) = setup();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let l = new_id(chan, 42);
+        let mut any = sa("0.0.0.0:0");
+        assert_eq!(scm_rdma_bind_addr(l, addr(&mut any)), 0);
+        assert_eq!(scm_rdma_listen(l, 8), 0);
+        let lg = log(&st);
+        assert_eq!(
+            lg,
+            [
+                "t0 create_id 1",
+                "t0 bind 1 0.0.0.0:0",
+                "t0 listen 1 8",
+                "t1 create_id 2",
+                "t1 bind 2 0.0.0.0:40000",
+                "t1 listen 2 8"
+            ]
+        );
+        assert_eq!(u16::from_be(scm_rdma_get_src_port(l)), 40000);
+
+        let mut req = ev(77, event::CONNECT_REQUEST);
+        req.listen_id = Some(2);
+        req.conn = Some(crate::backend::ConnEventParam {
+            private_data: vec![1, 2, 3],
+            initiator_depth: 4,
+            responder_resources: 4,
+            qp_num: 0x11,
+            ..Default::default()
+        });
+        req.addrs = Some((
+            "192.0.2.2:40000".parse().unwrap(),
+            "192.0.2.1:5555".parse().unwrap(),
+        ));
+        Fake::send(&st, "t1", req);
+        let e = next(chan);
+        assert_eq!((*e).event, event::CONNECT_REQUEST);
+        assert_eq!((*e).listen_id, l);
+        let c = (*e).id;
+        assert_ne!(c, l);
+        assert_eq!((*c).context as usize, 42);
+        let conn = (*e).param.conn;
+        assert_eq!(conn.qp_num, 0x11);
+        let pd = std::slice::from_raw_parts(conn.private_data as *const u8, 3);
+        assert_eq!(pd, [1, 2, 3]);
+        assert_eq!(u16::from_be(scm_rdma_get_dst_port(c)), 5555);
+
+        let mut p: rdma_conn_param = std::mem::zeroed();
+        p.qp_num = 0x22;
+        p.responder_resources = RDMA_MAX_RESP_RES;
+        p.initiator_depth = RDMA_MAX_INIT_DEPTH;
+        assert_eq!(scm_rdma_accept(c, &mut p), 0);
+        assert!(log(&st).contains(&"t1 accept 77 qpn 34".to_string()));
+        let est = next(chan);
+        assert_eq!(((*est).event, (*est).id), (event::ESTABLISHED, c));
+        scm_rdma_ack_cm_event(est);
+        scm_rdma_ack_cm_event(e);
+        id::scm_rdma_destroy_id(c);
+        id::scm_rdma_destroy_id(l);
+        assert!(log(&st).ends_with(&[
+            "t1 destroy_id 77".to_string(),
+            "t0 destroy_id 1".to_string(),
+            "t1 destroy_id 2".to_string()
+        ]));
+    }
+}
+
+#[test]
+fn a_synchronous_id_waits_for_the_event_of_each_call() {
+    let (lib, st, _chan) = setup();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = id::create(&lib, null_mut(), null_mut(), RDMA_PS_TCP, IBV_QPT_RC).unwrap()
+            as *mut rdma_cm_id;
+        let mut dst = sa("192.0.2.2:7001");
+        assert_eq!(
+            scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000),
+            0
+        );
+        assert_eq!((*(*id).event).event, event::ADDR_RESOLVED);
+        assert_eq!(scm_rdma_resolve_route(id, 2000), 0);
+        assert_eq!((*(*id).event).event, event::ROUTE_RESOLVED);
+        assert_eq!((*id).route.num_paths, 1);
+        assert_eq!((*(*id).route.path_rec).mtu, 3);
+        assert_eq!((*id).route.addr.ibaddr.dgid.raw, [2; 16]);
+        let data = [9u8; 5];
+        let mut p: rdma_conn_param = std::mem::zeroed();
+        p.private_data = data.as_ptr() as *const c_void;
+        p.private_data_len = 5;
+        p.qp_num = 0x33;
+        assert_eq!(scm_rdma_connect(id, &mut p), 0);
+        assert_eq!((*(*id).event).event, event::ESTABLISHED);
+        assert!(log(&st).contains(&"t0 connect 1 qpn 51 pd [9, 9, 9, 9, 9]".to_string()));
+        assert_eq!(scm_rdma_disconnect(id), 0);
+        assert_eq!((*(*id).event).event, event::DISCONNECTED);
+        assert_eq!(id::scm_rdma_destroy_id(id), 0);
+    }
+}
+
+#[test]
+fn migrate_id_moves_the_events_to_the_other_channel() {
+    let (lib, _st, chan) = setup();
+    let other = ChanPriv::create(lib).unwrap() as *mut rdma_event_channel;
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut src = sa("192.0.2.1:0");
+        scm_rdma_bind_addr(id, addr(&mut src));
+        assert_eq!(scm_rdma_migrate_id(id, other), 0);
+        assert_eq!((*id).channel, other);
+        let mut dst = sa("192.0.2.2:1");
+        scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 1);
+        assert!(!readable(chan));
+        assert!(readable(other));
+        scm_rdma_ack_cm_event(next(other));
+        id::scm_rdma_destroy_id(id);
+    }
+}
+
+#[test]
+fn what_is_not_supported_fails_with_a_clear_errno() {
+    let (_lib, _st, chan) = setup();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let mut id = null_mut();
+        assert_eq!(
+            id::scm_rdma_create_id(chan, &mut id, null_mut(), RDMA_PS_IB),
+            -1
+        );
+        assert_eq!(errno(), libc::EPROTONOSUPPORT);
+        let id = new_id(chan, 0);
+        let mut tos = 0u8;
+        let v = &mut tos as *mut u8 as *mut c_void;
+        assert_eq!(
+            scm_rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, v, 1),
+            0
+        );
+        assert_eq!(
+            scm_rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, v, 4),
+            -1
+        );
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(
+            scm_rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, v, 1),
+            -1
+        );
+        assert_eq!(errno(), libc::ENOSYS);
+        assert_eq!(crate::unsupported::scm_rdma_join_multicast(), -1);
+        assert_eq!(errno(), libc::ENOSYS);
+        let mut nowhere = sa("198.51.100.1:1");
+        assert_eq!(scm_rdma_bind_addr(id, addr(&mut nowhere)), -1);
+        assert_eq!(errno(), libc::EADDRNOTAVAIL);
+        // no daemon ID yet: the verbs that need one say EINVAL
+        assert_eq!(scm_rdma_resolve_route(id, 1), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        id::scm_rdma_destroy_id(id);
+    }
+}
+
+/// A library on the fake CM and fake verbs, with both logs.
+type Logs = (
+    Arc<Lib>,
+    Arc<Mutex<crate::fake::State>>,
+    Arc<Mutex<Vec<String>>>,
+    *mut rdma_event_channel,
+);
+
+fn setup_verbs() -> Logs {
+    let fake = Fake::new(&[("t0", "192.0.2.1"), ("t1", "192.0.2.2")]);
+    let st = fake.st.clone();
+    let verbs = crate::fake::FakeVerbs {
+        devs: fake.devs.clone(),
+        ..Default::default()
+    };
+    let vlog = verbs.log.clone();
+    let lib = Lib::new(Box::new(fake), Box::new(verbs));
+    let chan = ChanPriv::create(lib.clone()).unwrap() as *mut rdma_event_channel;
+    (lib, st, vlog, chan)
+}
+
+fn qp_attrs() -> ibv_qp_init_attr {
+    // SAFETY: all-zero is a valid ibv_qp_init_attr (no CQs, no SRQ).
+    let mut a: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    a.cap.max_send_wr = 10;
+    a.cap.max_recv_wr = 20;
+    a
+}
+
+#[test]
+fn the_active_side_moves_its_qp_init_then_rtr_rts_when_answered_and_err_on_disconnect() {
+    let (_lib, st, vlog, chan) = setup_verbs();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut dst = sa("192.0.2.2:7001");
+        scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000);
+        scm_rdma_ack_cm_event(next(chan));
+        assert!(!(*id).verbs.is_null());
+        let mut a = qp_attrs();
+        assert_eq!(crate::qp::scm_rdma_create_qp(id, null_mut(), &mut a), 0);
+        assert!(!(*id).qp.is_null() && !(*id).pd.is_null());
+        assert!(!(*id).send_cq.is_null() && !(*id).recv_cq_channel.is_null());
+        assert_eq!(
+            vlog.lock().unwrap().clone(),
+            [
+                "create_cq 20",
+                "create_cq 10",
+                "modify 1 mask 0x1 sgid 0 rd 0/0"
+            ]
+        );
+        let mut p: rdma_conn_param = std::mem::zeroed();
+        p.initiator_depth = 1;
+        p.responder_resources = 1;
+        assert_eq!(scm_rdma_connect(id, &mut p), 0);
+        assert!(log(&st).contains(&"t0 connect 1 qpn 153 pd []".to_string()));
+        let e = next(chan);
+        assert_eq!((*e).event, event::ESTABLISHED);
+        scm_rdma_ack_cm_event(e);
+        assert_eq!(
+            vlog.lock().unwrap()[3..],
+            [
+                "modify 2 mask 0x1 sgid 0 rd 0/0",
+                "modify 3 mask 0x1 sgid 0 rd 0/0"
+            ]
+        );
+        assert_eq!(scm_rdma_disconnect(id), 0);
+        assert_eq!(vlog.lock().unwrap()[5], "modify 6 mask 0x1 sgid 0 rd 0/0");
+        scm_rdma_ack_cm_event(next(chan));
+        crate::qp::scm_rdma_destroy_qp(id);
+        assert!((*id).qp.is_null() && (*id).send_cq.is_null());
+        assert!(vlog.lock().unwrap().ends_with(&[
+            "destroy_qp".to_string(),
+            "destroy_cq".to_string(),
+            "destroy_cq".to_string()
+        ]));
+        id::scm_rdma_destroy_id(id);
+    }
+}
+
+#[test]
+fn the_passive_side_is_ready_before_it_accepts_and_a_reject_errors_the_qp() {
+    let (_lib, st, vlog, chan) = setup_verbs();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let l = new_id(chan, 0);
+        let mut src = sa("192.0.2.2:7000");
+        scm_rdma_bind_addr(l, addr(&mut src));
+        scm_rdma_listen(l, 1);
+        let mut req = ev(50, event::CONNECT_REQUEST);
+        req.listen_id = Some(1);
+        req.conn = Some(crate::backend::ConnEventParam {
+            initiator_depth: 2,
+            responder_resources: 3,
+            ..Default::default()
+        });
+        Fake::send(&st, "t1", req);
+        let e = next(chan);
+        let c = (*e).id;
+        let mut a = qp_attrs();
+        assert_eq!(crate::qp::scm_rdma_create_qp(c, null_mut(), &mut a), 0);
+        assert_eq!(scm_rdma_accept(c, null_mut()), 0);
+        let v = vlog.lock().unwrap().clone();
+        // no parameters: the depths of the request, as its event has them
+        assert_eq!(
+            v[2..],
+            [
+                "modify 1 mask 0x1 sgid 0 rd 0/0",
+                "modify 2 mask 0x1 sgid 0 rd 0/3",
+                "modify 3 mask 0x1 sgid 0 rd 2/0"
+            ]
+        );
+        assert!(log(&st).contains(&"t1 accept 50 qpn 153".to_string()));
+        scm_rdma_ack_cm_event(next(chan));
+
+        // a second request, rejected by the peer after the application made
+        // its QP: REJECTED moves it to ERR
+        let mut req = ev(51, event::CONNECT_REQUEST);
+        req.listen_id = Some(1);
+        Fake::send(&st, "t1", req);
+        let e2 = next(chan);
+        let c2 = (*e2).id;
+        let mut a = qp_attrs();
+        crate::qp::scm_rdma_create_qp(c2, null_mut(), &mut a);
+        let mut rej = ev(51, event::REJECTED);
+        rej.status = 28;
+        Fake::send(&st, "t1", rej);
+        let r = next(chan);
+        assert_eq!(
+            ((*r).event, (*r).status, (*r).id),
+            (event::REJECTED, 28, c2)
+        );
+        assert_eq!(
+            vlog.lock().unwrap().last().unwrap(),
+            "modify 6 mask 0x1 sgid 0 rd 0/0"
+        );
+        scm_rdma_ack_cm_event(r);
+        scm_rdma_ack_cm_event(e2);
+        scm_rdma_ack_cm_event(e);
+    }
+}
+
+#[test]
+fn a_synchronous_listener_hands_out_requests_with_rdma_get_request() {
+    let (lib, st, vlog, _chan) = setup_verbs();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let l = id::create(&lib, null_mut(), null_mut(), RDMA_PS_TCP, IBV_QPT_RC).unwrap()
+            as *mut rdma_cm_id;
+        let mut src = sa("192.0.2.2:7000");
+        assert_eq!(scm_rdma_bind_addr(l, addr(&mut src)), 0);
+        assert_eq!(scm_rdma_listen(l, 1), 0);
+        crate::id::IdPriv::from_ptr(l).unwrap().state().ep_attr = Some((qp_attrs(), 0));
+        let mut req = ev(60, event::CONNECT_REQUEST);
+        req.listen_id = Some(1);
+        Fake::send(&st, "t1", req);
+        let mut c = null_mut();
+        assert_eq!(scm_rdma_get_request(l, &mut c), 0);
+        assert!(!c.is_null() && c != l);
+        // its own channel, its request event kept, its QP made from the
+        // endpoint's attributes
+        assert_ne!((*c).channel, (*l).channel);
+        assert_eq!((*(*c).event).event, event::CONNECT_REQUEST);
+        assert!(!(*c).qp.is_null());
+        assert!(log(&st).contains(&"t1 migrate_id 60".to_string()));
+        assert_eq!(scm_rdma_accept(c, null_mut()), 0);
+        assert_eq!((*(*c).event).event, event::ESTABLISHED);
+        assert!(vlog
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with("modify 3")));
+        crate::qp::scm_rdma_destroy_qp(c);
+        assert_eq!(id::scm_rdma_destroy_id(c), 0);
+        assert_eq!(id::scm_rdma_destroy_id(l), 0);
+    }
+}
+
+#[test]
+fn a_qp_that_cannot_be_readied_is_a_connect_error_and_the_teardown_is_not_reported() {
+    let fake = Fake::new(&[("t0", "192.0.2.1"), ("t1", "192.0.2.2")]);
+    let st = fake.st.clone();
+    let verbs = crate::fake::FakeVerbs {
+        devs: fake.devs.clone(),
+        fail_rtr: true,
+        ..Default::default()
+    };
+    let lib = Lib::new(Box::new(fake), Box::new(verbs));
+    let chan = ChanPriv::create(lib).unwrap() as *mut rdma_event_channel;
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut dst = sa("192.0.2.2:7001");
+        scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000);
+        scm_rdma_ack_cm_event(next(chan));
+        let mut a = qp_attrs();
+        assert_eq!(crate::qp::scm_rdma_create_qp(id, null_mut(), &mut a), 0);
+        let mut p: rdma_conn_param = std::mem::zeroed();
+        assert_eq!(scm_rdma_connect(id, &mut p), 0);
+        let e = next(chan);
+        assert_eq!(
+            ((*e).event, (*e).status),
+            (event::CONNECT_ERROR, -libc::EINVAL)
+        );
+        scm_rdma_ack_cm_event(e);
+        assert!(log(&st).contains(&"t0 disconnect 1".to_string()));
+        // the daemon's DISCONNECTED of that teardown is the library's own
+        libc::fcntl((*chan).fd, libc::F_SETFL, libc::O_NONBLOCK);
+        let mut e = null_mut();
+        assert_eq!(scm_rdma_get_cm_event(chan, &mut e), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        crate::qp::scm_rdma_destroy_qp(id);
+        assert_eq!(id::scm_rdma_destroy_id(id), 0);
+    }
+}
