@@ -6,8 +6,8 @@
 //! on the in-process fake of the unit tests.
 //!
 //! The types mirror the client API's field for field; an adapter over
-//! `softrnic::client::cm` implements [`CmBackend`]. [`Unavailable`]
-//! answers every command with ENODEV until one is installed.
+//! `softrnic::client::cm` (`rnicd.rs`) implements [`CmBackend`];
+//! [`Unavailable`] answers every command with ENODEV.
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;

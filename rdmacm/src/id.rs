@@ -29,12 +29,9 @@ pub fn global() -> &'static Arc<Lib> {
     LIB.get_or_init(|| Lib::new(backend(), Box::new(crate::verbs::Libibverbs::default())))
 }
 
-/// rnicd's CM when built with it, else [`crate::backend::Unavailable`].
+/// rnicd's CM.
 fn backend() -> Box<dyn CmBackend> {
-    #[cfg(feature = "rnicd-cm")]
-    return Box::new(crate::rnicd::Rnicd::default());
-    #[cfg(not(feature = "rnicd-cm"))]
-    Box::new(crate::backend::Unavailable)
+    Box::new(crate::rnicd::Rnicd::default())
 }
 
 /// An ID's daemon side on one device.

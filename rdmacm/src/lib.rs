@@ -33,7 +33,6 @@ mod conn;
 pub mod ep;
 pub mod id;
 pub mod qp;
-#[cfg(feature = "rnicd-cm")]
 pub mod rnicd;
 mod sockaddr;
 mod strings;

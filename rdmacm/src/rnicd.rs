@@ -1,7 +1,6 @@
 //! [`CmBackend`] over rnicd's CM: `softrnic::client::cm`, one command
 //! connection per device for the process (the daemon's IDs live as long
-//! as it) and an event channel per (library channel, device). Built with
-//! the `rnicd-cm` feature, which needs the client API of rnicd's CM.
+//! as it) and an event channel per (library channel, device).
 
 use crate::backend::{self as b, BackendError, CmBackend, CmChannel, DeviceCm};
 use softrnic::client::cm;

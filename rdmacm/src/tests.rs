@@ -159,7 +159,7 @@ fn destroy_id_waits_until_every_event_is_acknowledged() {
             if log(&st).iter().any(|l| l.contains("destroy_id")) {
                 Ok(())
             } else {
-                Err("no destroy_id yet".into())
+                Err("no destroy_id yet")
             }
         });
         assert!(
