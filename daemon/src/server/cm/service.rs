@@ -95,6 +95,8 @@ pub(crate) struct CmService {
     pub(crate) gid: Gid,
     /// The port's active MTU in bytes.
     pub(crate) mtu: u32,
+    /// What its REQs ask for.
+    pub(crate) timers: crate::server::CmTimers,
     pub(crate) ids: BTreeMap<CmIdNo, Id>,
     pub(crate) next_id: CmIdNo,
     /// The CM's connection → the ID (kept after the ID is destroyed,
@@ -153,7 +155,13 @@ fn rx_name(attribute: u16) -> &'static str {
 }
 
 impl CmService {
-    pub(crate) fn new(dev: String, gid: Gid, mac: EthernetAddress, mtu: u32) -> CmService {
+    pub(crate) fn new(
+        dev: String,
+        gid: Gid,
+        mac: EthernetAddress,
+        mtu: u32,
+        timers: crate::server::CmTimers,
+    ) -> CmService {
         let seed: u64 = rand::random();
         CmService {
             cm: Cm::new(CmAddr { gid: gid.0 }, node_guid(mac), seed),
@@ -161,6 +169,7 @@ impl CmService {
             dev,
             gid,
             mtu,
+            timers,
             ids: BTreeMap::new(),
             next_id: 0,
             by_conn: HashMap::new(),
@@ -367,21 +376,32 @@ impl CmService {
                 self.report_kind(no, CmEventKind::UNREACHABLE, -ETIMEDOUT);
             }
             CmEvent::DisconnectRequest { id } | CmEvent::Disconnected { id } => {
-                let Some(no) = self.by_conn.get(&id.0).copied() else {
-                    return;
-                };
-                let Some(i) = self.ids.get_mut(&no) else {
-                    return;
-                };
-                if !std::mem::replace(&mut i.disconnected, true) {
-                    self.report_kind(no, CmEventKind::DISCONNECTED, 0);
-                }
+                self.disconnected(id, 0);
+            }
+            CmEvent::DreqTimeout { id } => {
+                self.count("cm_timeouts");
+                // rdma_cm reports an unanswered DREQ as DISCONNECTED with
+                // -ETIMEDOUT
+                self.disconnected(id, -ETIMEDOUT);
             }
             CmEvent::TimeWaitExit { id } => {
                 if let Some(no) = self.end_conn(id) {
                     self.report_kind(no, CmEventKind::TIMEWAIT_EXIT, 0);
                 }
             }
+        }
+    }
+
+    /// DISCONNECTED (once) on the ID of connection `id`.
+    fn disconnected(&mut self, id: CmId, status: i32) {
+        let Some(no) = self.by_conn.get(&id.0).copied() else {
+            return;
+        };
+        let Some(i) = self.ids.get_mut(&no) else {
+            return;
+        };
+        if !std::mem::replace(&mut i.disconnected, true) {
+            self.report_kind(no, CmEventKind::DISCONNECTED, status);
         }
     }
 
