@@ -3,7 +3,9 @@
 //! accepts; private data both ways, the QP attributes each side gets from
 //! `init_qp_attr`, an RC QP pair brought up with them moving data, reject,
 //! no listener, disconnect; lost REQ, REP and RTU retried (an impairment
-//! stage on one device's port); hostile MADs counted and harmless.
+//! stage on one device's port); hostile MADs and a REQ flood counted and
+//! harmless; a vanished peer (UNREACHABLE, DISCONNECTED after the DREQ
+//! retries, with rnicd's CM timers); only the caller's QPs connect.
 
 mod common;
 
@@ -571,7 +573,7 @@ fn hostile_mads_are_counted_drops_and_connections_still_form() {
     let pd = ctx.alloc_pd().unwrap();
     let buf = pd.alloc_buffer(1 << 12).unwrap();
     let mr = pd.reg_mr(&buf, 0, 1 << 12, ACCESS_ALL).unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let mut cq = ctx.create_cq(64).unwrap();
     let mut ud = pd
         .create_qp(&QpInitAttr {
             qp_type: QpKind::Ud,
@@ -622,6 +624,74 @@ fn hostile_mads_are_counted_drops_and_connections_still_form() {
     });
     assert_eq!(st.get("cm_not_cm_class"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_bad_class_version"), Some(&1), "{st:?}");
+
+    // a REQ flood on a listener (backlog 8, its own channel) whose
+    // application answers none of them: 8 wait, the rest are dropped
+    let flood_ch = EventChannel::open(&s1).unwrap();
+    let fl =
+        s.cm.create_id(flood_ch.token(), PortSpace::TCP, CmQpType::Rc, 99)
+            .unwrap();
+    s.cm.bind(fl, server_addr(7350)).unwrap();
+    s.cm.listen(fl, 8).unwrap();
+    const FLOOD: u64 = 200;
+    let mut forger = nic::cm::Cm::new(
+        nic::cm::CmAddr {
+            gid: ctx.device.gid.0,
+        },
+        1,
+        0xF100D,
+    );
+    let mut pd_hdr = vec![0u8; wire::mad::IpCmPrivateData::LEN];
+    wire::mad::IpCmPrivateData {
+        major_version: 0,
+        minor_version: 0,
+        ip_version: 4,
+        reserved: 0,
+        src_port: 40000,
+        src_ip: Ipv4Addr::new(192, 0, 2, 1).to_ipv6_compatible().octets(),
+        dst_ip: SERVER_IP.to_ipv6_compatible().octets(),
+    }
+    .emit(&mut pd_hdr)
+    .unwrap();
+    let sid = wire::mad::ip_cm_service_id(PortSpace::TCP.0 as u8, 7350);
+    let to = nic::cm::CmAddr::from_ip(IpAddr::V4(SERVER_IP));
+    let mut out = Vec::new();
+    while cq.poll(16, &mut out) > 0 {}
+    for k in 0..FLOOD {
+        let mut p = nic::cm::ConnectParams::new(to, sid, 0x100 + k as u32, 0);
+        p.private_data = pd_hdr.clone();
+        forger.connect(nic::Instant::ZERO, &p);
+        let (_, mad) = forger.poll_transmit(nic::Instant::ZERO).unwrap();
+        let mut b = [0u8; wire::mad::MAD_LEN];
+        mad.emit(&mut b).unwrap();
+        buf.write(0, &b);
+        let wr = SendWr::new(100 + k, SendOp::Send, Sgl::single(mr.addr, 256, mr.lkey));
+        ud.post_send_ud(&wr, &ah, 1, 0x8001_0000).unwrap();
+        testkit::wait_until(T, "the REQ sent", || cq.poll(1, &mut out) > 0);
+    }
+    let st = testkit::wait_for(T, "the flood counted", || {
+        let st = peer.stats().unwrap().cm;
+        if count(&st, "cm_req_backlog_full") >= FLOOD - 8 {
+            Ok(st)
+        } else {
+            Err(format!("{st:?}"))
+        }
+    });
+    assert_eq!(count(&st, "cm_req_backlog_full"), FLOOD - 8, "{st:?}");
+    for _ in 0..8 {
+        let mut p = libc::pollfd {
+            fd: flood_ch.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one pollfd that lives across the call.
+        assert_eq!(unsafe { libc::poll(&mut p, 1, T.as_millis() as i32) }, 1);
+        let e = flood_ch.next(true).unwrap().unwrap();
+        assert_eq!(e.kind, CmEventKind::CONNECT_REQUEST);
+        assert_eq!(e.listen_id, Some(fl));
+    }
+    assert!(flood_ch.next(true).unwrap().is_none(), "only 8 wait");
+
     // the daemon serves on: a connection forms
     let (cid, _) = establish(&mut c, &mut s, 7300);
     send_data(&mut c, &mut s);

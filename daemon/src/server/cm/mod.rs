@@ -257,7 +257,7 @@ fn request(
                 None,
             ))
         }
-        CmRequest::Listen { id, .. } => {
+        CmRequest::Listen { id, backlog } => {
             if id_mut(s, owner, id)?.src.is_none() {
                 let any = SocketAddr::new(s.gid.to_ip(), 0);
                 bind(s, owner, id, any)?;
@@ -272,7 +272,13 @@ fn request(
             if s.listeners.contains_key(&sid) {
                 return Err(CmRequestError::AddrInUse);
             }
-            id_mut(s, owner, id)?.listening = Some(sid);
+            let i = id_mut(s, owner, id)?;
+            i.listening = Some(sid);
+            // rdma_listen: 0 (or more than the limit) is the limit
+            i.backlog = match backlog {
+                0 => service::MAX_BACKLOG,
+                b => b.min(service::MAX_BACKLOG),
+            };
             s.listeners.insert(sid, id);
             s.cm.listen(sid);
             done()
@@ -349,6 +355,7 @@ fn request(
                 });
             }
             check_qp(qps, param.qpn, i.qp_type)?;
+            i.pending_on = None;
             // IBA 12.6.8: no more than the REQ asked for
             let (req_init, req_resp) = (i.responder_resources, i.initiator_depth);
             take_param(i, &param);
@@ -371,6 +378,7 @@ fn request(
         CmRequest::Reject { id, private_data } => {
             let i = id_mut(s, owner, id)?;
             let c = i.conn.take().ok_or(CmRequestError::WrongState)?;
+            i.pending_on = None;
             s.by_conn.remove(&c.0);
             // IBA 12.6.7 Table 104: 28, consumer reject
             s.cm.reject(c, RejectReason::CONSUMER_REJECT, &private_data)?;

@@ -17,6 +17,9 @@ use wire::{EthernetAddress, Gid};
 /// Events a channel holds for a client that does not read them; more are
 /// dropped (counted as `cm_event_overflow`).
 const CHANNEL_BACKLOG: usize = 4096;
+/// Connection requests a listener holds unanswered when its `listen`
+/// gave no backlog (or more): Linux's ucma `max_backlog`.
+pub(crate) const MAX_BACKLOG: u32 = 1024;
 /// ETIMEDOUT: the status of UNREACHABLE (librdmacm reports -errno).
 pub(crate) const ETIMEDOUT: i32 = 110;
 
@@ -40,6 +43,12 @@ pub(crate) struct Id {
     pub(crate) route: bool,
     /// The service ID it listens on.
     pub(crate) listening: Option<u64>,
+    /// As a listener: how many of its connection requests may wait
+    /// unanswered (`rdma_listen`'s backlog).
+    pub(crate) backlog: u32,
+    /// As a connection request: the listener it came to, until `accept`
+    /// or `reject` answers it.
+    pub(crate) pending_on: Option<CmIdNo>,
     /// Its connection in the CM.
     pub(crate) conn: Option<CmId>,
     pub(crate) local_qpn: u32,
@@ -71,6 +80,8 @@ impl Id {
             dmac: None,
             route: false,
             listening: None,
+            backlog: MAX_BACKLOG,
+            pending_on: None,
             conn: None,
             local_qpn: 0,
             local_psn: rand::random::<u32>() & 0x00FF_FFFF,
@@ -287,6 +298,20 @@ impl CmService {
                     return;
                 };
                 let Some(lid) = self.ids.get(&l) else { return };
+                let waiting = self
+                    .ids
+                    .values()
+                    .filter(|i| i.pending_on == Some(l))
+                    .count();
+                if waiting >= lid.backlog as usize {
+                    // the listener's backlog is full (a REQ flood, or an
+                    // application that does not answer): forget the REQ
+                    // without a REJ, so that a genuine peer's retry may
+                    // find room (as Linux's CM does on -ENOMEM)
+                    self.count("cm_req_backlog_full");
+                    self.cm.destroy(id);
+                    return;
+                }
                 let mut n = Id::new(lid.owner, lid.chan, lid.user_ctx, lid.ps, lid.qp_type);
                 let port = req.service_id as u16;
                 n.src = Some(SocketAddr::new(dst_ip, port));
@@ -294,6 +319,7 @@ impl CmService {
                 n.dmac = self.neigh.get(&from.gid).copied();
                 n.route = true;
                 n.conn = Some(id);
+                n.pending_on = Some(l);
                 n.remote_qpn = req.local_qpn;
                 n.remote_psn = req.starting_psn;
                 n.responder_resources = req.initiator_depth;
@@ -410,6 +436,7 @@ impl CmService {
         let no = self.by_conn.remove(&id.0)?;
         let i = self.ids.get_mut(&no)?;
         i.conn = None;
+        i.pending_on = None;
         Some(no)
     }
 
