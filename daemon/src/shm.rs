@@ -406,6 +406,29 @@ impl SeqPacket {
         self.fd.as_raw_fd()
     }
 
+    /// The process ID of the peer (SO_PEERCRED: the process that connected
+    /// or made the pair), if the kernel tells it.
+    pub fn peer_pid(&self) -> Option<i32> {
+        let mut cred = libc::ucred {
+            pid: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: getsockopt(2) writes at most `len` bytes into `cred`, a
+        // live ucred of that size; `len` lives across the call.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        (r == 0 && cred.pid > 0).then_some(cred.pid)
+    }
+
     /// A connected pair; the first end does not block (a send that does
     /// not fit fails with `WouldBlock`).
     pub fn pair() -> io::Result<(SeqPacket, OwnedFd)> {

@@ -3,7 +3,9 @@
 //! accepts; private data both ways, the QP attributes each side gets from
 //! `init_qp_attr`, an RC QP pair brought up with them moving data, reject,
 //! no listener, disconnect; lost REQ, REP and RTU retried (an impairment
-//! stage on one device's port); hostile MADs counted and harmless.
+//! stage on one device's port); hostile MADs and a REQ flood counted and
+//! harmless; a vanished peer (UNREACHABLE, DISCONNECTED after the DREQ
+//! retries, with rnicd's CM timers); only the caller's QPs connect.
 
 mod common;
 
@@ -14,11 +16,11 @@ use softrnic::client::cm::{
     CmClient, CmEventKind, CmEventMsg, CmIdNo, CmQpType, ConnParam, EventChannel, PortSpace,
     QpState,
 };
-use softrnic::server::{Server, ServerConfig};
+use softrnic::server::{CmTimers, Server, ServerConfig};
 use softrnic::{Buffer, Context, Cq, Mr, Pd, Qp, QpInitAttr, QpKind, ACCESS_ALL};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use wire::mad::{attr, MadHeader};
 
@@ -207,8 +209,15 @@ fn send_data(c: &mut Side, s: &mut Side) {
 }
 
 fn daemon(tag: &str) -> (Daemon, PathBuf, PathBuf) {
+    daemon_with(tag, &[])
+}
+
+/// An rnicd --mem-pair with `extra` options.
+fn daemon_with(tag: &str, extra: &[&str]) -> (Daemon, PathBuf, PathBuf) {
     let dir = tempdir(tag);
-    let d = Daemon::start(None, &["--mem-pair", "--name", "c"], &dir);
+    let mut args = vec!["--mem-pair", "--name", "c"];
+    args.extend_from_slice(extra);
+    let d = Daemon::start(None, &args, &dir);
     let (a, b) = (PathBuf::from(d.sock("c0")), PathBuf::from(d.sock("c1")));
     (d, a, b)
 }
@@ -337,12 +346,18 @@ fn impaired_pair(tag: &str, dropper: usize, attribute: u16) -> (Vec<Server>, Arc
         attribute,
         dropped: dropped.clone(),
     };
-    (pair_with(tag, dropper, Box::new(i)), dropped)
+    let timers = CmTimers::default();
+    (pair_with(tag, dropper, Box::new(i), timers), dropped)
 }
 
 /// Two devices in this process on an in-memory wire; device `which`
 /// sends through `interceptor`.
-fn pair_with(tag: &str, which: usize, interceptor: Box<dyn Interceptor>) -> Vec<Server> {
+fn pair_with(
+    tag: &str,
+    which: usize,
+    interceptor: Box<dyn Interceptor>,
+    cm: CmTimers,
+) -> Vec<Server> {
     let dir = tempdir(tag);
     let macs = [
         wire::EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
@@ -361,6 +376,7 @@ fn pair_with(tag: &str, which: usize, interceptor: Box<dyn Interceptor>) -> Vec<
         gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 1 + i)),
         engine: nic::engine::EngineConfig::default(),
         bell: true,
+        cm,
     };
     Server::start_many(
         vec![
@@ -402,6 +418,151 @@ fn a_lost_rtu_is_replaced_by_the_repeated_rep_and_the_connection_forms() {
     lost_message_is_retried("cmlrtu", 0, attr::RTU);
 }
 
+/// Loses every QP 1 frame the port sends while the flag is up: a peer
+/// whose CM has vanished.
+struct Vanish(Arc<AtomicBool>);
+
+impl Interceptor for Vanish {
+    fn on_send(&mut self, frame: &mut [u8]) -> Fate {
+        let lost = self.0.load(Ordering::SeqCst)
+            && wire::RoceRepr::parse(frame).is_ok_and(|r| r.bth.dest_qp == 1);
+        Fate {
+            lost,
+            ..Fate::default()
+        }
+    }
+}
+
+/// Short CM timers (rnicd --cm-response-timeout 17 --cm-retries 4): each
+/// wait 4.096 µs × 2^17 (about 0.5 s), five sends in all.
+const SHORT: CmTimers = CmTimers {
+    response_timeout: 17,
+    max_retries: 4,
+};
+
+fn count(st: &std::collections::BTreeMap<String, u64>, k: &str) -> u64 {
+    st.get(k).copied().unwrap_or(0)
+}
+
+#[test]
+fn a_connect_to_a_peer_that_never_answers_ends_unreachable() {
+    let gone = Arc::new(AtomicBool::new(true));
+    let servers = pair_with("cmgone", 1, Box::new(Vanish(gone)), SHORT);
+    let c = Side::new(servers[0].socket_path());
+    let _s = Side::new(servers[1].socket_path());
+    let cid = resolved(&c, 7400);
+    c.move_qp(cid, QpState::Init);
+    c.cm.connect(cid, &param(c.qp.qpn, b"anyone?")).unwrap();
+    // IBA 12.6.5: the REQ goes 1 + Max CM Retries times, then the attempt
+    // ends; rdma_cm reports UNREACHABLE with -ETIMEDOUT
+    let e = c.expect(CmEventKind::UNREACHABLE);
+    assert_eq!(e.id, cid);
+    assert_eq!(e.status, -libc::ETIMEDOUT);
+    let st = c._ctx.stats().unwrap().cm;
+    assert_eq!(count(&st, "cm_tx_req"), 5, "{st:?}");
+    assert_eq!(count(&st, "cm_retries"), 4, "{st:?}");
+    assert_eq!(count(&st, "cm_timeouts"), 1, "{st:?}");
+    // the ID is free for another attempt
+    assert!(c.cm.init_qp_attr(cid, QpState::Rtr).is_err());
+}
+
+#[test]
+fn an_established_connection_whose_peer_vanishes_ends_disconnected() {
+    let gone = Arc::new(AtomicBool::new(false));
+    let servers = pair_with("cmvanish", 1, Box::new(Vanish(gone.clone())), SHORT);
+    let mut c = Side::new(servers[0].socket_path());
+    let mut s = Side::new(servers[1].socket_path());
+    let (cid, _) = establish(&mut c, &mut s, 7500);
+    send_data(&mut c, &mut s);
+    gone.store(true, Ordering::SeqCst);
+    c.cm.disconnect(cid).unwrap();
+    // IBA 12.9: the DREQ goes 1 + Max CM Retries times unanswered; rdma_cm
+    // reports DISCONNECTED with -ETIMEDOUT
+    let e = c.expect(CmEventKind::DISCONNECTED);
+    assert_eq!(e.status, -libc::ETIMEDOUT);
+    let st = c._ctx.stats().unwrap().cm;
+    assert_eq!(count(&st, "cm_tx_dreq"), 5, "{st:?}");
+    assert_eq!(count(&st, "cm_timeouts"), 1, "{st:?}");
+    // the vanished side heard the DREQ: disconnected as well
+    s.expect(CmEventKind::DISCONNECTED);
+}
+
+#[test]
+fn rnicd_cm_timers_bound_the_wait_for_a_peer_that_does_not_accept() {
+    // the server's application never answers the REQ: the active side's
+    // REQ retries run out (rnicd --cm-response-timeout 16, about 0.27 s a
+    // wait, --cm-retries 2) and it reports UNREACHABLE
+    let (_d, s0, s1) = daemon_with(
+        "cm-timers",
+        &["--cm-response-timeout", "16", "--cm-retries", "2"],
+    );
+    let (c, s) = (Side::new(&s0), Side::new(&s1));
+    listening(&s, 7700);
+    let cid = resolved(&c, 7700);
+    c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
+    s.expect(CmEventKind::CONNECT_REQUEST);
+    let e = c.expect(CmEventKind::UNREACHABLE);
+    assert_eq!(e.status, -libc::ETIMEDOUT);
+    let st = c._ctx.stats().unwrap().cm;
+    assert_eq!(count(&st, "cm_tx_req"), 3, "{st:?}");
+    // the passive side saw the repeats as duplicates of a REQ it holds
+    let st = s._ctx.stats().unwrap().cm;
+    assert_eq!(count(&st, "cm_rx_req"), 3, "{st:?}");
+    // out-of-range timers are refused at the command line
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rnicd"))
+        .args(["--mem-pair", "--cm-response-timeout", "32"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn connect_and_accept_take_only_the_callers_qps_of_the_ids_type() {
+    let (_d, s0, s1) = daemon("cm-qpn");
+    let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
+    let ud_qp = |side: &Side| {
+        side._pd
+            .create_qp(&QpInitAttr {
+                qp_type: QpKind::Ud,
+                send_cq: side.cq.handle,
+                recv_cq: side.cq.handle,
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                sq_sig_all: true,
+                srq: None,
+            })
+            .unwrap()
+    };
+    let (c_ud, s_ud) = (ud_qp(&c), ud_qp(&s));
+    let refused = |r: softrnic::client::Result<()>| {
+        let e = r.unwrap_err();
+        assert!(e.to_string().contains("is not one of this process"), "{e}");
+    };
+    listening(&s, 7600);
+    let cid = resolved(&c, 7600);
+    c.move_qp(cid, QpState::Init);
+    // a QP number nobody holds, the caller's UD QP for an RC ID
+    refused(c.cm.connect(cid, &param(0x00AB_CDEF, b"")));
+    refused(c.cm.connect(cid, &param(c_ud.qpn, b"")));
+    assert_eq!(count(&c._ctx.stats().unwrap().cm, "cm_tx_req"), 0);
+    // the ID is unharmed: the caller's RC QP connects
+    c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
+    let req = s.expect(CmEventKind::CONNECT_REQUEST);
+    let sid = req.id;
+    refused(s.cm.accept(sid, &param(0x00AB_CDEF, b"")));
+    refused(s.cm.accept(sid, &param(s_ud.qpn, b"")));
+    s.move_qp(sid, QpState::Init);
+    s.move_qp(sid, QpState::Rtr);
+    s.move_qp(sid, QpState::Rts);
+    s.cm.accept(sid, &param(s.qp.qpn, b"")).unwrap();
+    let est = c.expect(CmEventKind::ESTABLISHED);
+    assert_eq!(est.conn.unwrap().qp_num, s.qp.qpn);
+    c.move_qp(cid, QpState::Rtr);
+    c.move_qp(cid, QpState::Rts);
+    s.expect(CmEventKind::ESTABLISHED);
+    send_data(&mut c, &mut s);
+}
+
 #[test]
 fn hostile_mads_are_counted_drops_and_connections_still_form() {
     let (_d, s0, s1) = daemon("cm-hostile");
@@ -412,7 +573,7 @@ fn hostile_mads_are_counted_drops_and_connections_still_form() {
     let pd = ctx.alloc_pd().unwrap();
     let buf = pd.alloc_buffer(1 << 12).unwrap();
     let mr = pd.reg_mr(&buf, 0, 1 << 12, ACCESS_ALL).unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let mut cq = ctx.create_cq(64).unwrap();
     let mut ud = pd
         .create_qp(&QpInitAttr {
             qp_type: QpKind::Ud,
@@ -463,6 +624,74 @@ fn hostile_mads_are_counted_drops_and_connections_still_form() {
     });
     assert_eq!(st.get("cm_not_cm_class"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_bad_class_version"), Some(&1), "{st:?}");
+
+    // a REQ flood on a listener (backlog 8, its own channel) whose
+    // application answers none of them: 8 wait, the rest are dropped
+    let flood_ch = EventChannel::open(&s1).unwrap();
+    let fl =
+        s.cm.create_id(flood_ch.token(), PortSpace::TCP, CmQpType::Rc, 99)
+            .unwrap();
+    s.cm.bind(fl, server_addr(7350)).unwrap();
+    s.cm.listen(fl, 8).unwrap();
+    const FLOOD: u64 = 200;
+    let mut forger = nic::cm::Cm::new(
+        nic::cm::CmAddr {
+            gid: ctx.device.gid.0,
+        },
+        1,
+        0xF100D,
+    );
+    let mut pd_hdr = vec![0u8; wire::mad::IpCmPrivateData::LEN];
+    wire::mad::IpCmPrivateData {
+        major_version: 0,
+        minor_version: 0,
+        ip_version: 4,
+        reserved: 0,
+        src_port: 40000,
+        src_ip: Ipv4Addr::new(192, 0, 2, 1).to_ipv6_compatible().octets(),
+        dst_ip: SERVER_IP.to_ipv6_compatible().octets(),
+    }
+    .emit(&mut pd_hdr)
+    .unwrap();
+    let sid = wire::mad::ip_cm_service_id(PortSpace::TCP.0 as u8, 7350);
+    let to = nic::cm::CmAddr::from_ip(IpAddr::V4(SERVER_IP));
+    let mut out = Vec::new();
+    while cq.poll(16, &mut out) > 0 {}
+    for k in 0..FLOOD {
+        let mut p = nic::cm::ConnectParams::new(to, sid, 0x100 + k as u32, 0);
+        p.private_data = pd_hdr.clone();
+        forger.connect(nic::Instant::ZERO, &p);
+        let (_, mad) = forger.poll_transmit(nic::Instant::ZERO).unwrap();
+        let mut b = [0u8; wire::mad::MAD_LEN];
+        mad.emit(&mut b).unwrap();
+        buf.write(0, &b);
+        let wr = SendWr::new(100 + k, SendOp::Send, Sgl::single(mr.addr, 256, mr.lkey));
+        ud.post_send_ud(&wr, &ah, 1, 0x8001_0000).unwrap();
+        testkit::wait_until(T, "the REQ sent", || cq.poll(1, &mut out) > 0);
+    }
+    let st = testkit::wait_for(T, "the flood counted", || {
+        let st = peer.stats().unwrap().cm;
+        if count(&st, "cm_req_backlog_full") >= FLOOD - 8 {
+            Ok(st)
+        } else {
+            Err(format!("{st:?}"))
+        }
+    });
+    assert_eq!(count(&st, "cm_req_backlog_full"), FLOOD - 8, "{st:?}");
+    for _ in 0..8 {
+        let mut p = libc::pollfd {
+            fd: flood_ch.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one pollfd that lives across the call.
+        assert_eq!(unsafe { libc::poll(&mut p, 1, T.as_millis() as i32) }, 1);
+        let e = flood_ch.next(true).unwrap().unwrap();
+        assert_eq!(e.kind, CmEventKind::CONNECT_REQUEST);
+        assert_eq!(e.listen_id, Some(fl));
+    }
+    assert!(flood_ch.next(true).unwrap().is_none(), "only 8 wait");
+
     // the daemon serves on: a connection forms
     let (cid, _) = establish(&mut c, &mut s, 7300);
     send_data(&mut c, &mut s);
@@ -491,7 +720,12 @@ fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
 #[test]
 fn the_cm_conversation_through_rnicd_has_rxe_layout_and_decodes_in_tshark() {
     let frames = Arc::new(Mutex::new(Vec::new()));
-    let servers = pair_with("cmtap", 0, Box::new(Record(frames.clone())));
+    let servers = pair_with(
+        "cmtap",
+        0,
+        Box::new(Record(frames.clone())),
+        CmTimers::default(),
+    );
     let mut c = Side::new(servers[0].socket_path());
     let mut s = Side::new(servers[1].socket_path());
     let (cid, _) = establish(&mut c, &mut s, 7400);

@@ -537,7 +537,7 @@ fn unanswered_dreq_ends_in_disconnected_after_the_retries() {
     assert!(net
         .ev_a
         .iter()
-        .any(|e| e.1 == CmEvent::Disconnected { id: a }));
+        .any(|e| e.1 == CmEvent::DreqTimeout { id: a }));
     assert!(net.a.is_empty());
 }
 

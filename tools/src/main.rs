@@ -123,13 +123,16 @@ the interface MTU carries (4096 needs an interface MTU of 4160 or more over IPv4
         #[command(subcommand)]
         cmd: PcapCmd,
     },
-    /// Counters of the last `rnic perf` / `rnic demo` run (rdma statistic and ethtool names).
+    /// Counters of the last `rnic perf` / `rnic demo` run (rdma statistic and ethtool names), or of the running rnicd devices.
     #[command(
         long_about = "Prints the device, port and per-QP counters, named as `rdma statistic` and \
 `ethtool -S` name them, from the last run: every `rnic perf` and `rnic demo` run saves its \
 counters to last-run.json in $SOFTRNIC_STATE_DIR, else $XDG_RUNTIME_DIR/softrnic, else \
-<temp dir>/softrnic-$USER, and this prints the last one.",
-        after_help = "Examples:\n  rnic stats\n  rnic stats --json | jq '.devices[0].counters'\n  rnic stats --file saved-run.json"
+<temp dir>/softrnic-$USER, and this prints the last one. With --daemon it asks every running \
+rnicd device (the sockets in --sock-dir, $SOFTRNIC_SOCK_DIR or /run/softrnic) for its RDMA CM \
+counters: messages sent and received by kind (cm_tx_req, cm_rx_rep, ...), cm_retries, \
+cm_timeouts, the reasons of dropped MADs and QP 1's own counters (gsi_*).",
+        after_help = "Examples:\n  rnic stats\n  rnic stats --json | jq '.devices[0].counters'\n  rnic stats --file saved-run.json\n  rnic stats --daemon --sock-dir /run/softrnic"
     )]
     Stats(StatsArgs),
 }
@@ -428,8 +431,15 @@ struct StatsArgs {
     #[arg(long)]
     json: bool,
     /// Read this saved run instead of the last one.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "daemon")]
     file: Option<PathBuf>,
+    /// Ask the running rnicd devices instead: their RDMA CM counters.
+    #[arg(long)]
+    daemon: bool,
+    /// With --daemon: rnicd's socket directory (default $SOFTRNIC_SOCK_DIR,
+    /// else /run/softrnic).
+    #[arg(long, value_name = "DIR", requires = "daemon")]
+    sock_dir: Option<PathBuf>,
 }
 
 /// The subcommand words of the command line, for "see 'rnic perf --help'".
@@ -559,6 +569,7 @@ fn main() {
             PcapCmd::Dump { file, roce, count } => tools::pcapcmd::dump(&file, count, roce),
             PcapCmd::Replay { file } => tools::pcapcmd::replay(&file),
         },
+        Cmd::Stats(a) if a.daemon => tools::stats::show_daemons(a.json, a.sock_dir),
         Cmd::Stats(a) => tools::stats::show(a.json, a.file),
     };
     if let Err(e) = result {

@@ -1,9 +1,12 @@
-//! `rnic stats`: the counters of the last `rnic perf` or `rnic demo` run.
+//! `rnic stats`: the counters of the last `rnic perf` or `rnic demo` run,
+//! or (`--daemon`) those of the running rnicd devices.
 //!
 //! Every `rnic perf` and `rnic demo` run saves its devices' counters to
-//! `last-run.json` in the state directory (`rnic stats` reads that file, not
-//! a running `rnicd`): `$SOFTRNIC_STATE_DIR` when set,
+//! `last-run.json` in the state directory (plain `rnic stats` reads that
+//! file): `$SOFTRNIC_STATE_DIR` when set,
 //! else `$XDG_RUNTIME_DIR/softrnic`, else `<temp dir>/softrnic-$USER`.
+//! `rnic stats --daemon` asks every device socket in rnicd's socket
+//! directory for its statistics and shows its RDMA CM counters.
 
 use crate::out::write_or_quit;
 use crate::report::{write_file, WriteError};
@@ -168,6 +171,71 @@ pub fn show(as_json: bool, file: Option<PathBuf>) -> Result<(), CliError> {
                 ),
             )?;
         }
+    }
+    Ok(())
+}
+
+/// `rnic stats --daemon`: the RDMA CM counters (`cm_tx_*`, `cm_rx_*`,
+/// `cm_retries`, `cm_timeouts`, the drop reasons, `gsi_*`) of every rnicd
+/// device whose socket is in `dir` (default: `$SOFTRNIC_SOCK_DIR`, else
+/// /run/softrnic), one `link DEV/1 name value ...` line each.
+pub fn show_daemons(as_json: bool, dir: Option<PathBuf>) -> Result<(), CliError> {
+    let dir = dir.unwrap_or_else(softrnic::client::sock_dir);
+    let mut socks: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| CliError::new(format!("cannot read {}: {e}", dir.display())))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .collect();
+    socks.sort();
+    let mut devices = Vec::new();
+    for p in &socks {
+        let stats =
+            softrnic::Context::open(p).and_then(|c| Ok((c.device.name.clone(), c.stats()?)));
+        match stats {
+            Ok((name, st)) => devices.push(json!({
+                "name": name,
+                "port": 1,
+                "socket": p.display().to_string(),
+                "cm_counters": st.cm,
+            })),
+            Err(e) => eprintln!("rnic: {}: {e}", p.display()),
+        }
+    }
+    if devices.is_empty() {
+        return Err(CliError::new(format!(
+            "no running rnicd device in {} (give --sock-dir, or set SOFTRNIC_SOCK_DIR)",
+            dir.display()
+        )));
+    }
+    let mut out = io::stdout().lock();
+    if as_json {
+        let doc = json!({ "devices": devices });
+        let s = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
+        return write_or_quit(&mut out, format_args!("{s}\n"));
+    }
+    write_or_quit(
+        &mut out,
+        format_args!(
+            "# RDMA CM counters of the rnicd devices in {}\n",
+            dir.display()
+        ),
+    )?;
+    for d in &devices {
+        let pairs: Vec<String> = d["cm_counters"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        write_or_quit(
+            &mut out,
+            format_args!(
+                "link {}/1 {}\n",
+                d["name"].as_str().unwrap_or("?"),
+                pairs.join(" ")
+            ),
+        )?;
     }
     Ok(())
 }

@@ -70,6 +70,14 @@ struct Args {
     /// With --pcap: record only the first N frames.
     #[arg(long, value_name = "N")]
     pcap_frames: Option<u64>,
+    /// The CM response timeout of the REQs (IBA 12.6.5, 0..=31): each
+    /// side waits 4.096 us x 2^N for the other's REP, RTU or DREP.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u8).range(0..=31))]
+    cm_response_timeout: u8,
+    /// How often the CM sends a REQ, REP or DREQ again before the peer
+    /// counts as unreachable (IBA 12.6.5 Max CM Retries, 0..=15).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(0..=15))]
+    cm_retries: u8,
     /// A file of `key = value` lines with the same names as the flags
     /// (flags on the command line win).
     #[arg(long)]
@@ -329,6 +337,10 @@ fn main() {
                 gid,
                 engine: engine(i),
                 bell: !a.no_bell,
+                cm: softrnic::server::CmTimers {
+                    response_timeout: a.cm_response_timeout,
+                    max_retries: a.cm_retries,
+                },
             };
             (port, cfg)
         })

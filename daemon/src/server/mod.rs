@@ -54,6 +54,30 @@ pub struct ServerConfig {
     /// Hand clients the engine's bell (off: they never ring it, and a post
     /// after idling waits for the park to end — for comparison).
     pub bell: bool,
+    /// The CM's timers (`rnicd --cm-response-timeout`, `--cm-retries`).
+    pub cm: CmTimers,
+}
+
+/// The CM timers of a device's REQs (IBA 12.6.5): how long each side
+/// waits for the other's answer (4.096 µs × 2^`response_timeout`) and how
+/// often REQ, REP and DREQ are sent again before the attempt ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmTimers {
+    /// The REQ's remote and local CM response timeout (5 bits).
+    pub response_timeout: u8,
+    /// The REQ's Max CM Retries (4 bits).
+    pub max_retries: u8,
+}
+
+impl Default for CmTimers {
+    /// Linux's rdma_cm: response timeout 20 (about 4.3 s), 15 retries
+    /// (a peer that never answers is given up after about 70 s).
+    fn default() -> Self {
+        CmTimers {
+            response_timeout: 20,
+            max_retries: 15,
+        }
+    }
 }
 
 struct Shared {
@@ -185,6 +209,7 @@ impl Server {
                 cfg.gid,
                 mac,
                 ib_mtu,
+                cfg.cm,
             )));
             cm::register_local(cfg.gid, mac.0);
             let hook: nic::engine::TurnHook = Box::new(DpHook {
@@ -295,7 +320,14 @@ fn client_loop(sh: Arc<Shared>, sock: SeqPacket) {
         let mut r = sh.reg.lock().expect("registry");
         r.next_id += 1;
         let id = r.next_id;
-        r.clients.insert(id, registry::Owned::default());
+        let pid = sock.peer_pid();
+        r.clients.insert(
+            id,
+            registry::Owned {
+                pid,
+                ..Default::default()
+            },
+        );
         id
     };
     // every connected client hears the unaffiliated (port) events

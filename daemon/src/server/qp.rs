@@ -111,6 +111,7 @@ pub(super) fn create_qp(sh: &Shared, id: u64, q: NewQp) -> Result<Reply, Request
         r.clients.entry(id).or_default().qps.insert(
             qpn,
             OwnedQp {
+                kind: qp_type,
                 pd,
                 send_cq,
                 recv_cq,

@@ -14,6 +14,9 @@ pub(super) const MAX_OBJECTS: usize = 65536;
 /// The objects one client holds.
 #[derive(Default)]
 pub(super) struct Owned {
+    /// The client's process (SO_PEERCRED): its connections share QPs with
+    /// its CM IDs.
+    pub(super) pid: Option<i32>,
     pub(super) pds: HashSet<u32>,
     /// lkey → PD
     pub(super) mrs: HashMap<u32, u32>,
@@ -43,6 +46,7 @@ impl Owned {
 /// What one of a client's QPs uses (so that none of it goes first).
 #[derive(Clone, Copy)]
 pub(super) struct OwnedQp {
+    pub(super) kind: crate::proto::QpKind,
     pub(super) pd: u32,
     pub(super) send_cq: u32,
     pub(super) recv_cq: u32,
@@ -65,6 +69,19 @@ pub(super) struct Registry {
     /// The last AH handle handed out (handles are daemon-wide, never 0).
     pub(super) last_ah: u32,
 }
+/// The QPs (number → type) of the process behind client connection `id`
+/// (every connection of that process; only `id`'s when its process is
+/// unknown).
+pub(super) fn process_qps(sh: &Shared, id: u64) -> HashMap<u32, crate::proto::QpKind> {
+    let r = sh.reg.lock().expect("registry");
+    let pid = r.clients.get(&id).and_then(|o| o.pid);
+    r.clients
+        .iter()
+        .filter(|(c, o)| **c == id || (pid.is_some() && o.pid == pid))
+        .flat_map(|(_, o)| o.qps.iter().map(|(n, q)| (*n, q.kind)))
+        .collect()
+}
+
 /// Runs `f` on client `id`'s record.
 pub(super) fn with_owned<R>(sh: &Shared, id: u64, f: impl FnOnce(&mut Owned) -> R) -> R {
     let mut r = sh.reg.lock().expect("registry");

@@ -387,10 +387,10 @@ impl Cm {
                     self.events.push_back(CmEvent::Unreachable { id: CmId(id) });
                 }
                 _ => {
-                    // DREQ unanswered: the connection is down anyway
+                    // IBA 12.9 (DREQ sent): unanswered after Max CM Retries, the
+                    // connection is down anyway, through TimeWait
                     self.enter_timewait(now, id);
-                    self.events
-                        .push_back(CmEvent::Disconnected { id: CmId(id) });
+                    self.events.push_back(CmEvent::DreqTimeout { id: CmId(id) });
                 }
             }
         }

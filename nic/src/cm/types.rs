@@ -144,9 +144,12 @@ pub enum CmEvent {
     Unreachable { id: CmId },
     /// The peer sent a DREQ (the DREP is queued).
     DisconnectRequest { id: CmId },
-    /// The connection is down (DREP received, DREQ answered, or DREQ
-    /// retries exhausted); the ID is in TimeWait.
+    /// The connection is down (DREP received or DREQ answered); the ID is
+    /// in TimeWait.
     Disconnected { id: CmId },
+    /// The DREQ went unanswered `max_cm_retries + 1` times: the connection
+    /// is down all the same; the ID is in TimeWait.
+    DreqTimeout { id: CmId },
     /// TimeWait is over; the ID is freed.
     TimeWaitExit { id: CmId },
 }

@@ -12,9 +12,10 @@ use crate::proto::cm::{
     qp_mask, Bound, CmEventKind, CmIdNo, CmQpType, CmRequest, CmResponse, ConnParam, IdInfo,
     PortSpace,
 };
-use crate::proto::{AhMsg, QpAttrMsg, QpStateMsg, Response};
+use crate::proto::{AhMsg, QpAttrMsg, QpKind, QpStateMsg, Response};
 use nic::cm::{AcceptParams, CmAddr, ConnectParams, RejectReason};
 use service::{CmService, Id};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -40,6 +41,8 @@ pub enum CmRequestError {
     WrongState,
     #[error("private data of {len} bytes (at most {max})")]
     PrivateData { len: usize, max: usize },
+    #[error("QP {qpn:#x} is not one of this process's {want:?} QPs on this device")]
+    NotYourQp { qpn: u32, want: CmQpType },
     #[error("UD (SIDR) connections are not supported")]
     Unsupported,
     #[error("the CM: {0}")]
@@ -108,10 +111,17 @@ pub(super) fn handle(sh: &Shared, owner: u64, req: CmRequest) -> Result<Reply, R
         )),
         _ => None,
     };
+    // the QPs connect and accept may name: the caller's (its process's)
+    let qps = match &req {
+        CmRequest::Connect { .. } | CmRequest::Accept { .. } => {
+            super::registry::process_qps(sh, owner)
+        }
+        _ => Default::default(),
+    };
     let (resp, fd) = {
         let mut s = sh.cm.lock().expect("cm");
         let s = &mut *s;
-        let r = request(s, owner, req, resolved.flatten())?;
+        let r = request(s, owner, req, resolved.flatten(), &qps)?;
         s.flush();
         r
     };
@@ -139,6 +149,7 @@ fn request(
     owner: u64,
     req: CmRequest,
     mac: Option<EthernetAddress>,
+    qps: &HashMap<u32, QpKind>,
 ) -> Result<CmReply, CmRequestError> {
     let now = s.now;
     if matches!(req, CmRequest::CreateChannel | CmRequest::CreateId { .. }) {
@@ -246,7 +257,7 @@ fn request(
                 None,
             ))
         }
-        CmRequest::Listen { id, .. } => {
+        CmRequest::Listen { id, backlog } => {
             if id_mut(s, owner, id)?.src.is_none() {
                 let any = SocketAddr::new(s.gid.to_ip(), 0);
                 bind(s, owner, id, any)?;
@@ -261,13 +272,19 @@ fn request(
             if s.listeners.contains_key(&sid) {
                 return Err(CmRequestError::AddrInUse);
             }
-            id_mut(s, owner, id)?.listening = Some(sid);
+            let i = id_mut(s, owner, id)?;
+            i.listening = Some(sid);
+            // rdma_listen: 0 (or more than the limit) is the limit
+            i.backlog = match backlog {
+                0 => service::MAX_BACKLOG,
+                b => b.min(service::MAX_BACKLOG),
+            };
             s.listeners.insert(sid, id);
             s.cm.listen(sid);
             done()
         }
         CmRequest::Connect { id, param } => {
-            let mtu = s.mtu;
+            let (mtu, timers) = (s.mtu, s.timers);
             let local_ip = s.gid.to_ip();
             let i = id_mut(s, owner, id)?;
             if i.qp_type == CmQpType::Ud {
@@ -287,6 +304,7 @@ fn request(
                 });
             }
             let src = i.src.unwrap_or(SocketAddr::new(local_ip, 0));
+            check_qp(qps, param.qpn, i.qp_type)?;
             take_param(i, &param);
             // IBA A11.6 / rdma_cm's cma_hdr: the addresses, then the user's
             let v = |a: IpAddr| match a {
@@ -315,6 +333,10 @@ fn request(
             p.rnr_retry_count = param.rnr_retry_count.min(7);
             p.srq = param.srq;
             p.end_to_end_flow_control = param.flow_control;
+            // IBA 12.6.5: the REQ's CM response timeouts (4.096 µs × 2^n)
+            // and Max CM Retries bound the wait for REP, RTU and DREP
+            p.cm_response_timeout = timers.response_timeout & 0x1F;
+            p.max_cm_retries = timers.max_retries & 0x0F;
             p.private_data = pd;
             let c = s.cm.connect(now, &p);
             id_mut(s, owner, id)?.conn = Some(c);
@@ -332,6 +354,8 @@ fn request(
                     max: CmRep::PRIVATE_DATA_LEN,
                 });
             }
+            check_qp(qps, param.qpn, i.qp_type)?;
+            i.pending_on = None;
             // IBA 12.6.8: no more than the REQ asked for
             let (req_init, req_resp) = (i.responder_resources, i.initiator_depth);
             take_param(i, &param);
@@ -354,6 +378,7 @@ fn request(
         CmRequest::Reject { id, private_data } => {
             let i = id_mut(s, owner, id)?;
             let c = i.conn.take().ok_or(CmRequestError::WrongState)?;
+            i.pending_on = None;
             s.by_conn.remove(&c.0);
             // IBA 12.6.7 Table 104: 28, consumer reject
             s.cm.reject(c, RejectReason::CONSUMER_REJECT, &private_data)?;
@@ -395,6 +420,20 @@ fn request(
             i.chan = chan;
             events(i.events)
         }
+    }
+}
+
+/// The QP that `connect`/`accept` name must be the caller's, of the ID's
+/// type: the REQ/REP carry its number (IBA 12.6.5, 12.6.8 Local QPN), and
+/// the peer's packets would otherwise land on another client's QP.
+fn check_qp(qps: &HashMap<u32, QpKind>, qpn: u32, want: CmQpType) -> Result<(), CmRequestError> {
+    let kind = match want {
+        CmQpType::Rc => QpKind::Rc,
+        CmQpType::Ud => QpKind::Ud,
+    };
+    match qps.get(&qpn) {
+        Some(k) if *k == kind => Ok(()),
+        _ => Err(CmRequestError::NotYourQp { qpn, want }),
     }
 }
 

@@ -17,6 +17,9 @@ use wire::{EthernetAddress, Gid};
 /// Events a channel holds for a client that does not read them; more are
 /// dropped (counted as `cm_event_overflow`).
 const CHANNEL_BACKLOG: usize = 4096;
+/// Connection requests a listener holds unanswered when its `listen`
+/// gave no backlog (or more): Linux's ucma `max_backlog`.
+pub(crate) const MAX_BACKLOG: u32 = 1024;
 /// ETIMEDOUT: the status of UNREACHABLE (librdmacm reports -errno).
 pub(crate) const ETIMEDOUT: i32 = 110;
 
@@ -40,6 +43,12 @@ pub(crate) struct Id {
     pub(crate) route: bool,
     /// The service ID it listens on.
     pub(crate) listening: Option<u64>,
+    /// As a listener: how many of its connection requests may wait
+    /// unanswered (`rdma_listen`'s backlog).
+    pub(crate) backlog: u32,
+    /// As a connection request: the listener it came to, until `accept`
+    /// or `reject` answers it.
+    pub(crate) pending_on: Option<CmIdNo>,
     /// Its connection in the CM.
     pub(crate) conn: Option<CmId>,
     pub(crate) local_qpn: u32,
@@ -71,6 +80,8 @@ impl Id {
             dmac: None,
             route: false,
             listening: None,
+            backlog: MAX_BACKLOG,
+            pending_on: None,
             conn: None,
             local_qpn: 0,
             local_psn: rand::random::<u32>() & 0x00FF_FFFF,
@@ -95,6 +106,8 @@ pub(crate) struct CmService {
     pub(crate) gid: Gid,
     /// The port's active MTU in bytes.
     pub(crate) mtu: u32,
+    /// What its REQs ask for.
+    pub(crate) timers: crate::server::CmTimers,
     pub(crate) ids: BTreeMap<CmIdNo, Id>,
     pub(crate) next_id: CmIdNo,
     /// The CM's connection → the ID (kept after the ID is destroyed,
@@ -153,7 +166,13 @@ fn rx_name(attribute: u16) -> &'static str {
 }
 
 impl CmService {
-    pub(crate) fn new(dev: String, gid: Gid, mac: EthernetAddress, mtu: u32) -> CmService {
+    pub(crate) fn new(
+        dev: String,
+        gid: Gid,
+        mac: EthernetAddress,
+        mtu: u32,
+        timers: crate::server::CmTimers,
+    ) -> CmService {
         let seed: u64 = rand::random();
         CmService {
             cm: Cm::new(CmAddr { gid: gid.0 }, node_guid(mac), seed),
@@ -161,6 +180,7 @@ impl CmService {
             dev,
             gid,
             mtu,
+            timers,
             ids: BTreeMap::new(),
             next_id: 0,
             by_conn: HashMap::new(),
@@ -278,6 +298,20 @@ impl CmService {
                     return;
                 };
                 let Some(lid) = self.ids.get(&l) else { return };
+                let waiting = self
+                    .ids
+                    .values()
+                    .filter(|i| i.pending_on == Some(l))
+                    .count();
+                if waiting >= lid.backlog as usize {
+                    // the listener's backlog is full (a REQ flood, or an
+                    // application that does not answer): forget the REQ
+                    // without a REJ, so that a genuine peer's retry may
+                    // find room (as Linux's CM does on -ENOMEM)
+                    self.count("cm_req_backlog_full");
+                    self.cm.destroy(id);
+                    return;
+                }
                 let mut n = Id::new(lid.owner, lid.chan, lid.user_ctx, lid.ps, lid.qp_type);
                 let port = req.service_id as u16;
                 n.src = Some(SocketAddr::new(dst_ip, port));
@@ -285,6 +319,7 @@ impl CmService {
                 n.dmac = self.neigh.get(&from.gid).copied();
                 n.route = true;
                 n.conn = Some(id);
+                n.pending_on = Some(l);
                 n.remote_qpn = req.local_qpn;
                 n.remote_psn = req.starting_psn;
                 n.responder_resources = req.initiator_depth;
@@ -367,15 +402,13 @@ impl CmService {
                 self.report_kind(no, CmEventKind::UNREACHABLE, -ETIMEDOUT);
             }
             CmEvent::DisconnectRequest { id } | CmEvent::Disconnected { id } => {
-                let Some(no) = self.by_conn.get(&id.0).copied() else {
-                    return;
-                };
-                let Some(i) = self.ids.get_mut(&no) else {
-                    return;
-                };
-                if !std::mem::replace(&mut i.disconnected, true) {
-                    self.report_kind(no, CmEventKind::DISCONNECTED, 0);
-                }
+                self.disconnected(id, 0);
+            }
+            CmEvent::DreqTimeout { id } => {
+                self.count("cm_timeouts");
+                // rdma_cm reports an unanswered DREQ as DISCONNECTED with
+                // -ETIMEDOUT
+                self.disconnected(id, -ETIMEDOUT);
             }
             CmEvent::TimeWaitExit { id } => {
                 if let Some(no) = self.end_conn(id) {
@@ -385,11 +418,25 @@ impl CmService {
         }
     }
 
+    /// DISCONNECTED (once) on the ID of connection `id`.
+    fn disconnected(&mut self, id: CmId, status: i32) {
+        let Some(no) = self.by_conn.get(&id.0).copied() else {
+            return;
+        };
+        let Some(i) = self.ids.get_mut(&no) else {
+            return;
+        };
+        if !std::mem::replace(&mut i.disconnected, true) {
+            self.report_kind(no, CmEventKind::DISCONNECTED, status);
+        }
+    }
+
     /// The connection `id` is over: the ID it belonged to, if it lives.
     fn end_conn(&mut self, id: CmId) -> Option<CmIdNo> {
         let no = self.by_conn.remove(&id.0)?;
         let i = self.ids.get_mut(&no)?;
         i.conn = None;
+        i.pending_on = None;
         Some(no)
     }
 

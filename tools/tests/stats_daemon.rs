@@ -1,0 +1,128 @@
+//! `rnic stats --daemon`: the RDMA CM counters of running rnicd devices
+//! (two in this process on an in-memory wire), named as the daemon counts
+//! them, one `link DEV/1 ...` line per device, and as JSON.
+
+mod common;
+
+use common::rnic;
+use softrnic::client::cm::{CmClient, CmEventKind, CmQpType, ConnParam, EventChannel, PortSpace};
+use softrnic::server::{CmTimers, Server, ServerConfig};
+use softrnic::{Context, QpInitAttr, QpKind};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+
+fn pair(dir: &Path) -> Vec<Server> {
+    let macs = [
+        wire::EthernetAddress([0x02, 0x53, 0x54, 0, 0, 1]),
+        wire::EthernetAddress([0x02, 0x53, 0x54, 0, 0, 2]),
+    ];
+    let (p0, p1) = nic::io::mem::pair(macs, 4096);
+    let cfg = |i: u8| ServerConfig {
+        name: format!("st{i}"),
+        sock_dir: dir.to_path_buf(),
+        mode: 0o600,
+        gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 31 + i)),
+        engine: nic::engine::EngineConfig::default(),
+        bell: true,
+        cm: CmTimers::default(),
+    };
+    Server::start_many(vec![(Box::new(p0), cfg(0)), (Box::new(p1), cfg(1))], false).unwrap()
+}
+
+/// The next event on `ch`, waiting on its descriptor.
+fn event(ch: &EventChannel) -> softrnic::client::cm::CmEventMsg {
+    let mut p = libc::pollfd {
+        fd: ch.fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one pollfd that lives across the call.
+    let n = unsafe { libc::poll(&mut p, 1, T.as_millis() as i32) };
+    assert_eq!(n, 1, "no CM event within {T:?}");
+    ch.next(true).unwrap().expect("readable: an event")
+}
+
+#[test]
+fn stats_daemon_shows_each_devices_cm_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let servers = pair(dir.path());
+    // a connect to a port nobody listens on: a REQ out, a REJ back
+    let sock = servers[0].socket_path();
+    let ctx = Context::open(sock).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpKind::Rc,
+            send_cq: cq.handle,
+            recv_cq: cq.handle,
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            sq_sig_all: true,
+            srq: None,
+        })
+        .unwrap();
+    let cm = CmClient::open(sock).unwrap();
+    let ch = EventChannel::open(sock).unwrap();
+    let id = cm
+        .create_id(ch.token(), PortSpace::TCP, CmQpType::Rc, 1)
+        .unwrap();
+    let dst = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 32)), 7900);
+    cm.resolve_addr(id, None, dst, 2000).unwrap();
+    assert_eq!(event(&ch).kind, CmEventKind::ADDR_RESOLVED);
+    cm.resolve_route(id, 2000).unwrap();
+    assert_eq!(event(&ch).kind, CmEventKind::ROUTE_RESOLVED);
+    let param = ConnParam {
+        qpn: qp.qpn,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..Default::default()
+    };
+    cm.connect(id, &param).unwrap();
+    assert_eq!(event(&ch).kind, CmEventKind::REJECTED);
+
+    let out = rnic(state.path())
+        .args(["stats", "--daemon", "--sock-dir"])
+        .arg(dir.path())
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let line = |dev: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("link {dev}/1 ")))
+            .unwrap_or_else(|| panic!("no line for {dev}: {text}"))
+            .to_string()
+    };
+    let (st0, st1) = (line("st0"), line("st1"));
+    for needle in [" cm_tx_req 1", " cm_rx_rej 1", " cm_ids 1"] {
+        assert!(st0.contains(needle), "{needle}: {st0}");
+    }
+    for needle in [" cm_rx_req 1", " cm_tx_rej 1"] {
+        assert!(st1.contains(needle), "{needle}: {st1}");
+    }
+
+    let out = rnic(state.path())
+        .args(["stats", "--daemon", "--json", "--sock-dir"])
+        .arg(dir.path())
+        .assert()
+        .success();
+    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let devs = doc["devices"].as_array().unwrap();
+    assert_eq!(devs.len(), 2, "{doc}");
+    assert_eq!(devs[1]["cm_counters"]["cm_tx_rej"], 1, "{doc}");
+
+    // no daemon there: a one-line error
+    let empty = tempfile::tempdir().unwrap();
+    let out = rnic(state.path())
+        .args(["stats", "--daemon", "--sock-dir"])
+        .arg(empty.path())
+        .assert()
+        .failure()
+        .code(1);
+    let err = String::from_utf8(out.get_output().stderr.clone()).unwrap();
+    assert!(err.contains("no running rnicd device"), "{err}");
+}
