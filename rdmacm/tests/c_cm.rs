@@ -1,9 +1,9 @@
 //! The drop-in from C and from Debian's own tools, on an `rnicd
 //! --mem-pair` through the libibverbs drop-in: tests/c/cm_check.c built
 //! against rdma-core's headers (devices, event channel descriptors, IDs,
-//! address info and the errors of what is not supported), and `rping`
-//! ending with an error, never a crash, where the CM refuses it (no CM
-//! service is wired yet).
+//! address info and the errors of what is not supported), and Debian's
+//! `rping` between the pair's two devices through rnicd's CM, checking its
+//! data both ways.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -68,19 +68,32 @@ impl Daemon {
     }
 
     /// `prog` with both drop-ins first on the library path.
-    fn run(&self, prog: &Path, args: &[&str]) -> Output {
+    fn command(&self, prog: &Path, args: &[&str]) -> Command {
         let path = format!(
             "{}:{}",
             profile_dir().join("softrnic-rdmacm").display(),
             profile_dir().join("softrnic-ibverbs").display()
         );
-        Command::new(prog)
-            .args(args)
+        let mut c = Command::new(prog);
+        c.args(args)
             .env("LD_LIBRARY_PATH", path)
             .env("LD_BIND_NOW", "1")
-            .env("SOFTRNIC_SOCK_DIR", self.dir.path())
-            .output()
-            .expect("run")
+            .env("SOFTRNIC_SOCK_DIR", self.dir.path());
+        c
+    }
+
+    /// Runs `prog` to its end.
+    fn run(&self, prog: &Path, args: &[&str]) -> Output {
+        self.command(prog, args).output().expect("run")
+    }
+
+    /// Starts `prog`, its output piped.
+    fn spawn(&self, prog: &Path, args: &[&str]) -> Child {
+        self.command(prog, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
     }
 }
 
@@ -128,23 +141,74 @@ fn a_c_program_uses_the_cm_library_on_rnicd_devices() {
 }
 
 #[test]
-fn rping_ends_with_an_error_where_the_cm_refuses_it() {
+fn rping_verifies_its_data_both_ways_over_rnicds_cm() {
     if let Err(why) = prerequisites() {
         return testkit::skip_or_fail("the rping test", &why);
     }
     let d = Daemon::start();
-    let out = d.run(
-        Path::new("/usr/bin/rping"),
-        &["-s", "-a", "192.0.2.1", "-C", "1"],
+    let rping = Path::new("/usr/bin/rping");
+    // 192.0.2.1 is t0's address (its GID through libibverbs), 192.0.2.2 t1's
+    let server = d.spawn(
+        rping,
+        &[
+            "-s",
+            "-v",
+            "-V",
+            "-C",
+            "50",
+            "-a",
+            "192.0.2.1",
+            "-p",
+            "7471",
+        ],
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!err.contains("symbol lookup error"), "{err}");
+    // the client's REQ is rejected (no listener) until the server listens:
+    // connect again until it is heard
+    let mut tries = 0;
+    let client = testkit::wait_for(STUCK, "rping's client connected to its server", || {
+        tries += 1;
+        let out = d.run(
+            rping,
+            &[
+                "-c",
+                "-v",
+                "-V",
+                "-C",
+                "50",
+                "-a",
+                "192.0.2.1",
+                "-p",
+                "7471",
+            ],
+        );
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!err.contains("symbol lookup error"), "{err}");
+        if out.status.success() {
+            Ok(out)
+        } else if err.contains("REJECTED") {
+            Err(format!("try {tries}: {err}"))
+        } else {
+            panic!("rping client: {:?}\n{err}", out.status)
+        }
+    });
+    let server = server.wait_with_output().expect("rping server");
+    let (cout, sout) = (
+        String::from_utf8_lossy(&client.stdout),
+        String::from_utf8_lossy(&server.stdout),
+    );
     assert!(
-        out.status.code().is_some_and(|c| c != 0),
-        "rping: {:?} {err}",
-        out.status
+        server.status.success(),
+        "rping server: {:?}\n{sout}\n{}",
+        server.status,
+        String::from_utf8_lossy(&server.stderr)
     );
-    // 192.0.2.1 is t0's address (its GID through libibverbs), whose CM
-    // answers ENODEV in this build
-    assert!(err.contains("no RDMA CM service for device t0"), "{err}");
+    // -v prints each ping; -V has each side check the data it got
+    for i in [0, 25, 49] {
+        let line = format!("rdma-ping-{i}: ");
+        assert!(cout.contains(&format!("ping data: {line}")), "{cout}");
+        assert!(
+            sout.contains(&format!("server ping data: {line}")),
+            "{sout}"
+        );
+    }
 }
