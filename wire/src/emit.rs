@@ -82,15 +82,21 @@ pub fn emit_with<E>(
     buf: &mut [u8],
     fill: impl FnOnce(&mut Payload<'_>) -> core::result::Result<(), E>,
 ) -> core::result::Result<Option<usize>, E> {
-    Ok(emit_frame(repr, payload_len, buf, fill)?.ok())
+    Ok(emit_frame(repr, payload_len, buf, FUSE_MIN, fill)?.ok())
 }
 
-/// `emit_with`, telling why a frame could not be built.
+/// `emit_with`, telling why a frame could not be built; the ICRC is fused
+/// into the payload's copy from `fuse_min` bytes of payload on. A payload
+/// already in a slice (`RoceRepr::emit`) is copied and then covered in one
+/// pass with the headers (`usize::MAX`): the CRC kernel over the whole
+/// datagram is faster than the fused copy when nothing is saved by reading
+/// the source once (`wire_ratio`'s `build_icrc`).
 #[inline(always)]
 pub(crate) fn emit_frame<E>(
     repr: &RoceRepr<'_>,
     payload_len: usize,
     buf: &mut [u8],
+    fuse_min: usize,
     fill: impl FnOnce(&mut Payload<'_>) -> core::result::Result<(), E>,
 ) -> core::result::Result<Result<usize>, E> {
     // Validated in place: only the payload's length matters.
@@ -135,7 +141,7 @@ pub(crate) fn emit_frame<E>(
     let mut payload = Payload {
         dst: &mut rest[..payload_len],
         at: 0,
-        icrc: (payload_len >= FUSE_MIN).then(|| Icrc::new(repr.ip.version(), &front[ip_at..])),
+        icrc: (payload_len >= fuse_min).then(|| Icrc::new(repr.ip.version(), &front[ip_at..])),
     };
     fill(&mut payload)?;
     let Payload { dst, at, icrc } = payload;

@@ -540,7 +540,7 @@ impl<'a> RoceRepr<'a> {
             p.put(self.payload);
             Ok::<(), core::convert::Infallible>(())
         };
-        match crate::emit::emit_frame(self, self.payload.len(), buf, fill) {
+        match crate::emit::emit_frame(self, self.payload.len(), buf, usize::MAX, fill) {
             Ok(r) => r,
             Err(never) => match never {},
         }
