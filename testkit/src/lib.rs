@@ -12,11 +12,13 @@
 //!   line, or a failure saying why when `CI` is set;
 //! - [`netns`]: network namespaces and veth pairs a test creates and
 //!   removes itself;
-//! - [`pcap`]: the capture files the tests read.
+//! - [`pcap`]: the capture files the tests read;
+//! - [`abi`]: C structure layouts against the system's headers.
 //!
 //! The simulators (two RNICs on impaired links, the switch fabric) are the
 //! `sim` crate's; the pcap conformance checker is the `conform` crate's.
 
+pub mod abi;
 pub mod netns;
 pub mod pcap;
 
