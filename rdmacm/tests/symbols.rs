@@ -4,41 +4,15 @@
 //! against it.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+use testkit::abi::profile_dir;
 
 const SYSTEM_LIB: &str = "/usr/lib/x86_64-linux-gnu/librdmacm.so.1";
 
-/// target/<profile>: the test binary lives in target/<profile>/deps.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
-}
-
-/// (version as objdump prints it, name) of the defined dynamic symbols
-/// that carry an RDMACM version.
+/// What `lib` exports under an RDMACM version.
 fn exports(lib: &Path) -> BTreeSet<(String, String)> {
-    let out = Command::new("objdump")
-        .arg("-T")
-        .arg(lib)
-        .output()
-        .expect("objdump (binutils)");
-    assert!(out.status.success(), "objdump -T {}", lib.display());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            if w.len() < 4 || w.contains(&"*UND*") || w.contains(&"*ABS*") {
-                return None;
-            }
-            let (ver, name) = (w[w.len() - 2], w[w.len() - 1]);
-            ver.contains("RDMACM")
-                .then(|| (ver.to_string(), name.to_string()))
-        })
-        .collect()
+    testkit::abi::exports(lib, "RDMACM")
 }
 
 #[test]

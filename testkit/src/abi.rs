@@ -65,3 +65,37 @@ pub fn check_layout(
     assert_eq!(seen, layout.len(), "the program printed every entry");
     assert!(wrong.is_empty(), "layouts differ:\n{}", wrong.join("\n"));
 }
+
+/// (version as `objdump -T` prints it, name) of the symbols `lib` defines
+/// whose version contains `tag` (`"IBVERBS"`, `"RDMACM"`): what it exports
+/// under rdma-core's version nodes.
+pub fn exports(lib: &Path, tag: &str) -> std::collections::BTreeSet<(String, String)> {
+    let out = Command::new("objdump")
+        .arg("-T")
+        .arg(lib)
+        .output()
+        .expect("objdump (binutils)");
+    assert!(out.status.success(), "objdump -T {}", lib.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() < 4 || w.contains(&"*UND*") || w.contains(&"*ABS*") {
+                return None;
+            }
+            let (ver, name) = (w[w.len() - 2], w[w.len() - 1]);
+            ver.contains(tag)
+                .then(|| (ver.to_string(), name.to_string()))
+        })
+        .collect()
+}
+
+/// target/<profile> of the running test binary (which cargo puts in
+/// target/<profile>/deps), where the crates' libraries and programs are.
+pub fn profile_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>")
+        .to_path_buf()
+}
