@@ -199,7 +199,13 @@ impl Checker {
 
         match info.operation {
             Operation::AtomicAcknowledge if !s.atomics.contains(&p) => {
-                return Err(Violation::AtomicAckWithoutAtomic { op: name, psn: p });
+                let v = Violation::AtomicAckWithoutAtomic { op: name, psn: p };
+                // behind a lossy hop (or a capture that dropped frames) the
+                // request may be the frame that is missing
+                if !self.lossy {
+                    return Err(v);
+                }
+                super::lost(&mut self.stats, notes, v);
             }
             Operation::ReadResponse => {
                 let len = r.payload.len() as u32;

@@ -400,3 +400,32 @@ fn linux_cooked_captures_are_read() {
         .to_string()
         .contains("link type 105 is not supported"));
 }
+
+#[test]
+fn an_atomic_ack_without_its_request_fails_unless_the_capture_is_lossy() {
+    let atomic_ack = |psn: u32, msn: u32| {
+        let ext = ExtHeaders {
+            aeth: Some(Aeth { syndrome: ACK, msn }),
+            atomic_ack: Some(5),
+            ..Default::default()
+        };
+        frame(B, A, Opcode::RC_ATOMIC_ACKNOWLEDGE, 0x12, psn, ext, &[])
+    };
+    // PSN 10 was a WRITE: its answer cannot be an atomic ACK
+    let f = vec![write_only(10, 8), atomic_ack(10, 1)];
+    let (p, _) = run(&f);
+    assert!(
+        p.as_ref()
+            .is_some_and(|(i, why)| *i == 1 && why.contains("not an atomic request")),
+        "{p:?}"
+    );
+    // behind a lossy hop the request may be the missing frame: a counted loss
+    let (p, notes) = run_with(Checker::lossy(), &f);
+    assert_eq!(p, None);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("not an atomic request") && n.contains("lossy path")),
+        "{notes:?}"
+    );
+}
