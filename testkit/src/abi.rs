@@ -90,8 +90,8 @@ pub fn exports(lib: &Path, tag: &str) -> std::collections::BTreeSet<(String, Str
         .collect()
 }
 
-/// target/<profile> of the running test binary (which cargo puts in
-/// target/<profile>/deps), where the crates' libraries and programs are.
+/// `target/<profile>` of the running test binary (which cargo puts in
+/// `target/<profile>/deps`), where the crates' libraries and programs are.
 pub fn profile_dir() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     exe.parent()
