@@ -1,5 +1,6 @@
 //! `rnic exec`: runs an unmodified program on softrnic by putting the
-//! libibverbs drop-in first on its library path.
+//! libibverbs drop-in, and the librdmacm one beside it when built, first
+//! on its library path.
 
 use crate::CliError;
 use std::ffi::OsString;
@@ -37,18 +38,30 @@ pub fn library_path(dir: &Path, old: Option<OsString>) -> OsString {
     v
 }
 
-/// Replaces this process by `argv` with the drop-in on its library path
+/// Where `librdmacm.so.1` of the drop-in is, when it is there:
+/// `$SOFTRNIC_RDMACM_DIR`, else `softrnic-rdmacm/` beside the libibverbs
+/// drop-in's folder.
+pub fn rdmacm_dir(ibverbs: &Path) -> Option<PathBuf> {
+    let dir = match std::env::var_os("SOFTRNIC_RDMACM_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => ibverbs.parent()?.join("softrnic-rdmacm"),
+    };
+    dir.join("librdmacm.so.1").exists().then_some(dir)
+}
+
+/// Replaces this process by `argv` with the drop-ins on its library path
 /// (and SOFTRNIC_SOCK_DIR = `sock_dir` if given). Returns only on error.
 pub fn run(sock_dir: Option<&Path>, argv: &[OsString]) -> Result<(), CliError> {
     let (prog, args) = argv.split_first().ok_or_else(|| {
         CliError::usage("rnic exec: no program given (rnic exec -- PROGRAM ARGS...)")
     })?;
     let dir = library_dir()?;
+    let mut path = library_path(&dir, std::env::var_os("LD_LIBRARY_PATH"));
+    if let Some(cm) = rdmacm_dir(&dir) {
+        path = library_path(&cm, Some(path));
+    }
     let mut c = std::process::Command::new(prog);
-    c.args(args).env(
-        "LD_LIBRARY_PATH",
-        library_path(&dir, std::env::var_os("LD_LIBRARY_PATH")),
-    );
+    c.args(args).env("LD_LIBRARY_PATH", path);
     if let Some(s) = sock_dir {
         c.env("SOFTRNIC_SOCK_DIR", s);
     }

@@ -1,7 +1,8 @@
 //! `rnic exec`: the program runs with the drop-in's folder first on its
-//! library path, in place of rnic (its exit status), and a missing
-//! library is a one-line error. Without SOFTRNIC_IBVERBS_DIR it looks in
-//! softrnic-ibverbs/ beside the rnic that runs.
+//! library path (the librdmacm drop-in's before it when there), in place
+//! of rnic (its exit status), and a missing library is a one-line error.
+//! Without SOFTRNIC_IBVERBS_DIR it looks in softrnic-ibverbs/ beside the
+//! rnic that runs.
 
 use assert_cmd::Command;
 
@@ -62,6 +63,7 @@ fn exec_finds_the_library_beside_rnic_and_passes_signals_on() {
     let run = |script: &str| {
         std::process::Command::new(&rnic)
             .env_remove("SOFTRNIC_IBVERBS_DIR")
+            .env_remove("SOFTRNIC_RDMACM_DIR")
             .env_remove("LD_LIBRARY_PATH")
             .env_remove("SOFTRNIC_SOCK_DIR")
             .args(["exec", "--", "sh", "-c", script])
@@ -83,6 +85,15 @@ fn exec_finds_the_library_beside_rnic_and_passes_signals_on() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("{}|unset", lib.display())
+    );
+    // the librdmacm drop-in, when built beside it, goes first
+    let cm = dir.path().join("softrnic-rdmacm");
+    std::fs::create_dir(&cm).expect("mkdir");
+    std::fs::write(cm.join("librdmacm.so.1"), b"").expect("a stand-in");
+    let out = run("echo \"$LD_LIBRARY_PATH\"");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{}:{}", cm.display(), lib.display())
     );
     // the program replaced rnic: its death by a signal is ours
     let out = run("kill -TERM $$");
