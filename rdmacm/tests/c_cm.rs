@@ -5,19 +5,13 @@
 //! `rping` between the pair's two devices through rnicd's CM, checking its
 //! data both ways.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 const STUCK: Duration = Duration::from_secs(60);
 
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
-}
+use testkit::abi::profile_dir;
 
 /// What the test needs built or installed, or why it cannot run.
 fn prerequisites() -> Result<(), String> {

@@ -3,7 +3,7 @@
 //! loud SKIPPED / CI rule for tools that are not installed.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -21,13 +21,7 @@ pub fn missing(why: &str) -> bool {
     true
 }
 
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
-}
+pub use testkit::abi::profile_dir;
 
 pub fn have(prog: &str) -> bool {
     Command::new("sh")
