@@ -99,3 +99,100 @@ pub fn profile_dir() -> std::path::PathBuf {
         .expect("target/<profile>")
         .to_path_buf()
 }
+
+/// A drop-in library built by this workspace, as its tests see it.
+pub struct Dropin<'a> {
+    /// Its folder under `target/<profile>/` (`softrnic-ibverbs`).
+    pub folder: &'a str,
+    /// Its SONAME, the name of the link in that folder (`libibverbs.so.1`).
+    pub soname: &'a str,
+    /// The library cargo built, in `target/<profile>/deps/` (`libibverbs.so`).
+    pub file: &'a str,
+    /// The word in its version nodes' names (`IBVERBS`).
+    pub tag: &'a str,
+}
+
+impl Dropin<'_> {
+    /// The folder holding only the drop-in, for `LD_LIBRARY_PATH`.
+    pub fn dir(&self) -> std::path::PathBuf {
+        profile_dir().join(self.folder)
+    }
+
+    /// Checks that the drop-in exports what `system_lib` exports (every name
+    /// with the same version and default-ness; at least `min` of them, so a
+    /// broken `objdump` cannot pass), has the SONAME, and that its folder's
+    /// link is the library cargo built. Fails under CI, or skips loudly,
+    /// when `system_lib` is not installed (`package` says what installs it).
+    pub fn check_exports(&self, system_lib: &str, min: usize, package: &str) {
+        let ours = self.dir().join(self.soname);
+        assert!(ours.exists(), "{} not built", ours.display());
+        if !Path::new(system_lib).exists() {
+            return crate::skip_or_fail(
+                &format!("the {} export test", self.soname),
+                &format!(
+                    "{system_lib} not found: install {package} (rdma-core) to compare exports"
+                ),
+            );
+        }
+        let theirs = exports(Path::new(system_lib), self.tag);
+        let mine = exports(&ours, self.tag);
+        assert!(
+            theirs.len() >= min,
+            "the system library exports {}",
+            theirs.len()
+        );
+        let lacking: Vec<_> = theirs.difference(&mine).collect();
+        let extra: Vec<_> = mine.difference(&theirs).collect();
+        assert!(lacking.is_empty(), "not exported here: {lacking:?}");
+        assert!(extra.is_empty(), "exported here only: {extra:?}");
+        let d = Command::new("readelf")
+            .arg("-d")
+            .arg(&ours)
+            .output()
+            .expect("readelf");
+        let want = format!("Library soname: [{}]", self.soname);
+        assert!(String::from_utf8_lossy(&d.stdout).contains(&want));
+        assert_eq!(
+            std::fs::canonicalize(&ours).expect("the drop-in's link"),
+            std::fs::canonicalize(profile_dir().join("deps").join(self.file)).expect("the library")
+        );
+    }
+
+    /// Runs each installed `(program, args)` with only the drop-in's folder
+    /// on `LD_LIBRARY_PATH`, every symbol bound at start-up
+    /// (`LD_BIND_NOW`) and no daemon to talk to: each must load (no
+    /// symbol or version lookup error), exit rather than die of a signal,
+    /// and have loaded this drop-in. Fails under CI, or skips loudly, when a
+    /// program is missing (`packages` says what installs them).
+    pub fn check_bind_now(&self, programs: &[(&str, &[&str])], packages: &str) {
+        let dir = self.dir();
+        let empty = tempfile::tempdir().expect("tempdir");
+        for (prog, args) in programs {
+            let Ok(out) = Command::new(prog)
+                .args(*args)
+                .env("LD_LIBRARY_PATH", &dir)
+                .env("LD_BIND_NOW", "1")
+                .env("LD_DEBUG", "libs")
+                .env("SOFTRNIC_SOCK_DIR", empty.path())
+                .output()
+            else {
+                return crate::skip_or_fail(
+                    &format!("the {} BIND_NOW test", self.soname),
+                    &format!("{prog} not installed (Debian packages {packages})"),
+                );
+            };
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !err.contains("symbol lookup error")
+                    && !err.contains(&format!("version `{}", self.tag)),
+                "{prog}: {err}"
+            );
+            // (a usage message may exit non-zero; a signal is a crash)
+            assert!(out.status.code().is_some(), "{prog} died: {err}");
+            assert!(
+                err.contains(&format!("{}/{}", dir.display(), self.soname)),
+                "{prog} did not load the drop-in: {err}"
+            );
+        }
+    }
+}
