@@ -516,6 +516,44 @@ impl Pair {
         }
     }
 
+    /// A second QP pair of type `cfg.qp_type` beside the pair's own, on the
+    /// sides' PDs and CQs: side 0's QP has its own receive queue, side 1's
+    /// takes its receives from `srq_b` when given; `depth` send and receive
+    /// WRs each; connected both ways with side 0 sending from `sq_psn[0]`
+    /// and side 1 from `sq_psn[1]`. Returns (side 0's QPN, side 1's).
+    pub fn add_pair(&mut self, cfg: PairConfig, srq_b: Option<u32>, depth: u32) -> (u32, u32) {
+        let mut qpns = [0u32; 2];
+        for (i, srq) in [(0, None), (1, srq_b)] {
+            let e = &self.sides[i].ep;
+            qpns[i] = self.sim.nodes[i]
+                .create_qp(QpInit {
+                    qp_type: cfg.qp_type,
+                    pd: e.pd,
+                    send_cq: e.cq,
+                    recv_cq: e.cq,
+                    srq,
+                    max_send_wr: depth,
+                    max_recv_wr: depth,
+                    sq_sig_all: false,
+                })
+                .expect("create qp");
+        }
+        for i in 0..2 {
+            let peer = &self.sides[1 - i].ep;
+            let ah = AhAttr::new(peer.gid, peer.mac);
+            connect(
+                &mut self.sim.nodes[i],
+                qpns[i],
+                cfg,
+                ah,
+                qpns[1 - i],
+                cfg.sq_psn[i],
+                cfg.sq_psn[1 - i],
+            );
+        }
+        (qpns[0], qpns[1])
+    }
+
     /// Drains completions of side `i`.
     pub fn poll(&mut self, i: usize) -> Vec<Wc> {
         let mut out = Vec::new();

@@ -7,10 +7,9 @@ mod common;
 
 use common::*;
 use nic::device::Rnic;
-use nic::transport::QpInit;
 use nic::verbs::AsyncEvent;
 use nic::verbs::{AhAttr, QpAttr, QpState, QpType, RecvWr, SendOp, WcStatus};
-use sim::{connect, PairConfig};
+use sim::PairConfig;
 use std::time::Duration;
 
 fn events(r: &mut Rnic) -> Vec<AsyncEvent> {
@@ -252,29 +251,13 @@ fn sq_drained_once_messages_in_progress_complete() {
 
 /// Side 1 gets a second QP on an SRQ, connected to a new QP on side 0.
 fn srq_pair(h: &mut H) -> (u32, u32, u32) {
-    let cfg = PairConfig::default();
-    let (a, b) = (h.ep(0), h.ep(1));
-    let (gid_a, mac_a) = (h.p.sides[0].gid, h.p.sides[0].mac);
-    let (gid_b, mac_b) = (h.p.sides[1].gid, h.p.sides[1].mac);
+    let b = h.ep(1);
     let srq = h.p.sim.nodes[1].create_srq(b.pd, 16).unwrap();
-    let init = |pd, cq, srq| QpInit {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq,
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        sq_sig_all: false,
+    let cfg = PairConfig {
+        sq_psn: [0x1000, 0x2000],
+        ..Default::default()
     };
-    let qa = h.p.sim.nodes[0].create_qp(init(a.pd, a.cq, None)).unwrap();
-    let qb = h.p.sim.nodes[1]
-        .create_qp(init(b.pd, b.cq, Some(srq)))
-        .unwrap();
-    let ah_b = AhAttr::new(gid_b, mac_b);
-    let ah_a = AhAttr::new(gid_a, mac_a);
-    connect(&mut h.p.sim.nodes[0], qa, cfg, ah_b, qb, 0x1000, 0x2000);
-    connect(&mut h.p.sim.nodes[1], qb, cfg, ah_a, qa, 0x2000, 0x1000);
+    let (qa, qb) = h.p.add_pair(cfg, Some(srq), 64);
     (srq, qa, qb)
 }
 

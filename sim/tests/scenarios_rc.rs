@@ -4,10 +4,9 @@
 mod common;
 
 use common::*;
-use nic::transport::QpInit;
-use nic::verbs::{AhAttr, QpType, RecvWr, SendOp, Sgl, WcOpcode, WcStatus, MTUS};
+use nic::verbs::{RecvWr, SendOp, Sgl, WcOpcode, WcStatus, MTUS};
 use nic::wire::Opcode;
-use sim::{connect, PairConfig};
+use sim::PairConfig;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
@@ -519,55 +518,15 @@ fn rc_messages_spanning_many_mtus_at_every_mtu() {
 #[test]
 fn rc_srq_shared_by_two_qps_with_its_limit_event() {
     let mut h = H::rc();
-    let (a, b) = (h.ep(0), h.ep(1));
-    let cfg = PairConfig::default();
-    let (gid_a, mac_a) = (h.p.sides[0].gid, h.p.sides[0].mac);
-    let (gid_b, mac_b) = (h.p.sides[1].gid, h.p.sides[1].mac);
+    let b = h.ep(1);
+    let cfg = PairConfig {
+        sq_psn: [0x1000, 0x2000],
+        ..Default::default()
+    };
     let srq = h.p.sim.nodes[1].create_srq(b.pd, 16).unwrap();
     let mut pairs = Vec::new();
     for _ in 0..2 {
-        let qa = h.p.sim.nodes[0]
-            .create_qp(QpInit {
-                qp_type: QpType::Rc,
-                pd: a.pd,
-                send_cq: a.cq,
-                recv_cq: a.cq,
-                srq: None,
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                sq_sig_all: false,
-            })
-            .unwrap();
-        let qb = h.p.sim.nodes[1]
-            .create_qp(QpInit {
-                qp_type: QpType::Rc,
-                pd: b.pd,
-                send_cq: b.cq,
-                recv_cq: b.cq,
-                srq: Some(srq),
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                sq_sig_all: false,
-            })
-            .unwrap();
-        connect(
-            &mut h.p.sim.nodes[0],
-            qa,
-            cfg,
-            AhAttr::new(gid_b, mac_b),
-            qb,
-            0x1000,
-            0x2000,
-        );
-        connect(
-            &mut h.p.sim.nodes[1],
-            qb,
-            cfg,
-            AhAttr::new(gid_a, mac_a),
-            qa,
-            0x2000,
-            0x1000,
-        );
+        let (qa, qb) = h.p.add_pair(cfg, Some(srq), 64);
         pairs.push((qa, qb));
     }
     // posting to the QP's own RQ is refused: it uses the SRQ

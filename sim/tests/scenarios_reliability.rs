@@ -631,30 +631,40 @@ fn rc_mix_is_deterministic() {
     assert_eq!(a.p.sim.link_stats(0), b.p.sim.link_stats(0));
 }
 
-/// A sweep over 200 seeded configurations (every MTU, loss, reordering,
-/// duplication, corruption, max_rd_atomic 1/2/16). Slow; run with
-/// `cargo test --release --test scenarios_reliability -- --ignored`
-/// (`SEED=n` runs one).
-#[test]
-#[ignore = "slow 200-seed sweep: cargo test --release -p sim --test scenarios_reliability -- --ignored"]
-fn sweep_mixed_impairments() {
-    let only: Option<u64> = std::env::var("SEED").ok().map(|s| s.parse().unwrap());
-    for seed in 0..200u64 {
-        if only.is_some_and(|o| o != seed) {
-            continue;
-        }
+/// Runs `run` for each seed below `n` (or only `$SEED`) with the seed's
+/// path MTU and link: every MTU, loss 0 / 5 / 10 %, reordering and
+/// duplication 0 / 10 / 30 %, corruption `corrupt`. Fails naming every
+/// seed whose run failed.
+fn sweep(n: u64, corrupt: f64, run: impl Fn(u64, u32, LinkConfig) + std::panic::RefUnwindSafe) {
+    let only: Option<u64> = std::env::var("SEED")
+        .ok()
+        .map(|s| s.parse().expect("SEED is a number"));
+    let mut failed = Vec::new();
+    for seed in (0..n).filter(|s| only.is_none_or(|o| o == *s)) {
         let mtu = nic::verbs::MTUS[(seed % 5) as usize];
         let link = LinkConfig {
             impair: Impairments {
                 loss: [0.0, 0.05, 0.1][(seed % 3) as usize],
                 reorder: [0.0, 0.1, 0.3][(seed / 3 % 3) as usize],
                 duplicate: [0.0, 0.1, 0.3][(seed / 9 % 3) as usize],
-                corrupt: 0.02,
+                corrupt,
                 ..Default::default()
             },
             ..Default::default()
         };
-        let cfg = PairConfig {
+        if std::panic::catch_unwind(|| run(seed, mtu, link)).is_err() {
+            failed.push(format!("seed {seed} mtu {mtu} {link:?}"));
+        }
+    }
+    assert!(failed.is_empty(), "failed:\n{}", failed.join("\n"));
+}
+
+/// A sweep over 200 seeded configurations (`sweep`'s links, and
+/// max_rd_atomic 1/2/16); `SEED=n` runs one.
+#[test]
+fn sweep_mixed_impairments() {
+    sweep(200, 0.02, |seed, mtu, link| {
+        mixed_run_cfg(PairConfig {
             link,
             seed,
             mtu,
@@ -664,17 +674,8 @@ fn sweep_mixed_impairments() {
             max_rd_atomic: [1, 2, 16][(seed / 27 % 3) as usize] as u8,
             unlimited_retries: true,
             ..Default::default()
-        };
-        let r = std::panic::catch_unwind(|| {
-            mixed_run_cfg(cfg);
         });
-        if r.is_err() {
-            println!(
-                "FAIL seed {seed} mtu {mtu} {link:?} max_rd_atomic {}",
-                cfg.max_rd_atomic
-            );
-        }
-    }
+    });
 }
 
 /// SENDs racing receives that are posted a few at a time, under
@@ -819,31 +820,10 @@ fn go_back_n_under_heavy_loss_keeps_its_retries() {
 
 /// `rnr_race` over 100 seeded configurations; see `sweep_mixed_impairments`.
 #[test]
-#[ignore = "slow 100-seed sweep: cargo test --release -p sim --test scenarios_reliability -- --ignored"]
 fn sweep_rnr_races() {
-    let only: Option<u64> = std::env::var("SEED").ok().map(|s| s.parse().unwrap());
-    for seed in 0..100u64 {
-        if only.is_some_and(|o| o != seed) {
-            continue;
-        }
-        let mtu = nic::verbs::MTUS[(seed % 5) as usize];
-        let link = LinkConfig {
-            impair: Impairments {
-                loss: [0.0, 0.05, 0.1][(seed % 3) as usize],
-                reorder: [0.0, 0.1, 0.3][(seed / 3 % 3) as usize],
-                duplicate: [0.0, 0.1, 0.3][(seed / 9 % 3) as usize],
-                corrupt: 0.01,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let r = std::panic::catch_unwind(|| {
-            rnr_race(link, seed, mtu);
-        });
-        if r.is_err() {
-            println!("FAIL seed {seed} mtu {mtu} {link:?}");
-        }
-    }
+    sweep(100, 0.01, |seed, mtu, link| {
+        rnr_race(link, seed, mtu);
+    });
 }
 
 /// A READ whose response never comes (every copy lost), with more READs

@@ -388,50 +388,16 @@ fn ud_rejects_rc_only_verbs() {
 
 #[test]
 fn uc_loss_with_srq_reuses_the_srq_wqe() {
-    use nic::transport::QpInit;
     use nic::verbs::RecvWr;
-    use sim::connect;
     let mut h = uc();
-    let (a, b) = (h.ep(0), h.ep(1));
+    let b = h.ep(1);
+    let srq = h.p.sim.nodes[1].create_srq(b.pd, 16).unwrap();
     let cfg = PairConfig {
         qp_type: QpType::Uc,
+        sq_psn: [0x10, 0x20],
         ..Default::default()
     };
-    let (gid_a, mac_a) = (h.p.sides[0].gid, h.p.sides[0].mac);
-    let (gid_b, mac_b) = (h.p.sides[1].gid, h.p.sides[1].mac);
-    let srq = h.p.sim.nodes[1].create_srq(b.pd, 16).unwrap();
-    let init = |pd, cq, srq| QpInit {
-        qp_type: QpType::Uc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq,
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        sq_sig_all: false,
-    };
-    let qa = h.p.sim.nodes[0].create_qp(init(a.pd, a.cq, None)).unwrap();
-    let qb = h.p.sim.nodes[1]
-        .create_qp(init(b.pd, b.cq, Some(srq)))
-        .unwrap();
-    connect(
-        &mut h.p.sim.nodes[0],
-        qa,
-        cfg,
-        AhAttr::new(gid_b, mac_b),
-        qb,
-        0x10,
-        0x20,
-    );
-    connect(
-        &mut h.p.sim.nodes[1],
-        qb,
-        cfg,
-        AhAttr::new(gid_a, mac_a),
-        qa,
-        0x20,
-        0x10,
-    );
+    let (qa, qb) = h.p.add_pair(cfg, Some(srq), 16);
     for k in 0..3u64 {
         let sgl = h.sgl(1, 0x10000 * (k + 1), 4096);
         h.p.sim.nodes[1]
