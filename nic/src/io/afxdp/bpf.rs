@@ -368,8 +368,10 @@ mod tests {
     #[test]
     fn the_embedded_object_has_both_programs_with_one_map_reference_each() {
         if OBJECT.is_empty() {
-            eprintln!("SKIPPED: the XDP program was not built: {BUILD_STATUS}");
-            return;
+            return testkit::skip_or_fail(
+                "the_embedded_object_has_both_programs_with_one_map_reference_each",
+                &format!("the XDP program was not built: {BUILD_STATUS}"),
+            );
         }
         for s in [SECTION, SECTION_FRAGS] {
             let p = extract(OBJECT, s).unwrap();
