@@ -83,10 +83,29 @@ fn fails_with(path: &Path, needles: &[&str]) {
     }
 }
 
+/// A copy of capture `name` changed by `damage` (which returns the number
+/// of the frame the check must name) fails the check with one line naming
+/// that frame and holding every one of `needles`.
+fn damage_fails_at(
+    test: &str,
+    name: &str,
+    damage: impl FnOnce(&mut Pcap) -> usize,
+    needles: &[&str],
+) {
+    let Some((_t, path, frame)) = damaged(test, name, damage) else {
+        return;
+    };
+    let at = format!("frame {frame}: ");
+    let all: Vec<&str> = std::iter::once(at.as_str())
+        .chain(needles.iter().copied())
+        .collect();
+    fails_with(&path, &all);
+}
+
 #[test]
 fn a_corrupted_byte_fails_the_icrc_naming_the_frame() {
     // a byte of the payload of the first RDMA WRITE MIDDLE packet
-    let Some((_t, path, frame)) = damaged(
+    damage_fails_at(
         "a_corrupted_byte_fails_the_icrc_naming_the_frame",
         "rdma_write_bw.pcap",
         |p| {
@@ -95,33 +114,28 @@ fn a_corrupted_byte_fails_the_icrc_naming_the_frame() {
             p.records[i].1[n - 100] ^= 0x01;
             i + 1
         },
-    ) else {
-        return;
-    };
-    fails_with(
-        &path,
-        &[&format!("frame {frame}: "), "ICRC", "RC_RDMA_WRITE_MIDDLE"],
+        &["ICRC", "RC_RDMA_WRITE_MIDDLE"],
     );
 }
 
 #[test]
 fn a_corrupted_psn_fails_the_icrc() {
     // the BTH (PSN field) of the first ACK: covered by the ICRC
-    let Some((_t, path, frame)) =
-        damaged("a_corrupted_psn_fails_the_icrc", "rdma_read_bw.pcap", |p| {
+    damage_fails_at(
+        "a_corrupted_psn_fails_the_icrc",
+        "rdma_read_bw.pcap",
+        |p| {
             let i = p.find("RC_RDMA_READ_RESPONSE_MIDDLE");
             p.records[i].1[14 + 20 + 8 + 11] ^= 0x80;
             i + 1
-        })
-    else {
-        return;
-    };
-    fails_with(&path, &[&format!("frame {frame}: "), "ICRC"]);
+        },
+        &["ICRC"],
+    );
 }
 
 #[test]
 fn a_dropped_frame_fails_the_psn_sequence() {
-    let Some((_t, path, frame)) = damaged(
+    damage_fails_at(
         "a_dropped_frame_fails_the_psn_sequence",
         "rdma_write_bw.pcap",
         |p| {
@@ -130,17 +144,7 @@ fn a_dropped_frame_fails_the_psn_sequence() {
             // the frame that now has that number is the WRITE LAST
             i + 1
         },
-    ) else {
-        return;
-    };
-    fails_with(
-        &path,
-        &[
-            &format!("frame {frame}: "),
-            "PSN gap",
-            "missing",
-            "RC_RDMA_WRITE_LAST",
-        ],
+        &["PSN gap", "missing", "RC_RDMA_WRITE_LAST"],
     );
 }
 
@@ -203,21 +207,21 @@ fn lossy_mode_counts_a_dropped_frame_and_still_checks_the_rest() {
 fn a_dropped_read_request_fails() {
     // the third READ request (the first two show the path MTU: 3000 bytes
     // take 3 PSNs): the next one's PSN then jumps by two READs
-    let Some((_t, path, frame)) =
-        damaged("a_dropped_read_request_fails", "rdma_read_bw.pcap", |p| {
+    damage_fails_at(
+        "a_dropped_read_request_fails",
+        "rdma_read_bw.pcap",
+        |p| {
             let i = p.find("RC_RDMA_READ_REQUEST");
             p.records.remove(i + 2);
             i + 3
-        })
-    else {
-        return;
-    };
-    fails_with(&path, &[&format!("frame {frame}: "), "PSN gap"]);
+        },
+        &["PSN gap"],
+    );
 }
 
 #[test]
 fn a_dropped_write_last_fails_the_ack_check() {
-    let Some((_t, path, frame)) = damaged(
+    damage_fails_at(
         "a_dropped_write_last_fails_the_ack_check",
         "rdma_write_bw.pcap",
         |p| {
@@ -227,18 +231,13 @@ fn a_dropped_write_last_fails_the_ack_check() {
             // that was never sent
             i + 1
         },
-    ) else {
-        return;
-    };
-    fails_with(
-        &path,
-        &[&format!("frame {frame}: "), "RC_ACKNOWLEDGE for PSN"],
+        &["RC_ACKNOWLEDGE for PSN"],
     );
 }
 
 #[test]
 fn a_truncated_frame_fails_naming_the_frame() {
-    let Some((_t, path, frame)) = damaged(
+    damage_fails_at(
         "a_truncated_frame_fails_naming_the_frame",
         "rdma_write_bw.pcap",
         |p| {
@@ -247,15 +246,13 @@ fn a_truncated_frame_fails_naming_the_frame() {
             p.set_data(i, cut, 60);
             i + 1
         },
-    ) else {
-        return;
-    };
-    fails_with(&path, &[&format!("frame {frame}: "), "IPv4: total length"]);
+        &["IPv4: total length"],
+    );
 }
 
 #[test]
 fn a_frame_cut_by_the_snap_length_fails() {
-    let Some((_t, path, frame)) = damaged(
+    damage_fails_at(
         "a_frame_cut_by_the_snap_length_fails",
         "rdma_send_bw.pcap",
         |p| {
@@ -265,19 +262,13 @@ fn a_frame_cut_by_the_snap_length_fails() {
             p.set_data(i, cut, orig);
             i + 1
         },
-    ) else {
-        return;
-    };
-    fails_with(&path, &[&format!("frame {frame}: "), "snap length"]);
+        &["snap length"],
+    );
 }
 
-#[test]
-fn a_truncated_file_fails_naming_the_frame() {
-    let Some(dir) = rxe_dir("a_truncated_file_fails_naming_the_frame") else {
-        return;
-    };
-    let p = Pcap::read(&dir.join("rdma_read_bw.pcap"));
-    let i = p.find("RC_RDMA_READ_RESPONSE_FIRST");
+/// A copy of `p` that ends 500 bytes before the end of record `i` (as
+/// when the capturing tool is killed mid-write), in a temporary folder.
+fn cut_inside(p: &Pcap, i: usize) -> (tempfile::TempDir, std::path::PathBuf) {
     let keep = Pcap {
         header: p.header.clone(),
         records: p.records[..=i].to_vec(),
@@ -287,6 +278,17 @@ fn a_truncated_file_fails_naming_the_frame() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("cut.pcap");
     std::fs::write(&path, bytes).unwrap();
+    (tmp, path)
+}
+
+#[test]
+fn a_truncated_file_fails_naming_the_frame() {
+    let Some(dir) = rxe_dir("a_truncated_file_fails_naming_the_frame") else {
+        return;
+    };
+    let p = Pcap::read(&dir.join("rdma_read_bw.pcap"));
+    let i = p.find("RC_RDMA_READ_RESPONSE_FIRST");
+    let (_tmp, path) = cut_inside(&p, i);
     fails_with(
         &path,
         &[&format!("frame {}: truncated capture file", i + 1)],
@@ -586,15 +588,7 @@ fn replay_judges_the_frames_before_a_file_cut_inside_one() {
     let p = Pcap::read(&dir.join("rdma_read_bw.pcap"));
     let first = p.find("RC_RDMA_READ_RESPONSE_FIRST");
     let cut_in = first + 4;
-    let keep = Pcap {
-        header: p.header.clone(),
-        records: p.records[..=cut_in].to_vec(),
-    };
-    let mut bytes = keep.bytes();
-    bytes.truncate(bytes.len() - 500);
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("cut.pcap");
-    std::fs::write(&path, bytes).unwrap();
+    let (_tmp, path) = cut_inside(&p, cut_in);
     let state = tempfile::tempdir().unwrap();
     let out = rnic(state.path())
         .args(["pcap", "replay"])
