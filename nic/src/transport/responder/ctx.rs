@@ -44,6 +44,23 @@ impl RespCtx<'_> {
         )
     }
 
+    /// The region or window `rkey` names, checked for `len` bytes at `va`
+    /// with the access `need`, on behalf of this QP and its PD (IBA
+    /// 9.7.5.1.6, 10.6.3; a window bound to a QP answers only that QP,
+    /// 10.6.7.2); with the offset of `va` in its memory.
+    #[inline]
+    pub fn remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<(&crate::verbs::Mr, usize), crate::verbs::KeyError> {
+        self.res
+            .mrs
+            .check_remote(rkey, self.pd, self.qpn, va, len, need)
+    }
+
     /// Whether the QP is (or, once `fault` is applied, will be) in ERR.
     pub fn in_error(&self) -> bool {
         self.state == QpState::Err || self.fault == Some(Fault::Error)

@@ -141,16 +141,7 @@ impl Responder {
             // zero-length WRITE does not check the R_Key (IBA 9.4.3).
             if total > 0
                 && ctx
-                    .res
-                    .mrs
-                    .check_remote(
-                        reth.rkey,
-                        ctx.pd,
-                        ctx.qpn,
-                        reth.va,
-                        total,
-                        access::REMOTE_WRITE,
-                    )
+                    .remote(reth.rkey, reth.va, total, access::REMOTE_WRITE)
                     .is_err()
             {
                 return Outcome::Nak(NakCode::RemoteAccessError, None);
@@ -180,11 +171,7 @@ impl Responder {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
         if len > 0 {
-            match ctx
-                .res
-                .mrs
-                .check_remote(rkey, ctx.pd, ctx.qpn, va, len, access::REMOTE_WRITE)
-            {
+            match ctx.remote(rkey, va, len, access::REMOTE_WRITE) {
                 Ok((mr, at)) => mr.mem.write(at, pkt.payload),
                 Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
             }
@@ -223,16 +210,7 @@ impl Responder {
         let len = reth.dma_len as u64;
         if len > 0
             && ctx
-                .res
-                .mrs
-                .check_remote(
-                    reth.rkey,
-                    ctx.pd,
-                    ctx.qpn,
-                    reth.va,
-                    len,
-                    access::REMOTE_READ,
-                )
+                .remote(reth.rkey, reth.va, len, access::REMOTE_READ)
                 .is_err()
         {
             return Outcome::Nak(NakCode::RemoteAccessError, None);
@@ -291,23 +269,18 @@ impl Responder {
         if a.va % 8 != 0 {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
-        let (mr, at) =
-            match ctx
-                .res
-                .mrs
-                .check_remote(a.rkey, ctx.pd, ctx.qpn, a.va, 8, access::REMOTE_ATOMIC)
-            {
-                Ok(x) => x,
-                Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
-            };
+        let (mr, at) = match ctx.remote(a.rkey, a.va, 8, access::REMOTE_ATOMIC) {
+            Ok(x) => x,
+            Err(_) => return Outcome::Nak(NakCode::RemoteAccessError, None),
+        };
         if at % 8 != 0 {
             return Outcome::Nak(NakCode::InvalidRequest, None);
         }
-        ctx.counters.rx_atomic_requests += 1;
         let orig = match op {
             Operation::CompareSwap => mr.mem.compare_swap(at, a.compare, a.swap_add),
             _ => mr.mem.fetch_add(at, a.swap_add),
         };
+        ctx.counters.rx_atomic_requests += 1;
         let psn = pkt.bth.psn;
         self.finish_message();
         let msn = self.msn;
