@@ -148,6 +148,18 @@ impl DataPlane {
         self.qps.retain(|q| q.qpn != qpn);
     }
 
+    /// Drops every completion of the QPs `qpns` not yet written to a CQ
+    /// ring: those waiting here and those in the device's CQs (which are
+    /// moved here, in order, to make that possible).
+    pub fn forget_completions_of(&mut self, rnic: &mut Rnic, qpns: &[u32]) {
+        for (cqn, c) in self.cqs.iter_mut() {
+            self.wcs.clear();
+            let _ = rnic.poll_cq(*cqn, usize::MAX, &mut self.wcs);
+            c.pending.extend(self.wcs.drain(..));
+            c.pending.retain(|w| !qpns.contains(&w.qp_num));
+        }
+    }
+
     pub fn add_srq(&mut self, s: SrqRing) {
         self.srqs.push(s);
     }

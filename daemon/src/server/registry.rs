@@ -5,7 +5,7 @@
 use super::Shared;
 use crate::proto::Stats;
 use nic::transport::FIRST_QPN;
-use nic::verbs::{QpAttr, QpState, Wc};
+use nic::verbs::Wc;
 use std::collections::{HashMap, HashSet};
 
 /// Objects one client may hold (a bound, not a quota system).
@@ -89,7 +89,12 @@ pub(super) fn with_owned<R>(sh: &Shared, id: u64, f: impl FnOnce(&mut Owned) -> 
     f(o)
 }
 
-/// Takes the QPs out of the data plane, moves them to ERR and destroys them.
+/// Takes the QPs out of the data plane and destroys them. As with a
+/// hardware RNIC's destroy (rdma-core's mlx5 cleans the QP's entries out of
+/// its CQs), no completion of a destroyed QP reaches a CQ ring afterwards:
+/// its outstanding work requests are not flushed, and completions it left
+/// in the device's CQs are taken out with it. A consumer that wants its
+/// WRs back moves the QP to ERR and polls before destroying it.
 pub(super) fn destroy_qps(sh: &Shared, qpns: Vec<u32>) {
     {
         let mut dp = sh.dp.lock().expect("dp");
@@ -97,15 +102,14 @@ pub(super) fn destroy_qps(sh: &Shared, qpns: Vec<u32>) {
             dp.remove_qp(*q);
         }
     }
+    let dp = sh.dp.clone();
     let _ = super::call(sh, move |r| {
-        let err = QpAttr {
-            state: Some(QpState::Err),
-            ..Default::default()
-        };
-        for q in qpns {
-            let _ = r.modify_qp(q, &err);
-            let _ = r.destroy_qp(q);
+        for q in &qpns {
+            let _ = r.destroy_qp(*q);
         }
+        // on the engine's thread, between two turns: no completion of
+        // these QPs is produced or delivered while they are taken out
+        dp.lock().expect("dp").forget_completions_of(r, &qpns);
     });
 }
 
