@@ -2,20 +2,26 @@
 //! the listener's service ID with SIDR_REQ / SIDR_REP (IBA 12.11) and the
 //! client's ESTABLISHED carries the server's QPN, the UD Q_Key and its
 //! address, with which a datagram reaches the server's QP; a reject and a
-//! port nobody listens on end UNREACHABLE with the SIDR status.
+//! port nobody listens on end UNREACHABLE with the SIDR status; a lost
+//! SIDR_REQ or SIDR_REP is repeated on rnicd's CM timers, and a peer that
+//! never answers ends UNREACHABLE with -ETIMEDOUT.
 
 mod common;
 
 use common::{tempdir, Daemon, T};
+use nic::io::impair::{Fate, Impaired, Interceptor};
 use nic::verbs::{AhAttr, QpAttr, RecvWr, SendOp, SendWr, Sgl, Wc, WcStatus};
 use softrnic::client::cm::{
     CmClient, CmEventKind, CmEventMsg, CmIdNo, CmQpType, ConnParam, EventChannel, PortSpace,
     QpState,
 };
+use softrnic::server::{CmTimers, Server, ServerConfig};
 use softrnic::{Buffer, Context, Cq, Mr, Pd, Qp, QpInitAttr, QpKind, ACCESS_ALL};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use wire::mad::{attr, MadHeader};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 /// librdmacm's RDMA_UDP_QKEY.
@@ -241,4 +247,135 @@ fn a_rejected_or_unheard_ud_connect_ends_unreachable_with_the_sidr_status() {
     let st = s.ctx.stats().unwrap().cm;
     assert_eq!(count(&st, "cm_tx_sidr_rep"), 2, "{st:?}");
     assert_eq!(count(&st, "cm_sidr_req_refused"), 0, "{st:?}");
+}
+
+/// Loses the CM MADs of kind `attribute` this port sends: the first
+/// `limit` of them.
+struct Lose {
+    attribute: u16,
+    limit: usize,
+    lost: Arc<AtomicUsize>,
+}
+
+impl Interceptor for Lose {
+    fn on_send(&mut self, frame: &mut [u8]) -> Fate {
+        let lost = self.lost.load(Ordering::SeqCst) < self.limit
+            && wire::RoceRepr::parse(frame).is_ok_and(|r| {
+                r.bth.dest_qp == 1
+                    && MadHeader::parse(r.payload).is_ok_and(|h| h.attribute_id == self.attribute)
+            });
+        if lost {
+            self.lost.fetch_add(1, Ordering::SeqCst);
+        }
+        Fate {
+            lost,
+            ..Fate::default()
+        }
+    }
+}
+
+/// rnicd --cm-response-timeout 14 --cm-retries 4: each wait 4.096 µs ×
+/// 2^14 (about 67 ms), five tries in all.
+const SHORT: CmTimers = CmTimers {
+    response_timeout: 14,
+    max_retries: 4,
+};
+
+/// Two devices in this process on an in-memory wire, device `which`
+/// sending through `lose`, both on the CM timers `cm`.
+fn pair(tag: &str, which: usize, lose: Lose, cm: CmTimers) -> Vec<Server> {
+    let dir = tempdir(tag);
+    let macs = [
+        wire::EthernetAddress([0x02, 0x55, 0x44, 0, 0, 1]),
+        wire::EthernetAddress([0x02, 0x55, 0x44, 0, 0, 2]),
+    ];
+    let (p0, p1) = nic::io::mem::pair(macs, 4096);
+    let lose: Box<dyn Interceptor> = Box::new(lose);
+    let (p0, p1): (Box<dyn nic::io::Port>, Box<dyn nic::io::Port>) = if which == 0 {
+        (Box::new(Impaired::new(p0, lose)), Box::new(p1))
+    } else {
+        (Box::new(p0), Box::new(Impaired::new(p1, lose)))
+    };
+    let cfg = |i: u8| ServerConfig {
+        name: format!("{tag}{i}"),
+        sock_dir: dir.clone(),
+        mode: 0o600,
+        gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 1 + i)),
+        engine: nic::engine::EngineConfig::default(),
+        bell: true,
+        cm,
+    };
+    Server::start_many(vec![(p0, cfg(0)), (p1, cfg(1))], false).unwrap()
+}
+
+#[test]
+fn a_lost_sidr_req_or_sidr_rep_is_repeated_and_the_id_resolves() {
+    for (tag, which, attribute) in [("udlreq", 0, attr::SIDR_REQ), ("udlrep", 1, attr::SIDR_REP)] {
+        let lost = Arc::new(AtomicUsize::new(0));
+        let servers = pair(
+            tag,
+            which,
+            Lose {
+                attribute,
+                limit: 1,
+                lost: lost.clone(),
+            },
+            // each wait about 0.5 s, room for a slow accept on a busy
+            // machine
+            CmTimers {
+                response_timeout: 17,
+                max_retries: 15,
+            },
+        );
+        let c = Side::new(servers[0].socket_path());
+        let s = Side::new(servers[1].socket_path());
+        listening(&s, 7300);
+        let cid = resolved(&c, 7300);
+        c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
+        let req = s.expect(CmEventKind::CONNECT_REQUEST);
+        s.ready(req.id);
+        s.cm.accept(req.id, &param(s.qp.qpn, b"")).unwrap();
+        let est = c.expect(CmEventKind::ESTABLISHED);
+        assert_eq!(est.ud.unwrap().qp_num, s.qp.qpn, "{tag}");
+        assert_eq!(lost.load(Ordering::SeqCst), 1, "{tag}: the MAD was lost");
+        // the SIDR_REQ went again; a repeat of an answered request gets
+        // the same SIDR_REP, never a second CONNECT_REQUEST
+        let st = c.ctx.stats().unwrap().cm;
+        let reqs = count(&st, "cm_tx_sidr_req");
+        assert!(reqs >= 2, "{tag}: {st:?}");
+        assert_eq!(count(&st, "cm_retries"), reqs - 1, "{tag}: {st:?}");
+        assert!(s.ch.next(true).unwrap().is_none(), "{tag}");
+        if attribute == attr::SIDR_REP {
+            let st = s.ctx.stats().unwrap().cm;
+            assert!(count(&st, "cm_tx_sidr_rep") >= 2, "{tag}: {st:?}");
+        }
+    }
+}
+
+#[test]
+fn a_ud_connect_to_a_peer_that_never_answers_ends_unreachable() {
+    let servers = pair(
+        "udgone",
+        0,
+        Lose {
+            attribute: attr::SIDR_REQ,
+            limit: usize::MAX,
+            lost: Arc::new(AtomicUsize::new(0)),
+        },
+        SHORT,
+    );
+    let c = Side::new(servers[0].socket_path());
+    let s = Side::new(servers[1].socket_path());
+    listening(&s, 7400);
+    let cid = resolved(&c, 7400);
+    c.cm.connect(cid, &param(c.qp.qpn, b"anyone?")).unwrap();
+    // IBA 12.11: the SIDR_REQ goes 1 + retries times; the kernel's RDMA
+    // CM reports UNREACHABLE with -ETIMEDOUT
+    let e = c.expect(CmEventKind::UNREACHABLE);
+    assert_eq!((e.id, e.status), (cid, -libc::ETIMEDOUT));
+    let st = c.ctx.stats().unwrap().cm;
+    assert_eq!(count(&st, "cm_tx_sidr_req"), 5, "{st:?}");
+    assert_eq!(count(&st, "cm_retries"), 4, "{st:?}");
+    assert_eq!(count(&st, "cm_timeouts"), 1, "{st:?}");
+    assert!(s.ch.next(true).unwrap().is_none());
 }
