@@ -340,6 +340,9 @@ impl Lib {
             _ => {}
         }
         copy_params(&mut ev, &msg, idp.raw().qp_type);
+        if msg.ud.is_some() && idp.raw().qp_type == IBV_QPT_UD {
+            crate::ud::complete_ah(idp, &mut ev.event);
+        }
         if msg.kind == event::REJECTED {
             crate::qp::to_error(idp);
         }
@@ -445,6 +448,9 @@ impl Lib {
         ev.event.id = p as *mut rdma_cm_id;
         ev.event.listen_id = listener as *const IdPriv as *mut rdma_cm_id;
         copy_params(&mut ev, &msg, listener.raw().qp_type);
+        if msg.ud.is_some() && listener.raw().qp_type == IBV_QPT_UD {
+            crate::ud::complete_ah(idp, &mut ev.event);
+        }
         Some(ev)
     }
 }

@@ -17,6 +17,7 @@
 //!   [`ep`]: `rdma_create_ep`; [`verbs`]: the libibverbs calls they make
 //!   (looked up at run time in `libibverbs.so.1`).
 //! - [`addrinfo`]: `rdma_getaddrinfo` / `rdma_freeaddrinfo`.
+//! - [`ud`]: the address of a UD ID's events.
 //! - [`unsupported`]: rsocket, multicast, ECE — a clear error each.
 //!
 //! Every exported function takes pointers from the application: each
@@ -37,6 +38,7 @@ pub mod rnicd;
 mod sockaddr;
 mod strings;
 mod symbols;
+pub mod ud;
 pub mod unsupported;
 pub mod verbs;
 

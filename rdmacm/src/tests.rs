@@ -312,6 +312,56 @@ fn migrate_id_moves_the_events_to_the_other_channel() {
 }
 
 #[test]
+fn a_ud_ids_established_event_carries_the_peers_qp_qkey_and_a_usable_address() {
+    let (_lib, st, chan) = setup();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let mut id = null_mut();
+        assert_eq!(
+            id::scm_rdma_create_id(chan, &mut id, null_mut(), RDMA_PS_UDP),
+            0
+        );
+        assert_eq!((*id).qp_type, IBV_QPT_UD);
+        let mut dst = sa("192.0.2.2:7174");
+        scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000);
+        scm_rdma_ack_cm_event(next(chan));
+        let dgid = std::net::Ipv4Addr::new(192, 0, 2, 2)
+            .to_ipv6_mapped()
+            .octets();
+        let mut private_data = b"welcome".to_vec();
+        private_data.resize(136, 0);
+        Fake::send(
+            &st,
+            "t0",
+            crate::backend::CmEventMsg {
+                ud: Some(crate::backend::UdEventParam {
+                    private_data,
+                    dgid,
+                    qp_num: 0x42,
+                    qkey: RDMA_UDP_QKEY,
+                }),
+                ..ev(1, event::ESTABLISHED)
+            },
+        );
+        let e = next(chan);
+        assert_eq!((*e).event, event::ESTABLISHED);
+        let ud = &(*e).param.ud;
+        assert_eq!((ud.qp_num, ud.qkey), (0x42, RDMA_UDP_QKEY));
+        assert_eq!(ud.private_data_len, 136);
+        let pd = std::slice::from_raw_parts(ud.private_data as *const u8, 7);
+        assert_eq!(pd, b"welcome");
+        // what ibv_create_ah takes as it is: a global route from the ID's
+        // own GID (libibverbs' index for it) on its port
+        let ah = &ud.ah_attr;
+        assert_eq!((ah.is_global, ah.port_num), (1, 1));
+        assert_eq!(ah.grh.dgid.raw, dgid);
+        assert_eq!(ah.grh.sgid_index, 3);
+        scm_rdma_ack_cm_event(e);
+        assert_eq!(id::scm_rdma_destroy_id(id), 0);
+    }
+}
+
+#[test]
 fn what_is_not_supported_fails_with_a_clear_errno() {
     let (_lib, _st, chan) = setup();
     // SAFETY: the objects of this test.

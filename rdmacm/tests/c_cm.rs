@@ -1,9 +1,10 @@
 //! The drop-in from C and from Debian's own tools, on an `rnicd
 //! --mem-pair` through the libibverbs drop-in: tests/c/cm_check.c built
 //! against rdma-core's headers (devices, event channel descriptors, IDs,
-//! address info and the errors of what is not supported), and Debian's
+//! address info and the errors of what is not supported), Debian's
 //! `rping` between the pair's two devices through rnicd's CM, checking its
-//! data both ways.
+//! data both ways, and Debian's `udaddy` (UD IDs: Service ID Resolution)
+//! with the server on either device.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -132,6 +133,65 @@ fn a_c_program_uses_the_cm_library_on_rnicd_devices() {
         text.contains("softrnic-rdmacm: rsocket: rsockets are not supported"),
         "{text}"
     );
+}
+
+/// `udaddy` server on `server_ip` and client towards it, `args` more for
+/// both; the client repeats while the server is not yet listening
+/// (UNREACHABLE, status 1: the service ID is not supported yet).
+fn udaddy_pair(d: &Daemon, server_ip: &str, args: &[&str]) {
+    let udaddy = Path::new("/usr/bin/udaddy");
+    let mut sargs = vec!["-b", server_ip];
+    sargs.extend_from_slice(args);
+    let server = d.spawn(udaddy, &sargs);
+    let mut cargs = vec!["-s", server_ip];
+    cargs.extend_from_slice(args);
+    let mut tries = 0;
+    let client = testkit::wait_for(STUCK, "udaddy's client resolved its server", || {
+        tries += 1;
+        let out = d.run(udaddy, &cargs);
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!text.contains("symbol lookup error"), "{text}");
+        if out.status.success() {
+            Ok(text)
+        } else if text.contains("RDMA_CM_EVENT_UNREACHABLE, error: 1") {
+            Err(format!("try {tries}: {text}"))
+        } else {
+            panic!("udaddy client: {:?}\n{text}", out.status)
+        }
+    });
+    let server = server.wait_with_output().expect("udaddy server");
+    let stext = String::from_utf8_lossy(&server.stdout).to_string()
+        + &String::from_utf8_lossy(&server.stderr);
+    assert!(
+        server.status.success(),
+        "udaddy server: {:?}\n{stext}",
+        server.status
+    );
+    // each side sends its messages and receives the other's
+    for text in [&client, &stext] {
+        assert!(text.contains("data transfers complete"), "{text}");
+        assert!(text.contains("return status 0"), "{text}");
+    }
+    assert!(client.contains("initiating data transfers"), "{client}");
+    assert!(stext.contains("sending replies"), "{stext}");
+}
+
+#[test]
+fn udaddy_resolves_and_exchanges_datagrams_with_the_server_on_either_device() {
+    if let Err(why) = prerequisites() {
+        return testkit::skip_or_fail("the udaddy test", &why);
+    }
+    if !Path::new("/usr/bin/udaddy").exists() {
+        return testkit::skip_or_fail(
+            "the udaddy test",
+            "/usr/bin/udaddy not installed (rdmacm-utils)",
+        );
+    }
+    let d = Daemon::start();
+    // 192.0.2.1 is t0's address, 192.0.2.2 t1's: the server on each
+    udaddy_pair(&d, "192.0.2.1", &[]);
+    udaddy_pair(&d, "192.0.2.2", &["-c", "3", "-C", "40", "-S", "1000"]);
 }
 
 #[test]

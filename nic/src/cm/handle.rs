@@ -43,6 +43,8 @@ impl Cm {
             CmMessage::Rtu(i) => self.on_rtu(from, i),
             CmMessage::Dreq(d) => self.on_dreq(now, from, h.transaction_id, d),
             CmMessage::Drep(i) => self.on_drep(now, from, i),
+            CmMessage::SidrReq(r) => self.on_sidr_req(from, h.transaction_id, r),
+            CmMessage::SidrRep(r) => self.on_sidr_rep(from, r),
             CmMessage::Other { .. } => self.drop_mad(CmDrop::UnsupportedAttribute),
         }
     }
@@ -68,7 +70,12 @@ impl Cm {
         let dup = self
             .conns
             .iter()
-            .find(|(_, c)| !c.active && c.peer == from && c.remote_comm_id == r.local_comm_id)
+            .find(|(_, c)| {
+                !c.active
+                    && !c.state.is_sidr()
+                    && c.peer == from
+                    && c.remote_comm_id == r.local_comm_id
+            })
             .map(|(id, c)| (*id, c.state, c.last_reply, c.tid));
         if let Some((id, state, last, ctid)) = dup {
             match (state, last) {
@@ -154,6 +161,7 @@ impl Cm {
             // response timeout (the active side's own turnaround) for RTU
             response_wait: iba_timeout(r.local_cm_response_timeout),
             req: Some(Box::new(*r)),
+            service_id: r.service_id,
         };
         self.conns.insert(id.0, conn);
         let ip = mad::ip_cm_service(r.service_id)
@@ -336,7 +344,7 @@ impl Cm {
     }
 
     /// Fires every timer due at `now`: retransmissions (IBA 12.6.5 CM response timeouts and Max CM Retries: REQ,
-    /// REP and DREQ are resent after each response wait, at most
+    /// REP, DREQ and SIDR_REQ are resent after each response wait, at most
     /// `max_cm_retries` times) and the end of TimeWait.
     pub fn handle_timeout(&mut self, now: Instant) {
         let due: Vec<u32> = self
@@ -355,6 +363,11 @@ impl Cm {
                     .push_back(CmEvent::TimeWaitExit { id: CmId(id) });
                 continue;
             }
+            if c.state == State::SidrRepSent {
+                // the answered SIDR_REQ can no longer be repeated
+                self.conns.remove(&id);
+                continue;
+            }
             let Some(msg) = c.outstanding else {
                 c.deadline = None;
                 continue;
@@ -369,6 +382,12 @@ impl Cm {
             // retries exhausted
             let (peer, tid, remote, state) = (c.peer, c.tid, c.remote_comm_id, c.state);
             match state {
+                // IBA 12.11: an unanswered SIDR_REQ ends the resolution;
+                // no message tells the peer
+                State::SidrReqSent => {
+                    self.conns.remove(&id);
+                    self.events.push_back(CmEvent::Unreachable { id: CmId(id) });
+                }
                 State::ReqSent | State::RepSent => {
                     // IBA 12.9: the attempt ends with a REJ (timeout),
                     // which rejects no particular message (MessageRejected

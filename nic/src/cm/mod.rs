@@ -3,11 +3,13 @@
 //! events for the owner ([`Cm::poll_event`]), timers ([`Cm::poll_timeout`],
 //! [`Cm::handle_timeout`]) and the application's calls ([`Cm::listen`],
 //! [`Cm::connect`], [`Cm::accept`], [`Cm::reject`], [`Cm::disconnect`],
-//! [`Cm::destroy`]). `now` is always the caller's; nothing here reads a
+//! [`Cm::destroy`]; Service ID Resolution for UD QPs: [`Cm::sidr_request`],
+//! [`Cm::sidr_accept`], [`Cm::sidr_reject`]). `now` is always the caller's; nothing here reads a
 //! clock, opens a socket or touches a QP: the QP state changes the CM drives
 //! are [`CmEvent`]s the owner acts on.
 
 mod handle;
+mod sidr;
 mod types;
 
 pub use types::*;
@@ -42,6 +44,23 @@ pub(crate) enum State {
     DreqSent,
     /// Disconnected, waiting out stray packets before the ID is freed.
     TimeWait,
+    /// Active: SIDR_REQ sent, waiting for SIDR_REP (IBA 12.11).
+    SidrReqSent,
+    /// Passive: SIDR_REQ received and reported, waiting for the owner.
+    SidrReqRcvd,
+    /// Passive: SIDR_REP (status 0) sent; kept to answer a repeated
+    /// SIDR_REQ with it until the deadline, then freed.
+    SidrRepSent,
+}
+
+impl State {
+    /// A Service ID Resolution, not a connection.
+    pub(crate) fn is_sidr(self) -> bool {
+        matches!(
+            self,
+            State::SidrReqSent | State::SidrReqRcvd | State::SidrRepSent
+        )
+    }
 }
 
 /// One connection ID's state.
@@ -66,6 +85,8 @@ pub(crate) struct Conn {
     pub(crate) response_wait: Duration,
     /// What the passive side read from the REQ (for `accept`).
     pub(crate) req: Option<Box<CmReq>>,
+    /// The service ID the REQ or SIDR_REQ names.
+    pub(crate) service_id: u64,
 }
 
 /// One CM (per port / GID).
@@ -187,6 +208,7 @@ impl Cm {
             max_cm_retries: req.max_cm_retries,
             response_wait: wait,
             req: None,
+            service_id: p.service_id,
         };
         self.conns.insert(id.0, conn);
         self.send(p.remote, tid, msg);
@@ -244,7 +266,9 @@ impl Cm {
 
     /// Rejects the REQ (passive, before RTU) or the REP (active, when the
     /// owner refuses it) of `id` with `reason` (IBA 12.6.7); the ID is
-    /// freed.
+    /// freed. A SIDR_REQ waiting for the owner is answered as
+    /// [`Cm::sidr_reject`] does, with the status [`RejectReason::sidr_status`]
+    /// gives.
     pub fn reject(
         &mut self,
         id: CmId,
@@ -252,6 +276,9 @@ impl Cm {
         private_data: &[u8],
     ) -> Result<(), CmError> {
         let c = self.conns.get(&id.0).ok_or(CmError::UnknownId)?;
+        if c.state == State::SidrReqRcvd {
+            return self.sidr_reject(id, reason.sidr_status(), private_data);
+        }
         let message_rejected = match c.state {
             State::ReqRcvd | State::RepSent => REJECTED_REQ,
             State::ReqSent => REJECTED_REP,

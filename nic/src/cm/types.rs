@@ -1,7 +1,7 @@
 //! The CM's vocabulary: addresses, IDs, parameters, events, reasons.
 
 use std::fmt;
-use wire::mad::{CmRep, CmReq, IpCmPrivateData};
+use wire::mad::{sidr_status, CmRep, CmReq, CmSidrRep, CmSidrReq, IpCmPrivateData};
 
 /// A peer CM's address: its port GID (for RoCEv2 the IP address, IPv4 as
 /// an IPv4-mapped IPv6 address).
@@ -98,6 +98,37 @@ pub struct AcceptParams {
     pub private_data: Vec<u8>,
 }
 
+/// What the active side puts in its SIDR_REQ (IBA 12.11.2) and how long
+/// it waits for the SIDR_REP.
+#[derive(Clone, Debug)]
+pub struct SidrParams {
+    pub remote: CmAddr,
+    pub service_id: u64,
+    /// The partition the requester sends in (0xFFFF, the default one).
+    pub pkey: u16,
+    /// 5 bits, 4.096 µs × 2^n: the wait for the SIDR_REP after each try.
+    pub response_timeout: u8,
+    /// 4 bits: repeats of the SIDR_REQ before the resolution fails.
+    pub max_retries: u8,
+    /// At most 216 bytes (the SIDR_REQ's private data); longer is cut.
+    pub private_data: Vec<u8>,
+}
+
+impl SidrParams {
+    /// Librdmacm's timers: response timeout 20 (about 4.3 s, the kernel's
+    /// 4096 ms), 15 retries; the default partition.
+    pub fn new(remote: CmAddr, service_id: u64) -> Self {
+        SidrParams {
+            remote,
+            service_id,
+            pkey: 0xFFFF,
+            response_timeout: 20,
+            max_retries: 15,
+            private_data: Vec::new(),
+        }
+    }
+}
+
 /// An IBA REJ reason (IBA 12.6.7, Table 104).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct RejectReason(pub u16);
@@ -111,6 +142,16 @@ impl RejectReason {
     pub const INVALID_TRANSPORT_TYPE: RejectReason = RejectReason(9);
     pub const STALE_CONNECTION: RejectReason = RejectReason(10);
     pub const CONSUMER_REJECT: RejectReason = RejectReason(28);
+
+    /// The SIDR_REP status (IBA 12.11.3) that says what this reason says
+    /// of a SIDR_REQ: no such service, no QP, else rejected.
+    pub fn sidr_status(self) -> u8 {
+        match self {
+            RejectReason::INVALID_SERVICE_ID => sidr_status::SERVICE_ID_NOT_SUPPORTED,
+            RejectReason::NO_QP | RejectReason::NO_RESOURCES => sidr_status::NO_QP,
+            _ => sidr_status::REJECTED,
+        }
+    }
 }
 
 /// What the CM tells its owner. The QP transitions are the owner's: on
@@ -139,9 +180,22 @@ pub enum CmEvent {
         reason: RejectReason,
         private_data: Box<[u8]>,
     },
-    /// REQ or REP went unanswered `max_cm_retries + 1` times; the ID is
-    /// freed.
+    /// REQ, REP or SIDR_REQ went unanswered `max_cm_retries + 1` times;
+    /// the ID is freed.
     Unreachable { id: CmId },
+    /// A SIDR_REQ for a listened service ID (IBA 12.11); `ip` is its RDMA
+    /// IP CM private data when it parses. The owner answers with
+    /// [`Cm::sidr_accept`](super::Cm::sidr_accept) or
+    /// [`Cm::sidr_reject`](super::Cm::sidr_reject).
+    SidrRequest {
+        id: CmId,
+        from: CmAddr,
+        req: Box<CmSidrReq>,
+        ip: Option<IpCmPrivateData>,
+    },
+    /// The SIDR_REP that answers our SIDR_REQ, whatever its status
+    /// (0: its QPN and Q_Key are valid); the ID is freed.
+    SidrReply { id: CmId, rep: Box<CmSidrRep> },
     /// The peer sent a DREQ (the DREP is queued).
     DisconnectRequest { id: CmId },
     /// The connection is down (DREP received or DREQ answered); the ID is
@@ -163,21 +217,25 @@ pub enum CmDrop {
     BadBaseVersion,
     BadClassVersion,
     BadMethod,
-    /// SIDR, LAP, APR, ClassPortInfo: not served.
+    /// LAP, APR, ClassPortInfo: not served.
     UnsupportedAttribute,
     /// No connection has the message's remote communication ID (or the
-    /// sender or its communication ID does not match it).
+    /// sender or its communication ID does not match it); no SIDR_REQ
+    /// of ours has a SIDR_REP's request ID.
     UnknownCommId,
     /// A message the connection's state does not expect.
     OutOfState,
-    /// A REQ repeated while the owner has not answered the first.
+    /// A REQ or SIDR_REQ repeated while the owner has not answered the
+    /// first.
     DuplicateReq,
     /// A REQ that is not RC (transport service type).
     UnsupportedTransport,
+    /// A SIDR_REP whose service ID is not the one its SIDR_REQ asked for.
+    WrongServiceId,
 }
 
 impl CmDrop {
-    pub const ALL: [CmDrop; 10] = [
+    pub const ALL: [CmDrop; 11] = [
         CmDrop::Malformed,
         CmDrop::NotCmClass,
         CmDrop::BadBaseVersion,
@@ -188,6 +246,7 @@ impl CmDrop {
         CmDrop::OutOfState,
         CmDrop::DuplicateReq,
         CmDrop::UnsupportedTransport,
+        CmDrop::WrongServiceId,
     ];
 
     /// The counter name.
@@ -203,6 +262,7 @@ impl CmDrop {
             CmDrop::OutOfState => "cm_out_of_state",
             CmDrop::DuplicateReq => "cm_duplicate_req",
             CmDrop::UnsupportedTransport => "cm_unsupported_transport",
+            CmDrop::WrongServiceId => "cm_wrong_service_id",
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The CM messages (IBA 12.6): REQ, MRA, REJ, REP, RTU, DREQ, DREP and
-//! the path they carry, each field at its IBA offset within the class data.
+//! the path they carry, and Service ID Resolution's SIDR_REQ and SIDR_REP
+//! (IBA 12.11), each field at its IBA offset within the class data.
 //!
-//! Length: Seven message layouts, each with its parse and emit beside its
+//! Length: Nine message layouts, each with its parse and emit beside its
 //! fields, in the order of the IBA tables; one file keeps that order.
 
 use super::*;
@@ -473,6 +474,122 @@ impl CmDreq {
     }
 }
 
+/// ServiceIDResReq (SIDR_REQ, IBA 12.11.2): asks the CM at the
+/// destination which UD QP serves a service ID.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct CmSidrReq {
+    /// Request ID: the sender's handle for the request, echoed in the
+    /// SIDR_REP.
+    pub request_id: u32,
+    /// Partition key the requester will send under.
+    pub pkey: u16,
+    /// Reserved (bytes 6-7).
+    pub reserved0: u16,
+    /// Service ID to resolve (RDMA CM: [`ip_cm_service_id`] of RDMA_PS_UDP).
+    pub service_id: u64,
+    /// Consumer private data (bytes 16-231); RDMA CM puts an
+    /// [`IpCmPrivateData`] at its head, as in a REQ.
+    pub private_data: [u8; CmSidrReq::PRIVATE_DATA_LEN],
+}
+
+impl CmSidrReq {
+    /// Bytes of private data in a SIDR_REQ.
+    pub const PRIVATE_DATA_LEN: usize = 216;
+
+    fn parse(b: &[u8]) -> CmSidrReq {
+        CmSidrReq {
+            request_id: be32(b, 0),
+            pkey: be16(b, 4),
+            reserved0: be16(b, 6),
+            service_id: be64(b, 8),
+            private_data: array(b, 16),
+        }
+    }
+
+    fn emit(&self, b: &mut [u8]) {
+        put32(b, 0, self.request_id);
+        put16(b, 4, self.pkey);
+        put16(b, 6, self.reserved0);
+        put64(b, 8, self.service_id);
+        b[16..].copy_from_slice(&self.private_data);
+    }
+}
+
+/// The SIDR_REP status values (IBA 12.11.3, the SIDR_REP Status table).
+pub mod sidr_status {
+    /// The QPN and Q_Key are valid.
+    pub const VALID: u8 = 0;
+    /// Nobody serves the service ID here.
+    pub const SERVICE_ID_NOT_SUPPORTED: u8 = 1;
+    /// The service provider rejected the request.
+    pub const REJECTED: u8 = 2;
+    /// No QP is available for the service.
+    pub const NO_QP: u8 = 3;
+    /// The request must go elsewhere (the additional information holds a
+    /// ClassPortInfo).
+    pub const REDIRECT: u8 = 4;
+    /// The SIDR version is not supported.
+    pub const VERSION_NOT_SUPPORTED: u8 = 5;
+}
+
+/// ServiceIDResReqResp (SIDR_REP, IBA 12.11.3): the answer to a SIDR_REQ.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct CmSidrRep {
+    /// The Request ID of the SIDR_REQ answered.
+    pub request_id: u32,
+    /// [`sidr_status`]: 0 when `qpn` and `qkey` are valid.
+    pub status: u8,
+    /// How many bytes of `additional_info` count.
+    pub additional_info_length: u8,
+    /// Reserved (bytes 6-7).
+    pub reserved0: u16,
+    /// 24 bits: the QP that serves the service ID.
+    pub qpn: u32,
+    /// Reserved (byte 11).
+    pub reserved1: u8,
+    /// The service ID resolved.
+    pub service_id: u64,
+    /// The Q_Key to send to `qpn` with.
+    pub qkey: u32,
+    /// Additional information (bytes 24-95): a ClassPortInfo on redirect.
+    pub additional_info: [u8; 72],
+    /// Consumer private data (bytes 96-231).
+    pub private_data: [u8; CmSidrRep::PRIVATE_DATA_LEN],
+}
+
+impl CmSidrRep {
+    /// Bytes of private data in a SIDR_REP.
+    pub const PRIVATE_DATA_LEN: usize = 136;
+
+    fn parse(b: &[u8]) -> CmSidrRep {
+        CmSidrRep {
+            request_id: be32(b, 0),
+            status: b[4],
+            additional_info_length: b[5],
+            reserved0: be16(b, 6),
+            qpn: be24(b, 8),
+            reserved1: b[11],
+            service_id: be64(b, 12),
+            qkey: be32(b, 20),
+            additional_info: array(b, 24),
+            private_data: array(b, 96),
+        }
+    }
+
+    fn emit(&self, b: &mut [u8]) {
+        put32(b, 0, self.request_id);
+        b[4] = self.status;
+        b[5] = self.additional_info_length;
+        put16(b, 6, self.reserved0);
+        put24(b, 8, self.qpn);
+        b[11] = self.reserved1;
+        put64(b, 12, self.service_id);
+        put32(b, 20, self.qkey);
+        b[24..96].copy_from_slice(&self.additional_info);
+        b[96..].copy_from_slice(&self.private_data);
+    }
+}
+
 /// The class data of a CM MAD, by attribute.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum CmMessage {
@@ -490,7 +607,11 @@ pub enum CmMessage {
     Dreq(CmDreq),
     /// DisconnectReply ([`attr::DREP`]).
     Drep(CmIds),
-    /// Another attribute (SIDR, LAP, APR, ClassPortInfo...), kept raw.
+    /// ServiceIDResReq ([`attr::SIDR_REQ`]).
+    SidrReq(CmSidrReq),
+    /// ServiceIDResReqResp ([`attr::SIDR_REP`]).
+    SidrRep(CmSidrRep),
+    /// Another attribute (LAP, APR, ClassPortInfo...), kept raw.
     Other {
         /// The MAD header's attribute ID.
         attribute_id: u16,
@@ -512,6 +633,8 @@ impl CmMessage {
             attr::RTU => CmMessage::Rtu(CmIds::parse(b)),
             attr::DREQ => CmMessage::Dreq(CmDreq::parse(b)),
             attr::DREP => CmMessage::Drep(CmIds::parse(b)),
+            attr::SIDR_REQ => CmMessage::SidrReq(CmSidrReq::parse(b)),
+            attr::SIDR_REP => CmMessage::SidrRep(CmSidrRep::parse(b)),
             _ => CmMessage::Other {
                 attribute_id,
                 data: array(b, 0),
@@ -529,6 +652,8 @@ impl CmMessage {
             CmMessage::Rtu(_) => attr::RTU,
             CmMessage::Dreq(_) => attr::DREQ,
             CmMessage::Drep(_) => attr::DREP,
+            CmMessage::SidrReq(_) => attr::SIDR_REQ,
+            CmMessage::SidrRep(_) => attr::SIDR_REP,
             CmMessage::Other { attribute_id, .. } => *attribute_id,
         }
     }
@@ -549,12 +674,15 @@ impl CmMessage {
             CmMessage::Rep(m) => m.emit(b),
             CmMessage::Rtu(m) | CmMessage::Drep(m) => m.emit(b),
             CmMessage::Dreq(m) => m.emit(b),
+            CmMessage::SidrReq(m) => m.emit(b),
+            CmMessage::SidrRep(m) => m.emit(b),
             CmMessage::Other { data, .. } => b.copy_from_slice(data),
         }
         Ok(())
     }
 
-    /// The sender's communication ID (every CM message but `Other` has one).
+    /// The sender's communication ID (every CM message but SIDR's and
+    /// `Other` has one).
     pub fn local_comm_id(&self) -> Option<u32> {
         Some(match self {
             CmMessage::Req(m) => m.local_comm_id,
@@ -563,7 +691,7 @@ impl CmMessage {
             CmMessage::Rep(m) => m.local_comm_id,
             CmMessage::Rtu(m) | CmMessage::Drep(m) => m.local_comm_id,
             CmMessage::Dreq(m) => m.local_comm_id,
-            CmMessage::Other { .. } => return None,
+            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) | CmMessage::Other { .. } => return None,
         })
     }
 }
@@ -577,19 +705,21 @@ impl fmt::Display for CmMessage {
                     "CM REQ comm={:#010x} qpn={:#08x} psn={} sid={:#018x}",
                     m.local_comm_id, m.local_qpn, m.starting_psn, m.service_id
                 )?;
-                let ip = ip_cm_service(m.service_id).and_then(|(_, port)| {
-                    let p = IpCmPrivateData::parse(&m.private_data).ok()?;
-                    let (src, dst) = p.addrs()?;
-                    Some((
-                        core::net::SocketAddr::new(src, p.src_port),
-                        core::net::SocketAddr::new(dst, port),
-                    ))
-                });
-                match ip {
-                    Some((src, dst)) => write!(f, " ip {src} > {dst}"),
-                    None => Ok(()),
-                }
+                write_ip_cm(f, m.service_id, &m.private_data)
             }
+            CmMessage::SidrReq(m) => {
+                write!(
+                    f,
+                    "CM SIDR_REQ req={:#010x} pkey={:#06x} sid={:#018x}",
+                    m.request_id, m.pkey, m.service_id
+                )?;
+                write_ip_cm(f, m.service_id, &m.private_data)
+            }
+            CmMessage::SidrRep(m) => write!(
+                f,
+                "CM SIDR_REP req={:#010x} status={} qpn={:#08x} qkey={:#010x} sid={:#018x}",
+                m.request_id, m.status, m.qpn, m.qkey, m.service_id
+            ),
             CmMessage::Rep(m) => write!(
                 f,
                 "CM REP comm={:#010x} remote={:#010x} qpn={:#08x} psn={}",
@@ -628,5 +758,22 @@ impl fmt::Display for CmMessage {
                 )
             }
         }
+    }
+}
+
+/// The addresses of an RDMA IP CM request (IBA Annex A11: the service ID's
+/// port, the private data's head), when it is one.
+fn write_ip_cm(f: &mut fmt::Formatter<'_>, service_id: u64, private_data: &[u8]) -> fmt::Result {
+    let ip = ip_cm_service(service_id).and_then(|(_, port)| {
+        let p = IpCmPrivateData::parse(private_data).ok()?;
+        let (src, dst) = p.addrs()?;
+        Some((
+            core::net::SocketAddr::new(src, p.src_port),
+            core::net::SocketAddr::new(dst, port),
+        ))
+    });
+    match ip {
+        Some((src, dst)) => write!(f, " ip {src} > {dst}"),
+        None => Ok(()),
     }
 }

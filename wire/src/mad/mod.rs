@@ -4,7 +4,8 @@
 //! A MAD is the 256-byte payload of a UD SEND to QP1 (the GSI, IBA 13.5.1;
 //! on RoCE there is no QP0): a 24-byte common header (IBA 13.4.2) and 232
 //! bytes of class data. The CM class (management class 0x07, class version
-//! 2, IBA 12.6) carries REQ, MRA, REJ, REP, RTU, DREQ and DREP; every field
+//! 2, IBA 12.6) carries REQ, MRA, REJ, REP, RTU, DREQ and DREP, and the
+//! Service ID Resolution messages SIDR_REQ and SIDR_REP (IBA 12.11); every field
 //! of those keeps its IBA position, reserved bits included, so that
 //! `parse` then `emit` gives back the same bytes. The RDMA IP CM service
 //! (IBA Annex A11) puts the connection's IP addresses and ports in the REQ's
@@ -260,6 +261,8 @@ mod tests {
             attr::RTU,
             attr::DREQ,
             attr::DREP,
+            attr::SIDR_REQ,
+            attr::SIDR_REP,
             attr::LAP,
         ] {
             for pattern in [0x00u8, 0xFF, 0xA5, 0x5A] {
@@ -308,6 +311,130 @@ mod tests {
             ),
             (0x0091a, 2, 0x11)
         );
+    }
+
+    #[test]
+    fn sidr_fields_sit_where_the_iba_puts_them() {
+        let mut b = [0u8; MAD_DATA_LEN];
+        b[0..4].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+        b[4..6].copy_from_slice(&0xFFFFu16.to_be_bytes());
+        b[8..16].copy_from_slice(&ip_cm_service_id(0x11, 7174).to_be_bytes());
+        b[16] = 0xAB;
+        b[231] = 0xCD;
+        let CmMessage::SidrReq(r) = CmMessage::parse(attr::SIDR_REQ, &b).unwrap() else {
+            panic!("not a SIDR_REQ");
+        };
+        assert_eq!(
+            (r.request_id, r.pkey, r.service_id),
+            (0x1234_5678, 0xFFFF, 0x0111_1c06)
+        );
+        assert_eq!((r.private_data[0], r.private_data[215]), (0xAB, 0xCD));
+
+        let mut b = [0u8; MAD_DATA_LEN];
+        b[0..4].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+        b[4] = sidr_status::REJECTED;
+        b[5] = 8;
+        b[8..11].copy_from_slice(&[0x00, 0x00, 0x42]);
+        b[12..20].copy_from_slice(&ip_cm_service_id(0x11, 7174).to_be_bytes());
+        b[20..24].copy_from_slice(&0x0123_4567u32.to_be_bytes());
+        b[24] = 0xEE;
+        b[96] = 0xAB;
+        b[231] = 0xCD;
+        let CmMessage::SidrRep(r) = CmMessage::parse(attr::SIDR_REP, &b).unwrap() else {
+            panic!("not a SIDR_REP");
+        };
+        assert_eq!(
+            (r.request_id, r.status, r.additional_info_length, r.qpn),
+            (0x1234_5678, 2, 8, 0x42)
+        );
+        assert_eq!((r.service_id, r.qkey), (0x0111_1c06, 0x0123_4567));
+        assert_eq!(r.additional_info[0], 0xEE);
+        assert_eq!((r.private_data[0], r.private_data[135]), (0xAB, 0xCD));
+        let text = CmMessage::SidrRep(r).to_string();
+        assert!(
+            text.starts_with("CM SIDR_REP req=0x12345678 status=2 qpn=0x000042"),
+            "{text}"
+        );
+    }
+
+    proptest::proptest! {
+        /// Any SIDR_REQ or SIDR_REP the reprs can hold comes back from its
+        /// bytes (the 24-bit QPN masked as the field is), and any 232 bytes
+        /// under those attributes re-emit unchanged.
+        #[test]
+        fn sidr_messages_round_trip(
+            id in proptest::prelude::any::<u32>(),
+            pkey in proptest::prelude::any::<u16>(),
+            sid in proptest::prelude::any::<u64>(),
+            status in proptest::prelude::any::<u8>(),
+            qpn in proptest::prelude::any::<u32>(),
+            qkey in proptest::prelude::any::<u32>(),
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), MAD_DATA_LEN),
+        ) {
+            let req = CmMessage::SidrReq(CmSidrReq {
+                request_id: id,
+                pkey,
+                reserved0: pkey.rotate_left(3),
+                service_id: sid,
+                private_data: array(&data, 0),
+            });
+            let rep = CmMessage::SidrRep(CmSidrRep {
+                request_id: id,
+                status,
+                additional_info_length: status.wrapping_mul(3),
+                reserved0: pkey,
+                qpn: qpn & 0x00FF_FFFF,
+                reserved1: (qpn >> 24) as u8,
+                service_id: sid,
+                qkey,
+                additional_info: array(&data, 100),
+                private_data: array(&data, 0),
+            });
+            for m in [req, rep] {
+                let mut b = [0u8; MAD_DATA_LEN];
+                m.emit(&mut b).unwrap();
+                proptest::prop_assert_eq!(CmMessage::parse(m.attribute_id(), &b).unwrap(), m);
+            }
+            for a in [attr::SIDR_REQ, attr::SIDR_REP] {
+                let m = CmMessage::parse(a, &data).unwrap();
+                let mut b = [0u8; MAD_DATA_LEN];
+                m.emit(&mut b).unwrap();
+                proptest::prop_assert_eq!(&b[..], &data[..]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_sidr_req_shows_its_rdma_ip_cm_addresses() {
+        let mut pd = [0u8; CmSidrReq::PRIVATE_DATA_LEN];
+        IpCmPrivateData {
+            major_version: 0,
+            minor_version: 0,
+            ip_version: 4,
+            reserved: 0,
+            src_port: 0xc001,
+            src_ip: core::net::Ipv4Addr::new(192, 0, 2, 2)
+                .to_ipv6_compatible()
+                .octets(),
+            dst_ip: core::net::Ipv4Addr::new(192, 0, 2, 1)
+                .to_ipv6_compatible()
+                .octets(),
+        }
+        .emit(&mut pd)
+        .unwrap();
+        let m = CmMessage::SidrReq(CmSidrReq {
+            request_id: 9,
+            pkey: 0xFFFF,
+            reserved0: 0,
+            service_id: ip_cm_service_id(0x11, 7174),
+            private_data: pd,
+        });
+        assert_eq!(
+            m.to_string(),
+            "CM SIDR_REQ req=0x00000009 pkey=0xffff sid=0x0000000001111c06 \
+             ip 192.0.2.2:49153 > 192.0.2.1:7174"
+        );
+        assert_eq!(m.local_comm_id(), None);
     }
 
     #[test]

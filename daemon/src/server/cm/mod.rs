@@ -6,6 +6,7 @@
 //! (so what the request queued goes out at once).
 
 pub(crate) mod service;
+mod sidr;
 
 use super::{call, Attach, Reply, RequestError, Shared};
 use crate::proto::cm::{
@@ -43,8 +44,6 @@ pub enum CmRequestError {
     PrivateData { len: usize, max: usize },
     #[error("QP {qpn:#x} is not one of this process's {want:?} QPs on this device")]
     NotYourQp { qpn: u32, want: CmQpType },
-    #[error("UD (SIDR) connections are not supported")]
-    Unsupported,
     #[error("the CM: {0}")]
     Cm(#[from] nic::cm::CmError),
     #[error("too many CM IDs and channels")]
@@ -288,7 +287,8 @@ fn request(
             let local_ip = s.gid.to_ip();
             let i = id_mut(s, owner, id)?;
             if i.qp_type == CmQpType::Ud {
-                return Err(CmRequestError::Unsupported);
+                sidr::connect(s, owner, id, &param)?;
+                return done();
             }
             let (Some(dst), Some(_), true) = (i.dst, i.dmac, i.route) else {
                 return Err(CmRequestError::NotResolved);
@@ -345,6 +345,10 @@ fn request(
         }
         CmRequest::Accept { id, param } => {
             let i = id_mut(s, owner, id)?;
+            if i.qp_type == CmQpType::Ud {
+                sidr::accept(s, owner, id, &param, qps)?;
+                return done();
+            }
             let Some(c) = i.conn else {
                 return Err(CmRequestError::WrongState);
             };
@@ -506,7 +510,7 @@ fn init_qp_attr(i: &Id, state: QpStateMsg, mtu: u32) -> Result<(QpAttrMsg, u32),
             a.access_flags = Some(0xF);
             mask |= qp_mask::PKEY_INDEX | qp_mask::PORT | qp_mask::ACCESS_FLAGS;
             if i.qp_type == CmQpType::Ud {
-                a.qkey = Some(0x0111_1111);
+                a.qkey = Some(sidr::RDMA_UDP_QKEY);
                 a.access_flags = None;
                 mask = qp_mask::STATE | qp_mask::PKEY_INDEX | qp_mask::PORT | qp_mask::QKEY;
             }

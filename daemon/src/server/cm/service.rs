@@ -120,8 +120,8 @@ pub(crate) struct CmService {
     /// their MADs).
     pub(crate) neigh: HashMap<[u8; 16], EthernetAddress>,
     pub(crate) counters: BTreeMap<&'static str, u64>,
-    /// (attribute, transaction) of the REQs, REPs and DREQs sent: a
-    /// repeat is a retry.
+    /// (attribute, transaction) of the REQs, REPs, DREQs and SIDR_REQs
+    /// sent: a repeat is a retry.
     sent: HashSet<(u16, u64)>,
 }
 
@@ -135,6 +135,8 @@ fn kind(attribute: u16) -> &'static str {
         attr::RTU => "rtu",
         attr::DREQ => "dreq",
         attr::DREP => "drep",
+        attr::SIDR_REQ => "sidr_req",
+        attr::SIDR_REP => "sidr_rep",
         _ => "other",
     }
 }
@@ -148,6 +150,8 @@ fn tx_name(attribute: u16) -> &'static str {
         "rtu" => "cm_tx_rtu",
         "dreq" => "cm_tx_dreq",
         "drep" => "cm_tx_drep",
+        "sidr_req" => "cm_tx_sidr_req",
+        "sidr_rep" => "cm_tx_sidr_rep",
         _ => "cm_tx_other",
     }
 }
@@ -161,6 +165,8 @@ fn rx_name(attribute: u16) -> &'static str {
         "rtu" => "cm_rx_rtu",
         "dreq" => "cm_rx_dreq",
         "drep" => "cm_rx_drep",
+        "sidr_req" => "cm_rx_sidr_req",
+        "sidr_rep" => "cm_rx_sidr_rep",
         _ => "cm_rx_other",
     }
 }
@@ -230,7 +236,7 @@ impl CmService {
             if mad.emit(&mut buf).is_err() {
                 continue;
             }
-            if matches!(a, attr::REQ | attr::REP | attr::DREQ)
+            if matches!(a, attr::REQ | attr::REP | attr::DREQ | attr::SIDR_REQ)
                 && !self.sent.insert((a, mad.header.transaction_id))
             {
                 self.count("cm_retries");
@@ -415,6 +421,8 @@ impl CmService {
                     self.report_kind(no, CmEventKind::TIMEWAIT_EXIT, 0);
                 }
             }
+            CmEvent::SidrRequest { id, from, req, ip } => self.on_sidr_request(id, from, &req, ip),
+            CmEvent::SidrReply { id, rep } => self.on_sidr_reply(id, &rep),
         }
     }
 
@@ -432,7 +440,7 @@ impl CmService {
     }
 
     /// The connection `id` is over: the ID it belonged to, if it lives.
-    fn end_conn(&mut self, id: CmId) -> Option<CmIdNo> {
+    pub(super) fn end_conn(&mut self, id: CmId) -> Option<CmIdNo> {
         let no = self.by_conn.remove(&id.0)?;
         let i = self.ids.get_mut(&no)?;
         i.conn = None;
@@ -505,7 +513,7 @@ pub(crate) fn node_guid(mac: EthernetAddress) -> u64 {
 }
 
 /// An event of `kind` on `no` with nothing else.
-fn event(no: CmIdNo, i: &Id, kind: CmEventKind, status: i32) -> CmEventMsg {
+pub(super) fn event(no: CmIdNo, i: &Id, kind: CmEventKind, status: i32) -> CmEventMsg {
     CmEventMsg {
         id: no,
         user_ctx: i.user_ctx,
