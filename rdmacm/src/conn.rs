@@ -135,6 +135,14 @@ fn resolve_addr(
     dst: SocketAddr,
     timeout_ms: c_int,
 ) -> Result<(), c_int> {
+    if dst.ip().is_multicast() {
+        // a multicast group is only of use to rdma_join_multicast
+        complain(
+            "rdma_resolve_addr",
+            format!("{}: multicast is not supported", dst.ip()),
+        );
+        return Err(libc::ENOSYS);
+    }
     let bound = idp.state().remote.first().cloned();
     let r = match (bound, src) {
         (Some(r), _) => r,
