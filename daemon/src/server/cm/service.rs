@@ -492,6 +492,7 @@ impl CmService {
             m.insert(d.name().to_string(), *n);
         }
         m.insert("cm_ids".into(), self.ids.len() as u64);
+        m.insert("cm_listeners".into(), self.listeners.len() as u64);
         m
     }
 }
