@@ -156,6 +156,8 @@ fn establish(c: &mut Side, s: &mut Side, port: u16) -> (CmIdNo, CmIdNo) {
     let l = listening(s, port);
     let cid = resolved(c, port);
     c.move_qp(cid, QpState::Init);
+    let rtus = || count(&c._ctx.stats().unwrap().cm, "cm_tx_rtu");
+    let rtu0 = rtus();
     c.cm.connect(cid, &param(c.qp.qpn, b"hello")).unwrap();
     let req = s.expect(CmEventKind::CONNECT_REQUEST);
     assert_eq!(req.listen_id, Some(l));
@@ -179,12 +181,17 @@ fn establish(c: &mut Side, s: &mut Side, port: u16) -> (CmIdNo, CmIdNo) {
     assert_eq!(&conn.private_data[..7], b"welcome");
     assert_eq!(conn.qp_num, s.qp.qpn);
     let c_rtr = c.move_qp(cid, QpState::Rtr);
+    // IBA 12.6.9: the RTU waits until the active side's QP can receive
+    // (it asks for its RTS attributes)
+    assert_eq!(rtus(), rtu0);
     let c_rts = c.move_qp(cid, QpState::Rts);
     // each side's receive PSN is the other's send PSN
     assert_eq!(c_rtr.dest_qpn, Some(s.qp.qpn));
     assert_eq!(c_rtr.rq_psn, s_rts.sq_psn);
     assert_eq!(s_rtr.rq_psn, c_rts.sq_psn);
     s.expect(CmEventKind::ESTABLISHED);
+    // (more than one where the first was lost)
+    assert!(rtus() > rtu0);
     (cid, sid)
 }
 

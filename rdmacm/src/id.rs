@@ -65,6 +65,14 @@ pub struct IdState {
     pub connect_error: bool,
     /// The QP is in RTS (moved by an accept or the answered connect).
     pub qp_ready: bool,
+    /// `rdma_connect` was called and its answer (the REP) not yet
+    /// reported.
+    pub connecting: bool,
+    /// `rdma_set_option`'s RDMA_OPTION_ID_ACK_TIMEOUT: the local ACK
+    /// timeout of the QP's RTS instead of the daemon's.
+    pub ack_timeout: Option<u8>,
+    /// RDMA_OPTION_ID_TOS: the traffic class of the QP's path.
+    pub tos: Option<u8>,
     /// `rdma_create_ep` on the passive side: the QP every request's ID
     /// gets from `rdma_get_request` (attributes, PD address).
     pub ep_attr: Option<(ibv_qp_init_attr, usize)>,
@@ -364,6 +372,14 @@ impl Lib {
     /// sees CONNECT_ERROR and the connection is torn down.
     fn answered(&self, idp: &IdPriv, ev: &mut EventPriv, msg: &CmEventMsg) {
         let raw = idp.raw();
+        let connecting = std::mem::take(&mut idp.state().connecting);
+        if raw.qp.is_null() && connecting && raw.qp_type != IBV_QPT_UD {
+            // as librdmacm: an ID without a QP hears CONNECT_RESPONSE and
+            // its owner moves its own QP, then calls rdma_establish (the
+            // daemon holds the RTU until then)
+            ev.event.event = event::CONNECT_RESPONSE;
+            return;
+        }
         if raw.qp.is_null() || idp.state().qp_ready || raw.qp_type == IBV_QPT_UD {
             return;
         }
