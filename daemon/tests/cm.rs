@@ -1,7 +1,8 @@
 //! The RDMA CM through rnicd (`softrnic::client::cm`): two devices on the
 //! in-memory wire, a client that connects and a server that listens and
 //! accepts; private data both ways, the QP attributes each side gets from
-//! `init_qp_attr`, an RC QP pair brought up with them moving data, reject,
+//! `init_qp_attr`, an RC QP pair brought up with them moving data (the
+//! active side's RTU held until its QP is ready or it establishes), reject,
 //! no listener, disconnect; lost REQ, REP and RTU retried (an impairment
 //! stage on one device's port); hostile MADs and a REQ flood counted and
 //! harmless; a vanished peer (UNREACHABLE, DISCONNECTED after the DREQ
@@ -156,6 +157,8 @@ fn establish(c: &mut Side, s: &mut Side, port: u16) -> (CmIdNo, CmIdNo) {
     let l = listening(s, port);
     let cid = resolved(c, port);
     c.move_qp(cid, QpState::Init);
+    let rtus = || count(&c._ctx.stats().unwrap().cm, "cm_tx_rtu");
+    let rtu0 = rtus();
     c.cm.connect(cid, &param(c.qp.qpn, b"hello")).unwrap();
     let req = s.expect(CmEventKind::CONNECT_REQUEST);
     assert_eq!(req.listen_id, Some(l));
@@ -179,12 +182,17 @@ fn establish(c: &mut Side, s: &mut Side, port: u16) -> (CmIdNo, CmIdNo) {
     assert_eq!(&conn.private_data[..7], b"welcome");
     assert_eq!(conn.qp_num, s.qp.qpn);
     let c_rtr = c.move_qp(cid, QpState::Rtr);
+    // IBA 12.6.9: the RTU waits until the active side's QP can receive
+    // (it asks for its RTS attributes)
+    assert_eq!(rtus(), rtu0);
     let c_rts = c.move_qp(cid, QpState::Rts);
     // each side's receive PSN is the other's send PSN
     assert_eq!(c_rtr.dest_qpn, Some(s.qp.qpn));
     assert_eq!(c_rtr.rq_psn, s_rts.sq_psn);
     assert_eq!(s_rtr.rq_psn, c_rts.sq_psn);
     s.expect(CmEventKind::ESTABLISHED);
+    // (more than one where the first was lost)
+    assert!(rtus() > rtu0);
     (cid, sid)
 }
 
@@ -514,6 +522,30 @@ fn rnicd_cm_timers_bound_the_wait_for_a_peer_that_does_not_accept() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+}
+
+#[test]
+fn an_active_side_that_moves_its_own_qp_sends_the_rtu_with_establish() {
+    let (_d, s0, s1) = daemon("cm-estab");
+    let (c, s) = (Side::new(&s0), Side::new(&s1));
+    listening(&s, 7600);
+    let cid = resolved(&c, 7600);
+    c.move_qp(cid, QpState::Init);
+    c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
+    let sid = s.expect(CmEventKind::CONNECT_REQUEST).id;
+    s.move_qp(sid, QpState::Init);
+    s.move_qp(sid, QpState::Rtr);
+    s.move_qp(sid, QpState::Rts);
+    s.cm.accept(sid, &param(s.qp.qpn, b"")).unwrap();
+    c.expect(CmEventKind::ESTABLISHED);
+    // the QP is the caller's business (rdma_establish after moving it
+    // with attributes of its own): the RTU waits for establish
+    assert_eq!(count(&c._ctx.stats().unwrap().cm, "cm_tx_rtu"), 0);
+    c.cm.establish(cid).unwrap();
+    s.expect(CmEventKind::ESTABLISHED);
+    assert_eq!(count(&c._ctx.stats().unwrap().cm, "cm_tx_rtu"), 1);
+    // once is enough: a second establish is refused
+    assert!(c.cm.establish(cid).is_err());
 }
 
 #[test]

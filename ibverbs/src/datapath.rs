@@ -5,7 +5,7 @@
 //! shared memory only, no system call (a parked engine's bell aside).
 
 use crate::abi::*;
-use crate::objects::{cq_of, qp_of, srq_of, Ah, MAX_INLINE};
+use crate::objects::{cq_of, qp_of, srq_of, Ah};
 use libc::c_int;
 use nic::verbs::{WcOpcode, WcStatus, MAX_SGE};
 use softrnic::ring::{self, opcode, CqeRaw, SgeRaw, WqeRaw};
@@ -323,7 +323,7 @@ unsafe fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<
         {
             return Err(libc::EINVAL);
         }
-        let slot = (q.posted % slots) as usize * MAX_INLINE as usize;
+        let slot = (q.posted % slots) as usize * q.cap.max_inline_data as usize;
         let mut len = 0usize;
         for i in 0..wr.num_sge as usize {
             // SAFETY: the caller's list of num_sge entries.

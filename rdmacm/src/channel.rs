@@ -24,6 +24,9 @@ pub struct ChanPriv {
     devs: Mutex<Vec<(String, Arc<dyn CmChannel>)>>,
 }
 
+/// The channels not yet destroyed.
+static LIVE: crate::Live = crate::Live::new();
+
 /// `struct rdma_cm_event` and what its acknowledgement needs.
 #[repr(C)]
 pub struct EventPriv {
@@ -53,16 +56,22 @@ impl ChanPriv {
             ep,
             devs: Mutex::new(Vec::new()),
         });
-        Ok(Box::into_raw(c))
+        let p = Box::into_raw(c);
+        LIVE.add(p);
+        Ok(p)
     }
 
-    /// The channel an application's pointer names.
+    /// The channel an application's pointer names; None unless it is a
+    /// live channel of this library.
     ///
     /// # Safety
-    /// `p` is NULL or a channel [`ChanPriv::create`] made and not yet
-    /// destroyed.
+    /// No other thread destroys the channel while the reference is in use.
     pub unsafe fn from_ptr<'a>(p: *mut rdma_event_channel) -> Option<&'a ChanPriv> {
-        // SAFETY: the caller's promise; `chan` is the first field.
+        if !LIVE.has(p) {
+            return None;
+        }
+        // SAFETY: a live channel (the caller's promise covers its use by
+        // another thread); `chan` is the first field.
         unsafe { (p as *const ChanPriv).as_ref() }
     }
 
@@ -155,8 +164,11 @@ pub extern "C" fn scm_rdma_create_event_channel() -> *mut rdma_event_channel {
 /// # Safety
 /// `p` is such a channel and no ID uses it any more.
 pub unsafe fn destroy(p: *mut ChanPriv) {
-    // SAFETY: the caller's promise: made by Box::into_raw, used no more.
-    drop(unsafe { Box::from_raw(p) });
+    if LIVE.remove(p) {
+        // SAFETY: the caller's promise: made by Box::into_raw, used no
+        // more; live until now, so freed once.
+        drop(unsafe { Box::from_raw(p) });
+    }
 }
 
 /// `rdma_destroy_event_channel` (the IDs on it are destroyed first, as
@@ -166,7 +178,7 @@ pub unsafe fn destroy(p: *mut ChanPriv) {
 /// `c` is NULL or a channel this library made.
 #[no_mangle]
 pub unsafe extern "C" fn scm_rdma_destroy_event_channel(c: *mut rdma_event_channel) {
-    if !c.is_null() {
+    if LIVE.has(c) {
         // SAFETY: the caller's channel.
         unsafe { destroy(c as *mut ChanPriv) };
     }

@@ -135,6 +135,14 @@ fn resolve_addr(
     dst: SocketAddr,
     timeout_ms: c_int,
 ) -> Result<(), c_int> {
+    if dst.ip().is_multicast() {
+        // a multicast group is only of use to rdma_join_multicast
+        complain(
+            "rdma_resolve_addr",
+            format!("{}: multicast is not supported", dst.ip()),
+        );
+        return Err(libc::ENOSYS);
+    }
     let bound = idp.state().remote.first().cloned();
     let r = match (bound, src) {
         (Some(r), _) => r,
@@ -297,8 +305,12 @@ pub unsafe extern "C" fn scm_rdma_connect(id: *mut rdma_cm_id, p: *mut rdma_conn
             return Err(libc::EINVAL);
         }
         let r = idp.remote()?;
-        r.cm.connect(r.no, &conn_param(idp, p))
-            .map_err(|e| errno("rdma_connect", e))?;
+        // before the REQ: the answer may be read by another thread at once
+        idp.state().connecting = true;
+        if let Err(e) = r.cm.connect(r.no, &conn_param(idp, p)) {
+            idp.state().connecting = false;
+            return Err(errno("rdma_connect", e));
+        }
         idp.complete()
     })())
 }
@@ -376,7 +388,9 @@ pub unsafe extern "C" fn scm_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     })())
 }
 
-/// `rdma_establish` (the application's own QP is in RTS: the RTU goes).
+/// `rdma_establish`, after CONNECT_RESPONSE on an ID without a QP (the
+/// application's own QP is in RTS): the RTU goes. EINVAL on an ID with a
+/// QP, whose RTU the library has sent, as librdmacm does.
 ///
 /// # Safety
 /// `id` is NULL or an ID of this library.
@@ -453,10 +467,11 @@ pub unsafe extern "C" fn scm_rdma_migrate_id(
     ret(id_of(id).and_then(|idp| migrate(idp, chan)))
 }
 
-/// `rdma_set_option`: the options the kernel's RDMA CM takes (TOS,
-/// REUSEADDR, AFONLY, ACK_TIMEOUT are accepted; they do not change what
-/// softrnic's CM does); a wrong length is EINVAL, InfiniBand paths and
-/// unknown options ENOSYS.
+/// `rdma_set_option`: the options the kernel's RDMA CM takes. TOS (the
+/// traffic class of the QP's path) and ACK_TIMEOUT (the QP's local ACK
+/// timeout, 4.096 µs × 2^n) change the attributes `rdma_init_qp_attr`
+/// gives; REUSEADDR and AFONLY are accepted and change nothing. A wrong
+/// length is EINVAL, InfiniBand paths and unknown options ENOSYS.
 ///
 /// # Safety
 /// `id` is NULL or an ID of this library.
@@ -468,7 +483,10 @@ pub unsafe extern "C" fn scm_rdma_set_option(
     val: *mut c_void,
     len: usize,
 ) -> c_int {
-    if id_of(id).is_err() || val.is_null() {
+    let Ok(idp) = id_of(id) else {
+        return fail(libc::EINVAL);
+    };
+    if val.is_null() {
         return fail(libc::EINVAL);
     }
     let want = match (level, name) {
@@ -488,6 +506,15 @@ pub unsafe extern "C" fn scm_rdma_set_option(
     };
     if len != want {
         return fail(libc::EINVAL);
+    }
+    // SAFETY: `val` is the caller's option value of `len` bytes (checked
+    // above); the byte options are read as one byte.
+    let byte = unsafe { *(val as *const u8) };
+    match name {
+        RDMA_OPTION_ID_TOS => idp.state().tos = Some(byte),
+        // IBA 9.7.6.1.3: the Local ACK Timeout is 5 bits
+        RDMA_OPTION_ID_ACK_TIMEOUT => idp.state().ack_timeout = Some(byte.min(31)),
+        _ => {}
     }
     0
 }

@@ -208,8 +208,26 @@ impl DeviceCm for FakeDev {
         self.answer(id, crate::abi::event::DISCONNECTED);
         Ok(())
     }
-    fn init_qp_attr(&self, _: CmIdNo, _: QpState) -> Result<(QpAttr, u32)> {
-        Ok((QpAttr::default(), 0))
+    fn init_qp_attr(&self, _: CmIdNo, s: QpState) -> Result<(QpAttr, u32)> {
+        use crate::abi::qp_mask;
+        // the path (RTR) and the QP's ACK timeout (RTS), as rnicd gives them
+        Ok(match s {
+            QpState::Rtr => (
+                QpAttr {
+                    dgid: Some([0; 16]),
+                    ..Default::default()
+                },
+                qp_mask::AV as u32,
+            ),
+            QpState::Rts => (
+                QpAttr {
+                    timeout: Some(14),
+                    ..Default::default()
+                },
+                qp_mask::TIMEOUT as u32,
+            ),
+            QpState::Init => (QpAttr::default(), 0),
+        })
     }
     fn establish(&self, id: CmIdNo) -> Result<()> {
         self.log(format!("establish {id}"));

@@ -14,6 +14,9 @@ use libc::{c_int, c_void};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
+/// The IDs not yet destroyed.
+static LIVE: crate::Live = crate::Live::new();
+
 /// The library: the connection manager behind it and the IDs by their
 /// daemon numbers.
 pub struct Lib {
@@ -62,6 +65,14 @@ pub struct IdState {
     pub connect_error: bool,
     /// The QP is in RTS (moved by an accept or the answered connect).
     pub qp_ready: bool,
+    /// `rdma_connect` was called and its answer (the REP) not yet
+    /// reported.
+    pub connecting: bool,
+    /// `rdma_set_option`'s RDMA_OPTION_ID_ACK_TIMEOUT: the local ACK
+    /// timeout of the QP's RTS instead of the daemon's.
+    pub ack_timeout: Option<u8>,
+    /// RDMA_OPTION_ID_TOS: the traffic class of the QP's path.
+    pub tos: Option<u8>,
     /// `rdma_create_ep` on the passive side: the QP every request's ID
     /// gets from `rdma_get_request` (attributes, PD address).
     pub ep_attr: Option<(ibv_qp_init_attr, usize)>,
@@ -78,12 +89,17 @@ pub struct IdPriv {
 }
 
 impl IdPriv {
-    /// The ID an application's pointer names.
+    /// The ID an application's pointer names; None unless it is a live ID
+    /// of this library.
     ///
     /// # Safety
-    /// `p` is NULL or an ID this library made and has not destroyed.
+    /// No other thread destroys the ID while the reference is in use.
     pub unsafe fn from_ptr<'a>(p: *mut rdma_cm_id) -> Option<&'a IdPriv> {
-        // SAFETY: the caller's promise; `id` is the first field.
+        if !LIVE.has(p) {
+            return None;
+        }
+        // SAFETY: a live ID (the caller's promise covers its use by
+        // another thread); `id` is the first field.
         unsafe { (p as *const IdPriv).as_ref() }
     }
 
@@ -204,7 +220,7 @@ impl Lib {
         id.context = context;
         id.ps = ps;
         id.qp_type = qp_type;
-        Box::into_raw(Box::new(IdPriv {
+        let p = Box::into_raw(Box::new(IdPriv {
             id: std::cell::UnsafeCell::new(id),
             lib: self.clone(),
             st: Mutex::new(IdState {
@@ -214,7 +230,9 @@ impl Lib {
                 ..IdState::default()
             }),
             acks: Condvar::new(),
-        }))
+        }));
+        LIVE.add(p);
+        p
     }
 
     /// Gives `idp` its daemon side on device `dev` (if it has none yet):
@@ -304,9 +322,11 @@ impl Lib {
             // SAFETY: a synchronous ID's own channel, used by nobody else.
             unsafe { crate::channel::destroy(raw.channel as *mut ChanPriv) };
         }
-        // SAFETY: made by Box::into_raw in create_id; out of the table
-        // and with no event outstanding.
-        drop(unsafe { Box::from_raw(p) });
+        if LIVE.remove(p) {
+            // SAFETY: made by Box::into_raw in create_id; out of the table
+            // and with no event outstanding; live until now, so freed once.
+            drop(unsafe { Box::from_raw(p) });
+        }
     }
 
     /// An event from the daemon on `chan`'s device `dev`, as the
@@ -355,6 +375,14 @@ impl Lib {
     /// sees CONNECT_ERROR and the connection is torn down.
     fn answered(&self, idp: &IdPriv, ev: &mut EventPriv, msg: &CmEventMsg) {
         let raw = idp.raw();
+        let connecting = std::mem::take(&mut idp.state().connecting);
+        if raw.qp.is_null() && connecting && raw.qp_type != IBV_QPT_UD {
+            // as librdmacm: an ID without a QP hears CONNECT_RESPONSE and
+            // its owner moves its own QP, then calls rdma_establish (the
+            // daemon holds the RTU until then)
+            ev.event.event = event::CONNECT_RESPONSE;
+            return;
+        }
         if raw.qp.is_null() || idp.state().qp_ready || raw.qp_type == IBV_QPT_UD {
             return;
         }

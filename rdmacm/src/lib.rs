@@ -21,8 +21,9 @@
 //! - [`unsupported`]: rsocket, multicast, ECE — a clear error each.
 //!
 //! Every exported function takes pointers from the application: each
-//! checks them for NULL and takes the object the pointer names as one this
-//! library made (as rdma-core does); errors come back as rdma-core returns
+//! checks them for NULL, and an ID or event channel pointer must name one
+//! this library made and has not destroyed ([`Live`]: a stale one is
+//! EINVAL, never dereferenced); errors come back as rdma-core returns
 //! them (-1 with `errno` set, or NULL) with a one-line reason on stderr
 //! where the errno alone would leave a caller guessing.
 
@@ -67,4 +68,48 @@ pub(crate) fn fail(e: c_int) -> c_int {
 /// say.
 pub(crate) fn complain(verb: &str, why: impl std::fmt::Display) {
     eprintln!("softrnic-rdmacm: {verb}: {why}");
+}
+
+/// The addresses of the objects of one kind (IDs, event channels) this
+/// library handed out and has not freed. An application may pass a pointer
+/// after destroying its object (perftest's `-R` client retries a refused
+/// connection on the IDs it has just destroyed): such a pointer is refused,
+/// not dereferenced.
+pub struct Live(std::sync::Mutex<Option<std::collections::HashSet<usize>>>);
+
+impl Live {
+    pub const fn new() -> Live {
+        Live(std::sync::Mutex::new(None))
+    }
+
+    fn set(&self) -> std::sync::MutexGuard<'_, Option<std::collections::HashSet<usize>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `p` was handed out.
+    pub fn add<T>(&self, p: *const T) {
+        self.set()
+            .get_or_insert_with(Default::default)
+            .insert(p as usize);
+    }
+
+    /// `p` is about to be freed; false if it was not live.
+    pub fn remove<T>(&self, p: *const T) -> bool {
+        self.set().as_mut().is_some_and(|s| s.remove(&(p as usize)))
+    }
+
+    /// Whether `p` names a live object.
+    pub fn has<T>(&self, p: *const T) -> bool {
+        !p.is_null()
+            && self
+                .set()
+                .as_ref()
+                .is_some_and(|s| s.contains(&(p as usize)))
+    }
+}
+
+impl Default for Live {
+    fn default() -> Live {
+        Live::new()
+    }
 }

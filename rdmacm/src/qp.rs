@@ -43,10 +43,18 @@ pub fn qp_attr(idp: &IdPriv, state: c_int) -> Result<(ibv_qp_attr, c_int), c_int
         // SAFETY: the ID's context is one of the library's.
         unsafe { idp.lib.verbs.gid_index(raw.verbs, sgid) }
     };
-    Ok((
-        to_ibv(&a, state, raw.port_num, sgid_index.unwrap_or(0)),
-        mask as c_int | qp_mask::STATE,
-    ))
+    let mut q = to_ibv(&a, state, raw.port_num, sgid_index.unwrap_or(0));
+    let mask = mask as c_int | qp_mask::STATE;
+    // the ID's options replace the daemon's values where the change sets
+    // them, as the kernel's rdma_init_qp_attr does
+    let st = idp.state();
+    if let (Some(t), true) = (st.ack_timeout, mask & qp_mask::TIMEOUT != 0) {
+        q.timeout = t;
+    }
+    if let (Some(tos), true) = (st.tos, mask & qp_mask::AV != 0) {
+        q.ah_attr.grh.traffic_class = tos;
+    }
+    Ok((q, mask))
 }
 
 /// `QpAttr` as `struct ibv_qp_attr` (a global route from the GID at

@@ -283,8 +283,12 @@ fn a_synchronous_id_waits_for_the_event_of_each_call() {
         p.private_data_len = 5;
         p.qp_num = 0x33;
         assert_eq!(scm_rdma_connect(id, &mut p), 0);
-        assert_eq!((*(*id).event).event, event::ESTABLISHED);
+        // no QP of the library's: the owner moves its own, then
+        // rdma_establish sends the RTU (as librdmacm)
+        assert_eq!((*(*id).event).event, event::CONNECT_RESPONSE);
         assert!(log(&st).contains(&"t0 connect 1 qpn 51 pd [9, 9, 9, 9, 9]".to_string()));
+        assert_eq!(scm_rdma_establish(id), 0);
+        assert!(log(&st).contains(&"t0 establish 1".to_string()));
         assert_eq!(scm_rdma_disconnect(id), 0);
         assert_eq!((*(*id).event).event, event::DISCONNECTED);
         assert_eq!(id::scm_rdma_destroy_id(id), 0);
@@ -463,8 +467,8 @@ fn the_active_side_moves_its_qp_init_then_rtr_rts_when_answered_and_err_on_disco
         assert_eq!(
             vlog.lock().unwrap()[3..],
             [
-                "modify 2 mask 0x1 sgid 0 rd 0/0",
-                "modify 3 mask 0x1 sgid 0 rd 0/0"
+                "modify 2 mask 0x81 sgid 3 rd 0/0",
+                "modify 3 mask 0x201 sgid 0 rd 0/0"
             ]
         );
         assert_eq!(scm_rdma_disconnect(id), 0);
@@ -477,6 +481,51 @@ fn the_active_side_moves_its_qp_init_then_rtr_rts_when_answered_and_err_on_disco
             "destroy_cq".to_string(),
             "destroy_cq".to_string()
         ]));
+        id::scm_rdma_destroy_id(id);
+    }
+}
+
+#[test]
+fn the_ack_timeout_and_tos_options_replace_the_daemons_values() {
+    let (_lib, _st, _vlog, chan) = setup_verbs();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut dst = sa("192.0.2.2:7001");
+        scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000);
+        scm_rdma_ack_cm_event(next(chan));
+        let attrs = |state| {
+            let mut a = ibv_qp_attr {
+                qp_state: state,
+                ..Default::default()
+            };
+            let mut mask = 0;
+            assert_eq!(crate::qp::scm_rdma_init_qp_attr(id, &mut a, &mut mask), 0);
+            (a, mask)
+        };
+        // the daemon's: timeout 14, traffic class 0
+        assert_eq!(attrs(IBV_QPS_RTS).0.timeout, 14);
+        assert_eq!(attrs(IBV_QPS_RTR).0.ah_attr.grh.traffic_class, 0);
+        let mut t: u8 = 19;
+        let v = &mut t as *mut u8 as *mut c_void;
+        assert_eq!(
+            scm_rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, v, 1),
+            0
+        );
+        let mut tos: u8 = 0x60;
+        let v = &mut tos as *mut u8 as *mut c_void;
+        assert_eq!(
+            scm_rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, v, 1),
+            0
+        );
+        let (rts, mask) = attrs(IBV_QPS_RTS);
+        assert_eq!(
+            (rts.timeout, mask & qp_mask::TIMEOUT),
+            (19, qp_mask::TIMEOUT)
+        );
+        assert_eq!(attrs(IBV_QPS_RTR).0.ah_attr.grh.traffic_class, 0x60);
+        // INIT sets neither
+        assert_eq!(attrs(IBV_QPS_INIT).0.timeout, 0);
         id::scm_rdma_destroy_id(id);
     }
 }
@@ -509,8 +558,8 @@ fn the_passive_side_is_ready_before_it_accepts_and_a_reject_errors_the_qp() {
             v[2..],
             [
                 "modify 1 mask 0x1 sgid 0 rd 0/0",
-                "modify 2 mask 0x1 sgid 0 rd 0/3",
-                "modify 3 mask 0x1 sgid 0 rd 2/0"
+                "modify 2 mask 0x81 sgid 3 rd 0/3",
+                "modify 3 mask 0x201 sgid 0 rd 2/0"
             ]
         );
         assert!(log(&st).contains(&"t1 accept 50 qpn 153".to_string()));

@@ -6,102 +6,14 @@
 //! data both ways, and Debian's `udaddy` (UD IDs: Service ID Resolution)
 //! with the server on either device.
 
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+mod common;
 
-const STUCK: Duration = Duration::from_secs(60);
-
-use testkit::abi::profile_dir;
-
-/// What the test needs built or installed, or why it cannot run.
-fn prerequisites() -> Result<(), String> {
-    for (p, why) in [
-        ("/usr/include/rdma/rdma_cma.h", "librdmacm-dev"),
-        ("/usr/bin/rping", "rdmacm-utils"),
-    ] {
-        if !Path::new(p).exists() {
-            return Err(format!("{p} not installed ({why})"));
-        }
-    }
-    for p in ["rnicd", "softrnic-ibverbs/libibverbs.so.1"] {
-        if !profile_dir().join(p).exists() {
-            return Err(format!(
-                "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs)"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `rnicd --mem-pair --name t` in its own socket folder; killed on drop.
-struct Daemon {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let child = Command::new(profile_dir().join("rnicd"))
-            .args(["--mem-pair", "--name", "t", "--one-thread", "--sock-dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start rnicd");
-        let mut d = Daemon { child, dir };
-        testkit::wait_for(STUCK, "rnicd's sockets t0 and t1", || {
-            let up = ["t0.sock", "t1.sock"].map(|s| d.dir.path().join(s).exists());
-            match d.child.try_wait() {
-                Ok(Some(st)) => panic!("rnicd exited ({st})"),
-                _ if up == [true, true] => Ok(()),
-                _ => Err(format!("t0.sock, t1.sock exist: {up:?}")),
-            }
-        });
-        d
-    }
-
-    /// `prog` with both drop-ins first on the library path.
-    fn command(&self, prog: &Path, args: &[&str]) -> Command {
-        let path = format!(
-            "{}:{}",
-            profile_dir().join("softrnic-rdmacm").display(),
-            profile_dir().join("softrnic-ibverbs").display()
-        );
-        let mut c = Command::new(prog);
-        c.args(args)
-            .env("LD_LIBRARY_PATH", path)
-            .env("LD_BIND_NOW", "1")
-            .env("SOFTRNIC_SOCK_DIR", self.dir.path());
-        c
-    }
-
-    /// Runs `prog` to its end.
-    fn run(&self, prog: &Path, args: &[&str]) -> Output {
-        self.command(prog, args).output().expect("run")
-    }
-
-    /// Starts `prog`, its output piped.
-    fn spawn(&self, prog: &Path, args: &[&str]) -> Child {
-        self.command(prog, args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn")
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{profile_dir, Daemon};
+use std::process::Command;
 
 #[test]
 fn a_c_program_uses_the_cm_library_on_rnicd_devices() {
-    if let Err(why) = prerequisites() {
+    if let Err(why) = common::prerequisites(&[]) {
         return testkit::skip_or_fail("the C CM test", &why);
     }
     let d = Daemon::start();
@@ -120,13 +32,9 @@ fn a_c_program_uses_the_cm_library_on_rnicd_devices() {
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
-    let out = d.run(&bin, &[]);
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && text.contains("0 failures"),
-        "{text}"
-    );
+    let out = common::run(&d, bin.to_str().expect("utf-8"), &[]);
+    let text = out.text();
+    assert!(out.ok() && text.contains("0 failures"), "{out}");
     assert!(text.contains("device t0\ndevice t1\n"), "{text}");
     // refusals say why, one line each
     assert!(
@@ -196,16 +104,14 @@ fn udaddy_resolves_and_exchanges_datagrams_with_the_server_on_either_device() {
 
 #[test]
 fn rping_verifies_its_data_both_ways_over_rnicds_cm() {
-    if let Err(why) = prerequisites() {
+    if let Err(why) = common::prerequisites(&["rping"]) {
         return testkit::skip_or_fail("the rping test", &why);
     }
     let d = Daemon::start();
-    let rping = Path::new("/usr/bin/rping");
     // 192.0.2.1 is t0's address (its GID through libibverbs), 192.0.2.2 t1's
-    let server = d.spawn(
-        rping,
-        &[
-            "-s",
+    let args = |role| {
+        [
+            role,
             "-v",
             "-V",
             "-C",
@@ -214,55 +120,22 @@ fn rping_verifies_its_data_both_ways_over_rnicds_cm() {
             "192.0.2.1",
             "-p",
             "7471",
-        ],
-    );
-    // the client's REQ is rejected (no listener) until the server listens:
-    // connect again until it is heard
-    let mut tries = 0;
-    let client = testkit::wait_for(STUCK, "rping's client connected to its server", || {
-        tries += 1;
-        let out = d.run(
-            rping,
-            &[
-                "-c",
-                "-v",
-                "-V",
-                "-C",
-                "50",
-                "-a",
-                "192.0.2.1",
-                "-p",
-                "7471",
-            ],
-        );
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(!err.contains("symbol lookup error"), "{err}");
-        if out.status.success() {
-            Ok(out)
-        } else if err.contains("REJECTED") {
-            Err(format!("try {tries}: {err}"))
-        } else {
-            panic!("rping client: {:?}\n{err}", out.status)
-        }
-    });
-    let server = server.wait_with_output().expect("rping server");
-    let (cout, sout) = (
-        String::from_utf8_lossy(&client.stdout),
-        String::from_utf8_lossy(&server.stdout),
-    );
-    assert!(
-        server.status.success(),
-        "rping server: {:?}\n{sout}\n{}",
-        server.status,
-        String::from_utf8_lossy(&server.stderr)
-    );
+        ]
+    };
+    let (server, client) =
+        common::server_and_client(&d, "t0", ("rping", &args("-s")), ("rping", &args("-c")));
+    assert!(client.ok(), "{client}\n{server}");
+    assert!(server.ok(), "{server}");
     // -v prints each ping; -V has each side check the data it got
     for i in [0, 25, 49] {
         let line = format!("rdma-ping-{i}: ");
-        assert!(cout.contains(&format!("ping data: {line}")), "{cout}");
         assert!(
-            sout.contains(&format!("server ping data: {line}")),
-            "{sout}"
+            client.stdout.contains(&format!("ping data: {line}")),
+            "{client}"
+        );
+        assert!(
+            server.stdout.contains(&format!("server ping data: {line}")),
+            "{server}"
         );
     }
 }

@@ -13,7 +13,9 @@
 //! - [`netns`]: network namespaces and veth pairs a test creates and
 //!   removes itself;
 //! - [`pcap`]: the capture files the tests read;
-//! - [`abi`]: C structure layouts against the system's headers.
+//! - [`abi`]: C structure layouts against the system's headers;
+//! - [`rnicd`]: a `rnicd --mem-pair` of a test's own, for the drop-in
+//!   libraries' tests.
 //!
 //! The simulators (two RNICs on impaired links, the switch fabric) are the
 //! `sim` crate's; the pcap conformance checker is the `conform` crate's.
@@ -21,6 +23,7 @@
 pub mod abi;
 pub mod netns;
 pub mod pcap;
+pub mod rnicd;
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};

@@ -276,7 +276,8 @@ impl CmClient {
     }
 
     /// `rdma_init_qp_attr`: the attributes and their `ibv_qp_attr_mask`
-    /// that move the ID's QP to `state` (INIT, RTR or RTS).
+    /// that move the ID's QP to `state` (INIT, RTR or RTS). The active
+    /// side's RTU waits until it asks for RTS (its QP has done RTR).
     pub fn init_qp_attr(&self, id: CmIdNo, state: QpState) -> Result<(QpAttr, u32)> {
         match self.cmd(CmRequest::InitQpAttr { id, state })? {
             CmResponse::QpAttr { attr, mask } => Ok((attr, mask)),
@@ -284,7 +285,9 @@ impl CmClient {
         }
     }
 
-    /// `rdma_establish`: the passive side's QP received before the RTU.
+    /// `rdma_establish`: the active side's QP is ready (its RTU goes, if
+    /// RTS was not asked for), or the passive side's QP received before
+    /// the RTU.
     pub fn establish(&self, id: CmIdNo) -> Result<()> {
         self.unit(CmRequest::Establish { id })
     }

@@ -15,8 +15,8 @@ pub struct QpInner {
     /// Sends posted (the send ring's producer index: slot of the next
     /// inline copy).
     pub posted: u32,
-    /// Inline sends are copied here (one `MAX_INLINE` slot per ring entry)
-    /// and sent from this region: (buffer, lkey, slots).
+    /// Inline sends are copied here (one `cap.max_inline_data` slot per
+    /// ring entry) and sent from this region: (buffer, lkey, slots).
     pub inline: Option<(Buffer, softrnic::Mr, u32)>,
     pub cap: ibv_qp_cap,
     pub sq_sig_all: bool,
@@ -94,8 +94,15 @@ unsafe fn create_qp_common(
         errno_of(&e)
     })?;
     let (sq_entries, rq_entries) = q.entries();
-    let inline = if cap.max_inline_data > 0 {
-        let bytes = sq_entries as usize * MAX_INLINE as usize;
+    // as rxe sizes a send WQE: the space of its gather list (16 bytes an
+    // SGE) carries inline data too, so a QP asked for none still takes
+    // inline sends of that size (rdma_xclient relies on it)
+    let inline_cap = cap
+        .max_inline_data
+        .max(cap.max_send_sge.saturating_mul(16))
+        .min(MAX_INLINE);
+    let inline = if inline_cap > 0 {
+        let bytes = sq_entries as usize * inline_cap as usize;
         let made = p
             .inner
             .alloc_buffer(bytes)
@@ -123,7 +130,7 @@ unsafe fn create_qp_common(
     if srq.is_none() {
         cap.max_recv_sge = d.max_sge;
     }
-    cap.max_inline_data = if inline.is_some() { MAX_INLINE } else { 0 };
+    cap.max_inline_data = if inline.is_some() { inline_cap } else { 0 };
     let qpn = q.qpn;
     // SAFETY: ibv_qp's mutex/cond: zero is their static initializer.
     let mut ibv: ibv_qp = unsafe { std::mem::zeroed() };

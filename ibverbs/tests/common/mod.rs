@@ -1,18 +1,12 @@
 //! What the drop-in's tests share: where the build put things, a
-//! `rnicd --mem-pair` of their own, running as `nobody` when root, and the
-//! loud SKIPPED / CI rule for tools that are not installed.
+//! `rnicd --mem-pair` of their own, running as `nobody` when root
+//! (`testkit::rnicd`), and the loud SKIPPED / CI rule for tools that are
+//! not installed.
 #![allow(dead_code)]
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-/// How long a test waits for a condition (a socket, a log line, a port
-/// state): far more than a loaded machine needs, so only a stuck run
-/// reaches it.
-pub const STUCK: Duration = Duration::from_secs(60);
-
 // each test binary uses some of them
+#[allow(unused_imports)]
+pub use testkit::rnicd::{cmd, have, is_root, Daemon, STUCK};
 #[allow(unused_imports)]
 pub use testkit::{poll_within, wait_for};
 
@@ -22,72 +16,3 @@ pub fn missing(why: &str) -> bool {
 }
 
 pub use testkit::abi::profile_dir;
-
-pub fn have(prog: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {prog}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() == 0 }
-}
-
-/// A command, as `nobody` when we are root.
-pub fn cmd(prog: &str) -> Command {
-    if is_root() {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-        c.arg(prog);
-        c
-    } else {
-        Command::new(prog)
-    }
-}
-
-/// `rnicd --mem-pair --name t` in its own socket folder; killed on drop.
-pub struct Daemon {
-    pub child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    pub fn start() -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
-        // SAFETY: chmod of our own temp folder (a NUL-terminated path) so
-        // `nobody` can use it.
-        unsafe { libc::chmod(p.as_ptr(), 0o777) };
-        let child = cmd(profile_dir().join("rnicd").to_str().expect("utf-8"))
-            .args(["--mem-pair", "--name", "t", "--one-thread", "--sock-dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start rnicd");
-        let mut d = Daemon { child, dir };
-        wait_for(STUCK, "rnicd's sockets t0 and t1", || {
-            let up = ["t0.sock", "t1.sock"].map(|s| d.dir.path().join(s).exists());
-            match d.child.try_wait() {
-                Ok(Some(st)) => panic!("rnicd exited ({st})"),
-                _ if up == [true, true] => Ok(()),
-                _ => Err(format!("t0.sock, t1.sock exist: {up:?}")),
-            }
-        });
-        d
-    }
-
-    pub fn sock_dir(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}

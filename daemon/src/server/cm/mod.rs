@@ -339,7 +339,10 @@ fn request(
             p.max_cm_retries = timers.max_retries & 0x0F;
             p.private_data = pd;
             let c = s.cm.connect(now, &p);
-            id_mut(s, owner, id)?.conn = Some(c);
+            let i = id_mut(s, owner, id)?;
+            i.conn = Some(c);
+            i.rtu_held = true;
+            i.held_rtu = None;
             s.by_conn.insert(c.0, id);
             done()
         }
@@ -399,13 +402,21 @@ fn request(
             let mtu = s.mtu;
             let i = id_mut(s, owner, id)?;
             let (attr, mask) = init_qp_attr(i, state, mtu)?;
+            // the active side asks for RTS after RTR: its QP receives now
+            if state == QpStateMsg::Rts {
+                s.release_rtu(id);
+            }
             Ok((CmResponse::QpAttr { attr, mask }, None))
         }
         CmRequest::Establish { id } => {
             let c = id_mut(s, owner, id)?
                 .conn
                 .ok_or(CmRequestError::WrongState)?;
-            s.cm.established(c)?;
+            // the active side's rdma_establish: the RTU goes; the passive
+            // side's: its QP heard the peer first
+            if !s.release_rtu(id) {
+                s.cm.established(c)?;
+            }
             done()
         }
         CmRequest::Notify { id, event } => {

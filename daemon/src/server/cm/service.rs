@@ -11,7 +11,7 @@ use nic::verbs::AhAttr;
 use nic::Instant;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use wire::mad::{attr, IpCmPrivateData, MadHeader, MAD_LEN};
+use wire::mad::{attr, CmMessage, IpCmPrivateData, MadBody, MadHeader, MAD_LEN};
 use wire::{EthernetAddress, Gid};
 
 /// Events a channel holds for a client that does not read them; more are
@@ -65,6 +65,11 @@ pub(crate) struct Id {
     /// Events reported on it.
     pub(crate) events: u32,
     pub(crate) disconnected: bool,
+    /// As the active side: the RTU waits until the client's QP can
+    /// receive (it asks for the RTS attributes, or `rdma_establish`).
+    pub(crate) rtu_held: bool,
+    /// The RTU the CM made meanwhile (its destination and bytes).
+    pub(crate) held_rtu: Option<(CmAddr, [u8; MAD_LEN])>,
 }
 
 impl Id {
@@ -93,6 +98,8 @@ impl Id {
             rnr_retry_count: 7,
             events: 0,
             disconnected: false,
+            rtu_held: false,
+            held_rtu: None,
         }
     }
 }
@@ -123,6 +130,8 @@ pub(crate) struct CmService {
     /// (attribute, transaction) of the REQs, REPs, DREQs and SIDR_REQs
     /// sent: a repeat is a retry.
     sent: HashSet<(u16, u64)>,
+    /// RTUs released by their IDs, sent on the next pump.
+    released: Vec<(CmAddr, [u8; MAD_LEN])>,
 }
 
 /// The counter suffix of a CM attribute.
@@ -195,6 +204,7 @@ impl CmService {
             neigh: HashMap::new(),
             counters: BTreeMap::new(),
             sent: HashSet::new(),
+            released: Vec::new(),
         }
     }
 
@@ -230,6 +240,9 @@ impl CmService {
         while let Some(ev) = self.cm.poll_event() {
             self.on_event(ev);
         }
+        for (to, buf) in std::mem::take(&mut self.released) {
+            self.send(r, to, attr::RTU, &buf);
+        }
         let mut buf = [0u8; MAD_LEN];
         while let Some((to, mad)) = self.cm.poll_transmit(now) {
             let a = mad.header.attribute_id;
@@ -244,16 +257,47 @@ impl CmService {
             if self.sent.len() > 65536 {
                 self.sent.clear();
             }
-            let Some(&mac) = self.neigh.get(&to.gid) else {
-                self.count("cm_tx_no_neighbour");
-                continue;
-            };
-            match r.send_gsi(&AhAttr::new(Gid(to.gid), mac), &buf) {
-                Ok(()) => self.count(tx_name(a)),
-                Err(_) => self.count("cm_tx_queue_full"),
+            // IBA 12.6.9: the active side sends the RTU once its QP is
+            // ready; until its client says so, the RTU (a repeat for a
+            // duplicate REP too) waits
+            if let MadBody::Cm(CmMessage::Rtu(ids)) = &mad.body {
+                let held = self
+                    .by_conn
+                    .get(&ids.local_comm_id)
+                    .and_then(|n| self.ids.get_mut(n))
+                    .filter(|i| i.rtu_held);
+                if let Some(i) = held {
+                    i.held_rtu = Some((to, buf));
+                    continue;
+                }
             }
+            self.send(r, to, a, &buf);
         }
         self.flush();
+    }
+
+    /// Sends one MAD to `to` on QP 1.
+    fn send(&mut self, r: &mut Rnic, to: CmAddr, attribute: u16, buf: &[u8; MAD_LEN]) {
+        let Some(&mac) = self.neigh.get(&to.gid) else {
+            return self.count("cm_tx_no_neighbour");
+        };
+        match r.send_gsi(&AhAttr::new(Gid(to.gid), mac), buf) {
+            Ok(()) => self.count(tx_name(attribute)),
+            Err(_) => self.count("cm_tx_queue_full"),
+        }
+    }
+
+    /// The active side's QP of `no` is ready: its RTU goes (now, if the
+    /// REP came) and is not held again. False if `no` held none.
+    pub(crate) fn release_rtu(&mut self, no: CmIdNo) -> bool {
+        let Some(i) = self.ids.get_mut(&no).filter(|i| i.rtu_held) else {
+            return false;
+        };
+        i.rtu_held = false;
+        if let Some(rtu) = i.held_rtu.take() {
+            self.released.push(rtu);
+        }
+        true
     }
 
     /// Sends what the channels hold, as far as their sockets take it.
@@ -500,6 +544,7 @@ impl CmService {
             m.insert(d.name().to_string(), *n);
         }
         m.insert("cm_ids".into(), self.ids.len() as u64);
+        m.insert("cm_listeners".into(), self.listeners.len() as u64);
         m
     }
 }

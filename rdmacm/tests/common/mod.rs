@@ -1,0 +1,223 @@
+//! What the CM library's tests share: a `rnicd --mem-pair`
+//! (`testkit::rnicd`: t0 is 192.0.2.1, t1 192.0.2.2), programs run with
+//! both drop-ins first on the library path, each with a deadline and
+//! killed if it outlives it or the test, and the daemon's count of
+//! listening CM IDs (so a client starts once its server listens).
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use testkit::abi::profile_dir;
+pub use testkit::rnicd::{have, Daemon, STUCK};
+
+/// How long one tool process may run.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// What the test needs built or installed (`progs` on the PATH), or why
+/// it cannot run.
+pub fn prerequisites(progs: &[&str]) -> Result<(), String> {
+    if !Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        return Err("/usr/include/rdma/rdma_cma.h not installed (librdmacm-dev)".into());
+    }
+    for p in progs {
+        if !have(p) {
+            return Err(format!("{p} not installed (rdmacm-utils, perftest)"));
+        }
+    }
+    for p in [
+        "rnicd",
+        "softrnic-ibverbs/libibverbs.so.1",
+        "softrnic-rdmacm/librdmacm.so.1",
+    ] {
+        if !profile_dir().join(p).exists() {
+            return Err(format!(
+                "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs -p softrnic-rdmacm)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `prog args` with both drop-ins first on the library path, talking to
+/// `d`'s devices only.
+pub fn command(d: &Daemon, prog: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Command {
+    let path = format!(
+        "{}:{}",
+        profile_dir().join("softrnic-rdmacm").display(),
+        profile_dir().join("softrnic-ibverbs").display()
+    );
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", path)
+        .env("LD_BIND_NOW", "1")
+        .env("SOFTRNIC_SOCK_DIR", d.sock_dir())
+        .stdin(Stdio::null());
+    c
+}
+
+/// A running program, its output drained meanwhile (a chatty one must not
+/// block on a full pipe); killed on drop.
+pub struct Running {
+    what: String,
+    child: Child,
+    out: Option<JoinHandle<Vec<u8>>>,
+    err: Option<JoinHandle<Vec<u8>>>,
+}
+
+/// How a program ended.
+pub struct Finished {
+    pub what: String,
+    /// None: killed at its deadline.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    pub fn ok(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// Ended by itself with a non-zero exit code (not by a signal).
+    pub fn failed_cleanly(&self) -> bool {
+        self.status
+            .is_some_and(|s| s.code().is_some_and(|c| c != 0))
+    }
+
+    pub fn text(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+impl std::fmt::Display for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = match self.status {
+            Some(s) => format!("{s}"),
+            None => format!("KILLED after {DEADLINE:?}"),
+        };
+        write!(
+            f,
+            "{}: {status}\n--- stdout\n{}--- stderr\n{}",
+            self.what, self.stdout, self.stderr
+        )
+    }
+}
+
+fn drain(r: Option<impl std::io::Read + Send + 'static>) -> Option<JoinHandle<Vec<u8>>> {
+    r.map(|mut r| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    })
+}
+
+impl Running {
+    pub fn start(d: &Daemon, prog: &str, args: &[&str]) -> Running {
+        let what = format!("{prog} {}", args.join(" "));
+        let mut child = command(d, prog, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+        Running {
+            what,
+            child,
+            out,
+            err,
+        }
+    }
+
+    /// Whether it has ended.
+    pub fn ended(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
+    }
+
+    /// Waits for its end until `deadline`, killing it then.
+    pub fn finish(mut self, deadline: Instant) -> Finished {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let status = testkit::poll_within(left, || self.child.try_wait().ok().flatten());
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let text = |h: Option<JoinHandle<Vec<u8>>>| {
+            let v = h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+            String::from_utf8_lossy(&v).into_owned()
+        };
+        Finished {
+            what: std::mem::take(&mut self.what),
+            status,
+            stdout: text(self.out.take()),
+            stderr: text(self.err.take()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `prog args` to its end (at most [`DEADLINE`]).
+pub fn run(d: &Daemon, prog: &str, args: &[&str]) -> Finished {
+    Running::start(d, prog, args).finish(Instant::now() + DEADLINE)
+}
+
+/// The CM IDs listening on device `dev` of `d` (rnicd's `cm_listeners`).
+pub fn listeners(d: &Daemon, dev: &str) -> Result<u64, String> {
+    let c = softrnic::Context::open(d.sock_dir().join(format!("{dev}.sock")))
+        .map_err(|e| format!("{dev}: {e}"))?;
+    let s = c.stats().map_err(|e| format!("{dev}: stats: {e}"))?;
+    Ok(s.cm.get("cm_listeners").copied().unwrap_or(0))
+}
+
+/// Starts `server` (whose listener is on device `dev`), waits until it
+/// listens there, runs `client` to its end, then waits for the server
+/// (briefly when the client failed: the server may wait for ever) and for
+/// its listeners to be gone.
+pub fn server_and_client(
+    d: &Daemon,
+    dev: &str,
+    server: (&str, &[&str]),
+    client: (&str, &[&str]),
+) -> (Finished, Finished) {
+    let before = listeners(d, dev).expect("rnicd's CM counters");
+    let mut s = Running::start(d, server.0, server.1);
+    testkit::wait_for(STUCK, "the server listening", || {
+        if s.ended() {
+            return Ok(());
+        }
+        match listeners(d, dev) {
+            Ok(n) if n > before => Ok(()),
+            Ok(n) => Err(format!("{n} listeners on {dev}")),
+            Err(e) => Err(e),
+        }
+    });
+    let c = run(d, client.0, client.1);
+    let grace = if c.ok() {
+        DEADLINE
+    } else {
+        Duration::from_secs(5)
+    };
+    let s = s.finish(Instant::now() + grace);
+    // the daemon forgets a process's listeners once it sees it gone: the
+    // next run may reuse the port
+    testkit::wait_for(STUCK, "the server's listeners gone", || {
+        match listeners(d, dev) {
+            Ok(n) if n <= before => Ok(()),
+            Ok(n) => Err(format!("{n} listeners on {dev}")),
+            Err(e) => Err(e),
+        }
+    });
+    (s, c)
+}
