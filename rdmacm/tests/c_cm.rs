@@ -43,63 +43,37 @@ fn a_c_program_uses_the_cm_library_on_rnicd_devices() {
     );
 }
 
-/// `udaddy` server on `server_ip` and client towards it, `args` more for
-/// both; the client repeats while the server is not yet listening
-/// (UNREACHABLE, status 1: the service ID is not supported yet).
-fn udaddy_pair(d: &Daemon, server_ip: &str, args: &[&str]) {
-    let udaddy = Path::new("/usr/bin/udaddy");
+/// `udaddy` server on `server_ip` (device `dev`) and client towards it,
+/// `args` more for both: each sends its messages and receives the other's.
+fn udaddy_pair(d: &Daemon, dev: &str, server_ip: &str, args: &[&str]) {
     let mut sargs = vec!["-b", server_ip];
     sargs.extend_from_slice(args);
-    let server = d.spawn(udaddy, &sargs);
     let mut cargs = vec!["-s", server_ip];
     cargs.extend_from_slice(args);
-    let mut tries = 0;
-    let client = testkit::wait_for(STUCK, "udaddy's client resolved its server", || {
-        tries += 1;
-        let out = d.run(udaddy, &cargs);
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(!text.contains("symbol lookup error"), "{text}");
-        if out.status.success() {
-            Ok(text)
-        } else if text.contains("RDMA_CM_EVENT_UNREACHABLE, error: 1") {
-            Err(format!("try {tries}: {text}"))
-        } else {
-            panic!("udaddy client: {:?}\n{text}", out.status)
-        }
-    });
-    let server = server.wait_with_output().expect("udaddy server");
-    let stext = String::from_utf8_lossy(&server.stdout).to_string()
-        + &String::from_utf8_lossy(&server.stderr);
-    assert!(
-        server.status.success(),
-        "udaddy server: {:?}\n{stext}",
-        server.status
-    );
-    // each side sends its messages and receives the other's
-    for text in [&client, &stext] {
+    let (s, c) = common::server_and_client(d, dev, ("udaddy", &sargs), ("udaddy", &cargs));
+    assert!(s.ok() && c.ok(), "{s}\n{c}");
+    for text in [c.text(), s.text()] {
         assert!(text.contains("data transfers complete"), "{text}");
         assert!(text.contains("return status 0"), "{text}");
     }
-    assert!(client.contains("initiating data transfers"), "{client}");
-    assert!(stext.contains("sending replies"), "{stext}");
+    assert!(c.text().contains("initiating data transfers"), "{c}");
+    assert!(s.text().contains("sending replies"), "{s}");
 }
 
 #[test]
 fn udaddy_resolves_and_exchanges_datagrams_with_the_server_on_either_device() {
-    if let Err(why) = prerequisites() {
+    if let Err(why) = common::prerequisites(&["udaddy"]) {
         return testkit::skip_or_fail("the udaddy test", &why);
-    }
-    if !Path::new("/usr/bin/udaddy").exists() {
-        return testkit::skip_or_fail(
-            "the udaddy test",
-            "/usr/bin/udaddy not installed (rdmacm-utils)",
-        );
     }
     let d = Daemon::start();
     // 192.0.2.1 is t0's address, 192.0.2.2 t1's: the server on each
-    udaddy_pair(&d, "192.0.2.1", &[]);
-    udaddy_pair(&d, "192.0.2.2", &["-c", "3", "-C", "40", "-S", "1000"]);
+    udaddy_pair(&d, "t0", "192.0.2.1", &[]);
+    udaddy_pair(
+        &d,
+        "t1",
+        "192.0.2.2",
+        &["-c", "3", "-C", "40", "-S", "1000"],
+    );
 }
 
 #[test]
