@@ -10,105 +10,20 @@
 
 mod common;
 
-use common::{tempdir, Daemon, T};
-use nic::io::impair::{Fate, Impaired, Interceptor};
-use nic::verbs::{QpAttr, RecvWr, SendOp, SendWr, Sgl, Wc, WcStatus};
+use common::cm::{count, daemon, daemon_with, pair_with, server_addr, Side, SERVER_IP};
+use common::T;
+use nic::io::impair::{Fate, Interceptor};
+use nic::verbs::{RecvWr, SendOp, SendWr, Sgl, WcStatus};
 use softrnic::client::cm::{
-    CmClient, CmEventKind, CmEventMsg, CmIdNo, CmQpType, ConnParam, EventChannel, PortSpace,
-    QpState,
+    CmEventKind, CmIdNo, CmQpType, ConnParam, EventChannel, PortSpace, QpState,
 };
-use softrnic::server::{CmTimers, Server, ServerConfig};
-use softrnic::{Buffer, Context, Cq, Mr, Pd, Qp, QpInitAttr, QpKind, ACCESS_ALL};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use softrnic::server::{CmTimers, Server};
+use softrnic::{Context, QpInitAttr, QpKind, ACCESS_ALL};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use wire::mad::{attr, MadHeader};
-
-const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
-
-/// One side: verbs objects and a CM connection with its channel.
-struct Side {
-    _ctx: Arc<Context>,
-    _pd: Pd,
-    buf: Buffer,
-    mr: Mr,
-    cq: Cq,
-    qp: Qp,
-    cm: CmClient,
-    ch: EventChannel,
-}
-
-impl Side {
-    fn new(sock: &Path) -> Side {
-        let ctx = Context::open(sock).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let buf = pd.alloc_buffer(1 << 16).unwrap();
-        let mr = pd.reg_mr(&buf, 0, 1 << 16, ACCESS_ALL).unwrap();
-        let cq = ctx.create_cq(64).unwrap();
-        let qp = pd
-            .create_qp(&QpInitAttr {
-                qp_type: QpKind::Rc,
-                send_cq: cq.handle,
-                recv_cq: cq.handle,
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                sq_sig_all: true,
-                srq: None,
-            })
-            .unwrap();
-        Side {
-            _ctx: ctx,
-            _pd: pd,
-            buf,
-            mr,
-            cq,
-            qp,
-            cm: CmClient::open(sock).unwrap(),
-            ch: EventChannel::open(sock).unwrap(),
-        }
-    }
-
-    fn id(&self, ctx: u64) -> CmIdNo {
-        self.cm
-            .create_id(self.ch.token(), PortSpace::TCP, CmQpType::Rc, ctx)
-            .unwrap()
-    }
-
-    /// The next event, waiting on the channel's descriptor.
-    fn event(&self) -> CmEventMsg {
-        let mut p = libc::pollfd {
-            fd: self.ch.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll(2) on one pollfd that lives across the call.
-        let n = unsafe { libc::poll(&mut p, 1, T.as_millis() as i32) };
-        assert_eq!(n, 1, "no CM event within {T:?}");
-        self.ch.next(true).unwrap().expect("readable: an event")
-    }
-
-    fn expect(&self, kind: CmEventKind) -> CmEventMsg {
-        let e = self.event();
-        assert_eq!(e.kind, kind, "{e:?}");
-        e
-    }
-
-    /// Moves the QP to `state` with the CM's attributes; returns them.
-    fn move_qp(&self, id: CmIdNo, state: QpState) -> QpAttr {
-        let (a, mask) = self.cm.init_qp_attr(id, state).unwrap();
-        assert_ne!(mask, 0);
-        let attr = QpAttr::try_from(&a).unwrap();
-        self.qp.modify(&attr).unwrap();
-        attr
-    }
-
-    fn wait_wc(&mut self) -> Wc {
-        let mut out = Vec::new();
-        testkit::wait_until(T, "a completion", || self.cq.poll(1, &mut out) > 0);
-        out.remove(0)
-    }
-}
 
 fn param(qpn: u32, pd: &[u8]) -> ConnParam {
     ConnParam {
@@ -122,42 +37,12 @@ fn param(qpn: u32, pd: &[u8]) -> ConnParam {
     }
 }
 
-fn server_addr(port: u16) -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(SERVER_IP), port)
-}
-
-/// The client's ID resolved towards `port` on the server.
-fn resolved(c: &Side, port: u16) -> CmIdNo {
-    let id = c.id(9);
-    // nothing queued yet: the descriptor is not readable
-    assert!(c.ch.next(true).unwrap().is_none());
-    c.cm.resolve_addr(id, None, server_addr(port), 2000)
-        .unwrap();
-    let e = c.expect(CmEventKind::ADDR_RESOLVED);
-    assert_eq!((e.id, e.user_ctx, e.status), (id, 9, 0));
-    c.cm.resolve_route(id, 2000).unwrap();
-    c.expect(CmEventKind::ROUTE_RESOLVED);
-    let q = c.cm.query(id).unwrap();
-    assert_eq!(q.dst, Some(server_addr(port)));
-    assert_eq!((q.path_mtu, q.num_paths, q.pkey), (4096, 1, 0xFFFF));
-    id
-}
-
-/// The server's listening ID on `port`.
-fn listening(s: &Side, port: u16) -> CmIdNo {
-    let l = s.id(7);
-    let b = s.cm.bind(l, server_addr(port)).unwrap();
-    assert_eq!((b.addr, b.port), (server_addr(port), 1));
-    s.cm.listen(l, 8).unwrap();
-    l
-}
-
 /// Connects `c` to `s` (listening on `port`) and brings both QPs up.
 fn establish(c: &mut Side, s: &mut Side, port: u16) -> (CmIdNo, CmIdNo) {
-    let l = listening(s, port);
-    let cid = resolved(c, port);
+    let l = s.listening(port);
+    let cid = c.resolved(port);
     c.move_qp(cid, QpState::Init);
-    let rtus = || count(&c._ctx.stats().unwrap().cm, "cm_tx_rtu");
+    let rtus = || count(&c.ctx.stats().unwrap().cm, "cm_tx_rtu");
     let rtu0 = rtus();
     c.cm.connect(cid, &param(c.qp.qpn, b"hello")).unwrap();
     let req = s.expect(CmEventKind::CONNECT_REQUEST);
@@ -216,24 +101,10 @@ fn send_data(c: &mut Side, s: &mut Side) {
     assert_eq!(s.buf.to_vec(0, data.len()), data);
 }
 
-fn daemon(tag: &str) -> (Daemon, PathBuf, PathBuf) {
-    daemon_with(tag, &[])
-}
-
-/// An rnicd --mem-pair with `extra` options.
-fn daemon_with(tag: &str, extra: &[&str]) -> (Daemon, PathBuf, PathBuf) {
-    let dir = tempdir(tag);
-    let mut args = vec!["--mem-pair", "--name", "c"];
-    args.extend_from_slice(extra);
-    let d = Daemon::start(None, &args, &dir);
-    let (a, b) = (PathBuf::from(d.sock("c0")), PathBuf::from(d.sock("c1")));
-    (d, a, b)
-}
-
 #[test]
 fn connect_accept_move_data_and_disconnect() {
     let (_d, s0, s1) = daemon("cm-conn");
-    let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
+    let (mut c, mut s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
     let (cid, sid) = establish(&mut c, &mut s, 7471);
     send_data(&mut c, &mut s);
     // every event read: the channel is not readable
@@ -254,12 +125,12 @@ fn connect_accept_move_data_and_disconnect() {
     assert_eq!((e.kind, e.id), (CmEventKind::DISCONNECTED, sid));
     c.expect(CmEventKind::DISCONNECTED);
     assert!(s.ch.next(true).unwrap().is_none());
-    let st = c._ctx.stats().unwrap().cm;
+    let st = c.ctx.stats().unwrap().cm;
     assert_eq!(st.get("cm_tx_req"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_rx_rep"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_tx_rtu"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_tx_dreq"), Some(&1), "{st:?}");
-    let st = s._ctx.stats().unwrap().cm;
+    let st = s.ctx.stats().unwrap().cm;
     assert_eq!(st.get("cm_rx_req"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_tx_rep"), Some(&1), "{st:?}");
     assert_eq!(st.get("cm_tx_drep"), Some(&1), "{st:?}");
@@ -280,9 +151,9 @@ fn connect_accept_move_data_and_disconnect() {
 #[test]
 fn reject_and_no_listener_give_rejected() {
     let (_d, s0, s1) = daemon("cm-rej");
-    let (c, s) = (Side::new(&s0), Side::new(&s1));
-    listening(&s, 7000);
-    let cid = resolved(&c, 7000);
+    let (c, s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
+    s.listening(7000);
+    let cid = c.resolved(7000);
     c.cm.connect(cid, &param(c.qp.qpn, b"please")).unwrap();
     let req = s.expect(CmEventKind::CONNECT_REQUEST);
     s.cm.reject(req.id, b"go away").unwrap();
@@ -292,7 +163,7 @@ fn reject_and_no_listener_give_rejected() {
     assert_eq!(&e.conn.unwrap().private_data[..7], b"go away");
 
     // a port nobody listens on: IBA Table 104 reason 8, invalid service ID
-    let cid = resolved(&c, 7001);
+    let cid = c.resolved(7001);
     c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
     let e = c.expect(CmEventKind::REJECTED);
     assert_eq!(e.status, 8);
@@ -306,7 +177,7 @@ fn reject_and_no_listener_give_rejected() {
 #[test]
 fn a_closed_client_connection_disconnects_its_ids() {
     let (_d, s0, s1) = daemon("cm-orphan");
-    let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
+    let (mut c, mut s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
     establish(&mut c, &mut s, 7100);
     // the client goes away: its connected ID sends a DREQ
     drop(c);
@@ -358,52 +229,14 @@ fn impaired_pair(tag: &str, dropper: usize, attribute: u16) -> (Vec<Server>, Arc
     (pair_with(tag, dropper, Box::new(i), timers), dropped)
 }
 
-/// Two devices in this process on an in-memory wire; device `which`
-/// sends through `interceptor`.
-fn pair_with(
-    tag: &str,
-    which: usize,
-    interceptor: Box<dyn Interceptor>,
-    cm: CmTimers,
-) -> Vec<Server> {
-    let dir = tempdir(tag);
-    let macs = [
-        wire::EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
-        wire::EthernetAddress([0x02, 0x53, 0x52, 0, 0, 2]),
-    ];
-    let (p0, p1) = nic::io::mem::pair(macs, 4096);
-    let (p0, p1): (Box<dyn nic::io::Port>, Box<dyn nic::io::Port>) = if which == 0 {
-        (Box::new(Impaired::new(p0, interceptor)), Box::new(p1))
-    } else {
-        (Box::new(p0), Box::new(Impaired::new(p1, interceptor)))
-    };
-    let cfg = |i: u8, name: &str| ServerConfig {
-        name: name.into(),
-        sock_dir: dir.clone(),
-        mode: 0o600,
-        gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 1 + i)),
-        engine: nic::engine::EngineConfig::default(),
-        bell: true,
-        cm,
-    };
-    Server::start_many(
-        vec![
-            (p0, cfg(0, &format!("{tag}0"))),
-            (p1, cfg(1, &format!("{tag}1"))),
-        ],
-        false,
-    )
-    .unwrap()
-}
-
 fn lost_message_is_retried(tag: &str, dropper: usize, attribute: u16) {
     let (servers, dropped) = impaired_pair(tag, dropper, attribute);
-    let mut c = Side::new(servers[0].socket_path());
-    let mut s = Side::new(servers[1].socket_path());
+    let mut c = Side::new(servers[0].socket_path(), QpKind::Rc);
+    let mut s = Side::new(servers[1].socket_path(), QpKind::Rc);
     establish(&mut c, &mut s, 7200);
     assert_eq!(dropped.load(Ordering::SeqCst), 1, "the message was dropped");
     send_data(&mut c, &mut s);
-    let st = if dropper == 0 { &c } else { &s }._ctx.stats().unwrap().cm;
+    let st = if dropper == 0 { &c } else { &s }.ctx.stats().unwrap().cm;
     if attribute != attr::RTU {
         // REQ and REP are retransmitted on their timer (IBA 12.6.5, 12.6.8;
         // a lost REP also goes again as the answer to the repeated REQ)
@@ -448,17 +281,13 @@ const SHORT: CmTimers = CmTimers {
     max_retries: 4,
 };
 
-fn count(st: &std::collections::BTreeMap<String, u64>, k: &str) -> u64 {
-    st.get(k).copied().unwrap_or(0)
-}
-
 #[test]
 fn a_connect_to_a_peer_that_never_answers_ends_unreachable() {
     let gone = Arc::new(AtomicBool::new(true));
     let servers = pair_with("cmgone", 1, Box::new(Vanish(gone)), SHORT);
-    let c = Side::new(servers[0].socket_path());
-    let _s = Side::new(servers[1].socket_path());
-    let cid = resolved(&c, 7400);
+    let c = Side::new(servers[0].socket_path(), QpKind::Rc);
+    let _s = Side::new(servers[1].socket_path(), QpKind::Rc);
+    let cid = c.resolved(7400);
     c.move_qp(cid, QpState::Init);
     c.cm.connect(cid, &param(c.qp.qpn, b"anyone?")).unwrap();
     // IBA 12.6.5: the REQ goes 1 + Max CM Retries times, then the attempt
@@ -466,7 +295,7 @@ fn a_connect_to_a_peer_that_never_answers_ends_unreachable() {
     let e = c.expect(CmEventKind::UNREACHABLE);
     assert_eq!(e.id, cid);
     assert_eq!(e.status, -libc::ETIMEDOUT);
-    let st = c._ctx.stats().unwrap().cm;
+    let st = c.ctx.stats().unwrap().cm;
     assert_eq!(count(&st, "cm_tx_req"), 5, "{st:?}");
     assert_eq!(count(&st, "cm_retries"), 4, "{st:?}");
     assert_eq!(count(&st, "cm_timeouts"), 1, "{st:?}");
@@ -478,8 +307,8 @@ fn a_connect_to_a_peer_that_never_answers_ends_unreachable() {
 fn an_established_connection_whose_peer_vanishes_ends_disconnected() {
     let gone = Arc::new(AtomicBool::new(false));
     let servers = pair_with("cmvanish", 1, Box::new(Vanish(gone.clone())), SHORT);
-    let mut c = Side::new(servers[0].socket_path());
-    let mut s = Side::new(servers[1].socket_path());
+    let mut c = Side::new(servers[0].socket_path(), QpKind::Rc);
+    let mut s = Side::new(servers[1].socket_path(), QpKind::Rc);
     let (cid, _) = establish(&mut c, &mut s, 7500);
     send_data(&mut c, &mut s);
     gone.store(true, Ordering::SeqCst);
@@ -488,7 +317,7 @@ fn an_established_connection_whose_peer_vanishes_ends_disconnected() {
     // reports DISCONNECTED with -ETIMEDOUT
     let e = c.expect(CmEventKind::DISCONNECTED);
     assert_eq!(e.status, -libc::ETIMEDOUT);
-    let st = c._ctx.stats().unwrap().cm;
+    let st = c.ctx.stats().unwrap().cm;
     assert_eq!(count(&st, "cm_tx_dreq"), 5, "{st:?}");
     assert_eq!(count(&st, "cm_timeouts"), 1, "{st:?}");
     // the vanished side heard the DREQ: disconnected as well
@@ -504,17 +333,17 @@ fn rnicd_cm_timers_bound_the_wait_for_a_peer_that_does_not_accept() {
         "cm-timers",
         &["--cm-response-timeout", "16", "--cm-retries", "2"],
     );
-    let (c, s) = (Side::new(&s0), Side::new(&s1));
-    listening(&s, 7700);
-    let cid = resolved(&c, 7700);
+    let (c, s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
+    s.listening(7700);
+    let cid = c.resolved(7700);
     c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
     s.expect(CmEventKind::CONNECT_REQUEST);
     let e = c.expect(CmEventKind::UNREACHABLE);
     assert_eq!(e.status, -libc::ETIMEDOUT);
-    let st = c._ctx.stats().unwrap().cm;
+    let st = c.ctx.stats().unwrap().cm;
     assert_eq!(count(&st, "cm_tx_req"), 3, "{st:?}");
     // the passive side saw the repeats as duplicates of a REQ it holds
-    let st = s._ctx.stats().unwrap().cm;
+    let st = s.ctx.stats().unwrap().cm;
     assert_eq!(count(&st, "cm_rx_req"), 3, "{st:?}");
     // out-of-range timers are refused at the command line
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rnicd"))
@@ -527,9 +356,9 @@ fn rnicd_cm_timers_bound_the_wait_for_a_peer_that_does_not_accept() {
 #[test]
 fn an_active_side_that_moves_its_own_qp_sends_the_rtu_with_establish() {
     let (_d, s0, s1) = daemon("cm-estab");
-    let (c, s) = (Side::new(&s0), Side::new(&s1));
-    listening(&s, 7600);
-    let cid = resolved(&c, 7600);
+    let (c, s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
+    s.listening(7600);
+    let cid = c.resolved(7600);
     c.move_qp(cid, QpState::Init);
     c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
     let sid = s.expect(CmEventKind::CONNECT_REQUEST).id;
@@ -540,10 +369,10 @@ fn an_active_side_that_moves_its_own_qp_sends_the_rtu_with_establish() {
     c.expect(CmEventKind::ESTABLISHED);
     // the QP is the caller's business (rdma_establish after moving it
     // with attributes of its own): the RTU waits for establish
-    assert_eq!(count(&c._ctx.stats().unwrap().cm, "cm_tx_rtu"), 0);
+    assert_eq!(count(&c.ctx.stats().unwrap().cm, "cm_tx_rtu"), 0);
     c.cm.establish(cid).unwrap();
     s.expect(CmEventKind::ESTABLISHED);
-    assert_eq!(count(&c._ctx.stats().unwrap().cm, "cm_tx_rtu"), 1);
+    assert_eq!(count(&c.ctx.stats().unwrap().cm, "cm_tx_rtu"), 1);
     // once is enough: a second establish is refused
     assert!(c.cm.establish(cid).is_err());
 }
@@ -551,9 +380,9 @@ fn an_active_side_that_moves_its_own_qp_sends_the_rtu_with_establish() {
 #[test]
 fn connect_and_accept_take_only_the_callers_qps_of_the_ids_type() {
     let (_d, s0, s1) = daemon("cm-qpn");
-    let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
+    let (mut c, mut s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
     let ud_qp = |side: &Side| {
-        side._pd
+        side.pd
             .create_qp(&QpInitAttr {
                 qp_type: QpKind::Ud,
                 send_cq: side.cq.handle,
@@ -570,13 +399,13 @@ fn connect_and_accept_take_only_the_callers_qps_of_the_ids_type() {
         let e = r.unwrap_err();
         assert!(e.to_string().contains("is not one of this process"), "{e}");
     };
-    listening(&s, 7600);
-    let cid = resolved(&c, 7600);
+    s.listening(7600);
+    let cid = c.resolved(7600);
     c.move_qp(cid, QpState::Init);
     // a QP number nobody holds, the caller's UD QP for an RC ID
     refused(c.cm.connect(cid, &param(0x00AB_CDEF, b"")));
     refused(c.cm.connect(cid, &param(c_ud.qpn, b"")));
-    assert_eq!(count(&c._ctx.stats().unwrap().cm, "cm_tx_req"), 0);
+    assert_eq!(count(&c.ctx.stats().unwrap().cm, "cm_tx_req"), 0);
     // the ID is unharmed: the caller's RC QP connects
     c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
     let req = s.expect(CmEventKind::CONNECT_REQUEST);
@@ -598,7 +427,7 @@ fn connect_and_accept_take_only_the_callers_qps_of_the_ids_type() {
 #[test]
 fn hostile_mads_are_counted_drops_and_connections_still_form() {
     let (_d, s0, s1) = daemon("cm-hostile");
-    let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
+    let (mut c, mut s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
     // a UD QP on the client's device sends junk to the server's QP 1 with
     // the GSI Q_Key: MADs of the wrong class, version, and random bytes
     let ctx = Context::open(&s0).unwrap();
@@ -758,8 +587,8 @@ fn the_cm_conversation_through_rnicd_has_rxe_layout_and_decodes_in_tshark() {
         Box::new(Record(frames.clone())),
         CmTimers::default(),
     );
-    let mut c = Side::new(servers[0].socket_path());
-    let mut s = Side::new(servers[1].socket_path());
+    let mut c = Side::new(servers[0].socket_path(), QpKind::Rc);
+    let mut s = Side::new(servers[1].socket_path(), QpKind::Rc);
     let (cid, _) = establish(&mut c, &mut s, 7400);
     c.cm.disconnect(cid).unwrap();
     c.expect(CmEventKind::DISCONNECTED);

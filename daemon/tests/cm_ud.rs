@@ -8,111 +8,29 @@
 
 mod common;
 
-use common::{tempdir, Daemon, T};
-use nic::io::impair::{Fate, Impaired, Interceptor};
-use nic::verbs::{AhAttr, QpAttr, RecvWr, SendOp, SendWr, Sgl, Wc, WcStatus};
-use softrnic::client::cm::{
-    CmClient, CmEventKind, CmEventMsg, CmIdNo, CmQpType, ConnParam, EventChannel, PortSpace,
-    QpState,
-};
-use softrnic::server::{CmTimers, Server, ServerConfig};
-use softrnic::{Buffer, Context, Cq, Mr, Pd, Qp, QpInitAttr, QpKind, ACCESS_ALL};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use common::cm::{count, daemon, pair_with, server_addr, Side, SERVER_IP};
+use nic::io::impair::{Fate, Interceptor};
+use nic::verbs::{AhAttr, QpAttr, RecvWr, SendOp, SendWr, Sgl, WcStatus};
+use softrnic::client::cm::{CmEventKind, CmIdNo, ConnParam, QpState};
+use softrnic::server::CmTimers;
+use softrnic::QpKind;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use wire::mad::{attr, MadHeader};
 
-const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 /// librdmacm's RDMA_UDP_QKEY.
 const UDP_QKEY: u32 = 0x0123_4567;
 /// The GRH a UD receive starts with.
 const GRH: usize = 40;
 
-/// One side: a UD QP and a CM connection with its channel.
-struct Side {
-    ctx: Arc<Context>,
-    pd: Pd,
-    buf: Buffer,
-    mr: Mr,
-    cq: Cq,
-    qp: Qp,
-    cm: CmClient,
-    ch: EventChannel,
-}
-
-impl Side {
-    fn new(sock: &Path) -> Side {
-        let ctx = Context::open(sock).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let buf = pd.alloc_buffer(1 << 16).unwrap();
-        let mr = pd.reg_mr(&buf, 0, 1 << 16, ACCESS_ALL).unwrap();
-        let cq = ctx.create_cq(64).unwrap();
-        let qp = pd
-            .create_qp(&QpInitAttr {
-                qp_type: QpKind::Ud,
-                send_cq: cq.handle,
-                recv_cq: cq.handle,
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                sq_sig_all: true,
-                srq: None,
-            })
-            .unwrap();
-        Side {
-            ctx,
-            pd,
-            buf,
-            mr,
-            cq,
-            qp,
-            cm: CmClient::open(sock).unwrap(),
-            ch: EventChannel::open(sock).unwrap(),
-        }
-    }
-
-    fn id(&self, ctx: u64) -> CmIdNo {
-        self.cm
-            .create_id(self.ch.token(), PortSpace::UDP, CmQpType::Ud, ctx)
-            .unwrap()
-    }
-
-    fn event(&self) -> CmEventMsg {
-        let mut p = libc::pollfd {
-            fd: self.ch.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll(2) on one pollfd that lives across the call.
-        let n = unsafe { libc::poll(&mut p, 1, T.as_millis() as i32) };
-        assert_eq!(n, 1, "no CM event within {T:?}");
-        self.ch.next(true).unwrap().expect("readable: an event")
-    }
-
-    fn expect(&self, kind: CmEventKind) -> CmEventMsg {
-        let e = self.event();
-        assert_eq!(e.kind, kind, "{e:?}");
-        e
-    }
-
-    /// INIT, RTR, RTS with the CM's attributes, as librdmacm does for a UD
-    /// QP when it is made; returns the INIT attributes.
-    fn ready(&self, id: CmIdNo) -> QpAttr {
-        let mut init = None;
-        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
-            let (a, _) = self.cm.init_qp_attr(id, st).unwrap();
-            let attr = QpAttr::try_from(&a).unwrap();
-            self.qp.modify(&attr).unwrap();
-            init.get_or_insert(attr);
-        }
-        init.unwrap()
-    }
-
-    fn wait_wc(&mut self) -> Wc {
-        let mut out = Vec::new();
-        testkit::wait_until(T, "a completion", || self.cq.poll(1, &mut out) > 0);
-        out.remove(0)
-    }
+/// INIT, RTR, RTS with the CM's attributes, as librdmacm does for a UD
+/// QP when it is made; returns the INIT attributes.
+fn ready(s: &Side, id: CmIdNo) -> QpAttr {
+    let init = s.move_qp(id, QpState::Init);
+    s.move_qp(id, QpState::Rtr);
+    s.move_qp(id, QpState::Rts);
+    init
 }
 
 fn param(qpn: u32, pd: &[u8]) -> ConnParam {
@@ -123,47 +41,14 @@ fn param(qpn: u32, pd: &[u8]) -> ConnParam {
     }
 }
 
-fn server_addr(port: u16) -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(SERVER_IP), port)
-}
-
-fn daemon(tag: &str) -> (Daemon, PathBuf, PathBuf) {
-    let dir = tempdir(tag);
-    let d = Daemon::start(None, &["--mem-pair", "--name", "u"], &dir);
-    let (a, b) = (PathBuf::from(d.sock("u0")), PathBuf::from(d.sock("u1")));
-    (d, a, b)
-}
-
-/// The client's UD ID resolved towards `port` on the server.
-fn resolved(c: &Side, port: u16) -> CmIdNo {
-    let id = c.id(9);
-    c.cm.resolve_addr(id, None, server_addr(port), 2000)
-        .unwrap();
-    c.expect(CmEventKind::ADDR_RESOLVED);
-    c.cm.resolve_route(id, 2000).unwrap();
-    c.expect(CmEventKind::ROUTE_RESOLVED);
-    id
-}
-
-fn listening(s: &Side, port: u16) -> CmIdNo {
-    let l = s.id(7);
-    s.cm.bind(l, server_addr(port)).unwrap();
-    s.cm.listen(l, 8).unwrap();
-    l
-}
-
-fn count(st: &std::collections::BTreeMap<String, u64>, k: &str) -> u64 {
-    st.get(k).copied().unwrap_or(0)
-}
-
 #[test]
 fn a_ud_connect_resolves_the_listeners_qp_and_a_datagram_reaches_it() {
     let (_d, s0, s1) = daemon("cm-ud");
-    let (mut c, mut s) = (Side::new(&s0), Side::new(&s1));
-    let l = listening(&s, 7174);
-    let cid = resolved(&c, 7174);
+    let (mut c, mut s) = (Side::new(&s0, QpKind::Ud), Side::new(&s1, QpKind::Ud));
+    let l = s.listening(7174);
+    let cid = c.resolved(7174);
     // the UD QP is ready before connect, with the RDMA CM's Q_Key
-    let init = c.ready(cid);
+    let init = ready(&c, cid);
     assert_eq!(init.qkey, Some(UDP_QKEY));
     c.cm.connect(cid, &param(c.qp.qpn, b"udp hello")).unwrap();
 
@@ -178,7 +63,7 @@ fn a_ud_connect_resolves_the_listeners_qp_and_a_datagram_reaches_it() {
     let (local, remote) = req.addrs.unwrap();
     assert_eq!(local, server_addr(7174));
     assert_eq!(remote.ip(), IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));
-    s.ready(req.id);
+    ready(&s, req.id);
     s.cm.accept(req.id, &param(s.qp.qpn, b"welcome")).unwrap();
 
     let est = c.expect(CmEventKind::ESTABLISHED);
@@ -224,9 +109,9 @@ fn a_ud_connect_resolves_the_listeners_qp_and_a_datagram_reaches_it() {
 #[test]
 fn a_rejected_or_unheard_ud_connect_ends_unreachable_with_the_sidr_status() {
     let (_d, s0, s1) = daemon("cm-ud-rej");
-    let (c, s) = (Side::new(&s0), Side::new(&s1));
-    listening(&s, 7000);
-    let cid = resolved(&c, 7000);
+    let (c, s) = (Side::new(&s0, QpKind::Ud), Side::new(&s1, QpKind::Ud));
+    s.listening(7000);
+    let cid = c.resolved(7000);
     c.cm.connect(cid, &param(c.qp.qpn, b"please")).unwrap();
     let req = s.expect(CmEventKind::CONNECT_REQUEST);
     s.cm.reject(req.id, b"go away").unwrap();
@@ -236,12 +121,12 @@ fn a_rejected_or_unheard_ud_connect_ends_unreachable_with_the_sidr_status() {
     assert_eq!((e.id, e.status), (cid, 2));
 
     // a port nobody listens on: status 1, service ID not supported
-    let cid = resolved(&c, 7001);
+    let cid = c.resolved(7001);
     c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
     let e = c.expect(CmEventKind::UNREACHABLE);
     assert_eq!((e.id, e.status), (cid, 1));
     // more private data than a SIDR_REQ carries after the IP CM header
-    let cid = resolved(&c, 7000);
+    let cid = c.resolved(7000);
     let e = c.cm.connect(cid, &param(c.qp.qpn, &[0; 181])).unwrap_err();
     assert!(e.to_string().contains("private data"), "{e}");
     let st = s.ctx.stats().unwrap().cm;
@@ -283,43 +168,18 @@ const SHORT: CmTimers = CmTimers {
 
 /// Two devices in this process on an in-memory wire, device `which`
 /// sending through `lose`, both on the CM timers `cm`.
-fn pair(tag: &str, which: usize, lose: Lose, cm: CmTimers) -> Vec<Server> {
-    let dir = tempdir(tag);
-    let macs = [
-        wire::EthernetAddress([0x02, 0x55, 0x44, 0, 0, 1]),
-        wire::EthernetAddress([0x02, 0x55, 0x44, 0, 0, 2]),
-    ];
-    let (p0, p1) = nic::io::mem::pair(macs, 4096);
-    let lose: Box<dyn Interceptor> = Box::new(lose);
-    let (p0, p1): (Box<dyn nic::io::Port>, Box<dyn nic::io::Port>) = if which == 0 {
-        (Box::new(Impaired::new(p0, lose)), Box::new(p1))
-    } else {
-        (Box::new(p0), Box::new(Impaired::new(p1, lose)))
-    };
-    let cfg = |i: u8| ServerConfig {
-        name: format!("{tag}{i}"),
-        sock_dir: dir.clone(),
-        mode: 0o600,
-        gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 1 + i)),
-        engine: nic::engine::EngineConfig::default(),
-        bell: true,
-        cm,
-    };
-    Server::start_many(vec![(p0, cfg(0)), (p1, cfg(1))], false).unwrap()
-}
-
 #[test]
 fn a_lost_sidr_req_or_sidr_rep_is_repeated_and_the_id_resolves() {
     for (tag, which, attribute) in [("udlreq", 0, attr::SIDR_REQ), ("udlrep", 1, attr::SIDR_REP)] {
         let lost = Arc::new(AtomicUsize::new(0));
-        let servers = pair(
+        let servers = pair_with(
             tag,
             which,
-            Lose {
+            Box::new(Lose {
                 attribute,
                 limit: 1,
                 lost: lost.clone(),
-            },
+            }),
             // each wait about 0.5 s, room for a slow accept on a busy
             // machine
             CmTimers {
@@ -327,13 +187,13 @@ fn a_lost_sidr_req_or_sidr_rep_is_repeated_and_the_id_resolves() {
                 max_retries: 15,
             },
         );
-        let c = Side::new(servers[0].socket_path());
-        let s = Side::new(servers[1].socket_path());
-        listening(&s, 7300);
-        let cid = resolved(&c, 7300);
+        let c = Side::new(servers[0].socket_path(), QpKind::Ud);
+        let s = Side::new(servers[1].socket_path(), QpKind::Ud);
+        s.listening(7300);
+        let cid = c.resolved(7300);
         c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
         let req = s.expect(CmEventKind::CONNECT_REQUEST);
-        s.ready(req.id);
+        ready(&s, req.id);
         s.cm.accept(req.id, &param(s.qp.qpn, b"")).unwrap();
         let est = c.expect(CmEventKind::ESTABLISHED);
         assert_eq!(est.ud.unwrap().qp_num, s.qp.qpn, "{tag}");
@@ -354,20 +214,20 @@ fn a_lost_sidr_req_or_sidr_rep_is_repeated_and_the_id_resolves() {
 
 #[test]
 fn a_ud_connect_to_a_peer_that_never_answers_ends_unreachable() {
-    let servers = pair(
+    let servers = pair_with(
         "udgone",
         0,
-        Lose {
+        Box::new(Lose {
             attribute: attr::SIDR_REQ,
             limit: usize::MAX,
             lost: Arc::new(AtomicUsize::new(0)),
-        },
+        }),
         SHORT,
     );
-    let c = Side::new(servers[0].socket_path());
-    let s = Side::new(servers[1].socket_path());
-    listening(&s, 7400);
-    let cid = resolved(&c, 7400);
+    let c = Side::new(servers[0].socket_path(), QpKind::Ud);
+    let s = Side::new(servers[1].socket_path(), QpKind::Ud);
+    s.listening(7400);
+    let cid = c.resolved(7400);
     c.cm.connect(cid, &param(c.qp.qpn, b"anyone?")).unwrap();
     // IBA 12.11: the SIDR_REQ goes 1 + retries times; the kernel's RDMA
     // CM reports UNREACHABLE with -ETIMEDOUT

@@ -14,6 +14,8 @@ pub const T: Duration = Duration::from_secs(60);
 /// own stall guard.
 pub const LONG_RUN: Duration = Duration::from_secs(600);
 
+pub mod cm;
+
 // each test binary uses some of them
 #[allow(unused_imports)]
 pub use testkit::{poll_within, wait_for, wait_until};
