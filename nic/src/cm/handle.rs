@@ -145,23 +145,14 @@ impl Cm {
         }
         let id = self.alloc_id();
         let conn = Conn {
-            state: State::ReqRcvd,
-            active: false,
-            peer: from,
             remote_comm_id: r.local_comm_id,
             remote_qpn: r.local_qpn,
-            local_qpn: 0,
-            tid,
-            outstanding: None,
-            last_reply: None,
-            deadline: None,
-            sends: 0,
             max_cm_retries: r.max_cm_retries,
             // IBA 12.6.5: the REP's sender waits the REQ's local CM
             // response timeout (the active side's own turnaround) for RTU
             response_wait: iba_timeout(r.local_cm_response_timeout),
             req: Some(Box::new(*r)),
-            service_id: r.service_id,
+            ..Conn::new(State::ReqRcvd, false, from, tid, r.service_id)
         };
         self.conns.insert(id.0, conn);
         let ip = mad::ip_cm_service(r.service_id)

@@ -89,6 +89,48 @@ pub(crate) struct Conn {
     pub(crate) service_id: u64,
 }
 
+impl Conn {
+    /// A connection in `state` with `peer`, for `service_id`, whose MADs
+    /// carry the transaction ID `tid`; nothing learnt from the peer yet,
+    /// nothing outstanding, no timer.
+    pub(crate) fn new(state: State, active: bool, peer: CmAddr, tid: u64, service_id: u64) -> Conn {
+        Conn {
+            state,
+            active,
+            peer,
+            remote_comm_id: 0,
+            remote_qpn: 0,
+            local_qpn: 0,
+            tid,
+            outstanding: None,
+            last_reply: None,
+            deadline: None,
+            sends: 0,
+            max_cm_retries: 0,
+            response_wait: Duration::ZERO,
+            req: None,
+            service_id,
+        }
+    }
+
+    /// An active side's connection that has just sent `msg` and waits
+    /// `wait` for the answer, resending it at most `max_cm_retries` times.
+    pub(crate) fn sent(
+        mut self,
+        msg: CmMessage,
+        now: Instant,
+        wait: Duration,
+        max_cm_retries: u8,
+    ) -> Conn {
+        self.outstanding = Some(msg);
+        self.deadline = Some(now + wait);
+        self.sends = 1;
+        self.max_cm_retries = max_cm_retries;
+        self.response_wait = wait;
+        self
+    }
+}
+
 /// One CM (per port / GID).
 pub struct Cm {
     pub(crate) local: CmAddr,
@@ -194,22 +236,10 @@ impl Cm {
         // (plus the path's round trip, negligible on one L2 segment) for REP
         let wait = iba_timeout(p.cm_response_timeout);
         let conn = Conn {
-            state: State::ReqSent,
-            active: true,
-            peer: p.remote,
-            remote_comm_id: 0,
-            remote_qpn: 0,
             local_qpn: req.local_qpn,
-            tid,
-            outstanding: Some(msg),
-            last_reply: None,
-            deadline: Some(now + wait),
-            sends: 1,
-            max_cm_retries: req.max_cm_retries,
-            response_wait: wait,
-            req: None,
-            service_id: p.service_id,
-        };
+            ..Conn::new(State::ReqSent, true, p.remote, tid, p.service_id)
+        }
+        .sent(msg, now, wait, req.max_cm_retries);
         self.conns.insert(id.0, conn);
         self.send(p.remote, tid, msg);
         id

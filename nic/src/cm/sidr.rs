@@ -34,23 +34,12 @@ impl Cm {
             private_data,
         });
         let wait = iba_timeout(p.response_timeout & 0x1F);
-        let conn = Conn {
-            state: State::SidrReqSent,
-            active: true,
-            peer: p.remote,
-            remote_comm_id: 0,
-            remote_qpn: 0,
-            local_qpn: 0,
-            tid,
-            outstanding: Some(msg),
-            last_reply: None,
-            deadline: Some(now + wait),
-            sends: 1,
-            max_cm_retries: p.max_retries & 0x0F,
-            response_wait: wait,
-            req: None,
-            service_id: p.service_id,
-        };
+        let conn = Conn::new(State::SidrReqSent, true, p.remote, tid, p.service_id).sent(
+            msg,
+            now,
+            wait,
+            p.max_retries & 0x0F,
+        );
         self.conns.insert(id.0, conn);
         self.send(p.remote, tid, msg);
         id
@@ -167,21 +156,8 @@ impl Cm {
         }
         let id = self.alloc_id();
         let conn = Conn {
-            state: State::SidrReqRcvd,
-            active: false,
-            peer: from,
             remote_comm_id: r.request_id,
-            remote_qpn: 0,
-            local_qpn: 0,
-            tid,
-            outstanding: None,
-            last_reply: None,
-            deadline: None,
-            sends: 0,
-            max_cm_retries: 0,
-            response_wait: Duration::ZERO,
-            req: None,
-            service_id: r.service_id,
+            ..Conn::new(State::SidrReqRcvd, false, from, tid, r.service_id)
         };
         self.conns.insert(id.0, conn);
         let ip = mad::ip_cm_service(r.service_id)

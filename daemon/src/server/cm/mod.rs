@@ -306,23 +306,7 @@ fn request(
             let src = i.src.unwrap_or(SocketAddr::new(local_ip, 0));
             check_qp(qps, param.qpn, i.qp_type)?;
             take_param(i, &param);
-            // IBA A11.6 / rdma_cm's cma_hdr: the addresses, then the user's
-            let v = |a: IpAddr| match a {
-                IpAddr::V4(v4) => v4.to_ipv6_compatible().octets(),
-                IpAddr::V6(v6) => v6.octets(),
-            };
-            let hdr = IpCmPrivateData {
-                major_version: 0,
-                minor_version: 0,
-                ip_version: if dst.is_ipv4() { 4 } else { 6 },
-                reserved: 0,
-                src_port: src.port(),
-                src_ip: v(src.ip()),
-                dst_ip: v(dst.ip()),
-            };
-            let mut pd = vec![0u8; IpCmPrivateData::LEN];
-            let _ = hdr.emit(&mut pd);
-            pd.extend_from_slice(&param.private_data);
+            let pd = ip_cm_private_data(src, dst, &param.private_data);
             let sid = ip_cm_service_id(i.ps.0 as u8, dst.port());
             let mut p =
                 ConnectParams::new(CmAddr::from_ip(dst.ip()), sid, i.local_qpn, i.local_psn);
@@ -573,4 +557,26 @@ fn init_qp_attr(i: &Id, state: QpStateMsg, mtu: u32) -> Result<(QpAttrMsg, u32),
         _ => return Err(CmRequestError::WrongState),
     }
     Ok((a, mask))
+}
+
+/// The RDMA IP CM header (IBA A11.6, rdma_cm's cma_hdr) of a request from
+/// `src` to `dst`, then the user's bytes.
+pub(crate) fn ip_cm_private_data(src: SocketAddr, dst: SocketAddr, user: &[u8]) -> Vec<u8> {
+    let v = |a: IpAddr| match a {
+        IpAddr::V4(v4) => v4.to_ipv6_compatible().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    };
+    let hdr = IpCmPrivateData {
+        major_version: 0,
+        minor_version: 0,
+        ip_version: if dst.is_ipv4() { 4 } else { 6 },
+        reserved: 0,
+        src_port: src.port(),
+        src_ip: v(src.ip()),
+        dst_ip: v(dst.ip()),
+    };
+    let mut pd = vec![0u8; IpCmPrivateData::LEN];
+    let _ = hdr.emit(&mut pd);
+    pd.extend_from_slice(user);
+    pd
 }

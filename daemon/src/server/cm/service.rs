@@ -334,6 +334,41 @@ impl CmService {
         self.report(id, |i| event(id, i, kind, status));
     }
 
+    /// A new ID on listener `l`'s channel for request `conn` from `from`
+    /// (`local` and `remote` from its RDMA IP CM header), waiting for its
+    /// owner's answer; None when the listener is gone or its backlog is
+    /// full (a request flood, or an application that does not answer):
+    /// the request is then forgotten without an answer, so that a genuine
+    /// peer's retry may find room (as Linux's CM does on -ENOMEM).
+    pub(super) fn pending_id(
+        &mut self,
+        l: CmIdNo,
+        conn: CmId,
+        from: &CmAddr,
+        local: SocketAddr,
+        remote: SocketAddr,
+    ) -> Option<Id> {
+        let lid = self.ids.get(&l)?;
+        let waiting = self
+            .ids
+            .values()
+            .filter(|i| i.pending_on == Some(l))
+            .count();
+        if waiting >= lid.backlog as usize {
+            self.count("cm_req_backlog_full");
+            self.cm.destroy(conn);
+            return None;
+        }
+        let mut n = Id::new(lid.owner, lid.chan, lid.user_ctx, lid.ps, lid.qp_type);
+        n.src = Some(local);
+        n.dst = Some(remote);
+        n.dmac = self.neigh.get(&from.gid).copied();
+        n.route = true;
+        n.conn = Some(conn);
+        n.pending_on = Some(l);
+        Some(n)
+    }
+
     fn on_event(&mut self, ev: CmEvent) {
         match ev {
             CmEvent::ConnectRequest { id, from, req, ip } => {
@@ -347,29 +382,11 @@ impl CmService {
                         .reject(id, nic::cm::RejectReason::INVALID_SERVICE_ID, &[]);
                     return;
                 };
-                let Some(lid) = self.ids.get(&l) else { return };
-                let waiting = self
-                    .ids
-                    .values()
-                    .filter(|i| i.pending_on == Some(l))
-                    .count();
-                if waiting >= lid.backlog as usize {
-                    // the listener's backlog is full (a REQ flood, or an
-                    // application that does not answer): forget the REQ
-                    // without a REJ, so that a genuine peer's retry may
-                    // find room (as Linux's CM does on -ENOMEM)
-                    self.count("cm_req_backlog_full");
-                    self.cm.destroy(id);
+                let local = SocketAddr::new(dst_ip, req.service_id as u16);
+                let remote = SocketAddr::new(src_ip, ip.src_port);
+                let Some(mut n) = self.pending_id(l, id, &from, local, remote) else {
                     return;
-                }
-                let mut n = Id::new(lid.owner, lid.chan, lid.user_ctx, lid.ps, lid.qp_type);
-                let port = req.service_id as u16;
-                n.src = Some(SocketAddr::new(dst_ip, port));
-                n.dst = Some(SocketAddr::new(src_ip, ip.src_port));
-                n.dmac = self.neigh.get(&from.gid).copied();
-                n.route = true;
-                n.conn = Some(id);
-                n.pending_on = Some(l);
+                };
                 n.remote_qpn = req.local_qpn;
                 n.remote_psn = req.starting_psn;
                 n.responder_resources = req.initiator_depth;

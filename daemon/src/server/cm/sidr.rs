@@ -5,41 +5,19 @@
 //! Q_Key. No connection state follows: a UD ID's QP talks to whoever it
 //! has an address handle for.
 
-use super::service::{event, CmService, Id};
-use super::{check_qp, CmRequestError};
+use super::service::{event, CmService};
+use super::{check_qp, ip_cm_private_data, CmRequestError};
 use crate::proto::cm::{CmEventKind, CmEventMsg, CmIdNo, ConnParam, UdEventParam};
 use crate::proto::QpKind;
 use nic::cm::{CmAddr, CmId, SidrParams};
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use wire::mad::{ip_cm_service_id, sidr_status, CmSidrRep, CmSidrReq, IpCmPrivateData};
 use wire::Gid;
 
 /// The Q_Key of RDMA_PS_UDP IDs' QPs (librdmacm's and the kernel's
 /// RDMA_UDP_QKEY): the SIDR_REP carries it, `init_qp_attr` sets it.
 pub(crate) const RDMA_UDP_QKEY: u32 = 0x0123_4567;
-
-/// The RDMA IP CM header (IBA A11.6, rdma_cm's cma_hdr) of a request from
-/// `src` to `dst`, then the user's bytes.
-pub(crate) fn ip_cm_private_data(src: SocketAddr, dst: SocketAddr, user: &[u8]) -> Vec<u8> {
-    let v = |a: IpAddr| match a {
-        IpAddr::V4(v4) => v4.to_ipv6_compatible().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    };
-    let hdr = IpCmPrivateData {
-        major_version: 0,
-        minor_version: 0,
-        ip_version: if dst.is_ipv4() { 4 } else { 6 },
-        reserved: 0,
-        src_port: src.port(),
-        src_ip: v(src.ip()),
-        dst_ip: v(dst.ip()),
-    };
-    let mut pd = vec![0u8; IpCmPrivateData::LEN];
-    let _ = hdr.emit(&mut pd);
-    pd.extend_from_slice(user);
-    pd
-}
 
 /// `connect` on a UD ID: the SIDR_REQ for the destination's service ID,
 /// on the device's CM timers. No QPN goes in it, so the ID needs no QP
@@ -135,25 +113,11 @@ impl CmService {
                 .sidr_reject(id, sidr_status::SERVICE_ID_NOT_SUPPORTED, &[]);
             return;
         };
-        let Some(lid) = self.ids.get(&l) else { return };
-        let waiting = self
-            .ids
-            .values()
-            .filter(|i| i.pending_on == Some(l))
-            .count();
-        if waiting >= lid.backlog as usize {
-            // as for a REQ: forget it unanswered, a retry may find room
-            self.count("cm_req_backlog_full");
-            self.cm.destroy(id);
+        let local = SocketAddr::new(dst_ip, req.service_id as u16);
+        let remote = SocketAddr::new(src_ip, ip.src_port);
+        let Some(n) = self.pending_id(l, id, &from, local, remote) else {
             return;
-        }
-        let mut n = Id::new(lid.owner, lid.chan, lid.user_ctx, lid.ps, lid.qp_type);
-        n.src = Some(SocketAddr::new(dst_ip, req.service_id as u16));
-        n.dst = Some(SocketAddr::new(src_ip, ip.src_port));
-        n.dmac = self.neigh.get(&from.gid).copied();
-        n.route = true;
-        n.conn = Some(id);
-        n.pending_on = Some(l);
+        };
         // the kernel's RDMA CM: the user's part of the private data, no
         // QPN or Q_Key (the SIDR_REQ has none)
         let ud = UdEventParam {
