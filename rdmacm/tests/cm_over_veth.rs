@@ -20,6 +20,7 @@
 
 use std::io::Read;
 use std::process::{Child, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use testkit::abi::profile_dir;
@@ -96,7 +97,7 @@ impl std::fmt::Display for Finished {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let status = match self.status {
             Some(s) => format!("{s}"),
-            None => format!("KILLED at its deadline ({DEADLINE:?})"),
+            None => "KILLED at its deadline".to_string(),
         };
         write!(
             f,
@@ -225,8 +226,8 @@ fn both_ok(s: &Finished, c: &Finished) {
 /// `rping -v -V -C 20` with the server on `srv`, the client on `cli`: every
 /// ping printed by the client and checked by both.
 fn rping(srv: &NetRnicd, cli: &NetRnicd) {
-    let a = srv.addr.to_string();
-    let common = ["-v", "-V", "-C", "20", "-a", &a, "-p", "7471"];
+    let (a, p) = (srv.addr.to_string(), port());
+    let common = ["-v", "-V", "-C", "20", "-a", &a, "-p", &p];
     let sargs: Vec<&str> = ["-s"].iter().chain(&common).copied().collect();
     let cargs: Vec<&str> = ["-c"].iter().chain(&common).copied().collect();
     let (s, c) = server_and_client(srv, cli, "rping", &sargs, &cargs, "REJECTED");
@@ -269,30 +270,38 @@ fn udaddy(srv: &NetRnicd, cli: &NetRnicd, args: &[&str]) {
 }
 
 /// perftest `prog -R` (the CM) with the server on `srv`: both exit 0 and
-/// the client prints `expect` (its result table).
+/// the client prints `expect` (its result table). A client before its
+/// server's listener is refused at its control connection ("Unexpected CM
+/// event", exit 1) and runs again.
 ///
-/// perftest calibrates its cycle clock against the wall clock before it
-/// reports, and under heavy CPU load it may find the two too poorly
-/// correlated ("Can't produce a report") and exit 1 after a complete run:
-/// only that failure is tried again, twice at most, saying so.
+/// Two failures of perftest's own are tried again, four times at most,
+/// saying so:
+/// - it calibrates its cycle clock against the wall clock before it
+///   reports; under heavy load it may find them too poorly correlated
+///   ("Can't produce a report") and exit 1 after a complete run;
+/// - once the control connection is up, the server listens anew for the
+///   test's QPs while the client connects them at once: a client that is
+///   first is refused (REJECTED, reason 8: no such service yet) and ends
+///   its run; its server then waits for ever and is killed.
 fn perftest(srv: &NetRnicd, cli: &NetRnicd, prog: &str, expect: &str) {
-    let common = ["-R", "-x", "3", "-n", "20", "-p", "18515"];
-    let sargs: Vec<&str> = ["-d", &srv.dev].iter().chain(&common).copied().collect();
     let srv_addr = srv.addr.to_string();
-    let cargs: Vec<&str> = ["-d", &cli.dev]
-        .iter()
-        .chain(&common)
-        .copied()
-        .chain([srv_addr.as_str()])
-        .collect();
-    let mut tries = 0;
-    loop {
-        let (s, c) = server_and_client(srv, cli, prog, &sargs, &cargs, "RDMA_CM_EVENT_REJECTED");
-        let calibration =
-            s.text().contains("Can't produce a report") || c.text().contains("Can't produce a report");
-        if (!s.ok() || !c.ok()) && calibration && tries < 2 {
-            tries += 1;
-            eprintln!("perftest could not calibrate its clock (load); again:\n{s}\n{c}");
+    for tries in 0.. {
+        let port = port();
+        let common = ["-R", "-x", "3", "-n", "20", "-p", &port];
+        let sargs: Vec<&str> = ["-d", &srv.dev].iter().chain(&common).copied().collect();
+        let cargs: Vec<&str> = ["-d", &cli.dev]
+            .iter()
+            .chain(&common)
+            .copied()
+            .chain([srv_addr.as_str()])
+            .collect();
+        let (s, c) = server_and_client(srv, cli, prog, &sargs, &cargs, "Unexpected CM event");
+        let calibration = |f: &Finished| f.text().contains("Can't produce a report");
+        let early = !c.ok() && c.stderr.contains("RDMA_CM_EVENT_REJECTED; error: 8");
+        if tries < 4 && (calibration(&s) || calibration(&c) || early) {
+            eprintln!(
+                "perftest's own failure (clock calibration, or its client first); again:\n{s}\n{c}"
+            );
             continue;
         }
         both_ok(&s, &c);
@@ -300,6 +309,13 @@ fn perftest(srv: &NetRnicd, cli: &NetRnicd, prog: &str, expect: &str) {
         eprintln!("ok: {prog} -R, server in {}", srv.ns);
         return;
     }
+}
+
+/// A port of its own for each server (the daemons' CM port spaces are
+/// theirs alone: no other test's server can hold it).
+fn port() -> String {
+    static NEXT: AtomicU16 = AtomicU16::new(18515);
+    NEXT.fetch_add(1, Ordering::Relaxed).to_string()
 }
 
 /// Every CM tool between the namespaces over `backend`, the server in A,

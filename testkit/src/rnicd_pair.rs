@@ -200,6 +200,16 @@ impl Drop for NetRnicd {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // a failing test shows what the daemon said
+        if std::thread::panicking() {
+            eprintln!(
+                "--- rnicd in {} ({}): stderr\n{}--- stdout\n{}",
+                self.ns,
+                self.dev,
+                self.log("rnicd.err"),
+                self.log("rnicd.out")
+            );
+        }
     }
 }
 
