@@ -638,9 +638,7 @@ fn a_thread_waiting_on_a_destroyed_channel_keeps_waiting_and_gets_its_events() {
             (r, e as usize)
         });
         let p = chan as *const ChanPriv;
-        testkit::wait_until(STUCK, "a thread waiting for an event", || {
-            (*p).holds() == 2
-        });
+        testkit::wait_until(STUCK, "a thread waiting for an event", || (*p).holds() == 2);
         scm_rdma_destroy_event_channel(chan);
         Fake::send(&st, "t0", ev(1, event::ADDR_RESOLVED));
         testkit::wait_until(STUCK, "the event reached the waiting thread", || {
