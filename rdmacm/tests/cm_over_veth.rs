@@ -217,7 +217,7 @@ fn server_and_client(
 fn both_ok(s: &Finished, c: &Finished) {
     assert!(
         s.ok() && c.ok(),
-        "=== server {s}\n=== client {c}\n(see the daemons' logs for more)"
+        "=== server {s}\n=== client {c}\n(the daemons' logs follow)"
     );
 }
 
