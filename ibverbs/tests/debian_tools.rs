@@ -16,12 +16,12 @@
 
 mod common;
 
-use common::{cmd, have, is_root, missing, poll_within, profile_dir, wait_for, Daemon, STUCK};
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use common::{cmd, have, is_root, missing, poll_within, profile_dir, Daemon, STUCK};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use testkit::netns::{self, Namespaces};
+use testkit::netns;
+use testkit::rnicd_pair::{NetRnicd, RnicdPair, Veth};
 
 /// How long one tool process may run.
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -587,72 +587,10 @@ impl WriteBwRun {
 
 // ------------------------------ setting 2: two namespaces, a veth pair
 
-/// An rnicd on an interface inside a namespace, dropping to nobody once
-/// its port is open; its output goes to files shown when it fails.
-/// Killed on drop.
-struct NetDaemon {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl NetDaemon {
-    fn start(ns: &str, iface: &str, gid: &str, name: &str, backend: &str) -> NetDaemon {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
-        // SAFETY: chmod of our own temp folder (a NUL-terminated path) so
-        // `nobody` can use it.
-        unsafe { libc::chmod(p.as_ptr(), 0o777) };
-        let out = File::create(dir.path().join("rnicd.out")).expect("out");
-        let err = File::create(dir.path().join("rnicd.err")).expect("err");
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(profile_dir().join("rnicd"))
-            .args(["--iface", iface, "--gid", gid, "--name", name])
-            .args(["--backend", backend, "--user", "nobody", "--sock-dir"])
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("start rnicd");
-        let mut d = NetDaemon { child, dir };
-        // READY: the port is open, the socket listens, root is dropped
-        wait_for(STUCK, &format!("rnicd in {ns} READY"), || {
-            if let Ok(Some(st)) = d.child.try_wait() {
-                panic!("rnicd in {ns} exited ({st}): {}", d.log("rnicd.err"));
-            }
-            if d.log("rnicd.out").contains("READY") {
-                Ok(())
-            } else {
-                Err(d.log("rnicd.err"))
-            }
-        });
-        d
-    }
-
-    fn log(&self, f: &str) -> String {
-        std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default()
-    }
-
-    fn sock_dir(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for NetDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Namespaces A (192.0.2.1, device `ra`) and B (192.0.2.2, `rb`) joined by
-/// a veth pair, an rnicd in each on `backend`. Fields drop in order: the
-/// daemons stop before the namespaces go.
+/// The two-namespace rnicd pair of testkit ([`RnicdPair`]: A serves,
+/// B connects) and its setting.
 struct NetPair {
-    a: NetDaemon,
-    b: NetDaemon,
-    _ns: Namespaces,
+    pair: RnicdPair,
     setting: Setting,
 }
 
@@ -664,24 +602,11 @@ impl NetPair {
             missing(&format!("setting 2 over {backend}: {why}"));
             return None;
         }
-        let id = std::process::id() % 10_000;
-        let (na, nb) = (
-            netns::ns_name(&format!("{tag}a")),
-            netns::ns_name(&format!("{tag}b")),
-        );
-        let ns = Namespaces::create(&[na.clone(), nb.clone()]).expect("namespaces");
-        let (va, vb) = (format!("{tag}a{id}"), format!("{tag}b{id}"));
-        netns::veth(&na, &va, "192.0.2.1/24", &nb, &vb, "192.0.2.2/24", mtu).expect("veth");
-        // both ends have carrier before the daemons look at them
-        for (n, v) in [(&na, &va), (&nb, &vb)] {
-            wait_for(STUCK, &format!("carrier on {v}"), || {
-                carrier(n, v).then_some(()).ok_or_else(String::new)
-            });
-        }
+        let veth = Veth::create(tag, mtu).expect("namespaces and veth");
         if backend == "afxdp" {
             // can this kernel and build do AF_XDP at all?
-            let probe = netns::run_in(&na, || {
-                nic::io::open_port(&va, nic::io::Backend::AfXdp).map(|_| ())
+            let probe = netns::run_in(&veth.ns_a, || {
+                nic::io::open_port(&veth.if_a, nic::io::Backend::AfXdp).map(|_| ())
             })
             .expect("enter the namespace");
             match probe {
@@ -690,76 +615,33 @@ impl NetPair {
                     missing(&format!("setting 2 over AF_XDP: {e}"));
                     return None;
                 }
-                Err(e) => panic!("AF_XDP on {va}: {e}"),
+                Err(e) => panic!("AF_XDP on {}: {e}", veth.if_a),
             }
         }
-        let a = NetDaemon::start(&na, &va, "192.0.2.1", "ra", backend);
-        let b = NetDaemon::start(&nb, &vb, "192.0.2.2", "rb", backend);
-        // the backend asked for, not a fallback
-        let want = if backend == "afxdp" {
-            "AfXdp"
-        } else {
-            "AfPacket"
+        let pair = RnicdPair::start(veth, backend);
+        let side = |d: &NetRnicd| Side {
+            ns: Some(d.ns.clone()),
+            sock_dir: d.sock_dir().to_path_buf(),
+            dev: d.dev.clone(),
         };
-        for (d, v) in [(&a, &va), (&b, &vb)] {
-            let log = d.log("rnicd.err");
-            assert!(log.contains(&format!("{v}: {want}")), "{log}");
-        }
         let setting = Setting {
-            server: Side {
-                ns: Some(na),
-                sock_dir: a.sock_dir().to_path_buf(),
-                dev: "ra".into(),
-            },
-            client: Side {
-                ns: Some(nb),
-                sock_dir: b.sock_dir().to_path_buf(),
-                dev: "rb".into(),
-            },
-            addr: "192.0.2.1".into(),
+            server: side(&pair.a),
+            client: side(&pair.b),
+            addr: pair.a.addr.to_string(),
         };
-        Some(NetPair {
-            a,
-            b,
-            _ns: ns,
-            setting,
-        })
+        Some(NetPair { pair, setting })
     }
 
-    /// Waits until each side's `ibv_devinfo` shows its port active (the
-    /// engine polls the link now and then).
+    /// Waits until each side's port is active.
     fn wait_active(&self) {
-        for side in [&self.setting.server, &self.setting.client] {
-            wait_for(STUCK, &format!("{}: the port active", side.dev), || {
-                let out = tool(side, "ibv_devinfo", &["-d".into(), side.dev.clone()])
-                    .output()
-                    .expect("ibv_devinfo");
-                if String::from_utf8_lossy(&out.stdout).contains("PORT_ACTIVE (4)") {
-                    Ok(())
-                } else {
-                    Err(show(&out, false))
-                }
-            });
-        }
+        self.pair.wait_active();
     }
 
     /// Both daemons still running (a failure message with their logs
     /// otherwise).
     fn check_alive(&mut self) {
-        for (n, d) in [("A", &mut self.a), ("B", &mut self.b)] {
-            if let Ok(Some(st)) = d.child.try_wait() {
-                panic!("rnicd {n} exited ({st}): {}", d.log("rnicd.err"));
-            }
-        }
+        self.pair.check_alive();
     }
-}
-
-/// Whether `dev` in namespace `ns` has carrier (LOWER_UP).
-fn carrier(ns: &str, dev: &str) -> bool {
-    Command::new("ip")
-        .args(["-n", ns, "-o", "link", "show", "dev", dev])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("LOWER_UP"))
 }
 
 /// Every tool of setting 1 between the two namespaces over `backend`.

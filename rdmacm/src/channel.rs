@@ -10,6 +10,7 @@ use crate::id::{IdPriv, Lib};
 use crate::{complain, fail};
 use libc::c_int;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// `struct rdma_event_channel` and what this library keeps with it.
@@ -22,6 +23,9 @@ pub struct ChanPriv {
     /// The daemon channels by device; the index is the epoll tag (the
     /// list only grows while the channel lives).
     devs: Mutex<Vec<(String, Arc<dyn CmChannel>)>>,
+    /// The application's hold (until `rdma_destroy_event_channel`) and
+    /// one per thread waiting in `rdma_get_cm_event`: the last one frees.
+    refs: AtomicUsize,
 }
 
 /// The channels not yet destroyed.
@@ -55,6 +59,7 @@ impl ChanPriv {
             lib,
             ep,
             devs: Mutex::new(Vec::new()),
+            refs: AtomicUsize::new(1),
         });
         let p = Box::into_raw(c);
         LIVE.add(p);
@@ -101,6 +106,12 @@ impl ChanPriv {
         }
         devs.push((dev.to_string(), c.clone()));
         Ok(c)
+    }
+
+    /// The holds on the channel (see `refs`).
+    #[cfg(test)]
+    pub fn holds(&self) -> usize {
+        self.refs.load(Ordering::Acquire)
     }
 
     fn nonblocking(&self) -> bool {
@@ -159,14 +170,31 @@ pub extern "C" fn scm_rdma_create_event_channel() -> *mut rdma_event_channel {
     }
 }
 
-/// Frees a channel [`ChanPriv::create`] made.
+/// Frees a channel [`ChanPriv::create`] made, once no thread waits in
+/// `rdma_get_cm_event` on it. A thread that does keeps waiting, as it does
+/// on a kernel channel (its read holds the file open): rping's CM thread
+/// still waits when its main thread destroys the channel and exits, and
+/// must not see the daemon's sockets close under it.
 ///
 /// # Safety
 /// `p` is such a channel and no ID uses it any more.
 pub unsafe fn destroy(p: *mut ChanPriv) {
     if LIVE.remove(p) {
-        // SAFETY: the caller's promise: made by Box::into_raw, used no
-        // more; live until now, so freed once.
+        // SAFETY: live until now, so the application's hold ends here,
+        // once.
+        unsafe { release(p) };
+    }
+}
+
+/// Ends one hold on `p` (see `ChanPriv::refs`); the last frees it.
+///
+/// # Safety
+/// `p` is a channel [`ChanPriv::create`] made, and the caller has a hold
+/// on it that ends here.
+unsafe fn release(p: *mut ChanPriv) {
+    // SAFETY: alive while the caller's hold lasts.
+    if unsafe { (*p).refs.fetch_sub(1, Ordering::AcqRel) } == 1 {
+        // SAFETY: made by Box::into_raw; the last hold is gone.
         drop(unsafe { Box::from_raw(p) });
     }
 }
@@ -200,7 +228,12 @@ pub unsafe extern "C" fn scm_rdma_get_cm_event(
     if event.is_null() {
         return fail(libc::EINVAL);
     }
-    match chan.get_event() {
+    // held while waiting: a destroy meanwhile frees it only afterwards
+    chan.refs.fetch_add(1, Ordering::AcqRel);
+    let got = chan.get_event();
+    // SAFETY: the hold taken above.
+    unsafe { release(c as *mut ChanPriv) };
+    match got {
         Ok(e) => {
             // SAFETY: the caller's out-pointer.
             unsafe { *event = e };

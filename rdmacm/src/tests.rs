@@ -665,3 +665,39 @@ fn a_qp_that_cannot_be_readied_is_a_connect_error_and_the_teardown_is_not_report
         assert_eq!(id::scm_rdma_destroy_id(id), 0);
     }
 }
+
+#[test]
+fn a_thread_waiting_on_a_destroyed_channel_keeps_waiting_and_gets_its_events() {
+    // rping's CM thread waits in rdma_get_cm_event while its main thread
+    // destroys the channel: as on a kernel channel, it is not woken by the
+    // destroy, and the channel lives on until it returns
+    let (_lib, st, chan) = setup();
+    // SAFETY: the objects of this test; the waiting thread's use of the
+    // channel keeps it alive past its destroy.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut src = sa("192.0.2.1:7000");
+        assert_eq!(scm_rdma_bind_addr(id, addr(&mut src)), 0);
+        let c = chan as usize;
+        let waiter = std::thread::spawn(move || {
+            let mut e = null_mut();
+            // (in the test's unsafe block) the test's channel, held while
+            // this call lasts
+            let r = scm_rdma_get_cm_event(c as *mut rdma_event_channel, &mut e);
+            (r, e as usize)
+        });
+        let p = chan as *const ChanPriv;
+        testkit::wait_until(STUCK, "a thread waiting for an event", || (*p).holds() == 2);
+        scm_rdma_destroy_event_channel(chan);
+        Fake::send(&st, "t0", ev(1, event::ADDR_RESOLVED));
+        testkit::wait_until(STUCK, "the event reached the waiting thread", || {
+            waiter.is_finished()
+        });
+        let (r, e) = waiter.join().expect("the waiting thread");
+        assert_eq!(r, 0, "errno {}", errno());
+        let e = e as *mut rdma_cm_event;
+        assert_eq!(((*e).event, (*e).id), (event::ADDR_RESOLVED, id));
+        assert_eq!(scm_rdma_ack_cm_event(e), 0);
+        assert_eq!(id::scm_rdma_destroy_id(id), 0);
+    }
+}

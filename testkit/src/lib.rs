@@ -12,6 +12,8 @@
 //!   line, or a failure saying why when `CI` is set;
 //! - [`netns`]: network namespaces and veth pairs a test creates and
 //!   removes itself;
+//! - [`rnicd_pair`]: two rnicd daemons, one per namespace, on the two
+//!   ends of a veth pair;
 //! - [`pcap`]: the capture files the tests read;
 //! - [`abi`]: C structure layouts against the system's headers;
 //! - [`rnicd`]: a `rnicd --mem-pair` of a test's own, for the drop-in
@@ -24,6 +26,7 @@ pub mod abi;
 pub mod netns;
 pub mod pcap;
 pub mod rnicd;
+pub mod rnicd_pair;
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
