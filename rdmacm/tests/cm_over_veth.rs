@@ -18,13 +18,11 @@
 //! again until it is heard. Needs root, the tools and AF_XDP for its
 //! part: otherwise a loud SKIPPED, and a failure under CI=true.
 
-use std::io::Read;
-use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use testkit::abi::profile_dir;
 use testkit::netns;
+use testkit::proc::{Finished, Running};
 use testkit::rnicd_pair::{NetRnicd, RnicdPair, Veth, STUCK};
 
 /// How long one tool process may run.
@@ -65,117 +63,19 @@ fn prerequisites() -> Result<(), String> {
 
 // ---------------------------------------------------------------- harness
 
-/// A tool process on one side, its output drained meanwhile (a chatty one
-/// must not block on a full pipe); killed on drop.
-struct Running {
-    what: String,
-    child: Child,
-    out: Option<JoinHandle<Vec<u8>>>,
-    err: Option<JoinHandle<Vec<u8>>>,
-}
-
-/// How a tool process ended.
-struct Finished {
-    what: String,
-    /// None: killed at its deadline.
-    status: Option<ExitStatus>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Finished {
-    fn ok(&self) -> bool {
-        self.status.is_some_and(|s| s.success())
-    }
-
-    fn text(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
-}
-
-impl std::fmt::Display for Finished {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let status = match self.status {
-            Some(s) => format!("{s}"),
-            None => "KILLED at its deadline".to_string(),
-        };
-        write!(
-            f,
-            "{}: {status}\n--- stdout\n{}--- stderr\n{}",
-            self.what, self.stdout, self.stderr
-        )
-    }
-}
-
-fn drain(r: Option<impl Read + Send + 'static>) -> Option<JoinHandle<Vec<u8>>> {
-    r.map(|mut r| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    })
-}
-
-impl Running {
-    /// `prog args` on `side`, both drop-ins first on the library path.
-    fn start(side: &NetRnicd, prog: &str, args: &[String]) -> Running {
-        let what = format!("{prog} {} (in {})", args.join(" "), side.ns);
-        let path = format!(
-            "{}:{}",
-            profile_dir().join("softrnic-rdmacm").display(),
-            profile_dir().join("softrnic-ibverbs").display()
-        );
-        let mut child = side
-            .command(prog)
-            .args(args)
-            .env("LD_LIBRARY_PATH", path)
-            .env("LD_BIND_NOW", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
-        Running {
-            what,
-            child,
-            out,
-            err,
-        }
-    }
-
-    fn ended(&mut self) -> bool {
-        self.child.try_wait().ok().flatten().is_some()
-    }
-
-    /// Waits for its end until `deadline`, killing it then.
-    fn finish(mut self, deadline: Instant) -> Finished {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let status = testkit::poll_within(left, || self.child.try_wait().ok().flatten());
-        if status.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let text = |h: Option<JoinHandle<Vec<u8>>>| {
-            let v = h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-            String::from_utf8_lossy(&v).into_owned()
-        };
-        Finished {
-            what: std::mem::take(&mut self.what),
-            status,
-            stdout: text(self.out.take()),
-            stderr: text(self.err.take()),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// `prog args` on `side`, both drop-ins first on the library path.
+fn start(side: &NetRnicd, prog: &str, args: &[String]) -> Running {
+    let what = format!("{prog} {} (in {})", args.join(" "), side.ns);
+    let path = format!(
+        "{}:{}",
+        profile_dir().join("softrnic-rdmacm").display(),
+        profile_dir().join("softrnic-ibverbs").display()
+    );
+    let mut cmd = side.command(prog);
+    cmd.args(args)
+        .env("LD_LIBRARY_PATH", path)
+        .env("LD_BIND_NOW", "1");
+    Running::spawn(what, cmd)
 }
 
 /// One run of a server and a client: `prog sargs` on `server`, then `prog
@@ -192,11 +92,11 @@ fn server_and_client(
     unheard: &str,
 ) -> (Finished, Finished) {
     let owned = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let mut s = Running::start(server, prog, &owned(sargs));
+    let mut s = start(server, prog, &owned(sargs));
     let mut tries = 0;
     let c = testkit::wait_for(STUCK, &format!("{prog}'s client heard"), || {
         tries += 1;
-        let c = Running::start(client, prog, &owned(cargs)).finish(Instant::now() + DEADLINE);
+        let c = start(client, prog, &owned(cargs)).finish(Instant::now() + DEADLINE);
         let text = c.text();
         assert!(!text.contains("symbol lookup error"), "{c}");
         if !c.ok() && text.contains(unheard) && !s.ended() {

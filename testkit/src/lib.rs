@@ -15,6 +15,7 @@
 //! - [`rnicd_pair`]: two rnicd daemons, one per namespace, on the two
 //!   ends of a veth pair;
 //! - [`pcap`]: the capture files the tests read;
+//! - [`proc`]: a program a test runs, with a deadline, killed on drop;
 //! - [`abi`]: C structure layouts against the system's headers;
 //! - [`rnicd`]: a `rnicd --mem-pair` of a test's own, for the drop-in
 //!   libraries' tests.
@@ -25,6 +26,7 @@
 pub mod abi;
 pub mod netns;
 pub mod pcap;
+pub mod proc;
 pub mod rnicd;
 pub mod rnicd_pair;
 

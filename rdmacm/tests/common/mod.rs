@@ -6,11 +6,11 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use testkit::abi::profile_dir;
+pub use testkit::proc::{Finished, Running};
 pub use testkit::rnicd::{have, Daemon, STUCK};
 
 /// How long one tool process may run.
@@ -58,119 +58,14 @@ pub fn command(d: &Daemon, prog: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> 
     c
 }
 
-/// A running program, its output drained meanwhile (a chatty one must not
-/// block on a full pipe); killed on drop.
-pub struct Running {
-    what: String,
-    child: Child,
-    out: Option<JoinHandle<Vec<u8>>>,
-    err: Option<JoinHandle<Vec<u8>>>,
-}
-
-/// How a program ended.
-pub struct Finished {
-    pub what: String,
-    /// None: killed at its deadline.
-    pub status: Option<ExitStatus>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Finished {
-    pub fn ok(&self) -> bool {
-        self.status.is_some_and(|s| s.success())
-    }
-
-    /// Ended by itself with a non-zero exit code (not by a signal).
-    pub fn failed_cleanly(&self) -> bool {
-        self.status
-            .is_some_and(|s| s.code().is_some_and(|c| c != 0))
-    }
-
-    pub fn text(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
-}
-
-impl std::fmt::Display for Finished {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let status = match self.status {
-            Some(s) => format!("{s}"),
-            None => format!("KILLED after {DEADLINE:?}"),
-        };
-        write!(
-            f,
-            "{}: {status}\n--- stdout\n{}--- stderr\n{}",
-            self.what, self.stdout, self.stderr
-        )
-    }
-}
-
-fn drain(r: Option<impl std::io::Read + Send + 'static>) -> Option<JoinHandle<Vec<u8>>> {
-    r.map(|mut r| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    })
-}
-
-impl Running {
-    pub fn start(d: &Daemon, prog: &str, args: &[&str]) -> Running {
-        let what = format!("{prog} {}", args.join(" "));
-        let mut child = command(d, prog, args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
-        Running {
-            what,
-            child,
-            out,
-            err,
-        }
-    }
-
-    /// Whether it has ended.
-    pub fn ended(&mut self) -> bool {
-        self.child.try_wait().ok().flatten().is_some()
-    }
-
-    /// Waits for its end until `deadline`, killing it then.
-    pub fn finish(mut self, deadline: Instant) -> Finished {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let status = testkit::poll_within(left, || self.child.try_wait().ok().flatten());
-        if status.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let text = |h: Option<JoinHandle<Vec<u8>>>| {
-            let v = h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-            String::from_utf8_lossy(&v).into_owned()
-        };
-        Finished {
-            what: std::mem::take(&mut self.what),
-            status,
-            stdout: text(self.out.take()),
-            stderr: text(self.err.take()),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// Starts `prog args` on `d`'s devices, its output piped.
+pub fn start(d: &Daemon, prog: &str, args: &[&str]) -> Running {
+    Running::spawn(format!("{prog} {}", args.join(" ")), command(d, prog, args))
 }
 
 /// Runs `prog args` to its end (at most [`DEADLINE`]).
 pub fn run(d: &Daemon, prog: &str, args: &[&str]) -> Finished {
-    Running::start(d, prog, args).finish(Instant::now() + DEADLINE)
+    start(d, prog, args).finish(Instant::now() + DEADLINE)
 }
 
 /// The CM IDs listening on device `dev` of `d` (rnicd's `cm_listeners`).
@@ -192,7 +87,7 @@ pub fn server_and_client(
     client: (&str, &[&str]),
 ) -> (Finished, Finished) {
     let before = listeners(d, dev).expect("rnicd's CM counters");
-    let mut s = Running::start(d, server.0, server.1);
+    let mut s = start(d, server.0, server.1);
     testkit::wait_for(STUCK, "the server listening", || {
         if s.ended() {
             return Ok(());
