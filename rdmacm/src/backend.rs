@@ -5,53 +5,20 @@
 //! logic (IDs, events, acknowledgements) runs the same on the daemon and
 //! on the in-process fake of the unit tests.
 //!
-//! The types mirror the client API's field for field; an adapter over
-//! `softrnic::client::cm` (`rnicd.rs`) implements [`CmBackend`];
+//! The types are the client API's where the library takes them as they
+//! are, and its own where it needs less (`IdInfo`, events) or another
+//! shape (`QpAttr`); an adapter over `softrnic::client::cm` (`rnicd.rs`)
+//! implements [`CmBackend`];
 //! [`Unavailable`] answers every command with ENODEV.
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-/// A CM ID's number in its daemon (never 0).
-pub type CmIdNo = u32;
-
-/// `enum rdma_port_space` (TCP and UDP are served).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortSpace(pub u16);
-
-/// The QP type an ID connects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmQpType {
-    Rc,
-    Ud,
-}
-
-/// `struct rdma_conn_param` as `connect` and `accept` pass it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ConnParam {
-    pub qpn: u32,
-    pub srq: bool,
-    /// The local QP's starting send PSN; the daemon picks one when absent.
-    pub psn: Option<u32>,
-    pub private_data: Vec<u8>,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub flow_control: bool,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-}
-
-/// Where `bind` put an ID.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bound {
-    pub dev: String,
-    pub port: u8,
-    pub gid_index: u8,
-    pub gid: [u8; 16],
-    /// The bound address, its port chosen when 0 was asked for.
-    pub addr: SocketAddr,
-}
+/// The client API's own types where the library needs them as they are:
+/// ID numbers, port spaces, QP types, connection parameters, where `bind`
+/// put an ID, an event's connection parameters.
+pub use softrnic::client::cm::{Bound, CmIdNo, CmQpType, ConnEventParam, ConnParam, PortSpace};
 
 /// What `query` tells of an ID.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,19 +33,6 @@ pub struct IdInfo {
     /// The path MTU in bytes.
     pub path_mtu: u32,
     pub num_paths: u32,
-}
-
-/// The connection parameters an event carries.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ConnEventParam {
-    pub private_data: Vec<u8>,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub flow_control: bool,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-    pub srq: bool,
-    pub qp_num: u32,
 }
 
 /// The datagram parameters an event carries.

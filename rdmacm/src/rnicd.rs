@@ -85,16 +85,7 @@ fn event(m: cm::CmEventMsg) -> b::CmEventMsg {
         kind: m.kind.0,
         status: m.status,
         listen_id: m.listen_id,
-        conn: m.conn.map(|c| b::ConnEventParam {
-            private_data: c.private_data,
-            responder_resources: c.responder_resources,
-            initiator_depth: c.initiator_depth,
-            flow_control: c.flow_control,
-            retry_count: c.retry_count,
-            rnr_retry_count: c.rnr_retry_count,
-            srq: c.srq,
-            qp_num: c.qp_num,
-        }),
+        conn: m.conn,
         ud: m.ud.map(|u| b::UdEventParam {
             private_data: u.private_data,
             dgid: u.dgid,
@@ -107,20 +98,6 @@ fn event(m: cm::CmEventMsg) -> b::CmEventMsg {
 
 struct Client(cm::CmClient);
 
-fn conn(p: &b::ConnParam) -> cm::ConnParam {
-    cm::ConnParam {
-        qpn: p.qpn,
-        srq: p.srq,
-        psn: p.psn,
-        private_data: p.private_data.clone(),
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
-        flow_control: p.flow_control,
-        retry_count: p.retry_count,
-        rnr_retry_count: p.rnr_retry_count,
-    }
-}
-
 impl DeviceCm for Client {
     fn create_id(
         &self,
@@ -129,26 +106,13 @@ impl DeviceCm for Client {
         qp_type: b::CmQpType,
         user_ctx: u64,
     ) -> b::Result<b::CmIdNo> {
-        let t = match qp_type {
-            b::CmQpType::Rc => cm::CmQpType::Rc,
-            b::CmQpType::Ud => cm::CmQpType::Ud,
-        };
-        self.0
-            .create_id(chan, cm::PortSpace(ps.0), t, user_ctx)
-            .map_err(err)
+        self.0.create_id(chan, ps, qp_type, user_ctx).map_err(err)
     }
     fn destroy_id(&self, id: b::CmIdNo) -> b::Result<u32> {
         self.0.destroy_id(id).map_err(err)
     }
     fn bind(&self, id: b::CmIdNo, addr: SocketAddr) -> b::Result<b::Bound> {
-        let r = self.0.bind(id, addr).map_err(err)?;
-        Ok(b::Bound {
-            dev: r.dev,
-            port: r.port,
-            gid_index: r.gid_index,
-            gid: r.gid,
-            addr: r.addr,
-        })
+        self.0.bind(id, addr).map_err(err)
     }
     fn resolve_addr(
         &self,
@@ -180,10 +144,10 @@ impl DeviceCm for Client {
         self.0.listen(id, backlog).map_err(err)
     }
     fn connect(&self, id: b::CmIdNo, p: &b::ConnParam) -> b::Result<()> {
-        self.0.connect(id, &conn(p)).map_err(err)
+        self.0.connect(id, p).map_err(err)
     }
     fn accept(&self, id: b::CmIdNo, p: &b::ConnParam) -> b::Result<()> {
-        self.0.accept(id, &conn(p)).map_err(err)
+        self.0.accept(id, p).map_err(err)
     }
     fn reject(&self, id: b::CmIdNo, private_data: &[u8]) -> b::Result<()> {
         self.0.reject(id, private_data).map_err(err)
