@@ -47,18 +47,7 @@ fn prerequisites() -> Result<(), String> {
             return Err(format!("{prog} not installed ({pkg})"));
         }
     }
-    for p in [
-        "rnicd",
-        "softrnic-ibverbs/libibverbs.so.1",
-        "softrnic-rdmacm/librdmacm.so.1",
-    ] {
-        if !profile_dir().join(p).exists() {
-            return Err(format!(
-                "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs -p softrnic-rdmacm)"
-            ));
-        }
-    }
-    Ok(())
+    testkit::rnicd::built()
 }
 
 // ---------------------------------------------------------------- harness

@@ -38,6 +38,22 @@ pub fn cmd(prog: &str) -> Command {
     }
 }
 
+/// Whether rnicd and both drop-ins are built; why not otherwise.
+pub fn built() -> Result<(), String> {
+    for p in [
+        "rnicd",
+        "softrnic-ibverbs/libibverbs.so.1",
+        "softrnic-rdmacm/librdmacm.so.1",
+    ] {
+        if !profile_dir().join(p).exists() {
+            return Err(format!(
+                "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs -p softrnic-rdmacm)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `rnicd --mem-pair --name t` in its own socket folder; killed on drop.
 pub struct Daemon {
     pub child: Child,

@@ -27,18 +27,7 @@ pub fn prerequisites(progs: &[&str]) -> Result<(), String> {
             return Err(format!("{p} not installed (rdmacm-utils, perftest)"));
         }
     }
-    for p in [
-        "rnicd",
-        "softrnic-ibverbs/libibverbs.so.1",
-        "softrnic-rdmacm/librdmacm.so.1",
-    ] {
-        if !profile_dir().join(p).exists() {
-            return Err(format!(
-                "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs -p softrnic-rdmacm)"
-            ));
-        }
-    }
-    Ok(())
+    testkit::rnicd::built()
 }
 
 /// `prog args` with both drop-ins first on the library path, talking to
