@@ -433,7 +433,8 @@ struct StatsArgs {
     /// Read this saved run instead of the last one.
     #[arg(long, value_name = "FILE", conflicts_with = "daemon")]
     file: Option<PathBuf>,
-    /// Ask the running rnicd devices instead: their RDMA CM counters.
+    /// Ask the running rnicd devices instead: their transport, port, drop
+    /// and RDMA CM counters.
     #[arg(long)]
     daemon: bool,
     /// With --daemon: rnicd's socket directory (default $SOFTRNIC_SOCK_DIR,

@@ -6,7 +6,8 @@
 //! file): `$SOFTRNIC_STATE_DIR` when set,
 //! else `$XDG_RUNTIME_DIR/softrnic`, else `<temp dir>/softrnic-$USER`.
 //! `rnic stats --daemon` asks every device socket in rnicd's socket
-//! directory for its statistics and shows its RDMA CM counters.
+//! directory for its statistics and shows its transport, port and drop
+//! counters and its RDMA CM counters.
 
 use crate::out::write_or_quit;
 use crate::report::{write_file, WriteError};
@@ -175,10 +176,12 @@ pub fn show(as_json: bool, file: Option<PathBuf>) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `rnic stats --daemon`: the RDMA CM counters (`cm_tx_*`, `cm_rx_*`,
-/// `cm_retries`, `cm_timeouts`, the drop reasons, `gsi_*`) of every rnicd
-/// device whose socket is in `dir` (default: `$SOFTRNIC_SOCK_DIR`, else
-/// /run/softrnic), one `link DEV/1 name value ...` line each.
+/// `rnic stats --daemon`: the counters of every rnicd device whose socket
+/// is in `dir` (default: `$SOFTRNIC_SOCK_DIR`, else /run/softrnic): a
+/// `link DEV/1 name value ...` line with the transport (`rdma statistic`
+/// names), port and drop counters, and a `cm DEV/1 ...` line with the RDMA
+/// CM's (`cm_tx_*`, `cm_rx_*`, `cm_retries`, `cm_timeouts`, the drop
+/// reasons, `gsi_*`).
 pub fn show_daemons(as_json: bool, dir: Option<PathBuf>) -> Result<(), CliError> {
     let dir = dir.unwrap_or_else(softrnic::client::sock_dir);
     let mut socks: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -198,6 +201,7 @@ pub fn show_daemons(as_json: bool, dir: Option<PathBuf>) -> Result<(), CliError>
                 "port": 1,
                 "socket": p.display().to_string(),
                 "cm_counters": st.cm,
+                "counters": st.counters,
             })),
             Err(e) => eprintln!("rnic: {}: {e}", p.display()),
         }
@@ -217,23 +221,27 @@ pub fn show_daemons(as_json: bool, dir: Option<PathBuf>) -> Result<(), CliError>
     write_or_quit(
         &mut out,
         format_args!(
-            "# RDMA CM counters of the rnicd devices in {}\n",
+            "# counters of the rnicd devices in {} (link: transport, port and drops; cm: RDMA CM and QP 1)\n",
             dir.display()
         ),
     )?;
-    for d in &devices {
-        let pairs: Vec<String> = d["cm_counters"]
+    let line = |d: &Value, key: &str| -> String {
+        let pairs: Vec<String> = d[key]
             .as_object()
             .into_iter()
             .flatten()
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
+        pairs.join(" ")
+    };
+    for d in &devices {
+        let name = d["name"].as_str().unwrap_or("?");
         write_or_quit(
             &mut out,
             format_args!(
-                "link {}/1 {}\n",
-                d["name"].as_str().unwrap_or("?"),
-                pairs.join(" ")
+                "link {name}/1 {}\ncm {name}/1 {}\n",
+                line(d, "counters"),
+                line(d, "cm_counters")
             ),
         )?;
     }

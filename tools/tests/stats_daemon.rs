@@ -1,4 +1,4 @@
-//! `rnic stats --daemon`: the RDMA CM counters of running rnicd devices
+//! `rnic stats --daemon`: the counters of running rnicd devices
 //! (two in this process on an in-memory wire), named as the daemon counts
 //! them, one `link DEV/1 ...` line per device, and as JSON.
 
@@ -46,7 +46,7 @@ fn event(ch: &EventChannel) -> softrnic::client::cm::CmEventMsg {
 }
 
 #[test]
-fn stats_daemon_shows_each_devices_cm_counters() {
+fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let servers = pair(dir.path());
@@ -91,13 +91,27 @@ fn stats_daemon_shows_each_devices_cm_counters() {
         .assert()
         .success();
     let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
-    let line = |dev: &str| {
+    let line = |kind: &str, dev: &str| {
         text.lines()
-            .find(|l| l.starts_with(&format!("link {dev}/1 ")))
-            .unwrap_or_else(|| panic!("no line for {dev}: {text}"))
+            .find(|l| l.starts_with(&format!("{kind} {dev}/1 ")))
+            .unwrap_or_else(|| panic!("no {kind} line for {dev}: {text}"))
             .to_string()
     };
-    let (st0, st1) = (line("st0"), line("st1"));
+    let (st0, st1) = (line("cm", "st0"), line("cm", "st1"));
+    // the REQ and the REJ crossed the ports
+    let count = |l: &str, name: &str| -> u64 {
+        let mut w = l.split_whitespace();
+        w.find(|x| *x == name)
+            .and_then(|_| w.next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {l}"))
+    };
+    for dev in ["st0", "st1"] {
+        let l = line("link", dev);
+        assert!(count(&l, "tx_packets") >= 1, "{l}");
+        assert!(count(&l, "rx_packets") >= 1, "{l}");
+        assert_eq!(count(&l, "retry_exceeded_err"), 0, "{l}");
+    }
     for needle in [" cm_tx_req 1", " cm_rx_rej 1", " cm_ids 1"] {
         assert!(st0.contains(needle), "{needle}: {st0}");
     }
@@ -114,6 +128,10 @@ fn stats_daemon_shows_each_devices_cm_counters() {
     let devs = doc["devices"].as_array().unwrap();
     assert_eq!(devs.len(), 2, "{doc}");
     assert_eq!(devs[1]["cm_counters"]["cm_tx_rej"], 1, "{doc}");
+    assert!(
+        devs[1]["counters"]["rx_packets"].as_u64() >= Some(1),
+        "{doc}"
+    );
 
     // no daemon there: a one-line error
     let empty = tempfile::tempdir().unwrap();

@@ -262,6 +262,12 @@ pub struct Stats {
     /// drops by reason, QP 1's `gsi_*` counters and drops.
     #[serde(default)]
     pub cm: std::collections::BTreeMap<String, u64>,
+    /// The device's transport counters (`rdma statistic` names: every
+    /// QP's plus those of destroyed QPs), its port's (`rx_packets`, ...,
+    /// `rx_dropped`, `tx_dropped`) and the received frames dropped before
+    /// reaching a QP, by reason.
+    #[serde(default)]
+    pub counters: std::collections::BTreeMap<String, u64>,
 }
 
 /// An asynchronous event (`struct ibv_async_event`) on one of the client's

@@ -243,6 +243,21 @@ pub(super) fn stats(sh: &Shared) -> Stats {
     })
     .unwrap_or_default();
     s.cm.extend(gsi);
+    let transport = super::call(sh, |r| {
+        let mut m: Vec<(String, u64)> = r.counters().iter().map(|(k, v)| (k.into(), v)).collect();
+        // QP 1's drops are in `cm` already
+        let drops = r
+            .drops()
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("gsi_"));
+        m.extend(drops.map(|(k, v)| (k.to_string(), v)));
+        m
+    })
+    .unwrap_or_default();
+    s.counters.extend(transport);
+    if let Ok(p) = sh.dev.port_counters() {
+        s.counters.extend(p.iter().map(|(k, v)| (k.to_string(), v)));
+    }
     s.rnic_qps = super::call(sh, move |r| {
         (FIRST_QPN..=max_qpn)
             .filter(|q| r.query_qp(*q).is_ok())
