@@ -590,6 +590,7 @@ fn the_cm_conversation_through_rnicd_has_rxe_layout_and_decodes_in_tshark() {
     let mut c = Side::new(servers[0].socket_path(), QpKind::Rc);
     let mut s = Side::new(servers[1].socket_path(), QpKind::Rc);
     let (cid, _) = establish(&mut c, &mut s, 7400);
+    let (c_rtr, _) = c.cm.init_qp_attr(cid, QpState::Rtr).unwrap();
     c.cm.disconnect(cid).unwrap();
     c.expect(CmEventKind::DISCONNECTED);
     s.expect(CmEventKind::DISCONNECTED);
@@ -621,6 +622,9 @@ fn the_cm_conversation_through_rnicd_has_rxe_layout_and_decodes_in_tshark() {
     assert_eq!(r.service_id, 0x0000_0000_0106_0000 | 7400);
     assert_eq!(r.local_ca_guid, 0x0053_52ff_fe00_0001);
     assert_eq!(r.local_qpn, c.qp.qpn);
+    // as Linux's CM: the REQ's Starting PSN is where the active side's
+    // receive queue starts (the passive side sends from it)
+    assert_eq!(c_rtr.rq_psn, Some(r.starting_psn));
     assert_eq!(&r.private_data[..2], &[0x00, 0x40]);
     assert_eq!(
         &r.private_data[4..20],

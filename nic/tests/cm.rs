@@ -1198,3 +1198,51 @@ fn our_req_has_the_layout_of_the_captures_req() {
     assert_eq!(ours.primary, want.primary);
     assert_eq!(*ours, want);
 }
+
+/// In Linux's CM (rxe on both ends of the third-party captures) the
+/// Starting PSN of a REQ or REP is where its sender's receive queue
+/// starts: the passive side sends from the REQ's, the active side from the
+/// REP's. rnicd's CM gives its QPs the same (daemon/tests/cm.rs).
+#[test]
+fn rxe_captures_send_from_the_peers_starting_psn() {
+    for name in ["rping.pcap", "rdma_cm.pcap"] {
+        let Some(dir) = testkit::pcap::rxe_pcaps("rxe_captures_send_from_the_peers_starting_psn")
+        else {
+            return;
+        };
+        let file = std::fs::File::open(dir.join(name)).unwrap();
+        let mut r = pcap_file::pcap::PcapReader::new(file).unwrap();
+        let (mut req, mut rep) = (None, None);
+        // the first RC request each address sent after the REP
+        let mut first: Vec<(std::net::IpAddr, u32)> = Vec::new();
+        while let Some(p) = r.next_packet() {
+            let p = p.unwrap();
+            let Ok(f) = wire::RoceRepr::parse(&p.data) else {
+                continue;
+            };
+            if f.bth.dest_qp == mad::GSI_QPN {
+                match Mad::parse(f.payload).unwrap().cm() {
+                    Some(CmMessage::Req(m)) if req.is_none() => req = Some((f.ip.src(), *m)),
+                    Some(CmMessage::Rep(m)) if rep.is_none() => rep = Some(*m),
+                    _ => {}
+                }
+                continue;
+            }
+            let request = f.bth.opcode.info().is_some_and(|i| i.is_request());
+            if rep.is_some() && request && !first.iter().any(|(a, _)| *a == f.ip.src()) {
+                first.push((f.ip.src(), f.bth.psn.value()));
+            }
+        }
+        let (active, req) = req.unwrap_or_else(|| panic!("{name}: no REQ"));
+        let rep = rep.unwrap_or_else(|| panic!("{name}: no REP"));
+        let sent_by = |ours: bool| {
+            first
+                .iter()
+                .find(|(a, _)| (*a == active) == ours)
+                .unwrap_or_else(|| panic!("{name}: no request from both sides: {first:?}"))
+                .1
+        };
+        assert_eq!(sent_by(true), rep.starting_psn, "{name}: the active side");
+        assert_eq!(sent_by(false), req.starting_psn, "{name}: the passive side");
+    }
+}

@@ -5,6 +5,7 @@
 # Command lists (rxe-peer run CMDS) are sourced after this file and may use:
 #   $RXE_DEV $RXE_GID $RXE_MTU $GUEST_IP $HOST_IP   the rxe device on eth0
 #   wait_tcp PORT [SECONDS]          wait until something listens on TCP PORT
+#   wait_cm_listen [SECONDS]         wait until an RDMA CM ID listens
 #   gcap_start NAME / gcap_stop NAME tcpdump on eth0 -> /share/pcap/NAME.guest.pcap
 #   host_sync NAME [SECONDS]         meet the host hook's wait_guest/release_guest
 #   agent                            serve the host hook's g_start/g_run requests
@@ -37,6 +38,15 @@ wait_tcp() {
   echo "wait_tcp: nothing listens on $port" >&2; return 1
 }
 
+# wait_cm_listen [SECONDS]: until an RDMA CM ID listens (rdma resource)
+wait_cm_listen() {
+  local i
+  for ((i = 0; i < ${1:-30} * 10; i++)); do
+    rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && return 0
+    sleep 0.1
+  done
+  echo "wait_cm_listen: no listening CM ID" >&2; return 1
+}
 gcap_start() {
   local name=$1 i
   setsid tcpdump -Z root -i eth0 -s 0 -U --immediate-mode -B 16384 -n -w "/tmp/$name.pcap" \
@@ -97,7 +107,7 @@ agent() {
 }
 
 export SH
-export -f uptime_s glog rxe_gid wait_tcp gcap_start gcap_stop host_sync
+export -f uptime_s glog rxe_gid wait_tcp wait_cm_listen gcap_start gcap_stop host_sync
 
 guest_main() {
   local a rc=0

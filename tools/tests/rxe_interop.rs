@@ -4,7 +4,9 @@
 //! in both roles, a few sizes, the RC loss test, and `rnic perf` against
 //! perftest's ib_*_bw / ib_*_lat in both roles, then Debian's unmodified
 //! ibv_*_pingpong and perftest on softrnic's libibverbs.so.1 against the
-//! same tools on rxe, both roles), see docs/interop.md.
+//! same tools on rxe, both roles, and rping and ib_send_bw -R through
+//! softrnic's librdmacm.so.1 against the kernel's RDMA CM), see
+//! docs/interop.md.
 //!
 //! Needs root, QEMU, debootstrap and a Debian mirror (the guest image is
 //! built from Debian packages on first use and cached). Without them it
@@ -139,8 +141,17 @@ fn rnic_pingpong_against_linux_soft_roce() {
         );
     }
     // Debian's unmodified tools on the libibverbs drop-in against the same
-    // tools on rxe: ibv_devices/ibv_devinfo, then 13 tools in both roles
-    let (di_cases, _) = all_passed(&out, "dropin-results.txt", "drop-in", 27);
+    // tools on rxe: ibv_devices/ibv_devinfo, then 13 tools in both roles,
+    // and through the RDMA CM (softrnic's librdmacm and rnicd's CM against
+    // the kernel's): rping -v -V and ib_send_bw -R in both roles
+    let (di_cases, dropin) = all_passed(&out, "dropin-results.txt", "drop-in", 31);
+    for cm in ["rping-", "ib_send_bw-R-"] {
+        assert_eq!(
+            dropin.lines().filter(|l| l.starts_with(cm)).count(),
+            2,
+            "{cm} in both roles:\n{dropin}"
+        );
+    }
     // memory windows: one program, rxe's transcript and ours (mw/hook.sh)
     all_passed(&out, "mw-results.txt", "memory window", 1);
     eprintln!(

@@ -35,7 +35,8 @@ pub struct ConnParam {
     /// The local QP's number (24 bits).
     pub qpn: u32,
     pub srq: bool,
-    /// The local QP's starting send PSN; the daemon picks one when absent.
+    /// The local QP's starting receive PSN (the Starting PSN of its REQ or
+    /// REP); the daemon picks one when absent.
     pub psn: Option<u32>,
     /// The user's private data (at most 56 bytes in a connect, 196 in an
     /// accept).

@@ -30,6 +30,8 @@ pub struct ConnectParams {
     pub remote: CmAddr,
     pub service_id: u64,
     pub local_qpn: u32,
+    /// Where the active side's receive queue starts (the passive side
+    /// sends from it), as Linux's CM reads the field.
     pub starting_psn: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,
@@ -86,6 +88,8 @@ impl ConnectParams {
 #[derive(Clone, Debug)]
 pub struct AcceptParams {
     pub local_qpn: u32,
+    /// Where the passive side's receive queue starts (the active side
+    /// sends from it), as Linux's CM reads the field.
     pub starting_psn: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,

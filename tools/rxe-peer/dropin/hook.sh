@@ -1,6 +1,8 @@
 # hook.sh: the same unmodified Debian tool on both ends — on the host through
 # softrnic's drop-in libibverbs.so.1 (`rnic exec`, an `rnicd` on the tap),
-# in the guest on the kernel's Soft-RoCE — in both roles. A host hook for the
+# in the guest on the kernel's Soft-RoCE — in both roles. rping and the
+# perftest cases with -R connect through the RDMA CM: softrnic's
+# librdmacm.so.1 and rnicd's CM against the kernel's rdma_cm. A host hook for the
 # rxe-peer harness (tools/rxe-peer/rxe-peer, which boots the guest and
 # provides g_start/g_wait/g_run and $NS $TAP $HOST_IP $GUEST_IP $RXE_DEV
 # $RXE_GID); `rxe-peer interop` runs it after the rnic cases, or alone:
@@ -15,7 +17,7 @@
 # `rnic pcap check`. Results: $OUT/dropin-results.txt (one PASS/FAIL line
 # per case), logs in $OUT/logs/<case>.{host,rxe.guest,rnicd}.log.
 # A case passes when both sides exit 0 and print their result lines
-# (pingpong: "iters in" on both; perftest bw: both; WRITE/SEND latency:
+# (rping -v: all its pings' data on both; pingpong: "iters in" on both; perftest bw: both; WRITE/SEND latency:
 # both; READ and atomic latency: the client), and rdma-core's -c data check
 # (when given) finds nothing.
 
@@ -60,6 +62,18 @@ di_daemon_down() {
   wait "$DI_DAEMON" 2>/dev/null || true
 }
 
+# di_host_cm_listens PID: wait until the host's rnicd has a listening CM ID
+# (its `cm_listeners` counter), or PID is gone
+di_host_cm_listens() {
+  local i
+  for ((i = 0; i < 600; i++)); do
+    "$RNIC" stats --daemon --sock-dir "$DI_SOCK" 2>/dev/null | grep -q ' cm_listeners [1-9]' && return 0
+    kill -0 "$1" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
 # the host side: an unmodified tool on the drop-in, in the tap's namespace
 di_host() { ip netns exec "$NS" timeout -k 5 "$DI_TO" "$RNIC" exec --sock-dir "$DI_SOCK" -- "$@"; }
 
@@ -67,10 +81,23 @@ di_host() { ip netns exec "$NS" timeout -k 5 "$DI_TO" "$RNIC" exec --sock-dir "$
 di_case() {
   local name=$1 role=$2 tool=$3
   shift 3
-  local flags=("$@") L=$OUT/logs t0 hrc=0 grc=0 why=() gflag=-x
+  local flags=("$@") L=$OUT/logs t0 hrc=0 grc=0 why=() gflag=-x cm=0
   case $tool in ibv_*) gflag=-g;; esac
+  # the RDMA CM connects these (librdmacm on both ends): the address picks
+  # the device and the GID, so no -d or GID index
+  case " ${flags[*]} " in *" -R "*) cm=1;; esac
   local host=("$tool" -d "$DI_DEV" "$gflag" "$DI_GID" "${flags[@]}")
   local g="$tool -d $RXE_DEV $gflag $RXE_GID ${flags[*]}"
+  local hserver=() gserver="" hclient=("$GUEST_IP") gclient=" $HOST_IP"
+  if [ $cm = 1 ]; then
+    host=("$tool" "${flags[@]}") g="$tool ${flags[*]}"
+  fi
+  if [ "$tool" = rping ]; then
+    # rping names its role and the address to bind or connect to
+    cm=1 host=("$tool" "${flags[@]}") g="$tool ${flags[*]}"
+    hserver=(-s -a "$HOST_IP") gserver=" -s -a $GUEST_IP"
+    hclient=(-c -a "$GUEST_IP") gclient=" -c -a $HOST_IP"
+  fi
   # perftest: -F (no CPU frequency check) and a QP timeout of 2^18 x 4.096
   # us (1.07 s a try, 8 tries). A TCG guest on a busy host stalls for up
   # to a second at times; perftest's default (14: 67 ms a try) ends the
@@ -82,22 +109,29 @@ di_case() {
   t0=$(di_now)
   di_daemon_up "$name" || why+=(no-rnicd)
   if [ "$role" = softrnic-client ]; then
-    g_start "$name.rxe" "echo '# $g'; $g" "$DI_TO"
-    echo "# ${host[*]} $GUEST_IP" > "$L/$name.host.log"
-    if g_run "$name.listen" "wait_tcp $port 60" 90; then
-      di_host "${host[@]}" "$GUEST_IP" >> "$L/$name.host.log" 2>&1 || hrc=$?
+    g_start "$name.rxe" "echo '# $g$gserver'; $g$gserver" "$DI_TO"
+    echo "# ${host[*]} ${hclient[*]}" > "$L/$name.host.log"
+    local listen="wait_tcp $port 60"
+    [ $cm = 1 ] && listen="wait_cm_listen 60"
+    if g_run "$name.listen" "$listen" 90; then
+      di_host "${host[@]}" "${hclient[@]}" >> "$L/$name.host.log" 2>&1 || hrc=$?
     else
       why+=(rxe-server-not-listening); hrc=125
     fi
     [ $hrc = 0 ] || { sleep 1; g_kill "$name.rxe"; }
     g_wait "$name.rxe" $((DI_TO + 30)) || grc=$?
   else
-    echo "# ${host[*]}" > "$L/$name.host.log"
-    di_host "${host[@]}" >> "$L/$name.host.log" 2>&1 &
-    local hpid=$!
+    echo "# ${host[*]} ${hserver[*]}" > "$L/$name.host.log"
+    di_host "${host[@]}" "${hserver[@]}" >> "$L/$name.host.log" 2>&1 &
+    local hpid=$! listening=0
     HOST_PIDS+=("$hpid")
-    if host_listens "$NS" "$port" "$hpid"; then
-      g_run "$name.rxe" "echo '# $g $HOST_IP'; $g $HOST_IP" "$DI_TO" || grc=$?
+    if [ $cm = 1 ]; then
+      di_host_cm_listens "$hpid" && listening=1
+    else
+      host_listens "$NS" "$port" "$hpid" && listening=1
+    fi
+    if [ $listening = 1 ]; then
+      g_run "$name.rxe" "echo '# $g$gclient'; $g$gclient" "$DI_TO" || grc=$?
     else
       echo "# not run: the host's server is gone" > "$L/$name.rxe.guest.log"; grc=125
     fi
@@ -110,6 +144,15 @@ di_case() {
   local hl=$L/$name.host.log gl=$L/$name.rxe.guest.log client server
   if [ "$role" = softrnic-client ]; then client=$hl server=$gl; else client=$gl server=$hl; fi
   case $tool in
+    rping)
+      # -v prints each ping's data on both ends (all -C of them), -V checks it
+      local want=1 f
+      for ((f = 0; f < ${#flags[@]} - 1; f++)); do
+        [ "${flags[f]}" = -C ] && want=${flags[f + 1]}
+      done
+      [ "$(grep -c 'ping data: ' "$client" 2>/dev/null)" -ge "$want" ] || why+=(no-client-result)
+      [ "$(grep -c 'ping data: ' "$server" 2>/dev/null)" -ge "$want" ] || why+=(no-server-result)
+      grep -qi 'mismatch' "$hl" "$gl" 2>/dev/null && why+=(data-check);;
     ibv_*)
       grep -q ' iters in ' "$client" 2>/dev/null || why+=(no-client-result)
       grep -q ' iters in ' "$server" 2>/dev/null || why+=(no-server-result)

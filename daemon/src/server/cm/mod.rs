@@ -308,8 +308,7 @@ fn request(
             take_param(i, &param);
             let pd = ip_cm_private_data(src, dst, &param.private_data);
             let sid = ip_cm_service_id(i.ps.0 as u8, dst.port());
-            let mut p =
-                ConnectParams::new(CmAddr::from_ip(dst.ip()), sid, i.local_qpn, i.local_psn);
+            let mut p = ConnectParams::new(CmAddr::from_ip(dst.ip()), sid, i.local_qpn, i.rq_psn);
             p.responder_resources = param.responder_resources;
             p.initiator_depth = param.initiator_depth;
             p.path_mtu = mtu_enum(mtu);
@@ -354,7 +353,7 @@ fn request(
             i.initiator_depth = i.initiator_depth.min(req_resp);
             let p = AcceptParams {
                 local_qpn: i.local_qpn,
-                starting_psn: i.local_psn,
+                starting_psn: i.rq_psn,
                 responder_resources: i.responder_resources,
                 initiator_depth: i.initiator_depth,
                 target_ack_delay: 15,
@@ -440,7 +439,7 @@ fn check_qp(qps: &HashMap<u32, QpKind>, qpn: u32, want: CmQpType) -> Result<(), 
 fn take_param(i: &mut Id, p: &ConnParam) {
     i.local_qpn = p.qpn & 0x00FF_FFFF;
     if let Some(psn) = p.psn {
-        i.local_psn = psn & 0x00FF_FFFF;
+        i.rq_psn = psn & 0x00FF_FFFF;
     }
     i.responder_resources = p.responder_resources;
     i.initiator_depth = p.initiator_depth;
@@ -530,7 +529,7 @@ fn init_qp_attr(i: &Id, state: QpStateMsg, mtu: u32) -> Result<(QpAttrMsg, u32),
             });
             a.path_mtu = Some(mtu);
             a.dest_qpn = Some(i.remote_qpn);
-            a.rq_psn = Some(i.remote_psn);
+            a.rq_psn = Some(i.rq_psn);
             a.max_dest_rd_atomic = Some(i.responder_resources);
             a.min_rnr_timer = Some(12);
             mask |= qp_mask::AV
@@ -541,7 +540,7 @@ fn init_qp_attr(i: &Id, state: QpStateMsg, mtu: u32) -> Result<(QpAttrMsg, u32),
                 | qp_mask::MIN_RNR_TIMER;
         }
         QpStateMsg::Rts => {
-            a.sq_psn = Some(i.local_psn);
+            a.sq_psn = Some(i.sq_psn);
             mask |= qp_mask::SQ_PSN;
             if i.qp_type == CmQpType::Rc {
                 a.timeout = Some(14);

@@ -52,12 +52,17 @@ pub(crate) struct Id {
     /// Its connection in the CM.
     pub(crate) conn: Option<CmId>,
     pub(crate) local_qpn: u32,
-    /// The starting send PSN: picked at creation, so that `init_qp_attr`
-    /// can answer for RTS before `connect`/`accept` (a ConnParam PSN
-    /// replaces it).
-    pub(crate) local_psn: u32,
+    /// Where this side's receive queue starts: the Starting PSN of its
+    /// REQ or REP (IBA 12.6.5 / 12.6.8). Linux's ib_cm reads the field so:
+    /// the active side's RQ starts at the REQ's, the passive side's at the
+    /// REP's, and each sends from the other's; a kernel responder NAKs
+    /// anything else with a PSN sequence error. Picked at creation (a
+    /// ConnParam PSN replaces it).
+    pub(crate) rq_psn: u32,
     pub(crate) remote_qpn: u32,
-    pub(crate) remote_psn: u32,
+    /// Where this side's send queue starts: the peer's Starting PSN (a
+    /// random one until its REQ or REP gives it; UD IDs keep that).
+    pub(crate) sq_psn: u32,
     pub(crate) responder_resources: u8,
     pub(crate) initiator_depth: u8,
     pub(crate) retry_count: u8,
@@ -89,9 +94,9 @@ impl Id {
             pending_on: None,
             conn: None,
             local_qpn: 0,
-            local_psn: rand::random::<u32>() & 0x00FF_FFFF,
+            rq_psn: rand::random::<u32>() & 0x00FF_FFFF,
             remote_qpn: 0,
-            remote_psn: 0,
+            sq_psn: rand::random::<u32>() & 0x00FF_FFFF,
             responder_resources: 1,
             initiator_depth: 1,
             retry_count: 7,
@@ -388,7 +393,7 @@ impl CmService {
                     return;
                 };
                 n.remote_qpn = req.local_qpn;
-                n.remote_psn = req.starting_psn;
+                n.sq_psn = req.starting_psn;
                 n.responder_resources = req.initiator_depth;
                 n.initiator_depth = req.responder_resources;
                 n.retry_count = req.retry_count;
@@ -421,7 +426,7 @@ impl CmService {
                     Some(rep) => {
                         if let Some(i) = self.ids.get_mut(&no) {
                             i.remote_qpn = rep.local_qpn;
-                            i.remote_psn = rep.starting_psn;
+                            i.sq_psn = rep.starting_psn;
                             // IBA 12.6.8: what the REP offers bounds ours
                             i.initiator_depth = i.initiator_depth.min(rep.responder_resources);
                             i.responder_resources = i.responder_resources.min(rep.initiator_depth);
