@@ -8,9 +8,11 @@
 //!
 //! - `rping -v -V` (data printed and verified on both sides), the server
 //!   in either namespace;
+//! - `ucmatose`, `rdma_server`/`rdma_client`, `rdma_xserver`/`rdma_xclient`
+//!   (RC), the server in either;
 //! - `udaddy` (UD IDs: Service ID Resolution), the server in either;
-//! - perftest over the CM (`-R`): `ib_send_bw` and `ib_write_lat`, the
-//!   server in either.
+//! - perftest over the CM (`-R`): `ib_write_bw`, `ib_send_bw`,
+//!   `ib_send_lat` and `ib_write_lat`, the server in either.
 //!
 //! Every tool run has a deadline and is killed at it (and on drop). A
 //! client's request before its server listens is rejected (RC: REJ, no
@@ -33,8 +35,15 @@ fn prerequisites() -> Result<(), String> {
     netns::available().map_err(|e| e.to_string())?;
     for (prog, pkg) in [
         ("rping", "rdmacm-utils"),
+        ("ucmatose", "rdmacm-utils"),
+        ("rdma_server", "rdmacm-utils"),
+        ("rdma_client", "rdmacm-utils"),
+        ("rdma_xserver", "rdmacm-utils"),
+        ("rdma_xclient", "rdmacm-utils"),
         ("udaddy", "rdmacm-utils"),
+        ("ib_write_bw", "perftest"),
         ("ib_send_bw", "perftest"),
+        ("ib_send_lat", "perftest"),
         ("ib_write_lat", "perftest"),
         ("ibv_devinfo", "ibverbs-utils"),
         ("setpriv", "util-linux"),
@@ -67,25 +76,24 @@ fn start(side: &NetRnicd, prog: &str, args: &[String]) -> Running {
     Running::spawn(what, cmd)
 }
 
-/// One run of a server and a client: `prog sargs` on `server`, then `prog
-/// cargs` on `client`, again while the client fails saying `unheard` (its
-/// request came before the server listened) and the server still runs.
-/// Then the server's end (soon after a failed client: it may wait for
-/// ever). Returns (server, client).
+/// One run of a server and a client: `sprog sargs` on `server`, then
+/// `cprog cargs` on `client`, again while the client fails saying
+/// `unheard` (its request came before the server listened) and the server
+/// still runs. Then the server's end (soon after a failed client: it may
+/// wait for ever). Returns (server, client).
 fn server_and_client(
     server: &NetRnicd,
     client: &NetRnicd,
-    prog: &str,
-    sargs: &[&str],
-    cargs: &[&str],
+    (sprog, sargs): (&str, &[&str]),
+    (cprog, cargs): (&str, &[&str]),
     unheard: &str,
 ) -> (Finished, Finished) {
     let owned = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let mut s = start(server, prog, &owned(sargs));
+    let mut s = start(server, sprog, &owned(sargs));
     let mut tries = 0;
-    let c = testkit::wait_for(STUCK, &format!("{prog}'s client heard"), || {
+    let c = testkit::wait_for(STUCK, &format!("{cprog}'s client heard"), || {
         tries += 1;
-        let c = start(client, prog, &owned(cargs)).finish(Instant::now() + DEADLINE);
+        let c = start(client, cprog, &owned(cargs)).finish(Instant::now() + DEADLINE);
         let text = c.text();
         assert!(!text.contains("symbol lookup error"), "{c}");
         if !c.ok() && text.contains(unheard) && !s.ended() {
@@ -119,7 +127,7 @@ fn rping(srv: &NetRnicd, cli: &NetRnicd) {
     let common = ["-v", "-V", "-C", "20", "-a", &a, "-p", &p];
     let sargs: Vec<&str> = ["-s"].iter().chain(&common).copied().collect();
     let cargs: Vec<&str> = ["-c"].iter().chain(&common).copied().collect();
-    let (s, c) = server_and_client(srv, cli, "rping", &sargs, &cargs, "REJECTED");
+    let (s, c) = server_and_client(srv, cli, ("rping", &sargs), ("rping", &cargs), "REJECTED");
     both_ok(&s, &c);
     // -v prints each ping; -V has each side check the data it got
     for i in [0, 10, 19] {
@@ -141,9 +149,8 @@ fn udaddy(srv: &NetRnicd, cli: &NetRnicd, args: &[&str]) {
     let (s, c) = server_and_client(
         srv,
         cli,
-        "udaddy",
-        &sargs,
-        &cargs,
+        ("udaddy", &sargs),
+        ("udaddy", &cargs),
         "RDMA_CM_EVENT_UNREACHABLE",
     );
     both_ok(&s, &c);
@@ -156,6 +163,54 @@ fn udaddy(srv: &NetRnicd, cli: &NetRnicd, args: &[&str]) {
     assert!(c.text().contains("initiating data transfers"), "{c}");
     assert!(s.text().contains("sending replies"), "{s}");
     eprintln!("ok: udaddy {}, server in {}", args.join(" "), srv.ns);
+}
+
+/// `ucmatose` (two RC connections, ten messages each way on each), then
+/// `rdma_server`/`rdma_client` and `rdma_xserver`/`rdma_xclient` over RC
+/// (one message with the `rdma_verbs.h` helpers), the server on `srv`.
+fn rc_tools(srv: &NetRnicd, cli: &NetRnicd) {
+    let (a, p) = (srv.addr.to_string(), port());
+    let opts = ["-c", "2", "-C", "10", "-S", "1000", "-p", &p];
+    let sargs: Vec<&str> = ["-b", &a].iter().chain(&opts).copied().collect();
+    let cargs: Vec<&str> = ["-s", &a].iter().chain(&opts).copied().collect();
+    let (s, c) = server_and_client(
+        srv,
+        cli,
+        ("ucmatose", &sargs),
+        ("ucmatose", &cargs),
+        "RDMA_CM_EVENT_REJECTED",
+    );
+    both_ok(&s, &c);
+    for f in [&s, &c] {
+        assert!(f.stdout.contains("data transfers complete"), "{f}");
+        assert!(f.stdout.contains("return status 0"), "{f}");
+    }
+    let p = port();
+    let (s, c) = server_and_client(
+        srv,
+        cli,
+        ("rdma_server", &["-s", &a, "-p", &p]),
+        ("rdma_client", &["-s", &a, "-p", &p]),
+        "Connection refused",
+    );
+    both_ok(&s, &c);
+    assert!(s.stdout.contains("rdma_server: end 0"), "{s}");
+    assert!(c.stdout.contains("rdma_client: end 0"), "{c}");
+    let p = port();
+    let (s, c) = server_and_client(
+        srv,
+        cli,
+        ("rdma_xserver", &["-p", &p, "-c", "r"]),
+        ("rdma_xclient", &["-s", &a, "-p", &p, "-c", "r"]),
+        "Connection refused",
+    );
+    both_ok(&s, &c);
+    assert!(s.stdout.contains("rdma_xserver: end 0"), "{s}");
+    assert!(c.stdout.contains("rdma_xclient: end 0"), "{c}");
+    eprintln!(
+        "ok: ucmatose, rdma_server, rdma_xserver, server in {}",
+        srv.ns
+    );
 }
 
 /// perftest `prog -R` (the CM) with the server on `srv`: both exit 0 and
@@ -184,7 +239,13 @@ fn perftest(srv: &NetRnicd, cli: &NetRnicd, prog: &str, expect: &str) {
             .copied()
             .chain([srv_addr.as_str()])
             .collect();
-        let (s, c) = server_and_client(srv, cli, prog, &sargs, &cargs, "Unexpected CM event");
+        let (s, c) = server_and_client(
+            srv,
+            cli,
+            (prog, &sargs),
+            (prog, &cargs),
+            "Unexpected CM event",
+        );
         let calibration = |f: &Finished| f.text().contains("Can't produce a report");
         let early = !c.ok() && c.stderr.contains("RDMA_CM_EVENT_REJECTED; error: 8");
         if tries < 4 && (calibration(&s) || calibration(&c) || early) {
@@ -238,9 +299,12 @@ fn over_veth(tag: &str, backend: &str, mtu: u32) {
             (&net.a, &net.b)
         };
         rping(srv, cli);
+        rc_tools(srv, cli);
         udaddy(srv, cli, &[]);
         udaddy(srv, cli, &["-c", "3", "-C", "40", "-S", "1000"]);
+        perftest(srv, cli, "ib_write_bw", "BW average");
         perftest(srv, cli, "ib_send_bw", "BW average");
+        perftest(srv, cli, "ib_send_lat", "t_typical");
         perftest(srv, cli, "ib_write_lat", "t_typical");
         net.check_alive();
     }
