@@ -6,8 +6,7 @@
 //! on the in-process fake of the unit tests.
 //!
 //! The types are the client API's where the library takes them as they
-//! are, and its own where it needs less (`IdInfo`, events) or another
-//! shape (`QpAttr`); an adapter over `softrnic::client::cm` (`rnicd.rs`)
+//! are, and its own where it needs less (`IdInfo`, events); an adapter over `softrnic::client::cm` (`rnicd.rs`)
 //! implements [`CmBackend`];
 //! [`Unavailable`] answers every command with ENODEV.
 
@@ -17,8 +16,12 @@ use std::sync::Arc;
 
 /// The client API's own types where the library needs them as they are:
 /// ID numbers, port spaces, QP types, connection parameters, where `bind`
-/// put an ID, an event's connection parameters.
-pub use softrnic::client::cm::{Bound, CmIdNo, CmQpType, ConnEventParam, ConnParam, PortSpace};
+/// put an ID, an event's connection parameters, the QP states
+/// `init_qp_attr` is asked for and the attributes it answers (each present
+/// one is in the mask, `enum ibv_qp_attr_mask` bits).
+pub use softrnic::client::cm::{
+    Bound, CmIdNo, CmQpType, ConnEventParam, ConnParam, PortSpace, QpAttr, QpState,
+};
 
 /// What `query` tells of an ID.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,38 +62,6 @@ pub struct CmEventMsg {
     pub ud: Option<UdEventParam>,
     /// CONNECT_REQUEST: the new ID's local and remote addresses.
     pub addrs: Option<(SocketAddr, SocketAddr)>,
-}
-
-/// A QP state `init_qp_attr` is asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QpState {
-    Init,
-    Rtr,
-    Rts,
-}
-
-/// The attributes `init_qp_attr` answers (each present one is in the
-/// mask, `enum ibv_qp_attr_mask` bits).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QpAttr {
-    pub pkey_index: Option<u16>,
-    pub port: Option<u8>,
-    pub access_flags: Option<u32>,
-    pub qkey: Option<u32>,
-    pub dgid: Option<[u8; 16]>,
-    pub hop_limit: Option<u8>,
-    pub traffic_class: Option<u8>,
-    pub flow_label: Option<u32>,
-    pub path_mtu: Option<u32>,
-    pub dest_qpn: Option<u32>,
-    pub rq_psn: Option<u32>,
-    pub max_dest_rd_atomic: Option<u8>,
-    pub min_rnr_timer: Option<u8>,
-    pub sq_psn: Option<u32>,
-    pub timeout: Option<u8>,
-    pub retry_cnt: Option<u8>,
-    pub rnr_retry: Option<u8>,
-    pub max_rd_atomic: Option<u8>,
 }
 
 /// Why the daemon refused a command: the errno the caller sees and the

@@ -214,7 +214,14 @@ impl DeviceCm for FakeDev {
         Ok(match s {
             QpState::Rtr => (
                 QpAttr {
-                    dgid: Some([0; 16]),
+                    ah: Some(softrnic::proto::AhMsg {
+                        dgid: [0; 16],
+                        dmac: [0; 6],
+                        traffic_class: 0,
+                        hop_limit: 64,
+                        flow_label: 0,
+                        vlan: None,
+                    }),
                     ..Default::default()
                 },
                 qp_mask::AV as u32,
@@ -226,7 +233,7 @@ impl DeviceCm for FakeDev {
                 },
                 qp_mask::TIMEOUT as u32,
             ),
-            QpState::Init => (QpAttr::default(), 0),
+            _ => (QpAttr::default(), 0),
         })
     }
     fn establish(&self, id: CmIdNo) -> Result<()> {

@@ -78,14 +78,14 @@ pub fn to_ibv(a: &QpAttr, state: c_int, port: u8, sgid_index: u8) -> ibv_qp_attr
         max_rd_atomic: a.max_rd_atomic.unwrap_or(0),
         ..ibv_qp_attr::default()
     };
-    if let Some(dgid) = a.dgid {
+    if let Some(ah) = &a.ah {
         q.ah_attr.is_global = 1;
         q.ah_attr.port_num = q.port_num;
-        q.ah_attr.grh.dgid.raw = dgid;
+        q.ah_attr.grh.dgid.raw = ah.dgid;
         q.ah_attr.grh.sgid_index = sgid_index;
-        q.ah_attr.grh.hop_limit = a.hop_limit.unwrap_or(64);
-        q.ah_attr.grh.traffic_class = a.traffic_class.unwrap_or(0);
-        q.ah_attr.grh.flow_label = a.flow_label.unwrap_or(0);
+        q.ah_attr.grh.hop_limit = ah.hop_limit;
+        q.ah_attr.grh.traffic_class = ah.traffic_class;
+        q.ah_attr.grh.flow_label = ah.flow_label;
     }
     q
 }

@@ -156,36 +156,7 @@ impl DeviceCm for Client {
         self.0.disconnect(id).map_err(err)
     }
     fn init_qp_attr(&self, id: b::CmIdNo, state: b::QpState) -> b::Result<(b::QpAttr, u32)> {
-        let s = match state {
-            b::QpState::Init => cm::QpState::Init,
-            b::QpState::Rtr => cm::QpState::Rtr,
-            b::QpState::Rts => cm::QpState::Rts,
-        };
-        let (a, mask) = self.0.init_qp_attr(id, s).map_err(err)?;
-        let ah = a.ah;
-        Ok((
-            b::QpAttr {
-                pkey_index: a.pkey_index,
-                port: a.port,
-                access_flags: a.access_flags,
-                qkey: a.qkey,
-                dgid: ah.map(|h| h.dgid),
-                hop_limit: ah.map(|h| h.hop_limit),
-                traffic_class: ah.map(|h| h.traffic_class),
-                flow_label: ah.map(|h| h.flow_label),
-                path_mtu: a.path_mtu,
-                dest_qpn: a.dest_qpn,
-                rq_psn: a.rq_psn,
-                max_dest_rd_atomic: a.max_dest_rd_atomic,
-                min_rnr_timer: a.min_rnr_timer,
-                sq_psn: a.sq_psn,
-                timeout: a.timeout,
-                retry_cnt: a.retry_cnt,
-                rnr_retry: a.rnr_retry,
-                max_rd_atomic: a.max_rd_atomic,
-            },
-            mask,
-        ))
+        self.0.init_qp_attr(id, state).map_err(err)
     }
     fn establish(&self, id: b::CmIdNo) -> b::Result<()> {
         self.0.establish(id).map_err(err)
