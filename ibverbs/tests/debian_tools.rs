@@ -222,8 +222,8 @@ fn try_pair(
             "{what} ({s:?})\n=== server: {}\n=== client: {}\n=== counters of the server's rnicd\n{}\n=== counters of the client's rnicd\n{}",
             show(&sv, s_late),
             show(&c, c_late),
-            daemon_counters(&s.server),
-            daemon_counters(&s.client)
+            testkit::rnicd::counters(&s.server.sock_dir),
+            testkit::rnicd::counters(&s.client.sock_dir)
         ));
     }
     let out = String::from_utf8_lossy(&c.stdout).to_string();
@@ -240,23 +240,6 @@ fn try_pair(
         started.elapsed().as_secs_f64()
     );
     Ok(out)
-}
-
-/// `rnic stats --daemon` of `side`'s rnicd: what its engine counted (for
-/// the report of a failed run).
-fn daemon_counters(side: &Side) -> String {
-    match Command::new(profile_dir().join("rnic"))
-        .args(["stats", "--daemon", "--sock-dir"])
-        .arg(&side.sock_dir)
-        .output()
-    {
-        Ok(o) => format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Err(e) => format!("(rnic stats --daemon: {e})"),
-    }
 }
 
 /// Whether some socket listens on TCP `port` in namespace `ns` (None:

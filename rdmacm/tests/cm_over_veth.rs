@@ -15,10 +15,13 @@
 //!   `ib_send_lat` and `ib_write_lat`, the server in either.
 //!
 //! Every tool run has a deadline and is killed at it (and on drop). A
-//! client's request before its server listens is rejected (RC: REJ, no
-//! such service; UD: SIDR_REP, unsupported service ID): the client runs
-//! again until it is heard. Needs root, the tools and AF_XDP for its
+//! client starts once its server's rnicd counts the server's listening CM
+//! ID; a client refused anyway (perftest's own race, or a request before
+//! the listener: RC REJ, no such service; UD SIDR_REP, unsupported service
+//! ID) runs again until it is heard. Needs root, the tools and AF_XDP for its
 //! part: otherwise a loud SKIPPED, and a failure under CI=true.
+
+mod common;
 
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
@@ -76,11 +79,13 @@ fn start(side: &NetRnicd, prog: &str, args: &[String]) -> Running {
     Running::spawn(what, cmd)
 }
 
-/// One run of a server and a client: `sprog sargs` on `server`, then
-/// `cprog cargs` on `client`, again while the client fails saying
-/// `unheard` (its request came before the server listened) and the server
-/// still runs. Then the server's end (soon after a failed client: it may
-/// wait for ever). Returns (server, client).
+/// One run of a server and a client: `sprog sargs` on `server`; once its
+/// rnicd has its listening CM ID (a request before that is refused, and a
+/// tool with several connections may then fail half-connected), `cprog
+/// cargs` on `client`, again while the client fails saying `unheard` and
+/// the server still runs. Then the server's end (soon after a failed
+/// client: it may wait for ever) and its listeners gone. Returns (server,
+/// client).
 fn server_and_client(
     server: &NetRnicd,
     client: &NetRnicd,
@@ -89,7 +94,10 @@ fn server_and_client(
     unheard: &str,
 ) -> (Finished, Finished) {
     let owned = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let sock = server.sock_dir().join(format!("{}.sock", server.dev));
+    let before = common::listeners_at(&sock).expect("rnicd's CM counters");
     let mut s = start(server, sprog, &owned(sargs));
+    common::wait_listening(&sock, before, &mut s);
     let mut tries = 0;
     let c = testkit::wait_for(STUCK, &format!("{cprog}'s client heard"), || {
         tries += 1;
@@ -107,7 +115,9 @@ fn server_and_client(
     } else {
         Duration::from_secs(5)
     };
-    (s.finish(Instant::now() + grace), c)
+    let s = s.finish(Instant::now() + grace);
+    common::wait_listeners_gone(&sock, before);
+    (s, c)
 }
 
 /// Both ended well, or the test fails showing both.

@@ -12,6 +12,24 @@ use std::time::Duration;
 /// reaches it.
 pub const STUCK: Duration = Duration::from_secs(60);
 
+/// `rnic stats --daemon` of the rnicd devices whose sockets are in `dir`
+/// (transport, port, drop and CM counters), for the report of a failed
+/// run.
+pub fn counters(dir: &Path) -> String {
+    match Command::new(profile_dir().join("rnic"))
+        .args(["stats", "--daemon", "--sock-dir"])
+        .arg(dir)
+        .output()
+    {
+        Ok(o) => format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("(rnic stats --daemon: {e})"),
+    }
+}
+
 /// Whether `prog` is on the PATH.
 pub fn have(prog: &str) -> bool {
     Command::new("sh")

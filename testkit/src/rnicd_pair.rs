@@ -85,10 +85,14 @@ fn carrier(ns: &str, dev: &str) -> bool {
 }
 
 /// An rnicd on an interface inside a namespace, dropping to `nobody` once
-/// its port is open; its output goes to files ([`NetRnicd::log`]). Killed
-/// on drop.
+/// its port is open; its output goes to files ([`NetRnicd::log`]), and
+/// `tcpdump` (when installed) records the interface's RoCE frames the
+/// kernel's taps see (over AF_PACKET the received ones: the daemon's own
+/// sends bypass the taps, so the peer's capture has them), headers only. Killed on drop; when the test fails, its counters, its output and
+/// the capture's path (kept in `target/test-captures/`) are printed.
 pub struct NetRnicd {
     pub child: Child,
+    capture: Option<Child>,
     /// Its namespace.
     pub ns: String,
     /// Its device's name (`ra`, `rb`).
@@ -122,6 +126,7 @@ impl NetRnicd {
             .expect("start rnicd");
         let mut d = NetRnicd {
             child,
+            capture: None,
             ns: ns.into(),
             dev: dev.into(),
             addr,
@@ -135,6 +140,30 @@ impl NetRnicd {
                 Err(d.log("rnicd.err"))
             }
         });
+        // the capture (diagnostics only: without tcpdump there is none)
+        let log = File::create(d.dir.path().join("tcpdump.err")).expect("tcpdump log");
+        d.capture = Command::new("ip")
+            .args([
+                "netns", "exec", ns, "tcpdump", "-i", iface, "-s", "160", "-U", "-n",
+            ])
+            // each frame to the file at once: the test may end any moment
+            .arg("--immediate-mode")
+            .arg("-w")
+            .arg(d.dir.path().join("wire.pcap"))
+            .args(["udp", "port", "4791"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .ok();
+        if let Some(c) = d.capture.as_mut() {
+            let dir = d.dir.path().to_path_buf();
+            crate::poll_within(STUCK, || {
+                let said = std::fs::read_to_string(dir.join("tcpdump.err")).unwrap_or_default();
+                (said.contains("listening on") || c.try_wait().ok().flatten().is_some())
+                    .then_some(())
+            });
+        }
         d
     }
 
@@ -198,12 +227,33 @@ impl NetRnicd {
 
 impl Drop for NetRnicd {
     fn drop(&mut self) {
+        // a failing test shows what the daemon counted and said
+        let counters = std::thread::panicking().then(|| crate::rnicd::counters(self.sock_dir()));
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // a failing test shows what the daemon said
-        if std::thread::panicking() {
+        let mut kept = String::from("none (no tcpdump)");
+        if let Some(mut c) = self.capture.take() {
+            // SIGINT: tcpdump writes what it holds and ends
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGINT) };
+            if crate::poll_within(STUCK, || c.try_wait().ok().flatten()).is_none() {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+            if counters.is_some() {
+                let dest = profile_dir().join("../test-captures");
+                let to = dest.join(format!("{}-{}.pcap", self.ns, self.dev));
+                kept = match std::fs::create_dir_all(&dest)
+                    .and_then(|_| std::fs::copy(self.dir.path().join("wire.pcap"), &to))
+                {
+                    Ok(_) => format!("{} ({})", to.display(), self.log("tcpdump.err").trim()),
+                    Err(e) => format!("not kept: {e}"),
+                };
+            }
+        }
+        if let Some(counters) = counters {
             eprintln!(
-                "--- rnicd in {} ({}): stderr\n{}--- stdout\n{}",
+                "--- rnicd in {} ({}): counters\n{counters}--- capture of its interface: {kept}\n--- stderr\n{}--- stdout\n{}",
                 self.ns,
                 self.dev,
                 self.log("rnicd.err"),

@@ -1,8 +1,9 @@
 //! What the CM library's tests share: a `rnicd --mem-pair`
 //! (`testkit::rnicd`: t0 is 192.0.2.1, t1 192.0.2.2), programs run with
 //! both drop-ins first on the library path, each with a deadline and
-//! killed if it outlives it or the test, and the daemon's count of
-//! listening CM IDs (so a client starts once its server listens).
+//! killed if it outlives it or the test, and a daemon's count of
+//! listening CM IDs (so a client starts once its server listens; the
+//! namespaces' test reads it from its own daemons too).
 #![allow(dead_code)]
 
 use std::path::Path;
@@ -57,12 +58,48 @@ pub fn run(d: &Daemon, prog: &str, args: &[&str]) -> Finished {
     start(d, prog, args).finish(Instant::now() + DEADLINE)
 }
 
-/// The CM IDs listening on device `dev` of `d` (rnicd's `cm_listeners`).
-pub fn listeners(d: &Daemon, dev: &str) -> Result<u64, String> {
-    let c = softrnic::Context::open(d.sock_dir().join(format!("{dev}.sock")))
-        .map_err(|e| format!("{dev}: {e}"))?;
-    let s = c.stats().map_err(|e| format!("{dev}: stats: {e}"))?;
+/// The CM IDs listening on the rnicd device whose socket is `sock`
+/// (rnicd's `cm_listeners`).
+pub fn listeners_at(sock: &Path) -> Result<u64, String> {
+    let name = sock.display();
+    let c = softrnic::Context::open(sock).map_err(|e| format!("{name}: {e}"))?;
+    let s = c.stats().map_err(|e| format!("{name}: stats: {e}"))?;
     Ok(s.cm.get("cm_listeners").copied().unwrap_or(0))
+}
+
+/// The CM IDs listening on device `dev` of `d`.
+pub fn listeners(d: &Daemon, dev: &str) -> Result<u64, String> {
+    listeners_at(&d.sock_dir().join(format!("{dev}.sock")))
+}
+
+/// Waits until the device at `sock` has more than `before` listening CM
+/// IDs, or `server` has ended (then its client fails and shows why).
+pub fn wait_listening(sock: &Path, before: u64, server: &mut Running) {
+    testkit::wait_for(STUCK, "the server listening", || {
+        if server.ended() {
+            return Ok(());
+        }
+        match listeners_at(sock) {
+            Ok(n) if n > before => Ok(()),
+            Ok(n) => Err(format!("{n} listeners at {}", sock.display())),
+            Err(e) => Err(e),
+        }
+    });
+}
+
+/// Waits until the device at `sock` has no more than `before` listening
+/// CM IDs: the daemon forgets a process's listeners once it sees it gone,
+/// and the next run may reuse the port.
+pub fn wait_listeners_gone(sock: &Path, before: u64) {
+    testkit::wait_for(
+        STUCK,
+        "the server's listeners gone",
+        || match listeners_at(sock) {
+            Ok(n) if n <= before => Ok(()),
+            Ok(n) => Err(format!("{n} listeners at {}", sock.display())),
+            Err(e) => Err(e),
+        },
+    );
 }
 
 /// Starts `server` (whose listener is on device `dev`), waits until it
@@ -75,18 +112,10 @@ pub fn server_and_client(
     server: (&str, &[&str]),
     client: (&str, &[&str]),
 ) -> (Finished, Finished) {
-    let before = listeners(d, dev).expect("rnicd's CM counters");
+    let sock = d.sock_dir().join(format!("{dev}.sock"));
+    let before = listeners_at(&sock).expect("rnicd's CM counters");
     let mut s = start(d, server.0, server.1);
-    testkit::wait_for(STUCK, "the server listening", || {
-        if s.ended() {
-            return Ok(());
-        }
-        match listeners(d, dev) {
-            Ok(n) if n > before => Ok(()),
-            Ok(n) => Err(format!("{n} listeners on {dev}")),
-            Err(e) => Err(e),
-        }
-    });
+    wait_listening(&sock, before, &mut s);
     let c = run(d, client.0, client.1);
     let grace = if c.ok() {
         DEADLINE
@@ -94,14 +123,6 @@ pub fn server_and_client(
         Duration::from_secs(5)
     };
     let s = s.finish(Instant::now() + grace);
-    // the daemon forgets a process's listeners once it sees it gone: the
-    // next run may reuse the port
-    testkit::wait_for(STUCK, "the server's listeners gone", || {
-        match listeners(d, dev) {
-            Ok(n) if n <= before => Ok(()),
-            Ok(n) => Err(format!("{n} listeners on {dev}")),
-            Err(e) => Err(e),
-        }
-    });
+    wait_listeners_gone(&sock, before);
     (s, c)
 }
