@@ -5,8 +5,7 @@
 //! logic (IDs, events, acknowledgements) runs the same on the daemon and
 //! on the in-process fake of the unit tests.
 //!
-//! The types are the client API's where the library takes them as they
-//! are, and its own where it needs less (`IdInfo`, events); an adapter over `softrnic::client::cm` (`rnicd.rs`)
+//! The types are the client API's; an adapter over `softrnic::client::cm` (`rnicd.rs`)
 //! implements [`CmBackend`];
 //! [`Unavailable`] answers every command with ENODEV.
 
@@ -14,55 +13,16 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-/// The client API's own types where the library needs them as they are:
-/// ID numbers, port spaces, QP types, connection parameters, where `bind`
-/// put an ID, an event's connection parameters, the QP states
+/// The client API's own types, which the library takes as they are: ID
+/// numbers, port spaces, QP types, connection parameters, where `bind` put
+/// an ID, what `query` tells of one, events and their parameters, the QP
+/// states
 /// `init_qp_attr` is asked for and the attributes it answers (each present
 /// one is in the mask, `enum ibv_qp_attr_mask` bits).
 pub use softrnic::client::cm::{
-    Bound, CmIdNo, CmQpType, ConnEventParam, ConnParam, PortSpace, QpAttr, QpState,
+    Bound, CmEventKind, CmEventMsg, CmIdNo, CmQpType, ConnEventParam, ConnParam, IdInfo, PortSpace,
+    QpAttr, QpState, UdEventParam,
 };
-
-/// What `query` tells of an ID.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdInfo {
-    pub src: Option<SocketAddr>,
-    pub dst: Option<SocketAddr>,
-    pub dev: String,
-    pub port: u8,
-    pub sgid: [u8; 16],
-    pub dgid: Option<[u8; 16]>,
-    pub pkey: u16,
-    /// The path MTU in bytes.
-    pub path_mtu: u32,
-    pub num_paths: u32,
-}
-
-/// The datagram parameters an event carries.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UdEventParam {
-    pub private_data: Vec<u8>,
-    pub dgid: [u8; 16],
-    pub qp_num: u32,
-    pub qkey: u32,
-}
-
-/// One event as the daemon reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CmEventMsg {
-    pub id: CmIdNo,
-    pub user_ctx: u64,
-    /// `enum rdma_cm_event_type`.
-    pub kind: u32,
-    /// 0, -errno, or the REJ reason.
-    pub status: i32,
-    /// CONNECT_REQUEST: the listening ID (`id` is the new one).
-    pub listen_id: Option<CmIdNo>,
-    pub conn: Option<ConnEventParam>,
-    pub ud: Option<UdEventParam>,
-    /// CONNECT_REQUEST: the new ID's local and remote addresses.
-    pub addrs: Option<(SocketAddr, SocketAddr)>,
-}
 
 /// Why the daemon refused a command: the errno the caller sees and the
 /// daemon's reason.

@@ -93,7 +93,7 @@ pub fn ev(id: CmIdNo, kind: u32) -> CmEventMsg {
     CmEventMsg {
         id,
         user_ctx: 0,
-        kind,
+        kind: CmEventKind(kind),
         status: 0,
         listen_id: None,
         conn: None,
@@ -177,9 +177,12 @@ impl DeviceCm for FakeDev {
             port: 1,
             sgid: [1; 16],
             dgid: Some([2; 16]),
+            dmac: None,
             pkey: 0xffff,
             path_mtu: 1024,
             num_paths: 1,
+            ps: PortSpace::TCP,
+            qp_type: CmQpType::Rc,
         })
     }
     fn listen(&self, id: CmIdNo, backlog: u32) -> Result<()> {

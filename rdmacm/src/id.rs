@@ -5,6 +5,10 @@
 //! Acknowledgements: every event handed out counts on its owner (the ID,
 //! or the listener for a CONNECT_REQUEST); `rdma_ack_cm_event` counts it
 //! back, and `rdma_destroy_id` waits until all are back, as librdmacm does.
+//!
+//! Length: the ID table and the event conversion share the ID's lock and
+//! its acknowledgement count, so they stay in one file (just past ~600
+//! lines).
 
 use crate::abi::*;
 use crate::backend::{CmBackend, CmEventMsg, CmIdNo, CmQpType, DeviceCm, PortSpace};
@@ -338,17 +342,17 @@ impl Lib {
         dev: &str,
         msg: CmEventMsg,
     ) -> Option<Box<EventPriv>> {
-        if msg.kind == event::CONNECT_REQUEST {
+        if msg.kind.0 == event::CONNECT_REQUEST {
             return self.connect_request(chan, dev, msg);
         }
         let idp = self.hold(dev, msg.id)?;
-        let mut ev = new_event(idp, msg.kind, msg.status);
+        let mut ev = new_event(idp, msg.kind.0, msg.status);
         ev.event.id = idp as *const IdPriv as *mut rdma_cm_id;
         let connect_error = idp.state().connect_error;
-        match msg.kind {
+        match msg.kind.0 {
             event::ADDR_RESOLVED | event::ROUTE_RESOLVED => {
                 if let Err(e) = crate::conn::query_route(idp, dev, msg.id) {
-                    ev.event.event = msg.kind + 1; // ADDR_ERROR / ROUTE_ERROR
+                    ev.event.event = msg.kind.0 + 1; // ADDR_ERROR / ROUTE_ERROR
                     ev.event.status = -e;
                 }
             }
@@ -363,7 +367,7 @@ impl Lib {
         if msg.ud.is_some() && idp.raw().qp_type == IBV_QPT_UD {
             crate::ud::complete_ah(idp, &mut ev.event);
         }
-        if msg.kind == event::REJECTED {
+        if msg.kind.0 == event::REJECTED {
             crate::qp::to_error(idp);
         }
         Some(ev)
@@ -387,7 +391,7 @@ impl Lib {
             return;
         }
         let r = crate::qp::ready(idp, RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH).and_then(|_| {
-            if msg.kind != event::CONNECT_RESPONSE {
+            if msg.kind.0 != event::CONNECT_RESPONSE {
                 return Ok(());
             }
             let r = idp.remote()?;
@@ -472,7 +476,7 @@ impl Lib {
         }
         let _ = crate::conn::query_route(idp, dev, msg.id);
         let _ = chan;
-        let mut ev = new_event(listener, msg.kind, msg.status);
+        let mut ev = new_event(listener, msg.kind.0, msg.status);
         ev.event.id = p as *mut rdma_cm_id;
         ev.event.listen_id = listener as *const IdPriv as *mut rdma_cm_id;
         copy_params(&mut ev, &msg, listener.raw().qp_type);

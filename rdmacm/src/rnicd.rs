@@ -74,25 +74,7 @@ impl CmChannel for Channel {
         self.0.token()
     }
     fn next(&self, nonblocking: bool) -> b::Result<Option<b::CmEventMsg>> {
-        Ok(self.0.next(nonblocking).map_err(err)?.map(event))
-    }
-}
-
-fn event(m: cm::CmEventMsg) -> b::CmEventMsg {
-    b::CmEventMsg {
-        id: m.id,
-        user_ctx: m.user_ctx,
-        kind: m.kind.0,
-        status: m.status,
-        listen_id: m.listen_id,
-        conn: m.conn,
-        ud: m.ud.map(|u| b::UdEventParam {
-            private_data: u.private_data,
-            dgid: u.dgid,
-            qp_num: u.qp_num,
-            qkey: u.qkey,
-        }),
-        addrs: m.addrs,
+        self.0.next(nonblocking).map_err(err)
     }
 }
 
@@ -127,18 +109,7 @@ impl DeviceCm for Client {
         self.0.resolve_route(id, timeout_ms).map_err(err)
     }
     fn query(&self, id: b::CmIdNo) -> b::Result<b::IdInfo> {
-        let i = self.0.query(id).map_err(err)?;
-        Ok(b::IdInfo {
-            src: i.src,
-            dst: i.dst,
-            dev: i.dev,
-            port: i.port,
-            sgid: i.sgid,
-            dgid: i.dgid,
-            pkey: i.pkey,
-            path_mtu: i.path_mtu,
-            num_paths: i.num_paths,
-        })
+        self.0.query(id).map_err(err)
     }
     fn listen(&self, id: b::CmIdNo, backlog: u32) -> b::Result<()> {
         self.0.listen(id, backlog).map_err(err)
