@@ -605,22 +605,13 @@ impl NetPair {
             return None;
         }
         let veth = Veth::create(tag, mtu).expect("namespaces and veth");
-        if backend == "afxdp" {
-            // can this kernel and build do AF_XDP at all?
-            let probe = netns::run_in(&veth.ns_a, || {
-                nic::io::open_port(&veth.if_a, nic::io::Backend::AfXdp).map(|_| ())
-            })
-            .expect("enter the namespace");
-            match probe {
-                Ok(()) => {}
-                Err(nic::io::OpenError::AfXdp(e)) if e.is_unavailable() => {
-                    missing(&format!("setting 2 over AF_XDP: {e}"));
-                    return None;
-                }
-                Err(e) => panic!("AF_XDP on {}: {e}", veth.if_a),
+        let pair = match RnicdPair::try_start(veth, backend) {
+            Ok(p) => p,
+            Err(why) => {
+                missing(&format!("setting 2 over {backend}: {why}"));
+                return None;
             }
-        }
-        let pair = RnicdPair::start(veth, backend);
+        };
         let side = |d: &NetRnicd| Side {
             ns: Some(d.ns.clone()),
             sock_dir: d.sock_dir().to_path_buf(),

@@ -286,21 +286,10 @@ fn over_veth(tag: &str, backend: &str, mtu: u32) {
         return testkit::skip_or_fail(&test, &why);
     }
     let veth = Veth::create(tag, mtu).expect("namespaces and veth");
-    if backend == "afxdp" {
-        // can this kernel and build do AF_XDP at all?
-        let probe = netns::run_in(&veth.ns_a, || {
-            nic::io::open_port(&veth.if_a, nic::io::Backend::AfXdp).map(|_| ())
-        })
-        .expect("enter the namespace");
-        match probe {
-            Ok(()) => {}
-            Err(nic::io::OpenError::AfXdp(e)) if e.is_unavailable() => {
-                return testkit::skip_or_fail(&test, &format!("AF_XDP: {e}"));
-            }
-            Err(e) => panic!("AF_XDP on {}: {e}", veth.if_a),
-        }
-    }
-    let mut net = RnicdPair::start(veth, backend);
+    let mut net = match RnicdPair::try_start(veth, backend) {
+        Ok(n) => n,
+        Err(why) => return testkit::skip_or_fail(&test, &why),
+    };
     net.wait_active();
     for server_in_b in [false, true] {
         let (srv, cli) = if server_in_b {

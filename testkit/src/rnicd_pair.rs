@@ -24,6 +24,10 @@ use std::time::Duration;
 /// run reaches it.
 pub const STUCK: Duration = Duration::from_secs(60);
 
+/// rnicd's exit status when the asked-for backend does not exist here
+/// (EX_UNAVAILABLE).
+pub const EXIT_UNAVAILABLE: i32 = 69;
+
 /// A's address (device `ra`).
 pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 /// B's address (device `rb`).
@@ -106,6 +110,20 @@ impl NetRnicd {
     /// Starts `target/<profile>/rnicd` on `iface` in `ns` and waits for its
     /// READY (the port open, the socket listening, root dropped).
     pub fn start(ns: &str, iface: &str, addr: Ipv4Addr, dev: &str, backend: &str) -> NetRnicd {
+        Self::try_start(ns, iface, addr, dev, backend)
+            .unwrap_or_else(|why| panic!("rnicd in {ns}: {why}"))
+    }
+
+    /// [`NetRnicd::start`], or what rnicd said when `backend` does not
+    /// exist on this machine (its exit status 69); any other failure
+    /// fails the test.
+    pub fn try_start(
+        ns: &str,
+        iface: &str,
+        addr: Ipv4Addr,
+        dev: &str,
+        backend: &str,
+    ) -> Result<NetRnicd, String> {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
         // SAFETY: chmod of our own temp folder (a NUL-terminated path) so
@@ -132,14 +150,22 @@ impl NetRnicd {
             addr,
             dir,
         };
-        wait_for(STUCK, &format!("rnicd in {ns} READY"), || {
+        let unavailable = wait_for(STUCK, &format!("rnicd in {ns} READY"), || {
+            if let Ok(Some(st)) = d.child.try_wait() {
+                if st.code() == Some(EXIT_UNAVAILABLE) {
+                    return Ok(Some(d.log("rnicd.err").trim().to_string()));
+                }
+            }
             d.check_alive();
             if d.log("rnicd.out").contains("READY") {
-                Ok(())
+                Ok(None)
             } else {
                 Err(d.log("rnicd.err"))
             }
         });
+        if let Some(why) = unavailable {
+            return Err(why);
+        }
         // the capture (diagnostics only: without tcpdump there is none)
         let log = File::create(d.dir.path().join("tcpdump.err")).expect("tcpdump log");
         d.capture = Command::new("ip")
@@ -164,7 +190,7 @@ impl NetRnicd {
                     .then_some(())
             });
         }
-        d
+        Ok(d)
     }
 
     /// The daemon's `rnicd.out` or `rnicd.err` so far.
@@ -277,8 +303,15 @@ impl RnicdPair {
     /// Starts both daemons and checks that each opened its port on
     /// `backend` itself, not a fallback.
     pub fn start(veth: Veth, backend: &str) -> RnicdPair {
-        let a = NetRnicd::start(&veth.ns_a, &veth.if_a, ADDR_A, "ra", backend);
-        let b = NetRnicd::start(&veth.ns_b, &veth.if_b, ADDR_B, "rb", backend);
+        Self::try_start(veth, backend).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`RnicdPair::start`], or why `backend` does not exist on this
+    /// machine (rnicd's exit status 69: AF_XDP without kernel support or
+    /// privileges), for the test to skip (or fail under CI).
+    pub fn try_start(veth: Veth, backend: &str) -> Result<RnicdPair, String> {
+        let a = NetRnicd::try_start(&veth.ns_a, &veth.if_a, ADDR_A, "ra", backend)?;
+        let b = NetRnicd::try_start(&veth.ns_b, &veth.if_b, ADDR_B, "rb", backend)?;
         let want = match backend {
             "afxdp" => "AfXdp",
             "afpacket" | "afpacket-v2" => "AfPacket",
@@ -289,7 +322,7 @@ impl RnicdPair {
             let log = d.log("rnicd.err");
             assert!(log.contains(&format!("{v}: {want}")), "{log}");
         }
-        RnicdPair { a, b, veth }
+        Ok(RnicdPair { a, b, veth })
     }
 
     /// Waits until both ports are active ([`NetRnicd::wait_active`]).

@@ -13,6 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 use wire::{EthernetAddress, Gid};
 
+/// The exit status when the asked-for backend is missing here
+/// (EX_UNAVAILABLE of sysexits.h).
+const EXIT_UNAVAILABLE: i32 = 69;
+
 #[derive(Parser, Debug)]
 #[command(name = "rnicd", about = "softrnic daemon", args_override_self = true)]
 struct Args {
@@ -28,7 +32,9 @@ struct Args {
     /// link down, SIGUSR2 up again (the port events).
     #[arg(long)]
     mem_pair: bool,
-    /// auto | afxdp | afpacket (TPACKET_V2) | afpacket-v3
+    /// auto | afxdp | afpacket (TPACKET_V2) | afpacket-v3. A backend this
+    /// machine or build lacks (AF_XDP without kernel support or
+    /// privileges) ends rnicd with exit status 69 (EX_UNAVAILABLE).
     #[arg(long, default_value = "auto")]
     backend: String,
     /// The device's IP address (its GID); with --mem-pair the first of
@@ -308,7 +314,11 @@ fn main() {
             }
             Err(e) => {
                 eprintln!("rnicd: {ifname}: {e}");
-                std::process::exit(1)
+                // EX_UNAVAILABLE (sysexits.h): the asked-for backend does
+                // not exist on this machine or in this build, as opposed to
+                // failing on this interface
+                let unavailable = matches!(&e, nic::io::OpenError::AfXdp(x) if x.is_unavailable());
+                std::process::exit(if unavailable { EXIT_UNAVAILABLE } else { 1 })
             }
         }
     } else {
