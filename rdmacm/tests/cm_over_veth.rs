@@ -130,17 +130,17 @@ fn both_ok(s: &Finished, c: &Finished) {
 
 // ------------------------------------------------------------ the tools
 
-/// `rping -v -V -C 20` with the server on `srv`, the client on `cli`: every
+/// `rping -v -V -C 200` with the server on `srv`, the client on `cli`: every
 /// ping printed by the client and checked by both.
 fn rping(srv: &NetRnicd, cli: &NetRnicd) {
     let (a, p) = (srv.addr.to_string(), port());
-    let common = ["-v", "-V", "-C", "20", "-a", &a, "-p", &p];
+    let common = ["-v", "-V", "-C", "200", "-a", &a, "-p", &p];
     let sargs: Vec<&str> = ["-s"].iter().chain(&common).copied().collect();
     let cargs: Vec<&str> = ["-c"].iter().chain(&common).copied().collect();
     let (s, c) = server_and_client(srv, cli, ("rping", &sargs), ("rping", &cargs), "REJECTED");
     both_ok(&s, &c);
     // -v prints each ping; -V has each side check the data it got
-    for i in [0, 10, 19] {
+    for i in [0, 100, 199] {
         let line = format!("rdma-ping-{i}: ");
         assert!(c.stdout.contains(&format!("ping data: {line}")), "{c}");
         assert!(
