@@ -81,7 +81,9 @@ fn perf_json_shows_cnps_through_an_ecn_marking_router() {
     let Some((net, dir, _serial)) = setup(
         "perf_json_shows_cnps_through_an_ecn_marking_router",
         "pe",
-        Some("30 mbytes/second"),
+        // far below what even a sender slowed by a loaded machine sends
+        // (a threshold near its rate marked nothing under load)
+        Some("2 mbytes/second"),
     ) else {
         return;
     };
