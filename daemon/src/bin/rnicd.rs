@@ -46,8 +46,8 @@ struct Args {
     /// Socket file permissions (octal).
     #[arg(long, default_value = "666")]
     mode: String,
-    /// Engine: idle turns spent spinning before yielding, then parking.
-    #[arg(long, default_value_t = 200)]
+    /// Engine: idle turns spent spinning before parking.
+    #[arg(long, default_value_t = 300)]
     spin: u32,
     /// Engine: longest park when idle, in microseconds (a client's post
     /// ends it at once through the engine's bell).

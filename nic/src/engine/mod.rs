@@ -7,8 +7,8 @@
 //! build and send a batch → move completions to the completion queues the application
 //! polls. Nothing allocates per packet; the only locks are on the control
 //! path (creating objects). When a turn finds nothing to do the loop backs
-//! off: spin, then yield, then park until a doorbell, a frame or the next
-//! timer — an idle NIC does not burn a core. `stop` ends it cleanly.
+//! off: spin (then yield, when configured), then park until a doorbell, a
+//! frame or the next timer — an idle NIC does not burn a core. `stop` ends it cleanly.
 //!
 //! Applications talk to it through a [`Device`]: control verbs run as
 //! closures on the engine thread (`call`), posts go through a lock-free
@@ -53,6 +53,12 @@ pub struct EngineConfig {
     pub batch: usize,
     /// Idle turns spent spinning, then yielding, before parking.
     pub spin: u32,
+    /// 0 by default: under the EEVDF scheduler (Linux 6.6 and later) each
+    /// `sched_yield` pushes the thread's virtual deadline back by a slice,
+    /// so an engine that yields while other threads want the CPU waits
+    /// behind all of them, and was seen off the CPU for ~0.8 s (its peer's
+    /// requests unanswered until their retries ran out). A parked engine
+    /// wakes on a frame or a doorbell with a fresh deadline instead.
     pub yields: u32,
     /// Longest park when idle (a timer or a doorbell ends it earlier).
     pub park: Duration,
@@ -66,8 +72,8 @@ impl Default for EngineConfig {
         EngineConfig {
             core: None,
             batch: 32,
-            spin: 200,
-            yields: 50,
+            spin: 300,
+            yields: 0,
             park: Duration::from_millis(1),
             post_queue: 16384,
             name: "rnic-engine".into(),

@@ -1,6 +1,6 @@
 //! The loop itself: one turn takes posted work, receives and dispatches a
 //! batch, runs due timers, builds and sends a batch and moves completions
-//! out; between turns the idle backoff (spin, yield, park on the bell).
+//! out; between turns the idle backoff (spin, then park on the bell).
 
 use super::*;
 
