@@ -229,31 +229,25 @@ pub(super) fn stats(sh: &Shared) -> Stats {
         s.active_srq_rings = dp.srqs.len() as u32;
     }
     s.cm = sh.cm.lock().expect("cm").stats();
-    let gsi = super::call(sh, |r| {
-        let c = r.gsi_counters();
-        let mut m: Vec<(String, u64)> = r
+    // one engine call: QP 1's counters and drops go to `cm`, the
+    // transport's counters and the other drops to `counters`
+    let (gsi, transport) = super::call(sh, |r| {
+        let (gsi, drops): (Vec<_>, Vec<_>) = r
             .drops()
             .into_iter()
-            .filter(|(k, _)| k.starts_with("gsi_"))
             .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        m.push(("gsi_rcvd".into(), c.gsi_rcvd));
-        m.push(("gsi_sent".into(), c.gsi_sent));
-        m
+            .partition(|(k, _)| k.starts_with("gsi_"));
+        let c = r.gsi_counters();
+        let mut gsi = gsi;
+        gsi.push(("gsi_rcvd".into(), c.gsi_rcvd));
+        gsi.push(("gsi_sent".into(), c.gsi_sent));
+        let mut transport: Vec<(String, u64)> =
+            r.counters().iter().map(|(k, v)| (k.into(), v)).collect();
+        transport.extend(drops);
+        (gsi, transport)
     })
     .unwrap_or_default();
     s.cm.extend(gsi);
-    let transport = super::call(sh, |r| {
-        let mut m: Vec<(String, u64)> = r.counters().iter().map(|(k, v)| (k.into(), v)).collect();
-        // QP 1's drops are in `cm` already
-        let drops = r
-            .drops()
-            .into_iter()
-            .filter(|(k, _)| !k.starts_with("gsi_"));
-        m.extend(drops.map(|(k, v)| (k.to_string(), v)));
-        m
-    })
-    .unwrap_or_default();
     s.counters.extend(transport);
     if let Ok(p) = sh.dev.port_counters() {
         s.counters.extend(p.iter().map(|(k, v)| (k.to_string(), v)));

@@ -7,8 +7,8 @@
 //! build and send a batch → move completions to the completion queues the application
 //! polls. Nothing allocates per packet; the only locks are on the control
 //! path (creating objects). When a turn finds nothing to do the loop backs
-//! off: spin (then yield, when configured), then park until a doorbell, a
-//! frame or the next timer — an idle NIC does not burn a core. `stop` ends it cleanly.
+//! off: spin, then park until a doorbell, a frame or the next timer — an
+//! idle NIC does not burn a core. `stop` ends it cleanly.
 //!
 //! Applications talk to it through a [`Device`]: control verbs run as
 //! closures on the engine thread (`call`), posts go through a lock-free
@@ -51,15 +51,14 @@ pub struct EngineConfig {
     pub core: Option<usize>,
     /// Frames per receive and send batch.
     pub batch: usize,
-    /// Idle turns spent spinning, then yielding, before parking.
-    pub spin: u32,
-    /// 0 by default: under the EEVDF scheduler (Linux 6.6 and later) each
-    /// `sched_yield` pushes the thread's virtual deadline back by a slice,
-    /// so an engine that yields while other threads want the CPU waits
-    /// behind all of them, and was seen off the CPU for ~0.8 s (its peer's
+    /// Idle turns spent spinning before parking. The backoff never calls
+    /// `sched_yield`: under the EEVDF scheduler (Linux 6.6 and later) each
+    /// yield pushes the thread's virtual deadline back by a slice, so an
+    /// engine that yields while other threads want the CPU waits behind
+    /// all of them, and was seen off the CPU for ~0.8 s (its peer's
     /// requests unanswered until their retries ran out). A parked engine
     /// wakes on a frame or a doorbell with a fresh deadline instead.
-    pub yields: u32,
+    pub spin: u32,
     /// Longest park when idle (a timer or a doorbell ends it earlier).
     pub park: Duration,
     /// Posts that may wait for the engine.
@@ -73,7 +72,6 @@ impl Default for EngineConfig {
             core: None,
             batch: 32,
             spin: 300,
-            yields: 0,
             park: Duration::from_millis(1),
             post_queue: 16384,
             name: "rnic-engine".into(),

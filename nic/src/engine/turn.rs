@@ -231,8 +231,6 @@ pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
         idle = idle.saturating_add(1);
         if idle < lp.cfg.spin {
             std::hint::spin_loop();
-        } else if idle < lp.cfg.spin + lp.cfg.yields {
-            std::thread::yield_now();
         } else {
             lp.park(&sh);
         }
@@ -268,8 +266,6 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
         idle = idle.saturating_add(1);
         if idle < cfg.spin {
             std::hint::spin_loop();
-        } else if idle < cfg.spin + cfg.yields {
-            std::thread::yield_now();
         } else {
             let until = members
                 .iter()

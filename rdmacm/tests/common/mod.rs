@@ -67,11 +67,6 @@ pub fn listeners_at(sock: &Path) -> Result<u64, String> {
     Ok(s.cm.get("cm_listeners").copied().unwrap_or(0))
 }
 
-/// The CM IDs listening on device `dev` of `d`.
-pub fn listeners(d: &Daemon, dev: &str) -> Result<u64, String> {
-    listeners_at(&d.sock_dir().join(format!("{dev}.sock")))
-}
-
 /// Waits until the device at `sock` has more than `before` listening CM
 /// IDs, or `server` has ended (then its client fails and shows why).
 pub fn wait_listening(sock: &Path, before: u64, server: &mut Running) {
