@@ -3,8 +3,8 @@
 //! unmodified program linked against libibverbs runs on `rnicd` devices
 //! with no kernel module and no `/dev/infiniband`.
 //!
-//! - [`abi`]: the header's structures and constants (checked against the
-//!   installed `<infiniband/verbs.h>` by `tests/abi_layout.rs`).
+//! - [`abi`]: the header's structures and constants (the `verbs-abi`
+//!   crate, which librdmacm's drop-in shares).
 //! - `symbols`: which function carries which versioned name.
 //! - [`device`]: the device list (one device per `<sock-dir>/<name>.sock`),
 //!   open/close, device/port/GID/P_Key queries.
@@ -21,7 +21,7 @@
 //! one-line reason on stderr where a caller would otherwise be left
 //! guessing.
 
-pub mod abi;
+pub use verbs_abi as abi;
 pub mod datapath;
 pub mod device;
 pub mod objects;

@@ -212,7 +212,6 @@ impl DeviceCm for FakeDev {
         Ok(())
     }
     fn init_qp_attr(&self, _: CmIdNo, s: QpState) -> Result<(QpAttr, u32)> {
-        use crate::abi::qp_mask;
         // the path (RTR) and the QP's ACK timeout (RTS), as rnicd gives them
         Ok(match s {
             QpState::Rtr => (
@@ -227,14 +226,14 @@ impl DeviceCm for FakeDev {
                     }),
                     ..Default::default()
                 },
-                qp_mask::AV as u32,
+                crate::abi::IBV_QP_AV as u32,
             ),
             QpState::Rts => (
                 QpAttr {
                     timeout: Some(14),
                     ..Default::default()
                 },
-                qp_mask::TIMEOUT as u32,
+                crate::abi::IBV_QP_TIMEOUT as u32,
             ),
             _ => (QpAttr::default(), 0),
         })
@@ -306,18 +305,14 @@ pub struct FakeVerbs {
 
 /// A QP of [`FakeVerbs`] (the header `ibv_qp` the library reads).
 fn fake_qp(pd: *mut crate::abi::ibv_pd, num: u32) -> *mut crate::abi::ibv_qp {
-    Box::into_raw(Box::new(crate::abi::ibv_qp {
-        context: std::ptr::dangling_mut(),
-        qp_context: std::ptr::null_mut(),
-        pd,
-        send_cq: std::ptr::null_mut(),
-        recv_cq: std::ptr::null_mut(),
-        srq: std::ptr::null_mut(),
-        handle: 0,
-        qp_num: num,
-        state: 0,
-        qp_type: 2,
-    }))
+    // SAFETY: ibv_qp is plain C data (pointers, integers, a pthread mutex
+    // and condition) for which all-zero bytes are a valid value.
+    let mut qp: crate::abi::ibv_qp = unsafe { std::mem::zeroed() };
+    qp.context = std::ptr::dangling_mut();
+    qp.pd = pd;
+    qp.qp_num = num;
+    qp.qp_type = crate::abi::IBV_QPT_RC;
+    Box::into_raw(Box::new(qp))
 }
 
 impl crate::verbs::Verbs for FakeVerbs {
@@ -382,7 +377,7 @@ impl crate::verbs::Verbs for FakeVerbs {
         &self,
         _: *mut crate::abi::ibv_context,
     ) -> *mut crate::abi::ibv_comp_channel {
-        8 as *mut _
+        std::ptr::dangling_mut()
     }
     unsafe fn destroy_comp_channel(&self, _: *mut crate::abi::ibv_comp_channel) -> libc::c_int {
         0
@@ -395,7 +390,12 @@ impl crate::verbs::Verbs for FakeVerbs {
         _: *mut crate::abi::ibv_comp_channel,
     ) -> *mut crate::abi::ibv_cq {
         self.log.lock().unwrap().push(format!("create_cq {cqe}"));
-        Box::into_raw(Box::new(0u64)) as *mut _
+        // each CQ its own address: the library tells them apart
+        // SAFETY: ibv_cq is plain C data (pointers, integers, a pthread
+        // mutex and condition) for which all-zero bytes are a valid value.
+        Box::into_raw(Box::new(unsafe {
+            std::mem::zeroed::<crate::abi::ibv_cq>()
+        }))
     }
     unsafe fn destroy_cq(&self, _: *mut crate::abi::ibv_cq) -> libc::c_int {
         self.log.lock().unwrap().push("destroy_cq".into());

@@ -44,14 +44,14 @@ pub fn qp_attr(idp: &IdPriv, state: c_int) -> Result<(ibv_qp_attr, c_int), c_int
         unsafe { idp.lib.verbs.gid_index(raw.verbs, sgid) }
     };
     let mut q = to_ibv(&a, state, raw.port_num, sgid_index.unwrap_or(0));
-    let mask = mask as c_int | qp_mask::STATE;
+    let mask = mask as c_int | IBV_QP_STATE;
     // the ID's options replace the daemon's values where the change sets
     // them, as the kernel's rdma_init_qp_attr does
     let st = idp.state();
-    if let (Some(t), true) = (st.ack_timeout, mask & qp_mask::TIMEOUT != 0) {
+    if let (Some(t), true) = (st.ack_timeout, mask & IBV_QP_TIMEOUT != 0) {
         q.timeout = t;
     }
-    if let (Some(tos), true) = (st.tos, mask & qp_mask::AV != 0) {
+    if let (Some(tos), true) = (st.tos, mask & IBV_QP_AV != 0) {
         q.ah_attr.grh.traffic_class = tos;
     }
     Ok((q, mask))
@@ -150,7 +150,7 @@ pub fn to_error(idp: &IdPriv) {
         ..ibv_qp_attr::default()
     };
     // SAFETY: the ID's QP with attributes that live across the call.
-    unsafe { idp.lib.verbs.modify_qp(qp, &mut a, qp_mask::STATE) };
+    unsafe { idp.lib.verbs.modify_qp(qp, &mut a, IBV_QP_STATE) };
 }
 
 /// Destroys the CQs and completion channels the library made for the ID.
@@ -259,11 +259,11 @@ pub fn create_qp(idp: &IdPriv, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> 
             ..ibv_qp_attr::default()
         };
         // SAFETY: the QP just made, attributes across the call.
-        let r = unsafe { v.modify_qp(qp, &mut a, qp_mask::STATE) };
+        let r = unsafe { v.modify_qp(qp, &mut a, IBV_QP_STATE) };
         a.qp_state = IBV_QPS_RTS;
         a.sq_psn = 0;
         // SAFETY: as above.
-        let r2 = unsafe { v.modify_qp(qp, &mut a, qp_mask::STATE | qp_mask::SQ_PSN) };
+        let r2 = unsafe { v.modify_qp(qp, &mut a, IBV_QP_STATE | IBV_QP_SQ_PSN) };
         if r != 0 || r2 != 0 {
             Err(libc::EINVAL)
         } else {

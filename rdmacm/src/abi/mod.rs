@@ -4,9 +4,9 @@
 //! compiles a C program against the installed headers (librdmacm-dev) and
 //! compares every offset and size listed in [`LAYOUT`] with it.
 //!
-//! Verbs objects (`ibv_context`, `ibv_qp`, `ibv_pd`, `ibv_cq`, …) are
-//! opaque here: this library reaches them only through the exported verbs
-//! of `libibverbs.so.1`.
+//! The verbs structures are `verbs-abi`'s (re-exported below): this
+//! library reads a few of their fields and reaches the objects otherwise
+//! only through the exported verbs of `libibverbs.so.1`.
 
 #![allow(non_camel_case_types)]
 
@@ -16,162 +16,12 @@ pub use layout::LAYOUT;
 
 use libc::{c_char, c_int, c_void, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage};
 
-/// An opaque verbs object: only pointers to it pass through this library.
-macro_rules! opaque {
-    ($($name:ident),*) => {$(
-        #[repr(C)]
-        pub struct $name {
-            _private: [u8; 0],
-        }
-    )*};
-}
-opaque!(ibv_context, ibv_cq, ibv_comp_channel, ibv_srq, ibv_device);
-
-/// The head of `struct ibv_qp` (the fields this library reads; the rest
-/// is libibverbs').
-#[repr(C)]
-pub struct ibv_qp {
-    pub context: *mut ibv_context,
-    pub qp_context: *mut c_void,
-    pub pd: *mut ibv_pd,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub handle: u32,
-    pub qp_num: u32,
-    pub state: c_int,
-    pub qp_type: c_int,
-}
-
-/// `struct ibv_pd`.
-#[repr(C)]
-pub struct ibv_pd {
-    pub context: *mut ibv_context,
-    pub handle: u32,
-}
-
-/// `struct ibv_qp_cap`.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct ibv_qp_cap {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-}
-
-/// `struct ibv_qp_init_attr`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_qp_init_attr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    pub qp_type: c_int,
-    pub sq_sig_all: c_int,
-}
-
-/// `struct ibv_qp_attr`.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct ibv_qp_attr {
-    pub qp_state: c_int,
-    pub cur_qp_state: c_int,
-    pub path_mtu: c_int,
-    pub path_mig_state: c_int,
-    pub qkey: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub dest_qp_num: u32,
-    pub qp_access_flags: u32,
-    pub cap: ibv_qp_cap,
-    pub ah_attr: ibv_ah_attr,
-    pub alt_ah_attr: ibv_ah_attr,
-    pub pkey_index: u16,
-    pub alt_pkey_index: u16,
-    pub en_sqd_async_notify: u8,
-    pub sq_draining: u8,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub port_num: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub alt_port_num: u8,
-    pub alt_timeout: u8,
-    pub rate_limit: u32,
-}
-
-/// `struct ibv_srq_init_attr` (its `struct ibv_srq_attr` inlined).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_srq_init_attr {
-    pub srq_context: *mut c_void,
-    pub max_wr: u32,
-    pub max_sge: u32,
-    pub srq_limit: u32,
-}
-
-/// `enum ibv_qp_state`.
-pub const IBV_QPS_INIT: c_int = 1;
-pub const IBV_QPS_RTR: c_int = 2;
-pub const IBV_QPS_RTS: c_int = 3;
-pub const IBV_QPS_ERR: c_int = 6;
-
-/// `enum ibv_qp_attr_mask` bits.
-pub mod qp_mask {
-    pub const STATE: i32 = 1 << 0;
-    pub const ACCESS_FLAGS: i32 = 1 << 3;
-    pub const PKEY_INDEX: i32 = 1 << 4;
-    pub const PORT: i32 = 1 << 5;
-    pub const QKEY: i32 = 1 << 6;
-    pub const AV: i32 = 1 << 7;
-    pub const PATH_MTU: i32 = 1 << 8;
-    pub const TIMEOUT: i32 = 1 << 9;
-    pub const RETRY_CNT: i32 = 1 << 10;
-    pub const RNR_RETRY: i32 = 1 << 11;
-    pub const RQ_PSN: i32 = 1 << 12;
-    pub const MAX_QP_RD_ATOMIC: i32 = 1 << 13;
-    pub const MIN_RNR_TIMER: i32 = 1 << 15;
-    pub const SQ_PSN: i32 = 1 << 16;
-    pub const MAX_DEST_RD_ATOMIC: i32 = 1 << 17;
-    pub const DEST_QPN: i32 = 1 << 20;
-}
-
-/// `union ibv_gid`: 16 bytes, aligned as its `__be64` view.
-#[repr(C, align(8))]
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
-pub struct ibv_gid {
-    pub raw: [u8; 16],
-}
-
-/// `struct ibv_global_route`.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct ibv_global_route {
-    pub dgid: ibv_gid,
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-}
-
-/// `struct ibv_ah_attr`.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct ibv_ah_attr {
-    pub grh: ibv_global_route,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
-}
+pub use verbs_abi::{
+    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_gid, ibv_global_route,
+    ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr, ibv_srq, ibv_srq_init_attr,
+    IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UD, IBV_QP_AV,
+    IBV_QP_SQ_PSN, IBV_QP_STATE, IBV_QP_TIMEOUT,
+};
 
 /// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`): what
 /// `rdma_cm_id.route.path_rec` points at once a route is resolved.
@@ -224,10 +74,6 @@ pub const RDMA_PS_IPOIB: c_int = 0x0002;
 pub const RDMA_PS_TCP: c_int = 0x0106;
 pub const RDMA_PS_UDP: c_int = 0x0111;
 pub const RDMA_PS_IB: c_int = 0x013F;
-
-/// `enum ibv_qp_type` values an ID is created with.
-pub const IBV_QPT_RC: c_int = 2;
-pub const IBV_QPT_UD: c_int = 4;
 
 /// The Q_Key of RDMA_PS_UDP IDs.
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;

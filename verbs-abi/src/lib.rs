@@ -1,8 +1,9 @@
 //! The C structures and constants of rdma-core 44's `<infiniband/verbs.h>`
 //! that applications share with libibverbs, laid out as the header lays
-//! them out. `tests/abi_layout.rs` compiles a C program against the
-//! installed header (libibverbs-dev) and compares every offset and size
-//! listed in [`LAYOUT`] with it.
+//! them out: the libibverbs drop-in implements them, the librdmacm drop-in
+//! reads the ones `<rdma/rdma_cma.h>` embeds. `tests/abi_layout.rs`
+//! compiles a C program against the installed header (libibverbs-dev) and
+//! compares every offset and size listed in [`LAYOUT`] with it.
 //!
 //! This file holds the structures, all of them and in the header's order,
 //! so that each can be read against its C declaration (which is why it
@@ -310,7 +311,7 @@ pub struct ibv_mr {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Debug)]
 pub struct ibv_global_route {
     pub dgid: ibv_gid,
     pub flow_label: u32,
@@ -331,7 +332,7 @@ pub struct ibv_grh {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Debug)]
 pub struct ibv_ah_attr {
     pub grh: ibv_global_route,
     pub dlid: u16,
@@ -351,13 +352,14 @@ pub struct ibv_srq_attr {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_srq_init_attr {
     pub srq_context: *mut c_void,
     pub attr: ibv_srq_attr,
 }
 
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Debug)]
 pub struct ibv_qp_cap {
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
@@ -367,6 +369,7 @@ pub struct ibv_qp_cap {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
@@ -406,7 +409,7 @@ pub struct ibv_qp_init_attr_ex {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Debug)]
 pub struct ibv_qp_attr {
     pub qp_state: c_int,
     pub cur_qp_state: c_int,

@@ -1,7 +1,7 @@
-//! The structures of `src/abi/` against rdma-core's own header: a C
+//! The structures of `src/` against rdma-core's own header: a C
 //! program compiled with the installed `<infiniband/verbs.h>`
 //! (libibverbs-dev) prints `offsetof` / `sizeof` of everything listed in
-//! `ibverbs::abi::LAYOUT`; every value must match.
+//! `verbs_abi::LAYOUT`; every value must match.
 
 const HEADER: &str = "/usr/include/infiniband/verbs.h";
 
@@ -12,7 +12,7 @@ fn every_listed_offset_and_size_matches_the_system_header() {
         "infiniband/verbs.h",
         HEADER,
         "libibverbs-dev",
-        ibverbs::abi::LAYOUT,
+        verbs_abi::LAYOUT,
     );
 }
 
@@ -20,7 +20,7 @@ fn every_listed_offset_and_size_matches_the_system_header() {
 fn the_context_ops_table_and_verbs_context_end_where_the_header_says() {
     // the inline verbs reach verbs_context slots at negative offsets from
     // the ibv_context: the context must be its last field
-    use ibverbs::abi::*;
+    use verbs_abi::*;
     assert_eq!(
         std::mem::offset_of!(verbs_context, context) + std::mem::size_of::<ibv_context>(),
         std::mem::size_of::<verbs_context>()
