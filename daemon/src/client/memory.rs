@@ -109,19 +109,6 @@ impl Mw {
     }
 }
 
-/// What a QP is created with (`ibv_qp_init_attr`).
-#[derive(Clone, Copy, Debug)]
-pub struct QpInitAttr {
-    pub qp_type: QpKind,
-    pub send_cq: u32,
-    pub recv_cq: u32,
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub sq_sig_all: bool,
-    /// Take receives from this SRQ (`Srq::handle`, same PD).
-    pub srq: Option<u32>,
-}
-
 /// All access rights (local write, remote write/read/atomic).
 pub const ACCESS_ALL: u32 =
     access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
@@ -215,13 +202,7 @@ impl Pd {
     pub fn create_qp(&self, a: &QpInitAttr) -> Result<Qp> {
         let req = Request::CreateQp {
             pd: self.handle,
-            qp_type: a.qp_type,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            max_send_wr: a.max_send_wr,
-            max_recv_wr: a.max_recv_wr,
-            sq_sig_all: a.sq_sig_all,
-            srq: a.srq,
+            init: *a,
         };
         let (r, mut fds) = self.ctx.request(req, None)?;
         match r {

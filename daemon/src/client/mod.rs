@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::{EthernetAddress, Gid};
 
+pub use crate::proto::QpInitAttr;
 pub use crate::proto::QpKind as QpType;
 
 /// Why a verb of the client library failed.

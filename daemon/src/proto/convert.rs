@@ -384,15 +384,7 @@ mod tests {
             QpAttr::try_from(&m).err(),
             Some(ConvertError::FlowLabel(0x10_0000))
         );
-        for s in [
-            QpState::Reset,
-            QpState::Init,
-            QpState::Rtr,
-            QpState::Rts,
-            QpState::Sqd,
-            QpState::Sqe,
-            QpState::Err,
-        ] {
+        for s in QpState::ALL {
             assert_eq!(QpState::from(QpStateMsg::from(s)), s);
         }
     }

@@ -35,6 +35,22 @@ pub enum QpKind {
     Ud,
 }
 
+/// What a QP is created with (`ibv_qp_init_attr`; its PD travels beside
+/// it in `CreateQp`).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInitAttr {
+    pub qp_type: QpKind,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub sq_sig_all: bool,
+    /// Receive from this SRQ (the client's, same PD) instead of the QP's
+    /// own receive ring.
+    #[serde(default)]
+    pub srq: Option<u32>,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
@@ -84,16 +100,8 @@ pub enum Request {
     },
     CreateQp {
         pd: u32,
-        qp_type: QpKind,
-        send_cq: u32,
-        recv_cq: u32,
-        max_send_wr: u32,
-        max_recv_wr: u32,
-        sq_sig_all: bool,
-        /// Receive from this SRQ (the client's, same PD) instead of the
-        /// QP's own receive ring.
-        #[serde(default)]
-        srq: Option<u32>,
+        #[serde(flatten)]
+        init: QpInitAttr,
     },
     ModifyQp {
         qpn: u32,

@@ -4,24 +4,12 @@
 use super::registry::{destroy_qps, with_owned, OwnedQp};
 use super::{ok, Attach, Object, Reply, RequestError, Shared, MAX_QP_WR};
 use crate::dataplane::{Ah, QpRings};
-use crate::proto::{AhMsg, QpAttrMsg, QpKind, Response};
+use crate::proto::{AhMsg, QpAttrMsg, QpInitAttr, QpKind, Response};
 use crate::ring::{self, Ring, WQE_SIZE};
 use crate::shm::Mapping;
 use nic::transport::QpInit;
 use nic::verbs::{AhAttr, QpAttr};
 use std::sync::Arc;
-
-/// A `CreateQp` request.
-pub(super) struct NewQp {
-    pub(super) pd: u32,
-    pub(super) qp_type: QpKind,
-    pub(super) send_cq: u32,
-    pub(super) recv_cq: u32,
-    pub(super) max_send_wr: u32,
-    pub(super) max_recv_wr: u32,
-    pub(super) sq_sig_all: bool,
-    pub(super) srq: Option<u32>,
-}
 
 /// A work queue's ring size for `wr` requests (at most [`MAX_QP_WR`]).
 fn wq_entries(wr: u32, what: &'static str) -> Result<u32, RequestError> {
@@ -32,9 +20,13 @@ fn wq_entries(wr: u32, what: &'static str) -> Result<u32, RequestError> {
 
 /// `CreateQp`: the QP and one memfd holding its send ring (at 0) and
 /// receive ring (at `rq_offset`).
-pub(super) fn create_qp(sh: &Shared, id: u64, q: NewQp) -> Result<Reply, RequestError> {
-    let NewQp {
-        pd,
+pub(super) fn create_qp(
+    sh: &Shared,
+    id: u64,
+    pd: u32,
+    init: QpInitAttr,
+) -> Result<Reply, RequestError> {
+    let QpInitAttr {
         qp_type,
         send_cq,
         recv_cq,
@@ -42,7 +34,7 @@ pub(super) fn create_qp(sh: &Shared, id: u64, q: NewQp) -> Result<Reply, Request
         max_recv_wr,
         sq_sig_all,
         srq,
-    } = q;
+    } = init;
     let owns = with_owned(sh, id, |o| {
         o.pds.contains(&pd) && o.cqs.contains(&send_cq) && o.cqs.contains(&recv_cq)
     });

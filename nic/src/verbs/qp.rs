@@ -24,6 +24,19 @@ pub enum QpState {
     Err,
 }
 
+impl QpState {
+    /// Every state, in the order of IBA 10.3.1's state diagram.
+    pub const ALL: [QpState; 7] = [
+        QpState::Reset,
+        QpState::Init,
+        QpState::Rtr,
+        QpState::Rts,
+        QpState::Sqd,
+        QpState::Sqe,
+        QpState::Err,
+    ];
+}
+
 /// IB path MTU values.
 pub const MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 
@@ -405,15 +418,7 @@ mod tests {
             state: Some(QpState::Err),
             ..Default::default()
         };
-        for s in [
-            QpState::Reset,
-            QpState::Init,
-            QpState::Rtr,
-            QpState::Rts,
-            QpState::Sqd,
-            QpState::Sqe,
-            QpState::Err,
-        ] {
+        for s in QpState::ALL {
             assert_eq!(check_modify(s, QpType::Rc, &err), Ok(QpState::Err));
         }
         let sqe = QpAttr {
