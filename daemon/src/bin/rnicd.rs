@@ -47,7 +47,7 @@ struct Args {
     #[arg(long, default_value = "666")]
     mode: String,
     /// Engine: idle turns spent spinning before parking.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = EngineConfig::default().spin)]
     spin: u32,
     /// Engine: longest park when idle, in microseconds (a client's post
     /// ends it at once through the engine's bell).
