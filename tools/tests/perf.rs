@@ -41,27 +41,7 @@ fn check_counters(doc: &Value) {
     let devs = doc["devices"].as_array().expect("devices");
     assert_eq!(devs.len(), 2);
     for d in devs {
-        for name in [
-            "sent_pkts",
-            "rcvd_pkts",
-            "out_of_sequence",
-            "duplicate_request",
-            "packet_seq_err",
-            "local_ack_timeout_err",
-            "rnr_nak_retry_err",
-            "retransmitted_pkts",
-        ] {
-            assert!(d["counters"][name].is_u64(), "{name} missing from {d}");
-        }
-        for name in [
-            "tx_packets",
-            "tx_bytes",
-            "rx_packets",
-            "rx_bytes",
-            "rx_dropped",
-        ] {
-            assert!(d["port_counters"][name].is_u64(), "{name} missing from {d}");
-        }
+        common::assert_device_counters(d, &[]);
         let qps = d["qps"].as_array().expect("qps");
         assert!(!qps.is_empty());
         for q in qps {

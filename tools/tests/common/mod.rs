@@ -17,6 +17,37 @@ pub const STUCK: Duration = Duration::from_secs(120);
 #[allow(unused_imports)]
 pub use testkit::{poll_within, wait_for};
 
+/// The rdma-statistic counters every device of `rnic perf --json` carries
+/// (scripts written for real RNICs read them), and its port's.
+const HW_COUNTERS: [&str; 8] = [
+    "sent_pkts",
+    "rcvd_pkts",
+    "out_of_sequence",
+    "duplicate_request",
+    "packet_seq_err",
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "retransmitted_pkts",
+];
+const PORT_COUNTERS: [&str; 5] = [
+    "tx_packets",
+    "tx_bytes",
+    "rx_packets",
+    "rx_bytes",
+    "rx_dropped",
+];
+
+/// Asserts that `d`, one device of `rnic perf --json`, carries the
+/// standard counters, `extra` ones, and its port's counters.
+pub fn assert_device_counters(d: &serde_json::Value, extra: &[&str]) {
+    for name in HW_COUNTERS.iter().chain(extra) {
+        assert!(d["counters"][name].is_u64(), "{name} missing from {d}");
+    }
+    for name in PORT_COUNTERS {
+        assert!(d["port_counters"][name].is_u64(), "{name} missing from {d}");
+    }
+}
+
 /// `rnic` with its own state directory (so parallel tests do not share
 /// `last-run.json`) and no progress bar.
 pub fn rnic(state: &Path) -> Command {
