@@ -219,16 +219,23 @@ impl Checker {
         let mut f = Finding::new(rec.number, Class::Roce);
         let pkt = match RocePacket::new_checked(data) {
             Ok(p) => p,
-            Err(e) => {
-                f.problem = Some(if rec.is_cut() {
-                    Violation::Cut {
+            Err(e) if rec.is_cut() => {
+                f.summary = cut_headers(rec, data);
+                f.problem = Some(match f.summary {
+                    Some(_) => Violation::CutBeforeIcrc {
+                        captured: rec.data.len(),
+                        orig: rec.orig_len,
+                    },
+                    None => Violation::Cut {
                         captured: rec.data.len(),
                         orig: rec.orig_len,
                         error: e,
-                    }
-                } else {
-                    e.into()
+                    },
                 });
+                return f;
+            }
+            Err(e) => {
+                f.problem = Some(e.into());
                 return f;
             }
         };
@@ -314,6 +321,26 @@ impl Checker {
         }
         Ok(())
     }
+}
+
+/// The longest part of a frame a snap length may have cut off that
+/// [`cut_headers`] fills in (a jumbo frame's).
+const MAX_CUT: usize = 16 * 1024;
+
+/// The headers of a frame the capture cut short (`rec.is_cut()`), when the
+/// bytes it kept hold all of them: the frame is walked with the missing
+/// bytes as zeros, and its summary kept only if the payload starts within
+/// the captured bytes (so every header shown was on the wire).
+fn cut_headers(rec: &Record, data: &[u8]) -> Option<String> {
+    let missing = (rec.orig_len as usize).checked_sub(rec.data.len())?;
+    if missing > MAX_CUT {
+        return None;
+    }
+    let mut whole = Vec::with_capacity(data.len() + missing);
+    whole.extend_from_slice(data);
+    whole.resize(data.len() + missing, 0);
+    let pkt = RocePacket::new_checked(&whole[..]).ok()?;
+    (pkt.payload_offset() <= data.len()).then(|| RoceRepr::from_packet(&pkt).to_string())
 }
 
 /// One line summing up a checked capture.

@@ -429,3 +429,34 @@ fn an_atomic_ack_without_its_request_fails_unless_the_capture_is_lossy() {
         "{notes:?}"
     );
 }
+
+#[test]
+fn a_frame_cut_after_its_headers_is_summed_up_and_one_cut_inside_them_is_not() {
+    let f = write_only(5, 8);
+    let whole = RoceRepr::parse(&f).unwrap().to_string();
+    let cut = |keep: usize| {
+        Checker::new().frame(&Record {
+            number: 1,
+            ts: Duration::ZERO,
+            data: f[..keep].to_vec(),
+            orig_len: f.len() as u32,
+            linktype: LINKTYPE_ETHERNET,
+        })
+    };
+    // Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 = 70 bytes of headers
+    let out = cut(70);
+    assert_eq!(out.summary.as_deref(), Some(whole.as_str()));
+    assert_eq!(
+        out.problem,
+        Some(Violation::CutBeforeIcrc {
+            captured: 70,
+            orig: f.len() as u32
+        })
+    );
+    let out = cut(69);
+    assert_eq!(out.summary, None);
+    assert!(matches!(
+        out.problem,
+        Some(Violation::Cut { captured: 69, .. })
+    ));
+}
