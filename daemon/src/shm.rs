@@ -465,17 +465,30 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Binds `path` (removing a stale socket) with permissions `mode`.
+    /// Binds `path` (replacing a stale socket) with permissions `mode`.
+    /// The socket is bound under a temporary name beside `path` and renamed
+    /// to it once it listens, so whoever sees `path` can connect: a client
+    /// that finds the file between `bind` and `listen` would be refused.
     pub fn bind(path: &Path, mode: u32) -> io::Result<Listener> {
-        let _ = std::fs::remove_file(path);
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}", std::process::id()));
+        let tmp = Path::new(&tmp);
+        let _ = std::fs::remove_file(tmp);
         let fd = seqpacket_socket()?;
-        let (a, len) = sockaddr(path)?;
+        let (a, len) = sockaddr(tmp)?;
         // SAFETY: a valid sockaddr_un.
         cvt(unsafe { libc::bind(fd.as_raw_fd(), &a as *const _ as *const libc::sockaddr, len) })?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-        // SAFETY: listen(2) on a socket this listener owns.
-        cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
+        let ready = (|| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(mode))?;
+            // SAFETY: listen(2) on a socket this listener owns.
+            cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
+            std::fs::rename(tmp, path)
+        })();
+        if let Err(e) = ready {
+            let _ = std::fs::remove_file(tmp);
+            return Err(e);
+        }
         Ok(Listener { fd })
     }
 
@@ -512,5 +525,39 @@ impl Listener {
             // nothing else owns.
             fd: unsafe { OwnedFd::from_raw_fd(raw) },
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_file_that_exists_accepts_connections() {
+        // A client spins until the socket file appears and connects at
+        // once; a file that appeared before `listen` would refuse it.
+        let dir = tempfile::tempdir().unwrap();
+        for round in 0..2000 {
+            let path = dir.path().join(format!("d{round}.sock"));
+            let client = {
+                let path = path.clone();
+                std::thread::spawn(move || loop {
+                    if path.exists() {
+                        return SeqPacket::connect(&path).map(|_| ());
+                    }
+                    std::hint::spin_loop();
+                })
+            };
+            let l = Listener::bind(&path, 0o600).unwrap();
+            let r = client.join().unwrap();
+            assert!(r.is_ok(), "round {round}: {r:?}");
+            drop(l);
+        }
+        // only the sockets are left, no temporary names
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(names.iter().all(|n| n.ends_with(".sock")), "{names:?}");
     }
 }
