@@ -336,8 +336,7 @@ fn cut_headers(rec: &Record, data: &[u8]) -> Option<String> {
     if missing > MAX_CUT {
         return None;
     }
-    let mut whole = Vec::with_capacity(data.len() + missing);
-    whole.extend_from_slice(data);
+    let mut whole = data.to_vec();
     whole.resize(data.len() + missing, 0);
     let pkt = RocePacket::new_checked(&whole[..]).ok()?;
     (pkt.payload_offset() <= data.len()).then(|| RoceRepr::from_packet(&pkt).to_string())

@@ -232,13 +232,12 @@ pub(super) fn stats(sh: &Shared) -> Stats {
     // one engine call: QP 1's counters and drops go to `cm`, the
     // transport's counters and the other drops to `counters`
     let (gsi, transport) = super::call(sh, |r| {
-        let (gsi, drops): (Vec<_>, Vec<_>) = r
+        let (mut gsi, drops): (Vec<_>, Vec<_>) = r
             .drops()
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .partition(|(k, _)| k.starts_with("gsi_"));
         let c = r.gsi_counters();
-        let mut gsi = gsi;
         gsi.push(("gsi_rcvd".into(), c.gsi_rcvd));
         gsi.push(("gsi_sent".into(), c.gsi_sent));
         let mut transport: Vec<(String, u64)> =
