@@ -199,9 +199,13 @@ impl Checker {
                 }
                 if in_order {
                     // resynchronised after a loss
-                } else if fits.len() == 1 {
+                } else if fits.len() == 1 && !self.lossy {
                     s.set_mtu(fits[0]);
                 } else {
+                    // several MTUs fit, or (lossy) a packet lost or
+                    // reordered upstream may stand between the READ and
+                    // this one, so its PSN does not tell the span; the
+                    // MTU is left to a full packet's length
                     s.pending_read = None;
                     s.after_pending = false;
                     s.cursor = p;

@@ -273,6 +273,34 @@ fn message_rules() {
 }
 
 #[test]
+fn a_lossy_capture_learns_no_mtu_from_a_read_followed_by_a_reordered_packet() {
+    let read = frame(
+        A,
+        B,
+        Opcode::RC_RDMA_READ_REQUEST,
+        0x11,
+        100,
+        reth(300),
+        &[],
+    );
+    // 300 bytes span one PSN at any MTU but 256; PSN 101 was reordered
+    // behind 102 upstream, so 102 seems to say MTU 256
+    let f = vec![
+        read,
+        write_only(102, 8),
+        write_only(101, 8),
+        write_only(103, 777),
+    ];
+    let (p, notes) = run_with(Checker::lossy(), &f);
+    assert_eq!(p, None, "{notes:?}");
+    // a capture that is not lossy takes the span at its word
+    let (p, _) = run(&f);
+    let (i, why) = p.expect("777 bytes over MTU 256");
+    assert_eq!(i, 3);
+    assert!(why.contains("more than the path MTU (256)"), "{why}");
+}
+
+#[test]
 fn reads_span_psns_and_teach_the_mtu() {
     let read = |psn, len| {
         frame(
