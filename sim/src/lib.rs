@@ -280,11 +280,15 @@ pub type Tap = Box<dyn FnMut(Instant, usize, &[u8])>;
 /// frame it means to (one-shot drops, drops by opcode or PSN).
 pub type Filter = Box<dyn FnMut(usize, &[u8]) -> bool>;
 
-/// Two RNICs and the two links between them.
+/// Two RNICs, the two links between them, and each node's loopback: a
+/// frame a node sends to its own address ([`Rnic::is_to_self`], two QPs of
+/// one device) travels on link `2 + node` back to the same node, with that
+/// link's latency and impairments, as the engine loops it back.
 pub struct Sim {
     pub now: Instant,
     pub nodes: [Rnic; 2],
-    links: [Link; 2],
+    /// a→b, b→a, a→a, b→b.
+    links: [Link; 4],
     rng: SmallRng,
     /// Sees every frame a node sends (before the link's impairments).
     pub tap: Option<Tap>,
@@ -297,18 +301,26 @@ impl Sim {
         Sim::with_links(a, b, [link, link], seed)
     }
 
+    /// Node `i`'s loopback link starts as a copy of its link to the other
+    /// node (`links[i]`).
     pub fn with_links(a: Rnic, b: Rnic, links: [LinkConfig; 2], seed: u64) -> Sim {
         Sim {
             now: Instant::ZERO,
             nodes: [a, b],
-            links: [Link::new(links[0]), Link::new(links[1])],
+            links: [
+                Link::new(links[0]),
+                Link::new(links[1]),
+                Link::new(links[0]),
+                Link::new(links[1]),
+            ],
             rng: SmallRng::seed_from_u64(seed),
             tap: None,
             filter: None,
         }
     }
 
-    /// Puts `frame` on link `dir` as if node `dir` had sent it now, without
+    /// Puts `frame` on link `dir` (0: a→b, 1: b→a, 2: a→a, 3: b→b) as if its
+    /// sender had sent it now, without
     /// the tap, the filter or the link's impairments: it arrives after the
     /// link's latency. For replaying a captured frame (a late duplicate).
     pub fn inject(&mut self, dir: usize, frame: &[u8]) {
@@ -317,6 +329,7 @@ impl Sim {
         self.links[dir].enqueue(at, frame);
     }
 
+    /// Link `dir`: 0 a→b, 1 b→a, 2 a's loopback, 3 b's.
     pub fn link_stats(&self, dir: usize) -> LinkStats {
         self.links[dir].stats
     }
@@ -332,7 +345,8 @@ impl Sim {
     pub fn step(&mut self) -> bool {
         let mut busy = false;
         for i in 0..2 {
-            let link = &mut self.links[i];
+            let (wire, loops) = self.links.split_at_mut(2);
+            let (link, looped) = (&mut wire[i], &mut loops[i]);
             loop {
                 // the node writes its frame straight into a link buffer
                 let slot = link.alloc_tx();
@@ -344,19 +358,28 @@ impl Sim {
                 if let Some(tap) = self.tap.as_mut() {
                     tap(self.now, i, &link.frames[slot][..n]);
                 }
+                let to_self = self.nodes[i].is_to_self(&link.frames[slot][..n]);
                 if let Some(filter) = self.filter.as_mut() {
                     if !filter(i, &link.frames[slot][..n]) {
-                        link.stats.sent += 1;
-                        link.stats.filtered += 1;
+                        let l = if to_self { &mut *looped } else { &mut *link };
+                        l.stats.sent += 1;
+                        l.stats.filtered += 1;
                         link.free_tx.push(slot);
                         continue;
                     }
                 }
-                link.send(self.now, slot, n, &mut self.rng);
+                if to_self {
+                    let copy = looped.alloc_copy(&link.frames[slot][..n]);
+                    link.free_tx.push(slot);
+                    looped.send(self.now, copy, n, &mut self.rng);
+                } else {
+                    link.send(self.now, slot, n, &mut self.rng);
+                }
             }
         }
-        for i in 0..2 {
-            let link = &mut self.links[i];
+        for (i, link) in self.links.iter_mut().enumerate() {
+            // a→b reaches b, b→a reaches a, each loopback its own node
+            let to = [1, 0, 0, 1][i];
             while let Some(e @ (t, _, slot)) = link.peek() {
                 if t > self.now {
                     break;
@@ -364,7 +387,7 @@ impl Sim {
                 link.pop(e);
                 link.stats.delivered += 1;
                 let len = link.lens[slot];
-                self.nodes[1 - i].handle_frame(self.now, &link.frames[slot][..len]);
+                self.nodes[to].handle_frame(self.now, &link.frames[slot][..len]);
                 link.release(slot);
                 busy = true;
             }
@@ -410,6 +433,8 @@ impl Sim {
 pub struct Side {
     pub ep: Endpoint,
     pub qpn: u32,
+    /// The node the side lives on (both on node 0 in a loopback pair).
+    pub node: usize,
 }
 
 impl std::ops::Deref for Side {
@@ -437,6 +462,9 @@ pub struct PairConfig {
     pub sq_psn: [u32; 2],
     pub max_wr: u32,
     pub cq_len: usize,
+    /// Both sides on node 0, talking through its loopback (link 2); node 1
+    /// has no QP.
+    pub loopback: bool,
 }
 
 impl Default for PairConfig {
@@ -457,6 +485,7 @@ impl Default for PairConfig {
             sq_psn: [0x100, 0x200],
             max_wr: 4096,
             cq_len: 1 << 16,
+            loopback: false,
         }
     }
 }
@@ -470,16 +499,26 @@ pub struct Pair {
 impl Pair {
     pub fn new(cfg: PairConfig) -> Pair {
         let mut rnics = Vec::new();
-        let mut sides = Vec::new();
+        let mut eps = Vec::new();
         for i in 0..2u8 {
-            let (mut r, e) = Endpoint::create(i, cfg.ipv6, cfg.mem_len, cfg.cq_len, |rc| {
+            let (r, e) = Endpoint::create(i, cfg.ipv6, cfg.mem_len, cfg.cq_len, |rc| {
                 rc.seed = cfg.seed.wrapping_add(i as u64);
                 rc.unlimited_retries = cfg.unlimited_retries;
                 if cfg.link.bandwidth_bps > 0 {
                     rc.link_bps = cfg.link.bandwidth_bps;
                 }
             });
-            let qpn = r
+            rnics.push(r);
+            eps.push(e);
+        }
+        if cfg.loopback {
+            // side 1: a second endpoint on node 0 (same MAC and GID)
+            eps[1] = Endpoint::on(&mut rnics[0], 1, cfg.mem_len, cfg.cq_len);
+        }
+        let mut sides = Vec::new();
+        for (i, e) in eps.into_iter().enumerate() {
+            let node = if cfg.loopback { 0 } else { i };
+            let qpn = rnics[node]
                 .create_qp(QpInit {
                     qp_type: cfg.qp_type,
                     pd: e.pd,
@@ -491,14 +530,13 @@ impl Pair {
                     sq_sig_all: false,
                 })
                 .expect("create qp");
-            rnics.push(r);
-            sides.push(Side { ep: e, qpn });
+            sides.push(Side { ep: e, qpn, node });
         }
         for i in 0..2 {
             let peer = &sides[1 - i];
             let ah = AhAttr::new(peer.gid, peer.mac);
             connect(
-                &mut rnics[i],
+                &mut rnics[sides[i].node],
                 sides[i].qpn,
                 cfg,
                 ah,
@@ -516,6 +554,15 @@ impl Pair {
         }
     }
 
+    /// The device side `i` lives on.
+    pub fn node(&self, i: usize) -> &Rnic {
+        &self.sim.nodes[self.sides[i].node]
+    }
+
+    pub fn node_mut(&mut self, i: usize) -> &mut Rnic {
+        &mut self.sim.nodes[self.sides[i].node]
+    }
+
     /// A second QP pair of type `cfg.qp_type` beside the pair's own, on the
     /// sides' PDs and CQs: side 0's QP has its own receive queue, side 1's
     /// takes its receives from `srq_b` when given; `depth` send and receive
@@ -525,7 +572,7 @@ impl Pair {
         let mut qpns = [0u32; 2];
         for (i, srq) in [(0, None), (1, srq_b)] {
             let e = &self.sides[i].ep;
-            qpns[i] = self.sim.nodes[i]
+            qpns[i] = self.sim.nodes[self.sides[i].node]
                 .create_qp(QpInit {
                     qp_type: cfg.qp_type,
                     pd: e.pd,
@@ -542,7 +589,7 @@ impl Pair {
             let peer = &self.sides[1 - i].ep;
             let ah = AhAttr::new(peer.gid, peer.mac);
             connect(
-                &mut self.sim.nodes[i],
+                &mut self.sim.nodes[self.sides[i].node],
                 qpns[i],
                 cfg,
                 ah,
@@ -558,7 +605,7 @@ impl Pair {
     pub fn poll(&mut self, i: usize) -> Vec<Wc> {
         let mut out = Vec::new();
         let cq = self.sides[i].cq;
-        let _ = self.sim.nodes[i].poll_cq(cq, usize::MAX, &mut out);
+        let _ = self.node_mut(i).poll_cq(cq, usize::MAX, &mut out);
         out
     }
 }

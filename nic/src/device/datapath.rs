@@ -87,6 +87,17 @@ impl Rnic {
         self.rearm(idx);
     }
 
+    /// Whether `frame` (one [`Self::poll_transmit`] wrote) is addressed to
+    /// this device itself: a QP talking to another QP of the same device
+    /// (one GID). The driver hands such a frame straight back to
+    /// [`Self::handle_frame`] instead of the wire — the device's internal
+    /// loopback, as Linux rxe loops a packet whose destination address is
+    /// its own and a ConnectX NIC's switch does — so both QPs see exactly
+    /// the packets, ACKs and retries a remote peer would.
+    pub fn is_to_self(&self, frame: &[u8]) -> bool {
+        wire::ethernet::EthernetFrame::new_checked(frame).is_ok_and(|e| e.dst() == self.res.cfg.mac)
+    }
+
     /// Writes the next frame to send into `buf` (at least `MAX_FRAME_LEN`
     /// bytes) and returns its length, or `None` when nothing is ready.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {

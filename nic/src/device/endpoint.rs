@@ -41,6 +41,15 @@ impl Endpoint {
         let mut rc = RnicConfig::new(mac, gid);
         tune(&mut rc);
         let mut r = Rnic::new(rc);
+        let e = Endpoint::on(&mut r, i, mem_len, cq_len);
+        (r, e)
+    }
+
+    /// Another endpoint on the existing device `r` (its MAC and GID): a PD,
+    /// a CQ of `cq_len` entries and `mem_len` bytes at 0x1000_0000·(i+1),
+    /// registered with every access right. Two of them on one device are
+    /// the two ends of a loopback connection.
+    pub fn on(r: &mut Rnic, i: u8, mem_len: usize, cq_len: usize) -> Endpoint {
         let pd = r.alloc_pd();
         let cq = r.create_cq(cq_len);
         let mem = Arc::new(HeapMemory::new(mem_len));
@@ -52,17 +61,16 @@ impl Endpoint {
         let region = mem.clone() as Arc<dyn Memory>;
         let (lkey, rkey) = r
             .reg_mr(pd, region, 0, base, mem_len as u64, all)
-            .expect("a fresh device registers its region");
-        let e = Endpoint {
+            .expect("a device registers a fresh region");
+        Endpoint {
             pd,
             cq,
             mem,
             base,
             lkey,
             rkey,
-            mac,
-            gid,
-        };
-        (r, e)
+            mac: r.config().mac,
+            gid: r.config().gid,
+        }
     }
 }

@@ -206,6 +206,9 @@ pub struct EngineStats {
     pub parks: u64,
     pub rx_frames: u64,
     pub tx_frames: u64,
+    /// Frames the device sent to its own address and took back without
+    /// the wire (counted once, when received).
+    pub looped_frames: u64,
 }
 
 /// The running engine.

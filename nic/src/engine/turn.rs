@@ -15,6 +15,9 @@ pub(super) struct Loop {
     start: std::time::Instant,
     rx: FrameBatch,
     tx: FrameBatch,
+    /// Frames the device sent to its own address (internal loopback),
+    /// received at the next turn's receive step.
+    looped: FrameBatch,
     cqs: Vec<(u32, Arc<ArrayQueue<Wc>>)>,
     wcs: Vec<Wc>,
     pub(super) stats: EngineStats,
@@ -41,6 +44,7 @@ impl Loop {
             start,
             rx: FrameBatch::new(cfg.batch),
             tx: FrameBatch::new(cfg.batch),
+            looped: FrameBatch::new(cfg.batch),
             cqs: Vec::new(),
             wcs: Vec::with_capacity(cfg.batch * 2),
             stats: EngineStats::default(),
@@ -112,7 +116,14 @@ impl Loop {
         if let Some(h) = self.hook.as_mut() {
             work += h.turn(rnic);
         }
-        // receive and dispatch
+        // receive and dispatch: first what the device sent itself
+        let looped = self.looped.len();
+        for f in self.looped.iter() {
+            rnic.handle_frame(now, f);
+        }
+        self.looped.clear();
+        self.stats.looped_frames += looped as u64;
+        work += looped;
         self.rx.clear();
         let n = self.port.recv(&mut self.rx);
         for f in self.rx.iter() {
@@ -132,12 +143,25 @@ impl Loop {
             rnic.handle_timeout(now);
             work += 1;
         }
-        // transmit
+        // transmit: frames to the wire, and frames to the device's own
+        // address back to it without the wire (as rxe loops a packet
+        // whose destination is local); the port may record or impair them
         self.tx.clear();
-        while let Some(slot) = self.tx.next_slot() {
-            match rnic.poll_transmit(now, slot) {
-                Some(len) => self.tx.commit(len),
-                None => break,
+        while !self.looped.is_full() {
+            let Some(slot) = self.tx.next_slot() else {
+                break;
+            };
+            let Some(len) = rnic.poll_transmit(now, slot) else {
+                break;
+            };
+            let frame = &mut slot[..len];
+            if !rnic.is_to_self(frame) {
+                self.tx.commit(len);
+            } else {
+                work += 1;
+                if self.port.loop_back(frame) {
+                    self.looped.push(frame);
+                }
             }
         }
         if !self.tx.is_empty() {

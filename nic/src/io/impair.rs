@@ -186,5 +186,11 @@ impl<P: Port> Port for Impaired<P> {
         self.out = out;
         sent
     }
+    /// A looped frame may be lost, corrupted or CE-marked; it is neither
+    /// duplicated nor reordered (it is delivered within the next turn).
+    fn loop_back(&mut self, frame: &mut [u8]) -> bool {
+        let fate = self.interceptor.on_send(frame);
+        !fate.lost && self.inner.loop_back(frame)
+    }
     crate::forward_port!(field inner: recv, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, rx_backlog, link_up);
 }

@@ -281,6 +281,15 @@ pub trait Port: Send {
     fn link_up(&self) -> Option<bool> {
         None
     }
+    /// A frame the device sent to its own address, which the engine hands
+    /// back to the device instead of sending it
+    /// ([`crate::device::Rnic::is_to_self`]): it never reaches the wire,
+    /// but a port that records or impairs what passes does so here too
+    /// (the pcap tap records it once; the impairment stage may drop,
+    /// corrupt or CE-mark it). Returns whether it is delivered.
+    fn loop_back(&mut self, _frame: &mut [u8]) -> bool {
+        true
+    }
 }
 
 /// Writes the [`Port`] methods a wrapper port leaves as they are: each
@@ -361,6 +370,11 @@ macro_rules! forward_port {
             $crate::forward_port!(@r self $how).link_up()
         }
     };
+    (@one $how:tt loop_back) => {
+        fn loop_back(&mut self, frame: &mut [u8]) -> bool {
+            $crate::forward_port!(@w self $how).loop_back(frame)
+        }
+    };
 }
 
 /// A boxed port is a port (so wrappers take `Box<dyn Port>` from `open_port`).
@@ -397,5 +411,8 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn link_up(&self) -> Option<bool> {
         (**self).link_up()
+    }
+    fn loop_back(&mut self, frame: &mut [u8]) -> bool {
+        (**self).loop_back(frame)
     }
 }

@@ -272,5 +272,11 @@ impl<P: Port> Port for PcapTap<P> {
         }
         n
     }
+    fn loop_back(&mut self, frame: &mut [u8]) -> bool {
+        // recorded once, as it leaves: a capture shows the frame as the
+        // wire would carry it (before the impairments inside the tap)
+        self.record(frame);
+        self.port_mut().loop_back(frame)
+    }
     crate::forward_port!(via port, port_mut: mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, rx_backlog, link_up);
 }

@@ -60,7 +60,8 @@ impl H {
     /// Posts `wr` on side `i`'s QP; panics if refused.
     pub fn send(&mut self, i: usize, wr: SendWr) {
         let qpn = self.p.sides[i].qpn;
-        self.p.sim.nodes[i]
+        self.p
+            .node_mut(i)
             .post_send(qpn, wr)
             .expect("post_send refused");
     }
@@ -68,7 +69,8 @@ impl H {
     /// Posts a one-SGE receive of `len` bytes at offset `off` of side `i`'s buffer.
     pub fn recv(&mut self, i: usize, wr_id: u64, off: u64, len: u32) {
         let e = self.ep(i);
-        self.p.sim.nodes[i]
+        self.p
+            .node_mut(i)
             .post_recv(
                 e.qpn,
                 RecvWr {
@@ -135,7 +137,8 @@ impl H {
     }
 
     pub fn qp(&self, i: usize) -> QpInfo {
-        self.p.sim.nodes[i]
+        self.p
+            .node(i)
             .query_qp(self.p.sides[i].qpn)
             .expect("query_qp")
     }
@@ -151,11 +154,14 @@ impl H {
         limit: Duration,
         mut done: impl FnMut(&Sim, &[Vec<Wc>; 2]) -> bool,
     ) -> bool {
-        let cqs = [self.p.sides[0].cq, self.p.sides[1].cq];
+        let cqs = [
+            (self.p.sides[0].node, self.p.sides[0].cq),
+            (self.p.sides[1].node, self.p.sides[1].cq),
+        ];
         let wcs = &mut self.wcs;
         self.p.sim.run_until(limit, |s| {
-            for i in 0..2 {
-                let _ = s.nodes[i].poll_cq(cqs[i], usize::MAX, &mut wcs[i]);
+            for (i, (node, cq)) in cqs.into_iter().enumerate() {
+                let _ = s.nodes[node].poll_cq(cq, usize::MAX, &mut wcs[i]);
             }
             done(s, wcs)
         })
@@ -196,7 +202,8 @@ impl H {
     /// region at virtual address `addr` in the side's PD; (lkey, rkey).
     pub fn reg(&mut self, i: usize, at: usize, addr: u64, len: u64, acc: u32) -> (u32, u32) {
         let (pd, mem) = (self.p.sides[i].pd, self.p.sides[i].mem.clone());
-        self.p.sim.nodes[i]
+        self.p
+            .node_mut(i)
             .reg_mr(pd, mem as Arc<dyn Memory>, at, addr, len, acc)
             .expect("reg_mr")
     }
@@ -204,16 +211,13 @@ impl H {
     /// Allocates a memory window in side `i`'s PD; its R_Key.
     pub fn alloc_mw(&mut self, i: usize, kind: MwType) -> u32 {
         let pd = self.p.sides[i].pd;
-        self.p.sim.nodes[i].alloc_mw(pd, kind).expect("alloc_mw")
+        self.p.node_mut(i).alloc_mw(pd, kind).expect("alloc_mw")
     }
 
     /// The current R_Key of the window whose key was `rkey` (its handle is
     /// the key's index).
     pub fn mw_rkey(&self, i: usize, rkey: u32) -> u32 {
-        self.p.sim.nodes[i]
-            .query_mw(rkey >> 8)
-            .expect("window")
-            .rkey
+        self.p.node(i).query_mw(rkey >> 8).expect("window").rkey
     }
 
     /// Runs one local operation (BIND_MW, LOCAL_INV) on side `i`'s QP to
@@ -273,7 +277,9 @@ impl H {
     pub fn pull(&mut self, i: usize) -> Vec<u8> {
         let mut buf = vec![0u8; nic::transport::MAX_FRAME_LEN];
         let now = self.p.sim.now;
-        let n = self.p.sim.nodes[i]
+        let n = self
+            .p
+            .node_mut(i)
             .poll_transmit(now, &mut buf)
             .expect("a frame to send");
         buf.truncate(n);
@@ -282,18 +288,14 @@ impl H {
 
     /// How many frames side `i` dropped for `reason`.
     pub fn drops(&self, i: usize, reason: &str) -> u64 {
-        self.p.sim.nodes[i]
-            .drops()
-            .get(reason)
-            .copied()
-            .unwrap_or(0)
+        self.p.node(i).drops().get(reason).copied().unwrap_or(0)
     }
 
     /// Takes side `i`'s completions (collected so far, and any waiting in
     /// its CQ now).
     pub fn take(&mut self, i: usize) -> Vec<Wc> {
         let cq = self.p.sides[i].cq;
-        let _ = self.p.sim.nodes[i].poll_cq(cq, usize::MAX, &mut self.wcs[i]);
+        let _ = self.p.node_mut(i).poll_cq(cq, usize::MAX, &mut self.wcs[i]);
         std::mem::take(&mut self.wcs[i])
     }
 }
