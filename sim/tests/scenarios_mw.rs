@@ -230,12 +230,12 @@ fn forbidden_binds_complete_with_mw_bind_err() {
             access::REMOTE_READ | access::ZERO_BASED,
         ),
         (
-            "local rights asked of a window",
+            "a right no window has",
             MwType::Type1,
             ALL,
             MR_ADDR,
             0x10,
-            access::LOCAL_WRITE,
+            access::REMOTE_READ | access::MW_BIND,
         ),
     ];
     for (what, kind, mr_acc, addr, len, acc) in cases {
@@ -432,4 +432,26 @@ fn a_bind_completes_after_the_write_posted_before_it() {
     let mut order: Vec<_> = h.take(1).iter().map(|w| (w.wr_id, w.opcode)).collect();
     order.push((bind.wr_id, bind.opcode));
     assert_eq!(order, [(40, WcOpcode::RdmaWrite), (77, WcOpcode::BindMw)]);
+}
+
+#[test]
+fn a_local_write_right_in_a_bind_is_ignored() {
+    // IBA 10.6.7.2: a window grants remote rights; LOCAL_WRITE asked with
+    // them (rdma-core's suite does) binds, and grants nothing more
+    let (mut h, lkey, mw) = setup(MwType::Type2);
+    let acc = access::LOCAL_WRITE | access::REMOTE_WRITE;
+    assert_eq!(
+        h.bind(1, mw, 6, lkey, MR_ADDR, 0x100, acc),
+        WcStatus::Success
+    );
+    let rkey = h.mw_rkey(1, mw);
+    assert_eq!(write(&mut h, rkey, MR_ADDR, b"ok"), WcStatus::Success);
+    assert_eq!(h.mem(1, MR_AT, 2), b"ok");
+    let read = SendOp::Read {
+        remote_addr: MR_ADDR,
+        rkey,
+    };
+    h.send(0, wr(8, read, h.sgl(0, 0x100, 8)));
+    h.run_for_wcs(1, 0);
+    assert_eq!(h.take(0)[0].status, WcStatus::RemAccessErr);
 }

@@ -351,9 +351,14 @@ impl MrTable {
         let mw = *self
             .window_by_handle(b.mw_rkey >> 8)
             .ok_or(MwError::NoSuchWindow(b.mw_rkey))?;
-        if b.access & !access::MW_RIGHTS != 0 {
+        // A window grants remote rights only (IBA 10.6.7.2); a local write
+        // right in the bind request is meaningless for it and ignored, as
+        // rxe ignores it (rdma-core's suite asks for it); anything else
+        // outside the window rights is refused.
+        if b.access & !(access::MW_RIGHTS | access::LOCAL_WRITE) != 0 {
             return Err(MwError::BadRights(b.access));
         }
+        let rights = b.access & access::MW_RIGHTS;
         let zero_based = b.access & access::ZERO_BASED != 0;
         match mw.kind {
             MwType::Type1 => {
@@ -414,7 +419,7 @@ impl MrTable {
                 mr_lkey: b.mr_lkey,
                 addr: b.addr,
                 len: b.len,
-                access: b.access,
+                access: rights,
                 qpn: (mw.kind == MwType::Type2).then_some(qpn),
             })
         };
