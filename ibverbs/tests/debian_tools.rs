@@ -68,6 +68,31 @@ impl Setting {
             addr: "127.0.0.1".into(),
         }
     }
+
+    /// Server and client on ONE device (`side`): its two QPs talk through
+    /// the device's loopback; the client reaches the server's TCP port at
+    /// `addr`.
+    fn one_device(side: &Side, addr: &str) -> Setting {
+        Setting {
+            server: side.clone(),
+            client: side.clone(),
+            addr: addr.into(),
+        }
+    }
+}
+
+/// Counter `name` of device `dev` in `rnic stats --daemon`'s report
+/// (`link DEV/1 name value ...`).
+fn counter(report: &str, dev: &str, name: &str) -> u64 {
+    let line = report
+        .lines()
+        .find(|l| l.starts_with(&format!("link {dev}/")))
+        .unwrap_or_else(|| panic!("no device {dev} in:\n{report}"));
+    let w: Vec<&str> = line.split_whitespace().collect();
+    w.windows(2)
+        .find(|p| p[0] == name)
+        .and_then(|p| p[1].parse().ok())
+        .unwrap_or_else(|| panic!("no counter {name} in:\n{line}"))
 }
 
 /// `prog args` on `side`: in its namespace (`ip netns exec`), as nobody
@@ -447,6 +472,22 @@ fn perftest_bandwidth_tests_run_both_roles() {
 }
 
 #[test]
+fn the_tools_run_with_both_ends_on_one_device() {
+    if !ready(&PINGPONGS) || !ready(&PERFTESTS) {
+        return;
+    }
+    let d = Daemon::start();
+    let s = Setting::one_device(&Setting::mem_pair(&d).server, "127.0.0.1");
+    pingpongs(&s);
+    perftest_bw(&s, "20");
+    perftest_lat(&s, "5");
+    let report = testkit::rnicd::counters(d.sock_dir());
+    assert!(counter(&report, "t0", "rcvd_pkts") > 0, "{report}");
+    // nothing crossed the wire to the other device
+    assert_eq!(counter(&report, "t1", "rcvd_pkts"), 0, "{report}");
+}
+
+#[test]
 fn perftest_latency_tests_run_both_roles() {
     if !ready(&PERFTESTS[4..]) {
         return;
@@ -668,6 +709,39 @@ fn over_veth(tag: &str, backend: &str, mtu: u32) {
     net.check_alive();
     perftest_lat(&s, "5");
     net.check_alive();
+}
+
+/// Server and client on device `ra` of a veth pair's side A over
+/// `backend`: their frames loop back inside the device and never reach
+/// the wire (A's port sends nothing, B's QPs receive nothing).
+fn one_device_over_veth(tag: &str, backend: &str) {
+    if !ready(&PINGPONGS) || !ready(&PERFTESTS[..4]) {
+        return;
+    }
+    let Some(mut net) = NetPair::start(tag, backend, 9000) else {
+        return;
+    };
+    net.wait_active();
+    let s = Setting::one_device(&net.setting.server, &net.setting.addr);
+    pingpongs(&s);
+    net.check_alive();
+    perftest_bw(&s, "20");
+    net.check_alive();
+    let a = testkit::rnicd::counters(&s.server.sock_dir);
+    let b = testkit::rnicd::counters(&net.setting.client.sock_dir);
+    assert!(counter(&a, "ra", "rcvd_pkts") > 0, "{a}");
+    assert_eq!(counter(&a, "ra", "tx_packets"), 0, "{a}");
+    assert_eq!(counter(&b, "rb", "rcvd_pkts"), 0, "{b}");
+}
+
+#[test]
+fn the_tools_run_on_one_device_over_af_xdp() {
+    one_device_over_veth("ldx", "afxdp");
+}
+
+#[test]
+fn the_tools_run_on_one_device_over_af_packet() {
+    one_device_over_veth("ldp", "afpacket");
 }
 
 #[test]
