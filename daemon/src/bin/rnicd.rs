@@ -3,7 +3,7 @@
 //! and serves clients on `<sock-dir>/<name>.sock`.
 
 use clap::Parser;
-use nic::engine::EngineConfig;
+use nic::engine::{EngineConfig, Priority};
 use nic::io::Port;
 use nic::io::{open_port, Backend};
 use softrnic::server::{Server, ServerConfig};
@@ -53,6 +53,12 @@ struct Args {
     /// ends it at once through the engine's bell).
     #[arg(long, default_value_t = 200)]
     park_us: u64,
+    /// Engine scheduling: normal (the kernel's default) | auto (SCHED_FIFO
+    /// 1 where permitted, else a 100 µs slice) | realtime (SCHED_FIFO 1) |
+    /// slice (SCHED_OTHER with a 100 µs slice): what lets a woken engine
+    /// run at once while applications busy-poll every core.
+    #[arg(long, default_value = "normal", value_parser = ["auto", "realtime", "slice", "normal"])]
+    priority: String,
     /// After opening the interface and binding the sockets, switch to this
     /// user (and its group, no supplementary groups, no new privileges):
     /// the daemon that clients talk to then holds no root rights.
@@ -245,8 +251,15 @@ fn main() {
         eprintln!("rnicd: --mode must be octal");
         std::process::exit(2)
     });
+    let priority = match a.priority.as_str() {
+        "realtime" => Priority::Realtime(1),
+        "slice" => Priority::ShortSlice(nic::engine::SHORT_SLICE),
+        "auto" => Priority::Auto,
+        _ => Priority::Normal,
+    };
     let engine = |i: usize| EngineConfig {
         core: a.core.map(|c| c + i),
+        priority,
         spin: a.spin,
         park: Duration::from_micros(a.park_us),
         ..Default::default()
@@ -364,6 +377,11 @@ fn main() {
     };
     for s in &servers {
         eprintln!("rnicd: listening on {}", s.socket_path().display());
+        match s.engine_priority() {
+            Some(Ok(g)) => eprintln!("rnicd: engine scheduling: {g}"),
+            Some(Err(e)) => eprintln!("rnicd: engine scheduling {priority:?} refused: {e}"),
+            None => {}
+        }
     }
     if let Some(user) = &a.user {
         match drop_privileges(user) {

@@ -270,6 +270,11 @@ impl Server {
         &self.path
     }
 
+    /// The scheduling the device's engine thread got ([`Engine::priority`]).
+    pub fn engine_priority(&self) -> Option<Result<nic::engine::Granted, String>> {
+        self.engine.as_ref().and_then(|e| e.priority())
+    }
+
     pub fn stats(&self) -> Stats {
         registry::stats(&self.sh)
     }

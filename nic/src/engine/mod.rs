@@ -23,6 +23,7 @@
 //! application turns the same loop from its own thread ([`Device::turn`]),
 //! run to completion — one busy thread per device instead of two.
 
+mod sched;
 mod turn;
 
 use crate::device::{PortAttr, Rnic};
@@ -33,6 +34,7 @@ use crate::verbs::VerbsError;
 use crate::verbs::{RecvWr, SendWr, Wc, WcOpcode, WcStatus};
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::ArrayQueue;
+pub use sched::{Granted, Priority, SchedError, SHORT_SLICE};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, Thread};
@@ -49,6 +51,9 @@ pub const LINK_POLL: Duration = Duration::from_millis(100);
 pub struct EngineConfig {
     /// Core to pin the thread to (core_affinity numbering); None: no pinning.
     pub core: Option<usize>,
+    /// The scheduling the engine thread asks for ([`Priority`]): what
+    /// lets a woken engine run at once while applications busy-poll.
+    pub priority: Priority,
     /// Frames per receive and send batch.
     pub batch: usize,
     /// Idle turns spent spinning before parking. The backoff never calls
@@ -72,6 +77,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             core: None,
+            priority: Priority::Normal,
             batch: 32,
             spin: 300,
             park: Duration::from_millis(1),
@@ -126,6 +132,9 @@ struct Shared {
     /// A member of a group ([`Engine::start_group`]): its loop's statistics,
     /// left here by the group thread when it drops the loop after `stop`.
     done: Mutex<Option<EngineStats>>,
+    /// The scheduling the thread got (None: an inline engine, or not
+    /// started yet); why not, when the asked-for one was refused.
+    granted: Mutex<Option<Result<Granted, String>>>,
     /// What a parked engine thread waits on (None: no eventfd here; the
     /// thread then parks and is unparked).
     bell: Option<Arc<Bell>>,
@@ -144,6 +153,7 @@ impl Shared {
             new_cqs: Mutex::new(Vec::new()),
             inline,
             done: Mutex::new(None),
+            granted: Mutex::new(None),
             bell,
         }
     }
@@ -366,6 +376,12 @@ impl Engine {
             join: None,
             group: None,
         }
+    }
+
+    /// The scheduling the engine thread got, or why it did not get what
+    /// [`EngineConfig::priority`] asked for (None: an inline engine).
+    pub fn priority(&self) -> Option<Result<Granted, String>> {
+        self.shared.granted.lock().ok().and_then(|g| g.clone())
     }
 
     /// The bell the engine thread parks on (None: an inline engine, or no

@@ -241,10 +241,20 @@ impl Loop {
     }
 }
 
-pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
-    if let Some(core) = lp.cfg.core {
+/// Pins the calling engine thread and sets its scheduling; what it got
+/// goes to every member's `granted`.
+fn setup_thread(cfg: &EngineConfig, shareds: &[&Shared]) {
+    if let Some(core) = cfg.core {
         core_affinity::set_for_current(core_affinity::CoreId { id: core });
     }
+    let granted = super::sched::apply(cfg.priority).map_err(|e| e.to_string());
+    for sh in shareds {
+        *sh.granted.lock().expect("not poisoned") = Some(granted.clone());
+    }
+}
+
+pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
+    setup_thread(&lp.cfg, &[&sh]);
     *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
     let mut idle = 0u32;
     while !sh.stop.load(Ordering::Acquire) {
@@ -263,9 +273,8 @@ pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
 }
 
 pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig) {
-    if let Some(core) = cfg.core {
-        core_affinity::set_for_current(core_affinity::CoreId { id: core });
-    }
+    let shareds: Vec<&Shared> = members.iter().map(|(_, sh)| &**sh).collect();
+    setup_thread(&cfg, &shareds);
     for (_, sh) in &members {
         *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
     }
