@@ -130,3 +130,42 @@ pub const IBV_SRQ_LIMIT: c_int = 2;
 // enum ibv_fork_status
 pub const IBV_FORK_DISABLED: c_int = 0;
 pub const IBV_FORK_ENABLED: c_int = 1;
+
+// enum ibv_qp_init_attr_mask / ibv_qp_create_send_ops_flags
+pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;
+pub const IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+pub const IBV_QP_EX_WITH_SEND: u64 = 1 << 2;
+pub const IBV_QP_EX_WITH_SEND_WITH_IMM: u64 = 1 << 3;
+pub const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
+pub const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+pub const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+pub const IBV_QP_EX_WITH_LOCAL_INV: u64 = 1 << 7;
+pub const IBV_QP_EX_WITH_BIND_MW: u64 = 1 << 8;
+pub const IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
+
+// enum ibv_create_cq_wc_flags
+pub const IBV_WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
+pub const IBV_WC_EX_WITH_IMM: u64 = 1 << 1;
+pub const IBV_WC_EX_WITH_QP_NUM: u64 = 1 << 2;
+pub const IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
+pub const IBV_WC_EX_WITH_SLID: u64 = 1 << 4;
+pub const IBV_WC_EX_WITH_SL: u64 = 1 << 5;
+pub const IBV_WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
+/// `IBV_WC_STANDARD_FLAGS`: the fields of an `ibv_wc`.
+pub const IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
+
+// enum ibv_cq_init_attr_mask / ibv_create_cq_attr_flags
+pub const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+pub const IBV_CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+pub const IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
+
+// enum ibv_rereg_mr_flags / ibv_rereg_mr_err_code
+pub const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1 << 0;
+pub const IBV_REREG_MR_CHANGE_PD: c_int = 1 << 1;
+pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 1 << 2;
+pub const IBV_REREG_MR_FLAGS_SUPPORTED: c_int = 0x7;
+pub const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+pub const IBV_REREG_MR_ERR_CMD: c_int = -4;

@@ -5,18 +5,24 @@
 //! compiles a C program against the installed header (libibverbs-dev) and
 //! compares every offset and size listed in [`LAYOUT`] with it.
 //!
-//! This file holds the structures, all of them and in the header's order,
-//! so that each can be read against its C declaration (which is why it
-//! runs past ~600 lines); [`consts`] holds the enumerations' values,
-//! [`layout`] the table the layout test checks.
+//! This file holds the classic structures in the header's order, so that
+//! each can be read against its C declaration (which is why it runs past
+//! ~600 lines); `extended` the extended verbs' (`ibv_qp_ex`,
+//! `ibv_cq_ex` and their attributes); [`consts`] holds the enumerations'
+//! values, [`layout`] and [`layout_ext`] the tables the layout test
+//! checks.
 
 #![allow(non_camel_case_types)]
 
+mod extended;
 pub mod consts;
 pub mod layout;
+pub mod layout_ext;
 
 pub use consts::*;
+pub use extended::*;
 pub use layout::LAYOUT;
+pub use layout_ext::LAYOUT_EXT;
 
 use libc::{c_char, c_int, c_void, pthread_cond_t, pthread_mutex_t};
 
@@ -131,7 +137,8 @@ pub struct verbs_context {
     pub modify_wq: Fp,
     pub create_wq: Fp,
     pub query_rt_values: Fp,
-    pub create_cq_ex: Fp,
+    pub create_cq_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<
         unsafe extern "C" fn(

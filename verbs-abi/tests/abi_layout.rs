@@ -27,3 +27,18 @@ fn the_context_ops_table_and_verbs_context_end_where_the_header_says() {
     );
     assert_eq!(std::mem::size_of::<ibv_context_ops>(), 32 * 8);
 }
+
+#[test]
+fn every_extended_verbs_field_and_ops_slot_matches_the_system_header() {
+    let all: Vec<(&str, usize)> = verbs_abi::LAYOUT_EXT.concat();
+    // ibv_qp_ex: 25 fields, ibv_cq_ex: 21 fields + 9 of ibv_cq's, and the
+    // attribute structs: a table that lost entries fails here
+    assert!(all.len() >= 70, "{} entries", all.len());
+    testkit::abi::check_layout(
+        "every_extended_verbs_field_and_ops_slot_matches_the_system_header",
+        "infiniband/verbs.h",
+        HEADER,
+        "libibverbs-dev",
+        &all,
+    );
+}
