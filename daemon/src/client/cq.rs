@@ -135,6 +135,26 @@ impl Cq {
         self.ctx.simple(Request::DestroyCq { cq: self.handle })
     }
 
+    /// `ibv_resize_cq`: the ring becomes one of at least `cqe` slots
+    /// holding the completions not yet polled (the daemon refuses a size
+    /// they do not fit in); the new number of slots.
+    pub fn resize(&mut self, cqe: u32) -> Result<u32> {
+        let (r, fds) = self.ctx.request(
+            Request::ResizeCq {
+                cq: self.handle,
+                cqe,
+            },
+            None,
+        )?;
+        let (cq, map, ring) = super::cq_ring(r, fds)?;
+        if cq != self.handle {
+            return Err(ProtocolError::BadRings("CQ").into());
+        }
+        self.ring = ring;
+        self._map = map;
+        Ok(self.ring.entries)
+    }
+
     /// Slots in the CQ ring.
     pub fn entries(&self) -> u32 {
         self.ring.entries

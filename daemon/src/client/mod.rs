@@ -289,33 +289,16 @@ impl Context {
 
     /// A completion queue of at least `cqe` entries.
     pub fn create_cq(self: &Arc<Self>, cqe: u32) -> Result<Cq> {
-        let (r, mut fds) = self.request(Request::CreateCq { cqe }, None)?;
-        match r {
-            Response::Cq {
-                cq,
-                entries,
-                map_len,
-            } => {
-                if fds.len() != 1
-                    || ring::ring_entries(entries) != Some(entries)
-                    || (map_len as usize) < ring::ring_bytes(entries, CQE_SIZE)
-                {
-                    return Err(ProtocolError::BadRings("CQ").into());
-                }
-                let map = Arc::new(Mapping::from_untrusted_fd(fds.remove(0), map_len as usize)?);
-                // SAFETY: the ring lies inside the mapping the Cq keeps.
-                let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
-                Ok(Cq {
-                    ctx: self.clone(),
-                    handle: cq,
-                    _map: map,
-                    ring,
-                    cons: 0,
-                    events: None,
-                })
-            }
-            r => Err(unexpected(r)),
-        }
+        let (r, fds) = self.request(Request::CreateCq { cqe }, None)?;
+        let (cq, map, ring) = cq_ring(r, fds)?;
+        Ok(Cq {
+            ctx: self.clone(),
+            handle: cq,
+            _map: map,
+            ring,
+            cons: 0,
+            events: None,
+        })
     }
 
     /// `ibv_query_port`: the device has one port, 1 (another number is
@@ -334,6 +317,29 @@ impl Context {
             r => Err(unexpected(r)),
         }
     }
+}
+
+/// The CQ ring of a `Cq` answer (`CreateCq`, `ResizeCq`): the CQ, the
+/// mapping of its memfd and the ring in it, checked for size.
+pub(super) fn cq_ring(r: Response, mut fds: Vec<OwnedFd>) -> Result<(u32, Arc<Mapping>, Ring)> {
+    let Response::Cq {
+        cq,
+        entries,
+        map_len,
+    } = r
+    else {
+        return Err(unexpected(r));
+    };
+    if fds.len() != 1
+        || ring::ring_entries(entries) != Some(entries)
+        || (map_len as usize) < ring::ring_bytes(entries, CQE_SIZE)
+    {
+        return Err(ProtocolError::BadRings("CQ").into());
+    }
+    let map = Arc::new(Mapping::from_untrusted_fd(fds.remove(0), map_len as usize)?);
+    // SAFETY: the ring lies inside the mapping its owner keeps.
+    let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
+    Ok((cq, map, ring))
 }
 
 fn unexpected(r: Response) -> Error {

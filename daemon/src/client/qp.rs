@@ -92,6 +92,15 @@ impl Qp {
         (self.sq.entries, self.rq.entries)
     }
 
+    /// Free slots of the send ring: how many sends can be posted now (a
+    /// wild consumer index reads as a full ring).
+    pub fn send_room(&self) -> u32 {
+        let used = self
+            .sq_prod
+            .wrapping_sub(self.sq.consumer().load(Ordering::Acquire));
+        self.sq.entries.saturating_sub(used)
+    }
+
     /// Receives posted to the QP's ring that the daemon has not taken yet.
     pub fn pending_recv(&self) -> u32 {
         self.rq_prod

@@ -91,6 +91,13 @@ pub enum Request {
     DestroyCq {
         cq: u32,
     },
+    /// `ibv_resize_cq`: the CQ's ring becomes a new one of at least `cqe`
+    /// entries holding the completions not yet polled at the same
+    /// indices; answered with `Cq` and the new ring's memfd.
+    ResizeCq {
+        cq: u32,
+        cqe: u32,
+    },
     /// Completion events for `cq` (`ibv_req_notify_cq` with a completion
     /// channel): an eventfd attached, which the daemon writes when a
     /// completion arrives on the CQ while the ring header's "armed" word

@@ -6,7 +6,7 @@ use super::registry::{release_cqs, with_owned};
 use super::{event_fd, ok, one_fd, Attach, Object, Reply, RequestError, Shared};
 use crate::dataplane::CqRing;
 use crate::proto::Response;
-use crate::ring::{self, Ring, CQE_SIZE};
+use crate::ring::{self, CqeRaw, Ring, CQE_SIZE};
 use crate::shm::Mapping;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -82,6 +82,59 @@ pub(super) fn notify_cq(
         .ok_or(RequestError::NotFound(Object::Cq(cq)))?;
     c.notify = Some(fd);
     ok()
+}
+
+/// `ResizeCq`: a new ring of at least `cqe` entries with the completions
+/// not yet polled copied to the same indices (so the producer and
+/// consumer indices carry over), refused when they do not fit. The
+/// transport CQ stays: it holds only what the ring has no room for.
+pub(super) fn resize_cq(sh: &Shared, id: u64, cq: u32, cqe: u32) -> Result<Reply, RequestError> {
+    if !with_owned(sh, id, |o| o.cqs.contains(&cq)) {
+        return Err(RequestError::NotFound(Object::Cq(cq)));
+    }
+    let entries = ring::ring_entries(cqe).ok_or(RequestError::BadSize {
+        what: "CQ size",
+        value: cqe,
+    })?;
+    let map = Arc::new(Mapping::create(
+        "softrnic-cq",
+        ring::ring_bytes(entries, CQE_SIZE),
+    )?);
+    // SAFETY: as in create_cq: the mapping is ring_bytes(entries,
+    // CQE_SIZE) long and the CqRing keeps it; entries is a power of two.
+    let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
+    let mut dp = sh.dp.lock().expect("dp");
+    let c = dp
+        .cqs
+        .get_mut(&cq)
+        .ok_or(RequestError::NotFound(Object::Cq(cq)))?;
+    use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+    let cons = c.ring.consumer().load(Acquire);
+    let unpolled = c.prod.wrapping_sub(cons);
+    // (a wild consumer index reads as more than the old ring holds)
+    if unpolled > c.ring.entries || unpolled > entries {
+        return Err(RequestError::BadSize {
+            what: "CQ size (below the completions not yet polled)",
+            value: cqe,
+        });
+    }
+    for i in 0..unpolled {
+        let at = cons.wrapping_add(i);
+        ring.write::<CqeRaw>(at, &c.ring.read::<CqeRaw>(at));
+    }
+    ring.consumer().store(cons, Release);
+    ring.armed().store(c.ring.armed().load(SeqCst), SeqCst);
+    ring.producer().store(c.prod, Release);
+    c.ring = ring;
+    c._map = map.clone();
+    Ok((
+        Response::Cq {
+            cq,
+            entries,
+            map_len: map.len() as u64,
+        },
+        Some(Attach::Map(map)),
+    ))
 }
 
 /// `DestroyCq`: refused while the client's QPs use it.

@@ -469,6 +469,7 @@ fn handle(sh: &Shared, id: u64, req: Request, fds: Vec<OwnedFd>) -> Result<Reply
         Request::CreateCq { cqe } => cq::create_cq(sh, id, cqe),
         Request::NotifyCq { cq } => cq::notify_cq(sh, id, cq, fds),
         Request::DestroyCq { cq } => cq::destroy_cq(sh, id, cq),
+        Request::ResizeCq { cq, cqe } => cq::resize_cq(sh, id, cq, cqe),
         Request::CreateQp { pd, init } => qp::create_qp(sh, id, pd, init),
         Request::ModifyQp { qpn, attr } => qp::modify_qp(sh, id, qpn, &attr),
         Request::QueryQp { qpn } => qp::query_qp(sh, id, qpn),

@@ -292,6 +292,7 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
     vctx.query_port = Some(query_port_ex);
     vctx.query_device_ex = Some(query_device_ex);
     vctx.create_qp_ex = Some(crate::objects::create_qp_ex);
+    vctx.create_cq_ex = Some(crate::objects::create_cq_ex);
     vctx.get_srq_num = Some(crate::objects::get_srq_num);
     let c = &mut vctx.context;
     c.device = d;

@@ -67,8 +67,11 @@ pub unsafe extern "C" fn srv_ibv_query_device(
     0
 }
 
-/// `verbs_context.query_device_ex`: the classic attributes; no extended
-/// capabilities (they stay zero, as the header's legacy path leaves them).
+/// `verbs_context.query_device_ex`: the classic attributes, their
+/// capability flags again as `device_cap_flags_ex`; no extended
+/// capabilities (no completion timestamps — `completion_timestamp_mask`
+/// 0, which is why `ibv_create_cq_ex` refuses timestamp `wc_flags` — nor
+/// ODP, TSO, RSS, tag matching, CQ moderation or device memory).
 ///
 /// # Safety
 /// `c` is NULL or an open context; `input` NULL or valid; `attr` NULL or
@@ -100,6 +103,11 @@ pub(super) unsafe extern "C" fn query_device_ex(
             attr as *mut u8,
             std::mem::size_of::<ibv_device_attr>(),
         );
+        // the 64-bit capability flags begin with the classic 32 (as the
+        // kernel reports them); no extended capability (bits 32 up) holds
+        if n >= std::mem::offset_of!(ibv_device_attr_ex, device_cap_flags_ex) + 8 {
+            (*attr).device_cap_flags_ex = a.device_cap_flags as u64;
+        }
         if n >= std::mem::offset_of!(ibv_device_attr_ex, phys_port_cnt_ex) + 4 {
             (*attr).phys_port_cnt_ex = 1;
         }

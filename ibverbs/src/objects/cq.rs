@@ -107,10 +107,15 @@ pub unsafe extern "C" fn srv_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel)
     0
 }
 
+/// A CQ: its `ibv_cq_ex` (whose first fields are the `ibv_cq`'s, so the
+/// application's `ibv_cq *` and `ibv_cq_ex *` both name the object; the
+/// extended part is filled for CQs from `ibv_create_cq_ex`).
 #[repr(C)]
 pub struct Cq {
-    pub ibv: ibv_cq,
+    pub ex: ibv_cq_ex,
     pub inner: Mutex<softrnic::Cq>,
+    /// The current completion of `ibv_start_poll` / `ibv_next_poll`.
+    pub cur: Mutex<ibv_wc>,
     /// An event was asked for and has not been handed out.
     pub armed: AtomicBool,
     pub channel: *mut Channel,
@@ -121,6 +126,66 @@ pub struct Cq {
 pub unsafe fn cq_of<'a>(c: *mut ibv_cq) -> Option<&'a Cq> {
     // SAFETY: Cq starts with its ibv_cq.
     (!c.is_null()).then(|| unsafe { &*(c as *const Cq) })
+}
+
+/// What `ibv_create_cq` and `ibv_create_cq_ex` share: the CQ of at least
+/// `cqe` entries on `channel` (NULL: none).
+///
+/// # Safety
+/// `c` is NULL or an open context; `channel` NULL or one of its channels.
+unsafe fn create_cq_common(
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> Result<*mut Cq, c_int> {
+    // SAFETY: `c` is NULL or an open context of this library's (this
+    // function's contract), as Ctx::from requires.
+    let ctx = unsafe { Ctx::from(c) }.ok_or(libc::EINVAL)?;
+    if cqe < 1 || cqe as u32 > ctx.inner.device.max_cqe || comp_vector != 0 {
+        return Err(libc::EINVAL);
+    }
+    let mut cq = ctx.inner.create_cq(cqe as u32).map_err(|e| {
+        complain("ibv_create_cq", &e);
+        errno_of(&e)
+    })?;
+    let chan = channel as *mut Channel;
+    if !chan.is_null() {
+        // SAFETY: the application's channel.
+        let fd = unsafe { (*chan).fd.as_raw_fd() };
+        if let Err(e) = cq.notify_to(fd) {
+            complain("ibv_create_cq", &e);
+            let _ = cq.destroy();
+            return Err(errno_of(&e));
+        }
+    }
+    let handle = cq.handle;
+    let entries = cq.entries() as c_int;
+    // SAFETY: ibv_cq_ex is pointers, integers, optional function pointers
+    // and ibv_cq's mutex/cond, whose static initializer is all zero.
+    let mut ex: ibv_cq_ex = unsafe { std::mem::zeroed() };
+    ex.cq.context = c;
+    ex.cq.channel = channel;
+    ex.cq.cq_context = cq_context;
+    ex.cq.handle = handle;
+    ex.cq.cqe = entries;
+    let p = boxed(Cq {
+        ex,
+        inner: Mutex::new(cq),
+        cur: Mutex::new(ibv_wc::default()),
+        armed: AtomicBool::new(false),
+        channel: chan,
+    });
+    if !chan.is_null() {
+        // SAFETY: the application's channel.
+        let ch = unsafe { &*chan };
+        lock(&ch.state).cqs.push(p as usize);
+        // SAFETY: as above.
+        unsafe { (*chan).ibv.refcnt += 1 };
+    }
+    lock(&ctx.cqs).insert(handle, p as usize);
+    Ok(p)
 }
 
 /// `ibv_create_cq`.
@@ -135,55 +200,65 @@ pub unsafe extern "C" fn srv_ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    // SAFETY: `c` is NULL or an open context of this library's (this
-    // function's contract), as Ctx::from requires.
-    let Some(ctx) = (unsafe { Ctx::from(c) }) else {
+    // SAFETY: this function's contract is create_cq_common's.
+    match unsafe { create_cq_common(c, cqe, cq_context, channel, comp_vector) } {
+        Ok(p) => p as *mut ibv_cq,
+        Err(e) => null_errno(e),
+    }
+}
+
+/// `verbs_context.create_cq_ex` (the inline `ibv_create_cq_ex`): a CQ
+/// polled with `ibv_start_poll` and read with `ibv_wc_read_*`. The
+/// `wc_flags` must be among the fields an `ibv_wc` has
+/// (`IBV_WC_STANDARD_FLAGS`, as rxe); the single-threaded hint is
+/// accepted. Timestamps, VLAN, flow tags, tag matching, parent domains
+/// and ignoring overruns are refused with EOPNOTSUPP, unknown mask bits
+/// with EINVAL (rdma-core's answers).
+///
+/// # Safety
+/// Called through the ops table with the application's context and
+/// attributes (or NULL).
+pub unsafe extern "C" fn create_cq_ex(
+    c: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    // SAFETY: NULL or the caller's attributes.
+    let Some(a) = (unsafe { attr.as_ref() }) else {
         return null_errno(libc::EINVAL);
     };
-    if cqe < 1 || cqe as u32 > ctx.inner.device.max_cqe || comp_vector != 0 {
+    let refuse = |why: String| {
+        complain("ibv_create_cq_ex", why);
+        null_errno(libc::EOPNOTSUPP)
+    };
+    if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
         return null_errno(libc::EINVAL);
     }
-    let mut cq = match ctx.inner.create_cq(cqe as u32) {
-        Ok(cq) => cq,
-        Err(e) => {
-            complain("ibv_create_cq", &e);
-            return null_errno(errno_of(&e));
-        }
-    };
-    let chan = channel as *mut Channel;
-    if !chan.is_null() {
-        // SAFETY: the application's channel.
-        let fd = unsafe { (*chan).fd.as_raw_fd() };
-        if let Err(e) = cq.notify_to(fd) {
-            complain("ibv_create_cq", &e);
-            let _ = cq.destroy();
-            return null_errno(errno_of(&e));
-        }
+    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+        return refuse("parent domains are not supported".into());
     }
-    let handle = cq.handle;
-    let entries = cq.entries() as c_int;
-    // SAFETY: ibv_cq's mutex/cond: zero is their static initializer.
-    let mut ibv: ibv_cq = unsafe { std::mem::zeroed() };
-    ibv.context = c;
-    ibv.channel = channel;
-    ibv.cq_context = cq_context;
-    ibv.handle = handle;
-    ibv.cqe = entries;
-    let p = boxed(Cq {
-        ibv,
-        inner: Mutex::new(cq),
-        armed: AtomicBool::new(false),
-        channel: chan,
-    });
-    if !chan.is_null() {
-        // SAFETY: the application's channel.
-        let ch = unsafe { &*chan };
-        lock(&ch.state).cqs.push(p as usize);
-        // SAFETY: as above.
-        unsafe { (*chan).ibv.refcnt += 1 };
+    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+        && a.flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0
+    {
+        return refuse(format!("CQ flags {:#x} are not supported", a.flags));
     }
-    lock(&ctx.cqs).insert(handle, p as usize);
-    p as *mut ibv_cq
+    let extra = a.wc_flags & !crate::datapath::poll_ex::SUPPORTED_WC_FLAGS;
+    if extra != 0 {
+        return refuse(format!(
+            "wc_flags {extra:#x} are not supported (timestamps, VLAN, flow tag, tag matching)"
+        ));
+    }
+    let cqe = c_int::try_from(a.cqe).unwrap_or(c_int::MAX);
+    let vector = c_int::try_from(a.comp_vector).unwrap_or(c_int::MAX);
+    // SAFETY: the application's context and channel (this function's
+    // contract is create_cq_common's).
+    match unsafe { create_cq_common(c, cqe, a.cq_context, a.channel, vector) } {
+        Ok(p) => {
+            // SAFETY: made just now; not yet the application's.
+            crate::datapath::poll_ex::install(unsafe { &mut (*p).ex });
+            p as *mut ibv_cq_ex
+        }
+        Err(e) => null_errno(e),
+    }
 }
 
 /// `ibv_destroy_cq`: EBUSY (kept) while a QP uses it.
@@ -198,14 +273,14 @@ pub unsafe extern "C" fn srv_ibv_destroy_cq(c: *mut ibv_cq) -> c_int {
         return libc::EINVAL;
     };
     // SAFETY: the CQ's context is open.
-    let Some(ctx) = (unsafe { Ctx::from(cq.ibv.context) }) else {
+    let Some(ctx) = (unsafe { Ctx::from(cq.ex.cq.context) }) else {
         return libc::EINVAL;
     };
     if let Err(e) = lock(&cq.inner).destroy_by_ref() {
         complain("ibv_destroy_cq", &e);
         return libc::EBUSY;
     }
-    lock(&ctx.cqs).remove(&cq.ibv.handle);
+    lock(&ctx.cqs).remove(&cq.ex.cq.handle);
     if !cq.channel.is_null() {
         // SAFETY: the channel outlives its CQs (destroy refuses otherwise).
         let ch = unsafe { &*cq.channel };
@@ -220,10 +295,39 @@ pub unsafe extern "C" fn srv_ibv_destroy_cq(c: *mut ibv_cq) -> c_int {
     0
 }
 
-/// `ibv_resize_cq`: not supported.
+/// `ibv_resize_cq`: the CQ gets a ring of at least `cqe` entries (its
+/// `cqe` says how many) holding the completions not yet polled; EINVAL
+/// for a size out of range or below those completions, as rxe answers.
+///
+/// # Safety
+/// `c` is NULL or a CQ of this library's.
 #[no_mangle]
-pub extern "C" fn srv_ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    libc::EOPNOTSUPP
+pub unsafe extern "C" fn srv_ibv_resize_cq(c: *mut ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: `c` is NULL or a live CQ of this library's (this function's
+    // contract), as cq_of requires.
+    let Some(cq) = (unsafe { cq_of(c) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the CQ's context is open.
+    let Some(ctx) = (unsafe { Ctx::from(cq.ex.cq.context) }) else {
+        return libc::EINVAL;
+    };
+    if cqe < 1 || cqe as u32 > ctx.inner.device.max_cqe {
+        return libc::EINVAL;
+    }
+    let mut g = lock(&cq.inner);
+    match g.resize(cqe as u32) {
+        Ok(entries) => {
+            // SAFETY: the application's CQ; its cqe field is ours to set,
+            // under the CQ's lock.
+            unsafe { (*c).cqe = entries as c_int };
+            0
+        }
+        Err(e) => {
+            complain("ibv_resize_cq", &e);
+            errno_of(&e)
+        }
+    }
 }
 
 pub(super) fn nonblocking(fd: c_int) -> bool {
@@ -295,7 +399,7 @@ pub unsafe extern "C" fn srv_ibv_get_cq_event(
                 // SAFETY: the caller's out-pointers; p is a live Cq.
                 unsafe {
                     *cq = p as *mut ibv_cq;
-                    *cq_context = (*(p as *const Cq)).ibv.cq_context;
+                    *cq_context = (*(p as *const Cq)).ex.cq.cq_context;
                 }
                 return 0;
             }

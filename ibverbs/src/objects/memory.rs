@@ -72,6 +72,8 @@ pub unsafe extern "C" fn srv_ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
 pub struct Mr {
     pub ibv: ibv_mr,
     pub inner: softrnic::Mr,
+    /// The `IBV_ACCESS_*` flags it was registered with.
+    pub access: c_int,
 }
 
 const ACCESS_KNOWN: c_int = IBV_ACCESS_LOCAL_WRITE
@@ -84,6 +86,33 @@ const ACCESS_KNOWN: c_int = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_HUGETLB;
 /// `IBV_ACCESS_OPTIONAL_RANGE`: hints a device may ignore.
 const ACCESS_OPTIONAL: c_int = 0x3ff0_0000;
+
+/// Registers `[addr, addr + len)` in `p` with `access` (what the
+/// `ibv_reg_mr` family and `ibv_rereg_mr` share): the region, or the errno.
+fn register(p: &Pd, addr: *mut c_void, len: usize, iova: u64, access: c_int) -> Result<softrnic::Mr, c_int> {
+    let access = access & !ACCESS_OPTIONAL;
+    if access & !ACCESS_KNOWN != 0 || addr.is_null() || len == 0 {
+        return Err(libc::EINVAL);
+    }
+    // IBA 10.6.3.1: remote write or atomic access needs local write.
+    if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
+        && access & IBV_ACCESS_LOCAL_WRITE == 0
+    {
+        return Err(libc::EINVAL);
+    }
+    if access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED) != 0 || iova != addr as u64 {
+        complain(
+            "ibv_reg_mr",
+            "on-demand paging, zero-based regions and an iova other than the address are not supported",
+        );
+        return Err(libc::EOPNOTSUPP);
+    }
+    let acc = (access & 0x1f) as u32;
+    p.inner.reg_user_mr(addr as u64, len, acc).map_err(|e| {
+        complain("ibv_reg_mr", &e);
+        errno_of(&e)
+    })
+}
 
 /// The `ibv_reg_mr` family: registers `[addr, addr + len)` of `pd`.
 ///
@@ -102,25 +131,7 @@ unsafe fn reg(
     let Some(p) = (unsafe { pd_of(pd) }) else {
         return null_errno(libc::EINVAL);
     };
-    let access = access & !ACCESS_OPTIONAL;
-    if access & !ACCESS_KNOWN != 0 || addr.is_null() || len == 0 {
-        return null_errno(libc::EINVAL);
-    }
-    // IBA 10.6.3.1: remote write or atomic access needs local write.
-    if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
-        && access & IBV_ACCESS_LOCAL_WRITE == 0
-    {
-        return null_errno(libc::EINVAL);
-    }
-    if access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED) != 0 || iova != addr as u64 {
-        complain(
-            "ibv_reg_mr",
-            "on-demand paging, zero-based regions and an iova other than the address are not supported",
-        );
-        return null_errno(libc::EOPNOTSUPP);
-    }
-    let acc = (access & 0x1f) as u32;
-    match p.inner.reg_user_mr(addr as u64, len, acc) {
+    match register(p, addr, len, iova, access) {
         Ok(mr) => boxed(Mr {
             ibv: ibv_mr {
                 context: p.ibv.context,
@@ -132,11 +143,9 @@ unsafe fn reg(
                 rkey: mr.rkey,
             },
             inner: mr,
+            access,
         }) as *mut ibv_mr,
-        Err(e) => {
-            complain("ibv_reg_mr", &e);
-            null_errno(errno_of(&e))
-        }
+        Err(e) => null_errno(e),
     }
 }
 
@@ -275,11 +284,80 @@ pub unsafe extern "C" fn dealloc_mw(m: *mut ibv_mw) -> c_int {
     }
 }
 
-/// `ibv_rereg_mr`: not supported (IBV_REREG_MR_ERR_INPUT semantics are
-/// left to deregistering and registering again).
+/// `ibv_rereg_mr`: the region anew with another PD
+/// (`IBV_REREG_MR_CHANGE_PD`), access (`_CHANGE_ACCESS`) or range
+/// (`_CHANGE_TRANSLATION`), the rest as it was. The new registration is
+/// made first and the old one then ended, so the region keeps its
+/// `ibv_mr` but gets new keys (IBA 11.2.8.4 lets Reregister return new
+/// L_Key and R_Key). As rdma-core: 0, or `IBV_REREG_MR_ERR_INPUT` (bad
+/// flags or arguments; errno EINVAL) or `IBV_REREG_MR_ERR_CMD` (the
+/// registration failed, errno says why; the region is still the old one),
+/// all with errno set.
+///
+/// # Safety
+/// `m` from `ibv_reg_mr*`, not used by another thread meanwhile; `pd`
+/// NULL or a PD from `ibv_alloc_pd`.
 #[no_mangle]
-pub extern "C" fn srv_ibv_rereg_mr() -> c_int {
-    libc::EOPNOTSUPP
+pub unsafe extern "C" fn srv_ibv_rereg_mr(
+    m: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    let fail = |code: c_int, e: c_int| {
+        set_errno(e);
+        code
+    };
+    let translate = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+    if m.is_null()
+        || flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+        || (translate && (length == 0 || addr.is_null()))
+        || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+    {
+        return fail(IBV_REREG_MR_ERR_INPUT, libc::EINVAL);
+    }
+    // SAFETY: made by reg() (this function's contract).
+    let mr = unsafe { &*(m as *const Mr) };
+    if flags == 0 {
+        // the kernel refuses a reregistration that changes nothing
+        return fail(IBV_REREG_MR_ERR_CMD, libc::EINVAL);
+    }
+    let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 { pd } else { mr.ibv.pd };
+    let (new_addr, new_len) = if translate { (addr, length) } else { (mr.ibv.addr, mr.ibv.length) };
+    let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 { access } else { mr.access };
+    // SAFETY: the application's PD, or the region's own (the contract).
+    let Some(p) = (unsafe { pd_of(new_pd) }) else {
+        return fail(IBV_REREG_MR_ERR_CMD, libc::EINVAL);
+    };
+    let new = match register(p, new_addr, new_len, new_addr as u64, new_access) {
+        Ok(new) => new,
+        Err(e) => return fail(IBV_REREG_MR_ERR_CMD, e),
+    };
+    // refused, and the old region kept, while memory windows are bound to it
+    if let Err(e) = mr.inner.try_dereg() {
+        let _ = new.dereg();
+        return fail(IBV_REREG_MR_ERR_CMD, errno_of(&e));
+    }
+    let ibv = ibv_mr {
+        context: p.ibv.context,
+        pd: new_pd,
+        addr: new_addr,
+        length: new_len,
+        handle: new.lkey,
+        lkey: new.lkey,
+        rkey: new.rkey,
+    };
+    // SAFETY: the application's region, which no one else uses meanwhile
+    // (the contract); the old registration has ended.
+    unsafe {
+        let r = &mut *(m as *mut Mr);
+        r.ibv = ibv;
+        r.access = new_access;
+        drop(std::mem::replace(&mut r.inner, new));
+    }
+    0
 }
 
 // ---- fork -------------------------------------------------------------------

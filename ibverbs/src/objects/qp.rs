@@ -3,9 +3,13 @@
 
 use super::*;
 
+/// A QP: its `ibv_qp_ex` (whose first member is the `ibv_qp`, so the
+/// application's `ibv_qp *` and `ibv_qp_ex *` both name the object).
 #[repr(C)]
 pub struct Qp {
-    pub ibv: ibv_qp,
+    pub ex: ibv_qp_ex,
+    /// `IBV_QP_EX_WITH_*` the QP was created with (0: not an extended QP).
+    pub send_ops: u64,
     pub inner: Mutex<QpInner>,
 }
 
@@ -22,6 +26,8 @@ pub struct QpInner {
     pub sq_sig_all: bool,
     /// The attributes last set, for `ibv_query_qp`.
     pub attr: ibv_qp_attr,
+    /// The `ibv_wr_*` work requests between `wr_start` and `wr_complete`.
+    pub batch: crate::datapath::wr_api::WrBatch,
 }
 
 /// # Safety
@@ -40,6 +46,7 @@ pub unsafe fn qp_of<'a>(q: *mut ibv_qp) -> Option<&'a Qp> {
 unsafe fn create_qp_common(
     pd: *mut ibv_pd,
     attr: &mut ibv_qp_init_attr,
+    send_ops: u64,
 ) -> Result<*mut ibv_qp, c_int> {
     // SAFETY: the application's PD.
     let p = unsafe { pd_of(pd) }.ok_or(libc::EINVAL)?;
@@ -78,8 +85,8 @@ unsafe fn create_qp_common(
     }
     let init = QpInitAttr {
         qp_type: kind,
-        send_cq: scq.ibv.handle,
-        recv_cq: rcq.ibv.handle,
+        send_cq: scq.ex.cq.handle,
+        recv_cq: rcq.ex.cq.handle,
         max_send_wr: cap.max_send_wr.max(1),
         max_recv_wr: if srq.is_some() {
             0
@@ -148,8 +155,16 @@ unsafe fn create_qp_common(
         cap: *cap,
         ..Default::default()
     };
+    // SAFETY: the ibv_qp_ex's other members are integers and optional
+    // function pointers, for which zero is a valid value.
+    let mut ex: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    ex.qp_base = ibv;
+    if send_ops != 0 {
+        crate::datapath::wr_api::install(&mut ex);
+    }
     let ptr = boxed(Qp {
-        ibv,
+        ex,
+        send_ops,
         inner: Mutex::new(QpInner {
             q,
             kind,
@@ -158,6 +173,7 @@ unsafe fn create_qp_common(
             cap: *cap,
             sq_sig_all: attr.sq_sig_all != 0,
             attr: qa,
+            batch: Default::default(),
         }),
     });
     lock(&ctx.qps).insert(qpn, ptr as usize);
@@ -179,15 +195,40 @@ pub unsafe extern "C" fn srv_ibv_create_qp(
     }
     // SAFETY: the caller's attributes and objects (this function's
     // contract is create_qp_common's).
-    match unsafe { create_qp_common(pd, &mut *attr) } {
+    match unsafe { create_qp_common(pd, &mut *attr, 0) } {
         Ok(q) => q,
         Err(e) => null_errno(e),
     }
 }
 
+/// The `IBV_QP_EX_WITH_*` operations the `ibv_wr_*` API offers on a QP
+/// of `kind`: the work requests `ibv_post_send` takes on it (IBA Table 46:
+/// READ, atomics and SEND with Invalidate on RC only; UD sends only).
+pub fn send_ops_of(kind: QpKind) -> u64 {
+    let both = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+    let connected = both
+        | IBV_QP_EX_WITH_RDMA_WRITE
+        | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+        | IBV_QP_EX_WITH_LOCAL_INV
+        | IBV_QP_EX_WITH_BIND_MW;
+    match kind {
+        QpKind::Rc => {
+            connected
+                | IBV_QP_EX_WITH_RDMA_READ
+                | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+                | IBV_QP_EX_WITH_SEND_WITH_INV
+        }
+        QpKind::Uc => connected,
+        QpKind::Ud => both,
+    }
+}
+
 /// `verbs_context.create_qp_ex`: the attributes of `ibv_create_qp` with a
-/// PD; extended features (send-ops flags for the `ibv_wr_*` API, create
-/// flags, XRC, RSS, source QPN) are not supported.
+/// PD, and `send_ops_flags` for the `ibv_wr_*` API (what the QP type
+/// supports, [`send_ops_of`]); create flags of 0 are accepted. XRC, RSS,
+/// TSO and source QPNs are refused with EOPNOTSUPP, as are send
+/// operations the QP cannot do (as rxe refuses them).
 ///
 /// # Safety
 /// Called through the ops table with the application's objects, which
@@ -201,26 +242,64 @@ pub unsafe extern "C" fn create_qp_ex(
     }
     // SAFETY: the caller's attributes.
     let a = unsafe { &mut *attr };
-    if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let has = |bit: u32| a.comp_mask & bit != 0;
+    if a.comp_mask & !known != 0 || !has(IBV_QP_INIT_ATTR_PD) {
         complain(
             "ibv_create_qp_ex",
-            "only the ibv_create_qp attributes (with a PD) are supported",
+            "only a PD, create flags of 0 and send_ops_flags are supported (no XRC, RSS, TSO, source QPN)",
         );
         return null_errno(libc::EOPNOTSUPP);
     }
+    if has(IBV_QP_INIT_ATTR_CREATE_FLAGS) && a.create_flags != 0 {
+        complain("ibv_create_qp_ex", format!("create flags {:#x} are not supported", a.create_flags));
+        return null_errno(libc::EOPNOTSUPP);
+    }
+    let send_ops = if has(IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+        let kind = match a.qp_type {
+            IBV_QPT_RC => QpKind::Rc,
+            IBV_QPT_UC => QpKind::Uc,
+            IBV_QPT_UD => QpKind::Ud,
+            _ => return null_errno(libc::EOPNOTSUPP),
+        };
+        let extra = a.send_ops_flags & !send_ops_of(kind);
+        if extra != 0 {
+            complain(
+                "ibv_create_qp_ex",
+                format!("send_ops_flags {extra:#x} are not supported on this QP type"),
+            );
+            return null_errno(libc::EOPNOTSUPP);
+        }
+        // a QP asking for none is still one of the ibv_wr_* API
+        a.send_ops_flags | SEND_OPS_REQUESTED
+    } else {
+        0
+    };
     // SAFETY: ibv_qp_init_attr_ex begins with the fields of ibv_qp_init_attr.
     let base = unsafe { &mut *(attr as *mut ibv_qp_init_attr) };
     // SAFETY: the application's PD and objects (this function's contract).
-    match unsafe { create_qp_common(a.pd, base) } {
+    match unsafe { create_qp_common(a.pd, base, send_ops) } {
         Ok(q) => q,
         Err(e) => null_errno(e),
     }
 }
 
-/// `ibv_qp_to_qp_ex`: NULL (QPs made here do not use the `ibv_wr_*` API).
+/// A bit above every `IBV_QP_EX_WITH_*` marking [`Qp::send_ops`] of a QP
+/// created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+pub const SEND_OPS_REQUESTED: u64 = 1 << 63;
+
+/// `ibv_qp_to_qp_ex`: the QP's `ibv_qp_ex` when it was created with
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, else NULL (as rdma-core answers).
+///
+/// # Safety
+/// `qp` is NULL or a live QP of this library's.
 #[no_mangle]
-pub extern "C" fn srv_ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    null_errno(libc::EOPNOTSUPP)
+pub unsafe extern "C" fn srv_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // SAFETY: the application's QP (this function's contract).
+    match unsafe { qp_of(qp) } {
+        Some(q) if q.send_ops != 0 => qp as *mut ibv_qp_ex,
+        _ => std::ptr::null_mut(),
+    }
 }
 
 fn state_from(s: c_int) -> Option<QpState> {
@@ -471,12 +550,12 @@ pub unsafe extern "C" fn srv_ibv_query_qp(
         (*q).state = a.qp_state;
         if !init.is_null() {
             *init = ibv_qp_init_attr {
-                qp_context: qp.ibv.qp_context,
-                send_cq: qp.ibv.send_cq,
-                recv_cq: qp.ibv.recv_cq,
-                srq: qp.ibv.srq,
+                qp_context: qp.ex.qp_base.qp_context,
+                send_cq: qp.ex.qp_base.send_cq,
+                recv_cq: qp.ex.qp_base.recv_cq,
+                srq: qp.ex.qp_base.srq,
                 cap: g.cap,
-                qp_type: qp.ibv.qp_type,
+                qp_type: qp.ex.qp_base.qp_type,
                 sq_sig_all: g.sq_sig_all as c_int,
             };
         }
@@ -484,9 +563,15 @@ pub unsafe extern "C" fn srv_ibv_query_qp(
     0
 }
 
-/// `ibv_query_qp_data_in_order`: 0 (no promise beyond the IBA's).
+/// `ibv_query_qp_data_in_order`: 0 for every QP, operation and flags,
+/// as rxe answers (it has no such operation; rdma-core's default is 0):
+/// no promise that a message's last byte landing means the rest has.
 #[no_mangle]
-pub extern "C" fn srv_ibv_query_qp_data_in_order() -> c_int {
+pub extern "C" fn srv_ibv_query_qp_data_in_order(
+    _qp: *mut ibv_qp,
+    _op: c_int,
+    _flags: u32,
+) -> c_int {
     0
 }
 
@@ -502,8 +587,8 @@ pub unsafe extern "C" fn srv_ibv_destroy_qp(q: *mut ibv_qp) -> c_int {
         return libc::EINVAL;
     };
     // SAFETY: the QP's context is open.
-    if let Some(ctx) = unsafe { Ctx::from(qp.ibv.context) } {
-        lock(&ctx.qps).remove(&qp.ibv.qp_num);
+    if let Some(ctx) = unsafe { Ctx::from(qp.ex.qp_base.context) } {
+        lock(&ctx.qps).remove(&qp.ex.qp_base.qp_num);
     }
     // SAFETY: made by Box in create_qp_common.
     let b = unsafe { Box::from_raw(q as *mut Qp) };

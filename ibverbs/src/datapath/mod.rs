@@ -3,6 +3,12 @@
 //! the context's ops table: work requests become ring WQEs (write the
 //! slot, release-store the producer index) and CQEs become `ibv_wc`s —
 //! shared memory only, no system call (a parked engine's bell aside).
+//! [`wr_api`] is the `ibv_wr_*` builder of extended QPs, [`poll_ex`] the
+//! `ibv_start_poll` family of extended CQs: both go through the encoding
+//! and conversion here.
+
+pub mod poll_ex;
+pub mod wr_api;
 
 use crate::abi::*;
 use crate::objects::{cq_of, qp_of, srq_of, Ah};
@@ -210,7 +216,7 @@ pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_m
     }
     // SAFETY: the caller's bind description.
     let b = unsafe { &*b };
-    if matches!(q.ibv.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
+    if matches!(q.ex.qp_base.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
         return libc::EINVAL;
     }
     // o10-36.2.2: a type 1 window is never zero based
@@ -243,12 +249,17 @@ pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_m
     0
 }
 
-/// Builds the ring WQE of one send work request.
+/// Builds the ring WQE of one send work request that takes the send
+/// ring's index `at` (its inline data goes to that index's slot).
 ///
 /// # Safety
 /// `wr`'s pointers (SGE list, inline data, window, bound region) are the
 /// application's and valid as `ibv_post_send` requires.
-unsafe fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<WqeRaw, c_int> {
+unsafe fn send_wqe(
+    q: &mut crate::objects::QpInner,
+    wr: &ibv_send_wr,
+    at: u32,
+) -> Result<WqeRaw, c_int> {
     let mut w = WqeRaw {
         wr_id: wr.wr_id,
         ..Default::default()
@@ -323,7 +334,7 @@ unsafe fn send_wqe(q: &mut crate::objects::QpInner, wr: &ibv_send_wr) -> Result<
         {
             return Err(libc::EINVAL);
         }
-        let slot = (q.posted % slots) as usize * q.cap.max_inline_data as usize;
+        let slot = (at % slots) as usize * q.cap.max_inline_data as usize;
         let mut len = 0usize;
         for i in 0..wr.num_sge as usize {
             // SAFETY: the caller's list of num_sge entries.
@@ -390,15 +401,21 @@ pub unsafe extern "C" fn post_send(
     };
     // IBA 10.8.1: work requests posted to the send queue of a QP
     // in Reset, Init or RTR are an immediate error
-    if matches!(q.ibv.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
+    if matches!(q.ex.qp_base.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
         return fail(wr, libc::EINVAL);
     }
     let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
+    if g.batch.is_open() {
+        // rxe would wait on the lock its ibv_wr_start holds
+        crate::complain("ibv_post_send", "inside an ibv_wr_start batch");
+        return fail(wr, libc::EINVAL);
+    }
     while !wr.is_null() {
         // SAFETY: the caller's WR chain.
         let r = unsafe { &*wr };
         // SAFETY: a WR of the caller's chain, valid as the verb requires.
-        let w = match unsafe { send_wqe(&mut g, r) } {
+        let at = g.posted;
+        let w = match unsafe { send_wqe(&mut g, r, at) } {
             Ok(w) => w,
             Err(e) => return fail(wr, e),
         };
@@ -483,7 +500,7 @@ pub unsafe extern "C" fn post_recv(
     };
     // IBA 10.2.9.5: a QP on an SRQ has no receive queue of its own;
     // IBA 10.8.1: receives posted to a QP in Reset are an immediate error
-    if !q.ibv.srq.is_null() || q.ibv.state == IBV_QPS_RESET {
+    if !q.ex.qp_base.srq.is_null() || q.ex.qp_base.state == IBV_QPS_RESET {
         // SAFETY: `bad_wr` is NULL or the caller's out-pointer (the contract).
         return unsafe { fail_at(bad_wr, wr, libc::EINVAL) };
     }
