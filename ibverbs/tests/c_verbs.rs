@@ -3,8 +3,11 @@
 //! posix_memalign memory byte for byte, overlapping, unaligned and
 //! re-registered regions, a refused shared file mapping left unchanged,
 //! and verbs called in the wrong order, with NULL or past the limits
-//! getting rdma-core's errors; and (tests/c/mw_check.c) memory windows and
-//! invalidation giving, step by step, what Linux rxe gives.
+//! getting rdma-core's errors; (tests/c/mw_check.c) memory windows and
+//! invalidation giving, step by step, what Linux rxe gives; and
+//! (tests/c/extverbs_check.c) the extended verbs: every `ibv_wr_*`
+//! operation, extended CQs, bad `ibv_wr_*` sequences, `ibv_rereg_mr` and
+//! `ibv_resize_cq`.
 
 mod common;
 
@@ -30,6 +33,33 @@ fn a_c_program_does_verbs_on_its_own_memory() {
     assert!(
         text.contains("softrnic: ibv_reg_mr:") && text.contains("cannot be shared"),
         "{text}"
+    );
+}
+
+#[test]
+fn the_extended_verbs_move_data_and_refuse_as_rdma_core_does() {
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        missing("<infiniband/verbs.h> not installed (libibverbs-dev)");
+        return;
+    }
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run_c(&d, dir.path(), "extverbs_check", &[]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("0 failures"),
+        "{text}"
+    );
+    // bad sequences are refused with a reason, and the daemon lives on
+    assert!(
+        text.contains("softrnic: ibv_wr_complete: ibv_wr_complete without ibv_wr_start"),
+        "{text}"
+    );
+    let mut d = d;
+    assert!(
+        matches!(d.child.try_wait(), Ok(None)),
+        "the daemon exited"
     );
 }
 
