@@ -13,7 +13,6 @@ pub struct ibv_data_buf {
     pub length: usize,
 }
 
-
 /// `struct ibv_qp_ex`: the QP (first, so an `ibv_qp *` and its
 /// `ibv_qp_ex *` are the same address), the next WR's id and flags, and
 /// the builders and setters the inline `ibv_wr_*` call.

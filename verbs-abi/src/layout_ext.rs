@@ -66,10 +66,19 @@ const CQ_INIT: &[(&str, usize)] = &every_field!(ibv_cq_init_attr_ex;
 const SMALL: &[(&str, usize)] = &[
     ("ibv_poll_cq_attr", std::mem::size_of::<ibv_poll_cq_attr>()),
     ("ibv_data_buf", std::mem::size_of::<ibv_data_buf>()),
-    ("ibv_data_buf.addr", std::mem::offset_of!(ibv_data_buf, addr)),
-    ("ibv_data_buf.length", std::mem::offset_of!(ibv_data_buf, length)),
+    (
+        "ibv_data_buf.addr",
+        std::mem::offset_of!(ibv_data_buf, addr),
+    ),
+    (
+        "ibv_data_buf.length",
+        std::mem::offset_of!(ibv_data_buf, length),
+    ),
     ("ibv_wc_tm_info", std::mem::size_of::<ibv_wc_tm_info>()),
-    ("ibv_wc_tm_info.priv", std::mem::offset_of!(ibv_wc_tm_info, priv_)),
+    (
+        "ibv_wc_tm_info.priv",
+        std::mem::offset_of!(ibv_wc_tm_info, priv_),
+    ),
     (
         "verbs_context.create_cq_ex",
         std::mem::offset_of!(verbs_context, create_cq_ex),

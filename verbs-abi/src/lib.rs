@@ -14,8 +14,8 @@
 
 #![allow(non_camel_case_types)]
 
-mod extended;
 pub mod consts;
+mod extended;
 pub mod layout;
 pub mod layout_ext;
 

@@ -11,9 +11,9 @@ use crate::shm::Mapping;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-/// `CreateCq`: a ring of at least `cqe` entries (its memfd travels with
-/// the answer) over a transport CQ of twice that.
-pub(super) fn create_cq(sh: &Shared, id: u64, cqe: u32) -> Result<Reply, RequestError> {
+/// A CQ ring of at least `cqe` entries in a new shared mapping: (its
+/// entries, the mapping, the ring, which the mapping must outlive).
+fn new_ring(cqe: u32) -> Result<(u32, Arc<Mapping>, Ring), RequestError> {
     let entries = ring::ring_entries(cqe).ok_or(RequestError::BadSize {
         what: "CQ size",
         value: cqe,
@@ -22,6 +22,17 @@ pub(super) fn create_cq(sh: &Shared, id: u64, cqe: u32) -> Result<Reply, Request
         "softrnic-cq",
         ring::ring_bytes(entries, CQE_SIZE),
     )?);
+    // SAFETY: the mapping is ring_bytes(entries, CQE_SIZE) long (made
+    // above) and the CqRing that takes the ring keeps it alive as long;
+    // entries is a power of two (ring_entries).
+    let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
+    Ok((entries, map, ring))
+}
+
+/// `CreateCq`: a ring of at least `cqe` entries (its memfd travels with
+/// the answer) over a transport CQ of twice that.
+pub(super) fn create_cq(sh: &Shared, id: u64, cqe: u32) -> Result<Reply, RequestError> {
+    let (entries, map, ring) = new_ring(cqe)?;
     let cap = entries as usize * 2;
     let pooled = {
         let mut r = sh.reg.lock().expect("registry");
@@ -36,10 +47,6 @@ pub(super) fn create_cq(sh: &Shared, id: u64, cqe: u32) -> Result<Reply, Request
             cq
         }
     };
-    // SAFETY: the mapping is ring_bytes(entries, CQE_SIZE) long (made
-    // above) and CqRing keeps it alive as long as the ring; entries is a
-    // power of two (ring_entries).
-    let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
     sh.dp.lock().expect("dp").add_cq(
         cq,
         CqRing {
@@ -92,17 +99,7 @@ pub(super) fn resize_cq(sh: &Shared, id: u64, cq: u32, cqe: u32) -> Result<Reply
     if !with_owned(sh, id, |o| o.cqs.contains(&cq)) {
         return Err(RequestError::NotFound(Object::Cq(cq)));
     }
-    let entries = ring::ring_entries(cqe).ok_or(RequestError::BadSize {
-        what: "CQ size",
-        value: cqe,
-    })?;
-    let map = Arc::new(Mapping::create(
-        "softrnic-cq",
-        ring::ring_bytes(entries, CQE_SIZE),
-    )?);
-    // SAFETY: as in create_cq: the mapping is ring_bytes(entries,
-    // CQE_SIZE) long and the CqRing keeps it; entries is a power of two.
-    let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
+    let (entries, map, ring) = new_ring(cqe)?;
     let mut dp = sh.dp.lock().expect("dp");
     let c = dp
         .cqs

@@ -216,7 +216,10 @@ pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_m
     }
     // SAFETY: the caller's bind description.
     let b = unsafe { &*b };
-    if matches!(q.ex.qp_base.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
+    if matches!(
+        q.ex.qp_base.state,
+        IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR
+    ) {
         return libc::EINVAL;
     }
     // o10-36.2.2: a type 1 window is never zero based
@@ -401,7 +404,10 @@ pub unsafe extern "C" fn post_send(
     };
     // IBA 10.8.1: work requests posted to the send queue of a QP
     // in Reset, Init or RTR are an immediate error
-    if matches!(q.ex.qp_base.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
+    if matches!(
+        q.ex.qp_base.state,
+        IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR
+    ) {
         return fail(wr, libc::EINVAL);
     }
     let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -413,8 +419,8 @@ pub unsafe extern "C" fn post_send(
     while !wr.is_null() {
         // SAFETY: the caller's WR chain.
         let r = unsafe { &*wr };
-        // SAFETY: a WR of the caller's chain, valid as the verb requires.
         let at = g.posted;
+        // SAFETY: a WR of the caller's chain, valid as the verb requires.
         let w = match unsafe { send_wqe(&mut g, r, at) } {
             Ok(w) => w,
             Err(e) => return fail(wr, e),

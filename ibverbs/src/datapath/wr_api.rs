@@ -7,7 +7,7 @@
 //! nothing reaches the ring before, and `ibv_wr_abort` drops the batch.
 //!
 //! Each finished work request is an `ibv_send_wr` turned into a ring WQE
-//! by [`super::send_wqe`], the encoder `ibv_post_send` uses. The first
+//! by `send_wqe`, the encoder `ibv_post_send` uses. The first
 //! error of a batch (as rxe answers: ENOSPC for a full send queue, more
 //! SGEs than the QP has or inline data past its limit; EOPNOTSUPP for an
 //! operation the QP was not created with; EINVAL for a setter with no work
@@ -139,7 +139,10 @@ fn finish(g: &mut QpInner, b: &mut WrBatch) -> Step {
             remote_qpn: p.ud.1,
             remote_qkey: p.ud.2,
         };
-    } else if matches!(p.opcode, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    } else if matches!(
+        p.opcode,
+        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
+    ) {
         wr.wr.atomic = wr_atomic {
             remote_addr: p.remote_addr,
             compare_add: p.compare_add,
@@ -162,7 +165,8 @@ fn finish(g: &mut QpInner, b: &mut WrBatch) -> Step {
     let at = g.posted.wrapping_add(b.wqes.len() as u32);
     // SAFETY: the SGE list and inline data are ours (above); the window,
     // region and AH are the application's, valid as the verbs require.
-    let w = unsafe { send_wqe(g, &wr, at) }.map_err(|e| (e, "a work request the QP cannot take"))?;
+    let w =
+        unsafe { send_wqe(g, &wr, at) }.map_err(|e| (e, "a work request the QP cannot take"))?;
     b.wqes.push(w);
     Ok(())
 }
@@ -231,28 +235,49 @@ unsafe fn set(qpx: *mut ibv_qp_ex, f: impl FnOnce(&QpInner, &mut Pending, &mut V
 /// As [`with_batch`].
 unsafe fn refuse(qpx: *mut ibv_qp_ex) {
     // SAFETY: this function's contract is with_batch's.
-    unsafe { with_batch(qpx, |_, _, _| Err((libc::EOPNOTSUPP, "an operation softrnic does not have"))) }
+    unsafe {
+        with_batch(qpx, |_, _, _| {
+            Err((libc::EOPNOTSUPP, "an operation softrnic does not have"))
+        })
+    }
 }
 
-unsafe extern "C" fn wr_atomic_cmp_swp(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, compare: u64, swap: u64) {
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    compare: u64,
+    swap: u64,
+) {
     // SAFETY: the application's ibv_qp_ex (the slot's contract).
     unsafe {
-        build(qpx, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_CMP_AND_SWP, |p| {
-            (p.rkey, p.remote_addr, p.compare_add, p.swap) = (rkey, addr, compare, swap)
-        })
+        build(
+            qpx,
+            IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP,
+            IBV_WR_ATOMIC_CMP_AND_SWP,
+            |p| (p.rkey, p.remote_addr, p.compare_add, p.swap) = (rkey, addr, compare, swap),
+        )
     }
 }
 
 unsafe extern "C" fn wr_atomic_fetch_add(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
     // SAFETY: the application's ibv_qp_ex (the slot's contract).
     unsafe {
-        build(qpx, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_FETCH_AND_ADD, |p| {
-            (p.rkey, p.remote_addr, p.compare_add) = (rkey, addr, add)
-        })
+        build(
+            qpx,
+            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+            IBV_WR_ATOMIC_FETCH_AND_ADD,
+            |p| (p.rkey, p.remote_addr, p.compare_add) = (rkey, addr, add),
+        )
     }
 }
 
-unsafe extern "C" fn wr_bind_mw(qpx: *mut ibv_qp_ex, mw: *mut ibv_mw, rkey: u32, info: *const ibv_mw_bind_info) {
+unsafe extern "C" fn wr_bind_mw(
+    qpx: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
     // SAFETY: NULL or the application's bind description.
     let bind = unsafe { info.as_ref() }.copied();
     // SAFETY: the application's ibv_qp_ex (the slot's contract).
@@ -264,13 +289,21 @@ unsafe extern "C" fn wr_bind_mw(qpx: *mut ibv_qp_ex, mw: *mut ibv_mw, rkey: u32,
     };
     if bind.is_none() {
         // SAFETY: as above.
-        unsafe { with_batch(qpx, |_, _, _| Err((libc::EINVAL, "ibv_wr_bind_mw without a bind"))) };
+        unsafe {
+            with_batch(qpx, |_, _, _| {
+                Err((libc::EINVAL, "ibv_wr_bind_mw without a bind"))
+            })
+        };
     }
 }
 
 unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
     // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe { build(qpx, IBV_QP_EX_WITH_LOCAL_INV, IBV_WR_LOCAL_INV, |p| p.imm = rkey) }
+    unsafe {
+        build(qpx, IBV_QP_EX_WITH_LOCAL_INV, IBV_WR_LOCAL_INV, |p| {
+            p.imm = rkey
+        })
+    }
 }
 
 unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64) {
@@ -294,9 +327,12 @@ unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64) {
 unsafe extern "C" fn wr_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
     // SAFETY: the application's ibv_qp_ex (the slot's contract).
     unsafe {
-        build(qpx, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM, |p| {
-            (p.rkey, p.remote_addr, p.imm) = (rkey, addr, imm)
-        })
+        build(
+            qpx,
+            IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+            IBV_WR_RDMA_WRITE_WITH_IMM,
+            |p| (p.rkey, p.remote_addr, p.imm) = (rkey, addr, imm),
+        )
     }
 }
 
@@ -307,12 +343,26 @@ unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {
 
 unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
     // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe { build(qpx, IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_WR_SEND_WITH_IMM, |p| p.imm = imm) }
+    unsafe {
+        build(
+            qpx,
+            IBV_QP_EX_WITH_SEND_WITH_IMM,
+            IBV_WR_SEND_WITH_IMM,
+            |p| p.imm = imm,
+        )
+    }
 }
 
 unsafe extern "C" fn wr_send_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
     // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe { build(qpx, IBV_QP_EX_WITH_SEND_WITH_INV, IBV_WR_SEND_WITH_INV, |p| p.imm = rkey) }
+    unsafe {
+        build(
+            qpx,
+            IBV_QP_EX_WITH_SEND_WITH_INV,
+            IBV_WR_SEND_WITH_INV,
+            |p| p.imm = rkey,
+        )
+    }
 }
 
 unsafe extern "C" fn wr_send_tso(qpx: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {
@@ -325,7 +375,12 @@ unsafe extern "C" fn wr_set_xrc_srqn(qpx: *mut ibv_qp_ex, _srqn: u32) {
     unsafe { refuse(qpx) }
 }
 
-unsafe extern "C" fn wr_atomic_write(qpx: *mut ibv_qp_ex, _rkey: u32, _addr: u64, _wr: *const c_void) {
+unsafe extern "C" fn wr_atomic_write(
+    qpx: *mut ibv_qp_ex,
+    _rkey: u32,
+    _addr: u64,
+    _wr: *const c_void,
+) {
     // SAFETY: the application's ibv_qp_ex (the slot's contract).
     unsafe { refuse(qpx) }
 }
@@ -406,10 +461,18 @@ unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, 
     unsafe { set_inline(qpx, &[(addr as *const u8, length)]) }
 }
 
-unsafe extern "C" fn wr_set_inline_data_list(qpx: *mut ibv_qp_ex, n: usize, list: *const ibv_data_buf) {
+unsafe extern "C" fn wr_set_inline_data_list(
+    qpx: *mut ibv_qp_ex,
+    n: usize,
+    list: *const ibv_data_buf,
+) {
     if n > 0 && list.is_null() {
         // SAFETY: the application's ibv_qp_ex (the slot's contract).
-        unsafe { set(qpx, |_, _, _| Err((libc::EINVAL, "a NULL inline buffer list"))) };
+        unsafe {
+            set(qpx, |_, _, _| {
+                Err((libc::EINVAL, "a NULL inline buffer list"))
+            })
+        };
         return;
     }
     let bufs: Vec<(*const u8, usize)> = (0..n)
@@ -450,7 +513,10 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     match r {
         Ok(()) => 0,
         Err((e, why)) => {
-            complain("ibv_wr_complete", format!("{why} ({})", std::io::Error::from_raw_os_error(e)));
+            complain(
+                "ibv_wr_complete",
+                format!("{why} ({})", std::io::Error::from_raw_os_error(e)),
+            );
             e
         }
     }
@@ -467,7 +533,10 @@ fn post_batch(q: &Qp, g: &mut QpInner, b: &mut WrBatch) -> Step {
     finish(g, b)?;
     // IBA 10.8.1: work requests posted to the send queue of a QP in
     // Reset, Init or RTR are an immediate error
-    if matches!(q.ex.qp_base.state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
+    if matches!(
+        q.ex.qp_base.state,
+        IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR
+    ) {
         return Err((libc::EINVAL, "the QP is not ready to send"));
     }
     for w in &b.wqes {
@@ -483,7 +552,11 @@ fn post_batch(q: &Qp, g: &mut QpInner, b: &mut WrBatch) -> Step {
 unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
     // SAFETY: a Qp starts with its ibv_qp_ex (the slot's contract).
     if let Some(q) = unsafe { qp_of(qpx as *mut ibv_qp) } {
-        q.inner.lock().unwrap_or_else(|e| e.into_inner()).batch.reset(false);
+        q.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .batch
+            .reset(false);
     }
 }
 

@@ -89,7 +89,13 @@ const ACCESS_OPTIONAL: c_int = 0x3ff0_0000;
 
 /// Registers `[addr, addr + len)` in `p` with `access` (what the
 /// `ibv_reg_mr` family and `ibv_rereg_mr` share): the region, or the errno.
-fn register(p: &Pd, addr: *mut c_void, len: usize, iova: u64, access: c_int) -> Result<softrnic::Mr, c_int> {
+fn register(
+    p: &Pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> Result<softrnic::Mr, c_int> {
     let access = access & !ACCESS_OPTIONAL;
     if access & !ACCESS_KNOWN != 0 || addr.is_null() || len == 0 {
         return Err(libc::EINVAL);
@@ -324,9 +330,21 @@ pub unsafe extern "C" fn srv_ibv_rereg_mr(
         // the kernel refuses a reregistration that changes nothing
         return fail(IBV_REREG_MR_ERR_CMD, libc::EINVAL);
     }
-    let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 { pd } else { mr.ibv.pd };
-    let (new_addr, new_len) = if translate { (addr, length) } else { (mr.ibv.addr, mr.ibv.length) };
-    let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 { access } else { mr.access };
+    let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        pd
+    } else {
+        mr.ibv.pd
+    };
+    let (new_addr, new_len) = if translate {
+        (addr, length)
+    } else {
+        (mr.ibv.addr, mr.ibv.length)
+    };
+    let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+        access
+    } else {
+        mr.access
+    };
     // SAFETY: the application's PD, or the region's own (the contract).
     let Some(p) = (unsafe { pd_of(new_pd) }) else {
         return fail(IBV_REREG_MR_ERR_CMD, libc::EINVAL);

@@ -242,7 +242,8 @@ pub unsafe extern "C" fn create_qp_ex(
     }
     // SAFETY: the caller's attributes.
     let a = unsafe { &mut *attr };
-    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     let has = |bit: u32| a.comp_mask & bit != 0;
     if a.comp_mask & !known != 0 || !has(IBV_QP_INIT_ATTR_PD) {
         complain(
@@ -252,7 +253,10 @@ pub unsafe extern "C" fn create_qp_ex(
         return null_errno(libc::EOPNOTSUPP);
     }
     if has(IBV_QP_INIT_ATTR_CREATE_FLAGS) && a.create_flags != 0 {
-        complain("ibv_create_qp_ex", format!("create flags {:#x} are not supported", a.create_flags));
+        complain(
+            "ibv_create_qp_ex",
+            format!("create flags {:#x} are not supported", a.create_flags),
+        );
         return null_errno(libc::EOPNOTSUPP);
     }
     let send_ops = if has(IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
