@@ -10,8 +10,9 @@
 //!   open/close, device/port/GID/P_Key queries.
 //! - [`objects`]: PD, MR, CQ and completion channels, QP, SRQ, AH, async
 //!   events.
-//! - [`datapath`]: post send/recv/SRQ recv and poll — shared rings, no
-//!   syscall.
+//! - [`datapath`]: post send/recv/SRQ recv and poll, and the extended
+//!   verbs' `ibv_wr_*` builder and `ibv_start_poll` polling — shared
+//!   rings, no syscall.
 //! - [`strings`]: the `*_str` helpers and rate conversions.
 //!
 //! Every exported function takes pointers from the application: each

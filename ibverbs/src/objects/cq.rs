@@ -109,7 +109,7 @@ pub unsafe extern "C" fn srv_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel)
 
 /// A CQ: its `ibv_cq_ex` (whose first fields are the `ibv_cq`'s, so the
 /// application's `ibv_cq *` and `ibv_cq_ex *` both name the object; the
-/// extended part is filled for CQs from `ibv_create_cq_ex`).
+/// polling calls and accessors are filled for every CQ).
 #[repr(C)]
 pub struct Cq {
     pub ex: ibv_cq_ex,
@@ -170,6 +170,9 @@ unsafe fn create_cq_common(
     ex.cq.cq_context = cq_context;
     ex.cq.handle = handle;
     ex.cq.cqe = entries;
+    // every CQ can be polled both ways: a start_poll on a CQ from
+    // ibv_create_cq is not a call through NULL
+    crate::datapath::poll_ex::install(&mut ex);
     let p = boxed(Cq {
         ex,
         inner: Mutex::new(cq),
@@ -252,11 +255,7 @@ pub unsafe extern "C" fn create_cq_ex(
     // SAFETY: the application's context and channel (this function's
     // contract is create_cq_common's).
     match unsafe { create_cq_common(c, cqe, a.cq_context, a.channel, vector) } {
-        Ok(p) => {
-            // SAFETY: made just now; not yet the application's.
-            crate::datapath::poll_ex::install(unsafe { &mut (*p).ex });
-            p as *mut ibv_cq_ex
-        }
+        Ok(p) => p as *mut ibv_cq_ex,
         Err(e) => null_errno(e),
     }
 }
