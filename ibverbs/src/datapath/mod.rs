@@ -252,6 +252,48 @@ pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_m
     0
 }
 
+/// Copies an inline send's data into the QP's inline slot of send ring
+/// index `at` (IBA 10.8.2, inline data: the data is taken at post time,
+/// the buffer is the caller's again when the post returns; lkeys are not
+/// checked): the one SGE that sends it from there.
+///
+/// # Safety
+/// `wr`'s SGE list and the memory it names are the application's, valid
+/// as `ibv_post_send` requires.
+unsafe fn inline_sge(
+    q: &crate::objects::QpInner,
+    wr: &ibv_send_wr,
+    at: u32,
+) -> Result<SgeRaw, c_int> {
+    let Some((buf, mr, slots)) = &q.inline else {
+        return Err(libc::EINVAL);
+    };
+    if wr.num_sge < 0 || wr.num_sge as usize > MAX_SGE || (wr.num_sge > 0 && wr.sg_list.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    let slot = (at % slots) as usize * q.cap.max_inline_data as usize;
+    let mut len = 0usize;
+    for i in 0..wr.num_sge as usize {
+        // SAFETY: the caller's list of num_sge entries.
+        let s = unsafe { *wr.sg_list.add(i) };
+        let l = s.length as usize;
+        if len + l > q.cap.max_inline_data as usize {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: inline data is read from the application's address as
+        // the verb requires; the slot lies in our buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.addr as *const u8, buf.as_ptr().add(slot + len), l)
+        };
+        len += l;
+    }
+    Ok(SgeRaw {
+        addr: buf.addr() + slot as u64,
+        length: len as u32,
+        lkey: mr.lkey,
+    })
+}
+
 /// Builds the ring WQE of one send work request that takes the send
 /// ring's index `at` (its inline data goes to that index's slot).
 ///
@@ -324,41 +366,9 @@ unsafe fn send_wqe(
             opcode::ATOMIC_CMP_AND_SWP | opcode::ATOMIC_FETCH_AND_ADD
         )
     {
-        // IBA 10.8.2 (inline data): the data is taken at post time, the
-        // buffer is the caller's again when the post returns; lkeys are
-        // not checked. Copied into this QP's inline slot for the ring
-        // index the WQE takes.
-        let Some((buf, mr, slots)) = &q.inline else {
-            return Err(libc::EINVAL);
-        };
-        if wr.num_sge < 0
-            || wr.num_sge as usize > MAX_SGE
-            || (wr.num_sge > 0 && wr.sg_list.is_null())
-        {
-            return Err(libc::EINVAL);
-        }
-        let slot = (at % slots) as usize * q.cap.max_inline_data as usize;
-        let mut len = 0usize;
-        for i in 0..wr.num_sge as usize {
-            // SAFETY: the caller's list of num_sge entries.
-            let s = unsafe { *wr.sg_list.add(i) };
-            let l = s.length as usize;
-            if len + l > q.cap.max_inline_data as usize {
-                return Err(libc::EINVAL);
-            }
-            // SAFETY: inline data is read from the application's address
-            // as the verb requires; the slot lies in our buffer.
-            unsafe {
-                std::ptr::copy_nonoverlapping(s.addr as *const u8, buf.as_ptr().add(slot + len), l)
-            };
-            len += l;
-        }
         w.num_sge = 1;
-        w.sge[0] = SgeRaw {
-            addr: buf.addr() + slot as u64,
-            length: len as u32,
-            lkey: mr.lkey,
-        };
+        // SAFETY: the WR's SGE list is the application's (the contract).
+        w.sge[0] = unsafe { inline_sge(q, wr, at) }?;
     } else {
         // SAFETY: the WR's SGE list is the application's (the contract).
         unsafe { sges(&mut w, wr.sg_list, wr.num_sge) }?;

@@ -294,11 +294,11 @@ pub unsafe extern "C" fn dealloc_mw(m: *mut ibv_mw) -> c_int {
 /// (`IBV_REREG_MR_CHANGE_PD`), access (`_CHANGE_ACCESS`) or range
 /// (`_CHANGE_TRANSLATION`), the rest as it was. The new registration is
 /// made first and the old one then ended, so the region keeps its
-/// `ibv_mr` but gets new keys (IBA 11.2.8.4 lets Reregister return new
-/// L_Key and R_Key). As rdma-core: 0, or `IBV_REREG_MR_ERR_INPUT` (bad
-/// flags or arguments; errno EINVAL) or `IBV_REREG_MR_ERR_CMD` (the
-/// registration failed, errno says why; the region is still the old one),
-/// all with errno set.
+/// `ibv_mr` but gets new keys (the IBA's Reregister Memory Region verb
+/// returns the region's L_Key and R_Key, which may be new). As
+/// rdma-core: 0, or `IBV_REREG_MR_ERR_INPUT` (bad flags or arguments;
+/// errno EINVAL) or `IBV_REREG_MR_ERR_CMD` (the registration failed,
+/// errno says why; the region is still the old one), all with errno set.
 ///
 /// # Safety
 /// `m` from `ibv_reg_mr*`, not used by another thread meanwhile; `pd`

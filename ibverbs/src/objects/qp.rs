@@ -108,22 +108,12 @@ unsafe fn create_qp_common(
         .max_inline_data
         .max(cap.max_send_sge.saturating_mul(16))
         .min(MAX_INLINE);
-    let inline = if inline_cap > 0 {
-        let bytes = sq_entries as usize * inline_cap as usize;
-        let made = p
-            .inner
-            .alloc_buffer(bytes)
-            .and_then(|b| p.inner.reg_mr(&b, 0, bytes, 0).map(|m| (b, m)));
-        match made {
-            Ok((b, m)) => Some((b, m, sq_entries)),
-            Err(e) => {
-                complain("ibv_create_qp", format!("inline buffer: {e}"));
-                let _ = q.destroy();
-                return Err(errno_of(&e));
-            }
+    let inline = match inline_buffer(&p.inner, inline_cap, sq_entries) {
+        Ok(i) => i,
+        Err(e) => {
+            let _ = q.destroy();
+            return Err(e);
         }
-    } else {
-        None
     };
     // what the QP really has (IBA 11.2.4.1: at least what was asked)
     cap.max_send_wr = sq_entries;
@@ -178,6 +168,25 @@ unsafe fn create_qp_common(
     });
     lock(&ctx.qps).insert(qpn, ptr as usize);
     Ok(ptr as *mut ibv_qp)
+}
+
+/// The region inline sends are copied into: one `inline_cap` slot per send
+/// ring entry (None when the QP takes no inline data).
+fn inline_buffer(
+    pd: &softrnic::Pd,
+    inline_cap: u32,
+    sq_entries: u32,
+) -> Result<Option<(Buffer, softrnic::Mr, u32)>, c_int> {
+    if inline_cap == 0 {
+        return Ok(None);
+    }
+    let bytes = sq_entries as usize * inline_cap as usize;
+    pd.alloc_buffer(bytes)
+        .and_then(|b| pd.reg_mr(&b, 0, bytes, 0).map(|m| Some((b, m, sq_entries))))
+        .map_err(|e| {
+            complain("ibv_create_qp", format!("inline buffer: {e}"));
+            errno_of(&e)
+        })
 }
 
 /// `ibv_create_qp` (RC, UC, UD; optionally on an SRQ).

@@ -39,7 +39,12 @@ struct side {
 };
 
 /* One completion as the accessors read it. */
-struct comp { int status, opcode; uint64_t wr_id; uint32_t byte_len, qp_num, flags; uint32_t imm; };
+struct comp {
+	int status, opcode;
+	uint64_t wr_id;
+	uint32_t byte_len, qp_num, src_qp, flags, imm, vendor_err, slid;
+	uint8_t sl, dlid_path_bits;
+};
 
 static struct ibv_cq_ex *cq_ex(struct ibv_context *ctx, struct ibv_comp_channel *ch, uint64_t wc_flags) {
 	struct ibv_cq_init_attr_ex a = { .cqe = 64, .channel = ch, .wc_flags = wc_flags };
@@ -100,6 +105,11 @@ static void read_comp(struct ibv_cq_ex *cq, struct comp *c) {
 	c->qp_num = ibv_wc_read_qp_num(cq);
 	c->flags = ibv_wc_read_wc_flags(cq);
 	c->imm = ibv_wc_read_imm_data(cq);
+	c->src_qp = ibv_wc_read_src_qp(cq);
+	c->vendor_err = ibv_wc_read_vendor_err(cq);
+	c->slid = ibv_wc_read_slid(cq);
+	c->sl = ibv_wc_read_sl(cq);
+	c->dlid_path_bits = ibv_wc_read_dlid_path_bits(cq);
 }
 
 /* Waits for the next completion of `cq` (a poll session of one). */
@@ -260,6 +270,55 @@ static void every_opcode(struct side *a, struct side *b) {
 	CHECK(*old == 9 && *target == 12);
 }
 
+static int ud_ready(struct ibv_qp *qp) {
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x1111 };
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+		return -1;
+	a.qp_state = IBV_QPS_RTR;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
+		return -1;
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+/* UD: ibv_wr_set_ud_addr names each SEND's destination; the receiver's
+ * accessors give the GRH flag, the sender's QPN and the immediate. */
+static void ud(struct side *a, struct side *b) {
+	struct ibv_qp *qa = qp_ex(a, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, 8);
+	struct ibv_qp *qb = qp_ex(b, IBV_QPT_UD, IBV_QP_EX_WITH_SEND, 8);
+	CHECK(qa && qb);
+	if (!qa || !qb) return;
+	CHECK(ud_ready(qa) == 0 && ud_ready(qb) == 0);
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
+		.grh = { .dgid = b->gid, .sgid_index = 3, .hop_limit = 64 } };
+	struct ibv_ah *ah = ibv_create_ah(a->pd, &aa);
+	CHECK(ah);
+	struct ibv_sge sg = { (uintptr_t)b->buf + 0xe000, 40 + 64, b->mr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = 200, .sg_list = &sg, .num_sge = 1 }, *bad;
+	CHECK(ibv_post_recv(qb, &rw, &bad) == 0);
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qa);
+	start(x, 80);
+	ibv_wr_send_imm(x, htobe32(5));
+	ibv_wr_set_ud_addr(x, ah, qb->qp_num, 0x1111);
+	ibv_wr_set_inline_data(x, (void *)"ud hello", 9);
+	CHECK(ibv_wr_complete(x) == 0);
+	expect(a->cq, 80, IBV_WC_SEND);
+	struct comp c = expect(b->cq, 200, IBV_WC_RECV);
+	CHECK(c.byte_len == 40 + 9 && strcmp(b->buf + 0xe000 + 40, "ud hello") == 0);
+	CHECK((c.flags & IBV_WC_GRH) && (c.flags & IBV_WC_WITH_IMM) && be32toh(c.imm) == 5);
+	CHECK(c.src_qp == qa->qp_num && c.qp_num == qb->qp_num);
+	CHECK(c.vendor_err == 0 && c.slid == 0 && c.sl == 0 && c.dlid_path_bits == 0);
+	start(x, 81);
+	ibv_wr_send(x);                                           /* no address */
+	ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 8);
+	CHECK(ibv_wr_complete(x) == EINVAL);
+	start(x, 82);
+	ibv_wr_rdma_write(x, b->mr->rkey, (uintptr_t)b->buf);    /* not on UD */
+	CHECK(ibv_wr_complete(x) == EOPNOTSUPP);
+	CHECK(ibv_destroy_ah(ah) == 0 && ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0);
+}
+
 /* A type 2 window bound with ibv_wr_bind_mw, written through, revoked by
  * ibv_wr_send_inv; bound again and revoked by ibv_wr_local_inv. */
 static void windows(struct side *a, struct side *b) {
@@ -304,9 +363,11 @@ static void windows(struct side *a, struct side *b) {
 static void batch(struct side *a, struct side *b) {
 	struct ibv_qp_ex *x = a->qpx;
 	memset(a->buf + 0xa000, 0x44, 64);
+	char first[32];
+	memset(first, 0x55, sizeof(first));
 	start(x, 30);
 	ibv_wr_rdma_write(x, b->mr->rkey, (uintptr_t)b->buf + 0xa000);
-	ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf + 0xa000, 32);
+	ibv_wr_set_inline_data(x, first, 32);     /* two inline WRs in one batch */
 	x->wr_id = 31;
 	x->wr_flags = 0;                 /* unsignaled: no completion */
 	ibv_wr_rdma_write(x, b->mr->rkey, (uintptr_t)b->buf + 0xa020);
@@ -332,7 +393,8 @@ static void batch(struct side *a, struct side *b) {
 		ibv_end_poll(a->cq);
 	}
 	CHECK(seen == 2 && ids[0] == 30 && ids[1] == 32);
-	CHECK(b->buf[0xa000] == 0x44 && b->buf[0xa03f] == 0x44 && b->buf[0xa047] == 0x44 && b->buf[0xa048] == 0);
+	CHECK(b->buf[0xa000] == 0x55 && b->buf[0xa01f] == 0x55 && b->buf[0xa020] == 0x44 && b->buf[0xa03f] == 0x44);
+	CHECK(b->buf[0xa047] == 0x44 && b->buf[0xa048] == 0);
 }
 
 /* A marker write that must be the next completion: nothing a bad
@@ -496,6 +558,7 @@ int main(void) {
 	CHECK(connect_qp(a.qp, b.qp, &b.gid) == 0);
 	CHECK(connect_qp(b.qp, a.qp, &a.gid) == 0);
 	every_opcode(&a, &b);
+	ud(&a, &b);
 	windows(&a, &b);
 	batch(&a, &b);
 	bad_sequences(&a, &b);
