@@ -59,7 +59,9 @@ pub(crate) fn errno_of(e: &softrnic::Error) -> c_int {
         softrnic::Error::Timeout => libc::ETIMEDOUT,
         softrnic::Error::Daemon(_) => libc::EINVAL,
         softrnic::Error::Protocol(_) => libc::EIO,
-        softrnic::Error::OutsideBuffer { .. } | softrnic::Error::NotArmed => libc::EINVAL,
+        softrnic::Error::OutsideBuffer { .. }
+        | softrnic::Error::NotArmed
+        | softrnic::Error::NotUserMemory => libc::EINVAL,
         softrnic::Error::UserMem(u) => u.errno(),
     }
 }

@@ -90,6 +90,45 @@ impl Mr {
     }
 }
 
+impl Mr {
+    /// `ibv_rereg_mr` of a region of this process's memory
+    /// (`Pd::reg_user_mr`): it becomes `len` bytes at `addr` in `pd` with
+    /// `access`, its keys as they were. On an error the region is as it
+    /// was.
+    pub fn rereg_user(&mut self, pd: &Pd, addr: u64, len: usize, access: u32) -> Result<()> {
+        if !matches!(self.backing, Backing::User) {
+            return Err(Error::NotUserMemory);
+        }
+        let writable =
+            access & (access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0;
+        let (fd, offset) = crate::usermem::share(addr, len, writable).map_err(Error::UserMem)?;
+        let req = Request::ReregMr {
+            lkey: self.lkey,
+            pd: pd.handle,
+            offset,
+            addr,
+            len: len as u64,
+            access,
+        };
+        let r = self.ctx.request(req, Some(fd)).map(|r| r.0);
+        match r {
+            Ok(Response::Mr { lkey, rkey }) => {
+                // the old range's registration has ended
+                crate::usermem::release(self.addr, self.len as usize);
+                (self.lkey, self.rkey, self.addr, self.len) = (lkey, rkey, addr, len as u64);
+                Ok(())
+            }
+            other => {
+                crate::usermem::release(addr, len);
+                Err(match other {
+                    Ok(r) => unexpected(r),
+                    Err(e) => e,
+                })
+            }
+        }
+    }
+}
+
 /// A memory window (`ibv_mw`): bound with a `SendOp::BindMw` work request,
 /// invalidated with `SendOp::LocalInv` or by a peer's SEND with Invalidate.
 pub struct Mw {

@@ -57,6 +57,9 @@ pub enum Error {
     /// `Cq::get_event` before `Cq::req_notify` made the event descriptor.
     #[error("no completion events asked for: req_notify first")]
     NotArmed,
+    /// `Mr::rereg_user` of a region of a `Buffer`.
+    #[error("only a region of the process's own memory is reregistered")]
+    NotUserMemory,
     /// The ring has no free slot.
     #[error("the work queue is full")]
     QueueFull,

@@ -75,6 +75,16 @@ pub enum Request {
     DeregMr {
         lkey: u32,
     },
+    /// `ibv_rereg_mr`: region `lkey` becomes the one described as in
+    /// `RegMr` (memfd attached), in place: its keys stay.
+    ReregMr {
+        lkey: u32,
+        pd: u32,
+        offset: u64,
+        addr: u64,
+        len: u64,
+        access: u32,
+    },
     /// A memory window (`ibv_alloc_mw`); `mw_type` is `ibv_mw_type` (1 or
     /// 2). Bound and invalidated by work requests on a QP's send ring.
     AllocMw {

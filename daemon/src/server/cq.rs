@@ -93,13 +93,22 @@ pub(super) fn notify_cq(
 
 /// `ResizeCq`: a new ring of at least `cqe` entries with the completions
 /// not yet polled copied to the same indices (so the producer and
-/// consumer indices carry over), refused when they do not fit. The
+/// consumer indices carry over), refused when they do not fit — those in
+/// the ring once the engine has turned twice, so that what the device
+/// completes without waiting for a peer (a UD send) is among them. The
 /// transport CQ stays: it holds only what the ring has no room for.
 pub(super) fn resize_cq(sh: &Shared, id: u64, cq: u32, cqe: u32) -> Result<Reply, RequestError> {
     if !with_owned(sh, id, |o| o.cqs.contains(&cq)) {
         return Err(RequestError::NotFound(Object::Cq(cq)));
     }
     let (entries, map, ring) = new_ring(cqe)?;
+    // the completions of what the device has already done count: work
+    // requests posted before this request are fetched and sent in the
+    // engine's next turn and their completions written to the ring in the
+    // one after (each call runs at the start of a turn)
+    for _ in 0..3 {
+        super::call(sh, |_| ())?;
+    }
     let mut dp = sh.dp.lock().expect("dp");
     let c = dp
         .cqs

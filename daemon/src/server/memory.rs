@@ -47,6 +47,7 @@ pub(super) fn dealloc_pd(sh: &Shared, id: u64, pd: u32) -> Result<Reply, Request
 }
 
 /// A `RegMr` request's region.
+#[derive(Clone, Copy)]
 pub(super) struct Region {
     pub(super) pd: u32,
     /// Where the region starts in the memfd.
@@ -57,14 +58,15 @@ pub(super) struct Region {
     pub(super) access: u32,
 }
 
-/// `RegMr`: maps the region's pages of the client's memfd and registers
-/// them.
-pub(super) fn reg_mr(
+/// The memory of a `RegMr` / `ReregMr` region: its checks (a PD of the
+/// client's, known access bits, a sane range), then the region's pages of
+/// the client's memfd mapped, and the region's offset in that mapping.
+fn region_memory(
     sh: &Shared,
     id: u64,
     fds: Vec<OwnedFd>,
-    m: Region,
-) -> Result<Reply, RequestError> {
+    m: &Region,
+) -> Result<(Arc<dyn Memory>, usize), RequestError> {
     let fd = one_fd(fds, "reg_mr", "memfd")?;
     let Region {
         pd,
@@ -72,7 +74,7 @@ pub(super) fn reg_mr(
         addr,
         len,
         access: acc,
-    } = m;
+    } = *m;
     if !with_owned(sh, id, |o| o.pds.contains(&pd)) {
         return Err(RequestError::NotFound(Object::Pd(pd)));
     }
@@ -88,8 +90,51 @@ pub(super) fn reg_mr(
     // only the region's pages are mapped: the memfd may be a client's
     // sparse file of all its registered pages
     let (map, at) = Mapping::window_from_untrusted_fd(fd, offset, len as usize)?;
-    let mem: Arc<dyn Memory> = Arc::new(map);
+    Ok((Arc::new(map), at))
+}
+
+/// `RegMr`: maps the region's pages of the client's memfd and registers
+/// them.
+pub(super) fn reg_mr(
+    sh: &Shared,
+    id: u64,
+    fds: Vec<OwnedFd>,
+    m: Region,
+) -> Result<Reply, RequestError> {
+    let (mem, at) = region_memory(sh, id, fds, &m)?;
+    let Region {
+        pd,
+        addr,
+        len,
+        access: acc,
+        ..
+    } = m;
     let (lkey, rkey) = super::call(sh, move |r| r.reg_mr(pd, mem, at, addr, len, acc))??;
+    with_owned(sh, id, |o| o.mrs.insert(lkey, pd));
+    Ok((Response::Mr { lkey, rkey }, None))
+}
+
+/// `ReregMr`: the client's region `lkey` becomes `m` in place (its keys
+/// stay); refused, the region as it was, while windows are bound to it.
+pub(super) fn rereg_mr(
+    sh: &Shared,
+    id: u64,
+    fds: Vec<OwnedFd>,
+    lkey: u32,
+    m: Region,
+) -> Result<Reply, RequestError> {
+    if !with_owned(sh, id, |o| o.mrs.contains_key(&lkey)) {
+        return Err(RequestError::NotFound(Object::Mr(lkey)));
+    }
+    let (mem, at) = region_memory(sh, id, fds, &m)?;
+    let Region {
+        pd,
+        addr,
+        len,
+        access: acc,
+        ..
+    } = m;
+    let (lkey, rkey) = super::call(sh, move |r| r.rereg_mr(lkey, pd, mem, at, addr, len, acc))??;
     with_owned(sh, id, |o| o.mrs.insert(lkey, pd));
     Ok((Response::Mr { lkey, rkey }, None))
 }

@@ -419,7 +419,10 @@ fn ok() -> Result<Reply, RequestError> {
 fn handle(sh: &Shared, id: u64, req: Request, fds: Vec<OwnedFd>) -> Result<Reply, RequestError> {
     if !matches!(
         req,
-        Request::RegMr { .. } | Request::NotifyCq { .. } | Request::AsyncEventFd
+        Request::RegMr { .. }
+            | Request::ReregMr { .. }
+            | Request::NotifyCq { .. }
+            | Request::AsyncEventFd
     ) && !fds.is_empty()
     {
         return Err(RequestError::UnexpectedFds);
@@ -464,6 +467,26 @@ fn handle(sh: &Shared, id: u64, req: Request, fds: Vec<OwnedFd>) -> Result<Reply
             },
         ),
         Request::DeregMr { lkey } => memory::dereg_mr(sh, id, lkey),
+        Request::ReregMr {
+            lkey,
+            pd,
+            offset,
+            addr,
+            len,
+            access,
+        } => memory::rereg_mr(
+            sh,
+            id,
+            fds,
+            lkey,
+            memory::Region {
+                pd,
+                offset,
+                addr,
+                len,
+                access,
+            },
+        ),
         Request::AllocMw { pd, mw_type } => memory::alloc_mw(sh, id, pd, mw_type),
         Request::DeallocMw { handle } => memory::dealloc_mw(sh, id, handle),
         Request::CreateCq { cqe } => cq::create_cq(sh, id, cqe),

@@ -87,15 +87,10 @@ const ACCESS_KNOWN: c_int = IBV_ACCESS_LOCAL_WRITE
 /// `IBV_ACCESS_OPTIONAL_RANGE`: hints a device may ignore.
 const ACCESS_OPTIONAL: c_int = 0x3ff0_0000;
 
-/// Registers `[addr, addr + len)` in `p` with `access` (what the
-/// `ibv_reg_mr` family and `ibv_rereg_mr` share): the region, or the errno.
-fn register(
-    p: &Pd,
-    addr: *mut c_void,
-    len: usize,
-    iova: u64,
-    access: c_int,
-) -> Result<softrnic::Mr, c_int> {
+/// The device's access bits of a registration of `[addr, addr + len)`
+/// at `iova` with `IBV_ACCESS_*` flags `access` (what the `ibv_reg_mr`
+/// family and `ibv_rereg_mr` share), or the errno.
+fn device_access(addr: *mut c_void, len: usize, iova: u64, access: c_int) -> Result<u32, c_int> {
     let access = access & !ACCESS_OPTIONAL;
     if access & !ACCESS_KNOWN != 0 || addr.is_null() || len == 0 {
         return Err(libc::EINVAL);
@@ -113,7 +108,19 @@ fn register(
         );
         return Err(libc::EOPNOTSUPP);
     }
-    let acc = (access & 0x1f) as u32;
+    Ok((access & 0x1f) as u32)
+}
+
+/// Registers `[addr, addr + len)` in `p` with `access`: the region, or
+/// the errno.
+fn register(
+    p: &Pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> Result<softrnic::Mr, c_int> {
+    let acc = device_access(addr, len, iova, access)?;
     p.inner.reg_user_mr(addr as u64, len, acc).map_err(|e| {
         complain("ibv_reg_mr", &e);
         errno_of(&e)
@@ -290,15 +297,13 @@ pub unsafe extern "C" fn dealloc_mw(m: *mut ibv_mw) -> c_int {
     }
 }
 
-/// `ibv_rereg_mr`: the region anew with another PD
+/// `ibv_rereg_mr`: the region gets another PD
 /// (`IBV_REREG_MR_CHANGE_PD`), access (`_CHANGE_ACCESS`) or range
-/// (`_CHANGE_TRANSLATION`), the rest as it was. The new registration is
-/// made first and the old one then ended, so the region keeps its
-/// `ibv_mr` but gets new keys (the IBA's Reregister Memory Region verb
-/// returns the region's L_Key and R_Key, which may be new). As
-/// rdma-core: 0, or `IBV_REREG_MR_ERR_INPUT` (bad flags or arguments;
-/// errno EINVAL) or `IBV_REREG_MR_ERR_CMD` (the registration failed,
-/// errno says why; the region is still the old one), all with errno set.
+/// (`_CHANGE_TRANSLATION`), the rest as it was, in place: its keys stay,
+/// as rxe keeps them. As rdma-core: 0, or `IBV_REREG_MR_ERR_INPUT` (bad
+/// flags or arguments; errno EINVAL) or `IBV_REREG_MR_ERR_CMD` (the
+/// device refused, errno says why; the region is then as it was — windows
+/// bound to it make it refuse), all with errno set.
 ///
 /// # Safety
 /// `m` from `ibv_reg_mr*`, not used by another thread meanwhile; `pd`
@@ -324,12 +329,13 @@ pub unsafe extern "C" fn srv_ibv_rereg_mr(
     {
         return fail(IBV_REREG_MR_ERR_INPUT, libc::EINVAL);
     }
-    // SAFETY: made by reg() (this function's contract).
-    let mr = unsafe { &*(m as *const Mr) };
     if flags == 0 {
         // the kernel refuses a reregistration that changes nothing
         return fail(IBV_REREG_MR_ERR_CMD, libc::EINVAL);
     }
+    // SAFETY: made by reg(), used by no one else meanwhile (this
+    // function's contract).
+    let mr = unsafe { &mut *(m as *mut Mr) };
     let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
         pd
     } else {
@@ -349,32 +355,18 @@ pub unsafe extern "C" fn srv_ibv_rereg_mr(
     let Some(p) = (unsafe { pd_of(new_pd) }) else {
         return fail(IBV_REREG_MR_ERR_CMD, libc::EINVAL);
     };
-    let new = match register(p, new_addr, new_len, new_addr as u64, new_access) {
-        Ok(new) => new,
+    let acc = match device_access(new_addr, new_len, new_addr as u64, new_access) {
+        Ok(acc) => acc,
         Err(e) => return fail(IBV_REREG_MR_ERR_CMD, e),
     };
-    // refused, and the old region kept, while memory windows are bound to it
-    if let Err(e) = mr.inner.try_dereg() {
-        let _ = new.dereg();
+    if let Err(e) = mr.inner.rereg_user(&p.inner, new_addr as u64, new_len, acc) {
+        complain("ibv_rereg_mr", &e);
         return fail(IBV_REREG_MR_ERR_CMD, errno_of(&e));
     }
-    let ibv = ibv_mr {
-        context: p.ibv.context,
-        pd: new_pd,
-        addr: new_addr,
-        length: new_len,
-        handle: new.lkey,
-        lkey: new.lkey,
-        rkey: new.rkey,
-    };
-    // SAFETY: the application's region, which no one else uses meanwhile
-    // (the contract); the old registration has ended.
-    unsafe {
-        let r = &mut *(m as *mut Mr);
-        r.ibv = ibv;
-        r.access = new_access;
-        drop(std::mem::replace(&mut r.inner, new));
-    }
+    mr.ibv.pd = new_pd;
+    mr.ibv.addr = new_addr;
+    mr.ibv.length = new_len;
+    mr.access = new_access;
     0
 }
 

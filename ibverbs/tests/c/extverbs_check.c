@@ -497,9 +497,12 @@ static void rereg(struct side *a, struct side *b) {
 	errno = 0;
 	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE) ==
 	      IBV_REREG_MR_ERR_CMD && errno == EINVAL);           /* remote write without local write */
-	/* remote write granted: the peer writes with the region's new key */
+	/* remote write granted: the peer writes with the key it had (the
+	 * keys stay, as with rxe) */
+	uint32_t lkey = mr->lkey, rkey = mr->rkey;
 	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) == 0);
+	CHECK(mr->lkey == lkey && mr->rkey == rkey);
 	write_with(a, b, 60, mr->rkey, (uintptr_t)r + 8, 0x61);
 	CHECK(r[8] == 0x61 && r[23] == 0x61 && r[24] == 0);
 	/* another PD and back */
@@ -510,7 +513,7 @@ static void rereg(struct side *a, struct side *b) {
 	CHECK(ibv_dealloc_pd(pd2) == 0);
 	/* another range: the data lands in the new buffer */
 	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, r2, 8192, 0) == 0);
-	CHECK(mr->addr == r2 && mr->length == 8192);
+	CHECK(mr->addr == r2 && mr->length == 8192 && mr->rkey == rkey);
 	write_with(a, b, 61, mr->rkey, (uintptr_t)r2 + 4096, 0x62);
 	CHECK(r2[4096] == 0x62 && r2[4111] == 0x62 && r[4096] == 0);
 	CHECK(ibv_dereg_mr(mr) == 0);

@@ -36,20 +36,34 @@ impl Rnic {
         access: u32,
     ) -> Result<(u32, u32), VerbsError> {
         self.check_pd(pd)?;
-        // ibv_reg_mr(3): remote write or atomic access requires local write.
-        if access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0
-            && access & access::LOCAL_WRITE == 0
-        {
-            return Err(VerbsError::BadMr(
-                "remote write or atomic access needs local write",
-            ));
-        }
+        check_mr_access(access)?;
         self.res
             .mrs
             .register(pd, mem, mem_offset, addr, len, access)
             .ok_or(VerbsError::BadMr(
                 "region outside its memory or key space exhausted",
             ))
+    }
+
+    /// Reregisters region `lkey` in place with a new PD, range and access
+    /// (`ibv_rereg_mr`); its keys stay. Refused while windows are bound.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rereg_mr(
+        &mut self,
+        lkey: u32,
+        pd: u32,
+        mem: Arc<dyn Memory>,
+        mem_offset: usize,
+        addr: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(u32, u32), VerbsError> {
+        self.check_pd(pd)?;
+        check_mr_access(access)?;
+        Ok(self
+            .res
+            .mrs
+            .reregister(lkey, pd, mem, mem_offset, addr, len, access)?)
     }
 
     /// Deregisters a region; refused while memory windows are bound to it.
@@ -286,4 +300,16 @@ impl Rnic {
             .ok_or(VerbsError::NoSuchCq(cq))?;
         c.poll(max, out).map_err(|_| VerbsError::CqOverrun)
     }
+}
+
+/// ibv_reg_mr(3): remote write or atomic access requires local write.
+fn check_mr_access(access: u32) -> Result<(), VerbsError> {
+    if access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0
+        && access & access::LOCAL_WRITE == 0
+    {
+        return Err(VerbsError::BadMr(
+            "remote write or atomic access needs local write",
+        ));
+    }
+    Ok(())
 }

@@ -253,6 +253,40 @@ impl MrTable {
         Some((key, key))
     }
 
+    /// Reregisters region `lkey` in place (`ibv_rereg_mr`): its PD, range,
+    /// memory and access become the ones given; its keys stay, as rxe
+    /// keeps them. Refused, and the region left as it was, while memory
+    /// windows are bound to it (as deregistering is, IBA 10.6.7.1) or when
+    /// the range lies outside `mem`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reregister(
+        &mut self,
+        lkey: u32,
+        pd: u32,
+        mem: Arc<dyn Memory>,
+        mem_offset: usize,
+        addr: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(u32, u32), MwError> {
+        let Some(Some(Entry::Mr(mr))) = self.slots.get_mut((lkey >> 8) as usize) else {
+            return Err(MwError::NoSuchRegion(lkey));
+        };
+        if mr.lkey != lkey {
+            return Err(MwError::NoSuchRegion(lkey));
+        }
+        if mr.bound_windows > 0 {
+            return Err(MwError::RegionBusy(mr.bound_windows));
+        }
+        if mem_offset as u64 + len > mem.len() as u64 || addr.checked_add(len).is_none() {
+            return Err(MwError::OutsideRegion);
+        }
+        (mr.pd, mr.mem, mr.mem_offset, mr.addr, mr.len, mr.access) =
+            (pd, mem, mem_offset, addr, len, access);
+        mr.valid = true;
+        Ok((mr.lkey, mr.rkey))
+    }
+
     /// Deregisters a region. IBA 10.6.7.1 (as rxe enforces it): a region
     /// with windows bound to it cannot be deregistered.
     pub fn deregister(&mut self, lkey: u32) -> Result<(), MwError> {
