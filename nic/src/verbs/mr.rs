@@ -753,4 +753,45 @@ mod tests {
         assert_eq!(t.invalidate(k, 1, None), Ok(()));
         assert_eq!(t.deregister(lkey), Ok(()));
     }
+
+    #[test]
+    fn a_reregistered_region_keeps_its_keys_and_takes_the_new_rules() {
+        let (mut t, lkey, b) = one_type_2_window(5, access::REMOTE_READ);
+        let mem: Arc<dyn Memory> = Arc::new(HeapMemory::new(8192));
+        let rw = access::LOCAL_WRITE | access::REMOTE_WRITE;
+        // refused while a window is bound to it, as deregistering is
+        let k = t.bind_window(17, 1, &b).unwrap();
+        assert_eq!(
+            t.reregister(lkey, 2, mem.clone(), 0, 0x8000, 8192, rw),
+            Err(MwError::RegionBusy(1))
+        );
+        assert_eq!(t.invalidate(k, 1, None), Ok(()));
+        // past its memory: refused, the region as it was
+        assert_eq!(
+            t.reregister(lkey, 2, mem.clone(), 4096, 0x8000, 8192, rw),
+            Err(MwError::OutsideRegion)
+        );
+        assert!(t.check_local(lkey, 1, 0x1000, 8, 0).is_ok());
+        // another PD, range and access under the same keys
+        assert_eq!(
+            t.reregister(lkey, 2, mem, 0, 0x8000, 8192, rw),
+            Ok((lkey, lkey))
+        );
+        assert_eq!(
+            t.check_remote(lkey, 1, 0, 0x8000, 8, access::REMOTE_WRITE)
+                .err(),
+            Some(KeyError::WrongPd)
+        );
+        assert!(t
+            .check_remote(lkey, 2, 0, 0x9ff8, 8, access::REMOTE_WRITE)
+            .is_ok());
+        assert!(matches!(
+            t.check_remote(lkey, 2, 0, 0x1000, 8, access::REMOTE_WRITE),
+            Err(KeyError::Bounds { .. })
+        ));
+        assert_eq!(
+            t.reregister(lkey ^ 1, 2, Arc::new(HeapMemory::new(8)), 0, 0, 8, 0),
+            Err(MwError::NoSuchRegion(lkey ^ 1))
+        );
+    }
 }
