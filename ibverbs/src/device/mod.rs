@@ -217,6 +217,10 @@ pub struct Ctx {
     pub srqs: Mutex<std::collections::HashMap<u32, usize>>,
     /// What `async_fd` is (an epoll descriptor over the event eventfd).
     pub async_ep: std::os::fd::OwnedFd,
+    /// What `cmd_fd` is: `/dev/null` (there is no kernel command channel;
+    /// a program may still dup it, e.g. to try `ibv_import_device`, which
+    /// answers EOPNOTSUPP).
+    pub cmd: Option<std::os::fd::OwnedFd>,
 }
 
 impl Ctx {
@@ -296,7 +300,13 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
     vctx.get_srq_num = Some(crate::objects::get_srq_num);
     let c = &mut vctx.context;
     c.device = d;
-    c.cmd_fd = -1;
+    let cmd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .ok()
+        .map(std::os::fd::OwnedFd::from);
+    c.cmd_fd = cmd.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
     c.async_fd = std::os::fd::AsRawFd::as_raw_fd(&async_ep);
     c.num_comp_vectors = 1;
     c.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
@@ -317,6 +327,7 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
         cqs: Default::default(),
         srqs: Default::default(),
         async_ep,
+        cmd,
     });
     let ctx = Box::leak(ctx);
     ctx.ibv()
