@@ -29,6 +29,19 @@ fn new_ring(cqe: u32) -> Result<(u32, Arc<Mapping>, Ring), RequestError> {
     Ok((entries, map, ring))
 }
 
+/// The answer with a CQ's ring: its memfd travels with it.
+fn cq_reply(cq: u32, entries: u32, map: Arc<Mapping>) -> Reply {
+    let map_len = map.len() as u64;
+    (
+        Response::Cq {
+            cq,
+            entries,
+            map_len,
+        },
+        Some(Attach::Map(map)),
+    )
+}
+
 /// `CreateCq`: a ring of at least `cqe` entries (its memfd travels with
 /// the answer) over a transport CQ of twice that.
 pub(super) fn create_cq(sh: &Shared, id: u64, cqe: u32) -> Result<Reply, RequestError> {
@@ -59,14 +72,7 @@ pub(super) fn create_cq(sh: &Shared, id: u64, cqe: u32) -> Result<Reply, Request
         },
     );
     with_owned(sh, id, |o| o.cqs.insert(cq));
-    Ok((
-        Response::Cq {
-            cq,
-            entries,
-            map_len: map.len() as u64,
-        },
-        Some(Attach::Map(map)),
-    ))
+    Ok(cq_reply(cq, entries, map))
 }
 
 /// `NotifyCq`: the eventfd the daemon writes for the CQ's completion
@@ -133,14 +139,7 @@ pub(super) fn resize_cq(sh: &Shared, id: u64, cq: u32, cqe: u32) -> Result<Reply
     ring.producer().store(c.prod, Release);
     c.ring = ring;
     c._map = map.clone();
-    Ok((
-        Response::Cq {
-            cq,
-            entries,
-            map_len: map.len() as u64,
-        },
-        Some(Attach::Map(map)),
-    ))
+    Ok(cq_reply(cq, entries, map))
 }
 
 /// `DestroyCq`: refused while the client's QPs use it.

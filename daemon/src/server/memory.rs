@@ -4,7 +4,7 @@ use super::registry::with_owned;
 use super::{ok, one_fd, Object, Reply, RequestError, Shared};
 use crate::proto::Response;
 use crate::shm::Mapping;
-use nic::verbs::{access, Memory, MwType};
+use nic::verbs::{access, Memory, MrSpec, MwType};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ pub(super) fn dealloc_pd(sh: &Shared, id: u64, pd: u32) -> Result<Reply, Request
     ok()
 }
 
-/// A `RegMr` request's region.
+/// A `RegMr` / `ReregMr` request's region.
 #[derive(Clone, Copy)]
 pub(super) struct Region {
     pub(super) pd: u32,
@@ -56,6 +56,19 @@ pub(super) struct Region {
     pub(super) addr: u64,
     pub(super) len: u64,
     pub(super) access: u32,
+}
+
+impl From<(u32, u64, u64, u64, u32)> for Region {
+    /// (pd, offset, addr, len, access), as the requests carry them.
+    fn from((pd, offset, addr, len, access): (u32, u64, u64, u64, u32)) -> Region {
+        Region {
+            pd,
+            offset,
+            addr,
+            len,
+            access,
+        }
+    }
 }
 
 /// The memory of a `RegMr` / `ReregMr` region: its checks (a PD of the
@@ -93,48 +106,44 @@ fn region_memory(
     Ok((Arc::new(map), at))
 }
 
-/// `RegMr`: maps the region's pages of the client's memfd and registers
-/// them.
+/// `RegMr` (`lkey` None): maps the region's pages of the client's memfd
+/// and registers them. `ReregMr` (`lkey` the client's region): the region
+/// becomes that one in place, its keys as they were; refused, the region
+/// as it was, while windows are bound to it.
 pub(super) fn reg_mr(
     sh: &Shared,
     id: u64,
     fds: Vec<OwnedFd>,
+    lkey: Option<u32>,
     m: Region,
 ) -> Result<Reply, RequestError> {
-    let (mem, at) = region_memory(sh, id, fds, &m)?;
-    let Region {
-        pd,
-        addr,
-        len,
-        access: acc,
-        ..
-    } = m;
-    let (lkey, rkey) = super::call(sh, move |r| r.reg_mr(pd, mem, at, addr, len, acc))??;
-    with_owned(sh, id, |o| o.mrs.insert(lkey, pd));
-    Ok((Response::Mr { lkey, rkey }, None))
-}
-
-/// `ReregMr`: the client's region `lkey` becomes `m` in place (its keys
-/// stay); refused, the region as it was, while windows are bound to it.
-pub(super) fn rereg_mr(
-    sh: &Shared,
-    id: u64,
-    fds: Vec<OwnedFd>,
-    lkey: u32,
-    m: Region,
-) -> Result<Reply, RequestError> {
-    if !with_owned(sh, id, |o| o.mrs.contains_key(&lkey)) {
-        return Err(RequestError::NotFound(Object::Mr(lkey)));
+    if let Some(lkey) = lkey {
+        if !with_owned(sh, id, |o| o.mrs.contains_key(&lkey)) {
+            return Err(RequestError::NotFound(Object::Mr(lkey)));
+        }
     }
-    let (mem, at) = region_memory(sh, id, fds, &m)?;
+    let (mem, mem_offset) = region_memory(sh, id, fds, &m)?;
     let Region {
         pd,
         addr,
         len,
-        access: acc,
+        access,
         ..
     } = m;
-    let (lkey, rkey) = super::call(sh, move |r| r.rereg_mr(lkey, pd, mem, at, addr, len, acc))??;
+    let (lkey, rkey) = super::call(sh, move |r| match lkey {
+        None => r.reg_mr(pd, mem, mem_offset, addr, len, access),
+        Some(lkey) => {
+            let spec = MrSpec {
+                pd,
+                mem,
+                mem_offset,
+                addr,
+                len,
+                access,
+            };
+            r.rereg_mr(lkey, spec)
+        }
+    })??;
     with_owned(sh, id, |o| o.mrs.insert(lkey, pd));
     Ok((Response::Mr { lkey, rkey }, None))
 }

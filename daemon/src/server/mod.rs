@@ -454,18 +454,10 @@ fn handle(sh: &Shared, id: u64, req: Request, fds: Vec<OwnedFd>) -> Result<Reply
             addr,
             len,
             access,
-        } => memory::reg_mr(
-            sh,
-            id,
-            fds,
-            memory::Region {
-                pd,
-                offset,
-                addr,
-                len,
-                access,
-            },
-        ),
+        } => {
+            let m = (pd, offset, addr, len, access).into();
+            memory::reg_mr(sh, id, fds, None, m)
+        }
         Request::DeregMr { lkey } => memory::dereg_mr(sh, id, lkey),
         Request::ReregMr {
             lkey,
@@ -474,19 +466,10 @@ fn handle(sh: &Shared, id: u64, req: Request, fds: Vec<OwnedFd>) -> Result<Reply
             addr,
             len,
             access,
-        } => memory::rereg_mr(
-            sh,
-            id,
-            fds,
-            lkey,
-            memory::Region {
-                pd,
-                offset,
-                addr,
-                len,
-                access,
-            },
-        ),
+        } => {
+            let m = (pd, offset, addr, len, access).into();
+            memory::reg_mr(sh, id, fds, Some(lkey), m)
+        }
         Request::AllocMw { pd, mw_type } => memory::alloc_mw(sh, id, pd, mw_type),
         Request::DeallocMw { handle } => memory::dealloc_mw(sh, id, handle),
         Request::CreateCq { cqe } => cq::create_cq(sh, id, cqe),

@@ -242,35 +242,38 @@ unsafe fn refuse(qpx: *mut ibv_qp_ex) {
     }
 }
 
-unsafe extern "C" fn wr_atomic_cmp_swp(
-    qpx: *mut ibv_qp_ex,
-    rkey: u32,
-    addr: u64,
-    compare: u64,
-    swap: u64,
-) {
-    // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe {
-        build(
-            qpx,
-            IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP,
-            IBV_WR_ATOMIC_CMP_AND_SWP,
-            |p| (p.rkey, p.remote_addr, p.compare_add, p.swap) = (rkey, addr, compare, swap),
-        )
-    }
+/// A builder slot: `$name(qpx, args)` begins a work request of `$op`,
+/// allowed by `$flag`, whose fields `$fill` sets.
+macro_rules! builder {
+    ($name:ident($($arg:ident: $t:ty),*) => $flag:expr, $op:expr, |$p:ident| $fill:expr) => {
+        unsafe extern "C" fn $name(qpx: *mut ibv_qp_ex, $($arg: $t),*) {
+            // SAFETY: the application's ibv_qp_ex (the slot's contract).
+            unsafe { build(qpx, $flag, $op, |$p| $fill) }
+        }
+    };
 }
 
-unsafe extern "C" fn wr_atomic_fetch_add(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
-    // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe {
-        build(
-            qpx,
-            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
-            IBV_WR_ATOMIC_FETCH_AND_ADD,
-            |p| (p.rkey, p.remote_addr, p.compare_add) = (rkey, addr, add),
-        )
-    }
-}
+builder!(wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64)
+    => IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_CMP_AND_SWP,
+    |p| (p.rkey, p.remote_addr, p.compare_add, p.swap) = (rkey, addr, compare, swap));
+builder!(wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64)
+    => IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_FETCH_AND_ADD,
+    |p| (p.rkey, p.remote_addr, p.compare_add) = (rkey, addr, add));
+builder!(wr_local_inv(rkey: u32)
+    => IBV_QP_EX_WITH_LOCAL_INV, IBV_WR_LOCAL_INV, |p| p.imm = rkey);
+builder!(wr_rdma_read(rkey: u32, addr: u64)
+    => IBV_QP_EX_WITH_RDMA_READ, IBV_WR_RDMA_READ, |p| (p.rkey, p.remote_addr) = (rkey, addr));
+builder!(wr_rdma_write(rkey: u32, addr: u64)
+    => IBV_QP_EX_WITH_RDMA_WRITE, IBV_WR_RDMA_WRITE, |p| (p.rkey, p.remote_addr) = (rkey, addr));
+// (the immediate data in network order, as ibv_send_wr carries it)
+builder!(wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32)
+    => IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM,
+    |p| (p.rkey, p.remote_addr, p.imm) = (rkey, addr, imm));
+builder!(wr_send() => IBV_QP_EX_WITH_SEND, IBV_WR_SEND, |_p| ());
+builder!(wr_send_imm(imm: u32)
+    => IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_WR_SEND_WITH_IMM, |p| p.imm = imm);
+builder!(wr_send_inv(rkey: u32)
+    => IBV_QP_EX_WITH_SEND_WITH_INV, IBV_WR_SEND_WITH_INV, |p| p.imm = rkey);
 
 unsafe extern "C" fn wr_bind_mw(
     qpx: *mut ibv_qp_ex,
@@ -294,74 +297,6 @@ unsafe extern "C" fn wr_bind_mw(
                 Err((libc::EINVAL, "ibv_wr_bind_mw without a bind"))
             })
         };
-    }
-}
-
-unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
-    // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe {
-        build(qpx, IBV_QP_EX_WITH_LOCAL_INV, IBV_WR_LOCAL_INV, |p| {
-            p.imm = rkey
-        })
-    }
-}
-
-unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe {
-        build(qpx, IBV_QP_EX_WITH_RDMA_READ, IBV_WR_RDMA_READ, |p| {
-            (p.rkey, p.remote_addr) = (rkey, addr)
-        })
-    }
-}
-
-unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe {
-        build(qpx, IBV_QP_EX_WITH_RDMA_WRITE, IBV_WR_RDMA_WRITE, |p| {
-            (p.rkey, p.remote_addr) = (rkey, addr)
-        })
-    }
-}
-
-unsafe extern "C" fn wr_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
-    // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe {
-        build(
-            qpx,
-            IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
-            IBV_WR_RDMA_WRITE_WITH_IMM,
-            |p| (p.rkey, p.remote_addr, p.imm) = (rkey, addr, imm),
-        )
-    }
-}
-
-unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {
-    // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe { build(qpx, IBV_QP_EX_WITH_SEND, IBV_WR_SEND, |_| {}) }
-}
-
-unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
-    // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe {
-        build(
-            qpx,
-            IBV_QP_EX_WITH_SEND_WITH_IMM,
-            IBV_WR_SEND_WITH_IMM,
-            |p| p.imm = imm,
-        )
-    }
-}
-
-unsafe extern "C" fn wr_send_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
-    // SAFETY: the application's ibv_qp_ex (the slot's contract).
-    unsafe {
-        build(
-            qpx,
-            IBV_QP_EX_WITH_SEND_WITH_INV,
-            IBV_WR_SEND_WITH_INV,
-            |p| p.imm = rkey,
-        )
     }
 }
 

@@ -3,8 +3,8 @@
 use super::{QpInfo, Rnic, FIRST_QPN};
 use crate::transport::{Qp, QpInit};
 use crate::verbs::{
-    access, AsyncEvent, Cq, Memory, Mw, MwError, MwType, QpAttr, QpState, RecvWr, SendWr, Srq,
-    VerbsError, Wc, WcOpcode, WcStatus,
+    access, AsyncEvent, Cq, Memory, MrSpec, Mw, MwError, MwType, QpAttr, QpState, RecvWr, SendWr,
+    Srq, VerbsError, Wc, WcOpcode, WcStatus,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -45,25 +45,12 @@ impl Rnic {
             ))
     }
 
-    /// Reregisters region `lkey` in place with a new PD, range and access
-    /// (`ibv_rereg_mr`); its keys stay. Refused while windows are bound.
-    #[allow(clippy::too_many_arguments)]
-    pub fn rereg_mr(
-        &mut self,
-        lkey: u32,
-        pd: u32,
-        mem: Arc<dyn Memory>,
-        mem_offset: usize,
-        addr: u64,
-        len: u64,
-        access: u32,
-    ) -> Result<(u32, u32), VerbsError> {
-        self.check_pd(pd)?;
-        check_mr_access(access)?;
-        Ok(self
-            .res
-            .mrs
-            .reregister(lkey, pd, mem, mem_offset, addr, len, access)?)
+    /// Reregisters region `lkey` in place as `spec` says (`ibv_rereg_mr`);
+    /// its keys stay. Refused while windows are bound to it.
+    pub fn rereg_mr(&mut self, lkey: u32, spec: MrSpec) -> Result<(u32, u32), VerbsError> {
+        self.check_pd(spec.pd)?;
+        check_mr_access(spec.access)?;
+        Ok(self.res.mrs.reregister(lkey, spec)?)
     }
 
     /// Deregisters a region; refused while memory windows are bound to it.

@@ -14,7 +14,7 @@ pub use cq::{Cq, CqOverrun};
 pub use error::VerbsError;
 pub use events::{Affiliated, AsyncEvent};
 pub use memory::{HeapMemory, Memory};
-pub use mr::{access, KeyError, Mr, MrTable, Mw, MwBind, MwBinding, MwError, MwType};
+pub use mr::{access, KeyError, Mr, MrSpec, MrTable, Mw, MwBind, MwBinding, MwError, MwType};
 pub use qp::{check_modify, ModifyError, QpAttr, QpState, MTUS};
 pub use srq::Srq;
 pub use wire::QpType;

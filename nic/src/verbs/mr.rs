@@ -156,6 +156,17 @@ pub struct MwBind {
     pub access: u32,
 }
 
+/// What a reregistration makes a region: `len` bytes of `mem` from
+/// `mem_offset`, at virtual address `addr`, in PD `pd`, with `access`.
+pub struct MrSpec {
+    pub pd: u32,
+    pub mem: Arc<dyn Memory>,
+    pub mem_offset: usize,
+    pub addr: u64,
+    pub len: u64,
+    pub access: u32,
+}
+
 /// A registered memory region.
 pub struct Mr {
     pub pd: u32,
@@ -254,21 +265,11 @@ impl MrTable {
     }
 
     /// Reregisters region `lkey` in place (`ibv_rereg_mr`): its PD, range,
-    /// memory and access become the ones given; its keys stay, as rxe
-    /// keeps them. Refused, and the region left as it was, while memory
-    /// windows are bound to it (as deregistering is, IBA 10.6.7.1) or when
-    /// the range lies outside `mem`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn reregister(
-        &mut self,
-        lkey: u32,
-        pd: u32,
-        mem: Arc<dyn Memory>,
-        mem_offset: usize,
-        addr: u64,
-        len: u64,
-        access: u32,
-    ) -> Result<(u32, u32), MwError> {
+    /// memory and access become `spec`'s; its keys stay, as rxe keeps
+    /// them. Refused, and the region left as it was, while memory windows
+    /// are bound to it (as deregistering is, IBA 10.6.7.1) or when the
+    /// range lies outside its memory.
+    pub fn reregister(&mut self, lkey: u32, spec: MrSpec) -> Result<(u32, u32), MwError> {
         let Some(Some(Entry::Mr(mr))) = self.slots.get_mut((lkey >> 8) as usize) else {
             return Err(MwError::NoSuchRegion(lkey));
         };
@@ -278,11 +279,18 @@ impl MrTable {
         if mr.bound_windows > 0 {
             return Err(MwError::RegionBusy(mr.bound_windows));
         }
-        if mem_offset as u64 + len > mem.len() as u64 || addr.checked_add(len).is_none() {
+        let fits = (spec.mem_offset as u64)
+            .checked_add(spec.len)
+            .is_some_and(|end| end <= spec.mem.len() as u64);
+        if !fits || spec.addr.checked_add(spec.len).is_none() {
             return Err(MwError::OutsideRegion);
         }
-        (mr.pd, mr.mem, mr.mem_offset, mr.addr, mr.len, mr.access) =
-            (pd, mem, mem_offset, addr, len, access);
+        mr.pd = spec.pd;
+        mr.addr = spec.addr;
+        mr.len = spec.len;
+        mr.access = spec.access;
+        mr.mem = spec.mem;
+        mr.mem_offset = spec.mem_offset;
         mr.valid = true;
         Ok((mr.lkey, mr.rkey))
     }
@@ -761,22 +769,27 @@ mod tests {
         let rw = access::LOCAL_WRITE | access::REMOTE_WRITE;
         // refused while a window is bound to it, as deregistering is
         let k = t.bind_window(17, 1, &b).unwrap();
+        let spec = |mem: &Arc<dyn Memory>, mem_offset| MrSpec {
+            pd: 2,
+            mem: mem.clone(),
+            mem_offset,
+            addr: 0x8000,
+            len: 8192,
+            access: rw,
+        };
         assert_eq!(
-            t.reregister(lkey, 2, mem.clone(), 0, 0x8000, 8192, rw),
+            t.reregister(lkey, spec(&mem, 0)),
             Err(MwError::RegionBusy(1))
         );
         assert_eq!(t.invalidate(k, 1, None), Ok(()));
         // past its memory: refused, the region as it was
         assert_eq!(
-            t.reregister(lkey, 2, mem.clone(), 4096, 0x8000, 8192, rw),
+            t.reregister(lkey, spec(&mem, 4096)),
             Err(MwError::OutsideRegion)
         );
         assert!(t.check_local(lkey, 1, 0x1000, 8, 0).is_ok());
         // another PD, range and access under the same keys
-        assert_eq!(
-            t.reregister(lkey, 2, mem, 0, 0x8000, 8192, rw),
-            Ok((lkey, lkey))
-        );
+        assert_eq!(t.reregister(lkey, spec(&mem, 0)), Ok((lkey, lkey)));
         assert_eq!(
             t.check_remote(lkey, 1, 0, 0x8000, 8, access::REMOTE_WRITE)
                 .err(),
@@ -790,7 +803,7 @@ mod tests {
             Err(KeyError::Bounds { .. })
         ));
         assert_eq!(
-            t.reregister(lkey ^ 1, 2, Arc::new(HeapMemory::new(8)), 0, 0, 8, 0),
+            t.reregister(lkey ^ 1, spec(&mem, 0)),
             Err(MwError::NoSuchRegion(lkey ^ 1))
         );
     }
