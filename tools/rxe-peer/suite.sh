@@ -78,7 +78,7 @@ suite_diff() {
     was[$1] != $2 { print $1 ": " was[$1] " -> " $2 }
     { delete was[$1] }
     END { for (n in was) print n ": " was[n] ", did not run" }
-  ' "$old" "$OUT/suite.out" | sort
+  ' "$old" "$OUT/suite.out" | sort | grep . || echo "(none)"
 }
 
 suite_main() {
