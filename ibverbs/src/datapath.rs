@@ -110,10 +110,11 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
     if dead {
         // a failed device: the WRs still outstanding complete as flushed,
         // then polling is an error
+        let mut at = done;
         done += c.flush(n as usize - done, |w| {
             // SAFETY: as above; flush hands at most n - done.
-            unsafe { *wc.add(done) = w };
-            done += 1;
+            unsafe { *wc.add(at) = w };
+            at += 1;
         });
         if done == 0 {
             return -1;
