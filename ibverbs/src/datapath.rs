@@ -135,7 +135,11 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     let Some(c) = (unsafe { cq_of(cq) }) else {
         return libc::EINVAL;
     };
-    if c.inner.lock().unwrap_or_else(|e| e.into_inner()).device_dead() {
+    if c.inner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .device_dead()
+    {
         return libc::EIO;
     }
     if c.channel.is_null() {
@@ -435,11 +439,13 @@ pub unsafe extern "C" fn post_send(
 
 /// Records a receive WQE the ring took, for a flush if the device fails.
 fn received_one(wrs: &SharedWrs, w: &WqeRaw) {
-    wrs.lock().unwrap_or_else(|e| e.into_inner()).posted(Posted {
-        wr_id: w.wr_id,
-        opcode: IBV_WC_RECV,
-        signaled: true,
-    });
+    wrs.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .posted(Posted {
+            wr_id: w.wr_id,
+            opcode: IBV_WC_RECV,
+            signaled: true,
+        });
 }
 
 /// The `enum ibv_wc_opcode` a send WQE of ring opcode `op` completes with.

@@ -36,10 +36,7 @@ fn a_c_program_does_verbs_on_its_own_memory() {
 /// Builds tests/c/NAME.c against rdma-core's header, linked to the drop-in,
 /// and runs it with `args` on daemon `d`.
 fn run_c(d: &Daemon, dir: &std::path::Path, name: &str, args: &[&str]) -> std::process::Output {
-    c_program(d, dir, name)
-        .args(args)
-        .output()
-        .expect("run")
+    c_program(d, dir, name).args(args).output().expect("run")
 }
 
 /// tests/c/NAME.c built against rdma-core's header and linked to the
@@ -110,7 +107,6 @@ fn a_program_sees_its_device_fail_when_rnicd_dies() {
         assert!(text.contains(want), "no {want:?} in:\n{text}");
     }
 }
-
 
 /// tests/c/mw_check.c's transcript on the drop-in equals
 /// tests/c/mw_check.expected: memory windows of both types, binds that must

@@ -366,7 +366,8 @@ fn a_response_missing_inside_the_capture_is_a_difference() {
     let r = only(replay(&cut));
     assert_eq!(tally(&r), (4, 1, 0), "{r:#?}");
     assert!(
-        r.mismatches[0].contains("the capture has no such response, and the responder's frames go on"),
+        r.mismatches[0]
+            .contains("the capture has no such response, and the responder's frames go on"),
         "{:?}",
         r.mismatches
     );
@@ -522,7 +523,10 @@ fn damaged_captures_never_panic_the_replay() {
 
 /// Host `n`'s MAC and IPv4 address (192.0.2.n).
 fn host(n: u8) -> (EthernetAddress, Ipv4Addr) {
-    (EthernetAddress([2, 0, 0, 0, 0, n]), Ipv4Addr::new(192, 0, 2, n))
+    (
+        EthernetAddress([2, 0, 0, 0, 0, n]),
+        Ipv4Addr::new(192, 0, 2, n),
+    )
 }
 
 /// The Ethernet and IPv4 headers of a frame from host `from` to host `to`.
@@ -602,7 +606,17 @@ fn other_frame(at_us: u64, from: u8, to: u8) -> (Instant, Vec<u8>) {
 /// first two and then goes silent (its QP destroyed), while host 1
 /// retries PSN 102 for 1.5 s and ends with other traffic of its own.
 fn silent_responder() -> Vec<(Instant, Vec<u8>)> {
-    let send = |at, psn| rc_frame(at, 1, 2, Opcode::RC_SEND_ONLY, 0x11, psn, Default::default());
+    let send = |at, psn| {
+        rc_frame(
+            at,
+            1,
+            2,
+            Opcode::RC_SEND_ONLY,
+            0x11,
+            psn,
+            Default::default(),
+        )
+    };
     let ack = |at, psn, msn| {
         let ext = ExtHeaders {
             aeth: Some(Aeth {
@@ -638,7 +652,9 @@ fn a_responder_that_went_silent_has_its_missing_answers_after_the_end() {
     assert_eq!(r.differed, 0, "{r:#?}");
     assert!(!r.after_end.is_empty(), "{r:#?}");
     assert!(
-        r.after_end.iter().all(|a| a.contains("RC_ACKNOWLEDGE psn 102")),
+        r.after_end
+            .iter()
+            .all(|a| a.contains("RC_ACKNOWLEDGE psn 102")),
         "{:?}",
         r.after_end
     );
