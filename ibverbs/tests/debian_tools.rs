@@ -537,14 +537,7 @@ fn a_peer_killed_mid_transfer_ends_the_writers_run_in_error_completions() {
     // WRITEs any more
     let _ = run.server.kill();
     let _ = run.server.wait();
-    let err = run.client.stderr.take().map(drain);
-    let (status, late) = exit_by(&mut run.client, Instant::now() + DEADLINE);
-    let err = String::from_utf8_lossy(
-        &err.map(|h| h.join().unwrap_or_default())
-            .unwrap_or_default(),
-    )
-    .into_owned();
-    let out = run.out.join().unwrap_or_default();
+    let (status, late, out, err) = run.end_client(Instant::now() + DEADLINE);
     assert!(
         run.started,
         "ib_write_bw never started its run:\n{out}\n{err}"
@@ -580,17 +573,10 @@ fn a_daemon_killed_mid_transfer_fails_both_sides_and_a_new_one_serves() {
     // rnicd dies as a crash ends it: to the two programs, a device that
     // fails under them
     d.kill();
-    let err = run.client.stderr.take().map(drain);
     // far less than the 60 s the run still had: the device's failure ends it
     let deadline = Instant::now() + Duration::from_secs(20);
-    let (status, late) = exit_by(&mut run.client, deadline);
+    let (status, late, out, err) = run.end_client(deadline);
     let (s_status, s_late) = exit_by(&mut run.server, deadline);
-    let err = String::from_utf8_lossy(
-        &err.map(|h| h.join().unwrap_or_default())
-            .unwrap_or_default(),
-    )
-    .into_owned();
-    let out = run.out.join().unwrap_or_default();
     assert!(
         run.started,
         "ib_write_bw never started its run:\n{out}\n{err}"
@@ -632,7 +618,7 @@ struct WriteBwRun {
     server: Child,
     client: Child,
     /// The client's stdout, read on a thread until it ends.
-    out: std::thread::JoinHandle<String>,
+    out: Option<std::thread::JoinHandle<String>>,
     started: bool,
 }
 
@@ -679,9 +665,29 @@ impl WriteBwRun {
         WriteBwRun {
             server,
             client,
-            out,
+            out: Some(out),
             started,
         }
+    }
+
+    /// Waits for the client to exit until `deadline`, killing it then:
+    /// its status, whether it was killed, its stdout and its stderr.
+    fn end_client(
+        &mut self,
+        deadline: Instant,
+    ) -> (std::process::ExitStatus, bool, String, String) {
+        let err = self.client.stderr.take().map(drain);
+        let (status, late) = exit_by(&mut self.client, deadline);
+        let err = err
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        let out = self.out.take().map(|h| h.join().unwrap_or_default());
+        (
+            status,
+            late,
+            out.unwrap_or_default(),
+            String::from_utf8_lossy(&err).into_owned(),
+        )
     }
 }
 

@@ -215,16 +215,20 @@ impl Context {
             req,
         });
         let fds: Vec<RawFd> = fd.into_iter().collect();
-        if let Err(e) = sock.send(&msg, &fds) {
-            if e.raw_os_error() == Some(libc::EPIPE) {
+        // a hang-up seen here, before the watcher sees it, is the same death
+        let gone = |e: std::io::Error| -> Error {
+            if matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
                 self.live.die();
+                Error::DeviceGone
+            } else {
+                e.into()
             }
-            return Err(e.into());
-        }
+        };
+        sock.send(&msg, &fds).map_err(gone)?;
         let mut buf = Vec::new();
-        let Some(fds) = sock.recv(&mut buf)? else {
+        let Some(fds) = sock.recv(&mut buf).map_err(gone)? else {
             self.live.die();
-            return Err(ProtocolError::Closed.into());
+            return Err(Error::DeviceGone);
         };
         let m: RespMsg = serde_json::from_slice(&buf).map_err(ProtocolError::from)?;
         if m.v != proto::VERSION {
