@@ -151,3 +151,65 @@ impl Cq {
         lock(&self.attached).retain(|a| a.qpn != qpn);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wr(wr_id: u64, signaled: bool) -> Posted {
+        Posted {
+            wr_id,
+            opcode: IBV_WC_SEND,
+            signaled,
+        }
+    }
+
+    fn left(q: &SharedWrs) -> Vec<u64> {
+        let mut g = lock(q);
+        std::iter::from_fn(|| g.take().map(|p| p.wr_id)).collect()
+    }
+
+    #[test]
+    fn a_send_completion_retires_the_unsignaled_sends_before_it() {
+        let q = Outstanding::shared(8, true);
+        for (id, sig) in [(1, false), (2, false), (3, true), (4, false), (5, true)] {
+            lock(&q).posted(wr(id, sig));
+        }
+        lock(&q).retire(3, true);
+        assert_eq!(left(&q), [4, 5]);
+    }
+
+    #[test]
+    fn an_error_completion_retires_its_wr_and_those_before() {
+        let q = Outstanding::shared(8, true);
+        for (id, sig) in [(1, false), (2, false), (3, true)] {
+            lock(&q).posted(wr(id, sig));
+        }
+        // an unsignaled WR that fails completes all the same
+        lock(&q).retire(2, false);
+        assert_eq!(left(&q), [3]);
+        // a completion of nothing outstanding retires nothing
+        lock(&q).posted(wr(6, true));
+        lock(&q).retire(9, false);
+        assert_eq!(left(&q), [6]);
+    }
+
+    #[test]
+    fn srq_receives_retire_in_any_order() {
+        let q = Outstanding::shared(8, false);
+        for id in [1, 2, 3] {
+            lock(&q).posted(wr(id, true));
+        }
+        lock(&q).retire(2, true);
+        assert_eq!(left(&q), [1, 3]);
+    }
+
+    #[test]
+    fn no_more_than_two_rings_are_kept() {
+        let q = Outstanding::shared(2, true);
+        for id in 1..=6 {
+            lock(&q).posted(wr(id, false));
+        }
+        assert_eq!(left(&q), [3, 4, 5, 6]);
+    }
+}
