@@ -43,12 +43,21 @@ impl Liveness {
 pub(super) struct Watcher {
     stop: nic::io::Bell,
     thread: Option<JoinHandle<()>>,
+    /// The process that started the thread: a child made by fork(2) has
+    /// the handle but not the thread, which it must neither join nor
+    /// detach.
+    pid: u32,
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
+        let t = self.thread.take();
+        if std::process::id() != self.pid {
+            std::mem::forget(t);
+            return;
+        }
         self.stop.ring();
-        if let Some(t) = self.thread.take() {
+        if let Some(t) = t {
             let _ = t.join();
         }
     }
@@ -130,6 +139,7 @@ impl Context {
         *g = Some(Watcher {
             stop,
             thread: Some(thread),
+            pid: std::process::id(),
         });
         Ok(())
     }
