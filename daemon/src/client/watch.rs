@@ -101,6 +101,22 @@ fn watch(sock: RawFd, stop: RawFd, live: Arc<Liveness>) {
     }
 }
 
+/// Runs `f` with every signal blocked in the calling thread (a thread it
+/// starts inherits the mask), then restores the thread's mask.
+fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sigfillset and pthread_sigmask write only the local sets
+    // they are given; the old mask is restored below.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
 /// Control requests that free an object: on a dead device they succeed
 /// (the object is gone with the device), so a program can tear down after
 /// the fatal event as rdma-core lets it after a device is disassociated.
@@ -133,9 +149,14 @@ impl Context {
             .map_err(|_| ProtocolError::Poisoned)?
             .raw_fd();
         let (live, stop_fd) = (self.live.clone(), stop.as_fd().as_raw_fd());
-        let thread = std::thread::Builder::new()
-            .name("softrnic-watch".into())
-            .spawn(move || watch(sock, stop_fd, live))?;
+        // the thread is born with every signal blocked, so the program's
+        // signals (perftest's SIGALRM, a timer meant to interrupt a wait)
+        // go to its own threads
+        let thread = with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name("softrnic-watch".into())
+                .spawn(move || watch(sock, stop_fd, live))
+        })?;
         *g = Some(Watcher {
             stop,
             thread: Some(thread),

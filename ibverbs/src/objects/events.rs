@@ -35,8 +35,8 @@ pub unsafe extern "C" fn srv_ibv_get_async_event(
             }
             Ok(None) => continue,
             // the daemon went away: the device's fatal event, once (IBTA
-            // 11.6.3.2, unaffiliated "Local Catastrophic Error" of the
-            // CA); then errors, as from a disassociated device
+            // 11.6.3: the CA's unaffiliated "Local Catastrophic Error");
+            // then errors, as from a disassociated device
             Err(softrnic::Error::DeviceGone) if ctx.inner.take_fatal_event() => {
                 // SAFETY: the caller's struct.
                 unsafe {

@@ -95,6 +95,29 @@ pub struct Attached {
     pub recv: Option<SharedWrs>,
 }
 
+/// Lets QP `qpn`'s completions retire its WRs: its sends on `send.0`,
+/// its receives (its own queue's or its SRQ's) on `recv.0`.
+pub fn attach(qpn: u32, send: (&Cq, &SharedWrs), recv: (&Cq, Option<SharedWrs>)) {
+    let mine = Attached {
+        qpn,
+        send: Some(send.1.clone()),
+        recv: None,
+    };
+    if std::ptr::eq(send.0, recv.0) {
+        send.0.attach(Attached {
+            recv: recv.1,
+            ..mine
+        });
+    } else {
+        send.0.attach(mine);
+        recv.0.attach(Attached {
+            qpn,
+            send: None,
+            recv: recv.1,
+        });
+    }
+}
+
 /// Whether a CQE's opcode is a receive's (`IBV_WC_RECV` and up).
 pub fn is_recv_opcode(opcode: c_int) -> bool {
     opcode & IBV_WC_RECV != 0

@@ -139,24 +139,7 @@ unsafe fn create_qp_common(
     let sent = Outstanding::shared(sq_entries, true);
     let recvd = srq.is_none().then(|| Outstanding::shared(rq_entries, true));
     let recv = recvd.clone().or_else(|| srq.map(|s| s.wrs.clone()));
-    if std::ptr::eq(scq, rcq) {
-        scq.attach(Attached {
-            qpn,
-            send: Some(sent.clone()),
-            recv,
-        });
-    } else {
-        scq.attach(Attached {
-            qpn,
-            send: Some(sent.clone()),
-            recv: None,
-        });
-        rcq.attach(Attached {
-            qpn,
-            send: None,
-            recv,
-        });
-    }
+    attach(qpn, (scq, &sent), (rcq, recv));
     // SAFETY: ibv_qp's mutex/cond: zero is their static initializer.
     let mut ibv: ibv_qp = unsafe { std::mem::zeroed() };
     ibv.context = p.ibv.context;
