@@ -60,6 +60,8 @@ pub(crate) fn errno_of(e: &softrnic::Error) -> c_int {
         softrnic::Error::Protocol(_) => libc::EIO,
         softrnic::Error::OutsideBuffer { .. } | softrnic::Error::NotArmed => libc::EINVAL,
         softrnic::Error::UserMem(u) => u.errno(),
+        // as rdma-core's commands on a device that was disassociated
+        softrnic::Error::DeviceGone => libc::EIO,
     }
 }
 

@@ -411,9 +411,11 @@ capture shows (addresses, QPNs, first PSN, path MTU, one memory region per R_Key
 atomic targets pre-filled from the capture's responses), feeds it the capture's requests, pairs \
 its responses with the capture's by PSN and compares them field by field (opcode, PSN, \
 destination QP, AETH syndrome and MSN, atomic original value, payload, ICRC). Our responses \
-after the last one the capture holds for the connection, when the capture ends before they \
-were due (the slowest answer it shows on that connection, at least 1 ms, after the \
-connection's last request), are listed as after the end of the capture, not as differences. \
+after the last one the capture holds for the connection, when the capture shows no frame of \
+the responder's address after they were due (the slowest answer it shows on that connection, \
+at least 1 ms, after the connection's last request), are listed as after the end of the \
+capture, not as differences: a requester retrying into a responder that went silent shows \
+nothing of what the responder owed. \
 Memory is judged where the capture shows the WRITE acknowledged. A file that ends inside a \
 frame is replayed up to the frame before it. The last line counts the responses that matched, \
 differed and fell after the end. Exit status 1 when any differs.",

@@ -13,6 +13,7 @@ pub mod cm;
 pub mod cq;
 pub mod memory;
 pub mod qp;
+mod watch;
 
 pub use cq::*;
 pub use memory::*;
@@ -66,6 +67,9 @@ pub enum Error {
     /// The process's own memory cannot be registered.
     #[error("{0}")]
     UserMem(crate::usermem::UserMemError),
+    /// The daemon went away (killed or crashed): the device has failed.
+    #[error("the daemon is gone: the device has failed")]
+    DeviceGone,
 }
 
 /// Why an answer of the daemon could not be used.
@@ -115,6 +119,10 @@ pub const PORT_ACTIVE: u32 = 4;
 
 /// An open device (`ibv_context`).
 pub struct Context {
+    /// The thread that notices the daemon going away (first: it is stopped
+    /// and joined before the socket it watches closes).
+    watcher: Mutex<Option<watch::Watcher>>,
+    live: Arc<watch::Liveness>,
     sock: Mutex<SeqPacket>,
     pub device: DeviceInfo,
     /// The engine's bell: rung after a post when the ring says the engine
@@ -149,6 +157,8 @@ impl Context {
     pub fn open(path: impl AsRef<Path>) -> Result<Arc<Context>> {
         let sock = SeqPacket::connect(path.as_ref())?;
         let mut c = Context {
+            watcher: Mutex::new(None),
+            live: Default::default(),
             bell: None,
             async_events: Mutex::new(None),
             sock: Mutex::new(sock),
@@ -192,15 +202,34 @@ impl Context {
     }
 
     fn request(&self, req: Request, fd: Option<RawFd>) -> Result<(Response, Vec<OwnedFd>)> {
+        if self.is_dead() {
+            return if watch::tears_down(&req) {
+                Ok((Response::Ok, Vec::new()))
+            } else {
+                Err(Error::DeviceGone)
+            };
+        }
         let sock = self.sock.lock().map_err(|_| ProtocolError::Poisoned)?;
         let msg = proto::encode(&ReqMsg {
             v: proto::VERSION,
             req,
         });
         let fds: Vec<RawFd> = fd.into_iter().collect();
-        sock.send(&msg, &fds)?;
+        // a hang-up seen here, before the watcher sees it, is the same death
+        let gone = |e: std::io::Error| -> Error {
+            if matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
+                self.live.die();
+                Error::DeviceGone
+            } else {
+                e.into()
+            }
+        };
+        sock.send(&msg, &fds).map_err(gone)?;
         let mut buf = Vec::new();
-        let fds = sock.recv(&mut buf)?.ok_or(ProtocolError::Closed)?;
+        let Some(fds) = sock.recv(&mut buf).map_err(gone)? else {
+            self.live.die();
+            return Err(Error::DeviceGone);
+        };
         let m: RespMsg = serde_json::from_slice(&buf).map_err(ProtocolError::from)?;
         if m.v != proto::VERSION {
             return Err(ProtocolError::Version(m.v).into());
@@ -265,6 +294,8 @@ impl Context {
                 Response::Ok => {}
                 r => return Err(unexpected(r)),
             }
+            // the daemon's going away makes the descriptor readable too
+            self.wake_on_death(bell.as_fd())?;
             *g = Some((bell, Default::default()));
         }
         Ok(g)
@@ -341,6 +372,10 @@ fn unexpected(r: Response) -> Error {
 }
 
 fn post_ring(r: &Ring, prod: &mut u32, w: &WqeRaw, ctx: &Context) -> Result<()> {
+    // a dead daemon never takes the WQE: the post fails (one atomic load)
+    if ctx.is_dead() {
+        return Err(Error::DeviceGone);
+    }
     let cons = r.consumer().load(Ordering::Acquire);
     if prod.wrapping_sub(cons) >= r.entries {
         return Err(Error::QueueFull);

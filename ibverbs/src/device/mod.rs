@@ -264,6 +264,11 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
             return null_errno(errno_of(&e));
         }
     };
+    // the daemon's going away turns the device into a failed one
+    if let Err(e) = inner.watch() {
+        complain("ibv_open_device", format!("watching the daemon: {e}"));
+        return null_errno(errno_of(&e));
+    }
     let async_fd = match inner.async_event_fd() {
         Ok(fd) => fd,
         Err(e) => {

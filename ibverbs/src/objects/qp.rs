@@ -22,6 +22,10 @@ pub struct QpInner {
     pub sq_sig_all: bool,
     /// The attributes last set, for `ibv_query_qp`.
     pub attr: ibv_qp_attr,
+    /// Sends posted and not completed; receives likewise (None: the QP
+    /// receives from an SRQ, which keeps its own).
+    pub sent: SharedWrs,
+    pub recvd: Option<SharedWrs>,
 }
 
 /// # Safety
@@ -132,6 +136,10 @@ unsafe fn create_qp_common(
     }
     cap.max_inline_data = if inline.is_some() { inline_cap } else { 0 };
     let qpn = q.qpn;
+    let sent = Outstanding::shared(sq_entries, true);
+    let recvd = srq.is_none().then(|| Outstanding::shared(rq_entries, true));
+    let recv = recvd.clone().or_else(|| srq.map(|s| s.wrs.clone()));
+    attach(qpn, (scq, &sent), (rcq, recv));
     // SAFETY: ibv_qp's mutex/cond: zero is their static initializer.
     let mut ibv: ibv_qp = unsafe { std::mem::zeroed() };
     ibv.context = p.ibv.context;
@@ -158,6 +166,8 @@ unsafe fn create_qp_common(
             cap: *cap,
             sq_sig_all: attr.sq_sig_all != 0,
             attr: qa,
+            sent,
+            recvd,
         }),
     });
     lock(&ctx.qps).insert(qpn, ptr as usize);
@@ -504,6 +514,13 @@ pub unsafe extern "C" fn srv_ibv_destroy_qp(q: *mut ibv_qp) -> c_int {
     // SAFETY: the QP's context is open.
     if let Some(ctx) = unsafe { Ctx::from(qp.ibv.context) } {
         lock(&ctx.qps).remove(&qp.ibv.qp_num);
+    }
+    // SAFETY: a QP's CQs outlive it (destroy_cq refuses while attached).
+    for c in unsafe { [cq_of(qp.ibv.send_cq), cq_of(qp.ibv.recv_cq)] }
+        .into_iter()
+        .flatten()
+    {
+        c.detach(qp.ibv.qp_num);
     }
     // SAFETY: made by Box in create_qp_common.
     let b = unsafe { Box::from_raw(q as *mut Qp) };
