@@ -38,7 +38,9 @@ struct Args {
     #[arg(long, default_value = "auto")]
     backend: String,
     /// The device's IP address (its GID); with --mem-pair the first of
-    /// two (the second gets the next address).
+    /// two (the second gets the next address), by default 127.0.0.1: two
+    /// loopback addresses the kernel answers too, so a program reaches
+    /// the peer by TCP at the address it connects to by RDMA CM.
     #[arg(long)]
     gid: Option<IpAddr>,
     #[arg(long, default_value = "/run/softrnic")]
@@ -239,6 +241,13 @@ fn drop_privileges(user: &str) -> Result<(u32, u32), PrivError> {
     Ok((uid, gid))
 }
 
+/// The netdev a `--mem-pair` device on `ip` stands beside: `lo` for an
+/// address of 127.0.0.0/8 (the kernel's loopback answers all of it), none
+/// for another address.
+fn loopback_netdev(ip: std::net::Ipv4Addr) -> Option<String> {
+    ip.is_loopback().then(|| "lo".to_string())
+}
+
 fn main() {
     let a = match parse() {
         Ok(a) => a,
@@ -264,7 +273,8 @@ fn main() {
         park: Duration::from_micros(a.park_us),
         ..Default::default()
     };
-    let mut ports: Vec<(String, Box<dyn Port>, Gid)> = Vec::new();
+    // (device name, port, GID, netdev)
+    let mut ports: Vec<(String, Box<dyn Port>, Gid, Option<String>)> = Vec::new();
     let mut cable = None;
     if a.mem_pair {
         if a.pcap.is_some() {
@@ -283,17 +293,20 @@ fn main() {
                 eprintln!("rnicd: --mem-pair takes an IPv4 --gid");
                 std::process::exit(2)
             }
-            None => u32::from(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+            None => u32::from(std::net::Ipv4Addr::LOCALHOST),
         };
+        let (ip0, ip1) = (base.into(), (base + 1).into());
         ports.push((
             format!("{}0", a.name),
             Box::new(p0),
-            Gid::from_ipv4(base.into()),
+            Gid::from_ipv4(ip0),
+            loopback_netdev(ip0),
         ));
         ports.push((
             format!("{}1", a.name),
             Box::new(p1),
-            Gid::from_ipv4((base + 1).into()),
+            Gid::from_ipv4(ip1),
+            loopback_netdev(ip1),
         ));
     } else if let Some(ifname) = &a.iface {
         let backend = match a.backend.as_str() {
@@ -323,7 +336,7 @@ fn main() {
                     },
                     None => p,
                 };
-                ports.push((a.name.clone(), p, Gid::from_ip(gid)));
+                ports.push((a.name.clone(), p, Gid::from_ip(gid), Some(ifname.clone())));
             }
             Err(e) => {
                 eprintln!("rnicd: {ifname}: {e}");
@@ -352,12 +365,13 @@ fn main() {
     let items: Vec<(Box<dyn Port>, ServerConfig)> = ports
         .into_iter()
         .enumerate()
-        .map(|(i, (name, port, gid))| {
+        .map(|(i, (name, port, gid, netdev))| {
             let cfg = ServerConfig {
                 name,
                 sock_dir: a.sock_dir.clone(),
                 mode,
                 gid,
+                netdev,
                 engine: engine(i),
                 bell: !a.no_bell,
                 cm: softrnic::server::CmTimers {

@@ -5,16 +5,19 @@
 //! index) — no syscall on the data path.
 //!
 //! This module holds the device context ([`Context`]) and the library's
-//! error type; [`memory`] the PD and what is made on one (buffers, MRs,
+//! error type; [`device`] the devices in the socket directory and what
+//! a device shows (GID table, node GUID); [`memory`] the PD and what is made on one (buffers, MRs,
 //! MWs, QPs, AHs, SRQs); [`cq`] completion queues; [`qp`] queue pairs,
 //! SRQs and address handles; [`cm`] the RDMA CM (event channels, CM IDs).
 
 pub mod cm;
 pub mod cq;
+pub mod device;
 pub mod memory;
 pub mod qp;
 
 pub use cq::*;
+pub use device::*;
 pub use memory::*;
 pub use qp::*;
 
@@ -104,6 +107,9 @@ pub struct DeviceInfo {
     pub max_qp_wr: u32,
     pub max_cqe: u32,
     pub max_sge: u32,
+    /// The kernel interface the device stands beside (`rnicd --iface`,
+    /// `lo` for a `--mem-pair` on loopback addresses), if any.
+    pub netdev: Option<String>,
 }
 
 pub use crate::proto::PortInfo;
@@ -160,6 +166,7 @@ impl Context {
                 max_qp_wr: 0,
                 max_cqe: 0,
                 max_sge: 0,
+                netdev: None,
             },
         };
         match c.request(Request::QueryDevice, None)?.0 {
@@ -171,6 +178,7 @@ impl Context {
                 max_qp_wr,
                 max_cqe,
                 max_sge,
+                netdev,
             } => {
                 c.device = DeviceInfo {
                     name,
@@ -180,6 +188,7 @@ impl Context {
                     max_qp_wr,
                     max_cqe,
                     max_sge,
+                    netdev,
                 }
             }
             r => return Err(unexpected(r)),
