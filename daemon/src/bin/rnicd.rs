@@ -241,6 +241,14 @@ fn drop_privileges(user: &str) -> Result<(u32, u32), PrivError> {
     Ok((uid, gid))
 }
 
+/// A device to serve: its name, port, GID and netdev.
+struct DevicePort {
+    name: String,
+    port: Box<dyn Port>,
+    gid: Gid,
+    netdev: Option<String>,
+}
+
 /// The netdev a `--mem-pair` device on `ip` stands beside: `lo` for an
 /// address of 127.0.0.0/8 (the kernel's loopback answers all of it), none
 /// for another address.
@@ -273,8 +281,7 @@ fn main() {
         park: Duration::from_micros(a.park_us),
         ..Default::default()
     };
-    // (device name, port, GID, netdev)
-    let mut ports: Vec<(String, Box<dyn Port>, Gid, Option<String>)> = Vec::new();
+    let mut ports: Vec<DevicePort> = Vec::new();
     let mut cable = None;
     if a.mem_pair {
         if a.pcap.is_some() {
@@ -296,18 +303,18 @@ fn main() {
             None => u32::from(std::net::Ipv4Addr::LOCALHOST),
         };
         let (ip0, ip1) = (base.into(), (base + 1).into());
-        ports.push((
-            format!("{}0", a.name),
-            Box::new(p0),
-            Gid::from_ipv4(ip0),
-            loopback_netdev(ip0),
-        ));
-        ports.push((
-            format!("{}1", a.name),
-            Box::new(p1),
-            Gid::from_ipv4(ip1),
-            loopback_netdev(ip1),
-        ));
+        ports.push(DevicePort {
+            name: format!("{}0", a.name),
+            port: Box::new(p0),
+            gid: Gid::from_ipv4(ip0),
+            netdev: loopback_netdev(ip0),
+        });
+        ports.push(DevicePort {
+            name: format!("{}1", a.name),
+            port: Box::new(p1),
+            gid: Gid::from_ipv4(ip1),
+            netdev: loopback_netdev(ip1),
+        });
     } else if let Some(ifname) = &a.iface {
         let backend = match a.backend.as_str() {
             "auto" => Backend::Auto,
@@ -336,7 +343,12 @@ fn main() {
                     },
                     None => p,
                 };
-                ports.push((a.name.clone(), p, Gid::from_ip(gid), Some(ifname.clone())));
+                ports.push(DevicePort {
+                    name: a.name.clone(),
+                    port: p,
+                    gid: Gid::from_ip(gid),
+                    netdev: Some(ifname.clone()),
+                });
             }
             Err(e) => {
                 eprintln!("rnicd: {ifname}: {e}");
@@ -365,22 +377,32 @@ fn main() {
     let items: Vec<(Box<dyn Port>, ServerConfig)> = ports
         .into_iter()
         .enumerate()
-        .map(|(i, (name, port, gid, netdev))| {
-            let cfg = ServerConfig {
-                name,
-                sock_dir: a.sock_dir.clone(),
-                mode,
-                gid,
-                netdev,
-                engine: engine(i),
-                bell: !a.no_bell,
-                cm: softrnic::server::CmTimers {
-                    response_timeout: a.cm_response_timeout,
-                    max_retries: a.cm_retries,
+        .map(
+            |(
+                i,
+                DevicePort {
+                    name,
+                    port,
+                    gid,
+                    netdev,
                 },
-            };
-            (port, cfg)
-        })
+            )| {
+                let cfg = ServerConfig {
+                    name,
+                    sock_dir: a.sock_dir.clone(),
+                    mode,
+                    gid,
+                    netdev,
+                    engine: engine(i),
+                    bell: !a.no_bell,
+                    cm: softrnic::server::CmTimers {
+                        response_timeout: a.cm_response_timeout,
+                        max_retries: a.cm_retries,
+                    },
+                };
+                (port, cfg)
+            },
+        )
         .collect();
     let servers = match Server::start_many(items, a.one_thread) {
         Ok(s) => s,

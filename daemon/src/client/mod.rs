@@ -98,7 +98,7 @@ pub enum ProtocolError {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// What `query_device` reports.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct DeviceInfo {
     pub name: String,
     pub gid: Gid,
@@ -158,16 +158,7 @@ impl Context {
             bell: None,
             async_events: Mutex::new(None),
             sock: Mutex::new(sock),
-            device: DeviceInfo {
-                name: String::new(),
-                gid: Gid::default(),
-                mac: EthernetAddress([0; 6]),
-                mtu: 0,
-                max_qp_wr: 0,
-                max_cqe: 0,
-                max_sge: 0,
-                netdev: None,
-            },
+            device: DeviceInfo::default(),
         };
         match c.request(Request::QueryDevice, None)?.0 {
             Response::Device {

@@ -62,7 +62,7 @@ fn rate_text(width: u8, speed: u8) -> String {
         _ => (1000, " NDR"),
     };
     let t = tenths * lanes;
-    let frac = if t % 10 == 0 {
+    let frac = if t.is_multiple_of(10) {
         String::new()
     } else {
         format!(".{}", t % 10)
@@ -202,11 +202,8 @@ mod tests {
                 name: "t0".into(),
                 gid: Gid::from_ipv4("127.0.0.1".parse().unwrap()),
                 mac: EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
-                mtu: 4096,
-                max_qp_wr: 1,
-                max_cqe: 1,
-                max_sge: 1,
                 netdev: Some("lo".into()),
+                ..Default::default()
             },
             port: PortInfo {
                 state: PORT_ACTIVE,
