@@ -466,3 +466,97 @@ fn the_mem_pair_answers_tcp_and_rdma_cm_at_one_address() {
         });
     }
 }
+
+/// `argv` inside 33 user namespaces nested by `unshare -c` (each mapping
+/// the user to itself), where the kernel's limit of 32 nested ones is
+/// reached: the next `unshare(CLONE_NEWUSER)` fails.
+fn nested_full(argv: &[&str]) -> Command {
+    let mut c = Command::new("unshare");
+    c.arg("-c");
+    for _ in 1..33 {
+        c.args(["unshare", "-c"]);
+    }
+    c.args(argv).stdin(Stdio::null());
+    c
+}
+
+#[test]
+fn without_a_namespace_the_program_runs_without_the_view_and_is_told() {
+    if let Err(why) = prerequisites(&["unshare", "ibv_devices"]) {
+        return testkit::skip_or_fail("the no-namespace test", &why);
+    }
+    let probe = run("unshare -c true", nested_full(&["unshare", "-c", "true"]));
+    if probe.ok() || !probe.stderr.contains("No space left") {
+        return testkit::skip_or_fail(
+            "the no-namespace test",
+            &format!("33 nested user namespaces do not exhaust the kernel's limit here:\n{probe}"),
+        );
+    }
+    let d = Daemon::start();
+    let rnic = profile_dir().join("rnic");
+    let script = "test -e /sys/class/infiniband/t0 && echo shown || echo hidden; ibv_devices";
+    let mut argv = vec![rnic.to_str().unwrap(), "exec", "--sock-dir"];
+    argv.push(d.sock_dir().to_str().unwrap());
+    argv.extend(["--", "sh", "-c", script]);
+    let mut c = nested_full(&argv);
+    if is_root() {
+        // the namespaces as nobody: a root rnic needs no user namespace
+        let mut s = Command::new("setpriv");
+        s.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        s.arg(c.get_program())
+            .args(c.get_args())
+            .stdin(Stdio::null());
+        c = s;
+    }
+    let out = run("rnic exec in full namespaces", c);
+    assert!(out.ok(), "{out}");
+    assert!(out.stdout.starts_with("hidden\n"), "{out}");
+    assert!(
+        out.stdout.contains("t0") && out.stdout.contains("t1"),
+        "{out}"
+    );
+    assert!(
+        out.stderr
+            .contains("rnic exec: no view of /sys/class/infiniband")
+            && out.stderr.contains("running without it"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_device_on_an_interface_shows_that_interface_as_its_netdev() {
+    if let Err(why) = testkit::netns::available() {
+        return testkit::skip_or_fail("the interface view test", &why.to_string());
+    }
+    if let Err(why) = prerequisites(&["setpriv"]) {
+        return testkit::skip_or_fail("the interface view test", &why);
+    }
+    let veth = testkit::rnicd_pair::Veth::create("xv", 1500).expect("namespaces and veth");
+    let pair = match testkit::rnicd_pair::RnicdPair::try_start(veth, "afpacket") {
+        Ok(p) => p,
+        Err(why) => return testkit::skip_or_fail("the interface view test", &why),
+    };
+    let a = &pair.a;
+    let script = format!(
+        "cd /sys/class/infiniband/{0}; n=$(ls device/net); echo \"$n $(cat parent) \
+         $(cat ports/1/gid_attrs/ndevs/3) $(cat ports/1/gids/3)\"; ip -4 -o addr show dev $n",
+        a.dev
+    );
+    let mut c = a.command(profile_dir().join("rnic").to_str().unwrap());
+    c.args(["exec", "--", "sh", "-c", &script]);
+    let out = run("rnic exec in A", c);
+    assert!(out.ok(), "{out}");
+    let mut lines = out.stdout.lines();
+    let first: Vec<&str> = lines.next().unwrap_or("").split(' ').collect();
+    let ifa = pair.veth.if_a.as_str();
+    assert_eq!(first[..3], [ifa, ifa, ifa], "{out}");
+    let gid: std::net::Ipv6Addr = first[3].parse().expect("a GID");
+    assert_eq!(gid.to_ipv4_mapped(), Some(a.addr), "{out}");
+    assert!(
+        lines
+            .next()
+            .unwrap_or("")
+            .contains(&format!("inet {}/", a.addr)),
+        "{out}"
+    );
+}
