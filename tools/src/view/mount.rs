@@ -1,12 +1,12 @@
 //! The namespaces and mounts of the view: a mount namespace of the
-//! program's own (in a user namespace of its own when not root), a tmpfs
-//! over a folder that holds every entry the folder had (bind-mounted back
+//! program's own (in a user namespace of its own without CAP_SYS_ADMIN),
+//! a tmpfs over a folder that holds every entry the folder had (bind-mounted back
 //! from the covered folder, reached through a descriptor opened before)
 //! but those the view replaces, then the view's entries.
 
 use super::sysfs::Node;
 use super::ViewError;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
@@ -24,28 +24,27 @@ fn last_os(call: &'static str, path: &Path) -> ViewError {
     }
 }
 
-/// mount(2) with no data.
+/// mount(2): `src` onto `dst`, of file system type `fstype` with
+/// options `data` (each left out when None).
 fn mount(
     src: Option<&Path>,
     dst: &Path,
-    fstype: Option<&str>,
+    fstype: Option<&CStr>,
     flags: libc::c_ulong,
-    data: Option<&str>,
+    data: Option<&CStr>,
 ) -> Result<(), ViewError> {
     let src = src.map(cstr).transpose()?;
     let dst_c = cstr(dst)?;
-    let fstype = fstype.map(|t| CString::new(t).expect("no NUL in a type"));
-    let data = data.map(|t| CString::new(t).expect("no NUL in options"));
-    let p = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    let p = |c: Option<&CStr>| c.map_or(std::ptr::null(), CStr::as_ptr);
     // SAFETY: NUL-terminated strings (or NULL) alive for the call; mount
     // changes only this process's mount namespace.
     let rc = unsafe {
         libc::mount(
-            p(&src),
+            p(src.as_deref()),
             dst_c.as_ptr(),
-            p(&fstype),
+            p(fstype),
             flags,
-            p(&data) as *const libc::c_void,
+            p(data) as *const libc::c_void,
         )
     };
     if rc != 0 {
@@ -61,24 +60,25 @@ fn write_proc(file: &str, text: &str) -> Result<(), ViewError> {
     })
 }
 
-/// Moves this process into a mount namespace of its own (and, when not
-/// root, a user namespace of its own in which it keeps its user and group
-/// ids), whose mounts propagate nowhere. Must run while the process has
-/// one thread.
+fn unshare_flags(flags: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: unshare takes no memory of ours.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Moves this process into a mount namespace of its own, whose mounts
+/// propagate nowhere: root's own (CAP_SYS_ADMIN), else one in a user
+/// namespace of its own in which the process keeps its user and group ids
+/// (for a user, or a root without the capability). Must run while the
+/// process has one thread.
 pub fn unshare() -> Result<(), ViewError> {
     // SAFETY: get*id have no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let user = uid != 0;
-    let flags = if user {
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
-    } else {
-        libc::CLONE_NEWNS
-    };
-    // SAFETY: unshare takes no memory of ours.
-    if unsafe { libc::unshare(flags) } != 0 {
-        return Err(ViewError::Unshare(std::io::Error::last_os_error()));
-    }
-    if user {
+    let plain = uid == 0 && unshare_flags(libc::CLONE_NEWNS).is_ok();
+    if !plain {
+        unshare_flags(libc::CLONE_NEWUSER | libc::CLONE_NEWNS).map_err(ViewError::Unshare)?;
         // an unprivileged map of one id each (setgroups off first, as
         // user_namespaces(7) requires for the gid map)
         write_proc("/proc/self/setgroups", "deny")?;
@@ -178,7 +178,7 @@ pub fn cover(
         .into();
     let covered = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
     let flags = libc::MS_NOSUID | libc::MS_NODEV;
-    mount(None, dir, Some("tmpfs"), flags, Some("mode=755"))?;
+    mount(None, dir, Some(c"tmpfs"), flags, Some(c"mode=755"))?;
     for (name, e) in &old {
         let at = dir.join(name);
         match e {
