@@ -124,6 +124,14 @@ for i in range(n.value):
     show(f"{name}/node", "chr" if stat.S_ISCHR(st.st_mode) else "other")
     show(f"{name}/node_rw", os.access(node, os.R_OK | os.W_OK))
 show("rdma_cm", stat.S_ISCHR(os.stat("/dev/infiniband/rdma_cm").st_mode))
+# pyverbs (rdma-core's Python verbs) on the drop-in: ibv_query_gid_ex
+import pyverbs.device as pvd
+for name in sorted(os.listdir(root)):
+    ctx = pvd.Context(name=name)
+    for i in range(4):
+        e = ctx.query_gid_ex(1, i)
+        show(f"{name}/gid_ex/{i}", f"{e.gid_type} {e.ndev_ifindex}")
+    ctx.close()
 # rdma-core's test suite: the device's address through device/net/
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
 from tests.base import RDMATestCase
@@ -190,6 +198,8 @@ fn the_view_shows_each_device_as_rxe_does_and_as_the_drop_in_answers() {
         Ok(s) => s,
         Err(why) => return testkit::skip_or_fail("the view test", &why),
     };
+    let lo = std::fs::read_to_string("/sys/class/net/lo/ifindex").expect("lo's index");
+    let lo = lo.trim();
     let d = Daemon::start();
     let script = suite.path().join("look.py");
     std::fs::write(&script, LOOK).expect("script");
@@ -218,8 +228,16 @@ fn the_view_shows_each_device_as_rxe_does_and_as_the_drop_in_answers() {
             assert_eq!(f(&format!("{dev}/ports/1/phys_state")), "5: LinkUp");
             assert_eq!(f(&format!("{dev}/ports/1/link_layer")), "Ethernet");
             assert_eq!(f(&format!("{dev}/ports/1/pkeys/0")), "0xffff");
+            // ibv_query_gid_ex's netdev and RoCE version agree with
+            // gid_attrs (IBV_GID_TYPE_ROCE_V1 1, _V2 2)
             for g in 0..4 {
                 assert_eq!(f(&format!("{dev}/ndevs/{g}")), "lo");
+                let ty = if f(&format!("{dev}/types/{g}")) == "RoCE v2" {
+                    2
+                } else {
+                    1
+                };
+                assert_eq!(f(&format!("{dev}/gid_ex/{g}")), format!("{ty} {lo}"));
             }
             // the drop-in's numbering: uverbsN, its sysfs folder and node
             assert_eq!(f(&format!("{dev}/dev_name")), format!("uverbs{i}"));

@@ -185,6 +185,10 @@ pub struct Ctx {
     pub inner: Arc<softrnic::Context>,
     pub dev: &'static Device,
     pub gids: [(Gid, u32); GID_TABLE_LEN],
+    /// The interface index of the device's netdev in this process's
+    /// network namespace (0: none), as `ibv_query_gid_ex` reports it for
+    /// every GID.
+    pub ndev_ifindex: u32,
     /// The objects asynchronous events name: QPN → `*mut Qp`, CQ handle →
     /// `*mut Cq`, SRQ handle → `*mut Srq` (as usize).
     pub qps: Mutex<std::collections::HashMap<u32, usize>>,
@@ -213,6 +217,16 @@ impl Ctx {
     pub fn ibv(&self) -> *mut ibv_context {
         &self.vctx.context as *const ibv_context as *mut ibv_context
     }
+}
+
+/// The index of interface `name` in this process's network namespace, 0
+/// when there is none.
+fn ifindex(name: &str) -> u32 {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return 0;
+    };
+    // SAFETY: a NUL-terminated name alive for the call.
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
 }
 
 /// `ibv_open_device`: connects to the daemon.
@@ -251,6 +265,7 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
         };
         (g, t)
     });
+    let ndev_ifindex = inner.device.netdev.as_deref().map_or(0, ifindex);
     // SAFETY: verbs_context is pointers, integers and a pthread mutex, for
     // all of which zero is a valid value (PTHREAD_MUTEX_INITIALIZER).
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
@@ -278,6 +293,7 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
         inner,
         dev,
         gids,
+        ndev_ifindex,
         qps: Default::default(),
         cqs: Default::default(),
         srqs: Default::default(),

@@ -262,7 +262,7 @@ fn gid_entry(ctx: &Ctx, index: usize) -> ibv_gid_entry {
         gid_index: index as u32,
         port_num: 1,
         gid_type: ctx.gids[index].1,
-        ndev_ifindex: 0,
+        ndev_ifindex: ctx.ndev_ifindex,
     }
 }
 
