@@ -578,3 +578,51 @@ fn a_device_on_an_interface_shows_that_interface_as_its_netdev() {
         "{out}"
     );
 }
+
+/// The `Device:` lines of `ucx_info -d` under each `Transport:`:
+/// (transport, device).
+fn ucx_devices(text: &str) -> Vec<(String, String)> {
+    let mut tl = String::new();
+    let mut v = Vec::new();
+    for l in text.lines() {
+        let l = l.trim_start_matches('#').trim();
+        if let Some(t) = l.strip_prefix("Transport: ") {
+            tl = t.to_string();
+        } else if let Some(d) = l.strip_prefix("Device: ") {
+            v.push((tl.clone(), d.to_string()));
+        }
+    }
+    v
+}
+
+#[test]
+fn ucx_keeps_the_devices_it_sees_in_the_view() {
+    if let Err(why) = prerequisites(&["ucx_info", "setpriv"]) {
+        return testkit::skip_or_fail("the UCX test (ucx-utils)", &why);
+    }
+    let d = Daemon::start();
+    for nobody in users() {
+        let out = run("ucx_info -d", exec(&d, nobody, &[], &["ucx_info", "-d"]));
+        assert!(out.ok(), "{out}");
+        let devs = ucx_devices(&out.stdout);
+        for dev in ["t0:1", "t1:1"] {
+            for tl in ["rc_verbs", "ud_verbs"] {
+                assert!(
+                    devs.contains(&(tl.to_string(), dev.to_string())),
+                    "UCX has no {tl} on {dev}: {devs:?}\n{out}"
+                );
+            }
+        }
+        // without the view UCX drops them (no /dev/infiniband/uverbsN)
+        let out = run(
+            "ucx_info -d",
+            exec(&d, nobody, &["--no-view"], &["ucx_info", "-d"]),
+        );
+        assert!(out.ok(), "{out}");
+        let devs = ucx_devices(&out.stdout);
+        assert!(
+            !devs.iter().any(|(_, dev)| dev.starts_with("t0")),
+            "{devs:?}"
+        );
+    }
+}
