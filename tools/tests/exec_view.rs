@@ -2,9 +2,11 @@
 //! test's own (t0 at 127.0.0.1, t1 at 127.0.0.2): what a program reads in
 //! `/sys/class/infiniband`, `/sys/class/infiniband_verbs` and
 //! `/dev/infiniband` agrees with what the libibverbs drop-in answers
-//! (`ibv_devinfo`, the `ibv_device` fields), rdma-core's test suite finds
-//! the device's address through `device/net/`, nothing of the view shows
-//! outside the program, and the drop-in still works without it. Then the
+//! (`ibv_devinfo`, the `ibv_device` fields, pyverbs' `query_gid_ex`),
+//! rdma-core's test suite finds the device's address through
+//! `device/net/`, UCX keeps the devices, nothing of the view shows
+//! outside the program, the drop-in still works without it, and without a
+//! namespace to be had the program runs without the view. Then the
 //! mem-pair's address is one the kernel answers: TCP and the RDMA CM reach
 //! the peer at the same address. Each runs as the test's user, and also
 //! as `nobody` when that is root.
@@ -68,6 +70,18 @@ fn prerequisites(progs: &[&str]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A test rnicd when the build and `progs` are here; None after a loud
+/// SKIPPED line (a failure under CI) naming `test`.
+fn daemon_for(test: &str, progs: &[&str]) -> Option<Daemon> {
+    match prerequisites(progs) {
+        Ok(()) => Some(Daemon::start()),
+        Err(why) => {
+            testkit::skip_or_fail(test, &why);
+            None
+        }
+    }
 }
 
 /// A folder `nobody` may read and write.
@@ -298,10 +312,9 @@ fn pid_in(file: &Path) -> u32 {
 
 #[test]
 fn the_view_is_the_programs_own() {
-    if let Err(why) = prerequisites(&["setpriv"]) {
-        return testkit::skip_or_fail("the view-is-private test", &why);
-    }
-    let d = Daemon::start();
+    let Some(d) = daemon_for("the view-is-private test", &["setpriv"]) else {
+        return;
+    };
     let mounts = || std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     let before = mounts();
     let had_uverbs0 = Path::new("/dev/infiniband/uverbs0").exists();
@@ -344,10 +357,9 @@ fn the_view_is_the_programs_own() {
 
 #[test]
 fn the_drop_in_works_without_the_view() {
-    if let Err(why) = prerequisites(&["ibv_devinfo", "setpriv"]) {
-        return testkit::skip_or_fail("the no-view test", &why);
-    }
-    let d = Daemon::start();
+    let Some(d) = daemon_for("the no-view test", &["ibv_devinfo", "setpriv"]) else {
+        return;
+    };
     for nobody in users() {
         // plain LD_LIBRARY_PATH: no rnic, no namespaces
         let mut c = if nobody {
@@ -413,10 +425,12 @@ fn server_and_client(
 
 #[test]
 fn the_mem_pair_answers_tcp_and_rdma_cm_at_one_address() {
-    if let Err(why) = prerequisites(&["rping", "ib_write_bw", "setpriv"]) {
-        return testkit::skip_or_fail("the loopback-address test", &why);
-    }
-    let d = Daemon::start();
+    let Some(d) = daemon_for(
+        "the loopback-address test",
+        &["rping", "ib_write_bw", "setpriv"],
+    ) else {
+        return;
+    };
     for (n, nobody) in users().into_iter().enumerate() {
         // TCP: perftest's client reaches its server at t0's address
         // (127.0.0.1), then writes to the GID it learnt there
@@ -597,10 +611,9 @@ fn ucx_devices(text: &str) -> Vec<(String, String)> {
 
 #[test]
 fn ucx_keeps_the_devices_it_sees_in_the_view() {
-    if let Err(why) = prerequisites(&["ucx_info", "setpriv"]) {
-        return testkit::skip_or_fail("the UCX test (ucx-utils)", &why);
-    }
-    let d = Daemon::start();
+    let Some(d) = daemon_for("the UCX test (ucx-utils)", &["ucx_info", "setpriv"]) else {
+        return;
+    };
     for nobody in users() {
         let out = run("ucx_info -d", exec(&d, nobody, &[], &["ucx_info", "-d"]));
         assert!(out.ok(), "{out}");
