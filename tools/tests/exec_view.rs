@@ -4,7 +4,7 @@
 //! `/dev/infiniband` agrees with what the libibverbs drop-in answers
 //! (`ibv_devinfo`, the `ibv_device` fields, pyverbs' `query_gid_ex`),
 //! rdma-core's test suite finds the device's address through
-//! `device/net/`, UCX keeps the devices, nothing of the view shows
+//! `device/net/`, UCX keeps the devices, `ibstat` lists them, nothing of the view shows
 //! outside the program, the drop-in still works without it, and without a
 //! namespace to be had the program runs without the view. Then the
 //! mem-pair's address is one the kernel answers: TCP and the RDMA CM reach
@@ -637,5 +637,38 @@ fn ucx_keeps_the_devices_it_sees_in_the_view() {
             !devs.iter().any(|(_, dev)| dev.starts_with("t0")),
             "{devs:?}"
         );
+    }
+}
+
+#[test]
+fn ibstat_reads_the_devices_from_the_view() {
+    let Some(d) = daemon_for("the ibstat test (infiniband-diags)", &["ibstat", "setpriv"]) else {
+        return;
+    };
+    for nobody in users() {
+        let out = run("ibstat", exec(&d, nobody, &[], &["ibstat"]));
+        assert!(out.ok(), "{out}");
+        for (dev, guid) in [("t0", "0x005352fffe000001"), ("t1", "0x005352fffe000002")] {
+            let at = out
+                .stdout
+                .find(&format!("CA '{dev}'"))
+                .unwrap_or_else(|| panic!("no CA {dev}: {out}"));
+            let ca: Vec<&str> = out.stdout[at..].lines().take(17).map(str::trim).collect();
+            for want in [
+                format!("Node GUID: {guid}"),
+                format!("Port GUID: {guid}"),
+                "Number of ports: 1".into(),
+                "State: Active".into(),
+                "Physical state: LinkUp".into(),
+                "Rate: 100".into(),
+                "Link layer: Ethernet".into(),
+                "Capability mask: 0x04000000".into(),
+            ] {
+                assert!(ca.contains(&want.as_str()), "no {want:?} for {dev}: {ca:?}");
+            }
+        }
+        // without the view there is nothing to read
+        let out = run("ibstat", exec(&d, nobody, &["--no-view"], &["ibstat"]));
+        assert!(!out.stdout.contains("CA 't0'"), "{out}");
     }
 }
