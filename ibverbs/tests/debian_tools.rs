@@ -426,8 +426,8 @@ fn ibv_devices_and_devinfo_describe_the_devices() {
     assert!(out.status.success(), "{}", show(&out, false));
     assert!(text.contains("t0") && text.contains("t1"), "{text}");
     for (dev, addr, v1) in [
-        ("t0", "192.0.2.1", "c000:0201"),
-        ("t1", "192.0.2.2", "c000:0202"),
+        ("t0", "127.0.0.1", "7f00:0001"),
+        ("t1", "127.0.0.2", "7f00:0002"),
     ] {
         let out = tool(
             &s.server,

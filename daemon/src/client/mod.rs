@@ -5,17 +5,20 @@
 //! index) — no syscall on the data path.
 //!
 //! This module holds the device context ([`Context`]) and the library's
-//! error type; [`memory`] the PD and what is made on one (buffers, MRs,
+//! error type; [`device`] the devices in the socket directory and what
+//! a device shows (GID table, node GUID); [`memory`] the PD and what is made on one (buffers, MRs,
 //! MWs, QPs, AHs, SRQs); [`cq`] completion queues; [`qp`] queue pairs,
 //! SRQs and address handles; [`cm`] the RDMA CM (event channels, CM IDs).
 
 pub mod cm;
 pub mod cq;
+pub mod device;
 pub mod memory;
 pub mod qp;
 mod watch;
 
 pub use cq::*;
+pub use device::*;
 pub use memory::*;
 pub use qp::*;
 
@@ -99,7 +102,7 @@ pub enum ProtocolError {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// What `query_device` reports.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct DeviceInfo {
     pub name: String,
     pub gid: Gid,
@@ -108,6 +111,9 @@ pub struct DeviceInfo {
     pub max_qp_wr: u32,
     pub max_cqe: u32,
     pub max_sge: u32,
+    /// The kernel interface the device stands beside (`rnicd --iface`,
+    /// `lo` for a `--mem-pair` on loopback addresses), if any.
+    pub netdev: Option<String>,
 }
 
 pub use crate::proto::PortInfo;
@@ -162,15 +168,7 @@ impl Context {
             bell: None,
             async_events: Mutex::new(None),
             sock: Mutex::new(sock),
-            device: DeviceInfo {
-                name: String::new(),
-                gid: Gid::default(),
-                mac: EthernetAddress([0; 6]),
-                mtu: 0,
-                max_qp_wr: 0,
-                max_cqe: 0,
-                max_sge: 0,
-            },
+            device: DeviceInfo::default(),
         };
         match c.request(Request::QueryDevice, None)?.0 {
             Response::Device {
@@ -181,6 +179,7 @@ impl Context {
                 max_qp_wr,
                 max_cqe,
                 max_sge,
+                netdev,
             } => {
                 c.device = DeviceInfo {
                     name,
@@ -190,6 +189,7 @@ impl Context {
                     max_qp_wr,
                     max_cqe,
                     max_sge,
+                    netdev,
                 }
             }
             r => return Err(unexpected(r)),

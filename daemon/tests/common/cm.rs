@@ -184,6 +184,7 @@ pub fn pair_with(
         sock_dir: dir.clone(),
         mode: 0o600,
         gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 1 + i)),
+        netdev: None,
         engine: nic::engine::EngineConfig::default(),
         bell: true,
         cm,
