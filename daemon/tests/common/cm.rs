@@ -21,7 +21,8 @@ pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 /// sockets.
 pub fn daemon_with(tag: &str, extra: &[&str]) -> (Daemon, PathBuf, PathBuf) {
     let dir = tempdir(tag);
-    let mut args = vec!["--mem-pair", "--name", "c"];
+    // the addresses the in-process pair has too (SERVER_IP and its peer)
+    let mut args = vec!["--mem-pair", "--name", "c", "--gid", "192.0.2.1"];
     args.extend_from_slice(extra);
     let d = Daemon::start(None, &args, &dir);
     let (a, b) = (PathBuf::from(d.sock("c0")), PathBuf::from(d.sock("c1")));
