@@ -378,6 +378,31 @@ fn an_active_side_that_moves_its_own_qp_sends_the_rtu_with_establish() {
 }
 
 #[test]
+fn establish_after_asking_for_the_rts_attributes_succeeds_once() {
+    let (_d, s0, s1) = daemon("cm-estab2");
+    let (c, s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
+    s.listening(7610);
+    let cid = c.resolved(7610);
+    c.move_qp(cid, QpState::Init);
+    c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
+    let sid = s.expect(CmEventKind::CONNECT_REQUEST).id;
+    s.move_qp(sid, QpState::Init);
+    s.move_qp(sid, QpState::Rtr);
+    s.move_qp(sid, QpState::Rts);
+    s.cm.accept(sid, &param(s.qp.qpn, b"")).unwrap();
+    c.expect(CmEventKind::ESTABLISHED);
+    // a program moving its own QP by rdma_init_qp_attr (RTR, RTS): the
+    // RTU goes with the RTS attributes ...
+    c.move_qp(cid, QpState::Rtr);
+    c.move_qp(cid, QpState::Rts);
+    s.expect(CmEventKind::ESTABLISHED);
+    // ... and its rdma_establish then has nothing left to do, once
+    c.cm.establish(cid).unwrap();
+    assert!(c.cm.establish(cid).is_err());
+    assert_eq!(count(&c.ctx.stats().unwrap().cm, "cm_tx_rtu"), 1);
+}
+
+#[test]
 fn connect_and_accept_take_only_the_callers_qps_of_the_ids_type() {
     let (_d, s0, s1) = daemon("cm-qpn");
     let (mut c, mut s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));

@@ -63,6 +63,8 @@ pub(crate) fn errno_of(e: &softrnic::Error) -> c_int {
         | softrnic::Error::NotArmed
         | softrnic::Error::NotUserMemory => libc::EINVAL,
         softrnic::Error::UserMem(u) => u.errno(),
+        // as rdma-core's commands on a device that was disassociated
+        softrnic::Error::DeviceGone => libc::EIO,
     }
 }
 

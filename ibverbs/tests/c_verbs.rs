@@ -62,6 +62,12 @@ fn the_extended_verbs_move_data_and_refuse_as_rdma_core_does() {
 /// Builds tests/c/NAME.c against rdma-core's header, linked to the drop-in,
 /// and runs it with `args` on daemon `d`.
 fn run_c(d: &Daemon, dir: &std::path::Path, name: &str, args: &[&str]) -> std::process::Output {
+    c_program(d, dir, name).args(args).output().expect("run")
+}
+
+/// tests/c/NAME.c built against rdma-core's header and linked to the
+/// drop-in, as a command set to use daemon `d`.
+fn c_program(d: &Daemon, dir: &std::path::Path, name: &str) -> Command {
     let bin = dir.join(name);
     let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let cc = Command::new("cc")
@@ -76,12 +82,56 @@ fn run_c(d: &Daemon, dir: &std::path::Path, name: &str, args: &[&str]) -> std::p
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
-    Command::new(&bin)
-        .args(args)
-        .env("LD_LIBRARY_PATH", profile_dir().join("softrnic-ibverbs"))
-        .env("SOFTRNIC_SOCK_DIR", d.sock_dir())
-        .output()
-        .expect("run")
+    let mut c = Command::new(&bin);
+    c.env("LD_LIBRARY_PATH", profile_dir().join("softrnic-ibverbs"))
+        .env("SOFTRNIC_SOCK_DIR", d.sock_dir());
+    c
+}
+
+/// tests/c/fatal_check.c: rnicd killed under a program with work in
+/// flight is a device failing under it — its completion channel wakes,
+/// its async fd reports IBV_EVENT_DEVICE_FATAL, the outstanding WRs (and
+/// only they) complete with IBV_WC_WR_FLUSH_ERR, every later verb fails
+/// and teardown succeeds.
+#[test]
+fn a_program_sees_its_device_fail_when_rnicd_dies() {
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        missing("<infiniband/verbs.h> not installed (libibverbs-dev)");
+        return;
+    }
+    use std::io::{BufRead, Read};
+    let mut d = Daemon::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = c_program(&d, dir.path(), "fatal_check")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut text = String::new();
+    while !text.ends_with("READY\n") {
+        if out.read_line(&mut text).expect("read") == 0 {
+            break;
+        }
+    }
+    assert!(text.ends_with("READY\n"), "never ready:\n{text}");
+    d.kill();
+    // the program's own alarm ends it if anything hangs
+    let _ = out.read_to_string(&mut text);
+    let done = child.wait_with_output().expect("wait");
+    let text = text + &String::from_utf8_lossy(&done.stderr);
+    assert!(
+        done.status.success() && text.contains("0 failures"),
+        "{text}"
+    );
+    for want in [
+        "A: local catastrophic error",
+        "B: local catastrophic error",
+        "flushed wr_id 2 status Work Request Flushed Error qp A",
+        "flushed wr_id 102 status Work Request Flushed Error qp A",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
 }
 
 /// tests/c/mw_check.c's transcript on the drop-in equals

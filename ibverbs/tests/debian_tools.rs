@@ -426,8 +426,8 @@ fn ibv_devices_and_devinfo_describe_the_devices() {
     assert!(out.status.success(), "{}", show(&out, false));
     assert!(text.contains("t0") && text.contains("t1"), "{text}");
     for (dev, addr, v1) in [
-        ("t0", "192.0.2.1", "c000:0201"),
-        ("t1", "192.0.2.2", "c000:0202"),
+        ("t0", "127.0.0.1", "7f00:0001"),
+        ("t1", "127.0.0.2", "7f00:0002"),
     ] {
         let out = tool(
             &s.server,
@@ -537,14 +537,7 @@ fn a_peer_killed_mid_transfer_ends_the_writers_run_in_error_completions() {
     // WRITEs any more
     let _ = run.server.kill();
     let _ = run.server.wait();
-    let err = run.client.stderr.take().map(drain);
-    let (status, late) = exit_by(&mut run.client, Instant::now() + DEADLINE);
-    let err = String::from_utf8_lossy(
-        &err.map(|h| h.join().unwrap_or_default())
-            .unwrap_or_default(),
-    )
-    .into_owned();
-    let out = run.out.join().unwrap_or_default();
+    let (status, late, out, err) = run.end_client(Instant::now() + DEADLINE);
     assert!(
         run.started,
         "ib_write_bw never started its run:\n{out}\n{err}"
@@ -569,13 +562,63 @@ fn a_peer_killed_mid_transfer_ends_the_writers_run_in_error_completions() {
     );
 }
 
+#[test]
+fn a_daemon_killed_mid_transfer_fails_both_sides_and_a_new_one_serves() {
+    if !ready(&["ib_write_bw", "stdbuf"]) {
+        return;
+    }
+    let mut d = Daemon::start();
+    let s = Setting::mem_pair(&d);
+    let mut run = WriteBwRun::start(&s);
+    // rnicd dies as a crash ends it: to the two programs, a device that
+    // fails under them
+    d.kill();
+    // far less than the 60 s the run still had: the device's failure ends it
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (status, late, out, err) = run.end_client(deadline);
+    let (s_status, s_late) = exit_by(&mut run.server, deadline);
+    assert!(
+        run.started,
+        "ib_write_bw never started its run:\n{out}\n{err}"
+    );
+    assert!(
+        !late && !s_late,
+        "ib_write_bw still ran 20 s after its device failed (client late: {late}, \
+         server late: {s_late}):\n{out}\n{err}"
+    );
+    assert!(
+        !status.success() && !s_status.success(),
+        "ib_write_bw succeeded on a failed device (client {status}, server {s_status}):\n{out}\n{err}"
+    );
+    // the outstanding WRITEs complete flushed: IBV_WC_WR_FLUSH_ERR (5)
+    assert!(
+        err.contains("Failed status 5"),
+        "no flushed completion:\n{out}\n{err}"
+    );
+    // no figures: the only line naming the size is the header's
+    let figures: Vec<&str> = out
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some("65536"))
+        .collect();
+    assert!(figures.is_empty(), "figures of a failed run: {figures:?}");
+    // a new daemon on the same socket folder serves new programs
+    d.restart();
+    pair(
+        &s,
+        "ib_write_bw",
+        "-p",
+        &["-x", "3", "-n", "200", "-s", "65536"],
+        "BW average",
+    );
+}
+
 /// `ib_write_bw -D 60 -s 65536` from t1 (client) to t0 (server), returned
 /// once the client printed its result header: the timed run is under way.
 struct WriteBwRun {
     server: Child,
     client: Child,
     /// The client's stdout, read on a thread until it ends.
-    out: std::thread::JoinHandle<String>,
+    out: Option<std::thread::JoinHandle<String>>,
     started: bool,
 }
 
@@ -622,9 +665,29 @@ impl WriteBwRun {
         WriteBwRun {
             server,
             client,
-            out,
+            out: Some(out),
             started,
         }
+    }
+
+    /// Waits for the client to exit until `deadline`, killing it then:
+    /// its status, whether it was killed, its stdout and its stderr.
+    fn end_client(
+        &mut self,
+        deadline: Instant,
+    ) -> (std::process::ExitStatus, bool, String, String) {
+        let err = self.client.stderr.take().map(drain);
+        let (status, late) = exit_by(&mut self.client, deadline);
+        let err = err
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        let out = self.out.take().map(|h| h.join().unwrap_or_default());
+        (
+            status,
+            late,
+            out.unwrap_or_default(),
+            String::from_utf8_lossy(&err).into_owned(),
+        )
     }
 }
 

@@ -7,11 +7,17 @@
 //! short (before a final ACK, inside a multi-packet WRITE or READ) give no
 //! difference for what precedes the cut and count our responses the
 //! capture stops before apart; a response altered or missing inside the
-//! capture is still a difference.
+//! capture is still a difference. A responder that went silent while its
+//! requester kept sending has its missing answers after the end of the
+//! capture: only the responder's own frames show the capture still saw it.
 
 use nic::replay::{drive_engine, replay, replay_with, ConnectionReport};
 use nic::Instant;
-use wire::RoceRepr;
+use std::net::Ipv4Addr;
+use wire::{
+    Aeth, BthRepr, EthernetAddress, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr, Opcode, Psn,
+    RoceRepr, Syndrome, UdpChecksum, UdpRepr,
+};
 
 type Frames = Vec<(Instant, Vec<u8>)>;
 
@@ -352,15 +358,16 @@ fn a_response_missing_inside_the_capture_is_a_difference() {
         r.mismatches,
         ["our response 1 (RC_ACKNOWLEDGE psn 5454385): the capture has no such response"]
     );
-    // the final ACK dropped from a capture that goes on (perftest's TCP
-    // teardown, 0.2 s later): the capture shows it missing
+    // the final ACK dropped from a capture in which the responder's host
+    // goes on (perftest's TCP teardown, 0.2 s later): it shows it missing
     let last = last_of(&frames, "RC_ACKNOWLEDGE");
     let mut cut = frames.clone();
     cut.remove(last);
     let r = only(replay(&cut));
     assert_eq!(tally(&r), (4, 1, 0), "{r:#?}");
     assert!(
-        r.mismatches[0].contains("the capture has no such response, and goes on"),
+        r.mismatches[0]
+            .contains("the capture has no such response, and the responder's frames go on"),
         "{:?}",
         r.mismatches
     );
@@ -510,4 +517,164 @@ fn damaged_captures_never_panic_the_replay() {
         }
     }
     assert!(replays >= 600, "{replays}");
+}
+
+// ------------------------------------------ a responder that went silent
+
+/// Host `n`'s MAC and IPv4 address (192.0.2.n).
+fn host(n: u8) -> (EthernetAddress, Ipv4Addr) {
+    (
+        EthernetAddress([2, 0, 0, 0, 0, n]),
+        Ipv4Addr::new(192, 0, 2, n),
+    )
+}
+
+/// The Ethernet and IPv4 headers of a frame from host `from` to host `to`.
+fn l2_l3(from: u8, to: u8) -> (EthernetRepr, Ipv4Repr) {
+    let ((smac, sip), (dmac, dip)) = (host(from), host(to));
+    let eth = EthernetRepr {
+        dst: dmac,
+        src: smac,
+        vlan: None,
+        ethertype: 0x0800,
+    };
+    let ip = Ipv4Repr {
+        src: sip,
+        dst: dip,
+        dscp: 0,
+        ecn: 0,
+        ident: 0,
+        dont_frag: true,
+        ttl: 64,
+    };
+    (eth, ip)
+}
+
+/// An RC frame from host `from` to host `to`'s QP `qp` at `at_us`.
+fn rc_frame(
+    at_us: u64,
+    from: u8,
+    to: u8,
+    op: Opcode,
+    qp: u32,
+    psn: u32,
+    ext: ExtHeaders,
+) -> (Instant, Vec<u8>) {
+    let (eth, ip) = l2_l3(from, to);
+    let ack = op == Opcode::RC_ACKNOWLEDGE;
+    let r = RoceRepr {
+        eth,
+        ip: IpRepr::V4(ip),
+        udp: UdpRepr {
+            src_port: 50000,
+            dst_port: 4791,
+        },
+        udp_checksum: UdpChecksum::Zero,
+        // every request asks for its ACK (the BTH's AckReq bit)
+        bth: BthRepr {
+            ack_req: !ack,
+            ..BthRepr::new(op, qp, Psn::new(psn))
+        },
+        ext,
+        payload: if ack { &[] } else { &[7u8; 64] },
+        trailer_len: 0,
+    };
+    let mut buf = vec![0u8; r.buffer_len()];
+    let n = r.emit(&mut buf).expect("a valid test frame");
+    buf.truncate(n);
+    (Instant::from_nanos(at_us * 1000), buf)
+}
+
+/// A UDP datagram (to the discard port, not RoCE) from host `from` to
+/// host `to` at `at_us`: a program's other traffic.
+fn other_frame(at_us: u64, from: u8, to: u8) -> (Instant, Vec<u8>) {
+    let (eth, ip) = l2_l3(from, to);
+    let payload = [0u8; 8];
+    let udp_len = 8 + payload.len();
+    let mut buf = vec![0u8; eth.header_len() + 20 + udp_len];
+    eth.emit(&mut buf);
+    let l3 = eth.header_len();
+    ip.emit(&mut buf[l3..], udp_len);
+    let u = l3 + 20;
+    buf[u..u + 2].copy_from_slice(&40000u16.to_be_bytes());
+    buf[u + 2..u + 4].copy_from_slice(&9u16.to_be_bytes());
+    buf[u + 4..u + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    (Instant::from_nanos(at_us * 1000), buf)
+}
+
+/// Host 1 SENDs to host 2's QP 0x11 (PSN 100, 101, 102), host 2 ACKs the
+/// first two and then goes silent (its QP destroyed), while host 1
+/// retries PSN 102 for 1.5 s and ends with other traffic of its own.
+fn silent_responder() -> Vec<(Instant, Vec<u8>)> {
+    let send = |at, psn| {
+        rc_frame(
+            at,
+            1,
+            2,
+            Opcode::RC_SEND_ONLY,
+            0x11,
+            psn,
+            Default::default(),
+        )
+    };
+    let ack = |at, psn, msn| {
+        let ext = ExtHeaders {
+            aeth: Some(Aeth {
+                syndrome: Syndrome::Ack { credits: 31 },
+                msn,
+            }),
+            ..Default::default()
+        };
+        rc_frame(at, 2, 1, Opcode::RC_ACKNOWLEDGE, 0x22, psn, ext)
+    };
+    vec![
+        send(0, 100),
+        ack(10, 100, 1),
+        send(1000, 101),
+        ack(1010, 101, 2),
+        send(2000, 102),
+        // the requester's retries (IBA 9.7.6.1.3: the same PSN again)
+        send(502_000, 102),
+        send(1_002_000, 102),
+        send(1_502_000, 102),
+        other_frame(3_000_000, 1, 2),
+    ]
+}
+
+#[test]
+fn a_responder_that_went_silent_has_its_missing_answers_after_the_end() {
+    let frames = silent_responder();
+    let r = only(replay(&frames));
+    // the first two ACKs pair; the rest of ours (PSN 102 and its
+    // duplicates) come after the last frame host 2 sent
+    assert!(r.matches(), "{}", r.mismatches.join("\n"));
+    assert_eq!(r.matched, 2, "{r:#?}");
+    assert_eq!(r.differed, 0, "{r:#?}");
+    assert!(!r.after_end.is_empty(), "{r:#?}");
+    assert!(
+        r.after_end
+            .iter()
+            .all(|a| a.contains("RC_ACKNOWLEDGE psn 102")),
+        "{:?}",
+        r.after_end
+    );
+    assert_eq!(r.matched + r.after_end.len(), r.produced);
+    // the engine-driven replay judges the same
+    let e = only(replay_with(&frames, &mut drive_engine));
+    assert_eq!(tally(&e), tally(&r));
+
+    // the same capture with a frame of host 2's own after the answers
+    // were due (its other traffic): it shows them missing
+    let mut alive = frames.clone();
+    alive.push(other_frame(3_500_000, 2, 1));
+    let r = only(replay(&alive));
+    assert!(r.after_end.is_empty(), "{r:#?}");
+    assert_eq!(r.differed, r.produced - 2, "{r:#?}");
+    assert!(
+        r.mismatches[0].contains(
+            "(RC_ACKNOWLEDGE psn 102): the capture has no such response, and the responder's frames go on"
+        ),
+        "{:?}",
+        r.mismatches
+    );
 }

@@ -272,9 +272,20 @@ impl Lib {
         idp.state().remote.push(r.clone());
         let raw = idp.raw();
         if raw.verbs.is_null() {
-            raw.verbs = self.verbs.context(dev).unwrap_or(std::ptr::null_mut());
+            self.set_device(raw, dev);
         }
         Ok(r)
+    }
+
+    /// The ID now belongs to device `dev`: its context, and the device's
+    /// protection domain as `id->pd` (librdmacm gives every ID on a device
+    /// that device's PD, which programs use for their own QPs and MRs).
+    fn set_device(&self, raw: &mut rdma_cm_id, dev: &str) {
+        raw.verbs = self.verbs.context(dev).unwrap_or(std::ptr::null_mut());
+        if !raw.verbs.is_null() && raw.pd.is_null() {
+            // SAFETY: `raw.verbs` is one of the library's contexts.
+            raw.pd = unsafe { self.verbs.default_pd(raw.verbs) };
+        }
     }
 
     /// The ID the daemon calls `no` on `dev`, counted as the owner of one
@@ -461,7 +472,7 @@ impl Lib {
         }
         self.table().insert((dev.to_string(), msg.id), p as usize);
         let raw = idp.raw();
-        raw.verbs = self.verbs.context(dev).unwrap_or(std::ptr::null_mut());
+        self.set_device(raw, dev);
         raw.port_num = 1;
         if let Some((src, dst)) = msg.addrs {
             sockaddr::write(&mut raw.route.addr.src, src);

@@ -447,6 +447,10 @@ fn the_active_side_moves_its_qp_init_then_rtr_rts_when_answered_and_err_on_disco
         scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000);
         scm_rdma_ack_cm_event(next(chan));
         assert!(!(*id).verbs.is_null());
+        // the device's PD is the ID's from the moment it has a device, as
+        // in librdmacm: a program makes its own QP and MRs on it
+        assert!(!(*id).pd.is_null());
+        assert_eq!((*(*id).pd).context, (*id).verbs);
         let mut a = qp_attrs();
         assert_eq!(crate::qp::scm_rdma_create_qp(id, null_mut(), &mut a), 0);
         assert!(!(*id).qp.is_null() && !(*id).pd.is_null());

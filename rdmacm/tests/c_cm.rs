@@ -66,12 +66,12 @@ fn udaddy_resolves_and_exchanges_datagrams_with_the_server_on_either_device() {
         return testkit::skip_or_fail("the udaddy test", &why);
     }
     let d = Daemon::start();
-    // 192.0.2.1 is t0's address, 192.0.2.2 t1's: the server on each
-    udaddy_pair(&d, "t0", "192.0.2.1", &[]);
+    // 127.0.0.1 is t0's address, 127.0.0.2 t1's: the server on each
+    udaddy_pair(&d, "t0", "127.0.0.1", &[]);
     udaddy_pair(
         &d,
         "t1",
-        "192.0.2.2",
+        "127.0.0.2",
         &["-c", "3", "-C", "40", "-S", "1000"],
     );
 }
@@ -82,7 +82,7 @@ fn rping_verifies_its_data_both_ways_over_rnicds_cm() {
         return testkit::skip_or_fail("the rping test", &why);
     }
     let d = Daemon::start();
-    // 192.0.2.1 is t0's address (its GID through libibverbs), 192.0.2.2 t1's
+    // 127.0.0.1 is t0's address (its GID through libibverbs), 127.0.0.2 t1's
     let args = |role| {
         [
             role,
@@ -91,7 +91,7 @@ fn rping_verifies_its_data_both_ways_over_rnicds_cm() {
             "-C",
             "500",
             "-a",
-            "192.0.2.1",
+            "127.0.0.1",
             "-p",
             "7471",
         ]

@@ -1,6 +1,6 @@
 //! Debian's unmodified RDMA CM tools (rdmacm-utils, perftest `-R`) on an
 //! `rnicd --mem-pair` through both drop-ins: each server on t1
-//! (192.0.2.2) or on every device, each client from t0; a client starts
+//! (127.0.0.2) or on every device, each client from t0; a client starts
 //! once rnicd says its server listens. Every run is repeated, since a
 //! race between the CM's events and the QP's state changes shows only in
 //! some runs. What softrnic does not do (XRC, multicast) must fail
@@ -43,9 +43,9 @@ fn ucmatose_runs_several_rc_connections_with_data() {
         &["-c", "2", "-C", "10", "-S", "64", "-a", "16"],
     ];
     for opts in runs {
-        let mut sargs = vec!["-b", "192.0.2.2", "-p", "7000"];
+        let mut sargs = vec!["-b", "127.0.0.2", "-p", "7000"];
         sargs.extend_from_slice(opts);
-        let mut cargs = vec!["-s", "192.0.2.2", "-p", "7000"];
+        let mut cargs = vec!["-s", "127.0.0.2", "-p", "7000"];
         cargs.extend_from_slice(opts);
         let (s, c) = server_and_client(&d, "t1", ("ucmatose", &sargs), ("ucmatose", &cargs));
         both_ok(&s, &c);
@@ -65,8 +65,8 @@ fn rdma_server_and_client_exchange_a_message() {
         let (s, c) = server_and_client(
             &d,
             "t1",
-            ("rdma_server", &["-s", "192.0.2.2", "-p", "7001"]),
-            ("rdma_client", &["-s", "192.0.2.2", "-p", "7001"]),
+            ("rdma_server", &["-s", "127.0.0.2", "-p", "7001"]),
+            ("rdma_client", &["-s", "127.0.0.2", "-p", "7001"]),
         );
         both_ok(&s, &c);
         assert!(s.stdout.contains("rdma_server: end 0"), "{s}");
@@ -88,7 +88,7 @@ fn rdma_xserver_and_xclient_connect_over_rc_and_refuse_xrc() {
             ("rdma_xserver", &["-p", "7002", "-c", "r"]),
             (
                 "rdma_xclient",
-                &["-s", "192.0.2.2", "-p", "7002", "-c", "r"],
+                &["-s", "127.0.0.2", "-p", "7002", "-c", "r"],
             ),
         );
         both_ok(&s, &c);
@@ -102,7 +102,7 @@ fn rdma_xserver_and_xclient_connect_over_rc_and_refuse_xrc() {
     let c = common::run(
         &d,
         "rdma_xclient",
-        &["-s", "192.0.2.2", "-p", "7003", "-c", "x"],
+        &["-s", "127.0.0.2", "-p", "7003", "-c", "x"],
     );
     assert!(c.failed_cleanly() && c.stderr.contains(refused), "{c}");
 }
@@ -113,7 +113,7 @@ fn mckey_fails_cleanly_without_multicast() {
         return;
     };
     for role in [None, Some("-s")] {
-        let mut args = vec!["-m", "239.1.2.3", "-b", "192.0.2.1", "-C", "5"];
+        let mut args = vec!["-m", "239.1.2.3", "-b", "127.0.0.1", "-C", "5"];
         args.extend(role);
         let m = common::run(&d, "mckey", &args);
         assert!(m.failed_cleanly(), "{m}");
@@ -127,7 +127,7 @@ fn mckey_fails_cleanly_without_multicast() {
 }
 
 /// perftest `prog -R` (the connection over the CM), server on t1, client
-/// on t0 towards 192.0.2.2; the client's output must contain `expect`.
+/// on t0 towards 127.0.0.2; the client's output must contain `expect`.
 ///
 /// Two failures of perftest's own are tried again, a few times at most:
 /// - it calibrates its cycle clock against the wall clock before it
@@ -144,7 +144,7 @@ fn perftest(d: &Daemon, prog: &str, iters: &str, expect: &str) {
     sargs.extend_from_slice(&common);
     let mut cargs = vec!["-d", "t0"];
     cargs.extend_from_slice(&common);
-    cargs.push("192.0.2.2");
+    cargs.push("127.0.0.2");
     for tries in 0.. {
         let (s, c) = server_and_client(d, "t1", (prog, &sargs), (prog, &cargs));
         let calibration = |f: &Finished| f.text().contains("Can't produce a report");

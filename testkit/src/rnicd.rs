@@ -85,23 +85,49 @@ impl Daemon {
         // SAFETY: chmod of our own temp folder (a NUL-terminated path) so
         // `nobody` can use it.
         unsafe { libc::chmod(p.as_ptr(), 0o777) };
-        let child = cmd(profile_dir().join("rnicd").to_str().expect("utf-8"))
+        let child = Daemon::spawn(dir.path());
+        let mut d = Daemon { child, dir };
+        d.wait_up();
+        d
+    }
+
+    fn spawn(dir: &Path) -> Child {
+        cmd(profile_dir().join("rnicd").to_str().expect("utf-8"))
             .args(["--mem-pair", "--name", "t", "--one-thread", "--sock-dir"])
-            .arg(dir.path())
+            .arg(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start rnicd");
-        let mut d = Daemon { child, dir };
+            .expect("start rnicd")
+    }
+
+    fn wait_up(&mut self) {
         wait_for(STUCK, "rnicd's sockets t0 and t1", || {
-            let up = ["t0.sock", "t1.sock"].map(|s| d.dir.path().join(s).exists());
-            match d.child.try_wait() {
+            let up = ["t0.sock", "t1.sock"].map(|s| self.dir.path().join(s).exists());
+            match self.child.try_wait() {
                 Ok(Some(st)) => panic!("rnicd exited ({st})"),
                 _ if up == [true, true] => Ok(()),
                 _ => Err(format!("t0.sock, t1.sock exist: {up:?}")),
             }
         });
-        d
+    }
+
+    /// Kills the daemon with SIGKILL, as a crash ends it: its sockets stay
+    /// behind, and its clients are on their own.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts rnicd again in the same socket folder (killed first if it
+    /// still runs); returns once its sockets are there.
+    pub fn restart(&mut self) {
+        self.kill();
+        for s in ["t0.sock", "t1.sock"] {
+            let _ = std::fs::remove_file(self.dir.path().join(s));
+        }
+        self.child = Daemon::spawn(self.dir.path());
+        self.wait_up();
     }
 
     pub fn sock_dir(&self) -> &Path {

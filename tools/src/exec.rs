@@ -1,6 +1,7 @@
 //! `rnic exec`: runs an unmodified program on softrnic by putting the
 //! libibverbs drop-in, and the librdmacm one beside it when built, first
-//! on its library path.
+//! on its library path, and (unless asked not to) showing it the devices
+//! in `/sys/class/infiniband` and `/dev/infiniband` ([`crate::view`]).
 
 use crate::CliError;
 use std::ffi::OsString;
@@ -50,8 +51,9 @@ pub fn rdmacm_dir(ibverbs: &Path) -> Option<PathBuf> {
 }
 
 /// Replaces this process by `argv` with the drop-ins on its library path
-/// (and SOFTRNIC_SOCK_DIR = `sock_dir` if given). Returns only on error.
-pub fn run(sock_dir: Option<&Path>, argv: &[OsString]) -> Result<(), CliError> {
+/// (and SOFTRNIC_SOCK_DIR = `sock_dir` if given), in the view of the
+/// devices when `view`. Returns only on error.
+pub fn run(sock_dir: Option<&Path>, view: bool, argv: &[OsString]) -> Result<(), CliError> {
     let (prog, args) = argv.split_first().ok_or_else(|| {
         CliError::usage("rnic exec: no program given (rnic exec -- PROGRAM ARGS...)")
     })?;
@@ -59,6 +61,20 @@ pub fn run(sock_dir: Option<&Path>, argv: &[OsString]) -> Result<(), CliError> {
     let mut path = library_path(&dir, std::env::var_os("LD_LIBRARY_PATH"));
     if let Some(cm) = rdmacm_dir(&dir) {
         path = library_path(&cm, Some(path));
+    }
+    if view {
+        let socks = sock_dir.map_or_else(softrnic::client::sock_dir, Path::to_path_buf);
+        match crate::view::enter(&crate::view::devices(&socks)) {
+            Ok(()) => {}
+            Err(e @ crate::view::ViewError::Unshare(_)) => eprintln!(
+                "rnic exec: no view of /sys/class/infiniband and /dev/infiniband ({e}); running without it"
+            ),
+            Err(e) => {
+                return Err(CliError::new(format!(
+                    "rnic exec: the view of the devices: {e} (--no-view runs without it)"
+                )))
+            }
+        }
     }
     let mut c = std::process::Command::new(prog);
     c.args(args).env("LD_LIBRARY_PATH", path);

@@ -8,6 +8,7 @@
 //! | layer | modules |
 //! |---|---|
 //! | commands | [`demo`], [`perfcmd`], [`devperf`] (`rnic perf --dev`), [`pingpong`], [`pcapcmd`], [`stats`], [`exec`] |
+//! | views | [`view`] (the devices in `/sys/class` and `/dev` for `rnic exec`) |
 //! | runs | [`netdev`] (an RNIC on a real interface), [`report`], [`perf`] (perftest's vocabulary and the loopback measurements), [`loopback`] (two RNICs in this process), [`oob`] (the TCP exchange) |
 //! | QP bring-up | [`qp`] |
 //! | captures | [`check`], [`capture`] (the `conform` crate's) |
@@ -29,6 +30,7 @@ pub mod progress;
 pub mod qp;
 pub mod report;
 pub mod stats;
+pub mod view;
 
 pub use conform::{capture, check};
 pub use error::{CliError, Failure};

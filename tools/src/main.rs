@@ -40,13 +40,23 @@ path (LD_LIBRARY_PATH), so its ibverbs devices are the running rnicd daemons: ev
 <name>.sock in --sock-dir (else $SOFTRNIC_SOCK_DIR, else /run/softrnic). The library is \
 looked for in $SOFTRNIC_IBVERBS_DIR, else in softrnic-ibverbs/ beside this rnic. The \
 program replaces rnic: its exit status and signals are the program's. Use GID index 3 \
-(the RoCE v2 GID of the device's address).",
-        after_help = "Examples:\n  rnicd --mem-pair --name t --sock-dir /tmp/srnic &\n  rnic exec --sock-dir /tmp/srnic -- ibv_devinfo -v\n  rnic exec --sock-dir /tmp/srnic -- ibv_rc_pingpong -d t0 -g 3 &\n  rnic exec --sock-dir /tmp/srnic -- ibv_rc_pingpong -d t1 -g 3 127.0.0.1\n  rnic exec -- ib_write_bw -d srnic0 -x 3 192.0.2.1"
+(the RoCE v2 GID of the device's address).\n\n\
+The program and its children see the devices as the kernel shows an rxe device: \
+/sys/class/infiniband/DEV (ports, state, rate, GIDs and their types, device/net/NETDEV), \
+/sys/class/infiniband_verbs/uverbsN and /dev/infiniband/uverbsN, in mount (and, without \
+root's CAP_SYS_ADMIN, user) namespaces of their own; nothing outside them changes. Where no namespace \
+can be made the program runs without this view (a line on stderr says so); --no-view \
+asks for none.",
+        after_help = "Examples:\n  rnicd --mem-pair --name t --sock-dir /tmp/srnic &\n  rnic exec --sock-dir /tmp/srnic -- ibv_devinfo -v\n  rnic exec --sock-dir /tmp/srnic -- ibv_rc_pingpong -d t0 -g 3 &\n  rnic exec --sock-dir /tmp/srnic -- ibv_rc_pingpong -d t1 -g 3 127.0.0.1\n  rnic exec -- ib_write_bw -d srnic0 -x 3 192.0.2.1\n  rnic exec --sock-dir /tmp/srnic -- cat /sys/class/infiniband/t0/ports/1/gid_attrs/types/3"
     )]
     Exec {
         /// Where the rnicd sockets are (sets SOFTRNIC_SOCK_DIR).
         #[arg(long)]
         sock_dir: Option<PathBuf>,
+        /// Do not show the program the devices in /sys/class/infiniband
+        /// and /dev/infiniband (no namespaces).
+        #[arg(long)]
+        no_view: bool,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         argv: Vec<std::ffi::OsString>,
@@ -411,9 +421,11 @@ capture shows (addresses, QPNs, first PSN, path MTU, one memory region per R_Key
 atomic targets pre-filled from the capture's responses), feeds it the capture's requests, pairs \
 its responses with the capture's by PSN and compares them field by field (opcode, PSN, \
 destination QP, AETH syndrome and MSN, atomic original value, payload, ICRC). Our responses \
-after the last one the capture holds for the connection, when the capture ends before they \
-were due (the slowest answer it shows on that connection, at least 1 ms, after the \
-connection's last request), are listed as after the end of the capture, not as differences. \
+after the last one the capture holds for the connection, when the capture shows no frame of \
+the responder's address after they were due (the slowest answer it shows on that connection, \
+at least 1 ms, after the connection's last request), are listed as after the end of the \
+capture, not as differences: a requester retrying into a responder that went silent shows \
+nothing of what the responder owed. \
 Memory is judged where the capture shows the WRITE acknowledged. A file that ends inside a \
 frame is replayed up to the frame before it. The last line counts the responses that matched, \
 differed and fell after the end. Exit status 1 when any differs.",
@@ -557,7 +569,11 @@ fn main() {
             dump_mem: a.dump_mem,
             command,
         }),
-        Cmd::Exec { sock_dir, argv } => tools::exec::run(sock_dir.as_deref(), &argv),
+        Cmd::Exec {
+            sock_dir,
+            no_view,
+            argv,
+        } => tools::exec::run(sock_dir.as_deref(), !no_view, &argv),
         Cmd::Memcheck { ours, theirs } => tools::devperf::memcheck::check(&ours, &theirs)
             .and_then(|text| tools::say(&format!("{text}\n"))),
         Cmd::Pingpong(a) => pingpong(a),

@@ -113,8 +113,9 @@ pub fn dump(path: &Path, limit: Option<u64>, roce_only: bool) -> Result<(), CliE
 
 /// Feeds the requests of each RC connection of the capture to our
 /// responder and reports every difference from the capture's responses.
-/// Our responses the capture stops before (`nic::replay`) are listed
-/// apart and are not differences; a file that ends inside a frame is
+/// Our responses the capture stops before — no frame of the responder's
+/// address after they were due (`nic::replay`) — are listed apart and are
+/// not differences; a file that ends inside a frame is
 /// replayed up to the frame before. Ends with one summary line. Exits
 /// non-zero when any differs.
 pub fn replay(path: &Path) -> Result<(), CliError> {

@@ -25,6 +25,7 @@ fn pair(dir: &Path) -> Vec<Server> {
         sock_dir: dir.to_path_buf(),
         mode: 0o600,
         gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 31 + i)),
+        netdev: None,
         engine: nic::engine::EngineConfig::default(),
         bell: true,
         cm: CmTimers::default(),

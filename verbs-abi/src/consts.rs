@@ -118,6 +118,10 @@ pub const IBV_WC_LOCAL_INV: c_int = 6;
 pub const IBV_WC_RECV: c_int = 128;
 pub const IBV_WC_RECV_RDMA_WITH_IMM: c_int = 129;
 
+// enum ibv_event_type (the device's own event; the others come from the
+// transport's numbering, nic::verbs::AsyncEvent::ibv_event_type)
+pub const IBV_EVENT_DEVICE_FATAL: c_int = 8;
+
 // enum ibv_wc_flags
 pub const IBV_WC_GRH: u32 = 1;
 pub const IBV_WC_WITH_IMM: u32 = 2;

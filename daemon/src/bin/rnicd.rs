@@ -38,7 +38,9 @@ struct Args {
     #[arg(long, default_value = "auto")]
     backend: String,
     /// The device's IP address (its GID); with --mem-pair the first of
-    /// two (the second gets the next address).
+    /// two (the second gets the next address), by default 127.0.0.1: two
+    /// loopback addresses the kernel answers too, so a program reaches
+    /// the peer by TCP at the address it connects to by RDMA CM.
     #[arg(long)]
     gid: Option<IpAddr>,
     #[arg(long, default_value = "/run/softrnic")]
@@ -239,6 +241,21 @@ fn drop_privileges(user: &str) -> Result<(u32, u32), PrivError> {
     Ok((uid, gid))
 }
 
+/// A device to serve: its name, port, GID and netdev.
+struct DevicePort {
+    name: String,
+    port: Box<dyn Port>,
+    gid: Gid,
+    netdev: Option<String>,
+}
+
+/// The netdev a `--mem-pair` device on `ip` stands beside: `lo` for an
+/// address of 127.0.0.0/8 (the kernel's loopback answers all of it), none
+/// for another address.
+fn loopback_netdev(ip: std::net::Ipv4Addr) -> Option<String> {
+    ip.is_loopback().then(|| "lo".to_string())
+}
+
 fn main() {
     let a = match parse() {
         Ok(a) => a,
@@ -264,7 +281,7 @@ fn main() {
         park: Duration::from_micros(a.park_us),
         ..Default::default()
     };
-    let mut ports: Vec<(String, Box<dyn Port>, Gid)> = Vec::new();
+    let mut ports: Vec<DevicePort> = Vec::new();
     let mut cable = None;
     if a.mem_pair {
         if a.pcap.is_some() {
@@ -283,18 +300,21 @@ fn main() {
                 eprintln!("rnicd: --mem-pair takes an IPv4 --gid");
                 std::process::exit(2)
             }
-            None => u32::from(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+            None => u32::from(std::net::Ipv4Addr::LOCALHOST),
         };
-        ports.push((
-            format!("{}0", a.name),
-            Box::new(p0),
-            Gid::from_ipv4(base.into()),
-        ));
-        ports.push((
-            format!("{}1", a.name),
-            Box::new(p1),
-            Gid::from_ipv4((base + 1).into()),
-        ));
+        let (ip0, ip1) = (base.into(), (base + 1).into());
+        ports.push(DevicePort {
+            name: format!("{}0", a.name),
+            port: Box::new(p0),
+            gid: Gid::from_ipv4(ip0),
+            netdev: loopback_netdev(ip0),
+        });
+        ports.push(DevicePort {
+            name: format!("{}1", a.name),
+            port: Box::new(p1),
+            gid: Gid::from_ipv4(ip1),
+            netdev: loopback_netdev(ip1),
+        });
     } else if let Some(ifname) = &a.iface {
         let backend = match a.backend.as_str() {
             "auto" => Backend::Auto,
@@ -323,7 +343,12 @@ fn main() {
                     },
                     None => p,
                 };
-                ports.push((a.name.clone(), p, Gid::from_ip(gid)));
+                ports.push(DevicePort {
+                    name: a.name.clone(),
+                    port: p,
+                    gid: Gid::from_ip(gid),
+                    netdev: Some(ifname.clone()),
+                });
             }
             Err(e) => {
                 eprintln!("rnicd: {ifname}: {e}");
@@ -352,21 +377,32 @@ fn main() {
     let items: Vec<(Box<dyn Port>, ServerConfig)> = ports
         .into_iter()
         .enumerate()
-        .map(|(i, (name, port, gid))| {
-            let cfg = ServerConfig {
-                name,
-                sock_dir: a.sock_dir.clone(),
-                mode,
-                gid,
-                engine: engine(i),
-                bell: !a.no_bell,
-                cm: softrnic::server::CmTimers {
-                    response_timeout: a.cm_response_timeout,
-                    max_retries: a.cm_retries,
+        .map(
+            |(
+                i,
+                DevicePort {
+                    name,
+                    port,
+                    gid,
+                    netdev,
                 },
-            };
-            (port, cfg)
-        })
+            )| {
+                let cfg = ServerConfig {
+                    name,
+                    sock_dir: a.sock_dir.clone(),
+                    mode,
+                    gid,
+                    netdev,
+                    engine: engine(i),
+                    bell: !a.no_bell,
+                    cm: softrnic::server::CmTimers {
+                        response_timeout: a.cm_response_timeout,
+                        max_retries: a.cm_retries,
+                    },
+                };
+                (port, cfg)
+            },
+        )
         .collect();
     let servers = match Server::start_many(items, a.one_thread) {
         Ok(s) => s,

@@ -111,6 +111,9 @@ impl Cq {
         let mut spins = 0u32;
         while out.len() < n {
             if self.poll(n - out.len(), &mut out) == 0 {
+                if self.ctx.is_dead() {
+                    return Err(Error::DeviceGone);
+                }
                 if t0.elapsed() > timeout {
                     return Err(Error::Timeout);
                 }
@@ -153,6 +156,12 @@ impl Cq {
         self.ring = ring;
         self._map = map;
         Ok(self.ring.entries)
+    }
+
+    /// Whether the device's daemon has gone away ([`Context::is_dead`]):
+    /// what the ring holds is all that will ever come.
+    pub fn device_dead(&self) -> bool {
+        self.ctx.is_dead()
     }
 
     /// Slots in the CQ ring.

@@ -5,16 +5,20 @@
 //! index) — no syscall on the data path.
 //!
 //! This module holds the device context ([`Context`]) and the library's
-//! error type; [`memory`] the PD and what is made on one (buffers, MRs,
+//! error type; [`device`] the devices in the socket directory and what
+//! a device shows (GID table, node GUID); [`memory`] the PD and what is made on one (buffers, MRs,
 //! MWs, QPs, AHs, SRQs); [`cq`] completion queues; [`qp`] queue pairs,
 //! SRQs and address handles; [`cm`] the RDMA CM (event channels, CM IDs).
 
 pub mod cm;
 pub mod cq;
+pub mod device;
 pub mod memory;
 pub mod qp;
+mod watch;
 
 pub use cq::*;
+pub use device::*;
 pub use memory::*;
 pub use qp::*;
 
@@ -69,6 +73,9 @@ pub enum Error {
     /// The process's own memory cannot be registered.
     #[error("{0}")]
     UserMem(crate::usermem::UserMemError),
+    /// The daemon went away (killed or crashed): the device has failed.
+    #[error("the daemon is gone: the device has failed")]
+    DeviceGone,
 }
 
 /// Why an answer of the daemon could not be used.
@@ -98,7 +105,7 @@ pub enum ProtocolError {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// What `query_device` reports.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct DeviceInfo {
     pub name: String,
     pub gid: Gid,
@@ -107,6 +114,9 @@ pub struct DeviceInfo {
     pub max_qp_wr: u32,
     pub max_cqe: u32,
     pub max_sge: u32,
+    /// The kernel interface the device stands beside (`rnicd --iface`,
+    /// `lo` for a `--mem-pair` on loopback addresses), if any.
+    pub netdev: Option<String>,
 }
 
 pub use crate::proto::PortInfo;
@@ -118,6 +128,10 @@ pub const PORT_ACTIVE: u32 = 4;
 
 /// An open device (`ibv_context`).
 pub struct Context {
+    /// The thread that notices the daemon going away (first: it is stopped
+    /// and joined before the socket it watches closes).
+    watcher: Mutex<Option<watch::Watcher>>,
+    live: Arc<watch::Liveness>,
     sock: Mutex<SeqPacket>,
     pub device: DeviceInfo,
     /// The engine's bell: rung after a post when the ring says the engine
@@ -152,18 +166,12 @@ impl Context {
     pub fn open(path: impl AsRef<Path>) -> Result<Arc<Context>> {
         let sock = SeqPacket::connect(path.as_ref())?;
         let mut c = Context {
+            watcher: Mutex::new(None),
+            live: Default::default(),
             bell: None,
             async_events: Mutex::new(None),
             sock: Mutex::new(sock),
-            device: DeviceInfo {
-                name: String::new(),
-                gid: Gid::default(),
-                mac: EthernetAddress([0; 6]),
-                mtu: 0,
-                max_qp_wr: 0,
-                max_cqe: 0,
-                max_sge: 0,
-            },
+            device: DeviceInfo::default(),
         };
         match c.request(Request::QueryDevice, None)?.0 {
             Response::Device {
@@ -174,6 +182,7 @@ impl Context {
                 max_qp_wr,
                 max_cqe,
                 max_sge,
+                netdev,
             } => {
                 c.device = DeviceInfo {
                     name,
@@ -183,6 +192,7 @@ impl Context {
                     max_qp_wr,
                     max_cqe,
                     max_sge,
+                    netdev,
                 }
             }
             r => return Err(unexpected(r)),
@@ -195,15 +205,34 @@ impl Context {
     }
 
     fn request(&self, req: Request, fd: Option<RawFd>) -> Result<(Response, Vec<OwnedFd>)> {
+        if self.is_dead() {
+            return if watch::tears_down(&req) {
+                Ok((Response::Ok, Vec::new()))
+            } else {
+                Err(Error::DeviceGone)
+            };
+        }
         let sock = self.sock.lock().map_err(|_| ProtocolError::Poisoned)?;
         let msg = proto::encode(&ReqMsg {
             v: proto::VERSION,
             req,
         });
         let fds: Vec<RawFd> = fd.into_iter().collect();
-        sock.send(&msg, &fds)?;
+        // a hang-up seen here, before the watcher sees it, is the same death
+        let gone = |e: std::io::Error| -> Error {
+            if matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
+                self.live.die();
+                Error::DeviceGone
+            } else {
+                e.into()
+            }
+        };
+        sock.send(&msg, &fds).map_err(gone)?;
         let mut buf = Vec::new();
-        let fds = sock.recv(&mut buf)?.ok_or(ProtocolError::Closed)?;
+        let Some(fds) = sock.recv(&mut buf).map_err(gone)? else {
+            self.live.die();
+            return Err(Error::DeviceGone);
+        };
         let m: RespMsg = serde_json::from_slice(&buf).map_err(ProtocolError::from)?;
         if m.v != proto::VERSION {
             return Err(ProtocolError::Version(m.v).into());
@@ -268,6 +297,8 @@ impl Context {
                 Response::Ok => {}
                 r => return Err(unexpected(r)),
             }
+            // the daemon's going away makes the descriptor readable too
+            self.wake_on_death(bell.as_fd())?;
             *g = Some((bell, Default::default()));
         }
         Ok(g)
@@ -350,6 +381,10 @@ fn unexpected(r: Response) -> Error {
 }
 
 fn post_ring(r: &Ring, prod: &mut u32, w: &WqeRaw, ctx: &Context) -> Result<()> {
+    // a dead daemon never takes the WQE: the post fails (one atomic load)
+    if ctx.is_dead() {
+        return Err(Error::DeviceGone);
+    }
     let cons = r.consumer().load(Ordering::Acquire);
     if prod.wrapping_sub(cons) >= r.entries {
         return Err(Error::QueueFull);

@@ -189,6 +189,9 @@ pub enum Response {
         max_qp_wr: u32,
         max_cqe: u32,
         max_sge: u32,
+        /// The kernel interface the device stands beside, if any.
+        #[serde(default)]
+        netdev: Option<String>,
     },
     Pd {
         pd: u32,

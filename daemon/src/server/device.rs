@@ -20,6 +20,7 @@ pub(super) fn query_device(sh: &Shared) -> Result<Reply, RequestError> {
             max_qp_wr: MAX_QP_WR,
             max_cqe: MAX_CQE,
             max_sge: MAX_SGE as u32,
+            netdev: sh.cfg.netdev.clone(),
         },
         None,
     ))

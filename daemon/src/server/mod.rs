@@ -50,6 +50,10 @@ pub struct ServerConfig {
     /// Permissions of the socket file.
     pub mode: u32,
     pub gid: Gid,
+    /// The kernel interface the device stands beside, as an rxe device
+    /// names its netdev (`rnicd --iface`; `lo` for a `--mem-pair` on
+    /// loopback addresses); None when there is none.
+    pub netdev: Option<String>,
     pub engine: EngineConfig,
     /// Hand clients the engine's bell (off: they never ring it, and a post
     /// after idling waits for the park to end — for comparison).

@@ -21,7 +21,8 @@ pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 /// sockets.
 pub fn daemon_with(tag: &str, extra: &[&str]) -> (Daemon, PathBuf, PathBuf) {
     let dir = tempdir(tag);
-    let mut args = vec!["--mem-pair", "--name", "c"];
+    // the addresses the in-process pair has too (SERVER_IP and its peer)
+    let mut args = vec!["--mem-pair", "--name", "c", "--gid", "192.0.2.1"];
     args.extend_from_slice(extra);
     let d = Daemon::start(None, &args, &dir);
     let (a, b) = (PathBuf::from(d.sock("c0")), PathBuf::from(d.sock("c1")));
@@ -184,6 +185,7 @@ pub fn pair_with(
         sock_dir: dir.clone(),
         mode: 0o600,
         gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 1 + i)),
+        netdev: None,
         engine: nic::engine::EngineConfig::default(),
         bell: true,
         cm,

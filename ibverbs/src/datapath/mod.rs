@@ -11,14 +11,14 @@ pub mod poll_ex;
 pub mod wr_api;
 
 use crate::abi::*;
-use crate::objects::{cq_of, qp_of, srq_of, Ah};
+use crate::objects::{cq_of, qp_of, srq_of, Ah, Posted, SharedWrs};
 use libc::c_int;
 use nic::verbs::{WcOpcode, WcStatus, MAX_SGE};
 use softrnic::ring::{self, opcode, CqeRaw, SgeRaw, WqeRaw};
 use softrnic::QpKind;
 
 /// rdma-core's `enum ibv_wc_status` number of a completion status.
-fn wc_status(s: WcStatus) -> c_int {
+pub(crate) fn wc_status(s: WcStatus) -> c_int {
     match s {
         WcStatus::Success => 0,
         WcStatus::LocLenErr => 1,
@@ -102,12 +102,30 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
         return -1;
     }
     let mut g = c.inner.lock().unwrap_or_else(|e| e.into_inner());
+    // read before the ring: once the daemon is gone, the ring holds all
+    // it will ever write
+    let dead = g.device_dead();
     let mut done = 0usize;
-    g.poll_each(n as usize, |c| {
+    g.poll_each(n as usize, |cqe| {
+        let w = to_wc(cqe);
+        c.retire(&w);
         // SAFETY: the caller's array of n entries; poll_each hands at most n.
-        unsafe { *wc.add(done) = to_wc(c) };
+        unsafe { *wc.add(done) = w };
         done += 1;
     });
+    if dead {
+        // a failed device: the WRs still outstanding complete as flushed,
+        // then polling is an error
+        let mut at = done;
+        done += c.flush(n as usize - done, |w| {
+            // SAFETY: as above; flush hands at most n - done.
+            unsafe { *wc.add(at) = w };
+            at += 1;
+        });
+        if done == 0 {
+            return -1;
+        }
+    }
     done as c_int
 }
 
@@ -123,6 +141,13 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     let Some(c) = (unsafe { cq_of(cq) }) else {
         return libc::EINVAL;
     };
+    if c.inner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .device_dead()
+    {
+        return libc::EIO;
+    }
     if c.channel.is_null() {
         // no channel: no event to deliver (as with a kernel device)
         return 0;
@@ -246,7 +271,7 @@ pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_m
     if let Err(e) = unsafe { g.q.post_raw_send(&w) } {
         return crate::errno_of(&e);
     }
-    g.posted = g.posted.wrapping_add(1);
+    g.sent_one(&w);
     // SAFETY: the application's window; it reads the new key from here.
     unsafe { (*mw).rkey = new_rkey };
     0
@@ -439,10 +464,50 @@ pub unsafe extern "C" fn post_send(
         if let Err(e) = unsafe { g.q.post_raw_send(&w) } {
             return fail(wr, crate::errno_of(&e));
         }
-        g.posted = g.posted.wrapping_add(1);
+        g.sent_one(&w);
         wr = r.next;
     }
     0
+}
+
+/// Records a receive WQE the ring took, for a flush if the device fails.
+fn received_one(wrs: &SharedWrs, w: &WqeRaw) {
+    wrs.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .posted(Posted {
+            wr_id: w.wr_id,
+            opcode: IBV_WC_RECV,
+            signaled: true,
+        });
+}
+
+/// The `enum ibv_wc_opcode` a send WQE of ring opcode `op` completes with.
+fn send_wc_opcode(op: u8) -> c_int {
+    match op {
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
+        opcode::RDMA_READ => IBV_WC_RDMA_READ,
+        opcode::ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
+        opcode::ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+        opcode::BIND_MW => IBV_WC_BIND_MW,
+        opcode::LOCAL_INV => IBV_WC_LOCAL_INV,
+        _ => IBV_WC_SEND,
+    }
+}
+
+impl crate::objects::QpInner {
+    /// Counts a send WQE the ring took (the slot of the next inline copy)
+    /// and records it for a flush if the device fails.
+    fn sent_one(&mut self, w: &WqeRaw) {
+        self.posted = self.posted.wrapping_add(1);
+        self.sent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .posted(Posted {
+                wr_id: w.wr_id,
+                opcode: send_wc_opcode(w.opcode),
+                signaled: w.flags & ring::flags::SIGNALED != 0,
+            });
+    }
 }
 
 /// Builds the ring WQE of one receive work request.
@@ -521,8 +586,17 @@ pub unsafe extern "C" fn post_recv(
         return unsafe { fail_at(bad_wr, wr, libc::EINVAL) };
     }
     let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
+    let g = &mut *g;
     // SAFETY: the caller's chain.
-    unsafe { post_recv_chain(wr, bad_wr, |w| g.q.post_raw_recv(w)) }
+    unsafe {
+        post_recv_chain(wr, bad_wr, |w| {
+            g.q.post_raw_recv(w)?;
+            if let Some(r) = &g.recvd {
+                received_one(r, w);
+            }
+            Ok(())
+        })
+    }
 }
 
 /// `ops.post_srq_recv`.
@@ -542,5 +616,11 @@ pub unsafe extern "C" fn post_srq_recv(
     };
     let mut g = s.inner.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: the caller's chain.
-    unsafe { post_recv_chain(wr, bad_wr, |w| g.post_raw_recv(w)) }
+    unsafe {
+        post_recv_chain(wr, bad_wr, |w| {
+            g.post_raw_recv(w)?;
+            received_one(&s.wrs, w);
+            Ok(())
+        })
+    }
 }

@@ -4,7 +4,9 @@
 //! they put in the `ibv_cq_ex` and whose other fields the
 //! `ibv_wc_read_*` accessors return; `ibv_end_poll` has nothing left to
 //! release. ENOENT (returned, and in errno) when the ring is empty, as
-//! rxe answers.
+//! rxe answers; on a failed device (its daemon gone) the outstanding work
+//! requests then complete flushed, one a call, as with `ibv_poll_cq`, and
+//! after them EIO.
 
 use super::to_wc;
 use crate::abi::*;
@@ -27,13 +29,24 @@ unsafe fn advance(cq: *mut ibv_cq_ex) -> c_int {
         return libc::EINVAL;
     };
     let mut wc = None;
-    c.inner
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .poll_each(1, |e| wc = Some(to_wc(e)));
+    let mut g = c.inner.lock().unwrap_or_else(|e| e.into_inner());
+    // read before the ring: once the daemon is gone, the ring holds all
+    // it will ever write, and then the outstanding WRs complete flushed
+    let dead = g.device_dead();
+    g.poll_each(1, |e| wc = Some(to_wc(e)));
+    match &wc {
+        Some(w) => c.retire(w),
+        None if dead => {
+            c.flush(1, |w| wc = Some(w));
+        }
+        None => {}
+    }
+    drop(g);
     let Some(wc) = wc else {
-        crate::set_errno(libc::ENOENT);
-        return libc::ENOENT;
+        // as ibv_poll_cq: an empty CQ of a failed device is an error
+        let e = if dead { libc::EIO } else { libc::ENOENT };
+        crate::set_errno(e);
+        return e;
     };
     *c.cur.lock().unwrap_or_else(|e| e.into_inner()) = wc;
     // SAFETY: the application's ibv_cq_ex; these two fields are where

@@ -479,7 +479,7 @@ fn post_batch(q: &Qp, g: &mut QpInner, b: &mut WrBatch) -> Step {
         if let Err(e) = unsafe { g.q.post_raw_send(w) } {
             return Err((errno_of(&e), "the send queue refused a work request"));
         }
-        g.posted = g.posted.wrapping_add(1);
+        g.sent_one(w);
     }
     Ok(())
 }

@@ -2,12 +2,13 @@
 //! `rnicd` (sock-dir: `$SOFTRNIC_SOCK_DIR`, else /run/softrnic) is one
 //! ibverbs device named `<name>` with one RoCEv2 port.
 //!
-//! The GID table is what a RoCE netdev with one address shows (as Linux
-//! rxe and mlx5 fill it): index 0 the link-local IPv6 GID from the MAC as
-//! RoCE v1, 1 the same as RoCE v2, 2 the device's address (IPv4-mapped for
-//! IPv4) as RoCE v1, 3 the same as RoCE v2. softrnic speaks RoCE v2 from
-//! its address only, so index 3 is the one to use (`-g 3`, `-x 3`);
-//! a QP whose path names another index is refused at RTR.
+//! The GID table is what a RoCE netdev with one address shows
+//! (`softrnic::DeviceInfo::gid_table`): index 0 the link-local IPv6 GID
+//! from the MAC as RoCE v1, 1 the same as RoCE v2, 2 the device's address
+//! (IPv4-mapped for IPv4) as RoCE v1, 3 the same as RoCE v2. softrnic
+//! speaks RoCE v2 from its address only, so index 3 is the one to use
+//! (`-g 3`, `-x 3`); a QP whose path names another index is refused at
+//! RTR.
 //!
 //! This module lists, opens and closes devices; [`query`] answers the
 //! device, port, GID and P_Key queries; [`resolve`] finds the MAC for a
@@ -26,10 +27,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use wire::Gid;
 
-/// The GID index softrnic sends from (RoCE v2, the device's address).
-pub const ROCE_V2_GID_INDEX: usize = 3;
-/// Entries of the GID table.
-pub const GID_TABLE_LEN: usize = 4;
+pub use softrnic::client::{GID_TABLE_LEN, ROCE_V2_GID_INDEX};
 /// rxe's vendor id (perftest and others treat the device as "unknown
 /// vendor": no vendor-specific paths).
 pub const VENDOR_ID: u32 = 0xFF_FFFF;
@@ -55,28 +53,15 @@ fn fill(dst: &mut [c_char], s: &str) {
 }
 
 /// The devices whose sockets are in the socket directory now, sorted by
-/// name (an `ibv_device` stays the same object for the same name).
+/// name (`softrnic::client::device_sockets`; an `ibv_device` stays the
+/// same object for the same name, and keeps the index it was first seen
+/// with).
 fn scan() -> Vec<&'static Device> {
-    let dir = softrnic::client::sock_dir();
-    let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    use std::os::unix::fs::FileTypeExt;
-                    let p = e.path();
-                    let stem = p.file_stem()?.to_str()?.to_string();
-                    let is_sock = e.file_type().ok()?.is_socket();
-                    (is_sock && p.extension()? == "sock" && !stem.is_empty() && stem.len() < 64)
-                        .then_some((stem, p))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
+    let names = softrnic::client::device_sockets();
     let mut all = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
     names
         .into_iter()
-        .map(|(name, sock)| {
+        .map(|softrnic::client::DeviceSocket { name, path: sock }| {
             if let Some(d) = all.iter().find(|d| d.name == name && d.sock == sock) {
                 return *d;
             }
@@ -86,10 +71,11 @@ fn scan() -> Vec<&'static Device> {
             ibv.node_type = IBV_NODE_CA;
             ibv.transport_type = IBV_TRANSPORT_IB;
             fill(&mut ibv.name, &name);
-            fill(&mut ibv.dev_name, &format!("uverbs{index}"));
+            let uverbs = softrnic::client::uverbs_name(index as usize);
+            fill(&mut ibv.dev_name, &uverbs);
             fill(
                 &mut ibv.dev_path,
-                &format!("/sys/class/infiniband_verbs/uverbs{index}"),
+                &format!("/sys/class/infiniband_verbs/{uverbs}"),
             );
             fill(
                 &mut ibv.ibdev_path,
@@ -169,21 +155,10 @@ pub extern "C" fn srv_ibv_get_device_index(d: *mut ibv_device) -> c_int {
     device_of(d).map_or(-1, |dev| dev.index)
 }
 
-/// The node GUID made from the MAC as for an Ethernet RDMA device
-/// (EUI-64: the MAC with ff:fe in the middle and the U/L bit flipped),
-/// in network order as `ibv_get_device_guid` returns it.
-pub fn guid_of(mac: [u8; 6]) -> u64 {
-    let g = [
-        mac[0] ^ 2,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ];
-    u64::from_ne_bytes(g)
+/// The node GUID of a device, in network order as `ibv_get_device_guid`
+/// and `ibv_query_device` return it.
+pub fn guid_of(d: &softrnic::DeviceInfo) -> u64 {
+    u64::from_ne_bytes(d.node_guid())
 }
 
 /// `ibv_get_device_guid` (network byte order; 0 if the daemon is gone).
@@ -194,7 +169,7 @@ pub extern "C" fn srv_ibv_get_device_guid(d: *mut ibv_device) -> u64 {
         return 0;
     };
     match softrnic::Context::open(&dev.sock) {
-        Ok(c) => guid_of(c.device.mac.0),
+        Ok(c) => guid_of(&c.device),
         Err(e) => {
             set_errno(errno_of(&e));
             0
@@ -210,6 +185,10 @@ pub struct Ctx {
     pub inner: Arc<softrnic::Context>,
     pub dev: &'static Device,
     pub gids: [(Gid, u32); GID_TABLE_LEN],
+    /// The interface index of the device's netdev in this process's
+    /// network namespace (0: none), as `ibv_query_gid_ex` reports it for
+    /// every GID.
+    pub ndev_ifindex: u32,
     /// The objects asynchronous events name: QPN → `*mut Qp`, CQ handle →
     /// `*mut Cq`, SRQ handle → `*mut Srq` (as usize).
     pub qps: Mutex<std::collections::HashMap<u32, usize>>,
@@ -244,12 +223,14 @@ impl Ctx {
     }
 }
 
-fn link_local(mac: [u8; 6]) -> Gid {
-    let mut g = [0u8; 16];
-    g[0] = 0xfe;
-    g[1] = 0x80;
-    g[8..16].copy_from_slice(&guid_of(mac).to_ne_bytes());
-    Gid(g)
+/// The index of interface `name` in this process's network namespace, 0
+/// when there is none.
+fn ifindex(name: &str) -> u32 {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return 0;
+    };
+    // SAFETY: a NUL-terminated name alive for the call.
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
 }
 
 /// `ibv_open_device`: connects to the daemon.
@@ -268,6 +249,11 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
             return null_errno(errno_of(&e));
         }
     };
+    // the daemon's going away turns the device into a failed one
+    if let Err(e) = inner.watch() {
+        complain("ibv_open_device", format!("watching the daemon: {e}"));
+        return null_errno(errno_of(&e));
+    }
     let async_fd = match inner.async_event_fd() {
         Ok(fd) => fd,
         Err(e) => {
@@ -281,14 +267,14 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
         Ok(ep) => ep,
         Err(e) => return null_errno(e),
     };
-    let mac = inner.device.mac.0;
-    let gid = inner.device.gid;
-    let gids = [
-        (link_local(mac), IBV_GID_TYPE_ROCE_V1),
-        (link_local(mac), IBV_GID_TYPE_ROCE_V2),
-        (gid, IBV_GID_TYPE_ROCE_V1),
-        (gid, IBV_GID_TYPE_ROCE_V2),
-    ];
+    let gids = inner.device.gid_table().map(|(g, t)| {
+        let t = match t {
+            softrnic::client::GidType::RoceV1 => IBV_GID_TYPE_ROCE_V1,
+            softrnic::client::GidType::RoceV2 => IBV_GID_TYPE_ROCE_V2,
+        };
+        (g, t)
+    });
+    let ndev_ifindex = inner.device.netdev.as_deref().map_or(0, ifindex);
     // SAFETY: verbs_context is pointers, integers and a pthread mutex, for
     // all of which zero is a valid value (PTHREAD_MUTEX_INITIALIZER).
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
@@ -323,6 +309,7 @@ pub unsafe extern "C" fn srv_ibv_open_device(d: *mut ibv_device) -> *mut ibv_con
         inner,
         dev,
         gids,
+        ndev_ifindex,
         qps: Default::default(),
         cqs: Default::default(),
         srqs: Default::default(),

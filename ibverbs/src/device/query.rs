@@ -11,7 +11,7 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
         &mut a.fw_ver,
         concat!("softrnic ", env!("CARGO_PKG_VERSION")),
     );
-    a.node_guid = guid_of(d.mac.0);
+    a.node_guid = guid_of(d);
     a.sys_image_guid = a.node_guid;
     a.max_mr_size = u64::MAX;
     a.page_size_cap = 0xffff_f000;
@@ -126,32 +126,13 @@ pub fn mtu_enum(bytes: u32) -> c_int {
     }
 }
 
-/// Width and speed codes whose product is closest to the link's rate from
-/// below (1X: SDR 2.5, DDR 5, QDR 10, FDR 14, EDR 25, HDR 50, NDR 100
-/// Gb/s per lane; 4X four lanes).
-fn width_speed(bps: u64) -> (u8, u8) {
-    let g = bps / 1_000_000_000;
-    match g {
-        0..=4 => (1, 1),
-        5..=9 => (1, 2),
-        10..=13 => (1, 4),
-        14..=24 => (1, 16),
-        25..=39 => (1, 32),
-        40..=49 => (2, 4),
-        50..=99 => (1, 64),
-        100..=199 => (2, 32),
-        200..=399 => (2, 64),
-        _ => (2, 128),
-    }
-}
-
 fn port_attr(ctx: &Ctx, port: u8) -> Result<ibv_port_attr, c_int> {
     if port != 1 {
         return Err(libc::EINVAL);
     }
     let p = ctx.inner.query_port(port).map_err(|e| errno_of(&e))?;
     let up = p.state == softrnic::PORT_ACTIVE;
-    let (w, s) = width_speed(p.link_speed_bps);
+    let (w, s) = p.width_speed();
     Ok(ibv_port_attr {
         state: if up { IBV_PORT_ACTIVE } else { IBV_PORT_DOWN },
         max_mtu: mtu_enum(p.max_mtu),
@@ -289,7 +270,7 @@ fn gid_entry(ctx: &Ctx, index: usize) -> ibv_gid_entry {
         gid_index: index as u32,
         port_num: 1,
         gid_type: ctx.gids[index].1,
-        ndev_ifindex: 0,
+        ndev_ifindex: ctx.ndev_ifindex,
     }
 }
 

@@ -16,6 +16,10 @@ pub struct Channel {
     pub fd: OwnedFd,
     pub ep: OwnedFd,
     pub state: Mutex<ChannelState>,
+    /// The context, which makes `fd` readable when the daemon goes away
+    /// (registered as `wake`).
+    pub ctx: std::sync::Arc<softrnic::Context>,
+    pub wake: u64,
 }
 
 /// An epoll descriptor that is readable while `fd` is.
@@ -58,8 +62,11 @@ pub struct ChannelState {
 pub unsafe extern "C" fn srv_ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_comp_channel {
     // SAFETY: `c` is NULL or an open context of this library's (this
     // function's contract), as Ctx::from requires.
-    if unsafe { Ctx::from(c) }.is_none() {
+    let Some(ctx) = (unsafe { Ctx::from(c) }) else {
         return null_errno(libc::EINVAL);
+    };
+    if ctx.inner.is_dead() {
+        return null_errno(libc::EIO);
     }
     // SAFETY: eventfd makes a new descriptor we own.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -76,6 +83,11 @@ pub unsafe extern "C" fn srv_ibv_create_comp_channel(c: *mut ibv_context) -> *mu
         Ok(ep) => ep,
         Err(e) => return null_errno(e),
     };
+    // a dead daemon wakes the channel's waiters (ibv_get_cq_event)
+    let wake = match ctx.inner.wake_on_death(fd.as_fd()) {
+        Ok(id) => id,
+        Err(e) => return null_errno(errno_of(&e)),
+    };
     boxed(Channel {
         ibv: ibv_comp_channel {
             context: c,
@@ -85,6 +97,8 @@ pub unsafe extern "C" fn srv_ibv_create_comp_channel(c: *mut ibv_context) -> *mu
         fd,
         ep,
         state: Mutex::new(ChannelState::default()),
+        ctx: ctx.inner.clone(),
+        wake,
     }) as *mut ibv_comp_channel
 }
 
@@ -102,6 +116,7 @@ pub unsafe extern "C" fn srv_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel)
     if !lock(&chan.state).cqs.is_empty() {
         return libc::EBUSY;
     }
+    chan.ctx.forget_wake(chan.wake);
     // SAFETY: made by Box in create_comp_channel; no CQ refers to it.
     drop(unsafe { Box::from_raw(ch as *mut Channel) });
     0
@@ -119,6 +134,8 @@ pub struct Cq {
     /// An event was asked for and has not been handed out.
     pub armed: AtomicBool,
     pub channel: *mut Channel,
+    /// The QPs whose completions come here, with their outstanding WRs.
+    pub attached: Mutex<Vec<Attached>>,
 }
 
 /// # Safety
@@ -179,6 +196,7 @@ unsafe fn create_cq_common(
         cur: Mutex::new(ibv_wc::default()),
         armed: AtomicBool::new(false),
         channel: chan,
+        attached: Mutex::new(Vec::new()),
     });
     if !chan.is_null() {
         // SAFETY: the application's channel.
@@ -275,6 +293,10 @@ pub unsafe extern "C" fn srv_ibv_destroy_cq(c: *mut ibv_cq) -> c_int {
     let Some(ctx) = (unsafe { Ctx::from(cq.ex.cq.context) }) else {
         return libc::EINVAL;
     };
+    // a QP still completes here (the daemon says so too while it lives)
+    if !lock(&cq.attached).is_empty() {
+        return libc::EBUSY;
+    }
     if let Err(e) = lock(&cq.inner).destroy_by_ref() {
         complain("ibv_destroy_cq", &e);
         return libc::EBUSY;
@@ -372,6 +394,9 @@ pub unsafe extern "C" fn srv_ibv_get_cq_event(
         {
             let mut st = lock(&chan.state);
             drain_eventfd(fd);
+            // a dead daemon fires no more events: every armed CQ fires now,
+            // for its waiter to poll the flushed WRs
+            let dead = chan.ctx.is_dead();
             let fired: Vec<usize> = st
                 .cqs
                 .iter()
@@ -379,7 +404,7 @@ pub unsafe extern "C" fn srv_ibv_get_cq_event(
                 .filter(|p| {
                     // SAFETY: CQs on the channel are alive (destroy removes them).
                     let c = unsafe { &*(*p as *const Cq) };
-                    c.armed.load(Ordering::Acquire) && lock(&c.inner).armed() == 0
+                    c.armed.load(Ordering::Acquire) && (dead || lock(&c.inner).armed() == 0)
                 })
                 .collect();
             for p in fired {
@@ -401,6 +426,11 @@ pub unsafe extern "C" fn srv_ibv_get_cq_event(
                     *cq_context = (*(p as *const Cq)).ex.cq.cq_context;
                 }
                 return 0;
+            }
+            if dead {
+                // nothing armed on a failed device: no event will come
+                set_errno(libc::EIO);
+                return -1;
             }
         }
         if nonblocking(chan.ep.as_raw_fd()) {

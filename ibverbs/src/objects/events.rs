@@ -34,6 +34,19 @@ pub unsafe extern "C" fn srv_ibv_get_async_event(
                 return -1;
             }
             Ok(None) => continue,
+            // the daemon went away: the device's fatal event, once (IBTA
+            // 11.6.3: the CA's unaffiliated "Local Catastrophic Error");
+            // then errors, as from a disassociated device
+            Err(softrnic::Error::DeviceGone) if ctx.inner.take_fatal_event() => {
+                // SAFETY: the caller's struct.
+                unsafe {
+                    *ev = ibv_async_event {
+                        element: ibv_async_event_element { port_num: 0 },
+                        event_type: IBV_EVENT_DEVICE_FATAL,
+                    }
+                };
+                return 0;
+            }
             Err(e) => {
                 set_errno(errno_of(&e));
                 return -1;

@@ -6,12 +6,14 @@
 //!
 //! One module per object kind: [`memory`] (PD, MR, MW, fork), [`cq`]
 //! (completion channels and CQs), [`qp`], [`srq`], [`ah`], [`events`]
-//! (asynchronous events).
+//! (asynchronous events), [`outstanding`] (the WRs a failed device
+//! flushes).
 
 pub mod ah;
 pub mod cq;
 pub mod events;
 pub mod memory;
+pub mod outstanding;
 pub mod qp;
 pub mod srq;
 
@@ -19,6 +21,7 @@ pub use ah::*;
 pub use cq::*;
 pub use events::*;
 pub use memory::*;
+pub use outstanding::*;
 pub use qp::*;
 pub use srq::*;
 
@@ -30,7 +33,7 @@ use nic::verbs::{AhAttr, QpAttr, QpState};
 use softrnic::client::{Buffer, QpInitAttr};
 use softrnic::QpKind;
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use wire::Gid;

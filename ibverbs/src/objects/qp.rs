@@ -28,6 +28,10 @@ pub struct QpInner {
     pub attr: ibv_qp_attr,
     /// The `ibv_wr_*` work requests between `wr_start` and `wr_complete`.
     pub batch: crate::datapath::wr_api::WrBatch,
+    /// Sends posted and not completed; receives likewise (None: the QP
+    /// receives from an SRQ, which keeps its own).
+    pub sent: SharedWrs,
+    pub recvd: Option<SharedWrs>,
 }
 
 /// # Safety
@@ -129,6 +133,10 @@ unsafe fn create_qp_common(
     }
     cap.max_inline_data = if inline.is_some() { inline_cap } else { 0 };
     let qpn = q.qpn;
+    let sent = Outstanding::shared(sq_entries, true);
+    let recvd = srq.is_none().then(|| Outstanding::shared(rq_entries, true));
+    let recv = recvd.clone().or_else(|| srq.map(|s| s.wrs.clone()));
+    attach(qpn, (scq, &sent), (rcq, recv));
     // SAFETY: ibv_qp's mutex/cond: zero is their static initializer.
     let mut ibv: ibv_qp = unsafe { std::mem::zeroed() };
     ibv.context = p.ibv.context;
@@ -164,6 +172,8 @@ unsafe fn create_qp_common(
             sq_sig_all: attr.sq_sig_all != 0,
             attr: qa,
             batch: Default::default(),
+            sent,
+            recvd,
         }),
     });
     lock(&ctx.qps).insert(qpn, ptr as usize);
@@ -602,6 +612,13 @@ pub unsafe extern "C" fn srv_ibv_destroy_qp(q: *mut ibv_qp) -> c_int {
     // SAFETY: the QP's context is open.
     if let Some(ctx) = unsafe { Ctx::from(qp.ex.qp_base.context) } {
         lock(&ctx.qps).remove(&qp.ex.qp_base.qp_num);
+    }
+    // SAFETY: a QP's CQs outlive it (destroy_cq refuses while attached).
+    for c in unsafe { [cq_of(qp.ex.qp_base.send_cq), cq_of(qp.ex.qp_base.recv_cq)] }
+        .into_iter()
+        .flatten()
+    {
+        c.detach(qp.ex.qp_base.qp_num);
     }
     // SAFETY: made by Box in create_qp_common.
     let b = unsafe { Box::from_raw(q as *mut Qp) };

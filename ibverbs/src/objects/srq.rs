@@ -7,6 +7,8 @@ pub struct Srq {
     pub ibv: ibv_srq,
     pub inner: Mutex<softrnic::Srq>,
     pub max_wr: u32,
+    /// Receives posted and not completed (they complete in any order).
+    pub wrs: SharedWrs,
 }
 
 /// # Safety
@@ -66,6 +68,7 @@ pub unsafe extern "C" fn srv_ibv_create_srq(
         ibv,
         inner: Mutex::new(s),
         max_wr: entries,
+        wrs: Outstanding::shared(entries, false),
     });
     lock(&ctx.srqs).insert(handle, ptr as usize);
     ptr as *mut ibv_srq

@@ -12,8 +12,8 @@ use super::*;
 /// after that request. A responder answers the requests of a connection
 /// in the order they arrive (IBA 9.7.5: responses go back in PSN order),
 /// so every response after the last one the capture holds is due by then
-/// at the latest; a capture whose last frame comes no later stops before
-/// it could show them.
+/// at the latest; a capture in which the responder's address sends no
+/// frame later than that stops before it could show them.
 pub(super) fn answers_due(
     requests: &[&Seen<'_>],
     responses: &[&Seen<'_>],

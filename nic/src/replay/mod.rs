@@ -17,11 +17,15 @@
 //!   (`align`); each pair is compared field by field, a response on one
 //!   side with no counterpart on the other is a difference.
 //! - Except for our responses that come after the last response the
-//!   capture holds for the connection when the capture stops before they
-//!   were due: those are *after the end of the capture*, counted and
-//!   listed apart. They are due within the slowest answer the capture
-//!   shows on that connection (never less than `MIN_ANSWER_WINDOW`) after
-//!   the connection's last request (`answers_due`).
+//!   capture holds for the connection when the capture shows nothing the
+//!   responder's address sent after they were due: those are *after the
+//!   end of the capture*, counted and listed apart. They are due within
+//!   the slowest answer the capture shows on that connection (never less
+//!   than `MIN_ANSWER_WINDOW`) after the connection's last request
+//!   (`answers_due`). Only the responder's own frames (RoCE or not) show
+//!   that the capture still saw it: a requester retrying into a responder
+//!   that went silent (its QP destroyed, its process gone) goes on
+//!   sending, and says nothing of what the responder owed.
 //! - The memory check judges the bytes whose last WRITE the capture shows
 //!   acknowledged (`check_writes`).
 
@@ -35,6 +39,7 @@ use judge::*;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;
+use wire::sniff::Peek;
 use wire::{Direction, Gid, Operation, Psn, RocePacket, RoceRepr, Syndrome, Transport};
 
 /// The most memory the replay backs one capture R_Key with (it backs every
@@ -183,11 +188,7 @@ pub fn replay_with(
             })
         })
         .collect();
-    let end = frames
-        .iter()
-        .map(|(t, _)| *t)
-        .max()
-        .unwrap_or(Instant::ZERO);
+    let last_sent = last_sent_by(frames);
     // Connections: unordered address pair + UDP source port (Linux uses the
     // same source port in both directions of a connection).
     let mut roles: BTreeMap<(IpAddr, IpAddr, u16), ()> = BTreeMap::new();
@@ -199,8 +200,25 @@ pub fn replay_with(
     }
     roles
         .keys()
-        .map(|&(resp, req, sport)| replay_one(&parsed, end, resp, req, sport, driver))
+        .map(|&(resp, req, sport)| {
+            let end = last_sent.get(&resp).copied().unwrap_or(Instant::ZERO);
+            replay_one(&parsed, end, resp, req, sport, driver)
+        })
         .collect()
+}
+
+/// When each IP address sent its last frame in the capture: any frame
+/// with that IP source, RoCE or not (a program's TCP teardown shows its
+/// host still on the wire as well as an ACK does).
+fn last_sent_by(frames: &[(Instant, Vec<u8>)]) -> HashMap<IpAddr, Instant> {
+    let mut last: HashMap<IpAddr, Instant> = HashMap::new();
+    for (t, f) in frames {
+        if let Peek::Ip { src, .. } | Peek::Fragment { src, .. } = wire::sniff::peek(f) {
+            let e = last.entry(src).or_insert(*t);
+            *e = (*e).max(*t);
+        }
+    }
+    last
 }
 
 fn is_rc(r: &RoceRepr<'_>, dir: Direction) -> bool {
@@ -222,6 +240,8 @@ fn read_packets(len: u32, mtu: u32) -> u32 {
     len.div_ceil(mtu.max(1)).max(1)
 }
 
+/// Replays one connection; `end` is when the responder's address sent its
+/// last frame in the capture.
 fn replay_one(
     parsed: &[Seen<'_>],
     end: Instant,
@@ -508,7 +528,7 @@ fn replay_one(
                 } else {
                     report.differed += 1;
                     report.mismatches.push(format!(
-                        "our response {k} ({}): the capture has no such response, and goes on {} us past when it was due",
+                        "our response {k} ({}): the capture has no such response, and the responder's frames go on {} us past when it was due",
                         describe(o),
                         (end.as_nanos() - due) / 1000
                     ));

@@ -1,5 +1,5 @@
 /* The drop-in librdmacm.so.1 from a C program built against rdma-core's
- * headers, on an rnicd --mem-pair (devices t0 192.0.2.1, t1 192.0.2.2)
+ * headers, on an rnicd --mem-pair (devices t0 127.0.0.1, t1 127.0.0.2)
  * through the libibverbs drop-in: the device list, an event channel whose
  * descriptor polls and honours O_NONBLOCK, IDs, address info, event
  * names, and the clear errors of what is not supported. Prints one line
@@ -58,7 +58,7 @@ int main(void)
 	      "RDMA_PS_IB: errno %d", errno);
 
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(7471) };
-	inet_pton(AF_INET, "192.0.2.1", &a.sin_addr);
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
 	CHECK(rdma_join_multicast(id, (struct sockaddr *)&a, NULL) == -1 &&
 		      errno == ENOSYS,
 	      "rdma_join_multicast: errno %d", errno);
@@ -70,7 +70,7 @@ int main(void)
 
 	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE | RAI_NUMERICHOST },
 			     *res = NULL;
-	CHECK(rdma_getaddrinfo("192.0.2.1", "7471", &hints, &res) == 0 && res &&
+	CHECK(rdma_getaddrinfo("127.0.0.1", "7471", &hints, &res) == 0 && res &&
 		      res->ai_src_addr &&
 		      ((struct sockaddr_in *)res->ai_src_addr)->sin_port ==
 			      htons(7471) &&
@@ -83,7 +83,7 @@ int main(void)
 
 	/* what rnicd answers for a device's own address */
 	int r = rdma_bind_addr(id, (struct sockaddr *)&a);
-	printf("bind 192.0.2.1: %d errno %d\n", r, r ? errno : 0);
+	printf("bind 127.0.0.1: %d errno %d\n", r, r ? errno : 0);
 
 	CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
 	rdma_destroy_event_channel(ch);

@@ -1,5 +1,5 @@
 //! What the CM library's tests share: a `rnicd --mem-pair`
-//! (`testkit::rnicd`: t0 is 192.0.2.1, t1 192.0.2.2), programs run with
+//! (`testkit::rnicd`: t0 is 127.0.0.1, t1 127.0.0.2), programs run with
 //! both drop-ins first on the library path, each with a deadline and
 //! killed if it outlives it or the test, and a daemon's count of
 //! listening CM IDs (so a client starts once its server listens; the

@@ -392,12 +392,17 @@ fn request(
             Ok((CmResponse::QpAttr { attr, mask }, None))
         }
         CmRequest::Establish { id } => {
-            let c = id_mut(s, owner, id)?
-                .conn
-                .ok_or(CmRequestError::WrongState)?;
-            // the active side's rdma_establish: the RTU goes; the passive
-            // side's: its QP heard the peer first
-            if !s.release_rtu(id) {
+            let i = id_mut(s, owner, id)?;
+            let c = i.conn.ok_or(CmRequestError::WrongState)?;
+            // once per ID, as librdmacm (a second one is EINVAL)
+            if std::mem::replace(&mut i.establish_called, true) {
+                return Err(CmRequestError::WrongState);
+            }
+            // the active side's rdma_establish: the RTU goes (already
+            // gone when the client asked for the RTS attributes first: its
+            // connection is established and nothing is left to do); the
+            // passive side's: its QP heard the peer first
+            if !s.release_rtu(id) && !s.cm.is_established(c) {
                 s.cm.established(c)?;
             }
             done()

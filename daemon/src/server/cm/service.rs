@@ -75,6 +75,8 @@ pub(crate) struct Id {
     pub(crate) rtu_held: bool,
     /// The RTU the CM made meanwhile (its destination and bytes).
     pub(crate) held_rtu: Option<(CmAddr, [u8; MAD_LEN])>,
+    /// The client called `rdma_establish` (once per ID, as librdmacm).
+    pub(crate) establish_called: bool,
 }
 
 impl Id {
@@ -105,6 +107,7 @@ impl Id {
             disconnected: false,
             rtu_held: false,
             held_rtu: None,
+            establish_called: false,
         }
     }
 }
