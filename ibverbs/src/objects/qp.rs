@@ -137,8 +137,45 @@ unsafe fn create_qp_common(
     let recvd = srq.is_none().then(|| Outstanding::shared(rq_entries, true));
     let recv = recvd.clone().or_else(|| srq.map(|s| s.wrs.clone()));
     attach(qpn, (scq, &sent), (rcq, recv));
-    // SAFETY: ibv_qp's mutex/cond: zero is their static initializer.
-    let mut ibv: ibv_qp = unsafe { std::mem::zeroed() };
+    let cap = *cap;
+    let qa = ibv_qp_attr {
+        cap,
+        ..Default::default()
+    };
+    let ex = new_qp_ex(p, pd, attr, qpn, send_ops);
+    let ptr = boxed(Qp {
+        ex,
+        send_ops,
+        inner: Mutex::new(QpInner {
+            q,
+            kind,
+            posted: 0,
+            inline,
+            cap,
+            sq_sig_all: attr.sq_sig_all != 0,
+            attr: qa,
+            batch: Default::default(),
+            sent,
+            recvd,
+        }),
+    });
+    lock(&ctx.qps).insert(qpn, ptr as usize);
+    Ok(ptr as *mut ibv_qp)
+}
+
+/// The `ibv_qp_ex` of a new QP `qpn` in RESET on `pd` (`p`), with the
+/// `ibv_wr_*` slots filled when it has `send_ops`.
+fn new_qp_ex(
+    p: &Pd,
+    pd: *mut ibv_pd,
+    attr: &ibv_qp_init_attr,
+    qpn: u32,
+    send_ops: u64,
+) -> ibv_qp_ex {
+    // SAFETY: ibv_qp_ex is pointers, integers, optional function pointers
+    // and ibv_qp's mutex/cond, whose static initializer is all zero.
+    let mut ex: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    let ibv = &mut ex.qp_base;
     ibv.context = p.ibv.context;
     ibv.qp_context = attr.qp_context;
     ibv.pd = pd;
@@ -149,35 +186,10 @@ unsafe fn create_qp_common(
     ibv.qp_num = qpn;
     ibv.state = IBV_QPS_RESET;
     ibv.qp_type = attr.qp_type;
-    let qa = ibv_qp_attr {
-        cap: *cap,
-        ..Default::default()
-    };
-    // SAFETY: the ibv_qp_ex's other members are integers and optional
-    // function pointers, for which zero is a valid value.
-    let mut ex: ibv_qp_ex = unsafe { std::mem::zeroed() };
-    ex.qp_base = ibv;
     if send_ops != 0 {
         crate::datapath::wr_api::install(&mut ex);
     }
-    let ptr = boxed(Qp {
-        ex,
-        send_ops,
-        inner: Mutex::new(QpInner {
-            q,
-            kind,
-            posted: 0,
-            inline,
-            cap: *cap,
-            sq_sig_all: attr.sq_sig_all != 0,
-            attr: qa,
-            batch: Default::default(),
-            sent,
-            recvd,
-        }),
-    });
-    lock(&ctx.qps).insert(qpn, ptr as usize);
-    Ok(ptr as *mut ibv_qp)
+    ex
 }
 
 /// The region inline sends are copied into: one `inline_cap` slot per send

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "rc_connect.h"
 
 static int fails;
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: %s (errno %d)\n", __FILE__, __LINE__, #c, errno); \
@@ -76,25 +77,6 @@ static void open_side(struct side *s, struct ibv_device *d) {
 	s->mr = ibv_reg_mr(s->pd, s->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 			   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
 	CHECK(s->mr);
-}
-
-static int connect_qp(struct ibv_qp *qp, struct ibv_qp *peer, union ibv_gid *gid) {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
-		IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = peer->qp_num; a.rq_psn = 0;
-	a.max_dest_rd_atomic = 4; a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1; a.ah_attr.grh.dgid = *gid; a.ah_attr.grh.sgid_index = 3;
-	a.ah_attr.grh.hop_limit = 64; a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7; a.sq_psn = 0; a.max_rd_atomic = 4;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 static void read_comp(struct ibv_cq_ex *cq, struct comp *c) {
@@ -558,8 +540,9 @@ int main(void) {
 	CHECK(plain);
 	creation_refusals(&a, plain);
 	CHECK(ibv_destroy_qp(plain) == 0);
-	CHECK(connect_qp(a.qp, b.qp, &b.gid) == 0);
-	CHECK(connect_qp(b.qp, a.qp, &a.gid) == 0);
+	int acc = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+	CHECK(rc_connect(a.qp, b.qp->qp_num, b.gid, acc) == 0);
+	CHECK(rc_connect(b.qp, a.qp->qp_num, a.gid, acc) == 0);
 	every_opcode(&a, &b);
 	ud(&a, &b);
 	windows(&a, &b);
