@@ -299,8 +299,8 @@ pub unsafe extern "C" fn dealloc_mw(m: *mut ibv_mw) -> c_int {
 
 /// `ibv_rereg_mr`: the region gets another PD
 /// (`IBV_REREG_MR_CHANGE_PD`), access (`_CHANGE_ACCESS`) or range
-/// (`_CHANGE_TRANSLATION`), the rest as it was, in place: its keys stay,
-/// as rxe keeps them. As rdma-core: 0, or `IBV_REREG_MR_ERR_INPUT` (bad
+/// (`_CHANGE_TRANSLATION`), the rest as it was, in place: its keys stay
+/// (programs, rdma-core's tests among them, go on using them). As rdma-core: 0, or `IBV_REREG_MR_ERR_INPUT` (bad
 /// flags or arguments; errno EINVAL) or `IBV_REREG_MR_ERR_CMD` (the
 /// device refused, errno says why; the region is then as it was — windows
 /// bound to it make it refuse), all with errno set.

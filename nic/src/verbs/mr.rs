@@ -265,8 +265,9 @@ impl MrTable {
     }
 
     /// Reregisters region `lkey` in place (`ibv_rereg_mr`): its PD, range,
-    /// memory and access become `spec`'s; its keys stay, as rxe keeps
-    /// them. Refused, and the region left as it was, while memory windows
+    /// memory and access become `spec`'s; its keys stay (rdma-core's
+    /// tests use the old ones after a rereg, as a kernel's in-place rereg
+    /// keeps them). Refused, and the region left as it was, while memory windows
     /// are bound to it (as deregistering is, IBA 10.6.7.1) or when the
     /// range lies outside its memory.
     pub fn reregister(&mut self, lkey: u32, spec: MrSpec) -> Result<(u32, u32), MwError> {
