@@ -587,9 +587,17 @@ pub unsafe extern "C" fn post_recv(
     }
     let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
     let g = &mut *g;
+    let room = g.cap.max_recv_wr as usize;
     // SAFETY: the caller's chain.
     unsafe {
         post_recv_chain(wr, bad_wr, |w| {
+            // a full receive queue: max_recv_wr receives posted whose
+            // completions the program has not polled (rdma-core's
+            // providers and rxe answer ENOMEM)
+            let held = |r: &SharedWrs| r.lock().unwrap_or_else(|e| e.into_inner()).len();
+            if g.recvd.as_ref().is_some_and(|r| held(r) >= room) {
+                return Err(softrnic::Error::QueueFull);
+            }
             g.q.post_raw_recv(w)?;
             if let Some(r) = &g.recvd {
                 received_one(r, w);

@@ -81,6 +81,20 @@ impl Outstanding {
         }
     }
 
+    /// How many WRs are posted and not yet completed.
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    /// Forgets every WR: a QP moved to Reset has no WQEs (IBA 10.3.1).
+    pub fn clear(&mut self) {
+        self.q.clear();
+    }
+
     /// The oldest WR not completed, taken out to be flushed.
     pub fn take(&mut self) -> Option<Posted> {
         self.q.pop_front()

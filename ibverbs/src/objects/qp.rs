@@ -541,6 +541,14 @@ pub unsafe extern "C" fn srv_ibv_modify_qp(
         }
     }
     if has(IBV_QP_STATE) {
+        if a.qp_state == IBV_QPS_RESET {
+            // IBA 10.3.1: a QP in Reset has empty work queues; its WRs
+            // are gone without completions
+            lock(&g.sent).clear();
+            if let Some(r) = &g.recvd {
+                lock(r).clear();
+            }
+        }
         // SAFETY: the application's QP; its state field mirrors ours.
         unsafe { (*q).state = a.qp_state };
     }
