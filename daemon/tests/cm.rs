@@ -11,7 +11,7 @@
 mod common;
 
 use common::cm::{count, daemon, daemon_with, pair_with, server_addr, Side, SERVER_IP};
-use common::T;
+use common::{Daemon, T};
 use nic::io::impair::{Fate, Interceptor};
 use nic::verbs::{RecvWr, SendOp, SendWr, Sgl, WcStatus};
 use softrnic::client::cm::{
@@ -353,12 +353,14 @@ fn rnicd_cm_timers_bound_the_wait_for_a_peer_that_does_not_accept() {
     assert!(!out.status.success());
 }
 
-#[test]
-fn an_active_side_that_moves_its_own_qp_sends_the_rtu_with_establish() {
-    let (_d, s0, s1) = daemon("cm-estab");
+/// A connection on `port` that the passive side (its QP in RTS) has
+/// accepted and the active side has heard ESTABLISHED of, its QP still in
+/// INIT: (daemon, active side, passive side, the active side's ID).
+fn accepted(tag: &str, port: u16) -> (Daemon, Side, Side, CmIdNo) {
+    let (d, s0, s1) = daemon(tag);
     let (c, s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
-    s.listening(7600);
-    let cid = c.resolved(7600);
+    s.listening(port);
+    let cid = c.resolved(port);
     c.move_qp(cid, QpState::Init);
     c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
     let sid = s.expect(CmEventKind::CONNECT_REQUEST).id;
@@ -367,6 +369,12 @@ fn an_active_side_that_moves_its_own_qp_sends_the_rtu_with_establish() {
     s.move_qp(sid, QpState::Rts);
     s.cm.accept(sid, &param(s.qp.qpn, b"")).unwrap();
     c.expect(CmEventKind::ESTABLISHED);
+    (d, c, s, cid)
+}
+
+#[test]
+fn an_active_side_that_moves_its_own_qp_sends_the_rtu_with_establish() {
+    let (_d, c, s, cid) = accepted("cm-estab", 7600);
     // the QP is the caller's business (rdma_establish after moving it
     // with attributes of its own): the RTU waits for establish
     assert_eq!(count(&c.ctx.stats().unwrap().cm, "cm_tx_rtu"), 0);
@@ -379,18 +387,7 @@ fn an_active_side_that_moves_its_own_qp_sends_the_rtu_with_establish() {
 
 #[test]
 fn establish_after_asking_for_the_rts_attributes_succeeds_once() {
-    let (_d, s0, s1) = daemon("cm-estab2");
-    let (c, s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
-    s.listening(7610);
-    let cid = c.resolved(7610);
-    c.move_qp(cid, QpState::Init);
-    c.cm.connect(cid, &param(c.qp.qpn, b"")).unwrap();
-    let sid = s.expect(CmEventKind::CONNECT_REQUEST).id;
-    s.move_qp(sid, QpState::Init);
-    s.move_qp(sid, QpState::Rtr);
-    s.move_qp(sid, QpState::Rts);
-    s.cm.accept(sid, &param(s.qp.qpn, b"")).unwrap();
-    c.expect(CmEventKind::ESTABLISHED);
+    let (_d, c, s, cid) = accepted("cm-estab2", 7610);
     // a program moving its own QP by rdma_init_qp_attr (RTR, RTS): the
     // RTU goes with the RTS attributes ...
     c.move_qp(cid, QpState::Rtr);
