@@ -113,7 +113,14 @@ for d in sorted(os.listdir(root)):
     p = f"{base}/ports/1"
     for f in ["state", "phys_state", "rate", "link_layer", "lid", "cap_mask", "pkeys/0"]:
         show(f"{d}/ports/1/{f}", cat(f"{p}/{f}"))
-    for i in sorted(os.listdir(f"{p}/gids")):
+    gids = sorted(os.listdir(f"{p}/gids"), key=int)
+    show(f"{d}/gid_count", len(gids))
+    empty = [i for i in gids if cat(f"{p}/gids/{i}") == ":".join(["0000"] * 8)]
+    show(f"{d}/empty_gids", len(empty))
+    show(f"{d}/empty_typed", sum(os.path.exists(f"{p}/gid_attrs/types/{i}") for i in empty))
+    for i in gids:
+        if i in empty:
+            continue
         show(f"{d}/gids/{i}", cat(f"{p}/gids/{i}"))
         show(f"{d}/types/{i}", cat(f"{p}/gid_attrs/types/{i}"))
         show(f"{d}/ndevs/{i}", cat(f"{p}/gid_attrs/ndevs/{i}"))
@@ -278,6 +285,11 @@ fn the_view_shows_each_device_as_rxe_does_and_as_the_drop_in_answers() {
             );
             let gids = devinfo_gids(&info.stdout);
             assert_eq!(gids.len(), 4, "{info}");
+            // rxe's table length, the entries past the four empty
+            assert!(info.stdout.contains("gid_tbl_len:\t\t1024"), "{info}");
+            assert_eq!(f(&format!("{dev}/gid_count")), "1024");
+            assert_eq!(f(&format!("{dev}/empty_gids")), "1020");
+            assert_eq!(f(&format!("{dev}/empty_typed")), "0");
             for (g, addr, ty) in gids {
                 let shown: std::net::Ipv6Addr =
                     f(&format!("{dev}/gids/{g}")).parse().expect("a GID");

@@ -61,8 +61,12 @@ pub enum GidType {
 
 /// The GID index softrnic sends from (RoCE v2, the device's address).
 pub const ROCE_V2_GID_INDEX: usize = 3;
-/// Entries of the GID table.
+/// The GID table entries softrnic fills ([`DeviceInfo::gid_table`]).
 pub const GID_TABLE_LEN: usize = 4;
+/// The port's GID table length (`gid_tbl_len`), as Linux rxe's: the
+/// entries past [`GID_TABLE_LEN`] are empty, as a RoCE port's free slots
+/// are (programs probe them: rdma-core's `ibv_query_gid_ex` bad flow).
+pub const PORT_GID_TBL_LEN: usize = 1024;
 
 impl DeviceInfo {
     /// The node GUID made from the MAC as for an Ethernet RDMA device

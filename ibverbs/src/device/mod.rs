@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use wire::Gid;
 
-pub use softrnic::client::{GID_TABLE_LEN, ROCE_V2_GID_INDEX};
+pub use softrnic::client::{GID_TABLE_LEN, PORT_GID_TBL_LEN, ROCE_V2_GID_INDEX};
 /// rxe's vendor id (perftest and others treat the device as "unknown
 /// vendor": no vendor-specific paths).
 pub const VENDOR_ID: u32 = 0xFF_FFFF;

@@ -137,7 +137,7 @@ fn port_attr(ctx: &Ctx, port: u8) -> Result<ibv_port_attr, c_int> {
         state: if up { IBV_PORT_ACTIVE } else { IBV_PORT_DOWN },
         max_mtu: mtu_enum(p.max_mtu),
         active_mtu: mtu_enum(p.active_mtu),
-        gid_tbl_len: GID_TABLE_LEN as c_int,
+        gid_tbl_len: PORT_GID_TBL_LEN as c_int,
         port_cap_flags: IBV_PORT_IP_BASED_GIDS,
         // the transport's longest message (C9-94: 2^31 bytes)
         max_msg_sz: nic::device::MAX_MSG_LEN as u32,
@@ -224,12 +224,14 @@ pub unsafe extern "C" fn srv_ibv_query_gid(
         set_errno(libc::EINVAL);
         return -1;
     };
-    if port != 1 || gid.is_null() || !(0..GID_TABLE_LEN as c_int).contains(&index) {
+    if port != 1 || gid.is_null() || !(0..PORT_GID_TBL_LEN as c_int).contains(&index) {
         set_errno(libc::EINVAL);
         return -1;
     }
+    // an empty entry reads as the zero GID, as rdma-core answers it
+    let raw = ctx.gids.get(index as usize).map_or([0; 16], |g| g.0 .0);
     // SAFETY: the caller's gid.
-    unsafe { (*gid).raw = ctx.gids[index as usize].0 .0 };
+    unsafe { (*gid).raw = raw };
     0
 }
 
@@ -250,13 +252,17 @@ pub unsafe extern "C" fn srv_ibv_query_gid_type(
         set_errno(libc::EINVAL);
         return -1;
     };
-    if port != 1 || ty.is_null() || index as usize >= GID_TABLE_LEN {
+    if port != 1 || ty.is_null() || index as usize >= PORT_GID_TBL_LEN {
         set_errno(libc::EINVAL);
         return -1;
     }
     // the sysfs numbering of rdma-core's private enum ibv_gid_type_sysfs:
-    // 0 IB / RoCE v1, 1 RoCE v2
-    let t = u32::from(ctx.gids[index as usize].1 == IBV_GID_TYPE_ROCE_V2);
+    // 0 IB / RoCE v1, 1 RoCE v2; an empty entry is IB / RoCE v1, as
+    // rdma-core answers it
+    let t = ctx
+        .gids
+        .get(index as usize)
+        .map_or(0, |g| u32::from(g.1 == IBV_GID_TYPE_ROCE_V2));
     // SAFETY: the caller's int.
     unsafe { *ty = t };
     0
@@ -295,7 +301,11 @@ pub unsafe extern "C" fn srv__ibv_query_gid_ex(
     if flags != 0 || entry.is_null() || entry_size < std::mem::size_of::<ibv_gid_entry>() {
         return libc::EINVAL;
     }
-    if port != 1 || index as usize >= GID_TABLE_LEN {
+    if port != 1 || index as usize >= PORT_GID_TBL_LEN {
+        return libc::EINVAL;
+    }
+    // an empty entry of the table
+    if index as usize >= GID_TABLE_LEN {
         return libc::ENODATA;
     }
     // SAFETY: the caller's entry.

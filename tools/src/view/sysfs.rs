@@ -131,6 +131,11 @@ fn port_tree(v: &mut Vec<(PathBuf, Node)>, base: &str, d: &Shown) {
             file(v, format!("{p}/gid_attrs/ndevs/{i}"), n.as_str());
         }
     }
+    // the table's empty entries: the zero GID, and no type or netdev (the
+    // kernel refuses to read those)
+    for i in softrnic::client::GID_TABLE_LEN..softrnic::client::PORT_GID_TBL_LEN {
+        file(v, format!("{p}/gids/{i}"), hex_groups(&[0; 16]));
+    }
 }
 
 /// What the view shows under `/sys/class`: `infiniband/DEV/...` and
