@@ -256,6 +256,102 @@ fn loopback_netdev(ip: std::net::Ipv4Addr) -> Option<String> {
     ip.is_loopback().then(|| "lo".to_string())
 }
 
+/// The two devices of `--mem-pair` on the two ends of an in-memory wire,
+/// and the wire's cable (SIGUSR1 / SIGUSR2 pull and plug it).
+fn mem_pair_ports(a: &Args) -> (Vec<DevicePort>, nic::io::mem::MemLink) {
+    if a.pcap.is_some() {
+        eprintln!("rnicd: --pcap records an --iface port, not --mem-pair");
+        std::process::exit(2)
+    }
+    let macs = [
+        EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
+        EthernetAddress([0x02, 0x53, 0x52, 0, 0, 2]),
+    ];
+    let (p0, p1) = nic::io::mem::pair(macs, 4096);
+    let cable = p0.link();
+    let base = match a.gid {
+        Some(IpAddr::V4(v4)) => u32::from(v4),
+        Some(IpAddr::V6(_)) => {
+            eprintln!("rnicd: --mem-pair takes an IPv4 --gid");
+            std::process::exit(2)
+        }
+        None => u32::from(std::net::Ipv4Addr::LOCALHOST),
+    };
+    let (ip0, ip1) = (base.into(), (base + 1).into());
+    let ports = vec![
+        DevicePort {
+            name: format!("{}0", a.name),
+            port: Box::new(p0),
+            gid: Gid::from_ipv4(ip0),
+            netdev: loopback_netdev(ip0),
+        },
+        DevicePort {
+            name: format!("{}1", a.name),
+            port: Box::new(p1),
+            gid: Gid::from_ipv4(ip1),
+            netdev: loopback_netdev(ip1),
+        },
+    ];
+    (ports, cable)
+}
+
+/// The device on interface `ifname` (with `--pcap`, behind a capture).
+fn iface_port(a: &Args, ifname: &str) -> DevicePort {
+    let backend = match a.backend.as_str() {
+        "auto" => Backend::Auto,
+        "afxdp" => Backend::AfXdp,
+        "afpacket" | "afpacket-v2" => Backend::AfPacket,
+        "afpacket-v3" => Backend::AfPacketV3,
+        b => {
+            eprintln!("rnicd: unknown backend {b}");
+            std::process::exit(2)
+        }
+    };
+    let Some(gid) = a.gid else {
+        eprintln!("rnicd: --iface needs --gid (the interface's address)");
+        std::process::exit(2)
+    };
+    match open_port(ifname, backend) {
+        Ok((p, b)) => {
+            eprintln!("rnicd: {ifname}: {b:?}");
+            let p: Box<dyn Port> = match &a.pcap {
+                Some(file) => match nic::io::pcap::PcapTap::new(p, file) {
+                    Ok(t) => Box::new(t.with_limit(a.pcap_frames.unwrap_or(u64::MAX))),
+                    Err(e) => {
+                        eprintln!("rnicd: --pcap: {e}");
+                        std::process::exit(1)
+                    }
+                },
+                None => p,
+            };
+            DevicePort {
+                name: a.name.clone(),
+                port: p,
+                gid: Gid::from_ip(gid),
+                netdev: Some(ifname.to_string()),
+            }
+        }
+        Err(e) => {
+            eprintln!("rnicd: {ifname}: {e}");
+            // EX_UNAVAILABLE (sysexits.h): the asked-for backend does
+            // not exist on this machine or in this build, as opposed to
+            // failing on this interface
+            let unavailable = matches!(&e, nic::io::OpenError::AfXdp(x) if x.is_unavailable());
+            std::process::exit(if unavailable { EXIT_UNAVAILABLE } else { 1 })
+        }
+    }
+}
+
+/// `--priority` as the engine's [`Priority`].
+fn engine_priority(p: &str) -> Priority {
+    match p {
+        "realtime" => Priority::Realtime(1),
+        "slice" => Priority::ShortSlice(nic::engine::SHORT_SLICE),
+        "auto" => Priority::Auto,
+        _ => Priority::Normal,
+    }
+}
+
 fn main() {
     let a = match parse() {
         Ok(a) => a,
@@ -268,12 +364,7 @@ fn main() {
         eprintln!("rnicd: --mode must be octal");
         std::process::exit(2)
     });
-    let priority = match a.priority.as_str() {
-        "realtime" => Priority::Realtime(1),
-        "slice" => Priority::ShortSlice(nic::engine::SHORT_SLICE),
-        "auto" => Priority::Auto,
-        _ => Priority::Normal,
-    };
+    let priority = engine_priority(&a.priority);
     let engine = |i: usize| EngineConfig {
         core: a.core.map(|c| c + i),
         priority,
@@ -281,88 +372,15 @@ fn main() {
         park: Duration::from_micros(a.park_us),
         ..Default::default()
     };
-    let mut ports: Vec<DevicePort> = Vec::new();
-    let mut cable = None;
-    if a.mem_pair {
-        if a.pcap.is_some() {
-            eprintln!("rnicd: --pcap records an --iface port, not --mem-pair");
-            std::process::exit(2)
-        }
-        let macs = [
-            EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
-            EthernetAddress([0x02, 0x53, 0x52, 0, 0, 2]),
-        ];
-        let (p0, p1) = nic::io::mem::pair(macs, 4096);
-        cable = Some(p0.link());
-        let base = match a.gid {
-            Some(IpAddr::V4(v4)) => u32::from(v4),
-            Some(IpAddr::V6(_)) => {
-                eprintln!("rnicd: --mem-pair takes an IPv4 --gid");
-                std::process::exit(2)
-            }
-            None => u32::from(std::net::Ipv4Addr::LOCALHOST),
-        };
-        let (ip0, ip1) = (base.into(), (base + 1).into());
-        ports.push(DevicePort {
-            name: format!("{}0", a.name),
-            port: Box::new(p0),
-            gid: Gid::from_ipv4(ip0),
-            netdev: loopback_netdev(ip0),
-        });
-        ports.push(DevicePort {
-            name: format!("{}1", a.name),
-            port: Box::new(p1),
-            gid: Gid::from_ipv4(ip1),
-            netdev: loopback_netdev(ip1),
-        });
+    let (ports, cable) = if a.mem_pair {
+        let (ports, cable) = mem_pair_ports(&a);
+        (ports, Some(cable))
     } else if let Some(ifname) = &a.iface {
-        let backend = match a.backend.as_str() {
-            "auto" => Backend::Auto,
-            "afxdp" => Backend::AfXdp,
-            "afpacket" | "afpacket-v2" => Backend::AfPacket,
-            "afpacket-v3" => Backend::AfPacketV3,
-            b => {
-                eprintln!("rnicd: unknown backend {b}");
-                std::process::exit(2)
-            }
-        };
-        let Some(gid) = a.gid else {
-            eprintln!("rnicd: --iface needs --gid (the interface's address)");
-            std::process::exit(2)
-        };
-        match open_port(ifname, backend) {
-            Ok((p, b)) => {
-                eprintln!("rnicd: {ifname}: {b:?}");
-                let p: Box<dyn Port> = match &a.pcap {
-                    Some(file) => match nic::io::pcap::PcapTap::new(p, file) {
-                        Ok(t) => Box::new(t.with_limit(a.pcap_frames.unwrap_or(u64::MAX))),
-                        Err(e) => {
-                            eprintln!("rnicd: --pcap: {e}");
-                            std::process::exit(1)
-                        }
-                    },
-                    None => p,
-                };
-                ports.push(DevicePort {
-                    name: a.name.clone(),
-                    port: p,
-                    gid: Gid::from_ip(gid),
-                    netdev: Some(ifname.clone()),
-                });
-            }
-            Err(e) => {
-                eprintln!("rnicd: {ifname}: {e}");
-                // EX_UNAVAILABLE (sysexits.h): the asked-for backend does
-                // not exist on this machine or in this build, as opposed to
-                // failing on this interface
-                let unavailable = matches!(&e, nic::io::OpenError::AfXdp(x) if x.is_unavailable());
-                std::process::exit(if unavailable { EXIT_UNAVAILABLE } else { 1 })
-            }
-        }
+        (vec![iface_port(&a, ifname)], None)
     } else {
         eprintln!("rnicd: give --iface IFNAME or --mem-pair");
         std::process::exit(2)
-    }
+    };
     // SAFETY: the handlers only store to an atomic (async-signal-safe);
     // signal(2) takes no memory of ours.
     unsafe {
