@@ -9,6 +9,10 @@ pub struct Cq {
     pub(super) _map: Arc<Mapping>,
     pub(super) ring: Ring,
     pub(super) cons: u32,
+    /// Completions in the ring that no longer count: (QP, ring index
+    /// before which its completions are skipped), after the QP moved to
+    /// Reset ([`Cq::forget_qp`]).
+    pub(super) stale: Vec<(u32, u32)>,
     /// The completion-event eventfd, once `req_notify` made one.
     pub(super) events: Option<nic::io::Bell>,
 }
@@ -87,16 +91,42 @@ impl Cq {
     /// another layout (the libibverbs drop-in's `ibv_wc`).
     pub fn poll_each(&mut self, max: usize, mut f: impl FnMut(&CqeRaw)) -> usize {
         let prod = self.ring.producer().load(Ordering::Acquire);
-        let avail = prod.wrapping_sub(self.cons).min(self.ring.entries) as usize;
-        let n = avail.min(max);
-        for _ in 0..n {
-            f(&self.ring.read(self.cons));
+        let start = self.cons;
+        let avail = prod.wrapping_sub(self.cons).min(self.ring.entries);
+        let mut n = 0;
+        while n < max && self.cons.wrapping_sub(start) < avail {
+            let c: CqeRaw = self.ring.read(self.cons);
+            let at = self.cons;
             self.cons = self.cons.wrapping_add(1);
+            // (indices compare modulo 2^32: `at` is before `upto`)
+            let skip = self
+                .stale
+                .iter()
+                .any(|&(q, upto)| q == c.qp_num && (upto.wrapping_sub(at) as i32) > 0);
+            if !skip {
+                f(&c);
+                n += 1;
+            }
         }
-        if n > 0 {
+        if self.cons != start {
             self.ring.consumer().store(self.cons, Ordering::Release);
         }
+        if !self.stale.is_empty() {
+            let cons = self.cons;
+            self.stale
+                .retain(|&(_, upto)| (upto.wrapping_sub(cons) as i32) > 0);
+        }
         n
+    }
+
+    /// QP `qpn` moved to Reset: its completions in the ring now are
+    /// skipped, as a QP in Reset has none to deliver (the daemon dropped
+    /// those it had not written yet; mlx5 cleans its CQ likewise).
+    pub fn forget_qp(&mut self, qpn: u32) {
+        let prod = self.ring.producer().load(Ordering::Acquire);
+        if prod != self.cons {
+            self.stale.push((qpn, prod));
+        }
     }
 
     /// Moves up to `max` completions into `out` (`ibv_poll_cq`).
@@ -155,6 +185,8 @@ impl Cq {
         }
         self.ring = ring;
         self._map = map;
+        // the new ring's indices are its own
+        self.stale.clear();
         Ok(self.ring.entries)
     }
 

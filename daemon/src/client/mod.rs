@@ -331,6 +331,7 @@ impl Context {
             _map: map,
             ring,
             cons: 0,
+            stale: Vec::new(),
             events: None,
         })
     }

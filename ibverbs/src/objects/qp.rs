@@ -543,10 +543,19 @@ pub unsafe extern "C" fn srv_ibv_modify_qp(
     if has(IBV_QP_STATE) {
         if a.qp_state == IBV_QPS_RESET {
             // IBA 10.3.1: a QP in Reset has empty work queues; its WRs
-            // are gone without completions
+            // are gone without completions, and the completions its CQs
+            // still hold are not delivered (as mlx5 cleans its CQ)
             lock(&g.sent).clear();
             if let Some(r) = &g.recvd {
                 lock(r).clear();
+            }
+            let qpn = g.q.qpn;
+            for c in [qp.ex.qp_base.send_cq, qp.ex.qp_base.recv_cq] {
+                // SAFETY: the QP's CQs, which outlive it (ibv_destroy_cq
+                // refuses a CQ a QP still uses).
+                if let Some(c) = unsafe { cq_of(c) } {
+                    lock(&c.inner).forget_qp(qpn);
+                }
             }
         }
         // SAFETY: the application's QP; its state field mirrors ours.
