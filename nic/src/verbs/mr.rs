@@ -34,6 +34,16 @@ pub mod access {
     pub const MW_RIGHTS: u32 = REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | ZERO_BASED;
 }
 
+/// Whether `len` bytes from `mem_offset` lie inside `mem`, and `len` bytes
+/// from the virtual address `addr` do not wrap (a region's range, checked
+/// without overflow: the lengths come from clients).
+fn range_fits(mem: &dyn Memory, mem_offset: usize, addr: u64, len: u64) -> bool {
+    (mem_offset as u64)
+        .checked_add(len)
+        .is_some_and(|end| end <= mem.len() as u64)
+        && addr.checked_add(len).is_some()
+}
+
 /// Why a key lookup failed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
 pub enum KeyError {
@@ -245,7 +255,7 @@ impl MrTable {
         len: u64,
         access: u32,
     ) -> Option<(u32, u32)> {
-        if mem_offset as u64 + len > mem.len() as u64 || addr.checked_add(len).is_none() {
+        if !range_fits(&*mem, mem_offset, addr, len) {
             return None;
         }
         let (idx, key) = self.new_key()?;
@@ -280,10 +290,7 @@ impl MrTable {
         if mr.bound_windows > 0 {
             return Err(MwError::RegionBusy(mr.bound_windows));
         }
-        let fits = (spec.mem_offset as u64)
-            .checked_add(spec.len)
-            .is_some_and(|end| end <= spec.mem.len() as u64);
-        if !fits || spec.addr.checked_add(spec.len).is_none() {
+        if !range_fits(&*spec.mem, spec.mem_offset, spec.addr, spec.len) {
             return Err(MwError::OutsideRegion);
         }
         mr.pd = spec.pd;
@@ -650,6 +657,17 @@ impl MrTable {
 mod tests {
     use super::*;
     use crate::verbs::memory::HeapMemory;
+
+    #[test]
+    fn a_range_that_wraps_or_overruns_is_refused() {
+        let mut t = MrTable::new(7);
+        let mem: Arc<dyn Memory> = Arc::new(HeapMemory::new(4096));
+        // offset + length past the memory, wrapping around u64
+        assert!(t.register(1, mem.clone(), 16, 0, u64::MAX - 8, 0).is_none());
+        assert!(t.register(1, mem.clone(), 0, 0, 4097, 0).is_none());
+        assert!(t.register(1, mem.clone(), 0, u64::MAX, 2, 0).is_none());
+        assert!(t.register(1, mem, 0, 0x1000, 4096, 0).is_some());
+    }
 
     #[test]
     fn keys_and_checks() {
