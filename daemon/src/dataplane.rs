@@ -107,6 +107,11 @@ pub struct DataPlane {
     pub refused: u64,
     /// Asynchronous events by client.
     pub events: HashMap<u64, ClientEvents>,
+    /// The rings' "parked" flags are up: the engine parks.
+    parked: bool,
+    /// A CQ ring was full at the last turn with completions still waiting:
+    /// the client that polls makes room without ringing.
+    backlog: bool,
 }
 
 /// A completion event, if the client armed the CQ for one these completions
@@ -140,7 +145,12 @@ fn status_of(e: &VerbsError) -> WcStatus {
 }
 
 impl DataPlane {
+    /// A new QP's rings start with the flag the others have: a client
+    /// that posts to it while the engine parks rings the bell.
     pub fn add_qp(&mut self, q: QpRings) {
+        let v = u32::from(self.parked);
+        q.sq.parked().store(v, std::sync::atomic::Ordering::SeqCst);
+        q.rq.parked().store(v, std::sync::atomic::Ordering::SeqCst);
         self.qps.push(q);
     }
 
@@ -161,7 +171,17 @@ impl DataPlane {
     }
 
     pub fn add_srq(&mut self, s: SrqRing) {
+        let v = u32::from(self.parked);
+        s.ring
+            .parked()
+            .store(v, std::sync::atomic::Ordering::SeqCst);
         self.srqs.push(s);
+    }
+
+    /// Whether a CQ ring was full at the last turn with completions
+    /// waiting for room.
+    pub fn backlogged(&self) -> bool {
+        self.backlog
     }
 
     pub fn remove_srq(&mut self, srqn: u32) {
@@ -210,8 +230,9 @@ impl DataPlane {
         self.set_parked(0);
     }
 
-    fn set_parked(&self, v: u32) {
+    fn set_parked(&mut self, v: u32) {
         use std::sync::atomic::Ordering::SeqCst;
+        self.parked = v != 0;
         for q in &self.qps {
             q.sq.parked().store(v, SeqCst);
             q.rq.parked().store(v, SeqCst);
@@ -443,6 +464,7 @@ impl DataPlane {
 
     fn complete(&mut self, rnic: &mut Rnic) -> usize {
         let mut work = 0;
+        self.backlog = false;
         for (cqn, c) in self.cqs.iter_mut() {
             let cons = c.ring.consumer().load(std::sync::atomic::Ordering::Acquire);
             let used = c.prod.wrapping_sub(cons);
@@ -468,6 +490,9 @@ impl DataPlane {
                     c.ring.write::<CqeRaw>(c.prod, &ring::encode_cqe(wc));
                     c.prod = c.prod.wrapping_add(1);
                 }
+            }
+            if room == 0 && (!c.pending.is_empty() || rnic.cq_len(*cqn) > 0) {
+                self.backlog = true;
             }
             if c.prod != start {
                 c.ring

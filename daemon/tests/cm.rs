@@ -328,10 +328,20 @@ fn an_established_connection_whose_peer_vanishes_ends_disconnected() {
 fn rnicd_cm_timers_bound_the_wait_for_a_peer_that_does_not_accept() {
     // the server's application never answers the REQ: the active side's
     // REQ retries run out (rnicd --cm-response-timeout 16, about 0.27 s a
-    // wait, --cm-retries 2) and it reports UNREACHABLE
+    // wait, --cm-retries 2) and it reports UNREACHABLE. The engine parks
+    // for up to 10 minutes when idle: the CM's timers must end its park.
     let (_d, s0, s1) = daemon_with(
         "cm-timers",
-        &["--cm-response-timeout", "16", "--cm-retries", "2"],
+        &[
+            "--cm-response-timeout",
+            "16",
+            "--cm-retries",
+            "2",
+            "--spin",
+            "1",
+            "--park-us",
+            "600000000",
+        ],
     );
     let (c, s) = (Side::new(&s0, QpKind::Rc), Side::new(&s1, QpKind::Rc));
     s.listening(7700);

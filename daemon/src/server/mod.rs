@@ -150,6 +150,19 @@ impl nic::engine::EngineHook for DpHook {
             self.flags_up = false;
         }
     }
+
+    /// The CM's timers, and a full CQ ring that the client empties
+    /// without ringing; a lock held by the control thread counts as work
+    /// soon.
+    fn poll_timeout(&mut self, r: &Rnic) -> Option<nic::Instant> {
+        let cm = match self.cm.try_lock() {
+            Ok(c) => c.poll_timeout(),
+            Err(_) => Some(r.last_now()),
+        };
+        let backlog = self.dp.try_lock().map_or(true, |d| d.backlogged());
+        let soon = backlog.then(|| r.last_now() + nic::engine::BACKLOG_PARK);
+        cm.into_iter().chain(soon).min()
+    }
 }
 
 /// A client's completion-event descriptor must be an eventfd, and the

@@ -287,6 +287,15 @@ impl Rnic {
             .ok_or(VerbsError::NoSuchCq(cq))?;
         c.poll(max, out).map_err(|_| VerbsError::CqOverrun)
     }
+
+    /// How many completions CQ `cq` holds (0 for no such CQ).
+    pub fn cq_len(&self, cq: u32) -> usize {
+        self.res
+            .cqs
+            .get(cq as usize)
+            .and_then(|c| c.as_ref())
+            .map_or(0, |c| c.len())
+    }
 }
 
 /// ibv_reg_mr(3): remote write or atomic access requires local write.

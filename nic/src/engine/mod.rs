@@ -46,6 +46,11 @@ use turn::{run, run_group, Loop};
 /// IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE within about this long.
 pub const LINK_POLL: Duration = Duration::from_millis(100);
 
+/// How long an idle loop parks while a completion queue is full: the
+/// application that makes room rings no bell, so the loop looks again
+/// this soon.
+pub const BACKLOG_PARK: Duration = Duration::from_micros(200);
+
 /// How the engine thread runs.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -66,7 +71,9 @@ pub struct EngineConfig {
     /// An idle turn of one device on the in-memory wire takes ≈ 0.1 µs
     /// here, so the default spins some tens of µs after the last work.
     pub spin: u32,
-    /// Longest park when idle (a timer or a doorbell ends it earlier).
+    /// Longest park when idle. A frame, a doorbell or the next timer ends
+    /// it earlier, so this only bounds how late nothing-announced work is
+    /// seen (the link state, read every [`LINK_POLL`], is a timer too).
     pub park: Duration,
     /// Posts that may wait for the engine.
     pub post_queue: usize,
@@ -80,7 +87,7 @@ impl Default for EngineConfig {
             priority: Priority::Normal,
             batch: 32,
             spin: 300,
-            park: Duration::from_millis(1),
+            park: LINK_POLL,
             post_queue: 16384,
             name: "rnic-engine".into(),
         }
@@ -109,6 +116,11 @@ pub trait EngineHook: Send {
     }
     /// The park has ended.
     fn after_park(&mut self, _rnic: &mut Rnic) {}
+    /// The hook's next deadline (the engine's clock, as
+    /// [`Rnic::last_now`]): the loop parks no longer than that.
+    fn poll_timeout(&mut self, _rnic: &Rnic) -> Option<Instant> {
+        None
+    }
 }
 
 impl<F: FnMut(&mut Rnic) -> usize + Send> EngineHook for F {

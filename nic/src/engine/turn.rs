@@ -23,6 +23,9 @@ pub(super) struct Loop {
     pub(super) stats: EngineStats,
     /// When the link state is next read (engine clock).
     link_check: Instant,
+    /// A completion queue of the application was full at the last turn:
+    /// its room comes back without a doorbell.
+    cq_backlog: bool,
 }
 
 impl Loop {
@@ -49,6 +52,7 @@ impl Loop {
             wcs: Vec::with_capacity(cfg.batch * 2),
             stats: EngineStats::default(),
             link_check: Instant::ZERO + LINK_POLL,
+            cq_backlog: false,
             cfg,
         }
     }
@@ -170,9 +174,11 @@ impl Loop {
             work += self.tx.len();
         }
         // completions to the application
+        self.cq_backlog = false;
         for (cqn, q) in &self.cqs {
             let room = q.capacity() - q.len();
             if room == 0 {
+                self.cq_backlog |= rnic.cq_len(*cqn) > 0;
                 continue;
             }
             self.wcs.clear();
@@ -187,13 +193,21 @@ impl Loop {
         work
     }
 
-    /// Until the next timer, at most `cfg.park`.
-    fn park_time(&self) -> Duration {
-        self.rnic
-            .poll_timeout()
-            .map(|t| t.saturating_since(self.clock()))
-            .unwrap_or(self.cfg.park)
-            .min(self.cfg.park)
+    /// Until the next timer (the device's, the link check's, the hook's),
+    /// at most `cfg.park`, and at most [`BACKLOG_PARK`] while a completion
+    /// queue is full.
+    fn park_time(&mut self) -> Duration {
+        let hook = self.hook.as_mut().and_then(|h| h.poll_timeout(&self.rnic));
+        let next = [self.rnic.poll_timeout(), Some(self.link_check), hook]
+            .into_iter()
+            .flatten()
+            .min();
+        let cap = if self.cq_backlog {
+            self.cfg.park.min(BACKLOG_PARK)
+        } else {
+            self.cfg.park
+        };
+        next.map_or(cap, |t| t.saturating_since(self.clock()).min(cap))
     }
 
     /// Announces a park to the device's ringers; false: work arrived.
@@ -301,7 +315,7 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
             std::hint::spin_loop();
         } else {
             let until = members
-                .iter()
+                .iter_mut()
                 .map(|(lp, _)| lp.park_time())
                 .min()
                 .unwrap_or(cfg.park);

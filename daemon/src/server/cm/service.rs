@@ -229,6 +229,12 @@ impl CmService {
         }
     }
 
+    /// The CM's next timer (the engine's clock): a REQ, REP or DREQ to
+    /// send again, or a peer that did not answer.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.cm.poll_timeout()
+    }
+
     /// Runs on the engine thread: MADs in, timers, events, MADs out.
     pub(crate) fn pump(&mut self, r: &mut Rnic) {
         self.now = self.now.max(r.last_now());
