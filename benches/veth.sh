@@ -75,27 +75,8 @@ done
 cpu_a() { case $1 in rnic) echo "taskset -c 0" ;; same) echo "taskset -c 0" ;; *) ;; esac; }
 cpu_b() { case $1 in rnic) echo "taskset -c 1" ;; same) echo "taskset -c 0" ;; *) ;; esac; }
 
-# The machine may be shared: before each measurement wait (up to QUIET_WAIT
-# seconds, default 600) until the CPUs were at least QUIET_IDLE % idle
-# (default 90) over one second; the summary lists how idle they were.
-QUIET_IDLE=${QUIET_IDLE:-90}
-QUIET_WAIT=${QUIET_WAIT:-600}
-idle_pct() {
-  local a b total=0 i
-  a=($(head -1 /proc/stat)); sleep 1; b=($(head -1 /proc/stat))
-  for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
-  echo $(( 100 * (b[4] - a[4] + b[5] - a[5]) / (total > 0 ? total : 1) ))
-}
-wait_quiet() {
-  local t0=$SECONDS p
-  while :; do
-    p=$(idle_pct)
-    if [ "$p" -ge "$QUIET_IDLE" ] || [ $((SECONDS - t0)) -ge "$QUIET_WAIT" ]; then
-      echo "$p" >>"$OUT/idle.txt"
-      return
-    fi
-  done
-}
+# quiet-machine wait (QUIET_IDLE, QUIET_WAIT) and the rounds' medians
+. benches/common.sh
 
 # rnic perf: server in A on CPU 0, client in B on CPU 1
 rnic_perf() { # name args...
@@ -154,8 +135,6 @@ lat_udp() { # placement round -> "p50 p99 p99.9" usec (sockperf: half the round 
   echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT/summary.txt"
 
-declare -A R
-add() { R[$1]+="$2"$'\n'; }
 for r in $(seq 1 "$ROUNDS"); do
   add bw_p3 "$(bw_rnic afpacket-v3 "$r")"
   add bw_pkt "$(bw_rnic afpacket "$r")"
@@ -184,8 +163,6 @@ for r in $(seq 1 "$ROUNDS"); do
   done
   echo "# round $r done" >&2
 done
-m() { printf '%s' "${R[$1]:-}" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR) printf "%.2f", v[int((NR+1)/2)]; else printf "-"}'; }
-all() { printf '%s' "${R[$1]:-}" | grep -v '^$' | awk '{printf "%.2f ", $1}'; }
 
 {
   echo

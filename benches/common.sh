@@ -1,0 +1,34 @@
+# Shell helpers the benchmark scripts share; source it after setting OUT.
+#
+# The machine may be shared: before each measurement `wait_quiet` waits (up
+# to QUIET_WAIT seconds, default 600) until the CPUs were at least
+# QUIET_IDLE % idle (default 90) over one second, and appends how idle
+# they were to $OUT/idle.txt.
+# Results: `add KEY VALUE` collects one round's figure; `m KEY` prints the
+# median of the rounds, `all KEY` every round.
+
+QUIET_IDLE=${QUIET_IDLE:-90}
+QUIET_WAIT=${QUIET_WAIT:-600}
+
+idle_pct() {
+  local a b total=0 i
+  a=($(head -1 /proc/stat)); sleep 1; b=($(head -1 /proc/stat))
+  for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+  echo $(( 100 * (b[4] - a[4] + b[5] - a[5]) / (total > 0 ? total : 1) ))
+}
+
+wait_quiet() {
+  local t0=$SECONDS p
+  while :; do
+    p=$(idle_pct)
+    if [ "$p" -ge "$QUIET_IDLE" ] || [ $((SECONDS - t0)) -ge "$QUIET_WAIT" ]; then
+      echo "$p" >>"$OUT/idle.txt"
+      return
+    fi
+  done
+}
+
+declare -A R
+add() { [ "$2" = - ] || R[$1]+="$2"$'\n'; }
+m() { printf '%s' "${R[$1]:-}" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR) printf "%.2f", v[int((NR+1)/2)]; else printf "-"}'; }
+all() { printf '%s' "${R[$1]:-}" | grep -v '^$' | awk '{printf "%.2f ", $1}'; }
