@@ -288,7 +288,7 @@ impl Server {
     }
 
     /// The scheduling the device's engine thread got ([`Engine::priority`]).
-    pub fn engine_priority(&self) -> Option<Result<nic::engine::Granted, String>> {
+    pub fn engine_priority(&self) -> Option<Result<nic::engine::Granted, nic::engine::SchedError>> {
         self.engine.as_ref().and_then(|e| e.priority())
     }
 

@@ -146,7 +146,7 @@ struct Shared {
     done: Mutex<Option<EngineStats>>,
     /// The scheduling the thread got (None: an inline engine, or not
     /// started yet); why not, when the asked-for one was refused.
-    granted: Mutex<Option<Result<Granted, String>>>,
+    granted: Mutex<Option<Result<Granted, SchedError>>>,
     /// What a parked engine thread waits on (None: no eventfd here; the
     /// thread then parks and is unparked).
     bell: Option<Arc<Bell>>,
@@ -392,8 +392,8 @@ impl Engine {
 
     /// The scheduling the engine thread got, or why it did not get what
     /// [`EngineConfig::priority`] asked for (None: an inline engine).
-    pub fn priority(&self) -> Option<Result<Granted, String>> {
-        self.shared.granted.lock().ok().and_then(|g| g.clone())
+    pub fn priority(&self) -> Option<Result<Granted, SchedError>> {
+        self.shared.granted.lock().ok().and_then(|g| *g)
     }
 
     /// The bell the engine thread parks on (None: an inline engine, or no

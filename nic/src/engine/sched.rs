@@ -50,12 +50,13 @@ impl std::fmt::Display for Granted {
 }
 
 /// Why the asked-for scheduling was not granted.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SchedError {
     #[error("realtime priority {0} is outside 1..=99")]
     BadPriority(u8),
-    #[error("sched_setattr: {0}")]
-    Kernel(#[source] std::io::Error),
+    /// The kernel refused (the errno).
+    #[error("sched_setattr: {}", std::io::Error::from_raw_os_error(*.0))]
+    Kernel(i32),
 }
 
 /// Applies `p` to the calling thread.
@@ -105,7 +106,9 @@ fn set(policy: u32, priority: u32, slice: Duration) -> Result<(), SchedError> {
     if r == 0 {
         Ok(())
     } else {
-        Err(SchedError::Kernel(std::io::Error::last_os_error()))
+        Err(SchedError::Kernel(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ))
     }
 }
 

@@ -261,9 +261,9 @@ fn setup_thread(cfg: &EngineConfig, shareds: &[&Shared]) {
     if let Some(core) = cfg.core {
         core_affinity::set_for_current(core_affinity::CoreId { id: core });
     }
-    let granted = super::sched::apply(cfg.priority).map_err(|e| e.to_string());
+    let granted = super::sched::apply(cfg.priority);
     for sh in shareds {
-        *sh.granted.lock().expect("not poisoned") = Some(granted.clone());
+        *sh.granted.lock().expect("not poisoned") = Some(granted);
     }
 }
 
