@@ -50,7 +50,9 @@ pub trait CmChannel: Send + Sync {
     fn fd(&self) -> RawFd;
     /// Names the channel in `create_id` and `migrate_id`.
     fn token(&self) -> u64;
-    /// The next event; `None` when `nonblocking` and none is queued.
+    /// The next event; `None` when `nonblocking` and none is queued;
+    /// ENODEV once the device is gone (rnicd killed or crashed) and every
+    /// event it queued was taken.
     fn next(&self, nonblocking: bool) -> Result<Option<CmEventMsg>>;
 }
 

@@ -3,12 +3,18 @@
 //! on), so it is readable exactly when an event is queued: programs poll
 //! it, add it to their own epoll set, or set O_NONBLOCK on it and have
 //! `rdma_get_cm_event` answer EAGAIN.
+//!
+//! A device whose rnicd goes away (killed or crashed) is a device removed:
+//! each ID of the channel on it gets RDMA_CM_EVENT_DEVICE_REMOVAL, once;
+//! then, when every device the channel used is gone, `rdma_get_cm_event`
+//! fails with ENODEV instead of waiting for an event that cannot come.
 
 use crate::abi::{rdma_cm_event, rdma_event_channel};
 use crate::backend::CmChannel;
 use crate::id::{IdPriv, Lib};
 use crate::{complain, fail};
 use libc::c_int;
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,10 +28,20 @@ pub struct ChanPriv {
     ep: OwnedFd,
     /// The daemon channels by device; the index is the epoll tag (the
     /// list only grows while the channel lives).
-    devs: Mutex<Vec<(String, Arc<dyn CmChannel>)>>,
+    devs: Mutex<Vec<DevChan>>,
+    /// The DEVICE_REMOVAL events not handed out yet: (device, daemon ID).
+    removals: Mutex<VecDeque<(String, crate::backend::CmIdNo)>>,
     /// The application's hold (until `rdma_destroy_event_channel`) and
     /// one per thread waiting in `rdma_get_cm_event`: the last one frees.
     refs: AtomicUsize,
+}
+
+/// A channel's side on one device.
+struct DevChan {
+    dev: String,
+    chan: Arc<dyn CmChannel>,
+    /// Its rnicd went away: out of the epoll set, its IDs told.
+    gone: bool,
 }
 
 /// The channels not yet destroyed.
@@ -59,6 +75,7 @@ impl ChanPriv {
             lib,
             ep,
             devs: Mutex::new(Vec::new()),
+            removals: Mutex::new(VecDeque::new()),
             refs: AtomicUsize::new(1),
         });
         let p = Box::into_raw(c);
@@ -84,8 +101,8 @@ impl ChanPriv {
     /// added to the epoll set) on first use.
     pub fn on_device(&self, dev: &str) -> Result<Arc<dyn CmChannel>, c_int> {
         let mut devs = self.devs.lock().map_err(|_| libc::EIO)?;
-        if let Some((_, c)) = devs.iter().find(|(d, _)| d == dev) {
-            return Ok(c.clone());
+        if let Some(d) = devs.iter().find(|d| d.dev == dev) {
+            return Ok(d.chan.clone());
         }
         let c = self.lib.backend.open_channel(dev).map_err(|e| {
             complain("event channel", &e);
@@ -104,7 +121,11 @@ impl ChanPriv {
                 .raw_os_error()
                 .unwrap_or(libc::EIO));
         }
-        devs.push((dev.to_string(), c.clone()));
+        devs.push(DevChan {
+            dev: dev.to_string(),
+            chan: c.clone(),
+            gone: false,
+        });
         Ok(c)
     }
 
@@ -124,6 +145,13 @@ impl ChanPriv {
     /// descriptor is O_NONBLOCK (then EAGAIN when none is queued).
     pub fn get_event(&self) -> Result<*mut rdma_cm_event, c_int> {
         loop {
+            if let Some(ev) = self.next_removal() {
+                return Ok(Box::into_raw(ev) as *mut rdma_cm_event);
+            }
+            if self.every_device_gone()? {
+                complain("rdma_get_cm_event", "every device of the channel is gone");
+                return Err(libc::ENODEV);
+            }
             let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
             let timeout = if self.nonblocking() { 0 } else { -1 };
             // SAFETY: epoll_wait into an array of 8 that lives across the
@@ -139,12 +167,22 @@ impl ChanPriv {
             }
             for e in &evs[..n as usize] {
                 let tag = e.u64 as usize;
-                let chan = self.devs.lock().map_err(|_| libc::EIO)?.get(tag).cloned();
+                let chan = self
+                    .devs
+                    .lock()
+                    .map_err(|_| libc::EIO)?
+                    .get(tag)
+                    .map(|d| (d.dev.clone(), d.chan.clone()));
                 let Some((dev, chan)) = chan else { continue };
                 let msg = match chan.next(true) {
                     Ok(Some(m)) => m,
                     // another thread took it
                     Ok(None) => continue,
+                    Err(e) if e.errno == libc::ENODEV => {
+                        complain("rdma_get_cm_event", format!("device {dev}: {e}"));
+                        self.device_gone(tag)?;
+                        continue;
+                    }
                     Err(e) => {
                         complain("rdma_get_cm_event", &e);
                         return Err(e.errno);
@@ -155,6 +193,49 @@ impl ChanPriv {
                 }
             }
         }
+    }
+}
+
+impl ChanPriv {
+    /// Device `tag`'s rnicd went away: its descriptor leaves the epoll
+    /// set and each of the channel's IDs on it is to hear
+    /// RDMA_CM_EVENT_DEVICE_REMOVAL (once, however many threads saw it).
+    fn device_gone(&self, tag: usize) -> Result<(), c_int> {
+        let mut devs = self.devs.lock().map_err(|_| libc::EIO)?;
+        let Some(d) = devs.get_mut(tag).filter(|d| !d.gone) else {
+            return Ok(());
+        };
+        d.gone = true;
+        // SAFETY: epoll_ctl on our epoll descriptor; the event argument
+        // may be NULL for EPOLL_CTL_DEL.
+        unsafe {
+            libc::epoll_ctl(
+                self.ep.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                d.chan.fd(),
+                std::ptr::null_mut(),
+            )
+        };
+        let ids = self.lib.ids_on(&d.dev, self);
+        let mut q = self.removals.lock().map_err(|_| libc::EIO)?;
+        q.extend(ids.into_iter().map(|no| (d.dev.clone(), no)));
+        Ok(())
+    }
+
+    /// The next DEVICE_REMOVAL event not handed out whose ID still lives.
+    fn next_removal(&self) -> Option<Box<EventPriv>> {
+        loop {
+            let (dev, no) = self.removals.lock().ok()?.pop_front()?;
+            if let Some(ev) = self.lib.removal(&dev, no) {
+                return Some(ev);
+            }
+        }
+    }
+
+    /// Whether the channel has used devices and each of them is gone.
+    fn every_device_gone(&self) -> Result<bool, c_int> {
+        let devs = self.devs.lock().map_err(|_| libc::EIO)?;
+        Ok(!devs.is_empty() && devs.iter().all(|d| d.gone))
     }
 }
 

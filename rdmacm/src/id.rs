@@ -170,6 +170,7 @@ impl IdPriv {
         match ev.status {
             0 => Ok(()),
             _ if ev.event == event::REJECTED => Err(libc::ECONNREFUSED),
+            _ if ev.event == event::DEVICE_REMOVAL => Err(libc::ENODEV),
             s if s < 0 => Err(-s),
             s => Err(s),
         }
@@ -299,6 +300,31 @@ impl Lib {
         let idp = unsafe { &*(p as *const IdPriv) };
         idp.state().delivered += 1;
         Some(idp)
+    }
+
+    /// The daemon IDs on device `dev` of the IDs whose events go to
+    /// `chan`.
+    pub fn ids_on(&self, dev: &str, chan: &ChanPriv) -> Vec<CmIdNo> {
+        let chan = chan as *const ChanPriv as *mut rdma_event_channel;
+        self.table()
+            .iter()
+            .filter(|((d, _), _)| d == dev)
+            // SAFETY: IDs leave the table before they are freed; an ID's
+            // channel is written only while no event of it is processed
+            // (creation, rdma_migrate_id).
+            .filter(|(_, p)| unsafe { (*(**p as *const IdPriv)).raw().channel } == chan)
+            .map(|((_, no), _)| *no)
+            .collect()
+    }
+
+    /// RDMA_CM_EVENT_DEVICE_REMOVAL for the ID the daemon called `no` on
+    /// `dev`; None when that ID is gone. (rdma_cm.h: on it the user
+    /// destroys the ID and frees what it holds of the device.)
+    pub fn removal(&self, dev: &str, no: CmIdNo) -> Option<Box<EventPriv>> {
+        let idp = self.hold(dev, no)?;
+        let mut ev = new_event(idp, event::DEVICE_REMOVAL, 0);
+        ev.event.id = idp as *const IdPriv as *mut rdma_cm_id;
+        Some(ev)
     }
 
     /// `rdma_destroy_id`: the daemon's IDs go, then this waits for every

@@ -12,6 +12,10 @@ use std::sync::{Arc, Mutex};
 /// The errno a client-library error maps to, with its text.
 fn err(e: softrnic::Error) -> BackendError {
     let errno = match &e {
+        // rnicd killed or crashed, or no rnicd behind the device's socket:
+        // the device is gone (as after a device removal, ENODEV)
+        softrnic::Error::DeviceGone => libc::ENODEV,
+        softrnic::Error::Io(io) if io.raw_os_error() == Some(libc::ECONNREFUSED) => libc::ENODEV,
         softrnic::Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
         softrnic::Error::Timeout => libc::ETIMEDOUT,
         softrnic::Error::Daemon(why) => daemon_errno(why),
@@ -91,7 +95,11 @@ impl DeviceCm for Client {
         self.0.create_id(chan, ps, qp_type, user_ctx).map_err(err)
     }
     fn destroy_id(&self, id: b::CmIdNo) -> b::Result<u32> {
-        self.0.destroy_id(id).map_err(err)
+        match self.0.destroy_id(id) {
+            // the ID went with its device
+            Err(softrnic::Error::DeviceGone) => Ok(0),
+            r => r.map_err(err),
+        }
     }
     fn bind(&self, id: b::CmIdNo, addr: SocketAddr) -> b::Result<b::Bound> {
         self.0.bind(id, addr).map_err(err)

@@ -51,15 +51,24 @@ pub struct CmClient {
     sock: Mutex<SeqPacket>,
 }
 
+/// An error of the socket to rnicd: a hang-up (the daemon killed or
+/// crashed) is [`Error::DeviceGone`], as it is to the verbs.
+fn hung_up(e: std::io::Error) -> Error {
+    match e.raw_os_error() {
+        Some(libc::EPIPE | libc::ECONNRESET) => Error::DeviceGone,
+        _ => e.into(),
+    }
+}
+
 fn request(sock: &Mutex<SeqPacket>, req: CmRequest) -> Result<(CmResponse, Vec<OwnedFd>)> {
     let sock = sock.lock().map_err(|_| ProtocolError::Poisoned)?;
     let msg = proto::encode(&ReqMsg {
         v: proto::VERSION,
         req: Request::Cm(req),
     });
-    sock.send(&msg, &[])?;
+    sock.send(&msg, &[]).map_err(hung_up)?;
     let mut buf = Vec::new();
-    let fds = sock.recv(&mut buf)?.ok_or(ProtocolError::Closed)?;
+    let fds = sock.recv(&mut buf).map_err(hung_up)?.ok_or(Error::DeviceGone)?;
     let m: RespMsg = serde_json::from_slice(&buf).map_err(ProtocolError::from)?;
     if m.v != proto::VERSION {
         return Err(ProtocolError::Version(m.v).into());
@@ -116,7 +125,8 @@ impl EventChannel {
     }
 
     /// The next event: waits for one, or (`nonblocking`) `None` when none
-    /// is queued.
+    /// is queued; [`Error::DeviceGone`] once rnicd has gone away and every
+    /// event it sent was taken.
     pub fn next(&self, nonblocking: bool) -> Result<Option<CmEventMsg>> {
         if nonblocking {
             let mut p = libc::pollfd {
@@ -131,8 +141,8 @@ impl EventChannel {
             }
         }
         let mut buf = Vec::new();
-        match self.events.recv(&mut buf)? {
-            None => Err(ProtocolError::Closed.into()),
+        match self.events.recv(&mut buf).map_err(hung_up)? {
+            None => Err(Error::DeviceGone),
             Some(_) => Ok(Some(
                 serde_json::from_slice(&buf).map_err(ProtocolError::from)?,
             )),

@@ -204,14 +204,26 @@ impl Context {
         Ok(Arc::new(c))
     }
 
+    /// Sends `req` and waits for its answer. On a dead device a teardown
+    /// request succeeds (the object went with the device) and any other
+    /// fails with [`Error::DeviceGone`], whether the death was known
+    /// before or is found by this very request.
     fn request(&self, req: Request, fd: Option<RawFd>) -> Result<(Response, Vec<OwnedFd>)> {
-        if self.is_dead() {
-            return if watch::tears_down(&req) {
-                Ok((Response::Ok, Vec::new()))
-            } else {
-                Err(Error::DeviceGone)
-            };
+        let teardown = watch::tears_down(&req);
+        let r = if self.is_dead() {
+            Err(Error::DeviceGone)
+        } else {
+            self.exchange(req, fd)
+        };
+        match r {
+            Err(Error::DeviceGone) if teardown => Ok((Response::Ok, Vec::new())),
+            r => r,
         }
+    }
+
+    /// One request and its answer on the control socket; a hang-up is
+    /// [`Error::DeviceGone`].
+    fn exchange(&self, req: Request, fd: Option<RawFd>) -> Result<(Response, Vec<OwnedFd>)> {
         let sock = self.sock.lock().map_err(|_| ProtocolError::Poisoned)?;
         let msg = proto::encode(&ReqMsg {
             v: proto::VERSION,
