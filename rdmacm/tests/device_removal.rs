@@ -102,5 +102,8 @@ fn an_rping_server_waiting_for_a_client_exits_when_rnicd_dies() {
     let (server, client) =
         common::server_and_client(&d, "t0", ("rping", &args("-s")), ("rping", &args("-c")));
     assert!(client.ok() && server.ok(), "{client}\n{server}");
-    assert!(client.stdout.contains("ping data: rdma-ping-19: "), "{client}");
+    assert!(
+        client.stdout.contains("ping data: rdma-ping-19: "),
+        "{client}"
+    );
 }

@@ -279,3 +279,188 @@ fn a_verdict_file_needs_its_header_three_fields_and_known_verdicts() {
         assert!(got.iter().any(|l| l.contains(what)), "{what}: {got:?}");
     }
 }
+
+/// Suite tests that move RC traffic on device t0: SENDs on a CQ with a
+/// completion channel (`ibv_get_cq_event`), atomics, SENDs polled on an
+/// extended CQ.
+const TRAFFIC_TESTS: [&str; 3] = [
+    "tests.test_cq_events.CqEventsTestCase.test_cq_events_rc",
+    "tests.test_atomic.AtomicTest.test_atomic_fetch_and_add",
+    "tests.test_cqex.CqExTestCase.test_rc_traffic_cq_ex",
+];
+
+/// How long the suite's tests may take to end once their device failed:
+/// far more than they need (each wait is woken at once), far less than a
+/// hang.
+const AFTER_DEATH: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Device t0's `sent_pkts` (every QP's, destroyed ones too).
+fn sent_pkts(sock_dir: &Path) -> Result<u64, String> {
+    let sock = sock_dir.join("t0.sock");
+    let c = softrnic::Context::open(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
+    let s = c.stats().map_err(|e| format!("stats: {e}"))?;
+    s.counters
+        .get("sent_pkts")
+        .copied()
+        .ok_or_else(|| "no sent_pkts counter".to_string())
+}
+
+/// `tools/rdma-core-suite/loop.py` with [`TRAFFIC_TESTS`] through `rnic
+/// exec` on `d`'s t0: its stdout lines as they come, and its stderr (read
+/// to its end on a thread).
+struct SuiteLoop {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    err: std::thread::JoinHandle<String>,
+}
+
+impl SuiteLoop {
+    fn start(d: &Daemon) -> SuiteLoop {
+        use std::io::{BufRead, Read};
+        let rnic = testkit::abi::profile_dir().join("rnic");
+        let mut child = cmd(rnic.to_str().expect("utf-8"))
+            .args(["exec", "--sock-dir"])
+            .arg(d.sock_dir())
+            .args(["--", "/usr/bin/python3"])
+            .arg(repo().join("tools/rdma-core-suite/loop.py"))
+            .args(["--dev", "t0", "--gid", "3"])
+            .args(TRAFFIC_TESTS)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start loop.py");
+        let (tx, lines) = std::sync::mpsc::channel();
+        let out = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let mut e = child.stderr.take().expect("piped");
+        let err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = e.read_to_string(&mut s);
+            s
+        });
+        SuiteLoop { child, lines, err }
+    }
+
+    /// Waits until `rounds` rounds passed; false if the loop said
+    /// anything else first (or nothing in time).
+    fn rounds_passed(&self, rounds: u32, seen: &mut Vec<String>) -> bool {
+        let want = format!("round {rounds} passed");
+        while let Ok(l) = self.lines.recv_timeout(testkit::rnicd::STUCK) {
+            seen.push(l.clone());
+            if l == want {
+                return true;
+            }
+            if !l.ends_with(" passed") {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// Waits for its end until `deadline` (killed then: `None`); its
+    /// status, the rest of its stdout and its stderr.
+    fn finish(
+        mut self,
+        deadline: std::time::Instant,
+    ) -> (Option<std::process::ExitStatus>, Vec<String>, String) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let status = testkit::poll_within(left, || self.child.try_wait().ok().flatten());
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let rest: Vec<String> = self.lines.try_iter().collect();
+        (status, rest, self.err.join().unwrap_or_default())
+    }
+}
+
+/// rnicd killed (SIGKILL) while rdma-core's own tests move traffic on its
+/// device: the tests end soon after, in errors (a failed device: flushed
+/// completions, verbs that fail, a device that no longer opens), with
+/// every teardown succeeding; a new rnicd on the same socket folder then
+/// passes the same tests.
+#[test]
+fn a_daemon_killed_under_the_suites_traffic_fails_its_tests_and_a_new_one_passes_them() {
+    if !testkit::runs_here(TEST, ready()) {
+        return;
+    }
+    let mut d = Daemon::start();
+    let run = SuiteLoop::start(&d);
+    let mut seen = Vec::new();
+    // two rounds passed: every test moved its traffic on this device
+    if !run.rounds_passed(2, &mut seen) {
+        let daemon = d.child.try_wait();
+        panic!(
+            "the suite's traffic tests did not pass twice: {seen:?} (rnicd: {daemon:?})\n{}",
+            run.finish(std::time::Instant::now()).2
+        );
+    }
+    // and packets are moving now
+    let before = sent_pkts(d.sock_dir()).expect("t0's counters");
+    testkit::wait_for(testkit::rnicd::STUCK, "t0 sending", || {
+        match sent_pkts(d.sock_dir()) {
+            Ok(n) if n > before => Ok(()),
+            Ok(n) => Err(format!("sent_pkts {n}")),
+            Err(e) => Err(e),
+        }
+    });
+    d.kill();
+    let (status, rest, err) = run.finish(std::time::Instant::now() + AFTER_DEATH);
+    seen.extend(rest);
+    let report = format!("stdout: {seen:?}\nstderr:\n{err}");
+    assert!(
+        status.is_some(),
+        "the suite still ran {AFTER_DEATH:?} after its device failed:\n{report}"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{report}");
+    assert!(
+        seen.last().is_some_and(|l| l.ends_with("did not pass")),
+        "{report}"
+    );
+    // unittest's summary of the round the device failed in
+    assert!(err.contains("\nFAILED ("), "{report}");
+    // pyverbs' errors of a failed device, not a test's wrong data
+    assert!(err.contains("pyverbs.pyverbs_error.Pyverbs"), "{report}");
+    // freeing objects of a failed device succeeds (pyverbs reports a
+    // failed close as "Failed to dereg MR", "Failed to destroy QP", ...)
+    for what in ["Failed to dereg", "Failed to dealloc", "Failed to destroy"] {
+        assert!(!err.contains(what), "{what}:\n{report}");
+    }
+    eprintln!(
+        "the suite on a failed device: {}\n{}",
+        seen.last().map_or("", String::as_str),
+        err.lines()
+            .filter(|l| l.starts_with("ERROR: ")
+                || l.starts_with("FAIL: ")
+                || l.contains("_error."))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // a new rnicd on the same socket folder passes the same tests
+    d.restart();
+    let exec = format!(
+        "{} exec --sock-dir {} --",
+        testkit::abi::profile_dir().join("rnic").display(),
+        d.sock_dir().display()
+    );
+    let out = cmd("bash")
+        .arg(repo().join("tools/rdma-core-suite/run"))
+        .args(["--exec", &exec, "--only", &TRAFFIC_TESTS.join("|")])
+        .output()
+        .expect("run the suite");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let got = verdicts(&text);
+    assert!(out.status.success(), "{text}");
+    for t in TRAFFIC_TESTS {
+        assert_eq!(
+            got.get(t).map(|(v, _)| v.as_str()),
+            Some("PASS"),
+            "{t} on the new rnicd:\n{text}"
+        );
+    }
+}

@@ -68,7 +68,10 @@ fn request(sock: &Mutex<SeqPacket>, req: CmRequest) -> Result<(CmResponse, Vec<O
     });
     sock.send(&msg, &[]).map_err(hung_up)?;
     let mut buf = Vec::new();
-    let fds = sock.recv(&mut buf).map_err(hung_up)?.ok_or(Error::DeviceGone)?;
+    let fds = sock
+        .recv(&mut buf)
+        .map_err(hung_up)?
+        .ok_or(Error::DeviceGone)?;
     let m: RespMsg = serde_json::from_slice(&buf).map_err(ProtocolError::from)?;
     if m.v != proto::VERSION {
         return Err(ProtocolError::Version(m.v).into());
