@@ -13,11 +13,19 @@ pub struct FakeChan {
     efd: OwnedFd,
     q: Mutex<VecDeque<CmEventMsg>>,
     token: u64,
+    dev: String,
+    /// The device is gone ([`Fake::remove`]): once its events are taken,
+    /// `next` fails with ENODEV, as the daemon's channel does.
+    gone: std::sync::atomic::AtomicBool,
 }
 
 impl FakeChan {
     pub fn push(&self, m: CmEventMsg) {
         self.q.lock().unwrap().push_back(m);
+        self.wake();
+    }
+
+    fn wake(&self) {
         let one = 1u64;
         // SAFETY: an 8-byte write to our eventfd.
         let n = unsafe { libc::write(self.efd.as_raw_fd(), &one as *const u64 as *const _, 8) };
@@ -36,10 +44,15 @@ impl CmChannel for FakeChan {
         let mut v = 0u64;
         // SAFETY: an 8-byte read from our non-blocking semaphore eventfd.
         let n = unsafe { libc::read(self.efd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
-        if n != 8 {
-            return Ok(None);
+        if n == 8 {
+            if let Some(m) = self.q.lock().unwrap().pop_front() {
+                return Ok(Some(m));
+            }
         }
-        Ok(self.q.lock().unwrap().pop_front())
+        if self.gone.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(BackendError::new(libc::ENODEV, "the device is gone"));
+        }
+        Ok(None)
     }
 }
 
@@ -72,6 +85,16 @@ impl Fake {
                 next_port: 40000,
                 ..State::default()
             })),
+        }
+    }
+
+    /// Device `dev` goes away: its channels wake and then fail with
+    /// ENODEV.
+    pub fn remove(st: &Mutex<State>, dev: &str) {
+        let s = st.lock().unwrap();
+        for c in s.chans.values().filter(|c| c.dev == dev) {
+            c.gone.store(true, std::sync::atomic::Ordering::Release);
+            c.wake();
         }
     }
 
@@ -271,7 +294,7 @@ impl CmBackend for Fake {
             st: self.st.clone(),
         }))
     }
-    fn open_channel(&self, _dev: &str) -> Result<Arc<dyn CmChannel>> {
+    fn open_channel(&self, dev: &str) -> Result<Arc<dyn CmChannel>> {
         // SAFETY: eventfd has no memory preconditions.
         let fd = unsafe {
             libc::eventfd(
@@ -287,6 +310,8 @@ impl CmBackend for Fake {
             efd: unsafe { OwnedFd::from_raw_fd(fd) },
             q: Mutex::new(VecDeque::new()),
             token,
+            dev: dev.to_string(),
+            gone: Default::default(),
         });
         s.chans.insert(token, c.clone());
         Ok(c)

@@ -705,3 +705,49 @@ fn a_thread_waiting_on_a_destroyed_channel_keeps_waiting_and_gets_its_events() {
         assert_eq!(id::scm_rdma_destroy_id(id), 0);
     }
 }
+
+#[test]
+fn each_id_hears_its_device_removed_once_and_a_channel_of_gone_devices_fails() {
+    let (_lib, st, chan) = setup();
+    // SAFETY: the objects of this test, used as the C API documents.
+    unsafe {
+        let ids = [new_id(chan, 1), new_id(chan, 2), new_id(chan, 3)];
+        for (id, a) in ids
+            .iter()
+            .zip(["192.0.2.1:7000", "192.0.2.1:0", "192.0.2.2:0"])
+        {
+            let mut src = sa(a);
+            assert_eq!(scm_rdma_bind_addr(*id, addr(&mut src)), 0);
+        }
+        let fd = (*chan).fd;
+        libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
+        Fake::remove(&st, "t0");
+        // t0's two IDs, once each, in any order
+        let mut heard = Vec::new();
+        for _ in 0..2 {
+            let e = next(chan);
+            assert_eq!(((*e).event, (*e).status), (event::DEVICE_REMOVAL, 0));
+            heard.push((*e).id);
+            scm_rdma_ack_cm_event(e);
+        }
+        heard.sort();
+        let mut want = vec![ids[0], ids[1]];
+        want.sort();
+        assert_eq!(heard, want);
+        // t1 lives: nothing more, and no error
+        let mut e = null_mut();
+        assert_eq!(scm_rdma_get_cm_event(chan, &mut e), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        Fake::remove(&st, "t1");
+        let r = next(chan);
+        assert_eq!(((*r).event, (*r).id), (event::DEVICE_REMOVAL, ids[2]));
+        scm_rdma_ack_cm_event(r);
+        // every device of the channel is gone: an error, not a wait
+        assert_eq!(scm_rdma_get_cm_event(chan, &mut e), -1);
+        assert_eq!(errno(), libc::ENODEV);
+        for id in ids {
+            assert_eq!(id::scm_rdma_destroy_id(id), 0);
+        }
+        scm_rdma_destroy_event_channel(chan);
+    }
+}
