@@ -70,17 +70,10 @@ fn run_c(d: &Daemon, dir: &std::path::Path, name: &str, args: &[&str]) -> std::p
 fn c_program(d: &Daemon, dir: &std::path::Path, name: &str) -> Command {
     let bin = dir.join(name);
     let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
-    let cc = Command::new("cc")
-        .arg(&src)
-        .arg("-o")
-        .arg(&bin)
-        .arg(profile_dir().join("softrnic-ibverbs/libibverbs.so.1"))
-        .output()
-        .expect("cc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
+    testkit::abi::build_c(
+        src.as_ref(),
+        &bin,
+        &[profile_dir().join("softrnic-ibverbs/libibverbs.so.1")],
     );
     let mut c = Command::new(&bin);
     c.env("LD_LIBRARY_PATH", profile_dir().join("softrnic-ibverbs"))
@@ -99,7 +92,7 @@ fn a_program_sees_its_device_fail_when_rnicd_dies() {
         missing("<infiniband/verbs.h> not installed (libibverbs-dev)");
         return;
     }
-    use std::io::{BufRead, Read};
+    use std::io::Read;
     let mut d = Daemon::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = c_program(&d, dir.path(), "fatal_check")
@@ -108,12 +101,7 @@ fn a_program_sees_its_device_fail_when_rnicd_dies() {
         .spawn()
         .expect("run");
     let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
-    let mut text = String::new();
-    while !text.ends_with("READY\n") {
-        if out.read_line(&mut text).expect("read") == 0 {
-            break;
-        }
-    }
+    let mut text = testkit::proc::read_until_line(&mut out, "READY");
     assert!(text.ends_with("READY\n"), "never ready:\n{text}");
     d.kill();
     // the program's own alarm ends it if anything hangs

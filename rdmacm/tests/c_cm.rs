@@ -8,8 +8,7 @@
 
 mod common;
 
-use common::{profile_dir, Daemon};
-use std::process::Command;
+use common::Daemon;
 
 #[test]
 fn a_c_program_uses_the_cm_library_on_rnicd_devices() {
@@ -18,20 +17,7 @@ fn a_c_program_uses_the_cm_library_on_rnicd_devices() {
     }
     let d = Daemon::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let bin = dir.path().join("cm_check");
-    let cc = Command::new("cc")
-        .arg(format!("{}/tests/c/cm_check.c", env!("CARGO_MANIFEST_DIR")))
-        .arg("-o")
-        .arg(&bin)
-        .arg(profile_dir().join("softrnic-rdmacm/librdmacm.so.1"))
-        .arg(profile_dir().join("softrnic-ibverbs/libibverbs.so.1"))
-        .output()
-        .expect("cc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let bin = common::c_program(dir.path(), "cm_check");
     let out = common::run(&d, bin.to_str().expect("utf-8"), &[]);
     let text = out.text();
     assert!(out.ok() && text.contains("0 failures"), "{out}");

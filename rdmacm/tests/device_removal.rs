@@ -7,9 +7,9 @@
 
 mod common;
 
-use common::{profile_dir, Daemon, Running};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use common::{Daemon, Running};
+use std::io::{BufReader, Read};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// How long a program may take to end once its device is gone: far more
@@ -23,40 +23,18 @@ fn a_program_waiting_for_cm_events_hears_its_devices_removed_when_rnicd_dies() {
     }
     let mut d = Daemon::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let bin = dir.path().join("removal_check");
-    let cc = Command::new("cc")
-        .arg(format!(
-            "{}/tests/c/removal_check.c",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .arg("-o")
-        .arg(&bin)
-        .arg(profile_dir().join("softrnic-rdmacm/librdmacm.so.1"))
-        .arg(profile_dir().join("softrnic-ibverbs/libibverbs.so.1"))
-        .output()
-        .expect("cc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let bin = common::c_program(dir.path(), "removal_check");
     let mut child = common::command(&d, &bin, &["7480"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("run removal_check");
     let mut out = BufReader::new(child.stdout.take().expect("piped"));
-    let mut text = String::new();
-    while !text.ends_with("READY\n") {
-        if out.read_line(&mut text).expect("read") == 0 {
-            break;
-        }
-    }
+    let mut text = testkit::proc::read_until_line(&mut out, "READY");
     assert!(text.ends_with("READY\n"), "never ready:\n{text}");
     d.kill();
     // the program's own alarm (30 s) ends it if anything waits for ever
     let done = child.wait_with_output().expect("wait");
-    use std::io::Read;
     let _ = out.read_to_string(&mut text);
     let text = text + &String::from_utf8_lossy(&done.stderr);
     assert!(

@@ -38,17 +38,7 @@ pub fn check_layout(
     let src = dir.path().join("layout.c");
     let bin = dir.path().join("layout");
     std::fs::write(&src, c).expect("write");
-    let cc = Command::new("cc")
-        .arg(&src)
-        .arg("-o")
-        .arg(&bin)
-        .output()
-        .expect("run cc");
-    assert!(
-        cc.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    build_c(&src, &bin, &[]);
     let out = Command::new(&bin).output().expect("run the layout program");
     let text = String::from_utf8_lossy(&out.stdout);
     let mut wrong = Vec::new();
@@ -88,6 +78,24 @@ pub fn exports(lib: &Path, tag: &str) -> std::collections::BTreeSet<(String, Str
                 .then(|| (ver.to_string(), name.to_string()))
         })
         .collect()
+}
+
+/// Builds the C program `src` into `bin`, linked to `libs` (each a
+/// library file's path); a failure fails the test with cc's messages.
+pub fn build_c(src: &Path, bin: &Path, libs: &[std::path::PathBuf]) {
+    let cc = Command::new("cc")
+        .arg(src)
+        .arg("-o")
+        .arg(bin)
+        .args(libs)
+        .output()
+        .expect("run cc");
+    assert!(
+        cc.status.success(),
+        "cc {} failed:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&cc.stderr)
+    );
 }
 
 /// `target/<profile>` of the running test binary (which cargo puts in

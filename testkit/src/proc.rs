@@ -123,3 +123,17 @@ impl Drop for Running {
         }
     }
 }
+
+/// Reads lines from `r` until one is `line` (its newline aside) or the
+/// stream ends: everything read, `line` last if it came.
+pub fn read_until_line(r: &mut impl std::io::BufRead, line: &str) -> String {
+    let mut text = String::new();
+    let want = format!("{line}\n");
+    while !text.ends_with(&want) {
+        match r.read_line(&mut text) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    text
+}

@@ -17,17 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			failures++;                                            \
-			printf("FAIL line %d: ", __LINE__);                    \
-			printf(__VA_ARGS__);                                   \
-			printf("\n");                                          \
-		}                                                              \
-	} while (0)
+#include "check.h"
 
 static struct sockaddr_in addr(const char *ip, int port)
 {

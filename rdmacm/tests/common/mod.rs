@@ -121,3 +121,19 @@ pub fn server_and_client(
     wait_listeners_gone(&sock, before);
     (s, c)
 }
+
+/// tests/c/NAME.c built in `dir` against rdma-core's headers, linked to
+/// both drop-ins: the program's path.
+pub fn c_program(dir: &Path, name: &str) -> std::path::PathBuf {
+    let bin = dir.join(name);
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    testkit::abi::build_c(
+        src.as_ref(),
+        &bin,
+        &[
+            profile_dir().join("softrnic-rdmacm/librdmacm.so.1"),
+            profile_dir().join("softrnic-ibverbs/libibverbs.so.1"),
+        ],
+    );
+    bin
+}
