@@ -1,9 +1,9 @@
 //! rnicd killed under programs waiting in `rdma_get_cm_event` is, to them,
 //! their RDMA device removed: tests/c/removal_check.c (every ID hears
 //! RDMA_CM_EVENT_DEVICE_REMOVAL once, later calls fail with ENODEV,
-//! teardown succeeds) and Debian's `rping` server waiting for a connection
-//! (it reports the removal and exits in error); a new rnicd on the same
-//! socket folder then serves new programs.
+//! teardown succeeds), and Debian's `rping` and `rdma_server` waiting for
+//! a connection (they exit in error, rping reporting the removal); a new
+//! rnicd on the same socket folder then serves new programs.
 
 mod common;
 
@@ -55,26 +55,46 @@ fn a_program_waiting_for_cm_events_hears_its_devices_removed_when_rnicd_dies() {
     );
 }
 
+/// Waits until `p` (named `what`) ends, at most [`AFTER_DEATH`]: it must
+/// end by itself, in error.
+fn ends_in_error(p: Running, what: &str) -> common::Finished {
+    let f = p.finish(Instant::now() + AFTER_DEATH);
+    assert!(
+        f.status.is_some(),
+        "{what} still waited {AFTER_DEATH:?} after its device was removed:\n{f}"
+    );
+    assert!(!f.ok(), "{what} succeeded on a removed device:\n{f}");
+    f
+}
+
 #[test]
-fn an_rping_server_waiting_for_a_client_exits_when_rnicd_dies() {
-    if let Err(why) = common::prerequisites(&["rping"]) {
-        return testkit::skip_or_fail("the rping device removal test", &why);
+fn servers_waiting_for_a_client_exit_when_rnicd_dies_and_a_new_one_serves() {
+    if let Err(why) = common::prerequisites(&["rping", "rdma_server"]) {
+        return testkit::skip_or_fail("the CM servers' device removal test", &why);
     }
     let mut d = Daemon::start();
     let sock = d.sock_dir().join("t0.sock");
     let args = |role| [role, "-v", "-C", "20", "-a", "127.0.0.1", "-p", "7472"];
-    let mut server: Running = common::start(&d, "rping", &args("-s"));
-    common::wait_listening(&sock, 0, &mut server);
-    assert!(!server.ended(), "rping -s ended before rnicd was killed");
-    d.kill();
-    let s = server.finish(Instant::now() + AFTER_DEATH);
+    // rping waits in rdma_get_cm_event on a channel; rdma_server in
+    // rdma_get_request on a synchronous listener
+    let mut rping = common::start(&d, "rping", &args("-s"));
+    common::wait_listening(&sock, 0, &mut rping);
+    let mut rdma_server = common::start(&d, "rdma_server", &["-s", "127.0.0.1", "-p", "7473"]);
+    common::wait_listening(&sock, 1, &mut rdma_server);
     assert!(
-        s.status.is_some(),
-        "rping -s still waited {AFTER_DEATH:?} after its device was removed:\n{s}"
+        !rping.ended() && !rdma_server.ended(),
+        "a server ended before rnicd was killed"
     );
-    assert!(!s.ok(), "rping -s succeeded on a removed device:\n{s}");
+    d.kill();
+    let r = ends_in_error(rping, "rping -s");
     // rping's CM thread on RDMA_CM_EVENT_DEVICE_REMOVAL
-    assert!(s.text().contains("cma detected device removal"), "{s}");
+    assert!(r.text().contains("cma detected device removal"), "{r}");
+    let s = ends_in_error(rdma_server, "rdma_server");
+    // the removal is not a request: EINVAL, as librdmacm answers
+    assert!(
+        s.text().contains("rdma_get_request: Invalid argument"),
+        "{s}"
+    );
     // a new rnicd on the same socket folder serves a new pair
     d.restart();
     let (server, client) =
