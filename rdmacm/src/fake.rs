@@ -108,7 +108,10 @@ impl Fake {
             s.ids.insert((dev.to_string(), m.id), tok);
         }
         drop(s);
-        c.push(m);
+        // a gone device sends nothing
+        if !c.gone.load(std::sync::atomic::Ordering::Acquire) {
+            c.push(m);
+        }
     }
 }
 

@@ -168,9 +168,10 @@ impl IdPriv {
         // SAFETY: the event just handed out.
         let ev = unsafe { &*ev };
         match ev.status {
+            // the device went away instead of answering (status 0)
+            _ if ev.event == event::DEVICE_REMOVAL => Err(libc::ENODEV),
             0 => Ok(()),
             _ if ev.event == event::REJECTED => Err(libc::ECONNREFUSED),
-            _ if ev.event == event::DEVICE_REMOVAL => Err(libc::ENODEV),
             s if s < 0 => Err(-s),
             s => Err(s),
         }

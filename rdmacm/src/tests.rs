@@ -751,3 +751,24 @@ fn each_id_hears_its_device_removed_once_and_a_channel_of_gone_devices_fails() {
         scm_rdma_destroy_event_channel(chan);
     }
 }
+
+#[test]
+fn a_synchronous_call_on_a_removed_device_fails_with_enodev() {
+    let (lib, st, _chan) = setup();
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = id::create(&lib, null_mut(), null_mut(), RDMA_PS_TCP, IBV_QPT_RC).unwrap()
+            as *mut rdma_cm_id;
+        let mut dst = sa("192.0.2.2:7001");
+        assert_eq!(
+            scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000),
+            0
+        );
+        Fake::remove(&st, "t0");
+        // the route's answer never comes: the call hears the removal
+        assert_eq!(scm_rdma_resolve_route(id, 2000), -1);
+        assert_eq!(errno(), libc::ENODEV);
+        assert_eq!((*(*id).event).event, event::DEVICE_REMOVAL);
+        assert_eq!(id::scm_rdma_destroy_id(id), 0);
+    }
+}
