@@ -80,6 +80,19 @@ unsafe fn new_id(chan: *mut rdma_event_channel, ctx: usize) -> *mut rdma_cm_id {
     id
 }
 
+/// A synchronous RC ID (no channel of the caller's).
+unsafe fn sync_id(lib: &Arc<Lib>) -> *mut rdma_cm_id {
+    id::create(lib, null_mut(), null_mut(), RDMA_PS_TCP, IBV_QPT_RC).unwrap() as *mut rdma_cm_id
+}
+
+/// `rdma_resolve_addr` of `id` towards `dst`, which must succeed.
+unsafe fn resolve(id: *mut rdma_cm_id, dst: &str) {
+    let mut dst = sa(dst);
+    // SAFETY: the caller's ID; the address lives across the call.
+    let r = unsafe { scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000) };
+    assert_eq!(r, 0, "errno {}", errno());
+}
+
 #[test]
 fn the_channel_fd_is_readable_exactly_while_an_event_is_queued() {
     let (_lib, st, chan) = setup();
@@ -97,11 +110,7 @@ fn the_channel_fd_is_readable_exactly_while_an_event_is_queued() {
         assert_eq!(scm_rdma_get_cm_event(chan, &mut e), -1);
         assert_eq!(errno(), libc::EAGAIN);
 
-        let mut dst = sa("192.0.2.2:7001");
-        assert_eq!(
-            scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000),
-            0
-        );
+        resolve(id, "192.0.2.2:7001");
         assert!(readable(chan));
         let e = next(chan);
         assert_eq!(((*e).event, (*e).status), (event::ADDR_RESOLVED, 0));
@@ -130,11 +139,7 @@ fn an_unbound_id_resolves_from_the_device_that_is_not_the_destination() {
     // SAFETY: the objects of this test.
     unsafe {
         let id = new_id(chan, 0);
-        let mut dst = sa("192.0.2.2:7001");
-        assert_eq!(
-            scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000),
-            0
-        );
+        resolve(id, "192.0.2.2:7001");
         assert!(log(&st).contains(&"t0 resolve_addr 1 192.0.2.2:7001".to_string()));
         scm_rdma_ack_cm_event(next(chan));
         id::scm_rdma_destroy_id(id);
@@ -266,13 +271,8 @@ fn a_synchronous_id_waits_for_the_event_of_each_call() {
     let (lib, st, _chan) = setup();
     // SAFETY: the objects of this test.
     unsafe {
-        let id = id::create(&lib, null_mut(), null_mut(), RDMA_PS_TCP, IBV_QPT_RC).unwrap()
-            as *mut rdma_cm_id;
-        let mut dst = sa("192.0.2.2:7001");
-        assert_eq!(
-            scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000),
-            0
-        );
+        let id = sync_id(&lib);
+        resolve(id, "192.0.2.2:7001");
         assert_eq!((*(*id).event).event, event::ADDR_RESOLVED);
         assert_eq!(scm_rdma_resolve_route(id, 2000), 0);
         assert_eq!((*(*id).event).event, event::ROUTE_RESOLVED);
@@ -601,8 +601,7 @@ fn a_synchronous_listener_hands_out_requests_with_rdma_get_request() {
     let (lib, st, vlog, _chan) = setup_verbs();
     // SAFETY: the objects of this test.
     unsafe {
-        let l = id::create(&lib, null_mut(), null_mut(), RDMA_PS_TCP, IBV_QPT_RC).unwrap()
-            as *mut rdma_cm_id;
+        let l = sync_id(&lib);
         let mut src = sa("192.0.2.2:7000");
         assert_eq!(scm_rdma_bind_addr(l, addr(&mut src)), 0);
         assert_eq!(scm_rdma_listen(l, 1), 0);
@@ -757,13 +756,8 @@ fn a_synchronous_call_on_a_removed_device_fails_with_enodev() {
     let (lib, st, _chan) = setup();
     // SAFETY: the objects of this test.
     unsafe {
-        let id = id::create(&lib, null_mut(), null_mut(), RDMA_PS_TCP, IBV_QPT_RC).unwrap()
-            as *mut rdma_cm_id;
-        let mut dst = sa("192.0.2.2:7001");
-        assert_eq!(
-            scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 2000),
-            0
-        );
+        let id = sync_id(&lib);
+        resolve(id, "192.0.2.2:7001");
         Fake::remove(&st, "t0");
         // the route's answer never comes: the call hears the removal
         assert_eq!(scm_rdma_resolve_route(id, 2000), -1);
