@@ -133,6 +133,8 @@ pub mod cqe_flags {
     pub const INV: u8 = 2;
     pub const GRH: u8 = 4;
     pub const SOLICITED: u8 = 8;
+    /// With GRH: the UD datagram came over IPv4.
+    pub const GRH_IPV4: u8 = 16;
 }
 
 /// Bytes a ring of `entries` slots of `slot` bytes takes.
@@ -471,7 +473,8 @@ pub fn encode_cqe(wc: &Wc) -> CqeRaw {
         flags: (wc.imm.is_some() as u8 * cqe_flags::IMM)
             | (wc.invalidated_rkey.is_some() as u8 * cqe_flags::INV)
             | (wc.grh as u8 * cqe_flags::GRH)
-            | (wc.solicited as u8 * cqe_flags::SOLICITED),
+            | (wc.solicited as u8 * cqe_flags::SOLICITED)
+            | (wc.grh_ipv4 as u8 * cqe_flags::GRH_IPV4),
         _r: 0,
         qp_num: wc.qp_num,
         byte_len: wc.byte_len,
@@ -496,6 +499,7 @@ pub fn decode_cqe(c: &CqeRaw) -> Wc {
     wc.imm = (c.flags & cqe_flags::IMM != 0).then_some(c.imm);
     wc.invalidated_rkey = (c.flags & cqe_flags::INV != 0).then_some(c.inv_rkey);
     wc.grh = c.flags & cqe_flags::GRH != 0;
+    wc.grh_ipv4 = wc.grh && c.flags & cqe_flags::GRH_IPV4 != 0;
     wc.solicited = c.flags & cqe_flags::SOLICITED != 0;
     wc.src_qp = c.src_qp;
     wc
@@ -537,6 +541,12 @@ mod tests {
         for s in STATUSES {
             let mut wc = Wc::new(1, s, WcOpcode::Recv, 5);
             wc.imm = Some(3);
+            assert_eq!(decode_cqe(&encode_cqe(&wc)), wc);
+        }
+        // a UD receive keeps whether its GRH area holds IPv4 or IPv6
+        for ipv4 in [false, true] {
+            let mut wc = Wc::new(2, WcStatus::Success, WcOpcode::Recv, 5);
+            (wc.grh, wc.grh_ipv4, wc.src_qp) = (true, ipv4, 0x11);
             assert_eq!(decode_cqe(&encode_cqe(&wc)), wc);
         }
     }

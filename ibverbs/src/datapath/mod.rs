@@ -51,6 +51,23 @@ fn wc_opcode(o: WcOpcode) -> c_int {
     }
 }
 
+/// `ibv_wc.sl` of a UD receive over RoCE: the frame's L3 header type.
+/// RoCEv2 Annex A17.4.5.1 has a UD completion say whether the frame was
+/// IPv4 or IPv6; `ibv_wc` has no field of its own for that, and RoCE has no
+/// SL on the wire, so `sl` carries it as ConnectX devices report it: bit 3
+/// set for a frame with a UDP header (RoCEv2), bits 2:0 the L3 header
+/// (1 IPv6, 2 IPv4). Other completions have SL 0.
+pub(crate) fn roce_wc_sl(grh: bool, ipv4: bool) -> u8 {
+    const UDP: u8 = 0x8;
+    const IPV6: u8 = 0x1;
+    const IPV4: u8 = 0x2;
+    match (grh, ipv4) {
+        (false, _) => 0,
+        (true, false) => UDP | IPV6,
+        (true, true) => UDP | IPV4,
+    }
+}
+
 /// One CQE as the application's `ibv_wc`.
 pub fn to_wc(c: &CqeRaw) -> ibv_wc {
     let w = ring::decode_cqe(c);
@@ -80,7 +97,7 @@ pub fn to_wc(c: &CqeRaw) -> ibv_wc {
         wc_flags: flags,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: roce_wc_sl(w.grh, w.grh_ipv4),
         dlid_path_bits: 0,
     }
 }

@@ -290,7 +290,12 @@ static void ud(struct side *a, struct side *b) {
 	CHECK(c.byte_len == 40 + 9 && strcmp(b->buf + 0xe000 + 40, "ud hello") == 0);
 	CHECK((c.flags & IBV_WC_GRH) && (c.flags & IBV_WC_WITH_IMM) && be32toh(c.imm) == 5);
 	CHECK(c.src_qp == qa->qp_num && c.qp_num == qb->qp_num);
-	CHECK(c.vendor_err == 0 && c.slid == 0 && c.sl == 0 && c.dlid_path_bits == 0);
+	/* RoCEv2 over IPv4: sl gives the L3 header type as ConnectX reports it
+	 * (UDP 0x8 | IPv4 0x2), and the GRH area's last 4 bytes are the IPv4
+	 * destination, the receiver's own address (what UCX's UD checks) */
+	CHECK(c.vendor_err == 0 && c.slid == 0 && c.sl == 0xa && c.dlid_path_bits == 0);
+	CHECK(memcmp(b->buf + 0xe000 + 36, &b->gid.raw[12], 4) == 0);
+	CHECK((((unsigned char *)b->buf)[0xe000 + 20] >> 4) == 4);
 	start(x, 81);
 	ibv_wr_send(x);                                           /* no address */
 	ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 8);

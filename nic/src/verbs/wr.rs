@@ -287,6 +287,10 @@ pub struct Wc {
     pub src_qp: u32,
     /// UD: a GRH (40 bytes) precedes the data in the receive buffer.
     pub grh: bool,
+    /// UD over RoCEv2: the datagram came over IPv4, so the GRH area holds
+    /// an IPv4 header in its last 20 bytes (RoCEv2 Annex A17.4.5.1: a UD
+    /// completion says whether the frame was IPv4 or IPv6).
+    pub grh_ipv4: bool,
     pub solicited: bool,
 }
 
@@ -302,6 +306,7 @@ impl Wc {
             invalidated_rkey: None,
             src_qp: 0,
             grh: false,
+            grh_ipv4: false,
             solicited: false,
         }
     }

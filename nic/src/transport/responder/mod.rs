@@ -396,6 +396,7 @@ impl Responder {
         wc.byte_len = total as u32;
         wc.src_qp = deth.src_qp;
         wc.grh = true;
+        wc.grh_ipv4 = matches!(pkt.ip, IpRepr::V4(_));
         wc.imm = pkt.ext.imm;
         wc.solicited = pkt.bth.solicited;
         ctx.counters.rdma_recvs += 1;
