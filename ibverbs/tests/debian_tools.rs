@@ -20,19 +20,11 @@ use common::{cmd, have, is_root, missing, poll_within, profile_dir, Daemon, STUC
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use testkit::netns;
+use testkit::netns::{self, free_port, listening};
 use testkit::rnicd_pair::{NetRnicd, RnicdPair, Veth};
 
 /// How long one tool process may run.
 const DEADLINE: Duration = Duration::from_secs(90);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
 
 // ---------------------------------------------------------------- harness
 
@@ -265,29 +257,6 @@ fn try_pair(
         started.elapsed().as_secs_f64()
     );
     Ok(out)
-}
-
-/// Whether some socket listens on TCP `port` in namespace `ns` (None:
-/// ours): /proc/.../net/tcp and tcp6, state 0A.
-fn listening(ns: Option<&str>, port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    let look = || {
-        // thread-self: the namespace of this thread (run_in enters it)
-        ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
-            .iter()
-            .any(|f| {
-                std::fs::read_to_string(f).is_ok_and(|t| {
-                    t.lines().any(|l| {
-                        let w: Vec<&str> = l.split_whitespace().collect();
-                        w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
-                    })
-                })
-            })
-    };
-    match ns {
-        None => look(),
-        Some(ns) => netns::run_in(ns, look).unwrap_or(false),
-    }
 }
 
 /// Whether the tools can run here: the drop-in and rnicd are built (a

@@ -258,3 +258,36 @@ impl Drop for Routed {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A TCP port free on 127.0.0.1 just now (for a tool's server to listen on).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// Whether some socket listens on TCP `port` in namespace `ns` (None:
+/// ours): /proc/.../net/tcp and tcp6, state 0A. It does not connect: a
+/// tool's server that accepts one connection stays free for its client.
+pub fn listening(ns: Option<&str>, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    let look = || {
+        // thread-self: the namespace of this thread (run_in enters it)
+        ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
+            .iter()
+            .any(|f| {
+                std::fs::read_to_string(f).is_ok_and(|t| {
+                    t.lines().any(|l| {
+                        let w: Vec<&str> = l.split_whitespace().collect();
+                        w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
+                    })
+                })
+            })
+    };
+    match ns {
+        None => look(),
+        Some(ns) => run_in(ns, look).unwrap_or(false),
+    }
+}

@@ -1,0 +1,217 @@
+//! Debian's unmodified `ucx_perftest` (ucx-utils, UCX 1.13) through
+//! `rnic exec` on an `rnicd --mem-pair` of the test's own: a server on t0
+//! and a client on t1 (they meet over TCP on 127.0.0.1), with UCX_TLS
+//! limited to the verbs transports, so that nothing can fall back to TCP
+//! or shared memory.
+//!
+//! - UCP tag matching (`tag_lat`, `tag_bw`, the latter with 1 MiB
+//!   messages, sent by rendezvous: RDMA READ) over `rc_verbs` with
+//!   `ud_verbs` for wireup, and `tag_lat` over `ud_verbs` alone.
+//! - UCT one-sided `put_lat` and `put_bw` over `rc_verbs` (RDMA WRITE,
+//!   `-x rc_verbs`). The client sends its parameters to the server, its
+//!   device (`-d t1:1`) among them: both processes use t1, their QPs
+//!   talking through the device's loopback.
+//!
+//! ucx_perftest checks no data (1.13 defines UCX_PERF_TEST_FLAG_VALIDATE
+//! and never reads it); what carries data: `put_lat` ping-pongs, each side
+//! waiting until the peer's RDMA WRITE lands the iteration's number in the
+//! last byte of its buffer, so a write that moves no data or the wrong
+//! data stalls it past its deadline.
+//!
+//! Each run must end with exit 0 on both sides and the client's `Final:`
+//! line, UCX must say it chose the verbs transport asked for (for the UCP
+//! tests; the UCT ones name theirs with `-x`), and the daemon's counters
+//! must show the device carried the traffic. Without
+//! ucx_perftest: a loud SKIPPED, a failure under CI=true.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use testkit::abi::profile_dir;
+use testkit::netns::{free_port, listening};
+use testkit::proc::{Finished, Running};
+use testkit::rnicd::{built, counters, have, Daemon, STUCK};
+
+/// How long one ucx_perftest process may run.
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// One ucx_perftest run: its test, its transports, its extra arguments
+/// (`{dev}` stands for the side's device, for the UCT tests' `-d`).
+struct Run {
+    test: &'static str,
+    tls: &'static str,
+    args: &'static [&'static str],
+}
+
+/// `rnic exec --sock-dir D -- ucx_perftest ...` on device `dev`.
+fn perftest(d: &Daemon, run: &Run, dev: &str, port: u16, server: Option<&str>) -> Command {
+    let mut c = Command::new(profile_dir().join("rnic"));
+    c.arg("exec")
+        .arg("--sock-dir")
+        .arg(d.sock_dir())
+        .args(["--", "ucx_perftest", "-t", run.test, "-p"])
+        .arg(port.to_string())
+        .args(run.args.iter().map(|a| a.replace("{dev}", dev)))
+        .args(server)
+        .env("UCX_TLS", run.tls)
+        .env("UCX_NET_DEVICES", dev)
+        .env("UCX_LOG_LEVEL", "info")
+        .env("UCX_WARN_UNUSED_ENV_VARS", "n")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Runs `run` with a server on t0 and a client on t1; both outputs.
+fn pair(d: &Daemon, run: &Run) -> (Finished, Finished) {
+    let port = free_port();
+    let what = |side: &str| format!("ucx_perftest -t {} ({side}, {})", run.test, run.tls);
+    let mut server = Running::spawn(what("server"), perftest(d, run, "t0:1", port, None));
+    // the client does not retry its TCP connect: wait until the server
+    // listens (without connecting: it takes one connection only)
+    testkit::poll_within(STUCK, || {
+        (listening(None, port) || server.ended()).then_some(())
+    });
+    let deadline = Instant::now() + DEADLINE;
+    let client = Running::spawn(
+        what("client"),
+        perftest(d, run, "t1:1", port, Some("127.0.0.1")),
+    )
+    .finish(deadline);
+    (server.finish(deadline), client)
+}
+
+/// Counter `name` of device `dev` in `rnic stats --daemon`'s report.
+fn counter(report: &str, dev: &str, name: &str) -> u64 {
+    let line = report
+        .lines()
+        .find(|l| l.starts_with(&format!("link {dev}/")))
+        .unwrap_or_else(|| panic!("no device {dev} in:\n{report}"));
+    let w: Vec<&str> = line.split_whitespace().collect();
+    w.windows(2)
+        .find(|p| p[0] == name)
+        .and_then(|p| p[1].parse().ok())
+        .unwrap_or_else(|| panic!("no counter {name} in:\n{line}"))
+}
+
+/// Counter `name` summed over both devices.
+fn both(report: &str, name: &str) -> u64 {
+    counter(report, "t0", name) + counter(report, "t1", name)
+}
+
+/// Runs `run` and checks it: both sides exit 0, the client reports its
+/// figures, UCX chose `lane` (e.g. `tag(rc_verbs/t1:1)`), and the device
+/// counters named in `moved` grew. The client's `Final:` line.
+fn check(d: &Daemon, run: &Run, lane: Option<&str>, moved: &[&str]) -> String {
+    let before = counters(d.sock_dir());
+    let (server, client) = pair(d, run);
+    let after = counters(d.sock_dir());
+    let say = || format!("{server}\n{client}\ncounters before:\n{before}\nafter:\n{after}");
+    assert!(server.ok() && client.ok(), "{}", say());
+    let last = client
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("Final:"))
+        .unwrap_or_else(|| panic!("no Final: line\n{}", say()))
+        .to_string();
+    if let Some(lane) = lane {
+        assert!(
+            client.text().contains(lane),
+            "UCX did not choose {lane}\n{}",
+            say()
+        );
+    }
+    for name in moved {
+        assert!(
+            both(&after, name) > both(&before, name),
+            "counter {name} did not move\n{}",
+            say()
+        );
+    }
+    eprintln!("{} {} ({}): {last}", run.test, run.args.join(" "), run.tls);
+    last
+}
+
+#[test]
+fn ucx_perftest_runs_over_the_verbs_transports() {
+    let ready = built().and_then(|()| {
+        have("ucx_perftest")
+            .then_some(())
+            .ok_or_else(|| "ucx_perftest not installed (ucx-utils)".to_string())
+    });
+    if !testkit::runs_here("ucx_perftest over rnic exec", ready) {
+        return;
+    }
+    let d = Daemon::start();
+    const RC: &str = "rc_verbs,ud_verbs";
+    let tag = "tag(rc_verbs/t1:1)";
+    let lat = &["-n", "300", "-w", "30"];
+    check(
+        &d,
+        &Run {
+            test: "tag_lat",
+            tls: RC,
+            args: lat,
+        },
+        Some(tag),
+        &["rdma_sends", "rdma_recvs"],
+    );
+    check(
+        &d,
+        &Run {
+            test: "tag_bw",
+            tls: RC,
+            args: &["-n", "300", "-w", "30", "-s", "65536"],
+        },
+        Some(tag),
+        &["rdma_sends", "rdma_recvs"],
+    );
+    // 1 MiB: past the rendezvous threshold, the receiver READs the data
+    check(
+        &d,
+        &Run {
+            test: "tag_bw",
+            tls: RC,
+            args: &["-n", "30", "-w", "3", "-s", "1048576"],
+        },
+        Some(tag),
+        &["rx_read_requests"],
+    );
+    check(
+        &d,
+        &Run {
+            test: "tag_lat",
+            tls: "ud_verbs",
+            args: lat,
+        },
+        Some("tag(ud_verbs/t1:1)"),
+        &["rdma_sends", "rdma_recvs"],
+    );
+    let uct = |test, extra: &'static [&'static str]| Run {
+        test,
+        tls: RC,
+        args: extra,
+    };
+    check(
+        &d,
+        &uct(
+            "put_lat",
+            &[
+                "-d", "{dev}", "-x", "rc_verbs", "-n", "300", "-w", "30", "-s", "4096", "-D",
+                "zcopy",
+            ],
+        ),
+        None,
+        &["rx_write_requests"],
+    );
+    check(
+        &d,
+        &uct(
+            "put_bw",
+            &[
+                "-d", "{dev}", "-x", "rc_verbs", "-n", "1000", "-w", "100", "-s", "65536", "-D",
+                "zcopy",
+            ],
+        ),
+        None,
+        &["rx_write_requests"],
+    );
+}
