@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use testkit::netns::{self, free_port, listening};
+use testkit::rnicd::counter;
 use testkit::rnicd_pair::{NetRnicd, RnicdPair, Veth};
 
 /// How long one tool process may run.
@@ -71,20 +72,6 @@ impl Setting {
             addr: addr.into(),
         }
     }
-}
-
-/// Counter `name` of device `dev` in `rnic stats --daemon`'s report
-/// (`link DEV/1 name value ...`).
-fn counter(report: &str, dev: &str, name: &str) -> u64 {
-    let line = report
-        .lines()
-        .find(|l| l.starts_with(&format!("link {dev}/")))
-        .unwrap_or_else(|| panic!("no device {dev} in:\n{report}"));
-    let w: Vec<&str> = line.split_whitespace().collect();
-    w.windows(2)
-        .find(|p| p[0] == name)
-        .and_then(|p| p[1].parse().ok())
-        .unwrap_or_else(|| panic!("no counter {name} in:\n{line}"))
 }
 
 /// `prog args` on `side`: in its namespace (`ip netns exec`), as nobody

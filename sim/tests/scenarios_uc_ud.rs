@@ -236,7 +236,8 @@ fn ud_send_and_send_with_imm_with_grh() {
     for w in &wb {
         assert_eq!(w.status, WcStatus::Success);
         assert_eq!(w.opcode, WcOpcode::Recv);
-        assert!(w.grh);
+        // RoCEv2 A17.4.5.1: the completion says the frame was IPv4
+        assert!(w.grh && w.grh_ipv4);
         assert_eq!(w.src_qp, a_qpn);
     }
     assert_eq!(
@@ -456,6 +457,7 @@ fn ud_send_over_ipv6_has_ipv6_grh() {
     let wb = h.take(1);
     assert_eq!(wb[0].status, WcStatus::Success);
     assert_eq!((wb[0].byte_len, wb[0].imm), (40 + 300, Some(3)));
+    assert!(wb[0].grh && !wb[0].grh_ipv4, "the completion says IPv6");
     let grh = h.mem(1, 0x8000, 40);
     assert_eq!(grh[0] >> 4, 6, "IPv6");
     assert_eq!(grh[6], 17, "next header UDP");

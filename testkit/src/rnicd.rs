@@ -30,6 +30,20 @@ pub fn counters(dir: &Path) -> String {
     }
 }
 
+/// Counter `name` of device `dev` in `rnic stats --daemon`'s report
+/// (`link DEV/1 name value ...`).
+pub fn counter(report: &str, dev: &str, name: &str) -> u64 {
+    let line = report
+        .lines()
+        .find(|l| l.starts_with(&format!("link {dev}/")))
+        .unwrap_or_else(|| panic!("no device {dev} in:\n{report}"));
+    let w: Vec<&str> = line.split_whitespace().collect();
+    w.windows(2)
+        .find(|p| p[0] == name)
+        .and_then(|p| p[1].parse().ok())
+        .unwrap_or_else(|| panic!("no counter {name} in:\n{line}"))
+}
+
 /// Whether `prog` is on the PATH.
 pub fn have(prog: &str) -> bool {
     Command::new("sh")

@@ -29,18 +29,78 @@ use std::time::{Duration, Instant};
 use testkit::abi::profile_dir;
 use testkit::netns::{free_port, listening};
 use testkit::proc::{Finished, Running};
-use testkit::rnicd::{built, counters, have, Daemon, STUCK};
+use testkit::rnicd::{built, counter, counters, have, Daemon, STUCK};
 
 /// How long one ucx_perftest process may run.
 const DEADLINE: Duration = Duration::from_secs(180);
 
 /// One ucx_perftest run: its test, its transports, its extra arguments
-/// (`{dev}` stands for the side's device, for the UCT tests' `-d`).
+/// (`{dev}` stands for the side's device, for the UCT tests' `-d`), the
+/// lane UCX must say it chose (the UCP tests; the UCT ones name their
+/// transport with `-x`), the device counters that must grow.
 struct Run {
     test: &'static str,
     tls: &'static str,
     args: &'static [&'static str],
+    lane: Option<&'static str>,
+    moved: &'static [&'static str],
 }
+
+const RC: &str = "rc_verbs,ud_verbs";
+const RC_TAG: Option<&str> = Some("tag(rc_verbs/t1:1)");
+const SENDS: &[&str] = &["rdma_sends", "rdma_recvs"];
+
+/// The runs, in order.
+const RUNS: &[Run] = &[
+    Run {
+        test: "tag_lat",
+        tls: RC,
+        args: &["-n", "300", "-w", "30"],
+        lane: RC_TAG,
+        moved: SENDS,
+    },
+    Run {
+        test: "tag_bw",
+        tls: RC,
+        args: &["-n", "300", "-w", "30", "-s", "65536"],
+        lane: RC_TAG,
+        moved: SENDS,
+    },
+    // 1 MiB: past the rendezvous threshold, the receiver READs the data
+    Run {
+        test: "tag_bw",
+        tls: RC,
+        args: &["-n", "30", "-w", "3", "-s", "1048576"],
+        lane: RC_TAG,
+        moved: &["rx_read_requests"],
+    },
+    Run {
+        test: "tag_lat",
+        tls: "ud_verbs",
+        args: &["-n", "300", "-w", "30"],
+        lane: Some("tag(ud_verbs/t1:1)"),
+        moved: SENDS,
+    },
+    Run {
+        test: "put_lat",
+        tls: RC,
+        args: &[
+            "-d", "{dev}", "-x", "rc_verbs", "-n", "300", "-w", "30", "-s", "4096", "-D", "zcopy",
+        ],
+        lane: None,
+        moved: &["rx_write_requests"],
+    },
+    Run {
+        test: "put_bw",
+        tls: RC,
+        args: &[
+            "-d", "{dev}", "-x", "rc_verbs", "-n", "1000", "-w", "100", "-s", "65536", "-D",
+            "zcopy",
+        ],
+        lane: None,
+        moved: &["rx_write_requests"],
+    },
+];
 
 /// `rnic exec --sock-dir D -- ucx_perftest ...` on device `dev`.
 fn perftest(d: &Daemon, run: &Run, dev: &str, port: u16, server: Option<&str>) -> Command {
@@ -79,28 +139,15 @@ fn pair(d: &Daemon, run: &Run) -> (Finished, Finished) {
     (server.finish(deadline), client)
 }
 
-/// Counter `name` of device `dev` in `rnic stats --daemon`'s report.
-fn counter(report: &str, dev: &str, name: &str) -> u64 {
-    let line = report
-        .lines()
-        .find(|l| l.starts_with(&format!("link {dev}/")))
-        .unwrap_or_else(|| panic!("no device {dev} in:\n{report}"));
-    let w: Vec<&str> = line.split_whitespace().collect();
-    w.windows(2)
-        .find(|p| p[0] == name)
-        .and_then(|p| p[1].parse().ok())
-        .unwrap_or_else(|| panic!("no counter {name} in:\n{line}"))
-}
-
 /// Counter `name` summed over both devices.
 fn both(report: &str, name: &str) -> u64 {
     counter(report, "t0", name) + counter(report, "t1", name)
 }
 
 /// Runs `run` and checks it: both sides exit 0, the client reports its
-/// figures, UCX chose `lane` (e.g. `tag(rc_verbs/t1:1)`), and the device
-/// counters named in `moved` grew. The client's `Final:` line.
-fn check(d: &Daemon, run: &Run, lane: Option<&str>, moved: &[&str]) -> String {
+/// figures, UCX chose the run's lane, and the device counters it names
+/// grew. The client's `Final:` line.
+fn check(d: &Daemon, run: &Run) -> String {
     let before = counters(d.sock_dir());
     let (server, client) = pair(d, run);
     let after = counters(d.sock_dir());
@@ -112,14 +159,14 @@ fn check(d: &Daemon, run: &Run, lane: Option<&str>, moved: &[&str]) -> String {
         .find(|l| l.starts_with("Final:"))
         .unwrap_or_else(|| panic!("no Final: line\n{}", say()))
         .to_string();
-    if let Some(lane) = lane {
+    if let Some(lane) = run.lane {
         assert!(
             client.text().contains(lane),
             "UCX did not choose {lane}\n{}",
             say()
         );
     }
-    for name in moved {
+    for name in run.moved {
         assert!(
             both(&after, name) > both(&before, name),
             "counter {name} did not move\n{}",
@@ -141,77 +188,7 @@ fn ucx_perftest_runs_over_the_verbs_transports() {
         return;
     }
     let d = Daemon::start();
-    const RC: &str = "rc_verbs,ud_verbs";
-    let tag = "tag(rc_verbs/t1:1)";
-    let lat = &["-n", "300", "-w", "30"];
-    check(
-        &d,
-        &Run {
-            test: "tag_lat",
-            tls: RC,
-            args: lat,
-        },
-        Some(tag),
-        &["rdma_sends", "rdma_recvs"],
-    );
-    check(
-        &d,
-        &Run {
-            test: "tag_bw",
-            tls: RC,
-            args: &["-n", "300", "-w", "30", "-s", "65536"],
-        },
-        Some(tag),
-        &["rdma_sends", "rdma_recvs"],
-    );
-    // 1 MiB: past the rendezvous threshold, the receiver READs the data
-    check(
-        &d,
-        &Run {
-            test: "tag_bw",
-            tls: RC,
-            args: &["-n", "30", "-w", "3", "-s", "1048576"],
-        },
-        Some(tag),
-        &["rx_read_requests"],
-    );
-    check(
-        &d,
-        &Run {
-            test: "tag_lat",
-            tls: "ud_verbs",
-            args: lat,
-        },
-        Some("tag(ud_verbs/t1:1)"),
-        &["rdma_sends", "rdma_recvs"],
-    );
-    let uct = |test, extra: &'static [&'static str]| Run {
-        test,
-        tls: RC,
-        args: extra,
-    };
-    check(
-        &d,
-        &uct(
-            "put_lat",
-            &[
-                "-d", "{dev}", "-x", "rc_verbs", "-n", "300", "-w", "30", "-s", "4096", "-D",
-                "zcopy",
-            ],
-        ),
-        None,
-        &["rx_write_requests"],
-    );
-    check(
-        &d,
-        &uct(
-            "put_bw",
-            &[
-                "-d", "{dev}", "-x", "rc_verbs", "-n", "1000", "-w", "100", "-s", "65536", "-D",
-                "zcopy",
-            ],
-        ),
-        None,
-        &["rx_write_requests"],
-    );
+    for run in RUNS {
+        check(&d, run);
+    }
 }
