@@ -13,10 +13,12 @@
 //!   talking through the device's loopback.
 //!
 //! ucx_perftest checks no data (1.13 defines UCX_PERF_TEST_FLAG_VALIDATE
-//! and never reads it); what carries data: `put_lat` ping-pongs, each side
-//! waiting until the peer's RDMA WRITE lands the iteration's number in the
-//! last byte of its buffer, so a write that moves no data or the wrong
-//! data stalls it past its deadline.
+//! and never reads it; `put_lat` does wait for the peer's RDMA WRITE to
+//! land the iteration's number in the last byte of its buffer). The data
+//! check is `tests/c/ucp_check.c`, a UCP program of ours run the same way
+//! (server on t0, client on t1): tagged messages from 8 B to 1 MiB
+//! (eager and rendezvous) and their answers, then a 1 MiB PUT, every
+//! byte checked.
 //!
 //! Each run must end with exit 0 on both sides and the client's `Final:`
 //! line, UCX must say it chose the verbs transport asked for (for the UCP
@@ -24,6 +26,7 @@
 //! must show the device carried the traffic. Without
 //! ucx_perftest: a loud SKIPPED, a failure under CI=true.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use testkit::abi::profile_dir;
@@ -190,5 +193,81 @@ fn ucx_perftest_runs_over_the_verbs_transports() {
     let d = Daemon::start();
     for run in RUNS {
         check(&d, run);
+    }
+}
+
+/// `rnic exec --sock-dir D -- prog args` with UCX on the verbs
+/// transports of device `dev`.
+fn in_view(d: &Daemon, dev: &str, prog: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(profile_dir().join("rnic"));
+    c.arg("exec")
+        .arg("--sock-dir")
+        .arg(d.sock_dir())
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .env("UCX_TLS", RC)
+        .env("UCX_NET_DEVICES", dev)
+        .env("UCX_WARN_UNUSED_ENV_VARS", "n")
+        .stdin(Stdio::null());
+    c
+}
+
+/// tests/c/ucp_check.c built in `dir`, linked to UCX's libucp.so.0 and
+/// libucs.so.0 (ucx-utils' libucx0: no headers or .so links needed).
+fn ucp_check(dir: &Path) -> Result<PathBuf, String> {
+    let bin = dir.join("ucp_check");
+    let src = format!("{}/tests/c/ucp_check.c", env!("CARGO_MANIFEST_DIR"));
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .args(["-l:libucp.so.0", "-l:libucs.so.0"])
+        .output()
+        .map_err(|e| format!("cc: {e}"))?;
+    if !cc.status.success() {
+        return Err(format!(
+            "cc ucp_check.c: {}",
+            String::from_utf8_lossy(&cc.stderr)
+        ));
+    }
+    Ok(bin)
+}
+
+#[test]
+fn ucp_moves_data_that_checks_over_rc_verbs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ready = built().and_then(|()| ucp_check(dir.path()));
+    let bin = match ready {
+        Ok(bin) => bin,
+        Err(why) => {
+            testkit::skip_or_fail("ucp_check over rnic exec", &why);
+            return;
+        }
+    };
+    let d = Daemon::start();
+    let before = counters(d.sock_dir());
+    let at = dir.path().to_str().expect("utf-8 temp path");
+    let deadline = Instant::now() + DEADLINE;
+    let server = Running::spawn(
+        "ucp_check server",
+        in_view(&d, "t0:1", &bin, &["server", at]),
+    );
+    let client = Running::spawn(
+        "ucp_check client",
+        in_view(&d, "t1:1", &bin, &["client", at]),
+    )
+    .finish(deadline);
+    let server = server.finish(deadline);
+    let after = counters(d.sock_dir());
+    let say = format!("{server}\n{client}\ncounters before:\n{before}\nafter:\n{after}");
+    assert!(server.ok() && client.ok(), "{say}");
+    assert!(
+        server.stdout.contains("ucp_check ok") && client.stdout.contains("ucp_check ok"),
+        "{say}"
+    );
+    // the rendezvous READ and the PUT went through the device
+    for name in ["rx_read_requests", "rx_write_requests", "rdma_recvs"] {
+        assert!(both(&after, name) > both(&before, name), "{name}: {say}");
     }
 }
