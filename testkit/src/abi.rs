@@ -81,7 +81,8 @@ pub fn exports(lib: &Path, tag: &str) -> std::collections::BTreeSet<(String, Str
 }
 
 /// Builds the C program `src` into `bin`, linked to `libs` (each a
-/// library file's path); a failure fails the test with cc's messages.
+/// library file's path, or a linker argument such as `-l:libucp.so.0`);
+/// a failure fails the test with cc's messages.
 pub fn build_c(src: &Path, bin: &Path, libs: &[std::path::PathBuf]) {
     let cc = Command::new("cc")
         .arg(src)

@@ -29,7 +29,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use testkit::abi::profile_dir;
+use testkit::abi::{build_c, profile_dir};
 use testkit::netns::{free_port, listening};
 use testkit::proc::{Finished, Running};
 use testkit::rnicd::{built, counter, counters, have, Daemon, STUCK};
@@ -180,14 +180,17 @@ fn check(d: &Daemon, run: &Run) -> String {
     last
 }
 
+/// Whether the build and UCX (ucx-utils, and with it libucx0) are here.
+fn ucx_ready() -> Result<(), String> {
+    built()?;
+    have("ucx_perftest")
+        .then_some(())
+        .ok_or_else(|| "ucx_perftest not installed (ucx-utils)".to_string())
+}
+
 #[test]
 fn ucx_perftest_runs_over_the_verbs_transports() {
-    let ready = built().and_then(|()| {
-        have("ucx_perftest")
-            .then_some(())
-            .ok_or_else(|| "ucx_perftest not installed (ucx-utils)".to_string())
-    });
-    if !testkit::runs_here("ucx_perftest over rnic exec", ready) {
+    if !testkit::runs_here("ucx_perftest over rnic exec", ucx_ready()) {
         return;
     }
     let d = Daemon::start();
@@ -215,36 +218,24 @@ fn in_view(d: &Daemon, dev: &str, prog: &Path, args: &[&str]) -> Command {
 
 /// tests/c/ucp_check.c built in `dir`, linked to UCX's libucp.so.0 and
 /// libucs.so.0 (ucx-utils' libucx0: no headers or .so links needed).
-fn ucp_check(dir: &Path) -> Result<PathBuf, String> {
+fn ucp_check(dir: &Path) -> PathBuf {
     let bin = dir.join("ucp_check");
-    let src = format!("{}/tests/c/ucp_check.c", env!("CARGO_MANIFEST_DIR"));
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .args(["-l:libucp.so.0", "-l:libucs.so.0"])
-        .output()
-        .map_err(|e| format!("cc: {e}"))?;
-    if !cc.status.success() {
-        return Err(format!(
-            "cc ucp_check.c: {}",
-            String::from_utf8_lossy(&cc.stderr)
-        ));
-    }
-    Ok(bin)
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/ucp_check.c");
+    build_c(
+        &src,
+        &bin,
+        &["-l:libucp.so.0".into(), "-l:libucs.so.0".into()],
+    );
+    bin
 }
 
 #[test]
 fn ucp_moves_data_that_checks_over_rc_verbs() {
+    if !testkit::runs_here("ucp_check over rnic exec", ucx_ready()) {
+        return;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
-    let ready = built().and_then(|()| ucp_check(dir.path()));
-    let bin = match ready {
-        Ok(bin) => bin,
-        Err(why) => {
-            testkit::skip_or_fail("ucp_check over rnic exec", &why);
-            return;
-        }
-    };
+    let bin = ucp_check(dir.path());
     let d = Daemon::start();
     let before = counters(d.sock_dir());
     let at = dir.path().to_str().expect("utf-8 temp path");
