@@ -285,7 +285,7 @@ mod tests {
             .collect()
     }
 
-    fn get<'a>(a: &'a [(u16, Vec<u8>)], t: u16) -> &'a [u8] {
+    fn get(a: &[(u16, Vec<u8>)], t: u16) -> &[u8] {
         &a.iter()
             .find(|(x, _)| *x == t)
             .unwrap_or_else(|| panic!("no {t}"))

@@ -3,7 +3,7 @@
 //! `drivers/infiniband/core/nldev.c` answers them for an rxe device on
 //! the same netdev: what iproute2's `rdma link` and `rdma dev` read.
 //!
-//! Pure: [`answer`] takes one datagram a program sent to the kernel and
+//! Pure: [`answer()`] takes one datagram a program sent to the kernel and
 //! gives the datagrams the kernel would queue for it; [`table`] is the
 //! device table and its text form (how `rnic exec` hands it to the
 //! netlink shim, `nlshim/`); [`msg`] the netlink framing both use.

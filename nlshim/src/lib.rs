@@ -5,7 +5,7 @@
 //!
 //! `socket(AF_NETLINK, SOCK_RAW, NETLINK_RDMA)` gives the program one end
 //! of an `AF_UNIX` datagram socket pair; each request it sends is answered
-//! at once by [`nldev::answer`] from the device table `rnic exec` put in
+//! at once by [`nldev::answer()`] from the device table `rnic exec` put in
 //! `SOFTRNIC_NLDEV`, the answers queued on the pair's other end, so
 //! `recv`, `poll` and `epoll` work as on the kernel's socket. Receiving
 //! calls report the kernel's netlink address, as libmnl checks. Every
@@ -279,6 +279,30 @@ pub unsafe extern "C" fn __recv_chk(
     unsafe { real::__recv_chk(fd, buf, len, buflen, flags) }
 }
 
+/// A receive on `fd` by `recv_from` (libc's `recvfrom` or its fortified
+/// twin, given the address to fill): on the shim's socket, with no
+/// address asked of the socket pair, and the kernel's written to
+/// `addr`.
+///
+/// # Safety
+/// `addr` and `alen` as `recvfrom(2)`'s.
+unsafe fn receive_from(
+    fd: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+    recv_from: impl FnOnce(*mut sockaddr, *mut socklen_t) -> ssize_t,
+) -> ssize_t {
+    if !ready(fd) {
+        return recv_from(addr, alen);
+    }
+    let n = recv_from(std::ptr::null_mut(), std::ptr::null_mut());
+    if n >= 0 {
+        // SAFETY: the caller's address buffer and length.
+        unsafe { sock::put_addr(addr, alen, 0) };
+    }
+    n
+}
+
 /// `recvfrom(2)`: from the kernel's address.
 ///
 /// # Safety
@@ -292,24 +316,11 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    if !ready(fd) {
-        // SAFETY: the caller's arguments.
-        return unsafe { real::recvfrom(fd, buf, len, flags, addr, alen) };
-    }
-    // SAFETY: the caller's buffer; the address is the shim's to write.
+    // SAFETY: the caller's arguments; only the address may be replaced.
     unsafe {
-        let n = real::recvfrom(
-            fd,
-            buf,
-            len,
-            flags,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        );
-        if n >= 0 {
-            sock::put_addr(addr, alen, 0);
-        }
-        n
+        receive_from(fd, addr, alen, |a, l| {
+            real::recvfrom(fd, buf, len, flags, a, l)
+        })
     }
 }
 
@@ -327,25 +338,11 @@ pub unsafe extern "C" fn __recvfrom_chk(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    if !ready(fd) {
-        // SAFETY: the caller's arguments.
-        return unsafe { real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen) };
-    }
-    // SAFETY: the caller's buffer; the address is the shim's to write.
+    // SAFETY: the caller's arguments; only the address may be replaced.
     unsafe {
-        let n = real::__recvfrom_chk(
-            fd,
-            buf,
-            len,
-            buflen,
-            flags,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        );
-        if n >= 0 {
-            sock::put_addr(addr, alen, 0);
-        }
-        n
+        receive_from(fd, addr, alen, |a, l| {
+            real::__recvfrom_chk(fd, buf, len, buflen, flags, a, l)
+        })
     }
 }
 

@@ -46,26 +46,14 @@ pub fn table(devs: &[Shown]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use softrnic::{DeviceInfo, PortInfo, PORT_ACTIVE, PORT_DOWN};
-    use wire::{EthernetAddress, Gid};
+    use softrnic::{PORT_ACTIVE, PORT_DOWN};
 
     fn shown(state: u32, netdev: Option<&str>) -> Shown {
-        Shown {
-            index: 2,
-            info: DeviceInfo {
-                name: "t0".into(),
-                gid: Gid::from_ipv4("127.0.0.1".parse().unwrap()),
-                mac: EthernetAddress([0x02, 0x53, 0x52, 0, 0, 1]),
-                netdev: netdev.map(Into::into),
-                ..Default::default()
-            },
-            port: PortInfo {
-                state,
-                active_mtu: 4096,
-                max_mtu: 4096,
-                link_speed_bps: 100_000_000_000,
-            },
-        }
+        let mut d = sysfs::tests::t0();
+        d.index = 2;
+        d.port.state = state;
+        d.info.netdev = netdev.map(Into::into);
+        d
     }
 
     #[test]

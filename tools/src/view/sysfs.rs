@@ -223,11 +223,12 @@ pub fn dev_nodes(devs: &[Shown]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use wire::{EthernetAddress, Gid};
 
-    fn t0() -> Shown {
+    /// t0 of a mem-pair: on lo, port ACTIVE, the first in the list.
+    pub(crate) fn t0() -> Shown {
         Shown {
             index: 0,
             info: DeviceInfo {
