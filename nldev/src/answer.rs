@@ -27,6 +27,7 @@ pub mod attr {
     pub const DEV_INDEX: u16 = 1;
     pub const DEV_NAME: u16 = 2;
     pub const PORT_INDEX: u16 = 3;
+    pub const CAP_FLAGS: u16 = 4;
     pub const FW_VERSION: u16 = 5;
     pub const NODE_GUID: u16 = 6;
     pub const SYS_IMAGE_GUID: u16 = 7;
@@ -178,11 +179,12 @@ fn handle(b: &mut Builder, d: &Device) {
     b.u32(attr::DEV_INDEX, d.index).str(attr::DEV_NAME, &d.name);
 }
 
-/// `fill_dev_info` for a RoCE device: the port count, firmware, GUIDs,
-/// node type, adaptive moderation off, protocol "roce".
+/// `fill_dev_info` for a RoCE device: the port count, capabilities,
+/// firmware, GUIDs, node type, adaptive moderation off, protocol "roce".
 fn dev_info(b: &mut Builder, d: &Device) {
     handle(b, d);
-    b.u32(attr::PORT_INDEX, PORT);
+    b.u32(attr::PORT_INDEX, PORT)
+        .u64(attr::CAP_FLAGS, d.cap_flags);
     if !d.fw.is_empty() {
         b.str(attr::FW_VERSION, &d.fw);
     }
@@ -234,6 +236,7 @@ mod tests {
             name: name.into(),
             node_guid: 0x0053_52ff_fe00_0001 + index as u64,
             fw: "softrnic 0.1.0".into(),
+            cap_flags: 0x0102_1800,
             port_state: if up { 4 } else { 1 },
             phys_state: if up { 5 } else { 3 },
             netdev: up.then(|| Netdev {
@@ -311,6 +314,7 @@ mod tests {
             assert_eq!(get(a, attr::DEV_NODE_TYPE), [1]);
             assert_eq!(get(a, attr::FW_VERSION), b"softrnic 0.1.0\0");
             assert_eq!(get(a, attr::DEV_PROTOCOL), b"roce\0");
+            assert_eq!(get(a, attr::CAP_FLAGS), 0x0102_1800u64.to_ne_bytes());
             let guid = (0x0053_52ff_fe00_0001u64 + i as u64).to_ne_bytes();
             assert_eq!(get(a, attr::NODE_GUID), guid);
             assert_eq!(get(a, attr::SYS_IMAGE_GUID), guid);

@@ -19,6 +19,9 @@ pub struct Device {
     pub node_guid: u64,
     /// `fw_ver`, as `ibv_query_device` and the view's sysfs file say it.
     pub fw: String,
+    /// The device's capability flags (`ibv_query_device`'s
+    /// `device_cap_flags`, the kernel's bits).
+    pub cap_flags: u64,
     /// Port 1's state (`enum ib_port_state`: 1 DOWN, 4 ACTIVE).
     pub port_state: u8,
     /// Port 1's physical state (3 Disabled, 5 LinkUp).
@@ -65,6 +68,7 @@ mod tests {
                 name: "t0".into(),
                 node_guid: 0x0053_52ff_fe00_0001,
                 fw: "softrnic 0.1.0".into(),
+                cap_flags: 0x0102_1800,
                 port_state: 4,
                 phys_state: 5,
                 netdev: Some(Netdev {
@@ -77,6 +81,7 @@ mod tests {
                 name: "x".into(),
                 node_guid: u64::MAX,
                 fw: String::new(),
+                cap_flags: 0,
                 port_state: 1,
                 phys_state: 3,
                 netdev: None,

@@ -702,7 +702,10 @@ const RDMA_DEV_AND_SYSFS: &str = "rdma dev && cd /sys/class/infiniband && \
 
 #[test]
 fn rdma_link_and_rdma_dev_see_the_devices_over_netlink() {
-    let Some(d) = daemon_for("the rdma link test (iproute2)", &["rdma", "setpriv"]) else {
+    let Some(d) = daemon_for(
+        "the rdma link test (iproute2)",
+        &["rdma", "ibv_devinfo", "setpriv"],
+    ) else {
         return;
     };
     for nobody in users() {
@@ -752,6 +755,36 @@ fn rdma_link_and_rdma_dev_see_the_devices_over_netlink() {
             assert!(dev.contains(&want.as_str()), "no {want:?}:\n{out}");
         }
         assert_eq!(lines_from(&out.stdout, "lo "), ["lo 1"], "{out}");
+
+        // its capabilities are what ibv_query_device says
+        let out = run(
+            "rdma -d dev show t0",
+            exec(
+                &d,
+                nobody,
+                &[],
+                &["sh", "-c", "rdma -d dev show t0 && ibv_devinfo -v -d t0"],
+            ),
+        );
+        assert!(out.ok(), "{out}");
+        let devinfo: Vec<&str> = out
+            .stdout
+            .lines()
+            .skip_while(|l| !l.trim().starts_with("device_cap_flags:"))
+            .skip(1)
+            .map(str::trim)
+            .take_while(|l| {
+                l.chars()
+                    .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+            })
+            .collect();
+        assert!(!devinfo.is_empty(), "{out}");
+        let want = format!("caps: <{}>", devinfo.join(", "));
+        assert_eq!(
+            lines_from(&out.stdout, "    caps: "),
+            [format!("    {want}")],
+            "{out}"
+        );
 
         // what it cannot answer, it says so; a device it has not, as the kernel
         let out = run(

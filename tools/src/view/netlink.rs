@@ -26,6 +26,7 @@ pub fn device(d: &Shown, ifindex_of: impl Fn(&str) -> Option<u32>) -> Device {
         name: d.info.name.clone(),
         node_guid: u64::from_be_bytes(d.info.node_guid()),
         fw: sysfs::FW_VERSION.into(),
+        cap_flags: softrnic::client::DEVICE_CAP_FLAGS.into(),
         port_state: l.state,
         phys_state: l.phys_state,
         netdev: d.info.netdev.as_ref().and_then(|n| {
@@ -66,6 +67,7 @@ mod tests {
         // sysfs: node_guid 0053:52ff:fe00:0001
         assert_eq!(d.node_guid, 0x0053_52ff_fe00_0001);
         assert_eq!(d.fw, sysfs::FW_VERSION);
+        assert_eq!(d.cap_flags, softrnic::client::DEVICE_CAP_FLAGS as u64);
         assert_eq!((d.port_state, d.phys_state), (4, 5));
         assert_eq!(
             d.netdev,
