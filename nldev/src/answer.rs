@@ -62,11 +62,27 @@ pub const fn nl_type(cmd: u16) -> u16 {
     (RDMA_NL_NLDEV << 10) + cmd
 }
 
-/// A request refused: the errno the kernel answers with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Refused(i32);
+/// Why a request is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+enum Refused {
+    /// An unknown command or client, or a device, port or attribute the
+    /// command needs that is missing, not there or too short: the
+    /// kernel's EINVAL.
+    #[error("invalid request")]
+    Invalid,
+    /// A command the kernel has and softrnic has no answer to.
+    #[error("not supported here")]
+    Unsupported,
+}
 
-const EINVAL: Refused = Refused(libc::EINVAL);
+impl Refused {
+    fn errno(self) -> i32 {
+        match self {
+            Refused::Invalid => libc::EINVAL,
+            Refused::Unsupported => libc::EOPNOTSUPP,
+        }
+    }
+}
 
 /// The datagrams the kernel would queue on the socket after it sent
 /// `datagram` (every message in it, in order).
@@ -110,7 +126,12 @@ fn one(h: Header, whole: &[u8], sock: SockOpts, devs: &[Device], out: &mut Vec<V
                 out.push(msg::error(whole, 0, sock.portid, sock.cap_ack));
             }
         }
-        Err(Refused(e)) => out.push(msg::error(whole, e, sock.portid, sock.cap_ack)),
+        // nldev_port_get_dumpit checks its device inside the dump: the
+        // kernel's DONE carries the error (netlink_dump_done)
+        Err(r) if dump && h.ty == nl_type(CMD_PORT_GET) => {
+            out.push(msg::done_with(h.seq, sock.portid, -r.errno()))
+        }
+        Err(r) => out.push(msg::error(whole, r.errno(), sock.portid, sock.cap_ack)),
     }
 }
 
@@ -126,23 +147,25 @@ fn command(
     let op = h.ty & 0x3ff;
     // rdma_nl_rcv_msg: an unknown client or operation is EINVAL
     if client >= NUM_CLIENTS || op >= NUM_OPS {
-        return Err(EINVAL);
+        return Err(Refused::Invalid);
     }
     if client != RDMA_NL_NLDEV {
         // the kernel's other clients (iWARP port mapper, SA address
         // resolution) talk to daemons softrnic does not replace
-        return Err(Refused(libc::EOPNOTSUPP));
+        return Err(Refused::Unsupported);
     }
-    let attrs = msg::attrs(&whole[msg::HDRLEN..]).map_err(|_| EINVAL)?;
+    // the attributes, read only by the commands that read them (a
+    // device dump reads none)
     let get_u32 = |ty: u16| -> Result<Option<u32>, Refused> {
+        let attrs = msg::attrs(&whole[msg::HDRLEN..]).map_err(|_| Refused::Invalid)?;
         match attrs.iter().rev().find(|(t, _)| *t == ty) {
-            Some((_, p)) => msg::get_u32(p).map(Some).ok_or(EINVAL),
+            Some((_, p)) => msg::get_u32(p).map(Some).ok_or(Refused::Invalid),
             None => Ok(None),
         }
     };
     let device = || -> Result<&Device, Refused> {
-        let i = get_u32(attr::DEV_INDEX)?.ok_or(EINVAL)?;
-        devs.iter().find(|d| d.index == i).ok_or(EINVAL)
+        let i = get_u32(attr::DEV_INDEX)?.ok_or(Refused::Invalid)?;
+        devs.iter().find(|d| d.index == i).ok_or(Refused::Invalid)
     };
     let reply = |flags: u16, d: &Device, port: bool| {
         let (ty, flags) = if dump {
@@ -167,10 +190,10 @@ fn command(
             let d = device()?;
             match get_u32(attr::PORT_INDEX)? {
                 Some(PORT) => Ok(vec![reply(0, d, true)]),
-                _ => Err(EINVAL),
+                _ => Err(Refused::Invalid),
             }
         }
-        _ => Err(Refused(libc::EOPNOTSUPP)),
+        _ => Err(Refused::Unsupported),
     }
 }
 
@@ -378,7 +401,7 @@ mod tests {
         assert_eq!(out[0][1].0.ty, NLMSG_DONE);
     }
 
-    /// (request, the errno the only answer carries)
+    /// (request, the errno the only answer, an NLMSG_ERROR, carries)
     #[test]
     fn refusals_as_the_kernel_answers_them() {
         let bad_u32 = {
@@ -393,11 +416,6 @@ mod tests {
                 libc::EINVAL,
             ),
             ("no device index", request(CMD_GET, 0, 1, &[]), libc::EINVAL),
-            (
-                "a port dump without a device",
-                request(CMD_PORT_GET, msg::NLM_F_DUMP, 1, &[]),
-                libc::EINVAL,
-            ),
             (
                 "port 2",
                 request(
@@ -487,6 +505,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_port_dump_refused_ends_with_the_error_in_its_done() {
+        let bad_attr = {
+            let mut r = request(CMD_PORT_GET, msg::NLM_F_DUMP, 4, &[(attr::DEV_INDEX, 0)]);
+            r[HDRLEN] = 40;
+            r
+        };
+        for (what, req) in [
+            ("no device", request(CMD_PORT_GET, msg::NLM_F_DUMP, 4, &[])),
+            (
+                "a device not there",
+                request(CMD_PORT_GET, msg::NLM_F_DUMP, 4, &[(attr::DEV_INDEX, 9)]),
+            ),
+            ("a truncated attribute", bad_attr),
+        ] {
+            let out = parse(&answer(&req, SOCK, &devs()));
+            assert_eq!(out.len(), 1, "{what}");
+            assert_eq!(out[0].len(), 1, "{what}");
+            let (h, _, e) = &out[0][0];
+            assert_eq!(
+                (h.ty, h.flags, h.seq, *e),
+                (NLMSG_DONE, msg::NLM_F_MULTI, 4, Some(-libc::EINVAL)),
+                "{what}"
+            );
+        }
+        // a device dump reads no attribute: garbage after the header is
+        // no reason to refuse
+        let mut req = request(CMD_GET, msg::NLM_F_DUMP, 5, &[]);
+        req.extend([40, 0, 1, 0]);
+        req[0] = req.len() as u8;
+        let out = parse(&answer(&req, SOCK, &devs()));
+        assert_eq!(out[0].len(), 3);
     }
 
     #[test]

@@ -225,8 +225,14 @@ pub fn error(req: &[u8], errno: i32, portid: u32, cap_ack: bool) -> Vec<u8> {
 
 /// `NLMSG_DONE` ending the dump that answered `seq`.
 pub fn done(seq: u32, portid: u32) -> Vec<u8> {
+    done_with(seq, portid, 0)
+}
+
+/// `NLMSG_DONE` carrying `status`: 0, or the `-errno` of a dump that
+/// failed (`netlink_dump_done`).
+pub fn done_with(seq: u32, portid: u32, status: i32) -> Vec<u8> {
     let mut m = Builder::new(NLMSG_DONE, NLM_F_MULTI, seq, portid);
-    m.raw(&0i32.to_ne_bytes());
+    m.raw(&status.to_ne_bytes());
     m.finish()
 }
 
