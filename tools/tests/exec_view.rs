@@ -391,14 +391,17 @@ fn the_drop_in_works_without_the_view() {
                 .contains("GID[  3]:\t\t::ffff:127.0.0.1, RoCE v2"),
             "{out}"
         );
-        // rnic exec --no-view: the drop-in, no view
-        let script = "test -e /sys/class/infiniband/t0 && echo shown || echo hidden; ibv_devices";
+        // rnic exec --no-view: the drop-in, no view, no netlink shim
+        let script = "test -e /sys/class/infiniband/t0 && echo shown || echo hidden; \
+        echo \"preload=${LD_PRELOAD:-} table=${SOFTRNIC_NLDEV:-none}\"; ibv_devices";
         let out = run(
             "sh",
             exec(&d, nobody, &["--no-view"], &["sh", "-c", script]),
         );
         assert!(out.ok(), "{out}");
         assert!(out.stdout.starts_with("hidden\n"), "{out}");
+        assert!(!out.stdout.contains("libsoftrnic_nlshim"), "{out}");
+        assert!(out.stdout.contains(" table=none\n"), "{out}");
         assert!(
             out.stdout.contains("t0") && out.stdout.contains("t1"),
             "{out}"
@@ -540,7 +543,9 @@ fn without_a_namespace_the_program_runs_without_the_view_and_is_told() {
     }
     let d = Daemon::start();
     let rnic = profile_dir().join("rnic");
-    let script = "test -e /sys/class/infiniband/t0 && echo shown || echo hidden; ibv_devices";
+    // without the view, no netlink shim either
+    let script = "test -e /sys/class/infiniband/t0 && echo shown || echo hidden; \
+        echo \"preload=${LD_PRELOAD:-} table=${SOFTRNIC_NLDEV:-none}\"; ibv_devices";
     let mut argv = vec![rnic.to_str().unwrap(), "exec", "--sock-dir"];
     argv.push(d.sock_dir().to_str().unwrap());
     argv.extend(["--", "sh", "-c", script]);
@@ -557,6 +562,8 @@ fn without_a_namespace_the_program_runs_without_the_view_and_is_told() {
     let out = run("rnic exec in full namespaces", c);
     assert!(out.ok(), "{out}");
     assert!(out.stdout.starts_with("hidden\n"), "{out}");
+    assert!(!out.stdout.contains("libsoftrnic_nlshim"), "{out}");
+    assert!(out.stdout.contains(" table=none\n"), "{out}");
     assert!(
         out.stdout.contains("t0") && out.stdout.contains("t1"),
         "{out}"
