@@ -23,7 +23,8 @@ pub struct Dropin<'a> {
     pub soname: &'a str,
     /// The folder under `target/<profile>/` that holds only this library.
     pub folder: &'a str,
-    /// Version nodes in order, each with its parent (`None`: a root).
+    /// Version nodes in order, each with its parent (`None`: a root);
+    /// none for a library of unversioned names (no version script).
     pub nodes: &'a [(&'a str, Option<&'a str>)],
 }
 
@@ -42,16 +43,18 @@ pub fn version_script(nodes: &[(&str, Option<&str>)]) -> String {
 
 impl Dropin<'_> {
     /// Everything a build script does for the drop-in: writes the version
-    /// script into `OUT_DIR`, passes it and the SONAME to the cdylib link,
+    /// script (if there are nodes) into `OUT_DIR`, passes it and the SONAME to the cdylib link,
     /// and makes the drop-in folder's link.
     pub fn link(&self) {
         let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-        let map = out.join(format!("{}.map", self.soname));
-        std::fs::write(&map, version_script(self.nodes)).expect("write the version script");
-        println!(
-            "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
-            map.display()
-        );
+        if !self.nodes.is_empty() {
+            let map = out.join(format!("{}.map", self.soname));
+            std::fs::write(&map, version_script(self.nodes)).expect("write the version script");
+            println!(
+                "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+                map.display()
+            );
+        }
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{}", self.soname);
         println!("cargo:rerun-if-changed=build.rs");
         // OUT_DIR is target/<profile>/build/<pkg>-<hash>/out

@@ -76,10 +76,11 @@ pub fn built() -> Result<(), String> {
         "rnicd",
         "softrnic-ibverbs/libibverbs.so.1",
         "softrnic-rdmacm/librdmacm.so.1",
+        "softrnic-nlshim/libsoftrnic_nlshim.so",
     ] {
         if !profile_dir().join(p).exists() {
             return Err(format!(
-                "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs -p softrnic-rdmacm)"
+                "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs -p softrnic-rdmacm -p softrnic-nlshim)"
             ));
         }
     }

@@ -8,7 +8,7 @@
 //! | layer | modules |
 //! |---|---|
 //! | commands | [`demo`], [`perfcmd`], [`devperf`] (`rnic perf --dev`), [`pingpong`], [`pcapcmd`], [`stats`], [`exec`] |
-//! | views | [`view`] (the devices in `/sys/class` and `/dev` for `rnic exec`) |
+//! | views | [`view`] (the devices in `/sys/class` and `/dev`, and the table the netlink shim answers RDMA netlink from, for `rnic exec`) |
 //! | runs | [`netdev`] (an RNIC on a real interface), [`report`], [`perf`] (perftest's vocabulary and the loopback measurements), [`loopback`] (two RNICs in this process), [`oob`] (the TCP exchange) |
 //! | QP bring-up | [`qp`] |
 //! | captures | [`check`], [`capture`] (the `conform` crate's) |

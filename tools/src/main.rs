@@ -44,9 +44,11 @@ program replaces rnic: its exit status and signals are the program's. Use GID in
 The program and its children see the devices as the kernel shows an rxe device: \
 /sys/class/infiniband/DEV (ports, state, rate, GIDs and their types, device/net/NETDEV), \
 /sys/class/infiniband_verbs/uverbsN and /dev/infiniband/uverbsN, in mount (and, without \
-root's CAP_SYS_ADMIN, user) namespaces of their own; nothing outside them changes. Where no namespace \
-can be made the program runs without this view (a line on stderr says so); --no-view \
-asks for none.",
+root's CAP_SYS_ADMIN, user) namespaces of their own; nothing outside them changes. They \
+see them over RDMA netlink too (rdma link, rdma dev): rnic exec preloads its netlink shim \
+(LD_PRELOAD, from $SOFTRNIC_NLSHIM_DIR, else softrnic-nlshim/ beside softrnic-ibverbs/). \
+Where no namespace can be made the program runs without this view (a line on stderr \
+says so); --no-view asks for none, and preloads nothing.",
         after_help = "Examples:\n  rnicd --mem-pair --name t --sock-dir /tmp/srnic &\n  rnic exec --sock-dir /tmp/srnic -- ibv_devinfo -v\n  rnic exec --sock-dir /tmp/srnic -- ibv_rc_pingpong -d t0 -g 3 &\n  rnic exec --sock-dir /tmp/srnic -- ibv_rc_pingpong -d t1 -g 3 127.0.0.1\n  rnic exec -- ib_write_bw -d srnic0 -x 3 192.0.2.1\n  rnic exec --sock-dir /tmp/srnic -- cat /sys/class/infiniband/t0/ports/1/gid_attrs/types/3"
     )]
     Exec {
@@ -54,7 +56,7 @@ asks for none.",
         #[arg(long)]
         sock_dir: Option<PathBuf>,
         /// Do not show the program the devices in /sys/class/infiniband
-        /// and /dev/infiniband (no namespaces).
+        /// and /dev/infiniband (no namespaces) nor over RDMA netlink.
         #[arg(long)]
         no_view: bool,
         /// The program and its arguments.

@@ -20,10 +20,7 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
     a.hw_ver = 0;
     a.max_qp = 16384;
     a.max_qp_wr = d.max_qp_wr as c_int;
-    a.device_cap_flags = IBV_DEVICE_SYS_IMAGE_GUID
-        | IBV_DEVICE_RC_RNR_NAK_GEN
-        | IBV_DEVICE_MEM_WINDOW
-        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+    a.device_cap_flags = softrnic::client::DEVICE_CAP_FLAGS;
     a.max_sge = d.max_sge as c_int;
     a.max_sge_rd = d.max_sge as c_int;
     a.max_cq = 16384;

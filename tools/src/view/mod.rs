@@ -7,10 +7,13 @@
 //!
 //! [`devices`] asks the running daemons (the libibverbs drop-in's device
 //! list, in its order); [`enter`] moves this process into namespaces of
-//! its own and lays the view out ([`mount`]) from [`sysfs`]'s files.
-//! docs/dropin.md lists the files and who reads them.
+//! its own and lays the view out ([`mount`]) from [`sysfs`]'s files;
+//! [`netlink`] gives the same devices to the netlink shim that answers
+//! `rdma link` and `rdma dev`. docs/dropin.md lists the files and who
+//! reads them.
 
 pub mod mount;
+pub mod netlink;
 pub mod sysfs;
 
 use std::path::{Path, PathBuf};

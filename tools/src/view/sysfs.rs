@@ -26,6 +26,38 @@ pub struct Shown {
     pub port: PortInfo,
 }
 
+/// `fw_ver`, as `ibv_query_device` reports it.
+pub const FW_VERSION: &str = concat!("softrnic ", env!("CARGO_PKG_VERSION"));
+
+/// A port's state and physical state: the numbers (`enum ib_port_state`,
+/// the IBA PortPhysicalState) and the names sysfs gives them.
+pub struct Link {
+    pub state: u8,
+    pub state_name: &'static str,
+    pub phys_state: u8,
+    pub phys_name: &'static str,
+}
+
+/// The states ibv_query_port reports: ACTIVE and LinkUp, or DOWN and
+/// Disabled.
+pub fn link(port: &PortInfo) -> Link {
+    if port.state == PORT_ACTIVE {
+        Link {
+            state: 4,
+            state_name: "ACTIVE",
+            phys_state: 5,
+            phys_name: "LinkUp",
+        }
+    } else {
+        Link {
+            state: 1,
+            state_name: "DOWN",
+            phys_state: 3,
+            phys_name: "Disabled",
+        }
+    }
+}
+
 /// `ib_verbs`'s user ABI version (`IB_USER_VERBS_ABI_VERSION`), as
 /// `/sys/class/infiniband_verbs/abi_version` shows it.
 const UVERBS_ABI_VERSION: u32 = 6;
@@ -85,17 +117,16 @@ fn port_tree(v: &mut Vec<(PathBuf, Node)>, base: &str, d: &Shown) {
     let p = format!("{base}/ports/1");
     dir(v, format!("{base}/ports"));
     dir(v, p.clone());
-    let up = d.port.state == PORT_ACTIVE;
-    // the states ibv_query_port reports: ACTIVE / DOWN, LinkUp / Disabled
+    let l = link(&d.port);
     file(
         v,
         format!("{p}/state"),
-        if up { "4: ACTIVE" } else { "1: DOWN" },
+        format!("{}: {}", l.state, l.state_name),
     );
     file(
         v,
         format!("{p}/phys_state"),
-        if up { "5: LinkUp" } else { "3: Disabled" },
+        format!("{}: {}", l.phys_state, l.phys_name),
     );
     let (w, s) = d.port.width_speed();
     file(v, format!("{p}/rate"), rate_text(w, s));
@@ -158,11 +189,7 @@ pub fn class_tree(devs: &[Shown]) -> Vec<(PathBuf, Node)> {
         file(&mut v, format!("{base}/node_guid"), guid.clone());
         file(&mut v, format!("{base}/sys_image_guid"), guid);
         file(&mut v, format!("{base}/node_desc"), "softrnic");
-        file(
-            &mut v,
-            format!("{base}/fw_ver"),
-            concat!("softrnic ", env!("CARGO_PKG_VERSION")),
-        );
+        file(&mut v, format!("{base}/fw_ver"), FW_VERSION);
         dir(&mut v, format!("{base}/device"));
         if let Some(n) = &d.info.netdev {
             // rxe's own attribute: the netdev it is bound to
@@ -196,11 +223,12 @@ pub fn dev_nodes(devs: &[Shown]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use wire::{EthernetAddress, Gid};
 
-    fn t0() -> Shown {
+    /// t0 of a mem-pair: on lo, port ACTIVE, the first in the list.
+    pub(crate) fn t0() -> Shown {
         Shown {
             index: 0,
             info: DeviceInfo {
