@@ -266,6 +266,73 @@ fn a_wildcard_listener_hears_every_device_and_a_request_gets_a_new_id() {
     }
 }
 
+/// The ID's source address (`rdma_get_local_addr`).
+unsafe fn local(id: *mut rdma_cm_id) -> std::net::SocketAddr {
+    // SAFETY: the caller's ID; its source is an address or zeroes.
+    unsafe { crate::sockaddr::read(&(*id).route.addr.src.addr) }
+        .unwrap()
+        .unwrap()
+}
+
+#[test]
+fn a_loopback_address_no_device_holds_binds_as_the_wildcard() {
+    let (_lib, st, chan) = setup();
+    // SAFETY: the objects of this test.
+    unsafe {
+        // as the kernel's cma_any_addr: no device yet, the address kept
+        let l = new_id(chan, 0);
+        let mut lo = sa("127.0.0.1:0");
+        assert_eq!(scm_rdma_bind_addr(l, addr(&mut lo)), 0, "errno {}", errno());
+        assert!((*l).verbs.is_null());
+        assert!(log(&st).is_empty(), "{:?}", log(&st));
+        // listening: every device, on the unspecified address
+        assert_eq!(scm_rdma_listen(l, 4), 0);
+        assert_eq!(
+            log(&st),
+            [
+                "t0 create_id 1",
+                "t0 bind 1 0.0.0.0:0",
+                "t0 listen 1 4",
+                "t1 create_id 2",
+                "t1 bind 2 0.0.0.0:40000",
+                "t1 listen 2 4"
+            ]
+        );
+        assert_eq!(local(l), "127.0.0.1:40000".parse().unwrap());
+        id::scm_rdma_destroy_id(l);
+        // resolving from ::1 picks the device towards the destination
+        let c = new_id(chan, 0);
+        let mut lo6 = sa("[::1]:0");
+        assert_eq!(scm_rdma_bind_addr(c, addr(&mut lo6)), 0);
+        let mut dst = sa("192.0.2.2:7000");
+        let r = scm_rdma_resolve_addr(c, addr(&mut lo6), addr(&mut dst), 2000);
+        assert_eq!(r, 0, "errno {}", errno());
+        assert!(log(&st).contains(&"t0 create_id 3".to_string()), "{:?}", log(&st));
+        id::scm_rdma_destroy_id(c);
+    }
+}
+
+#[test]
+fn a_loopback_address_a_device_holds_binds_that_device() {
+    let fake = Fake::new(&[("t0", "127.0.0.1"), ("t1", "127.0.0.2")]);
+    let st = fake.st.clone();
+    let verbs = crate::fake::FakeVerbs {
+        devs: fake.devs.clone(),
+        ..Default::default()
+    };
+    let lib = Lib::new(Box::new(fake), Box::new(verbs));
+    let chan = ChanPriv::create(lib.clone()).unwrap() as *mut rdma_event_channel;
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = new_id(chan, 0);
+        let mut a = sa("127.0.0.2:0");
+        assert_eq!(scm_rdma_bind_addr(id, addr(&mut a)), 0, "errno {}", errno());
+        assert_eq!(log(&st), ["t1 create_id 1", "t1 bind 1 127.0.0.2:0"]);
+        assert!(!(*id).verbs.is_null());
+        id::scm_rdma_destroy_id(id);
+    }
+}
+
 #[test]
 fn a_synchronous_id_waits_for_the_event_of_each_call() {
     let (lib, st, _chan) = setup();
