@@ -307,7 +307,11 @@ fn a_loopback_address_no_device_holds_binds_as_the_wildcard() {
         let mut dst = sa("192.0.2.2:7000");
         let r = scm_rdma_resolve_addr(c, addr(&mut lo6), addr(&mut dst), 2000);
         assert_eq!(r, 0, "errno {}", errno());
-        assert!(log(&st).contains(&"t0 create_id 3".to_string()), "{:?}", log(&st));
+        assert!(
+            log(&st).contains(&"t0 create_id 3".to_string()),
+            "{:?}",
+            log(&st)
+        );
         id::scm_rdma_destroy_id(c);
     }
 }
