@@ -16,8 +16,9 @@
 //!
 //! Each run must end with exit 0 on both sides and the figures of every
 //! size, and the daemons' counters must show that the devices carried
-//! the data (RC sends and receives on both ends) and the connection (a
-//! CM REQ received). Without fi_pingpong: a loud SKIPPED, a failure
+//! the data (RC sends and receives on both ends; for RDM, RDMA READs:
+//! ofi_rxm's rendezvous of the 1 MiB messages) and the connection (a CM
+//! REQ received). Without fi_pingpong: a loud SKIPPED, a failure
 //! under CI=true.
 
 use std::path::{Path, PathBuf};
@@ -100,19 +101,24 @@ fn fi_info_lists(side: &Side, args: &[&str], dev: &str) {
     }
 }
 
-/// One `fi_pingpong` run: its endpoint type and provider.
+/// One `fi_pingpong` run: its endpoint type and provider, and whether
+/// its large messages go by RDMA READ (ofi_rxm's rendezvous: the
+/// receiver reads what the sender announced).
 struct Run {
     ep: &'static str,
     prov: &'static str,
+    reads: bool,
 }
 
 const MSG: Run = Run {
     ep: "msg",
     prov: "verbs",
+    reads: false,
 };
 const RDM: Run = Run {
     ep: "rdm",
     prov: "verbs;ofi_rxm",
+    reads: true,
 };
 
 /// `fi_pingpong` of `run` with its server on `server` and its client on
@@ -185,8 +191,9 @@ fn report(devs: &Devices) -> String {
 }
 
 /// Runs `run` and checks it: both sides exit 0 with the figures of every
-/// size; the server's device (the first) received a CM REQ, and both
-/// devices sent and received RC messages.
+/// size; the server's device (the first) received a CM REQ, both
+/// devices sent and received RC messages, and where the run says so a
+/// device served RDMA READs.
 fn check(run: &Run, server: &Side, client: &Side, addr: &str, devs: &Devices) {
     let before = report(devs);
     let (srv, cli) = pingpong(run, server, client, addr);
@@ -213,6 +220,18 @@ fn check(run: &Run, server: &Side, client: &Side, addr: &str, devs: &Devices) {
                 say()
             );
         }
+    }
+    let reads = |r: &str| {
+        devs.iter()
+            .map(|d| counter(r, d.0, "rx_read_requests"))
+            .sum()
+    };
+    if run.reads {
+        assert!(
+            grew(&reads),
+            "no RDMA READ for the 1 MiB messages\n{}",
+            say()
+        );
     }
     let last = cli.stdout.lines().rev().find(|l| l.starts_with("1m"));
     eprintln!(
