@@ -33,8 +33,10 @@ pub const ARM_NEXT: u32 = 1;
 pub const ARM_SOLICITED: u32 = 2;
 pub const WQE_SIZE: usize = 192;
 pub const CQE_SIZE: usize = 32;
-/// Largest ring the daemon makes.
-pub const MAX_ENTRIES: u32 = 1 << 16;
+/// Largest ring the daemon makes: a CQ of [`crate::server::MAX_CQE`]
+/// entries (work queues are held to `MAX_QP_WR`, smaller). A ring's
+/// memfd takes memory only for the slots written.
+pub const MAX_ENTRIES: u32 = 1 << 22;
 
 /// Send opcodes in a WQE.
 pub mod opcode {

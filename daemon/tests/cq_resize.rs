@@ -41,3 +41,24 @@ fn a_cq_is_resized_or_left_as_it_was() {
     qp.destroy().expect("destroy qp");
     cq.destroy().expect("destroy cq");
 }
+
+/// The device takes a CQ of every size up to the `max_cqe` it reports,
+/// and refuses one more; that maximum holds what libfabric's `ofi_rxm`
+/// asks for by default (its MSG CQ: 256 work requests for each of 1024
+/// peers, 262144 entries).
+#[test]
+fn a_cq_of_max_cqe_entries_is_made_and_one_more_refused() {
+    let dir = tempdir("cq-max");
+    let d = Daemon::start(None, &["--mem-pair", "--name", "t"], &dir);
+    let ctx = Context::open(d.sock("t0")).expect("t0");
+    let max = ctx.device.max_cqe;
+    assert!(max >= 262_144, "max_cqe {max} is below ofi_rxm's CQ");
+    let e = ctx.create_cq(max + 1).err().expect("past max_cqe");
+    assert!(e.to_string().contains("CQ size"), "{e}");
+    for n in [262_144, max] {
+        let mut cq = ctx.create_cq(n).expect("a CQ up to max_cqe");
+        assert!(cq.entries() >= n, "{} entries for {n}", cq.entries());
+        assert!(cq.resize(max + 1).is_err(), "resized past max_cqe");
+        cq.destroy().expect("destroy cq");
+    }
+}

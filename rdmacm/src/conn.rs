@@ -76,13 +76,31 @@ pub fn device_towards(idp: &IdPriv, dst: IpAddr) -> Option<String> {
         .or(own)
 }
 
+/// Whether an ID bound to `ip` takes no device yet: the unspecified
+/// address, or a loopback one no softrnic device holds. The kernel's RDMA
+/// CM binds both alike (`cma_any_addr`): the device comes at listen (all
+/// of them) or at address resolution. A device whose own address is a
+/// loopback one (a `--mem-pair` on 127.0.0.x) is bound to as any other.
+fn takes_no_device(idp: &IdPriv, ip: IpAddr) -> bool {
+    ip.is_unspecified() || (ip.is_loopback() && idp.lib.device_of(ip).is_none())
+}
+
+/// `addr` with the unspecified address of its family.
+fn unspecified(addr: SocketAddr) -> SocketAddr {
+    let ip = match addr {
+        SocketAddr::V4(_) => IpAddr::from([0u8; 4]),
+        SocketAddr::V6(_) => IpAddr::from([0u8; 16]),
+    };
+    SocketAddr::new(ip, addr.port())
+}
+
 fn bind(idp: &IdPriv, addr: SocketAddr) -> Result<(), c_int> {
     if !idp.state().remote.is_empty() {
         return Err(libc::EINVAL);
     }
     let raw = idp.raw();
-    if addr.ip().is_unspecified() {
-        // the wildcard: the daemon's IDs come at listen, one per device
+    if takes_no_device(idp, addr.ip()) {
+        // the daemon's IDs come at listen, one per device
         sockaddr::write(&mut raw.route.addr.src, addr);
         return Ok(());
     }
@@ -144,6 +162,11 @@ fn resolve_addr(
         return Err(libc::ENOSYS);
     }
     let bound = idp.state().remote.first().cloned();
+    // a source that takes no device is the unspecified one, its port kept
+    let src = src.map(|s| match takes_no_device(idp, s.ip()) {
+        true => unspecified(s),
+        false => s,
+    });
     let r = match (bound, src) {
         (Some(r), _) => r,
         (None, Some(s)) if !s.ip().is_unspecified() => {
@@ -227,7 +250,9 @@ fn listen(idp: &IdPriv, backlog: c_int) -> Result<(), c_int> {
     let mut at = wild;
     for dev in devs {
         let r = idp.lib.attach(idp, &dev)?;
-        let b = r.cm.bind(r.no, at).map_err(|e| errno("rdma_listen", e))?;
+        let b =
+            r.cm.bind(r.no, unspecified(at))
+                .map_err(|e| errno("rdma_listen", e))?;
         at.set_port(b.addr.port());
         r.cm.listen(r.no, backlog)
             .map_err(|e| errno("rdma_listen", e))?;

@@ -21,7 +21,19 @@ fn setup() -> (
     Arc<Mutex<crate::fake::State>>,
     *mut rdma_event_channel,
 ) {
-    let fake = Fake::new(&[("t0", "192.0.2.1"), ("t1", "192.0.2.2")]);
+    setup_on(&[("t0", "192.0.2.1"), ("t1", "192.0.2.2")])
+}
+
+/// A library on the fake CM with devices `devs` (name, address), the
+/// fake's state and an event channel.
+fn setup_on(
+    devs: &[(&str, &str)],
+) -> (
+    Arc<Lib>,
+    Arc<Mutex<crate::fake::State>>,
+    *mut rdma_event_channel,
+) {
+    let fake = Fake::new(devs);
     let st = fake.st.clone();
     let verbs = crate::fake::FakeVerbs {
         devs: fake.devs.clone(),
@@ -263,6 +275,68 @@ fn a_wildcard_listener_hears_every_device_and_a_request_gets_a_new_id() {
             "t0 destroy_id 1".to_string(),
             "t1 destroy_id 2".to_string()
         ]));
+    }
+}
+
+/// The ID's source address (`rdma_get_local_addr`).
+unsafe fn local(id: *mut rdma_cm_id) -> std::net::SocketAddr {
+    // SAFETY: the caller's ID; its source is an address or zeroes.
+    unsafe { crate::sockaddr::read(&(*id).route.addr.src.addr) }
+        .unwrap()
+        .unwrap()
+}
+
+/// `rdma_bind_addr(id, a)`, which must succeed.
+unsafe fn bind_to(id: *mut rdma_cm_id, a: &str) {
+    let mut a = sa(a);
+    // SAFETY: the caller's ID; the address lives across the call.
+    let r = unsafe { scm_rdma_bind_addr(id, addr(&mut a)) };
+    assert_eq!(r, 0, "errno {}", errno());
+}
+
+#[test]
+fn a_loopback_address_no_device_holds_binds_as_the_wildcard() {
+    let (_lib, st, chan) = setup();
+    // SAFETY: the objects of this test.
+    unsafe {
+        // as the kernel's cma_any_addr: no device yet, the address kept
+        let l = new_id(chan, 0);
+        bind_to(l, "127.0.0.1:0");
+        assert!((*l).verbs.is_null());
+        assert!(log(&st).is_empty(), "{:?}", log(&st));
+        // listening: every device, on the unspecified address
+        assert_eq!(scm_rdma_listen(l, 4), 0);
+        let want = ["create_id 1", "bind 1 0.0.0.0:0", "listen 1 4"].map(|w| format!("t0 {w}"));
+        let want1 =
+            ["create_id 2", "bind 2 0.0.0.0:40000", "listen 2 4"].map(|w| format!("t1 {w}"));
+        assert_eq!(log(&st), [want, want1].concat());
+        assert_eq!(local(l), "127.0.0.1:40000".parse().unwrap());
+        id::scm_rdma_destroy_id(l);
+        // resolving from ::1 picks the device towards the destination
+        let c = new_id(chan, 0);
+        bind_to(c, "[::1]:0");
+        let (mut lo6, mut dst) = (sa("[::1]:0"), sa("192.0.2.2:7000"));
+        let r = scm_rdma_resolve_addr(c, addr(&mut lo6), addr(&mut dst), 2000);
+        assert_eq!(r, 0, "errno {}", errno());
+        assert!(
+            log(&st).contains(&"t0 create_id 3".to_string()),
+            "{:?}",
+            log(&st)
+        );
+        id::scm_rdma_destroy_id(c);
+    }
+}
+
+#[test]
+fn a_loopback_address_a_device_holds_binds_that_device() {
+    let (_lib, st, chan) = setup_on(&[("t0", "127.0.0.1"), ("t1", "127.0.0.2")]);
+    // SAFETY: the objects of this test.
+    unsafe {
+        let id = new_id(chan, 0);
+        bind_to(id, "127.0.0.2:0");
+        assert_eq!(log(&st), ["t1 create_id 1", "t1 bind 1 127.0.0.2:0"]);
+        assert!(!(*id).verbs.is_null());
+        id::scm_rdma_destroy_id(id);
     }
 }
 

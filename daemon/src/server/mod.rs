@@ -40,8 +40,12 @@ use wire::Gid;
 
 /// Largest work queue a client may ask for.
 pub const MAX_QP_WR: u32 = 16384;
-/// Largest completion queue a client may ask for.
-pub const MAX_CQE: u32 = 65536;
+/// Largest completion queue a client may ask for: 2^22 entries (128 MiB
+/// of ring at most, in memory as it is written), of the order a RoCE
+/// NIC reports (ConnectX: 2^22 - 1). libfabric's `ofi_rxm` sizes its CQ
+/// for every peer of its universe (1024 by default) at once: 262144
+/// entries.
+pub const MAX_CQE: u32 = crate::ring::MAX_ENTRIES;
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {

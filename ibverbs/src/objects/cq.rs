@@ -160,7 +160,19 @@ unsafe fn create_cq_common(
     // SAFETY: `c` is NULL or an open context of this library's (this
     // function's contract), as Ctx::from requires.
     let ctx = unsafe { Ctx::from(c) }.ok_or(libc::EINVAL)?;
-    if cqe < 1 || cqe as u32 > ctx.inner.device.max_cqe || comp_vector != 0 {
+    let max = ctx.inner.device.max_cqe;
+    if cqe < 1 || cqe as u32 > max {
+        complain(
+            "ibv_create_cq",
+            format!("{cqe} entries: the device takes 1 to {max}"),
+        );
+        return Err(libc::EINVAL);
+    }
+    if comp_vector != 0 {
+        complain(
+            "ibv_create_cq",
+            format!("completion vector {comp_vector}: the device has one, 0"),
+        );
         return Err(libc::EINVAL);
     }
     let mut cq = ctx.inner.create_cq(cqe as u32).map_err(|e| {
