@@ -21,9 +21,9 @@ impl Cq {
     /// Asks for a completion event (`ibv_req_notify_cq`): the next
     /// completion — with `solicited_only`, the next solicited or
     /// unsuccessful one — makes the CQ's event descriptor readable
-    /// ([`Cq::get_event`], [`Cq::event_fd`]). One request, one event;
-    /// completions already waiting unpolled raise it at once
-    /// ([`Cq::arm`]).
+    /// ([`Cq::get_event`], [`Cq::event_fd`]). One request, one event. As
+    /// with verbs, poll once more after asking: completions that arrived
+    /// before the request raise no event.
     pub fn req_notify(&mut self, solicited_only: bool) -> Result<()> {
         use std::os::fd::{AsFd, AsRawFd};
         if self.events.is_none() {
@@ -31,11 +31,7 @@ impl Cq {
             self.notify_to(bell.as_fd().as_raw_fd())?;
             self.events = Some(bell);
         }
-        if self.arm(solicited_only) {
-            if let Some(b) = &self.events {
-                b.ring();
-            }
-        }
+        self.arm(solicited_only);
         Ok(())
     }
 
@@ -73,15 +69,9 @@ impl Cq {
         }
     }
 
-    /// Arms the CQ for its next completion (or the next solicited one).
-    /// Returns true when the request fired at once: an arm for the next
-    /// completion while completions wait unpolled is answered by an event
-    /// right away (the request is used up), as a ConnectX CQ armed at its
-    /// consumer index fires for a CQE already written there. A program
-    /// that polls once per event (perftest's `-e`) then never waits for an
-    /// event with a completion it has not seen in the CQ; the caller
-    /// delivers the event.
-    pub fn arm(&self, solicited_only: bool) -> bool {
+    /// Arms the CQ for one event on the descriptor given to
+    /// [`Cq::notify_to`] (`ibv_req_notify_cq`).
+    pub fn arm(&self, solicited_only: bool) {
         let arm = if solicited_only {
             ring::ARM_SOLICITED
         } else {
@@ -89,24 +79,6 @@ impl Cq {
         };
         self.ring.armed().store(arm, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        // the daemon publishes CQEs, fences, then reads the request: it
-        // fires for what came after this load, this for what came before
-        !solicited_only
-            && self.ring.producer().load(Ordering::SeqCst) != self.cons
-            && self
-                .ring
-                .armed()
-                .compare_exchange(arm, 0, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-    }
-
-    /// How many completions wait in the ring, not yet polled.
-    pub fn ready(&self) -> u32 {
-        self.ring
-            .producer()
-            .load(Ordering::Acquire)
-            .wrapping_sub(self.cons)
-            .min(self.ring.entries)
     }
 
     /// The request word the daemon clears when it fires an event.

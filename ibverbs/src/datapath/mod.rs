@@ -170,19 +170,10 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
         return 0;
     }
     c.armed.store(true, std::sync::atomic::Ordering::Release);
-    let fired = c
-        .inner
+    c.inner
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .arm(solicited_only != 0);
-    if fired {
-        // completions waited unpolled: the event now, on the channel's
-        // eventfd, as the daemon would write it
-        // SAFETY: a CQ's channel outlives it (destroying a channel with
-        // CQs on it fails with EBUSY).
-        let chan = unsafe { &*c.channel };
-        nic::io::bell::ring_fd(std::os::fd::AsFd::as_fd(&chan.fd));
-    }
     0
 }
 
