@@ -80,53 +80,6 @@ pub fn apply(p: Priority) -> Result<Granted, SchedError> {
     }
 }
 
-/// A realtime engine is realtime only while it answers: it parks as a
-/// realtime thread, so a frame, a doorbell or a timer preempts whatever
-/// program holds the CPU, and it works through what woke it; once idle
-/// it spins as a normal thread, so a program it just served (woken on the
-/// same CPU, or busy-polling there) runs instead of waiting out the spin,
-/// and it turns realtime again before it parks. Two `sched_setattr` calls
-/// per park; none while it is busy.
-#[derive(Debug)]
-pub struct Toggle {
-    /// The realtime priority granted (None: nothing to toggle).
-    rt: Option<u8>,
-    realtime_now: bool,
-}
-
-impl Toggle {
-    pub fn new(granted: Result<Granted, SchedError>) -> Toggle {
-        let rt = match granted {
-            Ok(Granted::Realtime(p)) => Some(p),
-            _ => None,
-        };
-        Toggle {
-            rt,
-            realtime_now: rt.is_some(),
-        }
-    }
-
-    /// The work is done: spin as a normal thread.
-    pub fn idle(&mut self) {
-        if self.rt.is_some()
-            && self.realtime_now
-            && set(libc::SCHED_OTHER as u32, 0, Duration::ZERO).is_ok()
-        {
-            self.realtime_now = false;
-        }
-    }
-
-    /// About to park: wake up realtime.
-    pub fn parking(&mut self) {
-        if let Some(p) = self.rt {
-            if !self.realtime_now && set(libc::SCHED_FIFO as u32, p as u32, Duration::ZERO).is_ok()
-            {
-                self.realtime_now = true;
-            }
-        }
-    }
-}
-
 /// sched_setattr(2) on the calling thread.
 fn set(policy: u32, priority: u32, slice: Duration) -> Result<(), SchedError> {
     let attr = libc::sched_attr {
@@ -199,40 +152,5 @@ mod tests {
             }
             None => assert_eq!(auto, Granted::ShortSlice(SHORT_SLICE)),
         }
-    }
-
-    fn policy() -> i32 {
-        // SAFETY: sched_getscheduler(0) asks about the calling thread.
-        unsafe { libc::sched_getscheduler(0) }
-    }
-
-    #[test]
-    fn a_realtime_engine_spins_as_a_normal_thread_and_parks_realtime() {
-        let (before, idle, parking) = on_thread(|| {
-            let granted = apply(Priority::Realtime(1));
-            let mut t = Toggle::new(granted);
-            let before = policy();
-            t.idle();
-            let idle = policy();
-            t.parking();
-            (before, idle, policy())
-        });
-        if before == libc::SCHED_FIFO {
-            assert_eq!((idle, parking), (libc::SCHED_OTHER, libc::SCHED_FIFO));
-        } else {
-            // realtime refused (no CAP_SYS_NICE): nothing to toggle
-            assert_eq!(
-                (before, idle, parking),
-                (libc::SCHED_OTHER, libc::SCHED_OTHER, libc::SCHED_OTHER)
-            );
-        }
-        // a normal engine is never made realtime
-        let normal = on_thread(|| {
-            let mut t = Toggle::new(apply(Priority::Normal));
-            t.idle();
-            t.parking();
-            policy()
-        });
-        assert_eq!(normal, libc::SCHED_OTHER);
     }
 }

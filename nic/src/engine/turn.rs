@@ -2,7 +2,6 @@
 //! batch, runs due timers, builds and sends a batch and moves completions
 //! out; between turns the idle backoff (spin, then park on the bell).
 
-use super::sched::Toggle;
 use super::*;
 
 /// The loop's state: everything a turn needs.
@@ -258,7 +257,7 @@ impl Loop {
 
 /// Pins the calling engine thread and sets its scheduling; what it got
 /// goes to every member's `granted`.
-fn setup_thread(cfg: &EngineConfig, shareds: &[&Shared]) -> Toggle {
+fn setup_thread(cfg: &EngineConfig, shareds: &[&Shared]) {
     if let Some(core) = cfg.core {
         core_affinity::set_for_current(core_affinity::CoreId { id: core });
     }
@@ -266,11 +265,10 @@ fn setup_thread(cfg: &EngineConfig, shareds: &[&Shared]) -> Toggle {
     for sh in shareds {
         *sh.granted.lock().expect("not poisoned") = Some(granted);
     }
-    Toggle::new(granted)
 }
 
 pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
-    let mut sched = setup_thread(&lp.cfg, &[&sh]);
+    setup_thread(&lp.cfg, &[&sh]);
     *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
     let mut idle = 0u32;
     while !sh.stop.load(Ordering::Acquire) {
@@ -279,13 +277,9 @@ pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
             continue;
         }
         idle = idle.saturating_add(1);
-        if idle == 1 && lp.cfg.spin > 1 {
-            sched.idle();
-        }
         if idle < lp.cfg.spin {
             std::hint::spin_loop();
         } else {
-            sched.parking();
             lp.park(&sh);
         }
     }
@@ -294,7 +288,7 @@ pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
 
 pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig) {
     let shareds: Vec<&Shared> = members.iter().map(|(_, sh)| &**sh).collect();
-    let mut sched = setup_thread(&cfg, &shareds);
+    setup_thread(&cfg, &shareds);
     for (_, sh) in &members {
         *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
     }
@@ -317,13 +311,9 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
             continue;
         }
         idle = idle.saturating_add(1);
-        if idle == 1 && cfg.spin > 1 {
-            sched.idle();
-        }
         if idle < cfg.spin {
             std::hint::spin_loop();
         } else {
-            sched.parking();
             let until = members
                 .iter_mut()
                 .map(|(lp, _)| lp.park_time())
