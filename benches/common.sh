@@ -4,6 +4,8 @@
 # to QUIET_WAIT seconds, default 600) until the CPUs were at least
 # QUIET_IDLE % idle (default 90) over one second, and appends how idle
 # they were to $OUT/idle.txt.
+# `veth_pair`: namespaces $A and $B joined by veth $IA <-> $IB (loopback
+# up in both, the veth ends not yet up); `del_netns` removes them.
 # Results: `add KEY VALUE` collects one round's figure; `m KEY` prints the
 # median of the rounds, `all KEY` every round.
 
@@ -32,3 +34,13 @@ declare -A R
 add() { [ "$2" = - ] || R[$1]+="$2"$'\n'; }
 m() { printf '%s' "${R[$1]:-}" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR) printf "%.2f", v[int((NR+1)/2)]; else printf "-"}'; }
 all() { printf '%s' "${R[$1]:-}" | grep -v '^$' | awk '{printf "%.2f ", $1}'; }
+
+veth_pair() {
+  ip netns add "$A"; ip netns add "$B"
+  ip -n "$A" link set lo up; ip -n "$B" link set lo up
+  ip link add "$IA" netns "$A" type veth peer name "$IB" netns "$B"
+}
+del_netns() {
+  ip netns del "$A" 2>/dev/null || true
+  ip netns del "$B" 2>/dev/null || true
+}

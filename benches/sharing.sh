@@ -46,13 +46,10 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  ip netns del "$A" 2>/dev/null || true
-  ip netns del "$B" 2>/dev/null || true
+  del_netns
 }
 trap cleanup EXIT INT TERM
-ip netns add "$A"; ip netns add "$B"
-ip -n "$A" link set lo up; ip -n "$B" link set lo up
-ip link add "$IA" netns "$A" type veth peer name "$IB" netns "$B"
+veth_pair
 ip -n "$A" addr add "$ADDR_A/24" dev "$IA"; ip -n "$A" link set "$IA" up
 ip -n "$B" addr add "$ADDR_B/24" dev "$IB"; ip -n "$B" link set "$IB" up
 

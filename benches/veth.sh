@@ -43,6 +43,8 @@ RNIC=${RNIC:-$PWD/target/release/rnic}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 rm -f "$OUT/idle.txt"
+# quiet-machine wait (QUIET_IDLE, QUIET_WAIT), the namespaces, the medians
+. benches/common.sh
 
 for t in ip iperf3 sockperf jq taskset; do
   command -v "$t" >/dev/null || { echo "veth.sh: $t is missing (apt-get install iproute2 iperf3 sockperf jq util-linux)" >&2; exit 1; }
@@ -52,14 +54,8 @@ done
 
 A=rnic-bencha-$$ B=rnic-benchb-$$ IA=rbva$$ IB=rbvb$$
 ADDR_A=192.0.2.1 ADDR_B=192.0.2.2
-cleanup() {
-  ip netns del "$A" 2>/dev/null || true
-  ip netns del "$B" 2>/dev/null || true
-}
-trap cleanup EXIT INT TERM
-ip netns add "$A"; ip netns add "$B"
-ip -n "$A" link set lo up; ip -n "$B" link set lo up
-ip link add "$IA" netns "$A" type veth peer name "$IB" netns "$B"
+trap del_netns EXIT INT TERM
+veth_pair
 for x in "$A $IA $ADDR_A 1" "$B $IB $ADDR_B 2"; do
   set -- $x
   ip -n "$1" link set "$2" mtu 9000
@@ -74,9 +70,6 @@ done
 # "same" (both on CPU 0), "free" (the scheduler decides)
 cpu_a() { case $1 in rnic) echo "taskset -c 0" ;; same) echo "taskset -c 0" ;; *) ;; esac; }
 cpu_b() { case $1 in rnic) echo "taskset -c 1" ;; same) echo "taskset -c 0" ;; *) ;; esac; }
-
-# quiet-machine wait (QUIET_IDLE, QUIET_WAIT) and the rounds' medians
-. benches/common.sh
 
 # rnic perf: server in A on CPU 0, client in B on CPU 1
 rnic_perf() { # name args...
