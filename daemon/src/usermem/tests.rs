@@ -191,7 +191,10 @@ fn moved_pages_go_home_and_do_not_collide() {
     let p = v.as_mut_ptr() as u64;
     let (fd, _) = share(p, 4 * pg, true).expect("share");
     release(p, 4 * pg);
-    // reserve a far place and move the block there
+    // reserve a far place and move the block there; the old range stays
+    // mapped (MREMAP_DONTUNMAP, Linux 5.13+ for shared mappings), so no
+    // other thread of the test harness can map into a hole before the
+    // MAP_FIXED below replaces it
     let dst = anon(8 * pg).as_mut_ptr();
     // SAFETY: moving our own mapping onto our own reservation.
     let q = unsafe {
@@ -199,7 +202,7 @@ fn moved_pages_go_home_and_do_not_collide() {
             p as *mut libc::c_void,
             4 * pg,
             4 * pg,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
             dst as *mut libc::c_void,
         )
     };
@@ -208,7 +211,7 @@ fn moved_pages_go_home_and_do_not_collide() {
     let w = unsafe { std::slice::from_raw_parts_mut(dst, 4 * pg) };
     // new private memory at the old address, registered: its copy goes
     // to the file pages the moved block still reads
-    // SAFETY: a fixed anonymous mapping on the hole the move left.
+    // SAFETY: a fixed anonymous mapping over the old range, still ours.
     let r = unsafe {
         libc::mmap(
             p as *mut libc::c_void,
