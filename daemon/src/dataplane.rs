@@ -225,9 +225,12 @@ impl DataPlane {
         !(qp_work || srq_work)
     }
 
-    /// The park is over: clients need not ring.
+    /// The park is over: clients need not ring (nothing to do when the
+    /// flags are down already).
     pub fn end_park(&mut self) {
-        self.set_parked(0);
+        if self.parked {
+            self.set_parked(0);
+        }
     }
 
     fn set_parked(&mut self, v: u32) {

@@ -111,11 +111,11 @@ impl Shared {
 /// The data plane as the engine's hook: each turn polls the rings; before
 /// the engine parks, the rings' "parked" flags go up (and come down after).
 /// The engine thread never blocks on the data plane's lock (the control
-/// thread may hold it): flags it could not lower are lowered next turn.
+/// thread may hold it): flags it could not lower are lowered next turn
+/// (the data plane knows whether they are up).
 struct DpHook {
     dp: Arc<Mutex<DataPlane>>,
     cm: Arc<Mutex<cm::service::CmService>>,
-    flags_up: bool,
 }
 
 impl nic::engine::EngineHook for DpHook {
@@ -127,10 +127,7 @@ impl nic::engine::EngineHook for DpHook {
         }
         match self.dp.try_lock() {
             Ok(mut d) => {
-                if self.flags_up {
-                    d.end_park();
-                    self.flags_up = false;
-                }
+                d.end_park();
                 d.turn(r)
             }
             // the control thread is adding or removing rings: come back soon
@@ -140,10 +137,7 @@ impl nic::engine::EngineHook for DpHook {
 
     fn before_park(&mut self, _: &mut Rnic) -> bool {
         match self.dp.try_lock() {
-            Ok(mut d) => {
-                self.flags_up = true;
-                d.announce_park()
-            }
+            Ok(mut d) => d.announce_park(),
             Err(_) => false,
         }
     }
@@ -151,7 +145,6 @@ impl nic::engine::EngineHook for DpHook {
     fn after_park(&mut self, _: &mut Rnic) {
         if let Ok(mut d) = self.dp.try_lock() {
             d.end_park();
-            self.flags_up = false;
         }
     }
 
@@ -236,7 +229,6 @@ impl Server {
             let hook: nic::engine::TurnHook = Box::new(DpHook {
                 dp: dp.clone(),
                 cm: cms.clone(),
-                flags_up: false,
             });
             members.push((rnic, port, Some(hook)));
             rest.push((dp, mac, mtu, cfg, cms));
