@@ -533,3 +533,41 @@ fn afxdp_link_state_follows_the_carrier() {
     netns::exec(&nb, &["ip", "link", "set", &vb, "up"]).expect("peer up");
     wait_for(true, "the peer up again");
 }
+
+/// A port is up while its link has carrier: attaching an XDP program
+/// (this port's or the peer's) leaves the carrier on, though the kernel's
+/// operational state (IFF_RUNNING) blinks meanwhile. Both ports are
+/// sampled from the moment each is open until half a second after the
+/// second opened, the window in which the blink shows.
+#[test]
+fn afxdp_link_stays_up_while_the_ports_attach_their_programs() {
+    let test = "afxdp_link_stays_up_while_the_ports_attach_their_programs";
+    if !can_run(test) {
+        return;
+    }
+    let (_ns, [na, nb], [va, vb]) = link("xa");
+    let Some(pa) = open_xdp(test, &na, &va, AfXdpConfig::default()) else {
+        return;
+    };
+    let peer = std::thread::spawn(move || {
+        netns::run_in(&nb, || AfXdpPort::open(&vb, AfXdpConfig::default()))
+            .expect("enter the namespace")
+            .expect("the peer's port opens")
+    });
+    let (mut downs, mut samples) = (0u32, 0u32);
+    let mut sample = |p: &AfXdpPort| {
+        samples += 1;
+        downs += u32::from(p.link_up() != Some(true));
+    };
+    while !peer.is_finished() {
+        sample(&pa);
+    }
+    let pb = peer.join().expect("the peer's thread");
+    let opened = std::time::Instant::now();
+    while opened.elapsed() < std::time::Duration::from_millis(500) {
+        sample(&pa);
+        sample(&pb);
+        std::thread::yield_now();
+    }
+    assert_eq!(downs, 0, "{downs} of {samples} samples saw a link down");
+}

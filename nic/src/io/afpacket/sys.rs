@@ -143,9 +143,13 @@ fn ifreq(name: &str) -> Option<libc::ifreq> {
 }
 
 /// Whether interface `name` (in `fd`'s network namespace) is up with
-/// carrier: SIOCGIFFLAGS has IFF_UP (administratively up) and IFF_RUNNING
-/// (the kernel's operational state: carrier present). None when the ioctl
-/// fails (the interface went away: the caller reports that as it sees fit).
+/// carrier, as rxe judges its port (`netif_running` and
+/// `netif_carrier_ok`): SIOCGIFFLAGS has IFF_UP, and ETHTOOL_GLINK reports
+/// the link, or, for a driver without it, IFF_RUNNING. IFF_RUNNING alone
+/// is the RFC 2863 operational state, which the kernel's link watch
+/// updates after the carrier and which blinks while an XDP program is
+/// attached to the peer of a veth. None when SIOCGIFFLAGS fails (the
+/// interface went away: the caller reports that as it sees fit).
 pub(in crate::io) fn link_flags_up(fd: libc::c_int, name: &str) -> Option<bool> {
     let mut ifr = ifreq(name)?;
     // SAFETY: SIOCGIFFLAGS reads the NUL-terminated name and writes the
@@ -156,7 +160,34 @@ pub(in crate::io) fn link_flags_up(fd: libc::c_int, name: &str) -> Option<bool> 
     // SAFETY: SIOCGIFFLAGS succeeded, so the flags member is the union's
     // initialised one (and any bit pattern is a valid c_short).
     let flags = unsafe { ifr.ifr_ifru.ifru_flags } as libc::c_int;
-    Some(flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0)
+    if flags & libc::IFF_UP == 0 {
+        return Some(false);
+    }
+    Some(carrier(fd, name).unwrap_or(flags & libc::IFF_RUNNING != 0))
+}
+
+/// ETHTOOL_GLINK (linux/ethtool.h): the driver's link (carrier) state;
+/// None when the driver has no such call.
+fn carrier(fd: libc::c_int, name: &str) -> Option<bool> {
+    /// `struct ethtool_value`: a command and its one value.
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    const ETHTOOL_GLINK: u32 = 0x0000_000a;
+    let mut ifr = ifreq(name)?;
+    let mut v = EthtoolValue {
+        cmd: ETHTOOL_GLINK,
+        data: 0,
+    };
+    ifr.ifr_ifru.ifru_data = (&mut v as *mut EthtoolValue).cast();
+    // SAFETY: SIOCETHTOOL reads the name and the pointer in `ifr` and
+    // writes `v`, a live, writable ethtool_value, through it.
+    if unsafe { libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr) } != 0 {
+        return None;
+    }
+    Some(v.data != 0)
 }
 
 /// Interface facts from the kernel through `fd`'s network namespace:
