@@ -29,6 +29,11 @@ pub const PARKED_AT: usize = 96;
 /// Request Completion Notification). The daemon takes it back to 0 when it
 /// writes the event (once per request, as the verb says).
 pub const ARMED_AT: usize = 100;
+/// In a CQ ring's header: the daemon's count of the events it fired, as it
+/// stood when it fired this CQ's latest (written before the "armed" word
+/// goes to 0): of several CQs found fired at once, the one with the
+/// lowest fired first.
+pub const EVENT_SEQ_AT: usize = 104;
 pub const ARM_NEXT: u32 = 1;
 pub const ARM_SOLICITED: u32 = 2;
 pub const WQE_SIZE: usize = 192;
@@ -194,6 +199,12 @@ impl Ring {
     pub fn armed(&self) -> &AtomicU32 {
         // SAFETY: inside the header, aligned.
         unsafe { AtomicU32::from_ptr(self.base.add(ARMED_AT) as *mut u32) }
+    }
+
+    /// A CQ ring's event sequence word ([`EVENT_SEQ_AT`]).
+    pub fn event_seq(&self) -> &AtomicU32 {
+        // SAFETY: inside the header, aligned.
+        unsafe { AtomicU32::from_ptr(self.base.add(EVENT_SEQ_AT) as *mut u32) }
     }
 
     /// The daemon's "parked" flag ([`PARKED_AT`]).

@@ -343,7 +343,9 @@ fn perftest_bw(s: &Setting, iters: &str) {
 }
 
 /// perftest's latency tests, every size (-a); --report_gbits too (the
-/// latency tests accept it and print the same table).
+/// latency tests accept it and print the same table); ib_send_lat on
+/// completion events (-e: one channel for its send and receive CQs, so
+/// the events must come in the order of the completions).
 fn perftest_lat(s: &Setting, iters: &str) {
     let table = "t_typical";
     for p in ["ib_write_lat", "ib_read_lat", "ib_send_lat"] {
@@ -356,6 +358,13 @@ fn perftest_lat(s: &Setting, iters: &str) {
             table,
         );
     }
+    pair(
+        s,
+        "ib_send_lat",
+        "-p",
+        &["-x", "3", "-n", "5000", "-e"],
+        table,
+    );
     pair(s, "ib_atomic_lat", "-p", &["-x", "3", "-n", "100"], table);
     pair(
         s,

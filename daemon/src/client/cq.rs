@@ -86,6 +86,13 @@ impl Cq {
         self.ring.armed().load(Ordering::SeqCst)
     }
 
+    /// The daemon's count of fired events when it fired this CQ's latest:
+    /// of CQs found fired together, the lowest fired first (compare with
+    /// wrapping differences).
+    pub fn event_seq(&self) -> u32 {
+        self.ring.event_seq().load(Ordering::SeqCst)
+    }
+
     /// Hands up to `max` raw completions, oldest first, to `f` and
     /// releases their slots; their count. For callers that convert CQEs to
     /// another layout (the libibverbs drop-in's `ibv_wc`).

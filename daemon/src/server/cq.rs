@@ -135,6 +135,8 @@ pub(super) fn resize_cq(sh: &Shared, id: u64, cq: u32, cqe: u32) -> Result<Reply
         ring.write::<CqeRaw>(at, &c.ring.read::<CqeRaw>(at));
     }
     ring.consumer().store(cons, Release);
+    ring.event_seq()
+        .store(c.ring.event_seq().load(SeqCst), SeqCst);
     ring.armed().store(c.ring.armed().load(SeqCst), SeqCst);
     ring.producer().store(c.prod, Release);
     c.ring = ring;

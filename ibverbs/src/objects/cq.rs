@@ -5,7 +5,9 @@ use super::*;
 
 /// A completion channel: one eventfd the daemon writes for every CQ on the
 /// channel whose request fired; which CQ fired is read from the CQs'
-/// request words (the daemon clears them as it fires). The application
+/// request words (the daemon clears them as it fires), and CQs found fired
+/// together are handed out in the order they fired (their rings' event
+/// sequence words), which is the order of their completions. The application
 /// sees an epoll descriptor watching the eventfd (`ibv.fd`): readable
 /// exactly when the eventfd is, and its own file, so the application's
 /// O_NONBLOCK (ibv_get_cq_event then returns EAGAIN) is not mixed up with
@@ -409,17 +411,23 @@ pub unsafe extern "C" fn srv_ibv_get_cq_event(
             // a dead daemon fires no more events: every armed CQ fires now,
             // for its waiter to poll the flushed WRs
             let dead = chan.ctx.is_dead();
-            let fired: Vec<usize> = st
+            // (the CQ, the daemon's event count when it fired)
+            let mut fired: Vec<(usize, u32)> = st
                 .cqs
                 .iter()
-                .copied()
-                .filter(|p| {
+                .filter_map(|&p| {
                     // SAFETY: CQs on the channel are alive (destroy removes them).
-                    let c = unsafe { &*(*p as *const Cq) };
-                    c.armed.load(Ordering::Acquire) && (dead || lock(&c.inner).armed() == 0)
+                    let c = unsafe { &*(p as *const Cq) };
+                    let inner = lock(&c.inner);
+                    let fired = c.armed.load(Ordering::Acquire) && (dead || inner.armed() == 0);
+                    fired.then(|| (p, inner.event_seq()))
                 })
                 .collect();
-            for p in fired {
+            // in the order they fired, which follows their completions
+            if let Some(&(_, first)) = fired.first() {
+                fired.sort_by_key(|&(_, seq)| seq.wrapping_sub(first) as i32);
+            }
+            for (p, _) in fired {
                 // SAFETY: as above.
                 let c = unsafe { &*(p as *const Cq) };
                 c.armed.store(false, Ordering::Release);

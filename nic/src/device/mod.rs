@@ -122,6 +122,7 @@ impl Rnic {
                 pfc_tx,
                 now: Instant::ZERO,
                 link_up: true,
+                completions: 0,
             },
             qps: Vec::new(),
             drops: BTreeMap::new(),

@@ -288,6 +288,18 @@ impl Rnic {
         c.poll(max, out).map_err(|_| VerbsError::CqOverrun)
     }
 
+    /// The device-wide sequence number of the oldest completion CQ `cq`
+    /// holds (None: empty, or no such CQ). Completions on several CQs
+    /// compare by it: the events of CQs sharing a completion channel go
+    /// out in the order of their completions.
+    pub fn cq_oldest(&self, cq: u32) -> Option<u64> {
+        self.res
+            .cqs
+            .get(cq as usize)
+            .and_then(|c| c.as_ref())
+            .and_then(|c| c.oldest())
+    }
+
     /// How many completions CQ `cq` holds (0 for no such CQ).
     pub fn cq_len(&self, cq: u32) -> usize {
         self.res

@@ -33,6 +33,8 @@ pub(crate) struct Resources {
     pub now: Instant,
     /// Whether the port's link is up (what the engine last saw).
     pub link_up: bool,
+    /// Completions delivered so far: the sequence number of the latest.
+    pub completions: u64,
 }
 
 impl Resources {
@@ -172,7 +174,10 @@ impl Resources {
         match self.cqs.get_mut(cq as usize).and_then(|c| c.as_mut()) {
             Some(c) => {
                 let was = c.is_overrun();
-                let r = c.push(wc).map_err(|_| VerbsError::CqOverrun);
+                self.completions = self.completions.wrapping_add(1);
+                let r = c
+                    .push(self.completions, wc)
+                    .map_err(|_| VerbsError::CqOverrun);
                 if !was && c.is_overrun() {
                     // IBA 11.4.2.1: the overrun is an asynchronous CQ error
                     self.raise(AsyncEvent::CqErr(cq));

@@ -6,7 +6,9 @@ use super::wr::Wc;
 use std::collections::VecDeque;
 
 pub struct Cq {
-    entries: VecDeque<Wc>,
+    /// Completions, oldest first, each with its place in the device's
+    /// order of completions ([`Cq::oldest`]).
+    entries: VecDeque<(u64, Wc)>,
     capacity: usize,
     overrun: bool,
 }
@@ -25,13 +27,22 @@ impl Cq {
         }
     }
 
-    pub fn push(&mut self, wc: Wc) -> Result<(), CqOverrun> {
+    /// Adds completion `wc`, the device's `seq`-th.
+    pub fn push(&mut self, seq: u64, wc: Wc) -> Result<(), CqOverrun> {
         if self.overrun || self.entries.len() >= self.capacity {
             self.overrun = true;
             return Err(CqOverrun);
         }
-        self.entries.push_back(wc);
+        self.entries.push_back((seq, wc));
         Ok(())
+    }
+
+    /// The device-wide sequence number of the oldest completion held: which
+    /// of several CQs got a completion first, for their events to go out in
+    /// that order (a completion channel's events follow the completions, as
+    /// a NIC's event queue does).
+    pub fn oldest(&self) -> Option<u64> {
+        self.entries.front().map(|(seq, _)| *seq)
     }
 
     /// Up to `max` completions, oldest first; `Err` once the CQ overran.
@@ -40,7 +51,7 @@ impl Cq {
             return Err(CqOverrun);
         }
         let n = max.min(self.entries.len());
-        out.extend(self.entries.drain(..n));
+        out.extend(self.entries.drain(..n).map(|(_, wc)| wc));
         Ok(n)
     }
 

@@ -112,6 +112,11 @@ pub struct DataPlane {
     /// A CQ ring was full at the last turn with completions still waiting:
     /// the client that polls makes room without ringing.
     backlog: bool,
+    /// CQs with new completions in a turn: (the device's sequence number of
+    /// the oldest, CQ, whether one satisfies a solicited-only request).
+    fire: Vec<(u64, u32, bool)>,
+    /// Events fired so far (each CQ ring's event sequence word).
+    events_fired: u32,
 }
 
 /// A completion event, if the client armed the CQ for one these completions
@@ -119,21 +124,29 @@ pub struct DataPlane {
 /// next one with the Solicited Event bit or an unsuccessful one); the
 /// request is used up. The CQEs are published before the armed word is
 /// read, and the client arms before it polls once more: a completion is
-/// either seen by that poll or signalled.
-fn notify(ring: &Ring, fd: &std::os::fd::OwnedFd, solicited: bool) {
+/// either seen by that poll or signalled. `seq` goes into the ring's
+/// event sequence word before the armed word goes to 0, for the client to
+/// hand out CQs found fired together in the order they fired. Whether it
+/// fired.
+fn notify(ring: &Ring, fd: &std::os::fd::OwnedFd, solicited: bool, seq: u32) -> bool {
     use std::sync::atomic::Ordering::SeqCst;
     std::sync::atomic::fence(SeqCst);
     let armed = ring.armed().load(SeqCst);
     let wanted = armed == ring::ARM_NEXT || (armed == ring::ARM_SOLICITED && solicited);
-    if wanted
-        && ring
-            .armed()
-            .compare_exchange(armed, 0, SeqCst, SeqCst)
-            .is_ok()
-    {
-        use std::os::fd::AsFd;
-        nic::io::bell::ring_fd(fd.as_fd());
+    if !wanted {
+        return false;
     }
+    ring.event_seq().store(seq, SeqCst);
+    if ring
+        .armed()
+        .compare_exchange(armed, 0, SeqCst, SeqCst)
+        .is_err()
+    {
+        return false;
+    }
+    use std::os::fd::AsFd;
+    nic::io::bell::ring_fd(fd.as_fd());
+    true
 }
 
 fn status_of(e: &VerbsError) -> WcStatus {
@@ -465,15 +478,28 @@ impl DataPlane {
         n as usize
     }
 
+    /// Writes the device's completions into the CQ rings, then fires the
+    /// events they call for in the order the completions came: on a
+    /// completion channel shared by several CQs the events follow the
+    /// completions, as on a NIC whose event queue takes them in order (a
+    /// SEND's ACK before the peer's answer that came right after it).
     fn complete(&mut self, rnic: &mut Rnic) -> usize {
         let mut work = 0;
         self.backlog = false;
+        self.fire.clear();
         for (cqn, c) in self.cqs.iter_mut() {
             let cons = c.ring.consumer().load(std::sync::atomic::Ordering::Acquire);
             let used = c.prod.wrapping_sub(cons);
             // a wild consumer index (used > entries): treat the ring as full
             let mut room = c.ring.entries.saturating_sub(used);
             let start = c.prod;
+            // the daemon's own completions were made when their WQEs were
+            // fetched, before the device's
+            let oldest = if c.pending.is_empty() {
+                rnic.cq_oldest(*cqn).unwrap_or(u64::MAX)
+            } else {
+                0
+            };
             // does a completion written now satisfy a solicited-only request?
             let mut solicited = false;
             while room > 0 {
@@ -502,11 +528,25 @@ impl DataPlane {
                     .producer()
                     .store(c.prod, std::sync::atomic::Ordering::Release);
                 work += c.prod.wrapping_sub(start) as usize;
-                if let Some(fd) = &c.notify {
-                    notify(&c.ring, fd, solicited);
+                if c.notify.is_some() {
+                    self.fire.push((oldest, *cqn, solicited));
+                }
+            }
+        }
+        self.fire.sort_unstable();
+        for &(_, cqn, solicited) in &self.fire {
+            let Some(c) = self.cqs.get(&cqn) else {
+                continue;
+            };
+            if let Some(fd) = &c.notify {
+                if notify(&c.ring, fd, solicited, self.events_fired) {
+                    self.events_fired = self.events_fired.wrapping_add(1);
                 }
             }
         }
         work
     }
 }
+
+#[cfg(test)]
+mod tests;

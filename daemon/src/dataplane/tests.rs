@@ -1,0 +1,157 @@
+//! The order of completion events: two CQs on one completion channel
+//! (one eventfd) fire in the order their completions came, whatever order
+//! the data plane visits its CQs in.
+
+use super::*;
+use crate::ring::{ring_bytes, CQE_SIZE};
+use crate::shm::Mapping;
+use nic::device::Endpoint;
+use nic::transport::{QpInit, MAX_FRAME_LEN};
+use nic::verbs::{AhAttr, RecvWr, SendOp, SendWr, Sgl};
+use nic::Instant;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering::SeqCst;
+
+/// A CQ ring of 16 entries armed for the next completion, its events
+/// written to a duplicate of `chan`.
+fn armed_ring(chan: &OwnedFd) -> CqRing {
+    let map = Arc::new(Mapping::create("test-cq", ring_bytes(16, CQE_SIZE)).expect("memfd"));
+    // SAFETY: the mapping holds ring_bytes(16, CQE_SIZE) bytes and lives
+    // in the CqRing beside the ring; 16 is a power of two.
+    let ring = unsafe { Ring::new(map.ptr(), 16, CQE_SIZE) };
+    ring.armed().store(ring::ARM_NEXT, SeqCst);
+    CqRing {
+        _map: map,
+        ring,
+        prod: 0,
+        pending: VecDeque::new(),
+        notify: Some(chan.try_clone().expect("dup the eventfd")),
+        owner: 1,
+    }
+}
+
+/// Device A with an RC QP whose sends complete on one CQ and receives on
+/// another, connected to device B's; both hold a posted receive.
+struct Pair {
+    a: Rnic,
+    b: Rnic,
+    qa: u32,
+    qb: u32,
+    send_cq: u32,
+    recv_cq: u32,
+    ea: Endpoint,
+    eb: Endpoint,
+}
+
+fn pair() -> Pair {
+    let (mut a, ea) = Endpoint::create(0, false, 4096, 16, |_| {});
+    let (mut b, eb) = Endpoint::create(1, false, 4096, 16, |_| {});
+    let send_cq = ea.cq;
+    let recv_cq = a.create_cq(16);
+    let init = |pd, send_cq, recv_cq| QpInit {
+        qp_type: wire::QpType::Rc,
+        pd,
+        send_cq,
+        recv_cq,
+        srq: None,
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        sq_sig_all: true,
+    };
+    let qa = a.create_qp(init(ea.pd, send_cq, recv_cq)).expect("qp a");
+    let qb = b.create_qp(init(eb.pd, eb.cq, eb.cq)).expect("qp b");
+    let cfg = sim::PairConfig::default();
+    sim::connect(&mut a, qa, cfg, AhAttr::new(eb.gid, eb.mac), qb, 0, 0);
+    sim::connect(&mut b, qb, cfg, AhAttr::new(ea.gid, ea.mac), qa, 0, 0);
+    for (r, q, e) in [(&mut a, qa, &ea), (&mut b, qb, &eb)] {
+        let sgl = Sgl::single(e.base + 1024, 64, e.lkey);
+        r.post_recv(q, RecvWr { wr_id: 7, sgl }).expect("post recv");
+    }
+    Pair {
+        a,
+        b,
+        qa,
+        qb,
+        send_cq,
+        recv_cq,
+        ea,
+        eb,
+    }
+}
+
+/// Every frame `r` has to send now.
+fn frames(r: &mut Rnic) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; MAX_FRAME_LEN];
+    while let Some(n) = r.poll_transmit(Instant::ZERO, &mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+fn send(r: &mut Rnic, q: u32, e: &Endpoint) {
+    let wr = SendWr::new(1, SendOp::Send, Sgl::single(e.base, 64, e.lkey));
+    r.post_send(q, wr).expect("post send");
+}
+
+/// A's SEND is answered by B's ACK and then by B's own SEND, which A
+/// takes in one turn: the send completion first. With `answer_first`, B
+/// sends before it sees A's SEND, so A's receive completes first. Returns
+/// A's device (both completions waiting) and which CQ completed first.
+fn completions(answer_first: bool) -> (Pair, u32) {
+    let mut p = pair();
+    send(&mut p.a, p.qa, &p.ea);
+    let to_b = frames(&mut p.a);
+    if answer_first {
+        send(&mut p.b, p.qb, &p.eb);
+    }
+    let mut to_a = frames(&mut p.b);
+    for f in &to_b {
+        p.b.handle_frame(Instant::ZERO, f);
+    }
+    if !answer_first {
+        send(&mut p.b, p.qb, &p.eb);
+    }
+    to_a.extend(frames(&mut p.b));
+    for f in &to_a {
+        p.a.handle_frame(Instant::ZERO, f);
+    }
+    assert_eq!(p.a.cq_len(p.send_cq), 1, "A's SEND completed");
+    assert_eq!(p.a.cq_len(p.recv_cq), 1, "B's SEND arrived");
+    let first = if answer_first { p.recv_cq } else { p.send_cq };
+    (p, first)
+}
+
+#[test]
+fn events_on_one_channel_follow_the_order_of_completions() {
+    // the data plane's CQ table is a HashMap, whose order differs from one
+    // instance to the next: several rounds visit the CQs both ways
+    for round in 0..16 {
+        let (mut p, first) = completions(round % 2 == 1);
+        // SAFETY: eventfd makes a new descriptor, owned here.
+        let chan = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_CLOEXEC)) };
+        let mut dp = DataPlane::default();
+        dp.add_cq(p.send_cq, armed_ring(&chan));
+        dp.add_cq(p.recv_cq, armed_ring(&chan));
+        assert_eq!(dp.complete(&mut p.a), 2, "round {round}: two CQEs written");
+        let seq = |cq: u32| dp.cqs[&cq].ring.event_seq().load(SeqCst);
+        let second = if first == p.send_cq {
+            p.recv_cq
+        } else {
+            p.send_cq
+        };
+        for cq in [first, second] {
+            assert_eq!(dp.cqs[&cq].ring.armed().load(SeqCst), 0, "CQ {cq} fired");
+        }
+        assert!(
+            (seq(second).wrapping_sub(seq(first)) as i32) > 0,
+            "round {round}: CQ {first} completed first but fired as {} after {}",
+            seq(first),
+            seq(second)
+        );
+        let mut count = 0u64;
+        // SAFETY: an 8-byte read from our eventfd into a local.
+        let n = unsafe { libc::read(chan.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        assert_eq!((n, count), (8, 2), "two events on the channel");
+    }
+}
