@@ -840,3 +840,37 @@ fn a_synchronous_call_on_a_removed_device_fails_with_enodev() {
         assert_eq!(id::scm_rdma_destroy_id(id), 0);
     }
 }
+
+#[test]
+fn migrate_id_takes_the_events_its_old_channel_had_not_handed_out() {
+    let (lib, _st, chan) = setup();
+    let other = ChanPriv::create(lib).unwrap() as *mut rdma_event_channel;
+    // SAFETY: the objects of this test.
+    unsafe {
+        let (a, b) = (new_id(chan, 1), new_id(chan, 2));
+        for (id, at) in [(a, "192.0.2.1:0"), (b, "192.0.2.1:0")] {
+            let mut src = sa(at);
+            assert_eq!(scm_rdma_bind_addr(id, addr(&mut src)), 0);
+        }
+        // queued on the old channel: b's event, then a's, then b's again
+        for id in [b, a] {
+            let mut dst = sa("192.0.2.2:1");
+            assert_eq!(scm_rdma_resolve_addr(id, null_mut(), addr(&mut dst), 1), 0);
+        }
+        assert_eq!(scm_rdma_resolve_route(b, 1), 0);
+        assert_eq!(scm_rdma_migrate_id(a, other), 0);
+        assert!(readable(other));
+        let e = next(other);
+        assert_eq!(((*e).id, (*e).event), (a, event::ADDR_RESOLVED));
+        scm_rdma_ack_cm_event(e);
+        assert!(!readable(other), "a had one event");
+        for want in [event::ADDR_RESOLVED, event::ROUTE_RESOLVED] {
+            let e = next(chan);
+            assert_eq!(((*e).id, (*e).event), (b, want), "b's stay, in order");
+            scm_rdma_ack_cm_event(e);
+        }
+        assert!(!readable(chan));
+        id::scm_rdma_destroy_id(a);
+        id::scm_rdma_destroy_id(b);
+    }
+}

@@ -419,9 +419,9 @@ fn request(
             if !s.chans.contains_key(&chan) {
                 return Err(CmRequestError::NoChannel(chan));
             }
-            let i = id_mut(s, owner, id)?;
-            i.chan = chan;
-            events(i.events)
+            let reported = id_mut(s, owner, id)?.events;
+            s.migrate(id, chan);
+            events(reported)
         }
     }
 }
