@@ -22,12 +22,11 @@
 //! under CI=true.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-use testkit::abi::profile_dir;
 use testkit::netns::{self, free_port, listening};
 use testkit::proc::{Finished, Running};
-use testkit::rnicd::{built, counter, counters, have, Daemon, STUCK};
+use testkit::rnicd::{built, counter, counters, have, rnic_exec, Daemon, STUCK};
 use testkit::rnicd_pair::{RnicdPair, Veth};
 
 /// How long one libfabric tool may run.
@@ -48,23 +47,8 @@ struct Side {
 
 /// `rnic exec --sock-dir D -- args` on `side`.
 fn in_view(side: &Side, args: &[&str]) -> Command {
-    let rnic = profile_dir().join("rnic");
-    let mut c = match &side.ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, "setpriv"])
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(rnic);
-            c
-        }
-        None => Command::new(rnic),
-    };
-    c.arg("exec")
-        .arg("--sock-dir")
-        .arg(&side.sock_dir)
-        .arg("--")
-        .args(args)
-        .stdin(Stdio::null());
+    let mut c = rnic_exec(side.ns.as_deref(), &side.sock_dir);
+    c.args(args);
     c
 }
 
