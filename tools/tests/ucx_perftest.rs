@@ -374,6 +374,59 @@ fn ucp_moves_data_that_checks_over_rc_verbs() {
     ucp_check_between(&bin, dir.path(), &server, &client);
 }
 
+/// UCX's documented timeouts, shortened for the killed-peer test: the
+/// keepalive of endpoints with peer error handling, and the UD endpoint's
+/// timeout (30 s by default), which ends the endpoint once the peer stops
+/// answering.
+const SHORT_TIMEOUTS: [(&str, &str); 2] = [
+    ("UCX_KEEPALIVE_INTERVAL", "1s"),
+    ("UCX_UD_VERBS_TIMEOUT", "5s"),
+];
+
+#[test]
+fn a_ucp_peer_killed_mid_run_ends_the_survivor_with_an_error() {
+    const TEST: &str = "ucp_check with its server killed";
+    if !testkit::runs_here(TEST, ucx_ready()) {
+        return;
+    }
+    let dir = shared_tempdir();
+    let bin = ucp_check(dir.path());
+    let d = Daemon::start();
+    let (server, client) = mem_pair_sides(&d);
+    let at = dir.path().to_str().expect("utf-8 temp path").to_string();
+    // rounds enough to outlast the test: only the kill ends the exchange
+    let args = |role: &str| [role.to_string(), at.clone(), "1000000000".into()];
+    let run = |side: &Side, role: &str| {
+        let mut c = ucx_on(side, RC, &bin, &args(role));
+        c.envs(SHORT_TIMEOUTS);
+        Running::spawn(format!("ucp_check {role} (endless)"), c)
+    };
+    let mut srv = run(&server, "server");
+    let mut cli = run(&client, "client");
+    // the exchange is under way: t0 has received a good many messages
+    let recvs = |r: &str| counter(r, "t0", "rdma_recvs");
+    let start = recvs(&counters(d.sock_dir()));
+    testkit::wait_for(STUCK, "the exchange under way", || {
+        if srv.ended() || cli.ended() {
+            panic!("ucp_check ended before the kill");
+        }
+        (recvs(&counters(d.sock_dir())) > start + 100)
+            .then_some(())
+            .ok_or("too few receives yet")
+    });
+    srv.kill();
+    let cli = cli.finish(Instant::now() + DEADLINE);
+    let srv = srv.finish(Instant::now());
+    let say = format!("{srv}\n{cli}\ncounters:\n{}", counters(d.sock_dir()));
+    // exit 2: UCX called the endpoint's error handler
+    assert_eq!(cli.status.and_then(|s| s.code()), Some(2), "{say}");
+    assert!(cli.stderr.contains("ucp_check: peer failure"), "{say}");
+    eprintln!("survivor: {}", cli.stderr.trim());
+    // the daemon serves the next pair
+    let again = shared_tempdir();
+    ucp_check_between(&bin, again.path(), &server, &client);
+}
+
 #[test]
 fn ucp_moves_data_that_checks_between_namespaces_over_veth() {
     const TEST: &str = "ucp_check between namespaces";
