@@ -262,20 +262,29 @@ fn job(net: &mut Switched, dir: &Path, bin: &Path, ranks: usize) {
     );
 }
 
-#[test]
-fn open_mpi_runs_over_rc_verbs_on_2_and_4_hosts() {
-    const TEST: &str = "Open MPI over UCX on softrnic";
-    if !testkit::runs_here(TEST, mpi_ready()) {
-        return;
+/// For `test`: when Open MPI and namespaces are here, a temp folder with
+/// mpi_check built in it and `hosts` hosts on a switch (namespace tag
+/// `tag`), an rnicd over AF_PACKET on each; None after a SKIPPED (or a
+/// failure under CI).
+fn setting(test: &str, tag: &str, hosts: usize) -> Option<(tempfile::TempDir, PathBuf, Switched)> {
+    if !testkit::runs_here(test, mpi_ready()) {
+        return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = mpi_check(dir.path());
-    let mut net = match Switched::try_start("mpi", 4, "afpacket") {
-        Ok(n) => n,
+    match Switched::try_start(tag, hosts, "afpacket") {
+        Ok(net) => Some((dir, bin, net)),
         Err(why) => {
-            testkit::skip_or_fail(TEST, &why);
-            return;
+            testkit::skip_or_fail(test, &why);
+            None
         }
+    }
+}
+
+#[test]
+fn open_mpi_runs_over_rc_verbs_on_2_and_4_hosts() {
+    let Some((dir, bin, mut net)) = setting("Open MPI over UCX on softrnic", "mpi", 4) else {
+        return;
     };
     job(&mut net, dir.path(), &bin, 2);
     job(&mut net, dir.path(), &bin, 4);
@@ -301,18 +310,8 @@ fn rank_pids(bin: &Path, rank: usize) -> Vec<i32> {
 
 #[test]
 fn a_rank_killed_mid_run_ends_the_mpi_job_with_an_error() {
-    const TEST: &str = "Open MPI with a rank killed";
-    if !testkit::runs_here(TEST, mpi_ready()) {
+    let Some((dir, bin, mut net)) = setting("Open MPI with a rank killed", "mpk", 2) else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bin = mpi_check(dir.path());
-    let mut net = match Switched::try_start("mpk", 2, "afpacket") {
-        Ok(n) => n,
-        Err(why) => {
-            testkit::skip_or_fail(TEST, &why);
-            return;
-        }
     };
     let agent = agent(dir.path(), &net);
     let reads = dev_counter(&net, 1, "rx_read_requests");

@@ -353,6 +353,18 @@ fn ucp_check_between(bin: &Path, dir: &Path, server: &Side, client: &Side) {
     }
 }
 
+/// For `test`: when UCX is here, a temp folder `nobody` may write in
+/// with ucp_check built in it; None after a SKIPPED (or a failure under
+/// CI).
+fn ucp_check_ready(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    if !testkit::runs_here(test, ucx_ready()) {
+        return None;
+    }
+    let dir = shared_tempdir();
+    let bin = ucp_check(dir.path());
+    Some((dir, bin))
+}
+
 /// A temp folder `nobody` may write in (ucp_check's meeting place when
 /// it runs in a namespace as nobody).
 fn shared_tempdir() -> tempfile::TempDir {
@@ -364,11 +376,9 @@ fn shared_tempdir() -> tempfile::TempDir {
 
 #[test]
 fn ucp_moves_data_that_checks_over_rc_verbs() {
-    if !testkit::runs_here("ucp_check over rnic exec", ucx_ready()) {
+    let Some((dir, bin)) = ucp_check_ready("ucp_check over rnic exec") else {
         return;
-    }
-    let dir = shared_tempdir();
-    let bin = ucp_check(dir.path());
+    };
     let d = Daemon::start();
     let (server, client) = mem_pair_sides(&d);
     ucp_check_between(&bin, dir.path(), &server, &client);
@@ -385,12 +395,9 @@ const SHORT_TIMEOUTS: [(&str, &str); 2] = [
 
 #[test]
 fn a_ucp_peer_killed_mid_run_ends_the_survivor_with_an_error() {
-    const TEST: &str = "ucp_check with its server killed";
-    if !testkit::runs_here(TEST, ucx_ready()) {
+    let Some((dir, bin)) = ucp_check_ready("ucp_check with its server killed") else {
         return;
-    }
-    let dir = shared_tempdir();
-    let bin = ucp_check(dir.path());
+    };
     let d = Daemon::start();
     let (server, client) = mem_pair_sides(&d);
     let at = dir.path().to_str().expect("utf-8 temp path").to_string();
@@ -430,11 +437,9 @@ fn a_ucp_peer_killed_mid_run_ends_the_survivor_with_an_error() {
 #[test]
 fn ucp_moves_data_that_checks_between_namespaces_over_veth() {
     const TEST: &str = "ucp_check between namespaces";
-    if !testkit::runs_here(TEST, ucx_ready()) {
+    let Some((dir, bin)) = ucp_check_ready(TEST) else {
         return;
-    }
-    let dir = shared_tempdir();
-    let bin = ucp_check(dir.path());
+    };
     let Some(mut pair) = veth_pair(TEST, "uc") else {
         return;
     };
