@@ -13,8 +13,9 @@
  * `ucp_check server|client DIR ROUNDS` repeats the tagged exchange ROUNDS
  * times, its endpoints created with peer error handling
  * (UCP_ERR_HANDLING_MODE_PEER): when UCX finds the peer gone (its
- * keepalive, a transport error), the error handler prints
- * "ucp_check: peer failure" with UCX's status and exits 2. A long run
+ * keepalive, a transport error), the error handler, or a request UCX
+ * completes with an error, prints "ucp_check: peer failure" with UCX's
+ * status and exits 2. A long run
  * for a test to kill the peer in.
  *
  * ucx-utils ships no UCX headers (libucx-dev): the few declarations used
@@ -90,11 +91,18 @@ static void die(const char *what, long v) {
 
 static void on_send(void *r, ucs_status_t s) { (void)r; (void)s; }
 
+/* Whether the endpoints have peer error handling (the ROUNDS mode). */
+static int peer_mode;
+
+static void peer_failure(ucs_status_t s, const char *what) {
+	fprintf(stderr, "ucp_check: peer failure (UCX status %d) in %s\n", s, what);
+	exit(2);
+}
+
 static void on_peer_failure(void *arg, ucp_ep_h ep, ucs_status_t s) {
 	(void)arg;
 	(void)ep;
-	fprintf(stderr, "ucp_check: peer failure (UCX status %d)\n", s);
-	exit(2);
+	peer_failure(s, "the endpoint's error handler");
 }
 static void on_recv(void *r, ucs_status_t s, ucp_tag_recv_info_t *i) { (void)r; (void)s; (void)i; }
 
@@ -102,12 +110,18 @@ static void on_recv(void *r, ucs_status_t s, ucp_tag_recv_info_t *i) { (void)r; 
 static void wait_req(ucs_status_ptr_t r, const char *what) {
 	if (r == NULL)
 		return;
-	if ((uintptr_t)r >= (uintptr_t)(intptr_t)UCS_ERR_LAST)
+	if ((uintptr_t)r >= (uintptr_t)(intptr_t)UCS_ERR_LAST) {
+		if (peer_mode)
+			peer_failure((ucs_status_t)(intptr_t)r, what);
 		die(what, (long)(intptr_t)r);
+	}
 	ucs_status_t s;
 	while ((s = ucp_request_check_status(r)) == UCS_INPROGRESS)
 		ucp_worker_progress(worker);
 	ucp_request_free(r);
+	/* with peer error handling, UCX fails the requests of a failed peer */
+	if (s != 0 && peer_mode)
+		peer_failure(s, what);
 	if (s != 0)
 		die(what, s);
 }
@@ -175,7 +189,8 @@ int main(int argc, char **argv) {
 	memset(theirs, 0, BIG);
 	put_file(server ? "server.addr" : "client.addr", addr, alen);
 	struct ucp_ep_params ep_p = { .field_mask = EP_ADDRESS };
-	if (argc == 4) {
+	peer_mode = argc == 4;
+	if (peer_mode) {
 		ep_p.field_mask |= EP_ERR_MODE | EP_ERR_HANDLER;
 		ep_p.err_mode = ERR_HANDLING_MODE_PEER;
 		ep_p.err_cb = on_peer_failure;
