@@ -14,6 +14,8 @@
 //!   removes itself;
 //! - [`rnicd_pair`]: two rnicd daemons, one per namespace, on the two
 //!   ends of a veth pair;
+//! - [`switched`]: hosts on a bridge in a switch namespace, an rnicd on
+//!   each host's veth;
 //! - [`pcap`]: the capture files the tests read;
 //! - [`proc`]: a program a test runs, with a deadline, killed on drop;
 //! - [`abi`]: C structure layouts against the system's headers;
@@ -29,6 +31,7 @@ pub mod pcap;
 pub mod proc;
 pub mod rnicd;
 pub mod rnicd_pair;
+pub mod switched;
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};

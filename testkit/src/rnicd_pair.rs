@@ -81,7 +81,7 @@ impl Veth {
 }
 
 /// Whether `dev` in namespace `ns` has carrier (LOWER_UP).
-fn carrier(ns: &str, dev: &str) -> bool {
+pub(crate) fn carrier(ns: &str, dev: &str) -> bool {
     Command::new("ip")
         .args(["-n", ns, "-o", "link", "show", "dev", dev])
         .output()

@@ -22,12 +22,11 @@
 //! under CI=true.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-use testkit::abi::profile_dir;
 use testkit::netns::{self, free_port, listening};
 use testkit::proc::{Finished, Running};
-use testkit::rnicd::{built, counter, counters, have, Daemon, STUCK};
+use testkit::rnicd::{built, counter, counters, have, rnic_exec, Daemon, STUCK};
 use testkit::rnicd_pair::{RnicdPair, Veth};
 
 /// How long one libfabric tool may run.
@@ -48,23 +47,8 @@ struct Side {
 
 /// `rnic exec --sock-dir D -- args` on `side`.
 fn in_view(side: &Side, args: &[&str]) -> Command {
-    let rnic = profile_dir().join("rnic");
-    let mut c = match &side.ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, "setpriv"])
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(rnic);
-            c
-        }
-        None => Command::new(rnic),
-    };
-    c.arg("exec")
-        .arg("--sock-dir")
-        .arg(&side.sock_dir)
-        .arg("--")
-        .args(args)
-        .stdin(Stdio::null());
+    let mut c = rnic_exec(side.ns.as_deref(), &side.sock_dir);
+    c.args(args);
     c
 }
 
@@ -296,4 +280,65 @@ fn fi_pingpong_runs_between_namespaces_over_veth() {
     pair.check_alive();
     check(&RDM, &a, &b, &addr, &devs);
     pair.check_alive();
+}
+
+/// `fi_pingpong -e msg` between t0 and t1 with the server killed mid-run.
+/// The daemon closes the dead process's connection as the kernel's RDMA
+/// CM does when it destroys a connected ID: a DREQ to the peer, whose
+/// device answers with a DREP and reports RDMA_CM_EVENT_DISCONNECTED.
+/// fi_pingpong itself never gives up: it polls its CQ for the peer's
+/// message with no timeout and reads no CM event during the transfer,
+/// and a disconnect leaves the survivor's QP in RTS (as on a real RoCE
+/// NIC: the RDMA CM reports it, and moves no QP to error), so the test
+/// ends the survivor itself once the DREQ has reached its device. The
+/// daemon must then serve a fresh run.
+#[test]
+fn a_killed_fi_pingpong_peer_is_disconnected_and_rnicd_serves_on() {
+    const TEST: &str = "fi_pingpong with its server killed";
+    if !testkit::runs_here(TEST, fabric_ready()) {
+        return;
+    }
+    let d = Daemon::start();
+    let side = || Side {
+        ns: None,
+        sock_dir: d.sock_dir().to_path_buf(),
+    };
+    let port = free_port().to_string();
+    let args = |oob: &'static str| {
+        let mut a = vec!["fi_pingpong", "-p", "verbs", "-e", "msg", "-S", "4096"];
+        // iterations enough to outlast the test: only the kill ends it
+        a.extend(["-I", "1000000000", oob, port.as_str()]);
+        a
+    };
+    let mut srv = Running::spawn(
+        "fi_pingpong server (endless)",
+        in_view(&side(), &args("-B")),
+    );
+    let p: u16 = port.parse().expect("port");
+    testkit::poll_within(STUCK, || (listening(None, p) || srv.ended()).then_some(()));
+    let mut a = args("-P");
+    a.push("127.0.0.1");
+    let mut cli = Running::spawn("fi_pingpong client (endless)", in_view(&side(), &a));
+    let sends = || counter(&counters(d.sock_dir()), "t1", "rdma_sends");
+    let start = sends();
+    testkit::wait_for(STUCK, "the ping-pong under way", || {
+        if srv.ended() || cli.ended() {
+            panic!("fi_pingpong ended before the kill");
+        }
+        (sends() > start + 100)
+            .then_some(())
+            .ok_or("too few sends yet")
+    });
+    let dreqs = |r: &str| cm_counter(r, "t1", "cm_rx_dreq");
+    let before = dreqs(&counters(d.sock_dir()));
+    srv.kill();
+    testkit::wait_for(STUCK, "the DREQ at the survivor's device", || {
+        let r = counters(d.sock_dir());
+        (dreqs(&r) > before).then_some(()).ok_or(r)
+    });
+    let cli = cli.finish(Instant::now());
+    assert!(!cli.ok(), "the survivor cannot have finished: {cli}");
+    // the daemon serves a fresh pair
+    let devs = [("t0", d.sock_dir()), ("t1", d.sock_dir())];
+    check(&MSG, &side(), &side(), "127.0.0.1", &devs);
 }
