@@ -9,7 +9,8 @@
 //!   what was awaited and what was seen last. The deadlines are the
 //!   callers' (generous, so only a stuck run reaches them);
 //! - the rule for what cannot run here: [`skip_or_fail`] — a loud SKIPPED
-//!   line, or a failure saying why when `CI` is set;
+//!   line, or a failure saying why when `CI` is set; [`Missing`] is
+//!   the error that says what is missing;
 //! - [`netns`]: network namespaces and veth pairs a test creates and
 //!   removes itself;
 //! - [`rnicd_pair`]: two rnicd daemons, one per namespace, on the two
@@ -72,11 +73,44 @@ pub fn under_ci() -> bool {
 /// For a test (or part of one, named by `test`) that cannot run here:
 /// under CI it fails, saying `why`; elsewhere it prints a loud SKIPPED
 /// line and returns, and the caller skips.
-pub fn skip_or_fail(test: &str, why: &str) {
+pub fn skip_or_fail(test: &str, why: impl Display) {
     if under_ci() {
         panic!("{test}: {why} — and CI is set, where every test must run");
     }
     eprintln!("\n*** SKIPPED {test}: {why} ***\n");
+}
+
+/// Why a test (or part of one) cannot run here: a program, a privilege
+/// or a build it needs is missing. The message says what and how to get
+/// it; [`runs_here`] and [`skip_or_fail`] print it. (Namespaces have
+/// their own reasons, [`netns::Unavailable`], which convert into it.)
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Missing(pub String);
+
+impl Missing {
+    /// The reason `why`.
+    pub fn new(why: impl Into<String>) -> Self {
+        Missing(why.into())
+    }
+}
+
+impl From<String> for Missing {
+    fn from(why: String) -> Self {
+        Missing(why)
+    }
+}
+
+impl From<netns::Unavailable> for Missing {
+    fn from(why: netns::Unavailable) -> Self {
+        Missing(why.to_string())
+    }
+}
+
+impl From<&str> for Missing {
+    fn from(why: &str) -> Self {
+        Missing(why.into())
+    }
 }
 
 /// Whether `test` can run here, as `ready` says; when not, the reason goes
@@ -85,7 +119,7 @@ pub fn runs_here<E: Display>(test: &str, ready: Result<(), E>) -> bool {
     match ready {
         Ok(()) => true,
         Err(why) => {
-            skip_or_fail(test, &why.to_string());
+            skip_or_fail(test, why);
             false
         }
     }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use testkit::abi::profile_dir;
 use testkit::proc::{Finished, Running};
 use testkit::rnicd::{built, have, is_root, Daemon, STUCK};
+use testkit::Missing;
 
 /// The system's Python, the one pyverbs (and so rdma-core's test suite)
 /// is installed for.
@@ -64,11 +65,11 @@ fn run(what: &str, c: Command) -> Finished {
     Running::spawn(what, c).finish(Instant::now() + DEADLINE)
 }
 
-fn prerequisites(progs: &[&str]) -> Result<(), String> {
+fn prerequisites(progs: &[&str]) -> Result<(), Missing> {
     built()?;
     for p in progs {
         if !have(p) {
-            return Err(format!("{p} not installed"));
+            return Err(format!("{p} not installed").into());
         }
     }
     Ok(())
@@ -164,10 +165,10 @@ show("suite/t0", (net,) + RDMATestCase.get_ip_mac_address(net)[:1])
 
 /// rdma-core's test suite (python3-pyverbs' documentation) unpacked in a
 /// folder `nobody` may read.
-fn rdma_core_suite() -> Result<tempfile::TempDir, String> {
+fn rdma_core_suite() -> Result<tempfile::TempDir, Missing> {
     let src = Path::new("/usr/share/doc/rdma-core/tests");
     if !src.join("base.py.gz").exists() {
-        return Err(format!("{} not installed (rdma-core)", src.display()));
+        return Err(format!("{} not installed (rdma-core)", src.display()).into());
     }
     let dir = open_dir();
     let tests = dir.path().join("tests");

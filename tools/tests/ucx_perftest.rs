@@ -181,11 +181,11 @@ fn check(d: &Daemon, run: &Run) -> String {
 }
 
 /// Whether the build and UCX (ucx-utils, and with it libucx0) are here.
-fn ucx_ready() -> Result<(), String> {
+fn ucx_ready() -> Result<(), testkit::Missing> {
     built()?;
     have("ucx_perftest")
         .then_some(())
-        .ok_or_else(|| "ucx_perftest not installed (ucx-utils)".to_string())
+        .ok_or_else(|| "ucx_perftest not installed (ucx-utils)".into())
 }
 
 #[test]

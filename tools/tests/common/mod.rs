@@ -127,11 +127,16 @@ impl Pcap {
     }
 }
 
+/// What tshark-judge printed about a capture it refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 /// tshark-judge's verdict on a capture (Wireshark with its payload
 /// heuristics off): `Some(Ok(text))` clean, `Some(Err(text))` not, `None`
 /// when tshark or the judge is missing here (after
 /// [`testkit::skip_or_fail`] for `test`, so under CI the test fails).
-pub fn tshark_verdict(test: &str, file: &Path) -> Option<Result<String, String>> {
+pub fn tshark_verdict(test: &str, file: &Path) -> Option<Result<String, Refused>> {
     if !testkit::tshark_runs(test) {
         return None;
     }
@@ -146,7 +151,7 @@ pub fn tshark_verdict(test: &str, file: &Path) -> Option<Result<String, String>>
     Some(if out.status.success() {
         Ok(text)
     } else {
-        Err(text)
+        Err(Refused(text))
     })
 }
 
