@@ -46,7 +46,7 @@ pub(super) struct ReqStream {
     /// atomic ends at its request PSN, where the responder counts it),
     /// oldest first: for checking MSNs.
     pub(super) ends: VecDeque<Psn>,
-    /// MSNs are no longer checked: a retransmission was seen (responses
+    /// MSNs go unchecked from here on: a retransmission was seen (responses
     /// to duplicates carry the current MSN), or, in lossy mode, packets
     /// are missing from the capture (where messages end is unknown).
     pub(super) msns_unknown: bool,
