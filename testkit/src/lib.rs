@@ -73,7 +73,7 @@ pub fn under_ci() -> bool {
 /// For a test (or part of one, named by `test`) that cannot run here:
 /// under CI it fails, saying `why`; elsewhere it prints a loud SKIPPED
 /// line and returns, and the caller skips.
-pub fn skip_or_fail(test: &str, why: impl Display) {
+pub fn skip_or_fail(test: &str, why: &str) {
     if under_ci() {
         panic!("{test}: {why} — and CI is set, where every test must run");
     }
@@ -92,6 +92,14 @@ impl Missing {
     /// The reason `why`.
     pub fn new(why: impl Into<String>) -> Self {
         Missing(why.into())
+    }
+}
+
+/// The message, where a reason is taken as text ([`skip_or_fail`]).
+impl std::ops::Deref for Missing {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
     }
 }
 
@@ -119,7 +127,7 @@ pub fn runs_here<E: Display>(test: &str, ready: Result<(), E>) -> bool {
     match ready {
         Ok(()) => true,
         Err(why) => {
-            skip_or_fail(test, why);
+            skip_or_fail(test, &why.to_string());
             false
         }
     }
