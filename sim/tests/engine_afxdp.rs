@@ -147,7 +147,7 @@ fn exchange(test: &str, tag: &str, mode: Option<AttachMode>) {
                 ok,
                 "{test}: ping {from} → {to} failed with the XDP program attached"
             ),
-            Err(why) => testkit::skip_or_fail(&format!("the ping check of {test}"), why),
+            Err(why) => testkit::skip_or_fail(&format!("the ping check of {test}"), &why),
         }
     }
 
