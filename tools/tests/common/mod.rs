@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod view;
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
