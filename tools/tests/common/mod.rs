@@ -163,3 +163,35 @@ pub fn missing_tool(test: &str, tool: &str) {
         &format!("{tool} is not installed (Debian package tshark; .ci/run installs it)"),
     );
 }
+
+/// A copy of the rxe capture `name` with `damage` done to it (which
+/// returns the frame it damaged), in a temporary folder; None after a
+/// SKIPPED line when the captures are missing.
+pub fn damaged(
+    test: &str,
+    name: &str,
+    damage: impl FnOnce(&mut Pcap) -> usize,
+) -> Option<(tempfile::TempDir, std::path::PathBuf, usize)> {
+    let dir = rxe_dir(test)?;
+    let mut p = Pcap::read(&dir.join(name));
+    let frame = damage(&mut p);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join(format!("damaged-{name}"));
+    p.write(&path);
+    Some((tmp, path, frame))
+}
+
+/// A copy of `p` that ends 500 bytes before the end of record `i` (as
+/// when the capturing tool is killed mid-write), in a temporary folder.
+pub fn cut_inside(p: &Pcap, i: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    let keep = Pcap {
+        header: p.header.clone(),
+        records: p.records[..=i].to_vec(),
+    };
+    let mut bytes = keep.bytes();
+    bytes.truncate(bytes.len() - 500);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("cut.pcap");
+    std::fs::write(&path, bytes).unwrap();
+    (tmp, path)
+}
