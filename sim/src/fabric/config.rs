@@ -94,7 +94,7 @@ pub struct FabricConfig {
     pub seed: u64,
     /// Period of [`Sample`]s; zero: none.
     pub sample_every: Duration,
-    /// Record every frame a host starts ([`Fabric::tx_log`]).
+    /// Record every frame a host starts ([`Fabric::tx_log`](super::Fabric::tx_log)).
     pub trace_tx: bool,
 }
 

@@ -9,7 +9,7 @@
 //! XOFF/XON thresholds).
 //!
 //! Flows are modelled at packet level, not with the full RC transport: a
-//! flow sends MTU-sized data packets (ECT(0), DSCP from [`Qos`]) paced by a
+//! flow sends MTU-sized data packets (ECT(0), DSCP from [`Qos`](nic::cc::Qos)) paced by a
 //! [`Pacer`] at its [`ReactionPoint`]'s rate; the receiving host runs a
 //! notification point per flow ([`CnpLimiter`]) and answers CE marks with
 //! CNPs over the reverse path (DSCP 48, priority 6, served before data).
