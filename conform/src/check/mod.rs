@@ -143,6 +143,17 @@ pub struct StreamKey {
     pub dest_qp: u32,
 }
 
+impl StreamKey {
+    /// The stream `r` belongs to: its addresses and destination QP.
+    pub fn of(r: &RoceRepr<'_>) -> StreamKey {
+        StreamKey {
+            src: r.ip.src(),
+            dst: r.ip.dst(),
+            dest_qp: r.bth.dest_qp,
+        }
+    }
+}
+
 /// Checks the frames of one capture, in order.
 #[derive(Default)]
 pub struct Checker {

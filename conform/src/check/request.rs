@@ -417,11 +417,7 @@ impl Checker {
         notes: &mut Vec<String>,
     ) -> Result<(), Violation> {
         let info = r.opcode_info().expect("parsed frames have a known opcode");
-        let key = StreamKey {
-            src: r.ip.src(),
-            dst: r.ip.dst(),
-            dest_qp: r.bth.dest_qp,
-        };
+        let key = StreamKey::of(r);
         let p = r.bth.psn;
         let s = self
             .req

@@ -281,11 +281,7 @@ impl Checker {
         notes: &mut Vec<String>,
     ) -> Result<(), Violation> {
         let info = r.opcode_info().expect("parsed frames have a known opcode");
-        let rkey = StreamKey {
-            src: r.ip.src(),
-            dst: r.ip.dst(),
-            dest_qp: r.bth.dest_qp,
-        };
+        let rkey = StreamKey::of(r);
         let p = r.bth.psn;
         let pair = self.paired(rkey, r.udp.src_port, p);
         let rs = self.resp.get_mut(&rkey).expect("inserted by paired");

@@ -368,6 +368,37 @@ pub fn lat_run(
     ))
 }
 
+/// The ping-pong of ib_write_lat and ib_send_lat: a side posts its
+/// message `k` (`send`) once the peer's message `k - 1` arrived (`wait`,
+/// given how many arrived before; `false` when `-D` ran out), the `first`
+/// side without waiting for the first; at the end the first side waits
+/// for the peer's last answer, and every send completes.
+fn ping_pong(
+    link: &mut Link,
+    first: bool,
+    clock: &mut LatClock,
+    progress: &mut Progress,
+    wait: impl Fn(&mut Link, &LatClock, u64) -> Result<bool, RunError>,
+    send: impl Fn(&mut Link, &mut LatClock, u64) -> Result<(), RunError>,
+) -> Result<(), RunError> {
+    let (mut k, mut r) = (0u64, 0u64);
+    while clock.more(k) {
+        if k != 0 || !first {
+            if !wait(link, clock, r)? {
+                break;
+            }
+            r += 1;
+        }
+        k += 1;
+        send(link, clock, k)?;
+        clock.tick(k, progress);
+    }
+    if first && clock.deadline.is_none() {
+        wait(link, clock, r)?;
+    }
+    link.quiesce()
+}
+
 /// ib_write_lat: each side WRITEs when the peer's WRITE has landed;
 /// perftest polls the last byte of its buffer for (char)rcnt.
 fn lat_write(
@@ -380,9 +411,8 @@ fn lat_write(
 ) -> Result<(), RunError> {
     let h = link.h as usize;
     let at = h + size - 1;
-    let (mut k, mut r) = (0u64, 0u64);
-    let wait = |link: &mut Link, clock: &LatClock, r: &mut u64| -> Result<bool, RunError> {
-        let want = (*r + 1) as u8;
+    let wait = |link: &mut Link, clock: &LatClock, r: u64| -> Result<bool, RunError> {
+        let want = (r + 1) as u8;
         let mut spin = Spin::new();
         while link.byte(at) != want {
             if clock.expired() {
@@ -391,24 +421,16 @@ fn lat_write(
             link.poll()?;
             spin.idle(link, "the peer's RDMA WRITE")?;
         }
-        *r += 1;
         Ok(true)
     };
-    while clock.more(k) {
-        if (k != 0 || !first) && !wait(link, clock, &mut r)? {
-            break;
-        }
-        k += 1;
+    let send = |link: &mut Link, clock: &mut LatClock, k: u64| -> Result<(), RunError> {
         link.nd.mem.write(size - 1, &[k as u8]);
         clock.stamp();
         link.post_send(0, size, k)?;
         link.poll()?;
-        clock.tick(k, progress);
-    }
-    if first && clock.deadline.is_none() {
-        wait(link, clock, &mut r)?;
-    }
-    link.quiesce()?;
+        Ok(())
+    };
+    ping_pong(link, first, clock, progress, wait, send)?;
     link.nd.mem.write(size - 1, &[pattern(size - 1)]);
     if check {
         check_pattern(link.nd, h, size - 1, "the peer's last RDMA WRITE")?;
@@ -425,10 +447,9 @@ fn lat_send(
     clock: &mut LatClock,
     progress: &mut Progress,
 ) -> Result<(), RunError> {
-    let (mut k, mut r) = (0u64, 0u64);
-    let wait = |link: &mut Link, clock: &LatClock, r: &mut u64| -> Result<bool, RunError> {
+    let wait = |link: &mut Link, clock: &LatClock, r: u64| -> Result<bool, RunError> {
         let mut spin = Spin::new();
-        while link.recvs <= *r {
+        while link.recvs <= r {
             if clock.expired() {
                 return Ok(false);
             }
@@ -436,23 +457,15 @@ fn lat_send(
                 spin.idle(link, "the peer's SEND")?;
             }
         }
-        *r += 1;
         Ok(true)
     };
-    link.recvs = 0;
-    while clock.more(k) {
-        if (k != 0 || !first) && !wait(link, clock, &mut r)? {
-            break;
-        }
-        k += 1;
+    let send = |link: &mut Link, clock: &mut LatClock, k: u64| -> Result<(), RunError> {
         clock.stamp();
         link.post_send(0, size, k)?;
-        clock.tick(k, progress);
-    }
-    if first && clock.deadline.is_none() {
-        wait(link, clock, &mut r)?;
-    }
-    link.quiesce()?;
+        Ok(())
+    };
+    link.recvs = 0;
+    ping_pong(link, first, clock, progress, wait, send)?;
     link.recvs = 0;
     if check {
         check_pattern(link.nd, link.h as usize, size, "the peer's last SEND")?;
