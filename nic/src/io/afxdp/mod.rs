@@ -512,8 +512,7 @@ impl Port for AfXdpPort {
             used = end;
             if ok && len > 0 {
                 batch.commit(len);
-                self.counters.rx_packets += 1;
-                self.counters.rx_bytes += len as u64;
+                self.counters.received(len);
                 n += 1;
             } else {
                 self.counters.rx_dropped += 1;
@@ -568,8 +567,7 @@ impl Port for AfXdpPort {
                 queued += 1;
             }
             sent += 1;
-            self.counters.tx_packets += 1;
-            self.counters.tx_bytes += f.len() as u64;
+            self.counters.sent(f.len());
         }
         self.xsk.tx.submit(queued);
         self.kick_tx();
