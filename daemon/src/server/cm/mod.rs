@@ -379,19 +379,7 @@ fn connect(
     if i.qp_type == CmQpType::Ud {
         return sidr::connect(s, owner, id, param);
     }
-    let (Some(dst), Some(_), true) = (i.dst, i.dmac, i.route) else {
-        return Err(CmRequestError::NotResolved);
-    };
-    if i.conn.is_some() || i.listening.is_some() {
-        return Err(CmRequestError::WrongState);
-    }
-    let max = CmReq::PRIVATE_DATA_LEN - IpCmPrivateData::LEN;
-    if param.private_data.len() > max {
-        return Err(CmRequestError::PrivateData {
-            len: param.private_data.len(),
-            max,
-        });
-    }
+    let dst = connectable(i, &param.private_data, CmReq::PRIVATE_DATA_LEN)?;
     let src = i.src.unwrap_or(SocketAddr::new(local_ip, 0));
     check_qp(qps, param.qpn, i.qp_type)?;
     take_param(i, param);
@@ -417,6 +405,26 @@ fn connect(
     i.held_rtu = None;
     s.by_conn.insert(c.0, id);
     Ok(())
+}
+
+/// The destination of an ID that may connect: its route resolved, no
+/// connection or listen begun, and `private` fitting beside the RDMA IP CM
+/// header in a message's `room` bytes of private data (IBA A11).
+fn connectable(i: &Id, private: &[u8], room: usize) -> Result<SocketAddr, CmRequestError> {
+    let (Some(dst), Some(_), true) = (i.dst, i.dmac, i.route) else {
+        return Err(CmRequestError::NotResolved);
+    };
+    if i.conn.is_some() || i.listening.is_some() {
+        return Err(CmRequestError::WrongState);
+    }
+    let max = room - IpCmPrivateData::LEN;
+    if private.len() > max {
+        return Err(CmRequestError::PrivateData {
+            len: private.len(),
+            max,
+        });
+    }
+    Ok(dst)
 }
 
 /// rdma_accept: a SIDR REP for a UD ID; for an RC ID with a REQ pending, a
