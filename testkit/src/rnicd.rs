@@ -94,7 +94,7 @@ pub fn cmd(prog: &str) -> Command {
 }
 
 /// Whether rnicd and both drop-ins are built; why not otherwise.
-pub fn built() -> Result<(), String> {
+pub fn built() -> Result<(), crate::Missing> {
     for p in [
         "rnicd",
         "softrnic-ibverbs/libibverbs.so.1",
@@ -102,9 +102,9 @@ pub fn built() -> Result<(), String> {
         "softrnic-nlshim/libsoftrnic_nlshim.so",
     ] {
         if !profile_dir().join(p).exists() {
-            return Err(format!(
+            return Err(crate::Missing(format!(
                 "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs -p softrnic-rdmacm -p softrnic-nlshim)"
-            ));
+            )));
         }
     }
     Ok(())

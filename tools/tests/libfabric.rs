@@ -53,11 +53,11 @@ fn in_view(side: &Side, args: &[&str]) -> Command {
 }
 
 /// Whether the build and libfabric-bin are here.
-fn fabric_ready() -> Result<(), String> {
+fn fabric_ready() -> Result<(), testkit::Missing> {
     built()?;
     for p in ["fi_info", "fi_pingpong"] {
         if !have(p) {
-            return Err(format!("{p} not installed (libfabric-bin)"));
+            return Err(format!("{p} not installed (libfabric-bin)").into());
         }
     }
     Ok(())

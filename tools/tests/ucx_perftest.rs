@@ -245,11 +245,11 @@ fn mem_pair_sides(d: &Daemon) -> (Side, Side) {
 }
 
 /// Whether the build and UCX (ucx-utils, and with it libucx0) are here.
-fn ucx_ready() -> Result<(), String> {
+fn ucx_ready() -> Result<(), testkit::Missing> {
     built()?;
     have("ucx_perftest")
         .then_some(())
-        .ok_or_else(|| "ucx_perftest not installed (ucx-utils)".to_string())
+        .ok_or_else(|| "ucx_perftest not installed (ucx-utils)".into())
 }
 
 #[test]
