@@ -42,8 +42,8 @@ impl Switched {
     /// here (rnicd's exit status 69), for the test to skip (or fail
     /// under CI). `tag` keeps concurrent users apart (a short word: the
     /// interface names, tag + role + digit + 3 digits, fit 15 bytes).
-    pub fn try_start(tag: &str, n: usize, backend: &str) -> Result<Switched, String> {
-        let fabric = |e: io::Error| format!("namespaces and bridge: {e}");
+    pub fn try_start(tag: &str, n: usize, backend: &str) -> Result<Switched, crate::Missing> {
+        let fabric = |e: io::Error| crate::Missing::new(format!("namespaces and bridge: {e}"));
         let switch = netns::ns_name(&format!("{tag}sw"));
         let hosts: Vec<String> = (0..n)
             .map(|i| netns::ns_name(&format!("{tag}h{i}")))

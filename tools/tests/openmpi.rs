@@ -42,7 +42,7 @@ const P2P_BYTES: u64 = 32 << 20;
 
 /// Whether the build, Open MPI (openmpi-bin, libopenmpi-dev), tcpdump
 /// and root (namespaces) are here.
-fn mpi_ready() -> Result<(), String> {
+fn mpi_ready() -> Result<(), testkit::Missing> {
     built()?;
     for (p, pkg) in [
         ("mpirun", "openmpi-bin"),
@@ -50,10 +50,10 @@ fn mpi_ready() -> Result<(), String> {
         ("tcpdump", "tcpdump"),
     ] {
         if !have(p) {
-            return Err(format!("{p} not installed ({pkg})"));
+            return Err(testkit::Missing::new(format!("{p} not installed ({pkg})")));
         }
     }
-    netns::available().map_err(|e| e.to_string())
+    Ok(netns::available()?)
 }
 
 /// tests/c/mpi_check.c built with `mpicc` in `dir`.
