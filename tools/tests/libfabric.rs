@@ -20,6 +20,12 @@
 //! ofi_rxm's rendezvous of the 1 MiB messages) and the connection (a CM
 //! REQ received). Without fi_pingpong: a loud SKIPPED, a failure
 //! under CI=true.
+//!
+//! `tests/c/fi_check.c` is a libfabric program of ours (built against
+//! libfabric-dev) on the verbs MSG endpoint, run the same ways: rounds of
+//! messages of 64 B to 1 MiB and their answers, every byte checked, and
+//! its EQ read while it waits, so that a peer's disconnect (FI_SHUTDOWN)
+//! ends it with exit 2: the survivor of the killed-peer test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -175,22 +181,11 @@ fn report(devs: &Devices) -> String {
     dirs.iter().map(|d| counters(d)).collect()
 }
 
-/// Runs `run` and checks it: both sides exit 0 with the figures of every
-/// size; the server's device (the first) received a CM REQ, both
-/// devices sent and received RC messages, and where the run says so a
-/// device served RDMA READs.
-fn check(run: &Run, server: &Side, client: &Side, addr: &str, devs: &Devices) {
-    let before = report(devs);
-    let (srv, cli) = pingpong(run, server, client, addr);
-    let after = report(devs);
-    let say = || format!("{srv}\n{cli}\ncounters before:\n{before}\nafter:\n{after}");
-    assert!(srv.ok() && cli.ok(), "{}", say());
-    assert!(
-        has_figures(&srv.stdout) && has_figures(&cli.stdout),
-        "{}",
-        say()
-    );
-    let grew = |f: &dyn Fn(&str) -> u64| f(&after) > f(&before);
+/// That between the counter reports `before` and `after` the server's
+/// device (the first) received a CM REQ and both devices sent and
+/// received RC messages; a failure shows `say()`.
+fn connected_and_carried(devs: &Devices, before: &str, after: &str, say: &dyn Fn() -> String) {
+    let grew = |f: &dyn Fn(&str) -> u64| f(after) > f(before);
     assert!(
         grew(&|r| cm_counter(r, devs[0].0, "cm_rx_req")),
         "no CM REQ reached {}\n{}",
@@ -206,6 +201,25 @@ fn check(run: &Run, server: &Side, client: &Side, addr: &str, devs: &Devices) {
             );
         }
     }
+}
+
+/// Runs `run` and checks it: both sides exit 0 with the figures of every
+/// size; the server's device (the first) received a CM REQ, both
+/// devices sent and received RC messages, and where the run says so a
+/// device served RDMA READs.
+fn check(run: &Run, server: &Side, client: &Side, addr: &str, devs: &Devices) {
+    let before = report(devs);
+    let (srv, cli) = pingpong(run, server, client, addr);
+    let after = report(devs);
+    let say = || format!("{srv}\n{cli}\ncounters before:\n{before}\nafter:\n{after}");
+    assert!(srv.ok() && cli.ok(), "{}", say());
+    assert!(
+        has_figures(&srv.stdout) && has_figures(&cli.stdout),
+        "{}",
+        say()
+    );
+    connected_and_carried(devs, &before, &after, &say);
+    let grew = |f: &dyn Fn(&str) -> u64| f(&after) > f(&before);
     let reads = |r: &str| {
         devs.iter()
             .map(|d| counter(r, d.0, "rx_read_requests"))
@@ -361,22 +375,7 @@ impl Check<'_> {
         for out in [&srv, &cli] {
             assert!(out.stdout.contains("fi_check ok"), "{}", say());
         }
-        let grew = |f: &dyn Fn(&str) -> u64| f(&after) > f(&before);
-        assert!(
-            grew(&|r| cm_counter(r, devs[0].0, "cm_rx_req")),
-            "no CM REQ reached {}\n{}",
-            devs[0].0,
-            say()
-        );
-        for (dev, _) in devs {
-            for name in ["rdma_sends", "rdma_recvs"] {
-                assert!(
-                    grew(&|r| counter(r, dev, name)),
-                    "{dev}: {name} did not move\n{}",
-                    say()
-                );
-            }
-        }
+        connected_and_carried(devs, &before, &after, &say);
     }
 }
 
