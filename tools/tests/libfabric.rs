@@ -318,7 +318,7 @@ fn fi_check_ready(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
         Path::new("/usr/include/rdma/fabric.h")
             .exists()
             .then_some(())
-            .ok_or_else(|| "libfabric-dev (rdma/fabric.h) not installed".to_string())
+            .ok_or_else(|| "libfabric-dev (rdma/fabric.h) not installed".into())
     });
     if !testkit::runs_here(test, ready) {
         return None;
