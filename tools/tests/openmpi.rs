@@ -76,16 +76,22 @@ fn mpi_check(dir: &Path) -> PathBuf {
 
 /// Writes the launcher agent into `dir`: `agent HOST COMMAND...` runs
 /// the command (Open MPI's `orted` line, as ssh would run it: through a
-/// shell) in HOST's namespace through `rnic exec` on HOST's rnicd.
+/// shell) in HOST's namespace through `rnic exec` on HOST's rnicd, with a
+/// session folder of HOST's own (`orte_tmpdir_base`): the namespaces share
+/// one file system and one host name, and orteds sharing a session folder
+/// collide in it (mkdir "File exists", the hwloc topology file).
 fn agent(dir: &Path, net: &Switched) -> PathBuf {
     let rnic = profile_dir().join("rnic");
     let mut cases = String::new();
     for (i, h) in net.hosts.iter().enumerate() {
+        let tmp = dir.join(format!("session-{i}"));
+        std::fs::create_dir_all(&tmp).expect("a session folder");
         cases.push_str(&format!(
-            "  {}) ns={}; dir={} ;;\n",
+            "  {}) ns={}; dir={}; export OMPI_MCA_orte_tmpdir_base={} ;;\n",
             host_addr(i),
             h.ns,
-            h.rnicd.sock_dir().display()
+            h.rnicd.sock_dir().display(),
+            tmp.display()
         ));
     }
     let script = format!(
