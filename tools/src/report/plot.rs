@@ -144,7 +144,7 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
     s
 }
 
-fn nice_step(raw: f64) -> f64 {
+pub(super) fn nice_step(raw: f64) -> f64 {
     let mag = 10f64.powf(raw.log10().floor());
     let f = raw / mag;
     let n = if f <= 1.0 {
@@ -159,13 +159,13 @@ fn nice_step(raw: f64) -> f64 {
     n * mag
 }
 
-fn trim(v: f64) -> String {
+pub(super) fn trim(v: f64) -> String {
     let s = format!("{v:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     s.to_string()
 }
 
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
