@@ -118,12 +118,14 @@ rnicd_down() { kill "$@" 2>/dev/null || true; local p; for p in "$@"; do wait "$
 sizes_of() { if [ "${1#*_}" = bw ]; then echo "$2"; else echo "$3"; fi; }
 
 # ---- mem: floor, memcpy, the daemon's mem-pair, in-process ----------------
-floor_round() { # round: the fused ICRC+copy kernel and memcpy, GB/s at each size
+floor_round() { # round: the fused ICRC+copy kernel and memcpy at the sizes of both
+  # crc_copy's list (64 B ... 64 KiB) and SIZES_BW
   local exe=$1 r=$2 f=$CMP_LOGS/crc_copy-r$2.txt
   wait_quiet
   "$exe" --bench > "$f" 2>&1 || { echo "compare-all: crc_copy failed (see $f)" >&2; return 0; }
   # rows: bytes, then per case "min / median (GB/s)"; cases: fused fused-pclmul copy+crc memcpy crc update
-  awk -v r="$r" '$1 ~ /^[0-9]+$/ {
+  awk -v r="$r" -v sizes=" $SIZES_BW " '$1 ~ /^[0-9]+$/ && index(sizes, " " $1 " ") {
+      gsub(/\( +/, "("); $0 = $0
       n = 0; for (i = 2; i <= NF; i++) if ($i ~ /^\(/) { n++; g[n] = $i; gsub(/[()]/, "", g[n]) }
       if (n >= 4) {
         printf "mem,icrc+copy-floor,write_bw,%s,%s,gbps,%.4f\n", $1, r, g[1] * 8
@@ -302,7 +304,7 @@ stage_guest() {
   local g=$OUT/guest rc=0
   mkdir -p "$g/compare-all" "$g/srnic"
   cp "$BIN/rnicd" "$BIN/rnic" "$g/srnic/"
-  cp -r "$BIN/softrnic-ibverbs" "$BIN/softrnic-rdmacm" "$BIN/softrnic-nlshim" "$g/srnic/"
+  cp -rL "$BIN/softrnic-ibverbs" "$BIN/softrnic-rdmacm" "$BIN/softrnic-nlshim" "$g/srnic/"
   cp benches/compare-all/lib.sh "$g/compare-all/"
   cp tools/rxe-peer/compare/cmds.sh "$g/cmds-base.sh"
   sed 's|"\$SH/cmds.sh"|"$SH/cmds-base.sh"|' benches/compare-all/guest.sh > "$g/guest.sh"
@@ -317,6 +319,9 @@ stage_guest() {
   tools/rxe-peer/rxe-peer run "$g/guest.sh" --out "$g" > "$g/run.log" 2>&1 || rc=$?
   if [ -s "$g/compare-all/raw-guest.csv" ]; then
     cat "$g/compare-all/raw-guest.csv" >> "$RAW"
+  fi
+  if [ -s "$g/compare-all/logs/failed.txt" ]; then
+    cat "$g/compare-all/logs/failed.txt" >> "$CMP_LOGS/failed.txt"
   fi
   if [ "$rc" != 0 ] || [ ! -s "$g/compare-all/raw-guest.csv" ]; then
     loud "guest: the rxe-peer run failed (status $rc; see $g/run.log, $g/logs/)"
@@ -336,6 +341,8 @@ stage_guest() {
   echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$OUT/machine.txt"
 
+declare -A EXPECT=([mem]="icrc+copy-floor memcpy softrnic-daemon softrnic-inproc"
+  [host]="softrnic tcp udp sockperf" [guest]="rxe softrnic")
 for st in mem host guest; do
   if skipped "$st"; then
     loud "stage $st SKIPPED (--skip-$st): the table has no $st figures"
@@ -345,8 +352,15 @@ for st in mem host guest; do
   echo "compare-all: stage $st" >&2
   "stage_$st"
   grep -q "^$st " "$OUT/stages.txt" || stage_note "$st" "ran"
+  # a contender without a single figure is a failure, said loudly
+  for c in ${EXPECT[$st]}; do
+    if ! grep -q "^$st,$c," "$RAW"; then
+      loud "stage $st: NO FIGURES of $c (see $OUT/logs/)"
+      stage_note "$st" "INCOMPLETE: no figures of $c"
+    fi
+  done
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
-echo "CPU idle % in the second before each measurement: $(tr '\n' ' ' < "$OUT/idle.txt" 2>/dev/null)" >> "$OUT/machine.txt"
+echo "CPU idle % in the second before each measurement: $(cat "$OUT/idle.txt" 2>/dev/null | tr '\n' ' ')" >> "$OUT/machine.txt"
 
 benches/compare-all/report.sh "$OUT" "docs/perf/$NAME"

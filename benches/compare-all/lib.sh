@@ -98,7 +98,10 @@ cmp_perftest() {
   wait "$spid" || true
   # shellcheck disable=SC2086
   t1=$(cmp_now); s1=$(cmp_sys_ticks); d1=$(cmp_proc_ticks $dpids)
-  [ "$rc" = 0 ] || echo "compare-all: $base: client status $rc" >&2
+  if [ "$rc" != 0 ]; then
+    echo "compare-all: $base: client status $rc" >&2
+    echo "$stage $cont $test $4 r$round client-status-$rc" >> "$CMP_LOGS/failed.txt"
+  fi
   local hz proc sys
   hz=$(cmp_hz)
   proc=$(awk -v d=$((d1 - d0)) -v hz="$hz" -v s="$(cat "$base.server.cpu")" -v c="$(cat "$base.client.cpu")" \
@@ -111,20 +114,22 @@ cmp_perftest() {
 # one perftest-format output (perftest's, or `rnic perf`'s). Bandwidth runs
 # are one size each (-D CMP_BW_SECS), so the CPU belongs to that size.
 cmp_record() {
-  local size a b c
+  local size a b c rows=$5.rows
+  # a file, not a process substitution: the guest has no /dev/fd
+  case $3 in *_bw) cmp_pt_rows "$5" bw ;; *) cmp_pt_rows "$5" lat ;; esac > "$rows"
   case $3 in
     *_bw)
       while read -r size a b; do
         cmp_emit "$1" "$2" "$3" "$size" "$4" gbps "$a"
         cmp_emit "$1" "$2" "$3" "$size" "$4" mmps "$b"
         cmp_cpu_rows "$1" "$2" "$3" "$size" "$4" "$a" "$b" "$6" "$7" "${CMP_BW_SECS:-$8}"
-      done < <(cmp_pt_rows "$5" bw) ;;
+      done < "$rows" ;;
     *)
       while read -r size a b c; do
         cmp_emit "$1" "$2" "$3" "$size" "$4" p50 "$a"
         cmp_emit "$1" "$2" "$3" "$size" "$4" p99 "$b"
         cmp_emit "$1" "$2" "$3" "$size" "$4" p999 "$c"
-      done < <(cmp_pt_rows "$5" lat) ;;
+      done < "$rows" ;;
   esac
   return 0
 }

@@ -71,7 +71,7 @@ goals() {
     { med[$1 "," $2 "," $3 "," $4 "," $5] = $7 }
     function g(k) { return (k in med) ? med[k] + 0 : -1 }
     function row(what, num, den, target, le,   r, ok) {
-      if (num < 0 || den <= 0) { printf "| %s | not measured | | %s%s | missed (no figure) |\n", what, le ? "≤ " : "≥ ", target; return }
+      if (num < 0 || den <= 0) { printf "| %s | not measured | | %s%s× | not measured |\n", what, le ? "≤ " : "≥ ", target; return }
       r = num / den; ok = le ? r <= target : r >= target
       printf "| %s | %.4g / %.4g | %.2f× | %s%s× | %s |\n", what, num, den, r, le ? "≤ " : "≥ ", target, ok ? "met" : "**missed**"
     }
@@ -85,7 +85,7 @@ goals() {
         r = med[k] / den
         if (best < 0 || r < best) { best = r; bs = s; num = med[k]; dn = den }
       }
-      if (best < 0) { printf "| %s | not measured | | ≥ %s× | missed (no figure) |\n", what, target; return }
+      if (best < 0) { printf "| %s | not measured | | ≥ %s× | not measured |\n", what, target; return }
       row(what " (worst: " bs " B)", num, dn, target, 0)
     }
     END {
@@ -139,6 +139,10 @@ export MHZ
       *) echo "- stage **$st**: **$what — its figures are missing below**" ;;
     esac
   done < "$OUT/stages.txt"
+  if [ -s "$OUT/logs/failed.txt" ]; then
+    echo "- **$(wc -l < "$OUT/logs/failed.txt") runs failed** (their figures are missing; logs in the run's logs/):"
+    sed 's/^/  - /' "$OUT/logs/failed.txt"
+  fi
   echo
   echo "## Goals"
   echo
