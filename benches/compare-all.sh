@@ -234,9 +234,12 @@ iperf_round() { # tcp|udp round
     wait_quiet
     read -r proc sys <<< "$(kernel_run "$name" "iperf3 -s -1 -B $ADDR_A" \
       "iperf3 -c $ADDR_A $u -l $l -t $CMP_BW_SECS -J")"
-    g=$(jq '.end.sum.bits_per_second * (1 - (.end.sum.lost_percent // 0) / 100) / 1e9' \
-      "$CMP_LOGS/host-$name.client.log" 2>/dev/null || echo -)
-    [ "$kind" = tcp ] && g=$(jq '.end.sum_received.bits_per_second / 1e9' "$CMP_LOGS/host-$name.client.log" 2>/dev/null || echo -)
+    # the JSON (iperf3's warnings come before it in the log): UDP's rate
+    # less what was lost, TCP's received rate
+    q='.end.sum.bits_per_second * (1 - (.end.sum.lost_percent // 0) / 100) / 1e9'
+    [ "$kind" = tcp ] && q='.end.sum_received.bits_per_second / 1e9'
+    g=$(sed -n '/^{/,$p' "$CMP_LOGS/host-$name.client.log" | jq "$q" 2>/dev/null || echo -)
+    [ -n "$g" ] && [ "$g" != null ] || g=-
     m=$(awk -v g="$g" -v l="$l" 'BEGIN { if (g + 0 > 0) printf "%.6f", g * 1e9 / 8 / l / 1e6; else print "-" }')
     cmp_emit host "$kind" write_bw "$s" "$r" gbps "$g"
     cmp_emit host "$kind" write_bw "$s" "$r" mmps "$m"

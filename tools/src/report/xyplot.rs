@@ -235,7 +235,10 @@ pub fn xy_svg(labels: &Labels, series: &[Series]) -> String {
         );
         for p in &pts {
             let (cx, cy) = p.split_once(',').unwrap_or(("0", "0"));
-            let _ = write!(s, "<circle cx=\"{cx}\" cy=\"{cy}\" r=\"2.5\" fill=\"{c}\"/>");
+            let _ = write!(
+                s,
+                "<circle cx=\"{cx}\" cy=\"{cy}\" r=\"2.5\" fill=\"{c}\"/>"
+            );
         }
         let ly = T + 10.0 + 18.0 * i as f64;
         let _ = writeln!(
@@ -289,7 +292,7 @@ mod tests {
             assert_eq!(svg.matches("<polyline").count(), 2);
             assert_eq!(svg.matches("<circle").count(), 4);
             assert!(svg.contains("data-name=\"rxe\"") && svg.contains("data-name=\"softrnic\""));
-            assert!(svg.contains(">8M</text>") && svg.contains(">64K</text>"));
+            assert!(svg.contains(">2</text>") && svg.contains(">8M</text>"));
             assert!(svg.contains("bw &lt;&amp;&gt;"));
             assert!(!svg.contains("NaN") && !svg.contains("inf"));
         }
