@@ -22,7 +22,8 @@ mkdir -p "$CMP_LOGS"
 CMP_PEER_IP=10.77.0.2
 # shellcheck disable=SC1091
 CMP_NO_MAIN=1 . "$SH/cmds.sh"
-CMP_TIMEOUT=$GUEST_TIMEOUT
+# the deadline of each run (lib.sh's cmp_perftest)
+export CMP_TIMEOUT=$GUEST_TIMEOUT
 
 ga_rxe_up() {
   rdma link add rxeA type rxe netdev vethA && rdma link add rxeB type rxe netdev vethB || return 1

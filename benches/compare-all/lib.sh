@@ -88,7 +88,8 @@ cmp_perftest() {
   local stage=$1 cont=$2 test=$3 round=$5 dpids=$6 scmd=$7 ccmd=$8
   local base=$CMP_LOGS/$stage-$cont-$test-$4-r$round spid t0 t1 s0 s1 d0 d1 rc=0
   # shellcheck disable=SC2086
-  d0=$(cmp_proc_ticks $dpids); s0=$(cmp_sys_ticks); t0=$(cmp_now)
+  d0=$(cmp_proc_ticks $dpids)
+  s0=$(cmp_sys_ticks); t0=$(cmp_now)
   # shellcheck disable=SC2086
   cmp_timed "$base.server.cpu" "$base.server.log" timeout -k 5 "$CMP_TIMEOUT" $scmd &
   spid=$!
@@ -96,8 +97,9 @@ cmp_perftest() {
   # shellcheck disable=SC2086
   cmp_timed "$base.client.cpu" "$base.client.log" timeout -k 5 "$CMP_TIMEOUT" $ccmd || rc=$?
   wait "$spid" || true
+  t1=$(cmp_now); s1=$(cmp_sys_ticks)
   # shellcheck disable=SC2086
-  t1=$(cmp_now); s1=$(cmp_sys_ticks); d1=$(cmp_proc_ticks $dpids)
+  d1=$(cmp_proc_ticks $dpids)
   if [ "$rc" != 0 ]; then
     echo "compare-all: $base: client status $rc" >&2
     echo "$stage $cont $test $4 r$round client-status-$rc" >> "$CMP_LOGS/failed.txt"
