@@ -8,12 +8,24 @@ use std::fmt::Write as _;
 /// percentile axis stretched as HdrHistogram's plotter does (by
 /// 1/(1-percentile)), one line per message size.
 pub fn svg(title: &str, results: &[SizeResult]) -> String {
-    const W: f64 = 900.0;
-    const H: f64 = 520.0;
-    const L: f64 = 80.0;
-    const R: f64 = 170.0;
-    const T: f64 = 50.0;
-    const B: f64 = 60.0;
+    const F: Frame = Frame {
+        w: 900.0,
+        h: 520.0,
+        l: 80.0,
+        r: 170.0,
+        t: 50.0,
+        b: 60.0,
+    };
+    // the margins' names as in the drawing code below
+    #[allow(non_snake_case)]
+    let Frame {
+        w: W,
+        h: H,
+        l: L,
+        r: R,
+        t: T,
+        b: B,
+    } = F;
     let colors = [
         "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     ];
@@ -62,12 +74,7 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
     let yv = move |y: f64| if log { y.max(1e-9).log10() } else { y };
     let px = |x: f64| L + x / xmax * (W - L - R);
     let py = move |y: f64| H - B - (yv(y) - ylo) / (yhi - ylo) * (H - T - B);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"{W}\" height=\"{H}\" fill=\"white\"/>\n\
-         <text x=\"{L}\" y=\"24\" font-size=\"13\">{}</text>\n",
-        escape(title)
-    );
+    let mut s = F.open(title);
     // grid and axes
     let mut k = 0.0;
     while k <= xmax + 1e-9 {
@@ -142,6 +149,31 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
     }
     s += "</svg>\n";
     s
+}
+
+/// A plot's size and margins (pixels): width, height, left, right, top,
+/// bottom.
+#[derive(Clone, Copy)]
+pub(super) struct Frame {
+    pub w: f64,
+    pub h: f64,
+    pub l: f64,
+    pub r: f64,
+    pub t: f64,
+    pub b: f64,
+}
+
+impl Frame {
+    /// The SVG's opening: its size, a white background and the title.
+    pub(super) fn open(&self, title: &str) -> String {
+        let Frame { w, h, l, .. } = *self;
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+             <rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>\n\
+             <text x=\"{l}\" y=\"24\" font-size=\"13\">{}</text>\n",
+            escape(title)
+        )
+    }
 }
 
 pub(super) fn nice_step(raw: f64) -> f64 {

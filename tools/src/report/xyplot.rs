@@ -3,7 +3,7 @@
 //! log10. The comparison benchmark (benches/compare-all.sh) draws its
 //! bandwidth and latency curves with it.
 
-use super::plot::{escape, nice_step, trim};
+use super::plot::{escape, nice_step, trim, Frame};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -95,12 +95,20 @@ pub struct Labels<'a> {
     pub log_y: bool,
 }
 
-const W: f64 = 960.0;
-const H: f64 = 540.0;
-const L: f64 = 80.0;
-const R: f64 = 260.0;
-const T: f64 = 50.0;
-const B: f64 = 60.0;
+const F: Frame = Frame {
+    w: 960.0,
+    h: 540.0,
+    l: 80.0,
+    r: 260.0,
+    t: 50.0,
+    b: 60.0,
+};
+const W: f64 = F.w;
+const H: f64 = F.h;
+const L: f64 = F.l;
+const R: f64 = F.r;
+const T: f64 = F.t;
+const B: f64 = F.b;
 const COLORS: [&str; 10] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     "#7f7f7f", "#bcbd22",
@@ -174,12 +182,7 @@ pub fn xy_svg(labels: &Labels, series: &[Series]) -> String {
     let y = YAxis::new(series, labels.log_y);
     let px = |x: f64| L + (x.log2() - xlo) / (xhi - xlo) * (W - L - R);
     let py = |v: f64| H - B - (y.unit(v) - y.lo) / (y.hi - y.lo) * (H - T - B);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"{W}\" height=\"{H}\" fill=\"white\"/>\n\
-         <text x=\"{L}\" y=\"24\" font-size=\"13\">{}</text>\n",
-        escape(labels.title)
-    );
+    let mut s = F.open(labels.title);
     let xstep = ((xhi - xlo) / 12.0).ceil().max(1.0);
     let mut k = xlo;
     while k <= xhi + 1e-9 {
