@@ -42,7 +42,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
-ROUNDS=${ROUNDS:-5} NAME= OUT= SKIP=()
+ROUNDS=${ROUNDS:-5} NAME='' OUT='' SKIP=()
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) ROUNDS=${2:?}; shift 2 ;;
@@ -195,13 +195,13 @@ ADDR_A=192.0.2.1 ADDR_B=192.0.2.2 SP_PORT=$((20000 + $$ % 10000))
 
 host_net() {
   veth_pair
-  local x
-  for x in "$A $IA $ADDR_A" "$B $IB $ADDR_B"; do
-    set -- $x
-    ip -n "$1" link set "$2" mtu 9000
-    ip -n "$1" addr add "$3/24" dev "$2"
-    ip -n "$1" link set "$2" up
-  done
+  local ns ifc addr
+  while read -r ns ifc addr; do
+    ip -n "$ns" link set "$ifc" mtu 9000
+    ip -n "$ns" addr add "$addr/24" dev "$ifc"
+    ip -n "$ns" link set "$ifc" up
+  done <<< "$A $IA $ADDR_A
+$B $IB $ADDR_B"
 }
 
 # the CPU seconds of both iperf3 / sockperf processes and of all CPUs
@@ -310,6 +310,7 @@ stage_guest() {
   cp -rL "$BIN/softrnic-ibverbs" "$BIN/softrnic-rdmacm" "$BIN/softrnic-nlshim" "$g/srnic/"
   cp benches/compare-all/lib.sh "$g/compare-all/"
   cp tools/rxe-peer/compare/cmds.sh "$g/cmds-base.sh"
+  # shellcheck disable=SC2016 # the guest's $SH, literally
   sed 's|"\$SH/cmds.sh"|"$SH/cmds-base.sh"|' benches/compare-all/guest.sh > "$g/guest.sh"
   {
     printf '%s=%q\n' ROUNDS "$ROUNDS" GUEST_TESTS "$GUEST_TESTS" \
@@ -364,6 +365,6 @@ for st in mem host guest; do
   done
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
-echo "CPU idle % in the second before each measurement: $(cat "$OUT/idle.txt" 2>/dev/null | tr '\n' ' ')" >> "$OUT/machine.txt"
+echo "CPU idle % in the second before each measurement: $({ tr '\n' ' ' < "$OUT/idle.txt"; } 2>/dev/null)" >> "$OUT/machine.txt"
 
 benches/compare-all/report.sh "$OUT" "docs/perf/$NAME"
