@@ -209,7 +209,9 @@ kernel_run() { # name 'server cmd' 'client cmd' -> "proc_s sys_s"
   local base=$CMP_LOGS/host-$1 s0 s1 spid hz
   s0=$(cmp_sys_ticks)
   # shellcheck disable=SC2086
-  cmp_timed "$base.server.cpu" "$base.server.log" timeout -k 5 "$CMP_TIMEOUT" ip netns exec "$A" $2 &
+  # the server outlives its client by 30 s at most (a client that fails
+  # at once leaves `iperf3 -s -1` waiting)
+  cmp_timed "$base.server.cpu" "$base.server.log" timeout -k 5 $((CMP_BW_SECS + 30)) ip netns exec "$A" $2 &
   spid=$!
   sleep 0.5
   # shellcheck disable=SC2086
@@ -229,7 +231,8 @@ iperf_round() { # tcp|udp round
   local kind=$1 r=$2 s l u proc sys g m name
   for s in $SIZES_BW; do
     l=$s u=
-    [ "$kind" = udp ] && { u="-u -b 0"; [ "$l" -gt 65507 ] && l=65507; }
+    # iperf3's UDP datagrams: 16 ... 65507 bytes
+    [ "$kind" = udp ] && { u="-u -b 0"; [ "$l" -gt 65507 ] && l=65507; [ "$l" -lt 16 ] && l=16; }
     name=$kind-$s-r$r
     wait_quiet
     read -r proc sys <<< "$(kernel_run "$name" "iperf3 -s -1 -B $ADDR_A" \
