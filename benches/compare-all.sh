@@ -9,7 +9,8 @@
 #   host   two namespaces over one veth (MTU 9000), an rnicd (AF_XDP) in
 #          each, unmodified perftest on the drop-in, against the kernel on
 #          the same veth: TCP (iperf3, one stream, -l SIZE), UDP (iperf3 -u
-#          -b 0 -l SIZE up to 65507, received rate) and sockperf ping-pong
+#          -b 0 -l SIZE within 16 ... 65507, received rate) and sockperf
+#          ping-pong (-m SIZE, 14 B at least)
 #   guest  in the rxe-peer QEMU guest (tools/rxe-peer/rxe-peer): the guest's
 #          unmodified perftest on Linux rdma_rxe and on softrnic (rnicd +
 #          drop-in, copied into the guest) over one veth pair, same sizes
@@ -257,8 +258,9 @@ sockperf_round() { # round: ping-pong at each latency size up to 65000 B
   for s in $sizes; do
     [ "$s" -gt 65000 ] && continue
     wait_quiet
+    # sockperf's messages: 14 bytes at least
     kernel_run "sockperf-$s-r$r" "sockperf server -i $ADDR_A -p $SP_PORT" \
-      "sockperf ping-pong -i $ADDR_A -p $SP_PORT -m $s -t $CMP_BW_SECS" > /dev/null
+      "sockperf ping-pong -i $ADDR_A -p $SP_PORT -m $((s < 14 ? 14 : s)) -t $CMP_BW_SECS" > /dev/null
     f=$CMP_LOGS/host-sockperf-$s-r$r.client.log
     for p in 50.000:p50 99.000:p99 99.900:p999; do
       q=${p%:*}

@@ -43,8 +43,8 @@ tables() {
       lab["softrnic-daemon"] = "softrnic, rnicd --mem-pair + drop-in"
       lab["softrnic-inproc"] = "softrnic in-process (rnic perf --loopback)"
       lab["icrc+copy-floor"] = "ICRC+copy floor (wire::crc_copy)"; lab["memcpy"] = "memcpy"
-      lab["tcp"] = "kernel TCP (iperf3, 1 stream, -l size)"; lab["udp"] = "kernel UDP (iperf3 -u -b 0, received)"
-      lab["sockperf"] = "kernel UDP ping-pong (sockperf)"
+      lab["tcp"] = "kernel TCP (iperf3, 1 stream, -l size)"; lab["udp"] = "kernel UDP (iperf3 -u -b 0 -l 16 … 65507, received)"
+      lab["sockperf"] = "kernel UDP ping-pong (sockperf, 14 B at least)"
     }
     { b = $2 "," $3 "," $4; k = b "," $5; med[k] = $7; lo[k] = $8; hi[k] = $9; nn[b] = $6
       if (!(b in seen)) { seen[b] = 1; order[++n] = b } }
