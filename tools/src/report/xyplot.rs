@@ -174,8 +174,22 @@ fn size_label(x: f64) -> String {
 }
 
 /// The SVG: one polyline (with a dot at each point) per series and a
-/// legend naming each; x on log2 from the smallest to the largest x.
+/// legend naming each; x on log2 from the smallest to the largest x. On a
+/// log y axis a point of y <= 0 has no place and is left out.
 pub fn xy_svg(labels: &Labels, series: &[Series]) -> String {
+    let kept: Vec<Series>;
+    let series = if labels.log_y {
+        kept = series
+            .iter()
+            .map(|s| Series {
+                name: s.name.clone(),
+                points: s.points.iter().copied().filter(|p| p.1 > 0.0).collect(),
+            })
+            .collect();
+        &kept[..]
+    } else {
+        series
+    };
     let xs = || series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let xlo = xs().fold(f64::MAX, f64::min).log2().floor();
     let xhi = xs().fold(0.0f64, f64::max).log2().ceil().max(xlo + 1.0);
@@ -299,5 +313,21 @@ mod tests {
             assert!(svg.contains("bw &lt;&amp;&gt;"));
             assert!(!svg.contains("NaN") && !svg.contains("inf"));
         }
+    }
+
+    #[test]
+    fn log_y_leaves_out_zero_points() {
+        let series = parse_csv("series,x,y\na,2,0\na,4,10\na,8,100\n").unwrap();
+        let labels = |log_y| Labels {
+            title: "",
+            x: "",
+            y: "",
+            log_y,
+        };
+        assert_eq!(xy_svg(&labels(true), &series).matches("<circle").count(), 2);
+        assert_eq!(
+            xy_svg(&labels(false), &series).matches("<circle").count(),
+            3
+        );
     }
 }
