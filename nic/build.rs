@@ -23,18 +23,35 @@ fn main() {
         Err(why) => {
             println!("cargo:warning=AF_XDP disabled: {why}; ports will fall back to AF_PACKET");
             std::fs::write(&out, b"").expect("write an empty object into OUT_DIR");
-            why
+            why.to_string()
         }
     };
     println!("cargo:rustc-env=SOFTRNIC_XDP_BUILD={status}");
 }
 
-fn build(out: &Path) -> Result<(), String> {
+/// Why the XDP program was not built; its text goes into
+/// `SOFTRNIC_XDP_BUILD`.
+#[derive(Debug, thiserror::Error)]
+enum XdpBuildError {
+    #[error("SOFTRNIC_NO_XDP is set")]
+    Disabled,
+    #[error("not a Linux target")]
+    NotLinux,
+    #[error("`{clang}` could not run ({source}): install clang (Debian: clang) and rebuild")]
+    NoClang {
+        clang: String,
+        source: std::io::Error,
+    },
+    #[error("`{clang} -target bpf` failed on {SRC}: {first} (Debian: clang, linux-libc-dev; then rebuild)")]
+    Compile { clang: String, first: String },
+}
+
+fn build(out: &Path) -> Result<(), XdpBuildError> {
     if std::env::var_os("SOFTRNIC_NO_XDP").is_some_and(|v| v != "0") {
-        return Err("SOFTRNIC_NO_XDP is set".into());
+        return Err(XdpBuildError::Disabled);
     }
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
-        return Err("not a Linux target".into());
+        return Err(XdpBuildError::NotLinux);
     }
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
     let mut cmd = Command::new(&clang);
@@ -45,8 +62,9 @@ fn build(out: &Path) -> Result<(), String> {
     for dir in multiarch_includes() {
         cmd.arg("-I").arg(dir);
     }
-    let res = cmd.output().map_err(|e| {
-        format!("`{clang}` could not run ({e}): install clang (Debian: clang) and rebuild")
+    let res = cmd.output().map_err(|source| XdpBuildError::NoClang {
+        clang: clang.clone(),
+        source,
     })?;
     if !res.status.success() {
         let err = String::from_utf8_lossy(&res.stderr);
@@ -56,9 +74,7 @@ fn build(out: &Path) -> Result<(), String> {
             .unwrap_or("no message")
             .trim()
             .to_string();
-        return Err(format!(
-            "`{clang} -target bpf` failed on {SRC}: {first} (Debian: clang, linux-libc-dev; then rebuild)"
-        ));
+        return Err(XdpBuildError::Compile { clang, first });
     }
     Ok(())
 }

@@ -95,8 +95,8 @@ pub struct WqeRaw {
     pub swap: u64,
     pub sge: [SgeRaw; MAX_SGE],
     /// UD sends only: the address handle (from `CreateAh`), the remote
-    /// QPN and the remote Q_Key (IBA 9.8.3: the DETH carries it). These
-    /// bytes were padding (zero) before UD existed; RC/UC ignore them.
+    /// QPN and the remote Q_Key (IBA 9.8.3: the DETH carries it). RC and
+    /// UC sends leave them zero, and their decoding ignores them.
     pub ah: u32,
     pub remote_qpn: u32,
     pub remote_qkey: u32,
@@ -542,7 +542,7 @@ mod tests {
         assert_eq!(decode_send(&bad).unwrap_err(), BadWqe::SgeCount);
         bad.opcode = 99;
         assert!(decode_send(&bad).is_err());
-        // UD fields ride in the old padding; RC decoding ignores them
+        // RC decoding ignores the UD fields
         let ud = encode_send_ud(
             &SendWr::new(1, SendOp::Send, Sgl::single(0, 4, 1)),
             9,

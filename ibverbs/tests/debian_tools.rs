@@ -165,12 +165,25 @@ fn pair(s: &Setting, prog: &str, port_flag: &str, args: &[&str], expect: &str) -
     loop {
         match try_pair(s, prog, port_flag, args, expect) {
             Ok(out) => return out,
-            Err(e) if tries < 2 && e.contains("Can't produce a report") => {
+            Err(e) if tries < 2 && e.uncalibrated() => {
                 tries += 1;
                 eprintln!("perftest could not calibrate its clock (load); again:\n{e}");
             }
             Err(e) => panic!("{e}"),
         }
+    }
+}
+
+/// A run of a tool pair that failed: both sides' output and both
+/// daemons' counters.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct PairFailed(String);
+
+impl PairFailed {
+    /// perftest could not calibrate its clock (a loaded machine).
+    fn uncalibrated(&self) -> bool {
+        self.0.contains("Can't produce a report")
     }
 }
 
@@ -181,7 +194,7 @@ fn try_pair(
     port_flag: &str,
     args: &[&str],
     expect: &str,
-) -> Result<String, String> {
+) -> Result<String, PairFailed> {
     let port = free_port();
     let with = |dev: &str| -> Vec<String> {
         let mut v: Vec<String> = vec!["-d".into(), dev.into(), port_flag.into(), port.to_string()];
@@ -222,13 +235,13 @@ fn try_pair(
     };
     let (sv, s_late) = finish(server, s_deadline);
     if c_late || s_late || !c.status.success() || !sv.status.success() {
-        return Err(format!(
+        return Err(PairFailed(format!(
             "{what} ({s:?})\n=== server: {}\n=== client: {}\n=== counters of the server's rnicd\n{}\n=== counters of the client's rnicd\n{}",
             show(&sv, s_late),
             show(&c, c_late),
             testkit::rnicd::counters(&s.server.sock_dir),
             testkit::rnicd::counters(&s.client.sock_dir)
-        ));
+        )));
     }
     let out = String::from_utf8_lossy(&c.stdout).to_string();
     let all = out.clone() + &String::from_utf8_lossy(&c.stderr);

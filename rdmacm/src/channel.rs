@@ -10,7 +10,7 @@
 //! fails with ENODEV instead of waiting for an event that cannot come.
 
 use crate::abi::{rdma_cm_event, rdma_event_channel};
-use crate::backend::CmChannel;
+use crate::backend::{CmChannel, CmEventMsg, CmIdNo};
 use crate::id::{IdPriv, Lib};
 use crate::{complain, fail};
 use libc::c_int;
@@ -31,10 +31,20 @@ pub struct ChanPriv {
     devs: Mutex<Vec<DevChan>>,
     /// The DEVICE_REMOVAL events not handed out yet: (device, daemon ID).
     removals: Mutex<VecDeque<(String, crate::backend::CmIdNo)>>,
+    /// Events already taken from the daemon and not handed out yet, by
+    /// device, oldest first: those of an ID that `rdma_migrate_id` moved
+    /// here, and those read past while moving them away ([`Self::move_events`]).
+    held: Mutex<VecDeque<(String, CmEventMsg)>>,
+    /// An eventfd in the epoll set (tag [`HELD`]), readable while `held`
+    /// has events.
+    held_bell: OwnedFd,
     /// The application's hold (until `rdma_destroy_event_channel`) and
     /// one per thread waiting in `rdma_get_cm_event`: the last one frees.
     refs: AtomicUsize,
 }
+
+/// The epoll tag of `held_bell`.
+const HELD: u64 = u64::MAX;
 
 /// A channel's side on one device.
 struct DevChan {
@@ -70,12 +80,15 @@ impl ChanPriv {
         }
         // SAFETY: a descriptor just made and owned by nobody else.
         let ep = unsafe { OwnedFd::from_raw_fd(fd) };
+        let held_bell = held_bell(&ep)?;
         let c = Box::new(ChanPriv {
             chan: rdma_event_channel { fd },
             lib,
             ep,
             devs: Mutex::new(Vec::new()),
             removals: Mutex::new(VecDeque::new()),
+            held: Mutex::new(VecDeque::new()),
+            held_bell,
             refs: AtomicUsize::new(1),
         });
         let p = Box::into_raw(c);
@@ -148,6 +161,12 @@ impl ChanPriv {
             if let Some(ev) = self.next_removal() {
                 return Ok(Box::into_raw(ev) as *mut rdma_cm_event);
             }
+            if let Some((dev, msg)) = self.pop_held()? {
+                if let Some(ev) = self.lib.process(self, &dev, msg) {
+                    return Ok(Box::into_raw(ev) as *mut rdma_cm_event);
+                }
+                continue;
+            }
             if self.every_device_gone()? {
                 complain("rdma_get_cm_event", "every device of the channel is gone");
                 return Err(libc::ENODEV);
@@ -166,6 +185,10 @@ impl ChanPriv {
                 return Err(libc::EAGAIN);
             }
             for e in &evs[..n as usize] {
+                if e.u64 == HELD {
+                    // taken at the top of the loop
+                    continue;
+                }
                 let tag = e.u64 as usize;
                 let chan = self
                     .devs
@@ -232,11 +255,101 @@ impl ChanPriv {
         }
     }
 
+    /// The oldest held event, if any; the bell goes quiet with the last.
+    fn pop_held(&self) -> Result<Option<(String, CmEventMsg)>, c_int> {
+        let mut held = self.held.lock().map_err(|_| libc::EIO)?;
+        let next = held.pop_front();
+        self.bell(!held.is_empty());
+        Ok(next)
+    }
+
+    /// Makes `held_bell` readable (`on`) or quiet; called with `held`
+    /// locked.
+    fn bell(&self, on: bool) {
+        let fd = self.held_bell.as_raw_fd();
+        let mut v = 0u64;
+        // SAFETY: an 8-byte read from our non-blocking eventfd into a
+        // local (draining it), then an 8-byte write from a local.
+        unsafe {
+            libc::read(fd, (&mut v as *mut u64).cast(), 8);
+            if on {
+                v = 1;
+                libc::write(fd, (&v as *const u64).cast(), 8);
+            }
+        }
+    }
+
+    /// Appends events to the held ones (and makes the channel readable).
+    fn hold(&self, evs: impl IntoIterator<Item = (String, CmEventMsg)>) -> Result<(), c_int> {
+        let mut held = self.held.lock().map_err(|_| libc::EIO)?;
+        held.extend(evs);
+        self.bell(!held.is_empty());
+        Ok(())
+    }
+
+    /// Moves the events of ID `no` on device `dev` that this channel has
+    /// not handed out to channel `to` (`rdma_migrate_id`: the kernel's
+    /// ucma moves the ID's queued events to the new file). The daemon
+    /// sends an ID's later events to `to` once it migrated the ID; the
+    /// earlier ones are read from this channel's socket now, in order, and
+    /// the other IDs' among them stay here, held. An event belongs to the
+    /// ID it is reported on: the listener, for a CONNECT_REQUEST.
+    pub fn move_events(&self, dev: &str, no: CmIdNo, to: &ChanPriv) -> Result<(), c_int> {
+        let chan = {
+            let devs = self.devs.lock().map_err(|_| libc::EIO)?;
+            devs.iter()
+                .find(|d| d.dev == dev && !d.gone)
+                .map(|d| d.chan.clone())
+        };
+        let mut taken = Vec::new();
+        if let Some(chan) = chan {
+            // a gone device's error is for rdma_get_cm_event to report
+            while let Ok(Some(m)) = chan.next(true) {
+                taken.push((dev.to_string(), m));
+            }
+        }
+        let mut held = self.held.lock().map_err(|_| libc::EIO)?;
+        held.extend(taken);
+        let (mine, rest): (VecDeque<_>, VecDeque<_>) = held
+            .drain(..)
+            .partition(|(d, m)| d == dev && m.listen_id.unwrap_or(m.id) == no);
+        *held = rest;
+        self.bell(!held.is_empty());
+        drop(held);
+        to.hold(mine)
+    }
+
     /// Whether the channel has used devices and each of them is gone.
     fn every_device_gone(&self) -> Result<bool, c_int> {
         let devs = self.devs.lock().map_err(|_| libc::EIO)?;
         Ok(!devs.is_empty() && devs.iter().all(|d| d.gone))
     }
+}
+
+/// A non-blocking eventfd in `ep`'s set under the tag [`HELD`].
+fn held_bell(ep: &OwnedFd) -> Result<OwnedFd, c_int> {
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EMFILE)
+    };
+    // SAFETY: eventfd has no memory preconditions.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a descriptor just made and owned by nobody else.
+    let bell = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: HELD,
+    };
+    // SAFETY: epoll_ctl on our epoll descriptor with an event that lives
+    // across the call.
+    if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+        return Err(errno());
+    }
+    Ok(bell)
 }
 
 /// `rdma_create_event_channel`.

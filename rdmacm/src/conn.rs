@@ -451,11 +451,16 @@ pub fn migrate(idp: &IdPriv, chan: *mut rdma_event_channel) -> Result<(), c_int>
     // SAFETY: a channel of this library (made above or the caller's).
     let nc = unsafe { ChanPriv::from_ptr(new) }.ok_or(libc::EINVAL)?;
     let remote = idp.state().remote.clone();
+    let raw = idp.raw();
+    // SAFETY: the ID's channel, alive while the ID is.
+    let oc = unsafe { ChanPriv::from_ptr(raw.channel) }.filter(|c| !std::ptr::eq(*c, nc));
     for r in &remote {
         let moved = nc.on_device(&r.dev).and_then(|c| {
             r.cm.migrate_id(r.no, c.token())
                 .map_err(|e| errno("rdma_migrate_id", e))
         });
+        // the events the old channel has not handed out follow the ID
+        let moved = moved.and_then(|_| oc.map_or(Ok(()), |o| o.move_events(&r.dev, r.no, nc)));
         if let Err(e) = moved {
             if sync {
                 // SAFETY: the channel made above, used by nobody.
@@ -464,7 +469,6 @@ pub fn migrate(idp: &IdPriv, chan: *mut rdma_event_channel) -> Result<(), c_int>
             return Err(e);
         }
     }
-    let raw = idp.raw();
     let old_sync = idp.state().sync;
     if old_sync {
         if !raw.event.is_null() {

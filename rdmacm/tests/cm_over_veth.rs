@@ -34,8 +34,8 @@ use testkit::rnicd_pair::{NetRnicd, RnicdPair, Veth, STUCK};
 const DEADLINE: Duration = Duration::from_secs(90);
 
 /// What the test needs, or why it cannot run here.
-fn prerequisites() -> Result<(), String> {
-    netns::available().map_err(|e| e.to_string())?;
+fn prerequisites() -> Result<(), testkit::Missing> {
+    netns::available()?;
     for (prog, pkg) in [
         ("rping", "rdmacm-utils"),
         ("ucmatose", "rdmacm-utils"),
@@ -56,7 +56,7 @@ fn prerequisites() -> Result<(), String> {
             .output()
             .is_ok_and(|o| o.status.success());
         if !found {
-            return Err(format!("{prog} not installed ({pkg})"));
+            return Err(format!("{prog} not installed ({pkg})").into());
         }
     }
     testkit::rnicd::built()

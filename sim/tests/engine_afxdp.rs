@@ -78,9 +78,11 @@ fn xdp_pair(test: &str, tag: &str) -> Option<(Namespaces, AfXdpPort, AfXdpPort)>
 }
 
 /// ICMP echo from namespace `ns` to `addr`; Err when `ping` is missing.
-fn ping(ns: &str, addr: &str) -> Result<bool, String> {
+fn ping(ns: &str, addr: &str) -> Result<bool, testkit::Missing> {
     if Command::new("ping").arg("-V").output().is_err() {
-        return Err("`ping` is not installed (Debian: iputils-ping)".into());
+        return Err(testkit::Missing::new(
+            "`ping` is not installed (Debian: iputils-ping)",
+        ));
     }
     // ARP goes first; a few tries keep a slow first resolution from failing the check
     Ok((0..3).any(|_| {

@@ -9,11 +9,14 @@
 //!   what was awaited and what was seen last. The deadlines are the
 //!   callers' (generous, so only a stuck run reaches them);
 //! - the rule for what cannot run here: [`skip_or_fail`] — a loud SKIPPED
-//!   line, or a failure saying why when `CI` is set;
+//!   line, or a failure saying why when `CI` is set; [`Missing`] is
+//!   the error that says what is missing;
 //! - [`netns`]: network namespaces and veth pairs a test creates and
 //!   removes itself;
 //! - [`rnicd_pair`]: two rnicd daemons, one per namespace, on the two
 //!   ends of a veth pair;
+//! - [`switched`]: hosts on a bridge in a switch namespace, an rnicd on
+//!   each host's veth;
 //! - [`pcap`]: the capture files the tests read;
 //! - [`proc`]: a program a test runs, with a deadline, killed on drop;
 //! - [`abi`]: C structure layouts against the system's headers;
@@ -29,6 +32,7 @@ pub mod pcap;
 pub mod proc;
 pub mod rnicd;
 pub mod rnicd_pair;
+pub mod switched;
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
@@ -77,6 +81,47 @@ pub fn skip_or_fail(test: &str, why: &str) {
         panic!("{test}: {why} — and CI is set, where every test must run");
     }
     eprintln!("\n*** SKIPPED {test}: {why} ***\n");
+}
+
+/// Why a test (or part of one) cannot run here: a program, a privilege
+/// or a build it needs is missing. The message says what and how to get
+/// it; [`runs_here`] and [`skip_or_fail`] print it. (Namespaces have
+/// their own reasons, [`netns::Unavailable`], which convert into it.)
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Missing(pub String);
+
+impl Missing {
+    /// The reason `why`.
+    pub fn new(why: impl Into<String>) -> Self {
+        Missing(why.into())
+    }
+}
+
+/// The message, where a reason is taken as text ([`skip_or_fail`]).
+impl std::ops::Deref for Missing {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Missing {
+    fn from(why: String) -> Self {
+        Missing(why)
+    }
+}
+
+impl From<netns::Unavailable> for Missing {
+    fn from(why: netns::Unavailable) -> Self {
+        Missing(why.to_string())
+    }
+}
+
+impl From<&str> for Missing {
+    fn from(why: &str) -> Self {
+        Missing(why.into())
+    }
 }
 
 /// Whether `test` can run here, as `ready` says; when not, the reason goes

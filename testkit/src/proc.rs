@@ -89,6 +89,11 @@ impl Running {
         }
     }
 
+    /// Sends it SIGKILL, as a crash ends it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
     /// Whether it has ended.
     pub fn ended(&mut self) -> bool {
         self.child.try_wait().ok().flatten().is_some()

@@ -44,6 +44,29 @@ pub fn counter(report: &str, dev: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter {name} in:\n{line}"))
 }
 
+/// `rnic exec --sock-dir DIR --`, the program and its arguments the
+/// caller's to add: in network namespace `ns` as `nobody` when one is
+/// given (`ip netns exec NS setpriv ...`), else in ours; stdin empty.
+pub fn rnic_exec(ns: Option<&str>, sock_dir: &Path) -> Command {
+    let rnic = profile_dir().join("rnic");
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "setpriv"])
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(rnic);
+            c
+        }
+        None => Command::new(rnic),
+    };
+    c.arg("exec")
+        .arg("--sock-dir")
+        .arg(sock_dir)
+        .arg("--")
+        .stdin(Stdio::null());
+    c
+}
+
 /// Whether `prog` is on the PATH.
 pub fn have(prog: &str) -> bool {
     Command::new("sh")
@@ -71,7 +94,7 @@ pub fn cmd(prog: &str) -> Command {
 }
 
 /// Whether rnicd and both drop-ins are built; why not otherwise.
-pub fn built() -> Result<(), String> {
+pub fn built() -> Result<(), crate::Missing> {
     for p in [
         "rnicd",
         "softrnic-ibverbs/libibverbs.so.1",
@@ -79,9 +102,9 @@ pub fn built() -> Result<(), String> {
         "softrnic-nlshim/libsoftrnic_nlshim.so",
     ] {
         if !profile_dir().join(p).exists() {
-            return Err(format!(
+            return Err(crate::Missing(format!(
                 "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs -p softrnic-rdmacm -p softrnic-nlshim)"
-            ));
+            )));
         }
     }
     Ok(())

@@ -11,7 +11,7 @@
 //! is reaped by the next one ([`netns::reap_stale`]).
 
 use crate::netns::{self, Namespaces};
-use crate::{abi::profile_dir, wait_for};
+use crate::{abi::profile_dir, wait_for, Missing};
 use std::fs::File;
 use std::io;
 use std::net::Ipv4Addr;
@@ -81,7 +81,7 @@ impl Veth {
 }
 
 /// Whether `dev` in namespace `ns` has carrier (LOWER_UP).
-fn carrier(ns: &str, dev: &str) -> bool {
+pub(crate) fn carrier(ns: &str, dev: &str) -> bool {
     Command::new("ip")
         .args(["-n", ns, "-o", "link", "show", "dev", dev])
         .output()
@@ -123,7 +123,7 @@ impl NetRnicd {
         addr: Ipv4Addr,
         dev: &str,
         backend: &str,
-    ) -> Result<NetRnicd, String> {
+    ) -> Result<NetRnicd, Missing> {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
         // SAFETY: chmod of our own temp folder (a NUL-terminated path) so
@@ -164,7 +164,7 @@ impl NetRnicd {
             }
         });
         if let Some(why) = unavailable {
-            return Err(why);
+            return Err(Missing(why));
         }
         // the capture (diagnostics only: without tcpdump there is none)
         let log = File::create(d.dir.path().join("tcpdump.err")).expect("tcpdump log");
@@ -309,7 +309,7 @@ impl RnicdPair {
     /// [`RnicdPair::start`], or why `backend` does not exist on this
     /// machine (rnicd's exit status 69: AF_XDP without kernel support or
     /// privileges), for the test to skip (or fail under CI).
-    pub fn try_start(veth: Veth, backend: &str) -> Result<RnicdPair, String> {
+    pub fn try_start(veth: Veth, backend: &str) -> Result<RnicdPair, Missing> {
         let a = NetRnicd::try_start(&veth.ns_a, &veth.if_a, ADDR_A, "ra", backend)?;
         let b = NetRnicd::try_start(&veth.ns_b, &veth.if_b, ADDR_B, "rb", backend)?;
         let want = match backend {

@@ -116,15 +116,46 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Why a test reference in the matrix names nothing that exists.
+#[derive(Debug, thiserror::Error)]
+enum BrokenReference {
+    #[error("`{0}` is not of the form path::name")]
+    Form(String),
+    #[error("`{reference}`: no file {path}")]
+    NoFile { reference: String, path: String },
+    #[error("`{reference}`: {why} in {path}")]
+    NoTest {
+        reference: String,
+        why: &'static str,
+        path: String,
+    },
+    #[error("`{reference}`: no step \"{name}\" in {path}")]
+    NoStep {
+        reference: String,
+        name: String,
+        path: String,
+    },
+    #[error("`{reference}`: no crate {path}")]
+    NoCrate { reference: String, path: String },
+    #[error("`{reference}`: no test {name} in crate {path}")]
+    NotInCrate {
+        reference: String,
+        name: String,
+        path: String,
+    },
+    #[error("`{0}`: name a .rs file, a .c program or a crate")]
+    Kind(String),
+}
+
 /// Checks one test reference: `path/file.rs::name`, `crate::name` (any
 /// test of the crate's tests/ or src/), or `path/program.c::step`.
 fn check_test(
     root: &Path,
     reference: &str,
     cache: &mut BTreeMap<PathBuf, String>,
-) -> Result<(), String> {
+) -> Result<(), BrokenReference> {
     let Some((path, name)) = reference.split_once("::") else {
-        return Err(format!("`{reference}` is not of the form path::name"));
+        return Err(BrokenReference::Form(reference.into()));
     };
     let mut read = |p: PathBuf| -> Option<String> {
         if !cache.contains_key(&p) {
@@ -133,38 +164,49 @@ fn check_test(
         }
         cache.get(&p).cloned()
     };
+    let (reference, name, path) = (reference.to_string(), name.to_string(), path.to_string());
     if path.ends_with(".rs") {
-        let Some(src) = read(root.join(path)) else {
-            return Err(format!("`{reference}`: no file {path}"));
+        let Some(src) = read(root.join(&path)) else {
+            return Err(BrokenReference::NoFile { reference, path });
         };
-        has_test(&src, name).map_err(|why| format!("`{reference}`: {why} in {path}"))
+        has_test(&src, &name).map_err(|why| BrokenReference::NoTest {
+            reference,
+            why,
+            path,
+        })
     } else if path.ends_with(".c") {
-        let Some(src) = read(root.join(path)) else {
-            return Err(format!("`{reference}`: no file {path}"));
+        let Some(src) = read(root.join(&path)) else {
+            return Err(BrokenReference::NoFile { reference, path });
         };
         // a step is the string literal that names it in the transcript
         if src.contains(&format!("\"{name}")) {
             Ok(())
         } else {
-            Err(format!("`{reference}`: no step \"{name}\" in {path}"))
+            Err(BrokenReference::NoStep {
+                reference,
+                name,
+                path,
+            })
         }
     } else if !path.contains('.') && !path.contains('/') {
         let mut files = Vec::new();
-        rust_files(&root.join(path).join("tests"), &mut files);
-        rust_files(&root.join(path).join("src"), &mut files);
+        rust_files(&root.join(&path).join("tests"), &mut files);
+        rust_files(&root.join(&path).join("src"), &mut files);
         if files.is_empty() {
-            return Err(format!("`{reference}`: no crate {path}"));
+            return Err(BrokenReference::NoCrate { reference, path });
         }
         for f in files {
-            if read(f).is_some_and(|src| has_test(&src, name).is_ok()) {
+            if read(f).is_some_and(|src| has_test(&src, &name).is_ok()) {
                 return Ok(());
             }
         }
-        Err(format!("`{reference}`: no test {name} in crate {path}"))
+        Err(BrokenReference::NotInCrate {
+            reference,
+            name,
+            path,
+        })
     } else {
-        Err(format!(
-            "`{reference}`: name a .rs file, a .c program or a crate"
-        ))
+        Err(BrokenReference::Kind(reference))
     }
 }
 

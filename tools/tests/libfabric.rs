@@ -20,14 +20,20 @@
 //! ofi_rxm's rendezvous of the 1 MiB messages) and the connection (a CM
 //! REQ received). Without fi_pingpong: a loud SKIPPED, a failure
 //! under CI=true.
+//!
+//! `tests/c/fi_check.c` is a libfabric program of ours (built against
+//! libfabric-dev) on the verbs MSG endpoint, run the same ways: rounds of
+//! messages of 64 B to 1 MiB and their answers, every byte checked, and
+//! its EQ read while it waits, so that a peer's disconnect (FI_SHUTDOWN)
+//! ends it with exit 2: the survivor of the killed-peer test.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-use testkit::abi::profile_dir;
+use testkit::abi::build_c;
 use testkit::netns::{self, free_port, listening};
 use testkit::proc::{Finished, Running};
-use testkit::rnicd::{built, counter, counters, have, Daemon, STUCK};
+use testkit::rnicd::{built, counter, counters, have, rnic_exec, Daemon, STUCK};
 use testkit::rnicd_pair::{RnicdPair, Veth};
 
 /// How long one libfabric tool may run.
@@ -48,32 +54,17 @@ struct Side {
 
 /// `rnic exec --sock-dir D -- args` on `side`.
 fn in_view(side: &Side, args: &[&str]) -> Command {
-    let rnic = profile_dir().join("rnic");
-    let mut c = match &side.ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, "setpriv"])
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(rnic);
-            c
-        }
-        None => Command::new(rnic),
-    };
-    c.arg("exec")
-        .arg("--sock-dir")
-        .arg(&side.sock_dir)
-        .arg("--")
-        .args(args)
-        .stdin(Stdio::null());
+    let mut c = rnic_exec(side.ns.as_deref(), &side.sock_dir);
+    c.args(args);
     c
 }
 
 /// Whether the build and libfabric-bin are here.
-fn fabric_ready() -> Result<(), String> {
+fn fabric_ready() -> Result<(), testkit::Missing> {
     built()?;
     for p in ["fi_info", "fi_pingpong"] {
         if !have(p) {
-            return Err(format!("{p} not installed (libfabric-bin)"));
+            return Err(format!("{p} not installed (libfabric-bin)").into());
         }
     }
     Ok(())
@@ -190,22 +181,11 @@ fn report(devs: &Devices) -> String {
     dirs.iter().map(|d| counters(d)).collect()
 }
 
-/// Runs `run` and checks it: both sides exit 0 with the figures of every
-/// size; the server's device (the first) received a CM REQ, both
-/// devices sent and received RC messages, and where the run says so a
-/// device served RDMA READs.
-fn check(run: &Run, server: &Side, client: &Side, addr: &str, devs: &Devices) {
-    let before = report(devs);
-    let (srv, cli) = pingpong(run, server, client, addr);
-    let after = report(devs);
-    let say = || format!("{srv}\n{cli}\ncounters before:\n{before}\nafter:\n{after}");
-    assert!(srv.ok() && cli.ok(), "{}", say());
-    assert!(
-        has_figures(&srv.stdout) && has_figures(&cli.stdout),
-        "{}",
-        say()
-    );
-    let grew = |f: &dyn Fn(&str) -> u64| f(&after) > f(&before);
+/// That between the counter reports `before` and `after` the server's
+/// device (the first) received a CM REQ and both devices sent and
+/// received RC messages; a failure shows `say()`.
+fn connected_and_carried(devs: &Devices, before: &str, after: &str, say: &dyn Fn() -> String) {
+    let grew = |f: &dyn Fn(&str) -> u64| f(after) > f(before);
     assert!(
         grew(&|r| cm_counter(r, devs[0].0, "cm_rx_req")),
         "no CM REQ reached {}\n{}",
@@ -221,6 +201,25 @@ fn check(run: &Run, server: &Side, client: &Side, addr: &str, devs: &Devices) {
             );
         }
     }
+}
+
+/// Runs `run` and checks it: both sides exit 0 with the figures of every
+/// size; the server's device (the first) received a CM REQ, both
+/// devices sent and received RC messages, and where the run says so a
+/// device served RDMA READs.
+fn check(run: &Run, server: &Side, client: &Side, addr: &str, devs: &Devices) {
+    let before = report(devs);
+    let (srv, cli) = pingpong(run, server, client, addr);
+    let after = report(devs);
+    let say = || format!("{srv}\n{cli}\ncounters before:\n{before}\nafter:\n{after}");
+    assert!(srv.ok() && cli.ok(), "{}", say());
+    assert!(
+        has_figures(&srv.stdout) && has_figures(&cli.stdout),
+        "{}",
+        say()
+    );
+    connected_and_carried(devs, &before, &after, &say);
+    let grew = |f: &dyn Fn(&str) -> u64| f(&after) > f(&before);
     let reads = |r: &str| {
         devs.iter()
             .map(|d| counter(r, d.0, "rx_read_requests"))
@@ -262,7 +261,7 @@ fn fi_info_and_fi_pingpong_run_on_the_mem_pair() {
 }
 
 #[test]
-fn fi_pingpong_runs_between_namespaces_over_veth() {
+fn fi_pingpong_and_fi_check_run_between_namespaces_over_veth() {
     const TEST: &str = "libfabric between namespaces";
     if !testkit::runs_here(TEST, fabric_ready()) {
         return;
@@ -296,4 +295,176 @@ fn fi_pingpong_runs_between_namespaces_over_veth() {
     pair.check_alive();
     check(&RDM, &a, &b, &addr, &devs);
     pair.check_alive();
+    let Some((_dir, bin)) = fi_check_ready(TEST) else {
+        return;
+    };
+    let fi_check = Check {
+        bin: &bin,
+        server: &a,
+        client: &b,
+        addr: &addr,
+        rounds: "3",
+    };
+    fi_check.passes(&devs);
+    pair.check_alive();
+}
+
+/// tests/c/fi_check.c built in a temp folder (which `nobody`, as whom
+/// it runs in a namespace, may read), linked to libfabric: the folder and
+/// the program; None after a SKIPPED (or a failure under CI) when the
+/// build or libfabric-dev is not here.
+fn fi_check_ready(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    let ready = built().and_then(|()| {
+        Path::new("/usr/include/rdma/fabric.h")
+            .exists()
+            .then_some(())
+            .ok_or_else(|| "libfabric-dev (rdma/fabric.h) not installed".to_string())
+    });
+    if !testkit::runs_here(test, ready) {
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(dir.path(), mode).expect("chmod the temp folder");
+    let bin = dir.path().join("fi_check");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fi_check.c");
+    build_c(&src, &bin, &["-lfabric".into()]);
+    Some((dir, bin))
+}
+
+/// A pair of fi_check processes to start: the program, its sides, the
+/// server's address as the client reaches it, and how many rounds.
+struct Check<'a> {
+    bin: &'a Path,
+    server: &'a Side,
+    client: &'a Side,
+    addr: &'a str,
+    rounds: &'a str,
+}
+
+impl Check<'_> {
+    /// Starts the server and the client (which asks again while the
+    /// server is not yet listening), on a port of their own; `corrupt`
+    /// makes the client send one wrong byte.
+    fn spawn(&self, corrupt: bool) -> (Running, Running) {
+        let port = free_port().to_string();
+        let bin = self.bin.to_str().expect("utf-8 temp path");
+        let srv = [bin, "server", port.as_str(), self.rounds];
+        let mut cli = vec![bin, "client", self.addr, port.as_str(), self.rounds];
+        if corrupt {
+            cli.push("--corrupt");
+        }
+        let what = |role: &str| format!("fi_check {role} ({} rounds)", self.rounds);
+        (
+            Running::spawn(what("server"), in_view(self.server, &srv)),
+            Running::spawn(what("client"), in_view(self.client, &cli)),
+        )
+    }
+
+    /// Runs the pair and checks it: both sides exit 0 with every byte
+    /// right, the server's device (the first) received a CM REQ, and both
+    /// devices sent and received RC messages.
+    fn passes(&self, devs: &Devices) {
+        let before = report(devs);
+        let (srv, cli) = self.spawn(false);
+        let deadline = Instant::now() + DEADLINE;
+        let (cli, srv) = (cli.finish(deadline), srv.finish(deadline));
+        let after = report(devs);
+        let say = || format!("{srv}\n{cli}\ncounters before:\n{before}\nafter:\n{after}");
+        assert!(srv.ok() && cli.ok(), "{}", say());
+        for out in [&srv, &cli] {
+            assert!(out.stdout.contains("fi_check ok"), "{}", say());
+        }
+        connected_and_carried(devs, &before, &after, &say);
+    }
+}
+
+#[test]
+fn fi_check_moves_data_that_checks_on_the_mem_pair() {
+    let Some((_dir, bin)) = fi_check_ready("fi_check on the mem-pair") else {
+        return;
+    };
+    let d = Daemon::start();
+    let side = Side {
+        ns: None,
+        sock_dir: d.sock_dir().to_path_buf(),
+    };
+    let check = Check {
+        bin: &bin,
+        server: &side,
+        client: &side,
+        addr: "127.0.0.1",
+        rounds: "3",
+    };
+    check.passes(&[("t0", d.sock_dir()), ("t1", d.sock_dir())]);
+    // one wrong byte in the client's first 4 KiB message: the server
+    // names it and exits 1; its end disconnects the client (exit 2)
+    let (srv, cli) = check.spawn(true);
+    let deadline = Instant::now() + DEADLINE;
+    let (srv, cli) = (srv.finish(deadline), cli.finish(deadline));
+    let say = format!("{srv}\n{cli}");
+    assert_eq!(srv.status.and_then(|s| s.code()), Some(1), "{say}");
+    assert!(
+        srv.stderr
+            .contains("message of 4096 bytes, round 0: byte 2048 is"),
+        "{say}"
+    );
+    assert_eq!(cli.status.and_then(|s| s.code()), Some(2), "{say}");
+}
+
+/// fi_check (tests/c/fi_check.c, libfabric's verbs MSG endpoint) between
+/// t0 and t1 with the server killed mid-run. The daemon closes the dead
+/// process's connection as the kernel's RDMA CM does when it destroys a
+/// connected ID: a DREQ to the peer, whose device answers with a DREP and
+/// reports RDMA_CM_EVENT_DISCONNECTED, which libfabric's verbs provider
+/// reports as FI_SHUTDOWN on the endpoint's EQ. fi_check reads its EQ
+/// while it waits for completions, and ends on FI_SHUTDOWN with exit 2
+/// (Debian's fi_pingpong reads no EQ during its transfer and waits on
+/// forever). The daemon must then serve a fresh pair.
+#[test]
+fn a_killed_fi_check_peer_ends_the_survivor_and_rnicd_serves_on() {
+    let Some((_dir, bin)) = fi_check_ready("fi_check with its server killed") else {
+        return;
+    };
+    let d = Daemon::start();
+    let side = Side {
+        ns: None,
+        sock_dir: d.sock_dir().to_path_buf(),
+    };
+    let check = |rounds| Check {
+        bin: &bin,
+        server: &side,
+        client: &side,
+        addr: "127.0.0.1",
+        rounds,
+    };
+    // rounds enough to outlast the test: only the kill ends the exchange
+    let (mut srv, mut cli) = check("1000000000").spawn(false);
+    let sends = || counter(&counters(d.sock_dir()), "t1", "rdma_sends");
+    let start = sends();
+    testkit::wait_for(STUCK, "the exchange under way", || {
+        if srv.ended() || cli.ended() {
+            panic!("fi_check ended before the kill");
+        }
+        (sends() > start + 100)
+            .then_some(())
+            .ok_or("too few sends yet")
+    });
+    srv.kill();
+    let cli = cli.finish(Instant::now() + STUCK);
+    let srv = srv.finish(Instant::now());
+    let say = format!("{srv}\n{cli}\ncounters:\n{}", counters(d.sock_dir()));
+    assert!(
+        cm_counter(&counters(d.sock_dir()), "t1", "cm_rx_dreq") > 0,
+        "no DREQ at the survivor's device\n{say}"
+    );
+    assert_eq!(cli.status.and_then(|s| s.code()), Some(2), "{say}");
+    assert!(
+        cli.stderr
+            .contains("fi_check: peer failure: FI_SHUTDOWN (the peer disconnected)"),
+        "{say}"
+    );
+    eprintln!("survivor: {}", cli.stderr.trim());
+    // the daemon serves a fresh pair
+    check("3").passes(&[("t0", d.sock_dir()), ("t1", d.sock_dir())]);
 }

@@ -148,7 +148,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn ready() -> Result<(), String> {
+fn ready() -> Result<(), testkit::Missing> {
     built()?;
     if !Path::new("/usr/share/doc/rdma-core/tests/run_tests.py").exists() {
         return Err("rdma-core's test suite is not installed (Debian: python3-pyverbs)".into());
@@ -294,15 +294,32 @@ const TRAFFIC_TESTS: [&str; 3] = [
 /// hang.
 const AFTER_DEATH: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Why t0's counters could not be read.
+#[derive(Debug, thiserror::Error)]
+enum CountersError {
+    #[error("{sock}: {source}")]
+    Open {
+        sock: String,
+        source: softrnic::Error,
+    },
+    #[error("stats: {0}")]
+    Stats(softrnic::Error),
+    #[error("no sent_pkts counter")]
+    NoSentPkts,
+}
+
 /// Device t0's `sent_pkts` (every QP's, destroyed ones too).
-fn sent_pkts(sock_dir: &Path) -> Result<u64, String> {
+fn sent_pkts(sock_dir: &Path) -> Result<u64, CountersError> {
     let sock = sock_dir.join("t0.sock");
-    let c = softrnic::Context::open(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
-    let s = c.stats().map_err(|e| format!("stats: {e}"))?;
+    let c = softrnic::Context::open(&sock).map_err(|source| CountersError::Open {
+        sock: sock.display().to_string(),
+        source,
+    })?;
+    let s = c.stats().map_err(CountersError::Stats)?;
     s.counters
         .get("sent_pkts")
         .copied()
-        .ok_or_else(|| "no sent_pkts counter".to_string())
+        .ok_or(CountersError::NoSentPkts)
 }
 
 /// `tools/rdma-core-suite/loop.py` with [`TRAFFIC_TESTS`] through `rnic
@@ -406,7 +423,7 @@ fn a_daemon_killed_under_the_suites_traffic_fails_its_tests_and_a_new_one_passes
         match sent_pkts(d.sock_dir()) {
             Ok(n) if n > before => Ok(()),
             Ok(n) => Err(format!("sent_pkts {n}")),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         }
     });
     d.kill();

@@ -534,6 +534,35 @@ impl Opcode {
     /// RoCEv2 Congestion Notification Packet (RoCEv2 A17.9.2).
     pub const CNP: Opcode = Opcode(0x81);
 
+    /// The request opcode of `transport` for `operation` at `position`,
+    /// with or without ImmDt and IETH, as the table has it (IBA 9.2.1,
+    /// Table 39); `None` when the table has no such row. A `const fn`, so
+    /// that a sender can build its own lookup from this table at compile
+    /// time.
+    pub const fn request(
+        transport: Transport,
+        operation: Operation,
+        position: Position,
+        immediate: bool,
+        invalidate: bool,
+    ) -> Option<Opcode> {
+        let mut i = 0;
+        while i < ENTRIES.len() {
+            let r = &ENTRIES[i];
+            if r.transport as u8 == transport as u8
+                && r.operation as u8 == operation as u8
+                && r.position as u8 == position as u8
+                && r.direction as u8 == Direction::Request as u8
+                && r.has_immediate() == immediate
+                && r.has_invalidate() == invalidate
+            {
+                return Some(Opcode(r.opcode));
+            }
+            i += 1;
+        }
+        None
+    }
+
     /// The table row, or `None` for an opcode we do not implement.
     #[inline]
     pub fn info(self) -> Option<&'static OpcodeInfo> {
@@ -618,6 +647,41 @@ mod tests {
         }
         assert!(Opcode(0x15).info().is_none());
         assert!(Opcode(0x40).info().is_none());
+    }
+
+    #[test]
+    fn request_finds_the_row() {
+        let find = Opcode::request;
+        assert_eq!(
+            find(Transport::Rc, Op::Send, Last, true, false),
+            Some(Opcode::RC_SEND_LAST_WITH_IMMEDIATE)
+        );
+        assert_eq!(
+            find(Transport::Rc, Op::Send, Only, false, true),
+            Some(Opcode::RC_SEND_ONLY_WITH_INVALIDATE)
+        );
+        assert_eq!(
+            find(Transport::Uc, Op::Write, Only, false, false),
+            Some(Opcode::UC_RDMA_WRITE_ONLY)
+        );
+        assert_eq!(
+            find(Transport::Ud, Op::Send, Only, true, false),
+            Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE)
+        );
+        // UC has no SEND with invalidate, UD no multi-packet SEND
+        assert_eq!(find(Transport::Uc, Op::Send, Only, false, true), None);
+        assert_eq!(find(Transport::Ud, Op::Send, First, false, false), None);
+        // every request row is found by its own attributes
+        for i in Opcode::all().filter(|i| i.is_request()) {
+            let o = find(
+                i.transport,
+                i.operation,
+                i.position,
+                i.has_immediate(),
+                i.has_invalidate(),
+            );
+            assert_eq!(o, Some(Opcode(i.opcode)), "{}", i.name);
+        }
     }
 
     #[test]

@@ -143,6 +143,17 @@ pub struct StreamKey {
     pub dest_qp: u32,
 }
 
+impl StreamKey {
+    /// The stream `r` belongs to: its addresses and destination QP.
+    pub fn of(r: &RoceRepr<'_>) -> StreamKey {
+        StreamKey {
+            src: r.ip.src(),
+            dst: r.ip.dst(),
+            dest_qp: r.bth.dest_qp,
+        }
+    }
+}
+
 /// Checks the frames of one capture, in order.
 #[derive(Default)]
 pub struct Checker {
@@ -384,10 +395,25 @@ pub fn summary_line(stats: &Stats, streams: usize) -> String {
 #[cfg(test)]
 mod tests;
 
-/// Lossy mode: counts a loss (or a stale copy) and keeps `msg` as a note.
-pub(super) fn lost(stats: &mut Stats, notes: &mut Vec<String>, msg: Violation) {
-    stats.losses += 1;
-    notes.push(format!(
-        "{msg} (lossy path: lost, reordered or duplicated upstream of the capture point)"
-    ));
+/// How a check treats a violation that frames lost, reordered or
+/// duplicated upstream of the capture point may explain: an error, or in
+/// lossy mode a loss counted and kept as a note.
+pub(super) struct Losses<'a> {
+    pub(super) lossy: bool,
+    pub(super) stats: &'a mut Stats,
+    pub(super) notes: &'a mut Vec<String>,
+}
+
+impl Losses<'_> {
+    /// `Err(msg)`; in lossy mode `Ok`, with `msg` counted as a loss.
+    pub(super) fn excuse(&mut self, msg: Violation) -> Result<(), Violation> {
+        if !self.lossy {
+            return Err(msg);
+        }
+        self.stats.losses += 1;
+        self.notes.push(format!(
+            "{msg} (lossy path: lost, reordered or duplicated upstream of the capture point)"
+        ));
+        Ok(())
+    }
 }

@@ -2,9 +2,9 @@
 //! READs that span one PSN per response packet), the opcode sequence of
 //! messages, payload sizes against the path MTU and the RETH.
 
-use super::{Checker, StreamKey, Violation, MTUS};
+use super::{Checker, Losses, StreamKey, Violation, MTUS};
 use std::collections::VecDeque;
-use wire::{Operation, Position, Psn, RoceRepr, Transport};
+use wire::{OpcodeInfo, Operation, Position, Psn, RoceRepr, Transport};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Msg {
@@ -46,7 +46,7 @@ pub(super) struct ReqStream {
     /// atomic ends at its request PSN, where the responder counts it),
     /// oldest first: for checking MSNs.
     pub(super) ends: VecDeque<Psn>,
-    /// MSNs are no longer checked: a retransmission was seen (responses
+    /// MSNs go unchecked from here on: a retransmission was seen (responses
     /// to duplicates carry the current MSN), or, in lossy mode, packets
     /// are missing from the capture (where messages end is unknown).
     pub(super) msns_unknown: bool,
@@ -121,25 +121,14 @@ impl ReqStream {
     }
 }
 
-impl Checker {
-    pub(super) fn request(
-        &mut self,
-        r: &RoceRepr<'_>,
-        notes: &mut Vec<String>,
-    ) -> Result<(), Violation> {
-        let info = r.opcode_info().expect("parsed frames have a known opcode");
-        let key = StreamKey {
-            src: r.ip.src(),
-            dst: r.ip.dst(),
-            dest_qp: r.bth.dest_qp,
-        };
-        let p = r.bth.psn;
-        let s = self.req.entry(key).or_insert_with(|| ReqStream {
-            transport: info.transport,
-            sport: r.udp.src_port,
-            first: p,
-            npsn: p,
-            cursor: p,
+impl ReqStream {
+    fn new(transport: Transport, sport: u16, first: Psn) -> Self {
+        ReqStream {
+            transport,
+            sport,
+            first,
+            npsn: first,
+            cursor: first,
             pending_read: None,
             after_pending: false,
             msg: Msg::Unknown,
@@ -149,158 +138,162 @@ impl Checker {
             paired: false,
             ends: VecDeque::new(),
             msns_unknown: false,
-        });
-        if s.transport != info.transport {
-            return Err(Violation::TransportChanged {
-                op: info.name,
-                qp: key.dest_qp,
-                was: s.transport,
-            });
         }
+    }
 
-        // ---- PSN ----
-        let mut retransmission = false;
-        let mut in_order = false;
-        if let (Some((q, len)), true) = (s.pending_read, s.after_pending) {
-            if p.after(q) {
-                let fits: Vec<u32> = MTUS
-                    .iter()
-                    .copied()
-                    .filter(|&m| q.add(npkts(len, m)) == p)
-                    .collect();
-                if fits.is_empty() {
-                    let hi = q.add(npkts(len, MTUS[0]));
-                    if !p.after(hi) {
-                        return Err(Violation::AfterReadFitsNoMtu {
-                            psn: p,
-                            len,
-                            read: q,
-                        });
-                    }
-                    let msg = Violation::GapAfterRead {
-                        psn: p,
-                        len,
-                        read: q,
-                        span: npkts(len, MTUS[0]),
-                    };
-                    if !self.lossy {
-                        return Err(msg);
-                    }
-                    super::lost(&mut self.stats, notes, msg);
-                    s.msns_unknown = true;
-                    s.pending_read = None;
-                    s.after_pending = false;
-                    s.msg = Msg::Unknown;
-                    s.cursor = p;
-                    if p.after(s.npsn) {
-                        s.npsn = p;
-                    }
-                    in_order = true;
-                }
-                if in_order {
-                    // resynchronised after a loss
-                } else if fits.len() == 1 && !self.lossy {
-                    s.set_mtu(fits[0]);
-                } else {
-                    // several MTUs fit, or (lossy) a packet lost or
-                    // reordered upstream may stand between the READ and
-                    // this one, so its PSN does not tell the span; the
-                    // MTU is left to a full packet's length
-                    s.pending_read = None;
-                    s.after_pending = false;
-                    s.cursor = p;
-                    if p.after(s.npsn) {
-                        s.npsn = p;
-                    }
-                }
-                in_order = true;
-            }
+    /// Goes on from `p`: the next PSN expected is `p`, and `npsn` reaches
+    /// at least `p`.
+    fn resync(&mut self, p: Psn) {
+        self.cursor = p;
+        if p.after(self.npsn) {
+            self.npsn = p;
         }
-        if !in_order {
-            if p == s.cursor {
-                // in order
-            } else if p.before(s.cursor) {
-                retransmission = true;
-                self.stats.retransmissions += 1;
-                notes.push(format!(
-                    "retransmission (go-back-N to PSN {p}; PSNs up to {} were sent)",
-                    s.upper().sub(1)
-                ));
-                s.cursor = p;
-                s.after_pending = false;
-                s.msns_unknown = true;
-            } else if !p.after(s.upper()) && s.cursor != s.upper() {
-                notes.push(format!(
-                    "out of sequence: the retransmission skips PSNs {}..{}",
-                    s.cursor,
-                    p.sub(1)
-                ));
-                s.cursor = p;
-                s.msg = Msg::Unknown;
-            } else {
-                let missing = s.cursor.distance_to(p);
-                let msg = Violation::PsnGap {
-                    expected: s.cursor,
-                    found: p,
-                    missing,
-                    qp: key.dest_qp,
-                };
-                if !self.lossy {
-                    return Err(msg);
-                }
-                super::lost(&mut self.stats, notes, msg);
-                s.cursor = p;
-                s.msg = Msg::Unknown;
-                s.msns_unknown = true;
-                if p.after(s.npsn) {
-                    s.npsn = p;
-                }
-            }
-        }
+    }
 
-        // ---- opcode sequence (IBA 9.7.5.1.2, rxe check_op_seq) ----
-        if retransmission && !info.position.is_start() {
-            s.msg = Msg::Unknown;
+    /// PSN continuity. Returns whether `p` starts a retransmission
+    /// (go-back-N, IBA 9.7.5.2.5).
+    fn check_psn(&mut self, p: Psn, qp: u32, l: &mut Losses<'_>) -> Result<bool, Violation> {
+        if self.after_pending_read(p, l)? {
+            return Ok(false);
         }
-        if retransmission && info.position.is_start() {
-            s.msg = Msg::Idle;
+        if p == self.cursor {
+            // in order
+            Ok(false)
+        } else if p.before(self.cursor) {
+            l.stats.retransmissions += 1;
+            l.notes.push(format!(
+                "retransmission (go-back-N to PSN {p}; PSNs up to {} were sent)",
+                self.upper().sub(1)
+            ));
+            self.cursor = p;
+            self.after_pending = false;
+            self.msns_unknown = true;
+            Ok(true)
+        } else if !p.after(self.upper()) && self.cursor != self.upper() {
+            l.notes.push(format!(
+                "out of sequence: the retransmission skips PSNs {}..{}",
+                self.cursor,
+                p.sub(1)
+            ));
+            self.cursor = p;
+            self.msg = Msg::Unknown;
+            Ok(false)
+        } else {
+            l.excuse(Violation::PsnGap {
+                expected: self.cursor,
+                found: p,
+                missing: self.cursor.distance_to(p),
+                qp,
+            })?;
+            self.msg = Msg::Unknown;
+            self.msns_unknown = true;
+            self.resync(p);
+            Ok(false)
         }
-        let name = info.name;
-        match (s.msg, info.position) {
-            (Msg::Idle, Position::Middle | Position::Last) => {
-                return Err(Violation::OutsideMessage {
-                    op: name,
-                    kind: info.operation,
-                    qp: key.dest_qp,
+    }
+
+    /// The request after a READ whose PSN span waits on the path MTU: its
+    /// PSN tells the span (a READ takes one PSN per response packet).
+    /// Returns whether `p` was taken as that request.
+    fn after_pending_read(&mut self, p: Psn, l: &mut Losses<'_>) -> Result<bool, Violation> {
+        let (Some((q, len)), true) = (self.pending_read, self.after_pending) else {
+            return Ok(false);
+        };
+        if !p.after(q) {
+            return Ok(false);
+        }
+        let fits: Vec<u32> = MTUS
+            .iter()
+            .copied()
+            .filter(|&m| q.add(npkts(len, m)) == p)
+            .collect();
+        if fits.is_empty() {
+            let hi = q.add(npkts(len, MTUS[0]));
+            if !p.after(hi) {
+                return Err(Violation::AfterReadFitsNoMtu {
+                    psn: p,
+                    len,
+                    read: q,
                 });
             }
+            l.excuse(Violation::GapAfterRead {
+                psn: p,
+                len,
+                read: q,
+                span: npkts(len, MTUS[0]),
+            })?;
+            // resynchronised after a loss
+            self.msns_unknown = true;
+            self.pending_read = None;
+            self.after_pending = false;
+            self.msg = Msg::Unknown;
+            self.resync(p);
+        } else if fits.len() == 1 && !l.lossy {
+            self.set_mtu(fits[0]);
+        } else {
+            // several MTUs fit, or (lossy) a packet lost or reordered
+            // upstream may stand between the READ and this one, so its
+            // PSN does not tell the span; the MTU is left to a full
+            // packet's length
+            self.pending_read = None;
+            self.after_pending = false;
+            self.resync(p);
+        }
+        Ok(true)
+    }
+
+    /// The opcode sequence (IBA 9.7.5.1.2, rxe check_op_seq): MIDDLE and
+    /// LAST only inside a message of their operation, FIRST and ONLY only
+    /// between messages.
+    fn check_op_seq(
+        &mut self,
+        info: &OpcodeInfo,
+        retransmission: bool,
+        qp: u32,
+        l: &mut Losses<'_>,
+    ) -> Result<(), Violation> {
+        if retransmission {
+            self.msg = if info.position.is_start() {
+                Msg::Idle
+            } else {
+                Msg::Unknown
+            };
+        }
+        match (self.msg, info.position) {
+            (Msg::Idle, Position::Middle | Position::Last) => Err(Violation::OutsideMessage {
+                op: info.name,
+                kind: info.operation,
+                qp,
+            }),
             (Msg::In { op, .. }, Position::Middle | Position::Last) if op != info.operation => {
-                return Err(Violation::InsideOtherMessage { op: name, open: op });
+                Err(Violation::InsideOtherMessage {
+                    op: info.name,
+                    open: op,
+                })
             }
             (Msg::In { op, start, .. }, Position::First | Position::Only) => {
-                let msg = Violation::BeginsInsideMessage {
-                    op: name,
+                l.excuse(Violation::BeginsInsideMessage {
+                    op: info.name,
                     open: op,
                     at: start,
-                };
-                if !self.lossy {
-                    return Err(msg);
-                }
-                super::lost(&mut self.stats, notes, msg);
-                s.msns_unknown = true;
+                })?;
+                self.msns_unknown = true;
+                Ok(())
             }
-            _ => {}
+            _ => Ok(()),
         }
+    }
 
-        // ---- lengths (IBA 9.7.5.1.4; read responses 9.7.5.1.6) ----
-        let len = r.payload.len() as u32;
-        if info.has_payload() {
-            s.check_len(name, info.position, len, notes)?;
-        }
-
-        // ---- message state ----
-        let dma = r.ext.reth.map(|x| x.dma_len);
-        s.msg = match (s.msg, info.position) {
+    /// The message the packet belongs to, and a WRITE's length against
+    /// its RETH's DMA length (IBA 9.7.5.1.4) once it ends.
+    fn track_message(
+        &mut self,
+        info: &OpcodeInfo,
+        p: Psn,
+        len: u32,
+        dma: Option<u32>,
+    ) -> Result<(), Violation> {
+        self.msg = match (self.msg, info.position) {
             (_, Position::First) => Msg::In {
                 op: info.operation,
                 start: Some(p),
@@ -352,63 +345,106 @@ impl Checker {
             }
             (_, Position::Last) => Msg::Idle,
             (_, Position::Only) => {
-                if info.operation == Operation::Write {
-                    if let Some(want) = dma {
-                        if want != len {
-                            return Err(Violation::WriteOnlyLength {
-                                op: name,
-                                len,
-                                want,
-                            });
-                        }
+                if let (Operation::Write, Some(want)) = (info.operation, dma) {
+                    if want != len {
+                        return Err(Violation::WriteOnlyLength {
+                            op: info.name,
+                            len,
+                            want,
+                        });
                     }
                 }
                 Msg::Idle
             }
         };
+        Ok(())
+    }
 
-        // ---- PSN advance ----
-        let new = !p.before(s.npsn);
+    /// Moves past `p`: records where messages end (for MSNs), the READs
+    /// and atomics sent (for pairing responses), and the PSNs the packet
+    /// takes (a READ one per response packet, once the path MTU is known).
+    fn advance(&mut self, info: &OpcodeInfo, p: Psn, dma: Option<u32>) {
+        let new = !p.before(self.npsn);
         let ends_message = match info.operation {
             Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd => true,
             _ => info.position.is_end(),
         };
         if new && ends_message {
-            s.ends.push_back(p);
-            if s.ends.len() > 1 << 16 {
-                s.ends.pop_front();
+            self.ends.push_back(p);
+            if self.ends.len() > 1 << 16 {
+                self.ends.pop_front();
             }
         }
-        s.after_pending = false;
+        self.after_pending = false;
         let mut span = 1;
         match info.operation {
             Operation::ReadRequest => {
                 let want = dma.unwrap_or(0);
-                s.reads.push_back((p, want));
-                if s.reads.len() > KEEP {
-                    s.reads.pop_front();
+                self.reads.push_back((p, want));
+                if self.reads.len() > KEEP {
+                    self.reads.pop_front();
                 }
-                match s.mtu {
+                match self.mtu {
                     Some(m) => span = npkts(want, m),
                     None if want <= MTUS[0] => span = 1,
                     None => {
-                        s.pending_read = Some((p, want));
-                        s.after_pending = true;
+                        self.pending_read = Some((p, want));
+                        self.after_pending = true;
                     }
                 }
             }
             Operation::CompareSwap | Operation::FetchAdd => {
-                s.atomics.push_back(p);
-                if s.atomics.len() > KEEP {
-                    s.atomics.pop_front();
+                self.atomics.push_back(p);
+                if self.atomics.len() > KEEP {
+                    self.atomics.pop_front();
                 }
             }
             _ => {}
         }
-        s.cursor = p.add(span);
-        if s.cursor.after(s.npsn) {
-            s.npsn = s.cursor;
+        self.cursor = p.add(span);
+        if self.cursor.after(self.npsn) {
+            self.npsn = self.cursor;
         }
+    }
+}
+
+impl Checker {
+    /// Checks a request packet against its stream, one check group after
+    /// the other: transport, PSN, opcode sequence, length, message.
+    pub(super) fn request(
+        &mut self,
+        r: &RoceRepr<'_>,
+        notes: &mut Vec<String>,
+    ) -> Result<(), Violation> {
+        let info = r.opcode_info().expect("parsed frames have a known opcode");
+        let key = StreamKey::of(r);
+        let p = r.bth.psn;
+        let s = self
+            .req
+            .entry(key)
+            .or_insert_with(|| ReqStream::new(info.transport, r.udp.src_port, p));
+        if s.transport != info.transport {
+            return Err(Violation::TransportChanged {
+                op: info.name,
+                qp: key.dest_qp,
+                was: s.transport,
+            });
+        }
+        let mut l = Losses {
+            lossy: self.lossy,
+            stats: &mut self.stats,
+            notes,
+        };
+        let retransmission = s.check_psn(p, key.dest_qp, &mut l)?;
+        s.check_op_seq(info, retransmission, key.dest_qp, &mut l)?;
+        // lengths (IBA 9.7.5.1.4; read responses 9.7.5.1.6)
+        let len = r.payload.len() as u32;
+        if info.has_payload() {
+            s.check_len(info.name, info.position, len, l.notes)?;
+        }
+        let dma = r.ext.reth.map(|x| x.dma_len);
+        s.track_message(info, p, len, dma)?;
+        s.advance(info, p, dma);
         Ok(())
     }
 }

@@ -2,8 +2,9 @@
 //! consistency (PSNs sent, MSNs counting completed messages), read
 //! responses and atomic ACKs.
 
-use super::{Checker, StreamKey, Violation};
-use wire::{NakCode, Operation, Psn, RoceRepr, Syndrome, Transport};
+use super::request::ReqStream;
+use super::{Checker, Losses, Stats, StreamKey, Violation};
+use wire::{Aeth, NakCode, OpcodeInfo, Operation, Psn, RoceRepr, Syndrome, Transport};
 
 #[derive(Clone, Copy)]
 pub(super) struct ReadInProgress {
@@ -65,80 +66,230 @@ impl Checker {
         }
         pick
     }
+}
 
+impl RespStream {
+    /// AETH bookkeeping: NAKs, RNR NAKs and duplicate ACKs counted and
+    /// noted, a reserved syndrome refused (IBA 9.3.5), and the MSN, which
+    /// does not go back.
+    fn note_aeth(
+        &mut self,
+        info: &OpcodeInfo,
+        p: Psn,
+        aeth: Aeth,
+        stats: &mut Stats,
+        notes: &mut Vec<String>,
+    ) -> Result<(), Violation> {
+        match aeth.syndrome {
+            Syndrome::Nak(code) => {
+                self.calib = None;
+                stats.naks += 1;
+                notes.push(match code {
+                    NakCode::PsnSequenceError => {
+                        format!("NAK: PSN sequence error, the responder expects PSN {p}")
+                    }
+                    other => format!("NAK {other:?} at PSN {p}"),
+                });
+            }
+            Syndrome::RnrNak { timer } => {
+                self.calib = None;
+                stats.rnr_naks += 1;
+                notes.push(format!("RNR NAK at PSN {p} (timer code {timer})"));
+            }
+            Syndrome::Reserved(b) => {
+                return Err(Violation::ReservedSyndrome {
+                    op: info.name,
+                    syndrome: b,
+                });
+            }
+            Syndrome::Ack { .. } => {
+                if info.operation == Operation::Acknowledge {
+                    if self.last_ack == Some(p) {
+                        stats.duplicate_acks += 1;
+                        notes.push("duplicate ACK".into());
+                    }
+                    self.last_ack = Some(p);
+                }
+            }
+        }
+        let went_back = self
+            .msn
+            .filter(|&prev| Psn::new(aeth.msn).before(Psn::new(prev)));
+        match went_back {
+            Some(prev) => notes.push(format!("MSN went back from {prev} to {}", aeth.msn)),
+            None => self.msn = Some(aeth.msn),
+        }
+        Ok(())
+    }
+
+    /// The AETH's MSN counts the messages the responder has completed, so
+    /// between two positive responses it grows by the number of messages
+    /// that end between their PSNs (as `s.ends` records them).
+    fn check_msn(
+        &mut self,
+        s: &mut ReqStream,
+        info: &OpcodeInfo,
+        p: Psn,
+        msn: u32,
+    ) -> Result<(), Violation> {
+        if s.msns_unknown {
+            self.calib = None;
+            return Ok(());
+        }
+        match self.calib {
+            Some((p0, _)) if p.before(p0) => {}
+            Some((p0, m0)) => {
+                while s.ends.front().is_some_and(|e| !e.after(p0)) {
+                    s.ends.pop_front();
+                }
+                let n = s.ends.iter().take_while(|e| !e.after(p)).count() as u32;
+                let want = Psn::new(m0).add(n).value();
+                if msn != want {
+                    return Err(Violation::WrongMsn {
+                        op: info.name,
+                        psn: p,
+                        msn,
+                        n,
+                        since: p0,
+                        since_msn: m0,
+                        want,
+                    });
+                }
+                self.calib = Some((p, msn));
+            }
+            None => self.calib = Some((p, msn)),
+        }
+        Ok(())
+    }
+
+    /// A READ response packet: its length against the path MTU, the READ
+    /// request it answers (its FIRST or ONLY packet has that request's
+    /// PSN), consecutive PSNs, and the total against the request's DMA
+    /// length.
+    fn read_response(
+        &mut self,
+        s: &mut ReqStream,
+        info: &OpcodeInfo,
+        p: Psn,
+        len: u32,
+        first_of_stream: bool,
+        l: &mut Losses<'_>,
+    ) -> Result<(), Violation> {
+        let name = info.name;
+        s.check_len(name, info.position, len, l.notes)?;
+        if info.position.is_start() {
+            self.start_read(s, name, p, l)?;
+        }
+        let Some(mut cur) = self.read else {
+            if first_of_stream {
+                l.notes
+                    .push("read response begun before the capture".into());
+                return Ok(());
+            }
+            return l.excuse(Violation::NoReadResponseInProgress { op: name, psn: p });
+        };
+        if p != cur.next {
+            if !p.after(cur.next) {
+                // reordered or duplicated upstream: nothing to learn from it
+                return l.excuse(Violation::ReadResponseBack {
+                    op: name,
+                    psn: p,
+                    expected: cur.next,
+                });
+            }
+            l.excuse(Violation::ReadResponseGap {
+                expected: cur.next,
+                found: p,
+            })?;
+            // the bytes in the gap are unknown: stop checking the total
+            cur.want = None;
+        }
+        cur.bytes += len as u64;
+        cur.next = p.next();
+        self.read = Some(cur);
+        if info.position.is_end() {
+            self.read = None;
+            if let Some(want) = cur.want {
+                if cur.bytes != want as u64 {
+                    return Err(Violation::ReadLength {
+                        start: cur.start,
+                        total: cur.bytes,
+                        want: want.into(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The FIRST or ONLY packet of a READ response at `p`: the response
+    /// before it ended, and a READ request was sent at `p`.
+    fn start_read(
+        &mut self,
+        s: &ReqStream,
+        name: &'static str,
+        p: Psn,
+        l: &mut Losses<'_>,
+    ) -> Result<(), Violation> {
+        if let Some(cur) = self.read {
+            if p.after(cur.next) {
+                l.excuse(Violation::ReadResponseCutShort {
+                    op: name,
+                    psn: p,
+                    start: cur.start,
+                    last: cur.next.sub(1),
+                })?;
+            } else {
+                l.notes.push(format!(
+                    "the read response begun at PSN {} was left unfinished",
+                    cur.start
+                ));
+            }
+        }
+        let want = s.reads.iter().rev().find(|(q, _)| *q == p).map(|x| x.1);
+        if want.is_none() {
+            return Err(Violation::ReadResponseUnasked { op: name, psn: p });
+        }
+        self.read = Some(ReadInProgress {
+            start: p,
+            next: p,
+            bytes: 0,
+            want,
+        });
+        Ok(())
+    }
+}
+
+impl Checker {
+    /// The response stream `rkey` belongs to is paired with the request
+    /// stream it answers once, at its first response.
+    fn paired(&mut self, rkey: StreamKey, sport: u16, psn: Psn) -> Option<StreamKey> {
+        if let Some(k) = self.resp.get(&rkey).and_then(|x| x.pair) {
+            return Some(k);
+        }
+        let k = self.pair(rkey, sport, psn);
+        self.resp.entry(rkey).or_default().pair = k;
+        k
+    }
+
+    /// Checks a response packet, one check group after the other: AETH,
+    /// the request stream it answers, MSN, then atomic ACKs and READ
+    /// responses against the requests sent.
     pub(super) fn response(
         &mut self,
         r: &RoceRepr<'_>,
         notes: &mut Vec<String>,
     ) -> Result<(), Violation> {
         let info = r.opcode_info().expect("parsed frames have a known opcode");
-        let name = info.name;
-        let rkey = StreamKey {
-            src: r.ip.src(),
-            dst: r.ip.dst(),
-            dest_qp: r.bth.dest_qp,
-        };
+        let rkey = StreamKey::of(r);
         let p = r.bth.psn;
-        let paired = self.resp.get(&rkey).and_then(|x| x.pair);
-        let pair = match paired {
-            Some(k) => Some(k),
-            None => {
-                let k = self.pair(rkey, r.udp.src_port, p);
-                self.resp.entry(rkey).or_default().pair = k;
-                k
-            }
-        };
-        let rs = self.resp.get_mut(&rkey).expect("inserted above");
+        let pair = self.paired(rkey, r.udp.src_port, p);
+        let rs = self.resp.get_mut(&rkey).expect("inserted by paired");
         rs.seen += 1;
         let first_of_stream = rs.seen == 1;
-
-        // AETH bookkeeping: the MSN does not go back.
         if let Some(aeth) = r.ext.aeth {
-            match aeth.syndrome {
-                Syndrome::Nak(code) => {
-                    rs.calib = None;
-                    self.stats.naks += 1;
-                    notes.push(match code {
-                        NakCode::PsnSequenceError => {
-                            format!("NAK: PSN sequence error, the responder expects PSN {p}")
-                        }
-                        other => format!("NAK {other:?} at PSN {p}"),
-                    });
-                }
-                Syndrome::RnrNak { timer } => {
-                    rs.calib = None;
-                    self.stats.rnr_naks += 1;
-                    notes.push(format!("RNR NAK at PSN {p} (timer code {timer})"));
-                }
-                Syndrome::Reserved(b) => {
-                    return Err(Violation::ReservedSyndrome {
-                        op: name,
-                        syndrome: b,
-                    });
-                }
-                Syndrome::Ack { .. } => {
-                    if info.operation == Operation::Acknowledge {
-                        if rs.last_ack == Some(p) {
-                            self.stats.duplicate_acks += 1;
-                            notes.push("duplicate ACK".into());
-                        }
-                        rs.last_ack = Some(p);
-                    }
-                }
-            }
-            if let Some(prev) = rs.msn {
-                if Psn::new(aeth.msn).before(Psn::new(prev)) {
-                    notes.push(format!("MSN went back from {prev} to {}", aeth.msn));
-                }
-            }
-            if !rs
-                .msn
-                .is_some_and(|prev| Psn::new(aeth.msn).before(Psn::new(prev)))
-            {
-                rs.msn = Some(aeth.msn);
-            }
+            rs.note_aeth(info, p, aeth, &mut self.stats, notes)?;
         }
-
         let Some(qkey) = pair else {
             if first_of_stream {
                 notes.push(format!(
@@ -156,147 +307,35 @@ impl Checker {
         let upper = s.upper();
         if !p.before(upper) {
             return Err(Violation::ResponseAhead {
-                op: name,
+                op: info.name,
                 psn: p,
                 qp: qkey.dest_qp,
                 host: qkey.dst,
                 upto: upper.sub(1),
             });
         }
-
-        // The AETH's MSN counts the messages the responder has
-        // completed, so between two positive responses it grows by the
-        // number of messages that end between their PSNs.
         if let Some(aeth) = r.ext.aeth.filter(|a| a.syndrome.is_ack()) {
-            if s.msns_unknown {
-                rs.calib = None;
-            } else {
-                match rs.calib {
-                    Some((p0, _)) if p.before(p0) => {}
-                    Some((p0, m0)) => {
-                        while s.ends.front().is_some_and(|e| !e.after(p0)) {
-                            s.ends.pop_front();
-                        }
-                        let n = s.ends.iter().take_while(|e| !e.after(p)).count() as u32;
-                        let want = Psn::new(m0).add(n).value();
-                        if aeth.msn != want {
-                            return Err(Violation::WrongMsn {
-                                op: name,
-                                psn: p,
-                                msn: aeth.msn,
-                                n,
-                                since: p0,
-                                since_msn: m0,
-                                want,
-                            });
-                        }
-                        rs.calib = Some((p, aeth.msn));
-                    }
-                    None => rs.calib = Some((p, aeth.msn)),
-                }
-            }
+            rs.check_msn(s, info, p, aeth.msn)?;
         }
-
+        let mut l = Losses {
+            lossy: self.lossy,
+            stats: &mut self.stats,
+            notes,
+        };
         match info.operation {
             Operation::AtomicAcknowledge if !s.atomics.contains(&p) => {
-                let v = Violation::AtomicAckWithoutAtomic { op: name, psn: p };
                 // behind a lossy hop (or a capture that dropped frames) the
                 // request may be the frame that is missing
-                if !self.lossy {
-                    return Err(v);
-                }
-                super::lost(&mut self.stats, notes, v);
+                l.excuse(Violation::AtomicAckWithoutAtomic {
+                    op: info.name,
+                    psn: p,
+                })
             }
             Operation::ReadResponse => {
                 let len = r.payload.len() as u32;
-                let name = info.name;
-                s.check_len(name, info.position, len, notes)?;
-                if info.position.is_start() {
-                    if let Some(cur) = rs.read {
-                        if p.after(cur.next) {
-                            let msg = Violation::ReadResponseCutShort {
-                                op: name,
-                                psn: p,
-                                start: cur.start,
-                                last: cur.next.sub(1),
-                            };
-                            if !self.lossy {
-                                return Err(msg);
-                            }
-                            super::lost(&mut self.stats, notes, msg);
-                        } else {
-                            notes.push(format!(
-                                "the read response begun at PSN {} was left unfinished",
-                                cur.start
-                            ));
-                        }
-                    }
-                    let want = s.reads.iter().rev().find(|(q, _)| *q == p).map(|x| x.1);
-                    if want.is_none() {
-                        return Err(Violation::ReadResponseUnasked { op: name, psn: p });
-                    }
-                    rs.read = Some(ReadInProgress {
-                        start: p,
-                        next: p,
-                        bytes: 0,
-                        want,
-                    });
-                }
-                let Some(mut cur) = rs.read else {
-                    if first_of_stream {
-                        notes.push("read response begun before the capture".into());
-                    } else {
-                        let msg = Violation::NoReadResponseInProgress { op: name, psn: p };
-                        if !self.lossy {
-                            return Err(msg);
-                        }
-                        super::lost(&mut self.stats, notes, msg);
-                    }
-                    return Ok(());
-                };
-                if p != cur.next {
-                    if !p.after(cur.next) {
-                        let msg = Violation::ReadResponseBack {
-                            op: name,
-                            psn: p,
-                            expected: cur.next,
-                        };
-                        if !self.lossy {
-                            return Err(msg);
-                        }
-                        // reordered or duplicated upstream: nothing to learn from it
-                        super::lost(&mut self.stats, notes, msg);
-                        return Ok(());
-                    }
-                    let msg = Violation::ReadResponseGap {
-                        expected: cur.next,
-                        found: p,
-                    };
-                    if !self.lossy {
-                        return Err(msg);
-                    }
-                    super::lost(&mut self.stats, notes, msg);
-                    // the bytes in the gap are unknown: stop checking the total
-                    cur.want = None;
-                }
-                cur.bytes += len as u64;
-                cur.next = p.next();
-                rs.read = Some(cur);
-                if info.position.is_end() {
-                    rs.read = None;
-                    if let Some(want) = cur.want {
-                        if cur.bytes != want as u64 {
-                            return Err(Violation::ReadLength {
-                                start: cur.start,
-                                total: cur.bytes,
-                                want: want.into(),
-                            });
-                        }
-                    }
-                }
+                rs.read_response(s, info, p, len, first_of_stream, &mut l)
             }
-            _ => {}
+            _ => Ok(()),
         }
-        Ok(())
     }
 }

@@ -184,7 +184,7 @@ pub unsafe extern "C" fn srnic_create_ah(
         traffic_class: a.traffic_class,
         hop_limit: a.hop_limit,
         flow_label: a.flow_label,
-        // the C struct has no VLAN tag (its layout stays as it was)
+        // the C struct has no VLAN tag
         vlan: None,
     };
     let Ok(ah) = AhAttr::try_from(&msg) else {

@@ -117,6 +117,12 @@ pub struct DataPlane {
     fire: Vec<(u64, u32, bool)>,
     /// Events fired so far (each CQ ring's event sequence word).
     events_fired: u32,
+    /// CQs to visit at the next turn besides those the device lists as
+    /// having new completions: a ring that was full with completions
+    /// waiting, completions the daemon made itself.
+    carry: Vec<u32>,
+    /// The CQs a turn visits.
+    visit: Vec<u32>,
 }
 
 /// A completion event, if the client armed the CQ for one these completions
@@ -180,6 +186,9 @@ impl DataPlane {
             let _ = rnic.poll_cq(*cqn, usize::MAX, &mut self.wcs);
             c.pending.extend(self.wcs.drain(..));
             c.pending.retain(|w| !qpns.contains(&w.qp_num));
+            if !c.pending.is_empty() {
+                self.carry.push(*cqn);
+            }
         }
     }
 
@@ -214,6 +223,7 @@ impl DataPlane {
         if let Some(c) = self.cqs.get_mut(&cq) {
             if c.pending.len() < 4096 {
                 c.pending.push_back(wc);
+                self.carry.push(cq);
             }
         }
     }
@@ -487,7 +497,16 @@ impl DataPlane {
         let mut work = 0;
         self.backlog = false;
         self.fire.clear();
-        for (cqn, c) in self.cqs.iter_mut() {
+        // the CQs with something to write: O(active CQs), not O(all)
+        self.visit.clear();
+        rnic.take_ready_cqs(&mut self.visit);
+        self.visit.append(&mut self.carry);
+        self.visit.sort_unstable();
+        self.visit.dedup();
+        for cqn in &self.visit {
+            let Some(c) = self.cqs.get_mut(cqn) else {
+                continue;
+            };
             let cons = c.ring.consumer().load(std::sync::atomic::Ordering::Acquire);
             let used = c.prod.wrapping_sub(cons);
             // a wild consumer index (used > entries): treat the ring as full
@@ -519,9 +538,11 @@ impl DataPlane {
                     c.ring.write::<CqeRaw>(c.prod, &ring::encode_cqe(wc));
                     c.prod = c.prod.wrapping_add(1);
                 }
+                room -= self.wcs.len() as u32;
             }
             if room == 0 && (!c.pending.is_empty() || rnic.cq_len(*cqn) > 0) {
                 self.backlog = true;
+                self.carry.push(*cqn);
             }
             if c.prod != start {
                 c.ring

@@ -15,10 +15,15 @@ use std::sync::atomic::Ordering::SeqCst;
 /// A CQ ring of 16 entries armed for the next completion, its events
 /// written to a duplicate of `chan`.
 fn armed_ring(chan: &OwnedFd) -> CqRing {
-    let map = Arc::new(Mapping::create("test-cq", ring_bytes(16, CQE_SIZE)).expect("memfd"));
-    // SAFETY: the mapping holds ring_bytes(16, CQE_SIZE) bytes and lives
-    // in the CqRing beside the ring; 16 is a power of two.
-    let ring = unsafe { Ring::new(map.ptr(), 16, CQE_SIZE) };
+    ring_of(16, chan)
+}
+
+/// A CQ ring of `entries` (a power of two) armed for the next completion.
+fn ring_of(entries: u32, chan: &OwnedFd) -> CqRing {
+    let map = Arc::new(Mapping::create("test-cq", ring_bytes(entries, CQE_SIZE)).expect("memfd"));
+    // SAFETY: the mapping holds ring_bytes(entries, CQE_SIZE) bytes and
+    // lives in the CqRing beside the ring; entries is a power of two.
+    let ring = unsafe { Ring::new(map.ptr(), entries, CQE_SIZE) };
     ring.armed().store(ring::ARM_NEXT, SeqCst);
     CqRing {
         _map: map,
@@ -154,4 +159,41 @@ fn events_on_one_channel_follow_the_order_of_completions() {
         let n = unsafe { libc::read(chan.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
         assert_eq!((n, count), (8, 2), "two events on the channel");
     }
+}
+
+/// A full CQ ring keeps its waiting completions: the data plane visits the
+/// CQ again once the client made room, though the device has no new
+/// completion to list it by.
+#[test]
+fn completions_waiting_for_a_full_ring_go_in_when_the_client_makes_room() {
+    let mut p = pair();
+    for wr_id in [1, 2] {
+        let op = SendOp::Write {
+            remote_addr: p.eb.base,
+            rkey: p.eb.rkey,
+        };
+        let wr = SendWr::new(wr_id, op, Sgl::single(p.ea.base, 64, p.ea.lkey));
+        p.a.post_send(p.qa, wr).expect("post write");
+    }
+    for f in frames(&mut p.a) {
+        p.b.handle_frame(Instant::ZERO, &f);
+    }
+    for f in frames(&mut p.b) {
+        p.a.handle_frame(Instant::ZERO, &f);
+    }
+    assert_eq!(p.a.cq_len(p.send_cq), 2, "both WRITEs completed");
+    // SAFETY: eventfd makes a new descriptor, owned here.
+    let chan = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_CLOEXEC)) };
+    let mut dp = DataPlane::default();
+    dp.add_cq(p.send_cq, ring_of(1, &chan));
+    assert_eq!(dp.complete(&mut p.a), 1, "one slot");
+    assert!(dp.backlogged());
+    assert_eq!(dp.complete(&mut p.a), 0, "no room yet");
+    let ring = &dp.cqs[&p.send_cq].ring;
+    assert_eq!(ring.read::<CqeRaw>(0).wr_id, 1);
+    ring.consumer().store(1, SeqCst);
+    assert_eq!(dp.complete(&mut p.a), 1, "the second, once there is room");
+    assert_eq!(dp.cqs[&p.send_cq].ring.read::<CqeRaw>(1).wr_id, 2);
+    assert!(!dp.backlogged());
+    assert_eq!(dp.complete(&mut p.a), 0);
 }

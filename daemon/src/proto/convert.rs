@@ -259,7 +259,7 @@ mod tests {
         );
         assert_eq!(events[0].to_event(), None);
         assert_eq!(events[1].ibv_event_type(), Some(15));
-        // what the daemon sends stays as it was
+        // the SRQ event's wire form: its tag and field names
         let srq = serde_json::to_string(&AsyncEventMsg::SrqLimitReached { srq: 3 }).unwrap();
         assert_eq!(srq, r#"{"type":"srq_limit_reached","srq":3}"#);
     }

@@ -301,8 +301,8 @@ pub struct Stats {
 /// An asynchronous event (`struct ibv_async_event`) on one of the client's
 /// own objects: a QP (by QPN), a CQ (by its handle) or an SRQ (by its
 /// handle); or an unaffiliated one about the port, which every client
-/// hears. The `type` tags are the snake_case variant names; the SRQ one
-/// is unchanged since it was the only one.
+/// hears. The `type` tags are the snake_case variant names
+/// (`srq_limit_reached`, `cq_err`, ...).
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AsyncEventMsg {

@@ -20,6 +20,17 @@ pub enum ResolveError {
     },
 }
 
+/// Why a local device's address could not be asked.
+#[derive(Debug, thiserror::Error)]
+enum LocalAddressError {
+    /// The device's socket file cannot be read.
+    #[error("{0}")]
+    Socket(std::io::Error),
+    /// The daemon did not answer.
+    #[error("{0}")]
+    Daemon(softrnic::Error),
+}
+
 fn unanswered(silent: &[String]) -> String {
     if silent.is_empty() {
         String::new()
@@ -49,20 +60,22 @@ pub fn resolve_mac(dgid: Gid) -> Result<wire::EthernetAddress, ResolveError> {
 /// The GID and MAC of the device behind socket `sock`, asked once per
 /// socket file (a restarted daemon makes a new one: its inode and change
 /// time key the cache).
-fn local_address(sock: &std::path::Path) -> Result<(Gid, wire::EthernetAddress), String> {
+fn local_address(
+    sock: &std::path::Path,
+) -> Result<(Gid, wire::EthernetAddress), LocalAddressError> {
     use std::collections::HashMap;
     use std::os::unix::fs::MetadataExt;
     use std::sync::Mutex;
     type Key = (std::path::PathBuf, u64, i64, i64);
     static SEEN: Mutex<Option<HashMap<Key, (Gid, wire::EthernetAddress)>>> = Mutex::new(None);
-    let m = std::fs::metadata(sock).map_err(|e| e.to_string())?;
+    let m = std::fs::metadata(sock).map_err(LocalAddressError::Socket)?;
     let key = (sock.to_path_buf(), m.ino(), m.ctime(), m.ctime_nsec());
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     let seen = seen.get_or_insert_with(HashMap::new);
     if let Some(v) = seen.get(&key) {
         return Ok(*v);
     }
-    let c = softrnic::Context::open(sock).map_err(|e| e.to_string())?;
+    let c = softrnic::Context::open(sock).map_err(LocalAddressError::Daemon)?;
     let v = (c.device.gid, c.device.mac);
     seen.retain(|k, _| k.0 != key.0);
     seen.insert(key, v);

@@ -123,6 +123,7 @@ impl Rnic {
                 now: Instant::ZERO,
                 link_up: true,
                 completions: 0,
+                ready_cqs: Vec::new(),
             },
             qps: Vec::new(),
             drops: BTreeMap::new(),

@@ -300,6 +300,20 @@ impl Rnic {
             .and_then(|c| c.oldest())
     }
 
+    /// Appends to `out` the CQs that got a completion since the last call,
+    /// each once, in the order of their first new completion: an owner
+    /// that moves completions elsewhere (rnicd's CQ rings) visits only
+    /// those, however many CQs there are. A CQ it leaves completions in
+    /// is listed again only with its next completion.
+    pub fn take_ready_cqs(&mut self, out: &mut Vec<u32>) {
+        for cq in self.res.ready_cqs.drain(..) {
+            if let Some(c) = self.res.cqs.get_mut(cq as usize).and_then(|c| c.as_mut()) {
+                c.listed = false;
+            }
+            out.push(cq);
+        }
+    }
+
     /// How many completions CQ `cq` holds (0 for no such CQ).
     pub fn cq_len(&self, cq: u32) -> usize {
         self.res

@@ -209,8 +209,7 @@ impl MemPort {
     fn transmit(&mut self, frame: &[u8]) -> bool {
         let ok = self.tx.put(frame);
         if ok {
-            self.counters.tx_packets += 1;
-            self.counters.tx_bytes += frame.len() as u64;
+            self.counters.sent(frame.len());
         } else {
             self.counters.tx_dropped += 1;
         }
@@ -233,8 +232,7 @@ impl Port for MemPort {
             self.rx.backlog.account(tag, len, false);
             batch.push(&buf[..len as usize]);
             let _ = self.rx.free.push(buf);
-            self.counters.rx_packets += 1;
-            self.counters.rx_bytes += len as u64;
+            self.counters.received(len as usize);
             n += 1;
         }
         n

@@ -154,6 +154,20 @@ pub struct PortCounters {
 }
 
 impl PortCounters {
+    /// A frame of `len` bytes received.
+    #[inline]
+    pub fn received(&mut self, len: usize) {
+        self.rx_packets += 1;
+        self.rx_bytes += len as u64;
+    }
+
+    /// A frame of `len` bytes sent.
+    #[inline]
+    pub fn sent(&mut self, len: usize) {
+        self.tx_packets += 1;
+        self.tx_bytes += len as u64;
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
         [
             ("rx_packets", self.rx_packets),

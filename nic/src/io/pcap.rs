@@ -118,8 +118,7 @@ impl Port for ReplayPort {
                 break;
             }
             batch.push(f);
-            self.counters.rx_packets += 1;
-            self.counters.rx_bytes += f.len() as u64;
+            self.counters.received(f.len());
             self.next += 1;
             n += 1;
         }
@@ -132,8 +131,7 @@ impl Port for ReplayPort {
     fn send(&mut self, batch: &FrameBatch) -> usize {
         let mut sent = self.sent.lock().expect("not poisoned");
         for f in batch.iter() {
-            self.counters.tx_packets += 1;
-            self.counters.tx_bytes += f.len() as u64;
+            self.counters.sent(f.len());
             sent.push(f.to_vec());
         }
         batch.len()

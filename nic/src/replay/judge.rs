@@ -2,7 +2,9 @@
 //! (`answers_due`), pairing our responses with the capture's by PSN
 //! (`align`), field-by-field comparison (`compare`), what the capture
 //! acknowledged (`acknowledged`), the memory check (`check_writes`), and
-//! pre-filling READ and atomic targets from the capture (`prefill`).
+//! pre-filling READ and atomic targets from the capture (`prefill`), and
+//! the judgement of our responses against the capture's
+//! (`judge_responses`).
 
 use super::*;
 
@@ -328,5 +330,76 @@ pub(super) fn check_writes(
             "memory: {wrong} of {} written bytes differ after the replay",
             report.judged_bytes
         ));
+    }
+}
+
+/// Pairs our responses (`produced`, in the order sent) with the capture's
+/// (`expected`) by PSN and counts and describes every difference; ours
+/// after the end of the capture (`end`) are listed apart when they were
+/// due after it (`due`, from `answers_due`).
+pub(super) fn judge_responses(
+    produced: &[Vec<u8>],
+    expected: &[&Seen<'_>],
+    end: Instant,
+    due: u64,
+    report: &mut ConnectionReport,
+) {
+    let mut ours: Vec<(usize, RoceRepr<'_>)> = Vec::with_capacity(produced.len());
+    for (k, f) in produced.iter().enumerate() {
+        match RoceRepr::parse(f) {
+            Ok(o) => ours.push((k + 1, o)),
+            Err(e) => {
+                report.differed += 1;
+                report
+                    .mismatches
+                    .push(format!("our response {}: does not parse: {e}", k + 1));
+            }
+        }
+    }
+    let ours_psn: Vec<Psn> = ours.iter().map(|(_, o)| o.bth.psn).collect();
+    let theirs_psn: Vec<Psn> = expected.iter().map(|s| s.repr.bth.psn).collect();
+    for step in align(&ours_psn, &theirs_psn) {
+        match step {
+            Step::Pair(i, j) => {
+                let before = report.mismatches.len();
+                compare(&ours[i].1, expected[j], &mut report.mismatches);
+                if report.mismatches.len() == before {
+                    report.matched += 1;
+                } else {
+                    report.differed += 1;
+                }
+            }
+            Step::Theirs(j) => {
+                report.differed += 1;
+                report.mismatches.push(format!(
+                    "frame {} ({}): ours sent no such response",
+                    expected[j].frame,
+                    describe(&expected[j].repr)
+                ));
+            }
+            Step::Ours(i) => {
+                report.differed += 1;
+                let (k, o) = &ours[i];
+                report.mismatches.push(format!(
+                    "our response {k} ({}): the capture has no such response",
+                    describe(o)
+                ));
+            }
+            Step::OursAfterLast(i) => {
+                let (k, o) = &ours[i];
+                if end.as_nanos() <= due {
+                    report
+                        .after_end
+                        .push(format!("our response {k} ({})", describe(o)));
+                } else {
+                    report.differed += 1;
+                    report.mismatches.push(format!(
+                        "our response {k} ({}): the capture has no such response, and the responder's frames go on {} us past when it was due",
+                        describe(o),
+                        (end.as_nanos() - due) / 1000
+                    ));
+                }
+            }
+        }
     }
 }

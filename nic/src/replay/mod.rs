@@ -30,6 +30,7 @@
 //!   acknowledged (`check_writes`).
 
 mod judge;
+mod setup;
 
 use crate::device::{Rnic, RnicConfig, MAX_FRAME_LEN};
 use crate::time::Instant;
@@ -202,7 +203,12 @@ pub fn replay_with(
         .keys()
         .map(|&(resp, req, sport)| {
             let end = last_sent.get(&resp).copied().unwrap_or(Instant::ZERO);
-            replay_one(&parsed, end, resp, req, sport, driver)
+            let key = ConnKey {
+                resp_ip: resp,
+                req_ip: req,
+                sport,
+            };
+            replay_one(&parsed, end, key, driver)
         })
         .collect()
 }
@@ -240,39 +246,120 @@ fn read_packets(len: u32, mtu: u32) -> u32 {
     len.div_ceil(mtu.max(1)).max(1)
 }
 
+/// One connection of the capture: its responder and requester addresses
+/// and the UDP source port its frames use.
+#[derive(Clone, Copy)]
+struct ConnKey {
+    resp_ip: IpAddr,
+    req_ip: IpAddr,
+    sport: u16,
+}
+
+impl ConnKey {
+    /// `r` goes from `src` to `dst` on this connection.
+    fn carries(&self, r: &RoceRepr<'_>, src: IpAddr, dst: IpAddr) -> bool {
+        r.ip.src() == src && r.ip.dst() == dst && r.udp.src_port == self.sport
+    }
+
+    /// Requester to responder.
+    fn forward(&self, r: &RoceRepr<'_>) -> bool {
+        self.carries(r, self.req_ip, self.resp_ip)
+    }
+
+    /// Responder to requester.
+    fn backward(&self, r: &RoceRepr<'_>) -> bool {
+        self.carries(r, self.resp_ip, self.req_ip)
+    }
+}
+
+/// The frames of one connection the replay works from.
+struct Frames<'s, 'a> {
+    /// RC requests whose ICRC verifies (a responder drops the others).
+    requests: Vec<&'s Seen<'a>>,
+    /// Every RC response, whatever its ICRC.
+    expected: Vec<&'s Seen<'a>>,
+    /// The responses whose ICRC verifies: what the capture shows of the
+    /// responder's memory and progress.
+    trusted: Vec<&'s Seen<'a>>,
+}
+
+impl<'s, 'a> Frames<'s, 'a> {
+    fn of(parsed: &'s [Seen<'a>], key: ConnKey) -> Self {
+        let requests: Vec<_> = parsed
+            .iter()
+            .filter(|s| s.icrc_ok && key.forward(&s.repr) && is_rc(&s.repr, Direction::Request))
+            .collect();
+        let expected: Vec<_> = parsed
+            .iter()
+            .filter(|s| key.backward(&s.repr) && is_rc(&s.repr, Direction::Response))
+            .collect();
+        let trusted = expected.iter().copied().filter(|s| s.icrc_ok).collect();
+        Frames {
+            requests,
+            expected,
+            trusted,
+        }
+    }
+
+    /// What the capture shows of the path; `None` without a request.
+    fn path(&self, parsed: &[Seen<'_>], key: ConnKey) -> Option<setup::Path> {
+        let first = self.requests.first()?;
+        // The path MTU: the largest payload of a request or response, rounded up.
+        let biggest = self
+            .requests
+            .iter()
+            .chain(self.trusted.iter())
+            .map(|s| s.repr.payload.len())
+            .max()
+            .unwrap_or(0);
+        let mtu = MTUS
+            .iter()
+            .copied()
+            .find(|&m| m as usize >= biggest)
+            .unwrap_or(4096);
+        // The requester's QPN: where our responses go (from the capture's
+        // responses, or — with none whose ICRC verifies — from any frame the
+        // responder sent on the connection). With none at all, the capture has
+        // no response to compare a destination QP with, and any QPN serves.
+        let peer_qpn = self
+            .trusted
+            .first()
+            .map(|s| s.repr.bth.dest_qp)
+            .or_else(|| {
+                parsed
+                    .iter()
+                    .find(|s| key.backward(&s.repr))
+                    .map(|s| s.repr.bth.dest_qp)
+            })
+            .unwrap_or(0);
+        Some(setup::Path {
+            resp_ip: key.resp_ip,
+            req_ip: key.req_ip,
+            resp_mac: first.repr.eth.dst,
+            req_mac: first.repr.eth.src,
+            mtu,
+            peer_qpn,
+            first_psn: first.repr.bth.psn,
+        })
+    }
+}
+
 /// Replays one connection; `end` is when the responder's address sent its
 /// last frame in the capture.
 fn replay_one(
     parsed: &[Seen<'_>],
     end: Instant,
-    resp_ip: IpAddr,
-    req_ip: IpAddr,
-    sport: u16,
+    key: ConnKey,
     driver: &mut Driver<'_>,
 ) -> ConnectionReport {
-    let in_conn = |r: &RoceRepr<'_>, src: IpAddr, dst: IpAddr| {
-        r.ip.src() == src && r.ip.dst() == dst && r.udp.src_port == sport
-    };
-    let requests: Vec<&Seen<'_>> = parsed
-        .iter()
-        .filter(|s| {
-            s.icrc_ok && in_conn(&s.repr, req_ip, resp_ip) && is_rc(&s.repr, Direction::Request)
-        })
-        .collect();
-    let expected: Vec<&Seen<'_>> = parsed
-        .iter()
-        .filter(|s| in_conn(&s.repr, resp_ip, req_ip) && is_rc(&s.repr, Direction::Response))
-        .collect();
-    // The capture's responses whose ICRC verifies: what it shows of the
-    // responder's memory and progress.
-    let trusted: Vec<&Seen<'_>> = expected.iter().copied().filter(|s| s.icrc_ok).collect();
+    let frames = Frames::of(parsed, key);
     let mut report = ConnectionReport {
-        responder: resp_ip,
-        requester: req_ip,
-        udp_sport: sport,
+        responder: key.resp_ip,
+        requester: key.req_ip,
+        udp_sport: key.sport,
         mtu: 0,
-        requests: requests.len(),
-        expected: expected.len(),
+        requests: frames.requests.len(),
+        expected: frames.expected.len(),
         produced: 0,
         matched: 0,
         differed: 0,
@@ -281,261 +368,31 @@ fn replay_one(
         unjudged_bytes: 0,
         mismatches: Vec::new(),
     };
-    let Some(first) = requests.first() else {
+    let Some(path) = frames.path(parsed, key) else {
         return report;
     };
-    let last_request = requests.iter().map(|s| s.at).max().unwrap_or(first.at);
-    // The path MTU: the largest payload of a request or response, rounded up.
-    let biggest = requests
-        .iter()
-        .chain(trusted.iter())
-        .map(|s| s.repr.payload.len())
-        .max()
-        .unwrap_or(0);
-    let mtu = MTUS
-        .iter()
-        .copied()
-        .find(|&m| m as usize >= biggest)
-        .unwrap_or(4096);
-    report.mtu = mtu;
-    let resp_mac = first.repr.eth.dst;
-    let req_mac = first.repr.eth.src;
-    // The requester's QPN: where our responses go (from the capture's
-    // responses, or — with none whose ICRC verifies — from any frame the
-    // responder sent on the connection). With none at all, the capture has
-    // no response to compare a destination QP with, and any QPN serves.
-    let peer_qpn = trusted
-        .first()
-        .map(|s| s.repr.bth.dest_qp)
-        .or_else(|| {
-            parsed
-                .iter()
-                .find(|s| in_conn(&s.repr, resp_ip, req_ip))
-                .map(|s| s.repr.bth.dest_qp)
-        })
-        .unwrap_or(0);
-
-    let mut rnic = Rnic::new(RnicConfig::new(resp_mac, Gid::from_ip(resp_ip)));
-    let pd = rnic.alloc_pd();
-    let cq = rnic.create_cq(1 << 20);
-    let qpn = match rnic.create_qp(QpInit {
-        qp_type: wire::QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        max_send_wr: 16,
-        max_recv_wr: 1 << 16,
-        sq_sig_all: false,
-    }) {
-        Ok(q) => q,
-        Err(e) => {
-            report.mismatches.push(format!("setup: create the QP: {e}"));
-            return report;
-        }
+    report.mtu = path.mtu;
+    let Some(mut resp) = setup::create_qp(&path, &mut report.mismatches) else {
+        return report;
     };
-    let all =
-        access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
-    let init = QpAttr {
-        state: Some(QpState::Init),
-        pkey_index: Some(0),
-        port: Some(1),
-        access_flags: Some(all),
-        ..Default::default()
+    let regions = setup::register_regions(&mut resp, &frames.requests, &mut report.mismatches);
+    prefill(&frames.requests, &frames.trusted, path.mtu, &regions);
+    let Some(requests) = setup::request_frames(
+        &mut resp,
+        &frames.requests,
+        &regions,
+        &mut report.mismatches,
+    ) else {
+        return report;
     };
-    let rtr = QpAttr {
-        state: Some(QpState::Rtr),
-        ah: Some(AhAttr::new(Gid::from_ip(req_ip), req_mac)),
-        path_mtu: Some(mtu),
-        dest_qpn: Some(peer_qpn),
-        rq_psn: Some(first.repr.bth.psn.value()),
-        max_dest_rd_atomic: Some(16),
-        min_rnr_timer: Some(12),
-        ..Default::default()
-    };
-    for (name, attr) in [("INIT", &init), ("RTR", &rtr)] {
-        if let Err(e) = rnic.modify_qp(qpn, attr) {
-            report
-                .mismatches
-                .push(format!("setup: move the QP to {name}: {e}"));
-            return report;
-        }
-    }
-
-    // Memory regions: one per capture R_Key, spanning every VA it is used with.
-    let mut spans: HashMap<u32, (u64, u64)> = HashMap::new();
-    for s in &requests {
-        let r = &s.repr;
-        let (rkey, va, len) = match (r.ext.reth, r.ext.atomic) {
-            (Some(x), _) => (x.rkey, x.va, x.dma_len as u64),
-            (_, Some(a)) => (a.rkey, a.va, 8),
-            _ => continue,
-        };
-        let e = spans.entry(rkey).or_insert((va, va.saturating_add(len)));
-        e.0 = e.0.min(va);
-        e.1 = e.1.max(va.saturating_add(len));
-    }
-    let mut regions: HashMap<u32, (u32, u64, Arc<HeapMemory>)> = HashMap::new();
-    let mut rkeys: Vec<_> = spans.into_iter().collect();
-    rkeys.sort_unstable_by_key(|&(k, _)| k);
-    for (rkey, (lo, hi)) in rkeys {
-        let lo = lo & !7;
-        // 8 bytes past the highest VA: room for an atomic's word
-        let len = (hi - lo).max(8) + 8;
-        if len > SPAN_LIMIT + 16 || lo.checked_add(len).is_none() {
-            report.mismatches.push(format!(
-                "setup: R_Key {rkey:#x} is used across {} MiB of addresses from {lo:#x}; the replay backs at most {} MiB",
-                (hi - lo) >> 20,
-                SPAN_LIMIT >> 20
-            ));
-            continue;
-        }
-        let mem = Arc::new(HeapMemory::new(len as usize));
-        match rnic.reg_mr(pd, mem.clone() as Arc<dyn Memory>, 0, lo, len, all) {
-            Ok((_, ours)) => {
-                regions.insert(rkey, (ours, lo, mem));
-            }
-            Err(e) => report
-                .mismatches
-                .push(format!("setup: register R_Key {rkey:#x}'s memory: {e}")),
-        }
-    }
-    prefill(&requests, &trusted, mtu, &regions);
-
-    // Receive buffers for SENDs: one large buffer, reused.
-    let recv_len = 1u64 << 20;
-    let recv_mem = Arc::new(HeapMemory::new(recv_len as usize));
-    let recv_lkey = match rnic.reg_mr(
-        pd,
-        recv_mem as Arc<dyn Memory>,
-        0,
-        0x7000_0000,
-        recv_len,
-        all,
-    ) {
-        Ok((lkey, _)) => lkey,
-        Err(e) => {
-            report
-                .mismatches
-                .push(format!("setup: register the receive buffer: {e}"));
-            return report;
-        }
-    };
-
-    // Receives up front for every message that consumes one (the
-    // responder takes them in order): each SEND, and each RDMA WRITE
-    // carrying immediate data (its LAST or ONLY packet consumes a receive
-    // WQE, IBA 9.7.5.1.5).
-    // Then the requests rewritten to our QPN and R_Keys.
-    let mut frames = Vec::with_capacity(requests.len());
-    let mut recv_id = 0u64;
-    for s in &requests {
-        let r = &s.repr;
-        let Some(info) = r.opcode_info() else {
-            continue;
-        };
-        let takes_receive = match info.operation {
-            Operation::Send => info.position.is_start(),
-            Operation::Write => info.has_immediate(),
-            _ => false,
-        };
-        if takes_receive {
-            recv_id += 1;
-            let _ = rnic.post_recv(
-                qpn,
-                RecvWr {
-                    wr_id: recv_id,
-                    sgl: Sgl::single(0x7000_0000, recv_len as u32, recv_lkey),
-                },
-            );
-        }
-        let mut req = *r;
-        req.bth.dest_qp = qpn;
-        if let Some(x) = req.ext.reth.as_mut() {
-            if let Some((k, _, _)) = regions.get(&x.rkey) {
-                x.rkey = *k;
-            }
-        }
-        if let Some(a) = req.ext.atomic.as_mut() {
-            if let Some((k, _, _)) = regions.get(&a.rkey) {
-                a.rkey = *k;
-            }
-        }
-        let mut frame = vec![0u8; req.buffer_len()];
-        match req.emit(&mut frame) {
-            Ok(n) => {
-                frame.truncate(n);
-                frames.push((s.at, frame));
-            }
-            Err(e) => report.mismatches.push(format!(
-                "setup: frame {}: cannot re-emit the request: {e}",
-                s.frame
-            )),
-        }
-    }
-    let produced = driver(rnic, frames);
-    check_writes(&requests, &trusted, &regions, &mut report);
+    let produced = driver(resp.rnic, requests);
+    check_writes(&frames.requests, &frames.trusted, &regions, &mut report);
     report.produced = produced.len();
-
-    let mut ours: Vec<(usize, RoceRepr<'_>)> = Vec::with_capacity(produced.len());
-    for (k, f) in produced.iter().enumerate() {
-        match RoceRepr::parse(f) {
-            Ok(o) => ours.push((k + 1, o)),
-            Err(e) => {
-                report.differed += 1;
-                report
-                    .mismatches
-                    .push(format!("our response {}: does not parse: {e}", k + 1));
-            }
-        }
-    }
-    let due = answers_due(&requests, &trusted, last_request, mtu);
-    let ours_psn: Vec<Psn> = ours.iter().map(|(_, o)| o.bth.psn).collect();
-    let theirs_psn: Vec<Psn> = expected.iter().map(|s| s.repr.bth.psn).collect();
-    for step in align(&ours_psn, &theirs_psn) {
-        match step {
-            Step::Pair(i, j) => {
-                let before = report.mismatches.len();
-                compare(&ours[i].1, expected[j], &mut report.mismatches);
-                if report.mismatches.len() == before {
-                    report.matched += 1;
-                } else {
-                    report.differed += 1;
-                }
-            }
-            Step::Theirs(j) => {
-                report.differed += 1;
-                report.mismatches.push(format!(
-                    "frame {} ({}): ours sent no such response",
-                    expected[j].frame,
-                    describe(&expected[j].repr)
-                ));
-            }
-            Step::Ours(i) => {
-                report.differed += 1;
-                let (k, o) = &ours[i];
-                report.mismatches.push(format!(
-                    "our response {k} ({}): the capture has no such response",
-                    describe(o)
-                ));
-            }
-            Step::OursAfterLast(i) => {
-                let (k, o) = &ours[i];
-                if end.as_nanos() <= due {
-                    report
-                        .after_end
-                        .push(format!("our response {k} ({})", describe(o)));
-                } else {
-                    report.differed += 1;
-                    report.mismatches.push(format!(
-                        "our response {k} ({}): the capture has no such response, and the responder's frames go on {} us past when it was due",
-                        describe(o),
-                        (end.as_nanos() - due) / 1000
-                    ));
-                }
-            }
-        }
-    }
+    // `path` found a request, so there is a latest one
+    let last_request = frames.requests.iter().map(|s| s.at).max();
+    let last_request = last_request.unwrap_or(Instant::ZERO);
+    let due = answers_due(&frames.requests, &frames.trusted, last_request, path.mtu);
+    judge_responses(&produced, &frames.expected, end, due, &mut report);
     report
 }
 

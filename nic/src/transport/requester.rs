@@ -8,7 +8,9 @@ use super::completer::Completer;
 use super::sq::{SendCtx, SendQueue, SendWqe};
 use crate::time::Instant;
 use crate::verbs::{access, QpState, SendOp, WcStatus};
-use wire::{AtomicEth, BthRepr, Deth, ExtHeaders, Opcode, Psn, QpType, Reth};
+use wire::{
+    AtomicEth, BthRepr, Deth, ExtHeaders, Opcode, Operation, Position, Psn, QpType, Reth, Transport,
+};
 
 /// Requester state (rxe's `req`): where in the send queue the next
 /// request packet comes from and which PSN it takes.
@@ -106,29 +108,86 @@ impl Requester {
     }
 }
 
-/// RC opcodes for (operation, position); UC opcodes are RC | 0x20.
-fn send_opcode(first: bool, last: bool, imm: bool, inv: bool) -> Opcode {
-    Opcode(match (first, last) {
-        (true, true) if imm => 0x05,
-        (true, true) if inv => 0x17,
-        (true, true) => 0x04,
-        (true, false) => 0x00,
-        (false, false) => 0x01,
-        (false, true) if imm => 0x03,
-        (false, true) if inv => 0x16,
-        (false, true) => 0x02,
-    })
+/// The opcode table's SEND and WRITE rows, as a request packet picks one:
+/// by transport (RC, UC, UD), by the packet's kind ([`DataKind`]) and by
+/// its position in the message. Filled from `wire`'s opcode table at
+/// compile time; `None` where the transport has no such opcode.
+static DATA_OPCODES: [[[Option<Opcode>; 4]; DataKind::ALL.len()]; 3] = data_opcodes();
+
+/// What a SEND or WRITE packet carries besides its payload (the column of
+/// IBA Table 39 it falls in).
+#[derive(Clone, Copy)]
+enum DataKind {
+    Send,
+    SendImm,
+    SendInv,
+    Write,
+    WriteImm,
 }
 
-fn write_opcode(first: bool, last: bool, imm: bool) -> Opcode {
-    Opcode(match (first, last) {
-        (true, true) if imm => 0x0B,
-        (true, true) => 0x0A,
-        (true, false) => 0x06,
-        (false, false) => 0x07,
-        (false, true) if imm => 0x09,
-        (false, true) => 0x08,
-    })
+impl DataKind {
+    const ALL: [DataKind; 5] = [
+        DataKind::Send,
+        DataKind::SendImm,
+        DataKind::SendInv,
+        DataKind::Write,
+        DataKind::WriteImm,
+    ];
+
+    /// The operation and whether ImmDt and IETH follow the BTH.
+    const fn row(self) -> (Operation, bool, bool) {
+        match self {
+            DataKind::Send => (Operation::Send, false, false),
+            DataKind::SendImm => (Operation::Send, true, false),
+            DataKind::SendInv => (Operation::Send, false, true),
+            DataKind::Write => (Operation::Write, false, false),
+            DataKind::WriteImm => (Operation::Write, true, false),
+        }
+    }
+}
+
+const fn data_opcodes() -> [[[Option<Opcode>; 4]; DataKind::ALL.len()]; 3] {
+    const TRANSPORTS: [Transport; 3] = [Transport::Rc, Transport::Uc, Transport::Ud];
+    const POSITIONS: [Position; 4] = [
+        Position::First,
+        Position::Middle,
+        Position::Last,
+        Position::Only,
+    ];
+    let mut t = [[[None; 4]; DataKind::ALL.len()]; 3];
+    let mut i = 0;
+    while i < TRANSPORTS.len() {
+        let mut k = 0;
+        while k < DataKind::ALL.len() {
+            let (op, imm, inv) = DataKind::ALL[k].row();
+            let mut p = 0;
+            while p < POSITIONS.len() {
+                t[i][k][p] = Opcode::request(TRANSPORTS[i], op, POSITIONS[p], imm, inv);
+                p += 1;
+            }
+            k += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+/// The opcode of a SEND or WRITE packet (IBA 9.2.1, Table 39): FIRST,
+/// MIDDLE, LAST or ONLY by position, `WITH_IMMEDIATE` or
+/// `WITH_INVALIDATE` when the packet carries ImmDt or an IETH.
+fn data_opcode(qp_type: QpType, kind: DataKind, first: bool, last: bool) -> Option<Opcode> {
+    let transport = match qp_type {
+        QpType::Rc => 0,
+        QpType::Uc => 1,
+        QpType::Ud => 2,
+    };
+    let position = match (first, last) {
+        (true, false) => 0,
+        (false, false) => 1,
+        (false, true) => 2,
+        (true, true) => 3,
+    };
+    DATA_OPCODES[transport][kind as usize][position]
 }
 
 /// Packets a message of `len` bytes takes at `mtu` (at least one).
@@ -136,8 +195,46 @@ pub(crate) fn packets(len: u64, mtu: u32) -> u32 {
     len.div_ceil(mtu as u64).max(1) as u32
 }
 
+/// One request packet as the requester lays it out, before its frame is
+/// built.
+struct Segment {
+    bth: BthRepr,
+    ext: ExtHeaders,
+    /// Payload bytes in the packet.
+    payload_len: usize,
+    /// Message offset of the payload.
+    payload_off: u64,
+    /// Where the cursor goes once sent, when the message continues.
+    next_off: Option<u64>,
+    /// The packet ends the message.
+    msg_done: bool,
+    /// PSNs the packet takes: one, or for a READ request one per response
+    /// packet it asks for.
+    consumed: u32,
+}
+
+impl Segment {
+    /// A request that is a whole message in one packet without payload
+    /// and always asks for its response (a READ request, an atomic).
+    fn ack_req(mut bth: BthRepr, ext: ExtHeaders, consumed: u32) -> Segment {
+        bth.ack_req = true;
+        Segment {
+            bth,
+            ext,
+            payload_len: 0,
+            payload_off: 0,
+            next_off: None,
+            msg_done: true,
+            consumed,
+        }
+    }
+}
+
 impl Requester {
-    /// Builds the next request packet, if the send queue has one ready.
+    /// Builds the next request packet, if the send queue has one ready:
+    /// picks the WQE ([`Self::next_wqe`]), lays out its next packet
+    /// ([`Self::segment`]), writes the frame ([`Self::emit`]) and moves
+    /// the cursor and PSN on ([`Self::on_sent`]).
     pub(crate) fn poll_transmit(
         &mut self,
         ctx: &mut SendCtx<'_>,
@@ -145,6 +242,16 @@ impl Requester {
         now: Instant,
         buf: &mut [u8],
     ) -> Option<usize> {
+        let cur = self.next_wqe(ctx, comp)?;
+        let seg = self.segment(ctx, cur)?;
+        let n = self.emit(ctx, cur, &seg, buf)?;
+        self.on_sent(ctx, comp, now, &seg);
+        Some(n)
+    }
+
+    /// The index of the WQE whose next packet may go now, if any; starts
+    /// the WQE on its first transmission.
+    fn next_wqe(&mut self, ctx: &mut SendCtx<'_>, comp: &Completer) -> Option<usize> {
         if self.npsn.before(comp.una()) {
             // ACKs for packets of an earlier round arrived after a rewind:
             // skip what is already acknowledged
@@ -160,9 +267,10 @@ impl Requester {
         if !ctx.can_send() && !in_progress {
             return None;
         }
-        let rc = ctx.qp_type == QpType::Rc;
         // Window of unacknowledged PSNs (rxe: RXE_MAX_UNACKED_PSNS).
-        if rc && comp.una().distance_to(self.npsn) >= ctx.res.cfg.max_unacked_psns {
+        if ctx.qp_type == QpType::Rc
+            && comp.una().distance_to(self.npsn) >= ctx.res.cfg.max_unacked_psns
+        {
             return None;
         }
         // Local operations run when the requester reaches them, in order,
@@ -178,146 +286,175 @@ impl Requester {
         if !ctx.sq[cur].started && !self.start_wqe(ctx, cur)? {
             return None;
         }
-        let w = &ctx.sq[cur];
-        let mtu = ctx.mtu as u64;
-        let psn = self.npsn;
-        let mut bth = BthRepr::new(Opcode(0), ctx.dest_qpn, psn);
+        Some(cur)
+    }
+
+    /// The BTH of the next packet, with `opcode`.
+    fn bth(&self, ctx: &SendCtx<'_>, opcode: Opcode) -> BthRepr {
+        let mut bth = BthRepr::new(opcode, ctx.dest_qpn, self.npsn);
         bth.pkey = ctx.pkey;
-        let mut ext = ExtHeaders::default();
-        let mut payload_len = 0usize;
-        // message offset of the payload; where the cursor goes once sent
-        let mut payload_off = 0u64;
-        let mut next_off = None;
-        let msg_done;
-        let mut consumed = 1;
-        match w.wr.op {
+        bth
+    }
+
+    /// Lays out the next packet of `sq[cur]`. `None`: the QP's transport
+    /// has no opcode for it (the WQE then completes in error).
+    fn segment(&mut self, ctx: &mut SendCtx<'_>, cur: usize) -> Option<Segment> {
+        let w = &ctx.sq[cur];
+        let seg = match w.wr.op {
             SendOp::Read { remote_addr, rkey } => {
                 // A retried READ asks only for what is still missing (IBA 9.7.4.1.4).
                 let off = self.cur_off;
-                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
-                ext.reth = Some(Reth {
+                let reth = Reth {
                     va: remote_addr + off,
                     rkey,
                     dma_len: (w.len - off) as u32,
-                });
-                consumed = packets(w.len - off, ctx.mtu);
-                bth.ack_req = true;
-                msg_done = true;
+                };
+                let ext = ExtHeaders {
+                    reth: Some(reth),
+                    ..ExtHeaders::default()
+                };
+                let bth = self.bth(ctx, Opcode::RC_RDMA_READ_REQUEST);
+                Some(Segment::ack_req(bth, ext, packets(w.len - off, ctx.mtu)))
             }
             SendOp::CompareSwap {
                 remote_addr,
                 rkey,
                 compare,
                 swap,
-            } => {
-                bth.opcode = Opcode::RC_CMP_SWAP;
-                ext.atomic = Some(AtomicEth {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: swap,
-                    compare,
-                });
-                bth.ack_req = true;
-                msg_done = true;
-            }
+            } => Some(self.atomic(ctx, Opcode::RC_CMP_SWAP, remote_addr, rkey, swap, compare)),
             SendOp::FetchAdd {
                 remote_addr,
                 rkey,
                 add,
-            } => {
-                bth.opcode = Opcode::RC_FETCH_ADD;
-                ext.atomic = Some(AtomicEth {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: add,
-                    compare: 0,
-                });
-                bth.ack_req = true;
-                msg_done = true;
-            }
-            op => {
-                let off = self.cur_off;
-                let seg = (w.len - off).min(mtu);
-                let first = off == 0;
-                let last = off + seg == w.len;
-                payload_len = seg as usize;
-                payload_off = off;
-                bth.opcode = match op {
-                    SendOp::Send => send_opcode(first, last, false, false),
-                    SendOp::SendWithImm { imm } => {
-                        if last {
-                            ext.imm = Some(imm);
-                        }
-                        send_opcode(first, last, true, false)
-                    }
-                    SendOp::SendWithInv { invalidate_rkey } => {
-                        if last {
-                            ext.ieth = Some(invalidate_rkey);
-                        }
-                        send_opcode(first, last, false, true)
-                    }
-                    SendOp::Write { remote_addr, rkey } => {
-                        if first {
-                            ext.reth = Some(Reth {
-                                va: remote_addr,
-                                rkey,
-                                dma_len: w.len as u32,
-                            });
-                        }
-                        write_opcode(first, last, false)
-                    }
-                    SendOp::WriteWithImm {
-                        remote_addr,
-                        rkey,
-                        imm,
-                    } => {
-                        if first {
-                            ext.reth = Some(Reth {
-                                va: remote_addr,
-                                rkey,
-                                dma_len: w.len as u32,
-                            });
-                        }
-                        if last {
-                            ext.imm = Some(imm);
-                        }
-                        write_opcode(first, last, true)
-                    }
-                    _ => unreachable!("reads and atomics handled above"),
-                };
-                match ctx.qp_type {
-                    QpType::Uc => bth.opcode = Opcode(bth.opcode.0 | 0x20),
-                    QpType::Ud => {
-                        bth.opcode = if ext.imm.is_some() {
-                            Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
-                        } else {
-                            Opcode::UD_SEND_ONLY
-                        };
-                        let d = w.wr.ud.expect("checked at post");
-                        bth.dest_qp = d.remote_qpn;
-                        // IBA 10.2.5 / C10-15: a Q_Key with the high bit set means "use the QP's".
-                        let qkey = if d.remote_qkey & 0x8000_0000 != 0 {
-                            ctx.qkey
-                        } else {
-                            d.remote_qkey
-                        };
-                        ext.deth = Some(Deth {
-                            qkey,
-                            src_qp: ctx.qpn,
-                        });
-                    }
-                    QpType::Rc => {}
-                }
-                bth.solicited = last && w.wr.flags.solicited;
-                // IBA 9.7.2 / rxe: ask for an ACK at the end of a message and
-                // at least every `ack_every` packets.
-                bth.ack_req = rc && (last || self.noack_pkts + 1 >= ctx.res.cfg.ack_every);
-                msg_done = last;
-                if !last {
-                    next_off = Some(off + seg);
-                }
-            }
+            } => Some(self.atomic(ctx, Opcode::RC_FETCH_ADD, remote_addr, rkey, add, 0)),
+            _ => self.data_segment(ctx, w),
+        };
+        if seg.is_none() {
+            ctx.complete_front_at(self, cur, WcStatus::LocQpOpErr);
         }
+        seg
+    }
+
+    /// An atomic request: one packet with an AtomicETH and no payload
+    /// (IBA 9.3.4), always asking for its acknowledgement.
+    fn atomic(
+        &self,
+        ctx: &SendCtx<'_>,
+        opcode: Opcode,
+        va: u64,
+        rkey: u32,
+        swap_add: u64,
+        compare: u64,
+    ) -> Segment {
+        let ext = ExtHeaders {
+            atomic: Some(AtomicEth {
+                va,
+                rkey,
+                swap_add,
+                compare,
+            }),
+            ..ExtHeaders::default()
+        };
+        Segment::ack_req(self.bth(ctx, opcode), ext, 1)
+    }
+
+    /// The next packet of a SEND or WRITE: segmentation by path MTU, the
+    /// RETH on the first packet, ImmDt or IETH on the last, a UD SEND's
+    /// DETH, and AckReq.
+    fn data_segment(&self, ctx: &SendCtx<'_>, w: &SendWqe) -> Option<Segment> {
+        let off = self.cur_off;
+        let seg = (w.len - off).min(ctx.mtu as u64);
+        let first = off == 0;
+        let last = off + seg == w.len;
+        let mut ext = ExtHeaders::default();
+        // IBA 9.3.3: the RETH (the whole message's address and length)
+        // rides on the first packet of a WRITE; ImmDt and the IETH on the
+        // last packet of their message (IBA Table 39).
+        let reth = |remote_addr, rkey| Reth {
+            va: remote_addr,
+            rkey,
+            dma_len: w.len as u32,
+        };
+        let kind = match w.wr.op {
+            SendOp::Send => DataKind::Send,
+            SendOp::SendWithImm { imm } => {
+                ext.imm = last.then_some(imm);
+                DataKind::SendImm
+            }
+            SendOp::SendWithInv { invalidate_rkey } => {
+                ext.ieth = last.then_some(invalidate_rkey);
+                DataKind::SendInv
+            }
+            SendOp::Write { remote_addr, rkey } => {
+                ext.reth = first.then(|| reth(remote_addr, rkey));
+                DataKind::Write
+            }
+            SendOp::WriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                ext.reth = first.then(|| reth(remote_addr, rkey));
+                ext.imm = last.then_some(imm);
+                DataKind::WriteImm
+            }
+            _ => unreachable!("reads and atomics are laid out by `segment`"),
+        };
+        // Only the last packet carries ImmDt or an IETH: the others take
+        // the plain FIRST or MIDDLE opcode.
+        let kind = match kind {
+            DataKind::SendImm | DataKind::SendInv if !last => DataKind::Send,
+            DataKind::WriteImm if !last => DataKind::Write,
+            k => k,
+        };
+        let mut bth = self.bth(ctx, data_opcode(ctx.qp_type, kind, first, last)?);
+        if ctx.qp_type == QpType::Ud {
+            Self::ud_address(ctx, w, &mut bth, &mut ext);
+        }
+        bth.solicited = last && w.wr.flags.solicited;
+        // IBA 9.7.2 / rxe: ask for an ACK at the end of a message and
+        // at least every `ack_every` packets.
+        bth.ack_req =
+            ctx.qp_type == QpType::Rc && (last || self.noack_pkts + 1 >= ctx.res.cfg.ack_every);
+        Some(Segment {
+            bth,
+            ext,
+            payload_len: seg as usize,
+            payload_off: off,
+            next_off: (!last).then_some(off + seg),
+            msg_done: last,
+            consumed: 1,
+        })
+    }
+
+    /// A UD SEND goes to the QP its WQE names, with a DETH carrying the
+    /// Q_Key and the source QP (IBA 9.3.2).
+    fn ud_address(ctx: &SendCtx<'_>, w: &SendWqe, bth: &mut BthRepr, ext: &mut ExtHeaders) {
+        let d = w.wr.ud.expect("checked at post");
+        bth.dest_qp = d.remote_qpn;
+        // IBA 10.2.5 / C10-15: a Q_Key with the high bit set means "use the QP's".
+        let qkey = if d.remote_qkey & 0x8000_0000 != 0 {
+            ctx.qkey
+        } else {
+            d.remote_qkey
+        };
+        ext.deth = Some(Deth {
+            qkey,
+            src_qp: ctx.qpn,
+        });
+    }
+
+    /// Writes the frame of `seg` (a packet of `sq[cur]`) into `buf`.
+    /// `None`: the QP has no path yet, or the memory region went away
+    /// after the WQE started (the WQE then completes in error).
+    fn emit(
+        &mut self,
+        ctx: &mut SendCtx<'_>,
+        cur: usize,
+        seg: &Segment,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let w = &ctx.sq[cur];
         // The QP's template is used in place: a copy on the stack, read
         // back with wider loads than it was written with, stalls on store
         // forwarding.
@@ -339,55 +476,67 @@ impl Requester {
         // The payload goes from registered memory (or the inline copy)
         // straight into the frame.
         let pd = ctx.pd;
-        let filled = ctx.res.emit(hdr, bth, ext, payload_len, buf, |res, dst| {
-            if dst.remaining() == 0 {
-                return Ok(());
-            }
-            match &w.inline {
-                Some(data) => {
-                    let at = payload_off as usize;
-                    dst.put(&data[at..at + dst.remaining()]);
-                    Ok(())
+        let payload_off = seg.payload_off;
+        let filled = ctx
+            .res
+            .emit(hdr, seg.bth, seg.ext, seg.payload_len, buf, |res, dst| {
+                if dst.remaining() == 0 {
+                    return Ok(());
                 }
-                None => res.gather(pd, &w.wr.sgl, payload_off, dst),
-            }
-        });
-        let n = match filled {
-            Ok(n) => n?,
+                match &w.inline {
+                    Some(data) => {
+                        let at = payload_off as usize;
+                        dst.put(&data[at..at + dst.remaining()]);
+                        Ok(())
+                    }
+                    None => res.gather(pd, &w.wr.sgl, payload_off, dst),
+                }
+            });
+        match filled {
+            Ok(n) => n,
             Err(_) => {
-                // The region went away after the WQE started.
                 ctx.complete_front_at(self, cur, WcStatus::LocProtErr);
-                return None;
+                None
             }
-        };
-        if let Some(off) = next_off {
+        }
+    }
+
+    /// Bookkeeping once the packet is on its way: cursor, AckReq count,
+    /// PSNs, and the completer's timer (RC) or the completion (UC, UD).
+    fn on_sent(
+        &mut self,
+        ctx: &mut SendCtx<'_>,
+        comp: &mut Completer,
+        now: Instant,
+        seg: &Segment,
+    ) {
+        if let Some(off) = seg.next_off {
             self.cur_off = off;
         }
-        // bookkeeping after the frame is built
-        if bth.ack_req {
+        if seg.bth.ack_req {
             self.noack_pkts = 0;
         } else {
             self.noack_pkts += 1;
         }
+        let psn = seg.bth.psn;
         if psn.before(self.high) {
             ctx.counters.retransmitted_pkts += 1;
         }
-        self.npsn = psn.add(consumed);
+        self.npsn = psn.add(seg.consumed);
         if self.high.before(self.npsn) {
             self.high = self.npsn;
         }
-        if msg_done {
+        if seg.msg_done {
             self.cur += 1;
             self.cur_off = 0;
         }
-        if rc {
+        if ctx.qp_type == QpType::Rc {
             comp.on_request_sent(now, ctx.timeout);
-        } else if msg_done {
+        } else if seg.msg_done {
             // UC and UD complete once the last packet is on the wire.
             comp.on_unreliable_sent(self.npsn);
             ctx.complete_front(self, WcStatus::Success);
         }
-        Some(n)
     }
 
     /// First transmission of `sq[idx]`: checks (fence, max_rd_atomic, local

@@ -35,6 +35,9 @@ pub(crate) struct Resources {
     pub link_up: bool,
     /// Completions delivered so far: the sequence number of the latest.
     pub completions: u64,
+    /// CQs that got a completion since the owner last took the list
+    /// (`Rnic::take_ready_cqs`), each once.
+    pub ready_cqs: Vec<u32>,
 }
 
 impl Resources {
@@ -173,6 +176,10 @@ impl Resources {
     pub(crate) fn complete(&mut self, cq: u32, wc: Wc) -> Result<(), VerbsError> {
         match self.cqs.get_mut(cq as usize).and_then(|c| c.as_mut()) {
             Some(c) => {
+                if !c.listed {
+                    c.listed = true;
+                    self.ready_cqs.push(cq);
+                }
                 let was = c.is_overrun();
                 self.completions = self.completions.wrapping_add(1);
                 let r = c

@@ -11,6 +11,9 @@ pub struct Cq {
     entries: VecDeque<(u64, Wc)>,
     capacity: usize,
     overrun: bool,
+    /// On the device's list of CQs with new completions
+    /// (`Rnic::take_ready_cqs`).
+    pub(crate) listed: bool,
 }
 
 /// The CQ overflowed; completions after the overflow are lost.
@@ -24,6 +27,7 @@ impl Cq {
             entries: VecDeque::with_capacity(capacity.min(1 << 16)),
             capacity,
             overrun: false,
+            listed: false,
         }
     }
 

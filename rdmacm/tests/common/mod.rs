@@ -13,19 +13,20 @@ use std::time::{Duration, Instant};
 pub use testkit::abi::profile_dir;
 pub use testkit::proc::{Finished, Running};
 pub use testkit::rnicd::{have, Daemon, STUCK};
+pub use testkit::Missing;
 
 /// How long one tool process may run.
 pub const DEADLINE: Duration = Duration::from_secs(120);
 
 /// What the test needs built or installed (`progs` on the PATH), or why
 /// it cannot run.
-pub fn prerequisites(progs: &[&str]) -> Result<(), String> {
+pub fn prerequisites(progs: &[&str]) -> Result<(), Missing> {
     if !Path::new("/usr/include/rdma/rdma_cma.h").exists() {
         return Err("/usr/include/rdma/rdma_cma.h not installed (librdmacm-dev)".into());
     }
     for p in progs {
         if !have(p) {
-            return Err(format!("{p} not installed (rdmacm-utils, perftest)"));
+            return Err(format!("{p} not installed (rdmacm-utils, perftest)").into());
         }
     }
     testkit::rnicd::built()
@@ -60,11 +61,31 @@ pub fn run(d: &Daemon, prog: &str, args: &[&str]) -> Finished {
 
 /// The CM IDs listening on the rnicd device whose socket is `sock`
 /// (rnicd's `cm_listeners`).
-pub fn listeners_at(sock: &Path) -> Result<u64, String> {
-    let name = sock.display();
-    let c = softrnic::Context::open(sock).map_err(|e| format!("{name}: {e}"))?;
-    let s = c.stats().map_err(|e| format!("{name}: stats: {e}"))?;
+pub fn listeners_at(sock: &Path) -> Result<u64, CountersError> {
+    let at = || sock.display().to_string();
+    let c = softrnic::Context::open(sock)
+        .map_err(|source| CountersError::Open { sock: at(), source })?;
+    let s = c
+        .stats()
+        .map_err(|source| CountersError::Stats { sock: at(), source })?;
     Ok(s.cm.get("cm_listeners").copied().unwrap_or(0))
+}
+
+/// Why a daemon's CM counters could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CountersError {
+    /// The device's socket did not open.
+    #[error("{sock}: {source}")]
+    Open {
+        sock: String,
+        source: softrnic::Error,
+    },
+    /// The daemon did not answer the stats request.
+    #[error("{sock}: stats: {source}")]
+    Stats {
+        sock: String,
+        source: softrnic::Error,
+    },
 }
 
 /// Waits until the device at `sock` has more than `before` listening CM
@@ -77,7 +98,7 @@ pub fn wait_listening(sock: &Path, before: u64, server: &mut Running) {
         match listeners_at(sock) {
             Ok(n) if n > before => Ok(()),
             Ok(n) => Err(format!("{n} listeners at {}", sock.display())),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         }
     });
 }
@@ -92,7 +113,7 @@ pub fn wait_listeners_gone(sock: &Path, before: u64) {
         || match listeners_at(sock) {
             Ok(n) if n <= before => Ok(()),
             Ok(n) => Err(format!("{n} listeners at {}", sock.display())),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         },
     );
 }

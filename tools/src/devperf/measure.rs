@@ -272,6 +272,62 @@ impl<'a> Link<'a> {
 
 // ---- latency ----
 
+/// The clock of one latency run: when it ends (`-n` iterations or `-D`
+/// seconds), the post timestamps it collects, and the progress bar.
+struct LatClock {
+    start: Instant,
+    deadline: Option<Instant>,
+    iters: u64,
+    duration: Option<Duration>,
+    /// Nanoseconds from `start` at each post.
+    posts: Vec<u64>,
+    last_progress: Instant,
+}
+
+impl LatClock {
+    fn new(iters: u64, duration: Option<Duration>) -> Self {
+        let start = Instant::now();
+        LatClock {
+            start,
+            deadline: duration.map(|d| start + d),
+            iters,
+            duration,
+            posts: Vec::with_capacity(iters.min(1 << 24) as usize),
+            last_progress: start,
+        }
+    }
+
+    /// Whether iteration `k + 1` runs.
+    fn more(&self, k: u64) -> bool {
+        match self.deadline {
+            Some(d) => Instant::now() < d,
+            None => k < self.iters,
+        }
+    }
+
+    /// `-D` ran out.
+    fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Records a post, now.
+    fn stamp(&mut self) {
+        let ns = Instant::now().duration_since(self.start).as_nanos() as u64;
+        self.posts.push(ns);
+    }
+
+    /// Moves the progress bar (at most every 50 ms) after iteration `k`.
+    fn tick(&mut self, k: u64, progress: &mut Progress) {
+        if self.last_progress.elapsed() > Duration::from_millis(50) {
+            self.last_progress = Instant::now();
+            progress.set(match self.duration {
+                Some(d) => self.start.elapsed().as_secs_f64() / d.as_secs_f64(),
+                None => k as f64 / self.iters as f64,
+            });
+        }
+    }
+}
+
 /// One size of a latency test. `first`: this side posts first (the server
 /// of ib_write_lat, the client of ib_send_lat). `check`: the peer is rnic;
 /// verify the payload at the end of the size.
@@ -283,123 +339,20 @@ pub fn lat_run(
     progress: &mut Progress,
 ) -> Result<SizeResult, RunError> {
     let s = link.s;
-    let n = s.iters;
-    let start = Instant::now();
-    let deadline = s.duration.map(|d| start + d);
-    let h = link.h as usize;
-    let mut posts: Vec<u64> = Vec::with_capacity(n.min(1 << 24) as usize);
-    let mut last_progress = Instant::now();
-    let more = |k: u64| match deadline {
-        Some(d) => Instant::now() < d,
-        None => k < n,
-    };
-    let mut tick = |k: u64, progress: &mut Progress| {
-        if last_progress.elapsed() > Duration::from_millis(50) {
-            last_progress = Instant::now();
-            progress.set(match s.duration {
-                Some(d) => start.elapsed().as_secs_f64() / d.as_secs_f64(),
-                None => k as f64 / n as f64,
-            });
-        }
-    };
-    let ns = |t: Instant| t.duration_since(start).as_nanos() as u64;
+    let mut clock = LatClock::new(s.iters, s.duration);
     match s.verb {
-        Verb::Write => {
-            // perftest polls the last byte of its buffer for (char)rcnt
-            let at = h + size - 1;
-            let (mut k, mut r) = (0u64, 0u64);
-            let wait = |link: &mut Link, r: &mut u64| -> Result<bool, RunError> {
-                let want = (*r + 1) as u8;
-                let mut spin = Spin::new();
-                while link.byte(at) != want {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(false);
-                    }
-                    link.poll()?;
-                    spin.idle(link, "the peer's RDMA WRITE")?;
-                }
-                *r += 1;
-                Ok(true)
-            };
-            while more(k) {
-                if (k != 0 || !first) && !wait(link, &mut r)? {
-                    break;
-                }
-                k += 1;
-                link.nd.mem.write(size - 1, &[k as u8]);
-                posts.push(ns(Instant::now()));
-                link.post_send(0, size, k)?;
-                link.poll()?;
-                tick(k, progress);
-            }
-            if first && deadline.is_none() {
-                wait(link, &mut r)?;
-            }
-            link.quiesce()?;
-            link.nd.mem.write(size - 1, &[pattern(size - 1)]);
-            if check {
-                check_pattern(link.nd, h, size - 1, "the peer's last RDMA WRITE")?;
-            }
-        }
-        Verb::Send => {
-            let (mut k, mut r) = (0u64, 0u64);
-            let wait = |link: &mut Link, r: &mut u64| -> Result<bool, RunError> {
-                let mut spin = Spin::new();
-                while link.recvs <= *r {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(false);
-                    }
-                    if link.poll()? == 0 {
-                        spin.idle(link, "the peer's SEND")?;
-                    }
-                }
-                *r += 1;
-                Ok(true)
-            };
-            link.recvs = 0;
-            while more(k) {
-                if (k != 0 || !first) && !wait(link, &mut r)? {
-                    break;
-                }
-                k += 1;
-                posts.push(ns(Instant::now()));
-                link.post_send(0, size, k)?;
-                tick(k, progress);
-            }
-            if first && deadline.is_none() {
-                wait(link, &mut r)?;
-            }
-            link.quiesce()?;
-            link.recvs = 0;
-            if check {
-                check_pattern(link.nd, h, size, "the peer's last SEND")?;
-            }
-        }
-        Verb::Read | Verb::Atomic => {
-            let mut k = 0u64;
-            while more(k) {
-                k += 1;
-                posts.push(ns(Instant::now()));
-                link.post_send(0, size, k)?;
-                let mut spin = Spin::new();
-                while link.completed < link.posted {
-                    if link.poll()? == 0 {
-                        spin.idle(link, "the completion")?;
-                    }
-                }
-                tick(k, progress);
-            }
-            if check && s.verb == Verb::Read {
-                check_pattern(link.nd, h, size, "the last RDMA READ's data")?;
-            }
-        }
+        Verb::Write => lat_write(link, size, first, check, &mut clock, progress)?,
+        Verb::Send => lat_send(link, size, first, check, &mut clock, progress)?,
+        Verb::Read | Verb::Atomic => lat_read(link, size, check, &mut clock, progress)?,
     }
-    let elapsed = start.elapsed();
+    let elapsed = clock.start.elapsed();
+    // a WRITE or SEND ping-pong: a round trip is two one-way latencies
     let div = if matches!(s.verb, Verb::Write | Verb::Send) {
         2
     } else {
         1
     };
+    let posts = clock.posts;
     let mut samples: Vec<u64> = posts.windows(2).map(|w| (w[1] - w[0]) / div).collect();
     let mut hist = new_histogram();
     for &t in &samples {
@@ -413,6 +366,139 @@ pub fn lat_run(
         elapsed,
         hist,
     ))
+}
+
+/// The ping-pong of ib_write_lat and ib_send_lat: a side posts its
+/// message `k` (`send`) once the peer's message `k - 1` arrived (`wait`,
+/// given how many arrived before; `false` when `-D` ran out), the `first`
+/// side without waiting for the first; at the end the first side waits
+/// for the peer's last answer, and every send completes.
+fn ping_pong(
+    link: &mut Link,
+    first: bool,
+    clock: &mut LatClock,
+    progress: &mut Progress,
+    wait: impl Fn(&mut Link, &LatClock, u64) -> Result<bool, RunError>,
+    send: impl Fn(&mut Link, &mut LatClock, u64) -> Result<(), RunError>,
+) -> Result<(), RunError> {
+    let (mut k, mut r) = (0u64, 0u64);
+    while clock.more(k) {
+        if k != 0 || !first {
+            if !wait(link, clock, r)? {
+                break;
+            }
+            r += 1;
+        }
+        k += 1;
+        send(link, clock, k)?;
+        clock.tick(k, progress);
+    }
+    if first && clock.deadline.is_none() {
+        wait(link, clock, r)?;
+    }
+    link.quiesce()
+}
+
+/// ib_write_lat: each side WRITEs when the peer's WRITE has landed;
+/// perftest polls the last byte of its buffer for (char)rcnt.
+fn lat_write(
+    link: &mut Link,
+    size: usize,
+    first: bool,
+    check: bool,
+    clock: &mut LatClock,
+    progress: &mut Progress,
+) -> Result<(), RunError> {
+    let h = link.h as usize;
+    let at = h + size - 1;
+    let wait = |link: &mut Link, clock: &LatClock, r: u64| -> Result<bool, RunError> {
+        let want = (r + 1) as u8;
+        let mut spin = Spin::new();
+        while link.byte(at) != want {
+            if clock.expired() {
+                return Ok(false);
+            }
+            link.poll()?;
+            spin.idle(link, "the peer's RDMA WRITE")?;
+        }
+        Ok(true)
+    };
+    let send = |link: &mut Link, clock: &mut LatClock, k: u64| -> Result<(), RunError> {
+        link.nd.mem.write(size - 1, &[k as u8]);
+        clock.stamp();
+        link.post_send(0, size, k)?;
+        link.poll()?;
+        Ok(())
+    };
+    ping_pong(link, first, clock, progress, wait, send)?;
+    link.nd.mem.write(size - 1, &[pattern(size - 1)]);
+    if check {
+        check_pattern(link.nd, h, size - 1, "the peer's last RDMA WRITE")?;
+    }
+    Ok(())
+}
+
+/// ib_send_lat: each side SENDs when the peer's SEND has arrived.
+fn lat_send(
+    link: &mut Link,
+    size: usize,
+    first: bool,
+    check: bool,
+    clock: &mut LatClock,
+    progress: &mut Progress,
+) -> Result<(), RunError> {
+    let wait = |link: &mut Link, clock: &LatClock, r: u64| -> Result<bool, RunError> {
+        let mut spin = Spin::new();
+        while link.recvs <= r {
+            if clock.expired() {
+                return Ok(false);
+            }
+            if link.poll()? == 0 {
+                spin.idle(link, "the peer's SEND")?;
+            }
+        }
+        Ok(true)
+    };
+    let send = |link: &mut Link, clock: &mut LatClock, k: u64| -> Result<(), RunError> {
+        clock.stamp();
+        link.post_send(0, size, k)?;
+        Ok(())
+    };
+    link.recvs = 0;
+    ping_pong(link, first, clock, progress, wait, send)?;
+    link.recvs = 0;
+    if check {
+        check_pattern(link.nd, link.h as usize, size, "the peer's last SEND")?;
+    }
+    Ok(())
+}
+
+/// ib_read_lat and ib_atomic_lat: one operation at a time, each posted
+/// once the one before completed.
+fn lat_read(
+    link: &mut Link,
+    size: usize,
+    check: bool,
+    clock: &mut LatClock,
+    progress: &mut Progress,
+) -> Result<(), RunError> {
+    let mut k = 0u64;
+    while clock.more(k) {
+        k += 1;
+        clock.stamp();
+        link.post_send(0, size, k)?;
+        let mut spin = Spin::new();
+        while link.completed < link.posted {
+            if link.poll()? == 0 {
+                spin.idle(link, "the completion")?;
+            }
+        }
+        clock.tick(k, progress);
+    }
+    if check && link.s.verb == Verb::Read {
+        check_pattern(link.nd, link.h as usize, size, "the last RDMA READ's data")?;
+    }
+    Ok(())
 }
 
 // ---- bandwidth ----

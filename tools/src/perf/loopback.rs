@@ -17,7 +17,7 @@ use super::{
 use crate::loopback::Loopback;
 use crate::progress::Progress;
 use hdrhistogram::Histogram;
-use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sgl, WcOpcode};
+use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sgl, Wc, WcOpcode};
 use std::time::{Duration, Instant};
 
 /// Waits give up after this much wall time without progress.
@@ -171,7 +171,6 @@ fn run_lat(
 ) -> Result<SizeResult, RunError> {
     let c = lb.connect(s.qp_type, s.mtu, 64)?;
     let qpn = lb.conns[c].qpn;
-    let h = half(s.sizes.iter().copied().max().unwrap_or(8));
     let mut wcs = Vec::new();
     if s.verb == Verb::Send {
         for (node, &q) in qpn.iter().enumerate() {
@@ -203,65 +202,8 @@ fn run_lat(
                 None => progress.set(measured as f64 / s.iters as f64),
             }
         }
-        let tag = (it % 250 + 1) as u8;
         let t0 = Instant::now();
-        match s.verb {
-            Verb::Write => {
-                for (from, &q) in qpn.iter().enumerate() {
-                    let to = 1 - from;
-                    lb.nodes[from].mem.write(size - 1, &[tag]);
-                    let wr = work_request(lb, s, from, size, it);
-                    lb.sim.nodes[from]
-                        .post_send(q, wr)
-                        .map_err(RunError::post_send)?;
-                    let at = h + size - 1;
-                    wait(lb, c, "the RDMA WRITE to land", |lb| {
-                        let mut b = [0u8];
-                        lb.nodes[to].mem.read(at, &mut b);
-                        Ok(b[0] == tag)
-                    })?;
-                }
-            }
-            Verb::Send => {
-                for (from, &q) in qpn.iter().enumerate() {
-                    let to = 1 - from;
-                    let wr = work_request(lb, s, from, size, it);
-                    lb.sim.nodes[from]
-                        .post_send(q, wr)
-                        .map_err(RunError::post_send)?;
-                    wait(lb, c, "the SEND to arrive", |lb| {
-                        wcs.clear();
-                        lb.poll(to, &mut wcs);
-                        let mut got = false;
-                        for wc in &wcs {
-                            check_wc(wc)?;
-                            got |= wc.opcode == WcOpcode::Recv;
-                        }
-                        Ok(got)
-                    })?;
-                    let wr = recv_request(lb, s, to, it);
-                    lb.sim.nodes[to]
-                        .post_recv(qpn[to], wr)
-                        .map_err(RunError::post_recv)?;
-                }
-            }
-            Verb::Read | Verb::Atomic => {
-                let wr = work_request(lb, s, 0, size, it);
-                lb.sim.nodes[0]
-                    .post_send(qpn[0], wr)
-                    .map_err(RunError::post_send)?;
-                wait(lb, c, "the completion", |lb| {
-                    wcs.clear();
-                    lb.poll(0, &mut wcs);
-                    let mut got = false;
-                    for wc in &wcs {
-                        check_wc(wc)?;
-                        got |= wc.wr_id == it;
-                    }
-                    Ok(got)
-                })?;
-            }
-        }
+        lat_round(lb, s, c, size, it, &mut wcs)?;
         let rtt = t0.elapsed().as_nanos() as u64;
         let t = match s.verb {
             Verb::Write | Verb::Send => rtt / 2,
@@ -286,6 +228,80 @@ fn run_lat(
     samples.sort_unstable();
     let n = samples.len() as u64;
     Ok(SizeResult::lat(size, n, samples, elapsed, hist))
+}
+
+/// Round trip `it` of a latency test on connection `c`: a WRITE or SEND
+/// each way, each side answering once the other's has landed, or one
+/// READ or atomic and its completion.
+fn lat_round(
+    lb: &mut Loopback,
+    s: &Settings,
+    c: usize,
+    size: usize,
+    it: u64,
+    wcs: &mut Vec<Wc>,
+) -> Result<(), RunError> {
+    let qpn = lb.conns[c].qpn;
+    let h = half(s.sizes.iter().copied().max().unwrap_or(8));
+    let tag = (it % 250 + 1) as u8;
+    match s.verb {
+        Verb::Write => {
+            for (from, &q) in qpn.iter().enumerate() {
+                let to = 1 - from;
+                lb.nodes[from].mem.write(size - 1, &[tag]);
+                let wr = work_request(lb, s, from, size, it);
+                lb.sim.nodes[from]
+                    .post_send(q, wr)
+                    .map_err(RunError::post_send)?;
+                let at = h + size - 1;
+                wait(lb, c, "the RDMA WRITE to land", |lb| {
+                    let mut b = [0u8];
+                    lb.nodes[to].mem.read(at, &mut b);
+                    Ok(b[0] == tag)
+                })?;
+            }
+        }
+        Verb::Send => {
+            for (from, &q) in qpn.iter().enumerate() {
+                let to = 1 - from;
+                let wr = work_request(lb, s, from, size, it);
+                lb.sim.nodes[from]
+                    .post_send(q, wr)
+                    .map_err(RunError::post_send)?;
+                wait(lb, c, "the SEND to arrive", |lb| {
+                    wcs.clear();
+                    lb.poll(to, wcs);
+                    let mut got = false;
+                    for wc in wcs.iter() {
+                        check_wc(wc)?;
+                        got |= wc.opcode == WcOpcode::Recv;
+                    }
+                    Ok(got)
+                })?;
+                let wr = recv_request(lb, s, to, it);
+                lb.sim.nodes[to]
+                    .post_recv(qpn[to], wr)
+                    .map_err(RunError::post_recv)?;
+            }
+        }
+        Verb::Read | Verb::Atomic => {
+            let wr = work_request(lb, s, 0, size, it);
+            lb.sim.nodes[0]
+                .post_send(qpn[0], wr)
+                .map_err(RunError::post_send)?;
+            wait(lb, c, "the completion", |lb| {
+                wcs.clear();
+                lb.poll(0, wcs);
+                let mut got = false;
+                for wc in wcs.iter() {
+                    check_wc(wc)?;
+                    got |= wc.wr_id == it;
+                }
+                Ok(got)
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn run_bw(

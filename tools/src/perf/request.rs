@@ -72,6 +72,57 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
             "--loopback runs both sides in this process: give no peer address",
         ));
     }
+    let qp_type = qp_type(req, verb)?;
+    // 0: not given (perftest: the port's active MTU; the loopback: 1024)
+    if req.mtu != 0 && !crate::check::MTUS.contains(&req.mtu) {
+        return Err(CliError::usage(format!(
+            "-m {}: the MTU is one of 256, 512, 1024, 2048, 4096",
+            req.mtu
+        )));
+    }
+    if req.qps == 0 || req.qps > 256 {
+        return Err(CliError::usage(format!(
+            "-q {}: the number of QPs is 1 to 256",
+            req.qps
+        )));
+    }
+    if mode == Mode::Lat && req.qps != 1 {
+        return Err(CliError::usage(
+            "latency tests use one QP (as perftest): drop -q",
+        ));
+    }
+    let tx_depth = tx_depth(req, mode)?;
+    let sizes = sizes(req, verb, mode)?;
+    // perftest (init_perftest_params): 5000 for ib_write_bw, 1000 otherwise
+    // (a SEND server counts its receives: the defaults must agree)
+    let iters = req.iters.unwrap_or(match (mode, verb) {
+        (Mode::Bw, Verb::Write) => 5000,
+        _ => 1000,
+    });
+    if iters == 0 {
+        return Err(CliError::usage("-n 0: at least one iteration"));
+    }
+    let duration = duration(req)?;
+    Ok(Settings {
+        verb,
+        mode,
+        sizes,
+        iters,
+        duration,
+        qps: req.qps,
+        mtu: if req.mtu == 0 { 1024 } else { req.mtu },
+        tx_depth,
+        qp_type,
+        record: if req.pcap.is_some() {
+            req.pcap_frames
+        } else {
+            0
+        },
+    })
+}
+
+/// `-c`: RC or UC; UC carries only SEND and RDMA WRITE.
+fn qp_type(req: &PerfRequest, verb: Verb) -> Result<QpType, CliError> {
     let qp_type = match req.connection.to_ascii_uppercase().as_str() {
         "RC" => QpType::Rc,
         "UC" => QpType::Uc,
@@ -92,25 +143,13 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
             verb.name()
         )));
     }
-    // 0: not given (perftest: the port's active MTU; the loopback: 1024)
-    if req.mtu != 0 && !crate::check::MTUS.contains(&req.mtu) {
-        return Err(CliError::usage(format!(
-            "-m {}: the MTU is one of 256, 512, 1024, 2048, 4096",
-            req.mtu
-        )));
-    }
-    if req.qps == 0 || req.qps > 256 {
-        return Err(CliError::usage(format!(
-            "-q {}: the number of QPs is 1 to 256",
-            req.qps
-        )));
-    }
-    if mode == Mode::Lat && req.qps != 1 {
-        return Err(CliError::usage(
-            "latency tests use one QP (as perftest): drop -q",
-        ));
-    }
-    let tx_depth = match (mode, req.tx_depth) {
+    Ok(qp_type)
+}
+
+/// `-t`: one operation in flight for latency tests, 128 by default for
+/// bandwidth tests (perftest's `--tx-depth`).
+fn tx_depth(req: &PerfRequest, mode: Mode) -> Result<u32, CliError> {
+    Ok(match (mode, req.tx_depth) {
         (Mode::Lat, Some(t)) if t != 1 => {
             return Err(CliError::usage(
                 "latency tests keep one operation in flight: -t is for bw tests",
@@ -123,8 +162,14 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
             )))
         }
         (Mode::Bw, t) => t.unwrap_or(128),
-    };
-    let sizes: Vec<usize> = if verb == Verb::Atomic {
+    })
+}
+
+/// The message sizes: `-s` (2 bytes for latency tests, 64 KiB for
+/// bandwidth tests by default), every power of two up to 8 MiB with `-a`,
+/// and 8 bytes for atomics.
+fn sizes(req: &PerfRequest, verb: Verb, mode: Mode) -> Result<Vec<usize>, CliError> {
+    Ok(if verb == Verb::Atomic {
         if let Some(s) = req.size.filter(|&s| s != 8) {
             return Err(CliError::usage(format!(
                 "-s {s}: atomic operations move 8 bytes"
@@ -147,17 +192,12 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
             )));
         }
         vec![s]
-    };
-    // perftest (init_perftest_params): 5000 for ib_write_bw, 1000 otherwise
-    // (a SEND server counts its receives: the defaults must agree)
-    let iters = req.iters.unwrap_or(match (mode, verb) {
-        (Mode::Bw, Verb::Write) => 5000,
-        _ => 1000,
-    });
-    if iters == 0 {
-        return Err(CliError::usage("-n 0: at least one iteration"));
-    }
-    let duration = match req.duration {
+    })
+}
+
+/// `-D`: 1 second to a day.
+fn duration(req: &PerfRequest) -> Result<Option<Duration>, CliError> {
+    Ok(match req.duration {
         Some(0) => return Err(CliError::usage("-D 0: the duration is at least 1 second")),
         Some(d) if d > 86_400 => {
             return Err(CliError::usage(format!(
@@ -166,21 +206,5 @@ pub fn settings(req: &PerfRequest) -> Result<Settings, CliError> {
         }
         Some(d) => Some(Duration::from_secs(d)),
         None => None,
-    };
-    Ok(Settings {
-        verb,
-        mode,
-        sizes,
-        iters,
-        duration,
-        qps: req.qps,
-        mtu: if req.mtu == 0 { 1024 } else { req.mtu },
-        tx_depth,
-        qp_type,
-        record: if req.pcap.is_some() {
-            req.pcap_frames
-        } else {
-            0
-        },
     })
 }

@@ -94,8 +94,16 @@ fn inet6(g: &Gid) -> String {
     std::net::Ipv6Addr::from(g.0).to_string()
 }
 
-/// Runs `rnic pingpong`.
-pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
+/// The options `rnic pingpong` checked: QP type, message size, and the
+/// page size `--chk` works at.
+struct Plan {
+    qp_type: QpType,
+    size: u32,
+    page_size: usize,
+}
+
+/// Checks the options as the examples do (same limits, same order).
+fn plan(o: &PingpongOptions) -> Result<Plan, CliError> {
     if !crate::check::MTUS.contains(&o.mtu) {
         return Err(CliError::usage(format!(
             "-m {}: the MTU is one of 256, 512, 1024, 2048, 4096",
@@ -141,28 +149,37 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
             crate::perf::request::MAX_SIZE
         )));
     }
-    let ifname = match (&o.ifname, &o.peer) {
-        (Some(d), _) => d.clone(),
+    Ok(Plan {
+        qp_type,
+        size,
+        page_size,
+    })
+}
+
+/// The interface to run on: `-d`, or the one the route to the peer takes.
+fn interface(o: &PingpongOptions) -> Result<String, CliError> {
+    match (&o.ifname, &o.peer) {
+        (Some(d), _) => Ok(d.clone()),
         (None, Some(p)) => {
             let ip = oob::resolve(p, o.port)?;
-            crate::netdev::route_dev(ip)?
+            crate::netdev::route_dev(ip)
         }
-        (None, None) => {
-            return Err(CliError::usage(
-                "the server needs its interface: -d IFACE (the device is an interface)",
-            ))
-        }
-    };
-    let grh = if o.ud { GRH_LEN } else { 0 };
-    let buf_len = size as usize + grh;
-    let mut d = DevOptions::new(&ifname, o.backend, buf_len);
+        (None, None) => Err(CliError::usage(
+            "the server needs its interface: -d IFACE (the device is an interface)",
+        )),
+    }
+}
+
+/// The soft RNIC on `ifname` with its buffer (`buf_len` bytes of 0x7b).
+fn open(o: &PingpongOptions, ifname: &str, size: u32, buf_len: usize) -> Result<NetDev, CliError> {
+    let mut d = DevOptions::new(ifname, o.backend, buf_len);
     d.gid = o.gid;
     d.pcap = o.pcap.clone();
     d.pcap_frames = usize::MAX;
     d.inline = o.inline;
     d.core = o.core;
     d.cc = o.cc;
-    let mut nd = NetDev::open(&d)?;
+    let nd = NetDev::open(&d)?;
     // NetDev::open set the port's active MTU from the interface MTU; a UD
     // message is one packet of at most that
     let port_mtu = nd.max_mtu;
@@ -176,6 +193,80 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
     }
     // memset(ctx->buf, 0x7b, size)
     nd.mem.write(0, &vec![FILL; buf_len]);
+    Ok(nd)
+}
+
+/// The path MTU: the port's active MTU for UD, else `-m` as far as the
+/// interface carries it.
+fn path_mtu(o: &PingpongOptions, nd: &NetDev) -> u32 {
+    if o.ud {
+        return nd.max_mtu;
+    }
+    let mtu = o.mtu.min(nd.max_mtu);
+    if mtu < o.mtu {
+        eprintln!(
+            "rnic: -m {}: {} (MTU {}) carries IB MTU {mtu} at most; using {mtu}",
+            o.mtu, nd.ifname, nd.if_mtu
+        );
+    }
+    mtu
+}
+
+/// The out-of-band exchange of address records, client or server side as
+/// the examples order it; `connect` brings the QP to RTS (RC) toward the
+/// peer's record.
+fn exchange(
+    o: &PingpongOptions,
+    nd: &NetDev,
+    me: &Dest,
+    connect: impl Fn(&NetDev, &Dest) -> Result<Connect, CliError>,
+) -> Result<(Dest, Connect), CliError> {
+    match &o.peer {
+        Some(host) => {
+            let mut ctrl = Ctrl::connect(host, o.port)?;
+            ctrl.write_all(&me.encode())
+                .map_err(|e| CliError::new(format!("Couldn't send local address: {e}")))?;
+            let msg = ctrl
+                .read_exact(MSG_LEN)
+                .map_err(|e| CliError::new(format!("Couldn't read/write remote address: {e}")))?;
+            ctrl.write_all(DONE)?;
+            let rem = fix_gid(Dest::decode(&msg)?, &ctrl);
+            print_remote(&rem)?;
+            let c = connect(nd, &rem)?;
+            Ok((rem, c))
+        }
+        None => {
+            let l = oob::listen(o.port)?;
+            let mut ctrl = Ctrl::accept(&l)?;
+            drop(l);
+            let msg = ctrl
+                .read_exact(MSG_LEN)
+                .map_err(|e| CliError::new(format!("{e}: Couldn't read remote address")))?;
+            let rem = fix_gid(Dest::decode(&msg)?, &ctrl);
+            let c = connect(nd, &rem)?;
+            ctrl.write_all(&me.encode())?;
+            // "done" (5 bytes; some versions read a whole record's worth)
+            let done = ctrl.read_some(MSG_LEN)?;
+            if !done.starts_with(b"done") {
+                return Err(CliError::new("Couldn't send/recv local address"));
+            }
+            print_remote(&rem)?;
+            Ok((rem, c))
+        }
+    }
+}
+
+/// Runs `rnic pingpong`.
+pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
+    let Plan {
+        qp_type,
+        size,
+        page_size,
+    } = plan(o)?;
+    let ifname = interface(o)?;
+    let grh = if o.ud { GRH_LEN } else { 0 };
+    let buf_len = size as usize + grh;
+    let mut nd = open(o, &ifname, size, buf_len)?;
     let qpn = nd.create_qp(qp_type, o.rx_depth.max(16))?;
     nd.init(qpn, qp_type)?;
     let recv = RecvWr {
@@ -187,7 +278,6 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
             .post_recv(qpn, recv)
             .map_err(|e| CliError::new(format!("Couldn't post receive: {e}")))?;
     }
-    let mut routs = o.rx_depth;
     let me = Dest {
         lid: 0,
         qpn,
@@ -202,17 +292,7 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
         me.psn,
         inet6(&me.gid)
     ))?;
-    let mtu = if o.ud {
-        port_mtu
-    } else {
-        o.mtu.min(nd.max_mtu)
-    };
-    if !o.ud && mtu < o.mtu {
-        eprintln!(
-            "rnic: -m {}: {} (MTU {}) carries IB MTU {mtu} at most; using {mtu}",
-            o.mtu, nd.ifname, nd.if_mtu
-        );
-    }
+    let mtu = path_mtu(o, &nd);
     let connect = |nd: &NetDev, rem: &Dest| -> Result<Connect, CliError> {
         let ah = nd.ah_to(rem.gid)?;
         // the examples: one outstanding READ/atomic, RNR timer 12, timeout 14
@@ -223,40 +303,7 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
         nd.connect(qpn, c)?;
         Ok(c)
     };
-    // the exchange
-    let (rem, conn) = match &o.peer {
-        Some(host) => {
-            let mut ctrl = Ctrl::connect(host, o.port)?;
-            ctrl.write_all(&me.encode())
-                .map_err(|e| CliError::new(format!("Couldn't send local address: {e}")))?;
-            let msg = ctrl
-                .read_exact(MSG_LEN)
-                .map_err(|e| CliError::new(format!("Couldn't read/write remote address: {e}")))?;
-            ctrl.write_all(DONE)?;
-            let rem = fix_gid(Dest::decode(&msg)?, &ctrl);
-            print_remote(&rem)?;
-            let c = connect(&nd, &rem)?;
-            (rem, c)
-        }
-        None => {
-            let l = oob::listen(o.port)?;
-            let mut ctrl = Ctrl::accept(&l)?;
-            drop(l);
-            let msg = ctrl
-                .read_exact(MSG_LEN)
-                .map_err(|e| CliError::new(format!("{e}: Couldn't read remote address")))?;
-            let rem = fix_gid(Dest::decode(&msg)?, &ctrl);
-            let c = connect(&nd, &rem)?;
-            ctrl.write_all(&me.encode())?;
-            // "done" (5 bytes; some versions read a whole record's worth)
-            let done = ctrl.read_some(MSG_LEN)?;
-            if !done.starts_with(b"done") {
-                return Err(CliError::new("Couldn't send/recv local address"));
-            }
-            print_remote(&rem)?;
-            (rem, c)
-        }
-    };
+    let (rem, conn) = exchange(o, &nd, &me, connect)?;
     let ud = o.ud.then_some(UdDest {
         ah: conn.ah,
         remote_qpn: rem.qpn,
@@ -270,11 +317,6 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
             Sgl::single(nd.base + grh as u64, size, nd.lkey),
         )
     };
-    let post_send = |nd: &NetDev| {
-        nd.dev
-            .post_send(qpn, send.clone())
-            .map_err(|e| CliError::new(format!("Couldn't post send: {e}")))
-    };
     let mut pending = RECV_WRID;
     if o.peer.is_some() {
         if o.chk {
@@ -283,10 +325,63 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
                 nd.mem.write(grh + i, &[chk_byte(i, page_size)]);
             }
         }
-        post_send(&nd)?;
+        post_send(&nd, qpn, &send)?;
         pending |= SEND_WRID;
     }
     let start = Instant::now();
+    let ring = Ring {
+        qpn,
+        recv,
+        send: &send,
+    };
+    exchange_messages(o, &mut nd, &ring, pending)?;
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = size as u64 * o.iters as u64 * 2;
+    nd.stop();
+    crate::say(&format!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter\n",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec,
+        o.iters,
+        usec / 1e6,
+        usec / o.iters as f64
+    ))?;
+    if let Some(p) = &nd.pcap {
+        eprintln!("rnic: wrote {}", p.display());
+    }
+    if o.chk {
+        let mut got = vec![0u8; size as usize];
+        nd.mem.read(grh, &mut got);
+        check_received(o, &got, page_size)?;
+    }
+    Ok(())
+}
+
+/// The QP and the work requests the exchange posts again and again.
+struct Ring<'a> {
+    qpn: u32,
+    recv: RecvWr,
+    send: &'a SendWr,
+}
+
+fn post_send(nd: &NetDev, qpn: u32, send: &SendWr) -> Result<(), CliError> {
+    nd.dev
+        .post_send(qpn, send.clone())
+        .map_err(|e| CliError::new(format!("Couldn't post send: {e}")))
+}
+
+/// The examples' loop: SEND again once the previous SEND completed and a
+/// message arrived (`pending` holds the wr_ids awaited), re-post the
+/// receives when one is left, until each side sent and received `-n`
+/// messages. Fails on an error completion or 20 s without one.
+fn exchange_messages(
+    o: &PingpongOptions,
+    nd: &mut NetDev,
+    ring: &Ring<'_>,
+    mut pending: u64,
+) -> Result<(), CliError> {
+    let qpn = ring.qpn;
+    let mut routs = o.rx_depth;
     let (mut rcnt, mut scnt) = (0u32, 0u32);
     let mut wcs: Vec<Wc> = Vec::with_capacity(2);
     let mut last_progress = Instant::now();
@@ -321,7 +416,7 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
                     routs -= 1;
                     if routs <= 1 {
                         while routs < o.rx_depth {
-                            nd.dev.post_recv(qpn, recv).map_err(|e| {
+                            nd.dev.post_recv(qpn, ring.recv).map_err(|e| {
                                 CliError::new(format!("Couldn't post receive ({routs}): {e}"))
                             })?;
                             routs += 1;
@@ -337,44 +432,33 @@ pub fn run(o: &PingpongOptions) -> Result<(), CliError> {
             }
             pending &= !wc.wr_id;
             if scnt < o.iters && pending == 0 {
-                post_send(&nd)?;
+                post_send(nd, qpn, ring.send)?;
                 pending = RECV_WRID | SEND_WRID;
             }
         }
     }
-    let usec = start.elapsed().as_secs_f64() * 1e6;
-    let bytes = size as u64 * o.iters as u64 * 2;
-    nd.stop();
-    crate::say(&format!(
-        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter\n",
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec,
-        o.iters,
-        usec / 1e6,
-        usec / o.iters as f64
-    ))?;
-    if let Some(p) = &nd.pcap {
-        eprintln!("rnic: wrote {}", p.display());
+    Ok(())
+}
+
+/// `--chk` on the last message received (`got`): the server prints the
+/// examples' `invalid data in page N` lines; both sides fail on the first
+/// byte that differs.
+fn check_received(o: &PingpongOptions, got: &[u8], page_size: usize) -> Result<(), CliError> {
+    if o.peer.is_none() {
+        // the examples' server: one line per page whose first byte is off
+        let mut lines = String::new();
+        for p in invalid_pages(got, page_size) {
+            lines += &format!("invalid data in page {p}\n");
+        }
+        crate::say(&lines)?;
     }
-    if o.chk {
-        let mut got = vec![0u8; size as usize];
-        nd.mem.read(grh, &mut got);
-        if o.peer.is_none() {
-            // the examples' server: one line per page whose first byte is off
-            let mut lines = String::new();
-            for p in invalid_pages(&got, page_size) {
-                lines += &format!("invalid data in page {p}\n");
-            }
-            crate::say(&lines)?;
-        }
-        if let Some(off) = first_mismatch(&got, page_size) {
-            return Err(CliError::new(format!(
-                "--chk: the last message received differs at byte {off}: {:#04x}, expected {:#04x} \
-                 (0x7b with 0 at each {page_size}-byte page)",
-                got[off],
-                expected_byte(off, page_size)
-            )));
-        }
+    if let Some(off) = first_mismatch(got, page_size) {
+        return Err(CliError::new(format!(
+            "--chk: the last message received differs at byte {off}: {:#04x}, expected {:#04x} \
+             (0x7b with 0 at each {page_size}-byte page)",
+            got[off],
+            expected_byte(off, page_size)
+        )));
     }
     Ok(())
 }

@@ -4,33 +4,83 @@
 use crate::perf::SizeResult;
 use std::fmt::Write as _;
 
+/// The plot's size and margins (left, right, top, bottom), in pixels.
+const W: f64 = 900.0;
+const H: f64 = 520.0;
+const L: f64 = 80.0;
+const R: f64 = 170.0;
+const T: f64 = 50.0;
+const B: f64 = 60.0;
+
+const COLORS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+
+/// One line of the plot: a message size and its (x, latency in usec)
+/// points.
+type Series = (usize, Vec<(f64, f64)>);
+
+/// The axes: x from 0 to `xmax`, y from `ylo` to `yhi` in steps of
+/// `step`, on a log scale when `log` (then in decades).
+struct Axes {
+    xmax: f64,
+    ylo: f64,
+    yhi: f64,
+    step: f64,
+    log: bool,
+}
+
+impl Axes {
+    fn of(series: &[Series]) -> Axes {
+        let xmax = series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|x| x.0))
+            .fold(2.0f64, f64::max)
+            .ceil()
+            .min(5.0);
+        let ys = || series.iter().flat_map(|(_, p)| p.iter().map(|x| x.1));
+        let ymax_raw = ys().fold(0.0f64, f64::max).max(0.001);
+        let ymin_raw = ys()
+            .filter(|&y| y > 0.0)
+            .fold(f64::MAX, f64::min)
+            .min(ymax_raw);
+        // a log scale when the sizes' latencies span more than two decades
+        let log = ymax_raw / ymin_raw > 100.0;
+        let (ylo, yhi, step) = if log {
+            (
+                ymin_raw.log10().floor(),
+                ymax_raw.log10().ceil().max(ymin_raw.log10().floor() + 1.0),
+                1.0,
+            )
+        } else {
+            let step = nice_step(ymax_raw / 5.0);
+            (0.0, (ymax_raw / step).ceil() * step, step)
+        };
+        Axes {
+            xmax,
+            ylo,
+            yhi,
+            step,
+            log,
+        }
+    }
+
+    fn px(&self, x: f64) -> f64 {
+        L + x / self.xmax * (W - L - R)
+    }
+
+    fn py(&self, y: f64) -> f64 {
+        let yv = if self.log { y.max(1e-9).log10() } else { y };
+        H - B - (yv - self.ylo) / (self.yhi - self.ylo) * (H - T - B)
+    }
+}
+
 /// A latency distribution plot: latency against percentile, the
 /// percentile axis stretched as HdrHistogram's plotter does (by
 /// 1/(1-percentile)), one line per message size.
 pub fn svg(title: &str, results: &[SizeResult]) -> String {
-    const F: Frame = Frame {
-        w: 900.0,
-        h: 520.0,
-        l: 80.0,
-        r: 170.0,
-        t: 50.0,
-        b: 60.0,
-    };
-    // the margins' names as in the drawing code below
-    #[allow(non_snake_case)]
-    let Frame {
-        w: W,
-        h: H,
-        l: L,
-        r: R,
-        t: T,
-        b: B,
-    } = F;
-    let colors = [
-        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-    ];
     // x: log10(1/(1-q)) from 0 (0 %) to 5 (99.999 %)
-    let series: Vec<(usize, Vec<(f64, f64)>)> = results
+    let series: Vec<Series> = results
         .iter()
         .map(|r| {
             let pts = r
@@ -47,38 +97,27 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
             (r.bytes, pts)
         })
         .collect();
-    let xmax = series
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|x| x.0))
-        .fold(2.0f64, f64::max)
-        .ceil()
-        .min(5.0);
-    let ys = || series.iter().flat_map(|(_, p)| p.iter().map(|x| x.1));
-    let ymax_raw = ys().fold(0.0f64, f64::max).max(0.001);
-    let ymin_raw = ys()
-        .filter(|&y| y > 0.0)
-        .fold(f64::MAX, f64::min)
-        .min(ymax_raw);
-    // a log scale when the sizes' latencies span more than two decades
-    let log = ymax_raw / ymin_raw > 100.0;
-    let (ylo, yhi, step) = if log {
-        (
-            ymin_raw.log10().floor(),
-            ymax_raw.log10().ceil().max(ymin_raw.log10().floor() + 1.0),
-            1.0,
-        )
-    } else {
-        let step = nice_step(ymax_raw / 5.0);
-        (0.0, (ymax_raw / step).ceil() * step, step)
+    let axes = Axes::of(&series);
+    let frame = Frame {
+        w: W,
+        h: H,
+        l: L,
+        r: R,
+        t: T,
+        b: B,
     };
-    let yv = move |y: f64| if log { y.max(1e-9).log10() } else { y };
-    let px = |x: f64| L + x / xmax * (W - L - R);
-    let py = move |y: f64| H - B - (yv(y) - ylo) / (yhi - ylo) * (H - T - B);
-    let mut s = F.open(title);
-    // grid and axes
+    let mut s = frame.open(title);
+    grid(&mut s, &axes);
+    lines(&mut s, &series, &axes);
+    s += "</svg>\n";
+    s
+}
+
+/// The grid lines with their labels, the frame, and the axis titles.
+fn grid(s: &mut String, axes: &Axes) {
     let mut k = 0.0;
-    while k <= xmax + 1e-9 {
-        let x = px(k);
+    while k <= axes.xmax + 1e-9 {
+        let x = axes.px(k);
         let label = match k as u32 {
             0 => "0%".to_string(),
             n => {
@@ -94,10 +133,10 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
         );
         k += 1.0;
     }
-    let mut k = ylo;
-    while k <= yhi + step * 1e-6 {
-        let value = if log { 10f64.powf(k) } else { k };
-        let yy = py(value);
+    let mut k = axes.ylo;
+    while k <= axes.yhi + axes.step * 1e-6 {
+        let value = if axes.log { 10f64.powf(k) } else { k };
+        let yy = axes.py(value);
         let _ = writeln!(
             s,
             "<line x1=\"{L}\" y1=\"{yy:.1}\" x2=\"{:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
@@ -106,7 +145,7 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
             yy + 4.0,
             trim(value)
         );
-        k += step;
+        k += axes.step;
     }
     let _ = writeln!(
         s,
@@ -124,13 +163,17 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
         s,
         "<text transform=\"translate(22 {:.1}) rotate(-90)\" text-anchor=\"middle\">latency [usec]{}</text>",
         (H - B + T) / 2.0,
-        if log { " (log scale)" } else { "" }
+        if axes.log { " (log scale)" } else { "" }
     );
+}
+
+/// One polyline per message size, with its legend entry.
+fn lines(s: &mut String, series: &[Series], axes: &Axes) {
     for (i, (bytes, pts)) in series.iter().enumerate() {
-        let c = colors[i % colors.len()];
+        let c = COLORS[i % COLORS.len()];
         let path: Vec<String> = pts
             .iter()
-            .map(|(x, y)| format!("{:.1},{:.1}", px(x.min(xmax)), py(*y)))
+            .map(|(x, y)| format!("{:.1},{:.1}", axes.px(x.min(axes.xmax)), axes.py(*y)))
             .collect();
         let _ = writeln!(
             s,
@@ -147,8 +190,6 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
             ly + 4.0
         );
     }
-    s += "</svg>\n";
-    s
 }
 
 /// A plot's size and margins (pixels): width, height, left, right, top,

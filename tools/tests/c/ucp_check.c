@@ -10,6 +10,14 @@
  * Prints "ucp_check ok" and exits 0, or names the first wrong byte and
  * exits 1.
  *
+ * `ucp_check server|client DIR ROUNDS` repeats the tagged exchange ROUNDS
+ * times, its endpoints created with peer error handling
+ * (UCP_ERR_HANDLING_MODE_PEER): when UCX finds the peer gone (its
+ * keepalive, a transport error), the error handler, or a request UCX
+ * completes with an error, prints "ucp_check: peer failure" with UCX's
+ * status and exits 2. A long run
+ * for a test to kill the peer in.
+ *
  * ucx-utils ships no UCX headers (libucx-dev): the few declarations used
  * are written here from UCX 1.13's ucp.h, only the leading fields of the
  * parameter structs (the rest zero, past what their field masks name). */
@@ -30,7 +38,15 @@ typedef void (*ucp_tag_recv_callback_t)(void *, ucs_status_t, ucp_tag_recv_info_
 
 struct ucp_params { uint64_t field_mask, features; char rest[256]; };
 struct ucp_worker_params { uint64_t field_mask; int thread_mode; char rest[256]; };
-struct ucp_ep_params { uint64_t field_mask; const ucp_address_t *address; char rest[256]; };
+typedef void (*ucp_err_handler_cb_t)(void *, ucp_ep_h, ucs_status_t);
+struct ucp_ep_params {
+	uint64_t field_mask;
+	const ucp_address_t *address;
+	int err_mode; /* ucp_err_handling_mode_t */
+	ucp_err_handler_cb_t err_cb; /* ucp_err_handler_t: cb, arg */
+	void *err_arg;
+	char rest[256];
+};
 struct ucp_mem_map_params { uint64_t field_mask; void *address; size_t length; char rest[256]; };
 
 ucs_status_t ucp_init_version(unsigned, unsigned, const struct ucp_params *, const void *,
@@ -58,6 +74,11 @@ ucs_status_t ucp_ep_rkey_unpack(ucp_ep_h, const void *, ucp_rkey_h *);
 #define TAG_DATA 0x100
 #define TAG_REPLY 0x200
 #define TAG_PUT_DONE 0x300
+/* ucp_ep_params field_mask: REMOTE_ADDRESS, ERR_HANDLING_MODE, ERR_HANDLER */
+#define EP_ADDRESS 1
+#define EP_ERR_MODE 2
+#define EP_ERR_HANDLER 4
+#define ERR_HANDLING_MODE_PEER 1
 #define BIG (1 << 20)
 
 static ucp_worker_h worker;
@@ -69,18 +90,38 @@ static void die(const char *what, long v) {
 }
 
 static void on_send(void *r, ucs_status_t s) { (void)r; (void)s; }
+
+/* Whether the endpoints have peer error handling (the ROUNDS mode). */
+static int peer_mode;
+
+static void peer_failure(ucs_status_t s, const char *what) {
+	fprintf(stderr, "ucp_check: peer failure (UCX status %d) in %s\n", s, what);
+	exit(2);
+}
+
+static void on_peer_failure(void *arg, ucp_ep_h ep, ucs_status_t s) {
+	(void)arg;
+	(void)ep;
+	peer_failure(s, "the endpoint's error handler");
+}
 static void on_recv(void *r, ucs_status_t s, ucp_tag_recv_info_t *i) { (void)r; (void)s; (void)i; }
 
 /* Progresses until request `r` (from a *_nb call) completes. */
 static void wait_req(ucs_status_ptr_t r, const char *what) {
 	if (r == NULL)
 		return;
-	if ((uintptr_t)r >= (uintptr_t)(intptr_t)UCS_ERR_LAST)
+	if ((uintptr_t)r >= (uintptr_t)(intptr_t)UCS_ERR_LAST) {
+		if (peer_mode)
+			peer_failure((ucs_status_t)(intptr_t)r, what);
 		die(what, (long)(intptr_t)r);
+	}
 	ucs_status_t s;
 	while ((s = ucp_request_check_status(r)) == UCS_INPROGRESS)
 		ucp_worker_progress(worker);
 	ucp_request_free(r);
+	/* with peer error handling, UCX fails the requests of a failed peer */
+	if (s != 0 && peer_mode)
+		peer_failure(s, what);
 	if (s != 0)
 		die(what, s);
 }
@@ -128,10 +169,11 @@ static void recv_into(void *b, size_t n, ucp_tag_t tag, const char *what) {
 }
 
 int main(int argc, char **argv) {
-	if (argc != 3)
-		die("usage: ucp_check server|client DIR", 0);
+	if (argc != 3 && argc != 4)
+		die("usage: ucp_check server|client DIR [ROUNDS]", 0);
 	int server = strcmp(argv[1], "server") == 0;
 	dir = argv[2];
+	long rounds = argc == 4 ? atol(argv[3]) : 1;
 	struct ucp_params p = { .field_mask = 1, .features = 1 | 2 }; /* TAG | RMA */
 	ucp_context_h ctx;
 	if (ucp_init_version(1, 13, &p, NULL, &ctx))
@@ -146,7 +188,13 @@ int main(int argc, char **argv) {
 	uint8_t *mine = malloc(BIG), *theirs = malloc(BIG);
 	memset(theirs, 0, BIG);
 	put_file(server ? "server.addr" : "client.addr", addr, alen);
-	struct ucp_ep_params ep_p = { .field_mask = 1 };
+	struct ucp_ep_params ep_p = { .field_mask = EP_ADDRESS };
+	peer_mode = argc == 4;
+	if (peer_mode) {
+		ep_p.field_mask |= EP_ERR_MODE | EP_ERR_HANDLER;
+		ep_p.err_mode = ERR_HANDLING_MODE_PEER;
+		ep_p.err_cb = on_peer_failure;
+	}
 	ep_p.address = get_file(server ? "client.addr" : "server.addr", &n);
 	ucp_ep_h ep;
 	if (ucp_ep_create(worker, &ep_p, &ep))
@@ -163,12 +211,13 @@ int main(int argc, char **argv) {
 		uint64_t at = (uintptr_t)theirs;
 		put_file("server.rkey", rk, rklen);
 		put_file("server.va", &at, sizeof at);
-		for (int k = 0; k < 4; k++) {
+		for (long k = 0; k < 4 * rounds; k++) {
 			memset(mine, 0, BIG);
-			recv_into(mine, sizes[k], TAG_DATA + k, "recv");
-			check(mine, sizes[k], 0, "tagged message");
-			fill(mine, sizes[k], 0xff);
-			wait_req(ucp_tag_send_nb(ep, mine, sizes[k], CONTIG, TAG_REPLY + k, on_send),
+			size_t size = sizes[k % 4];
+			recv_into(mine, size, TAG_DATA + k % 4, "recv");
+			check(mine, size, 0, "tagged message");
+			fill(mine, size, 0xff);
+			wait_req(ucp_tag_send_nb(ep, mine, size, CONTIG, TAG_REPLY + k % 4, on_send),
 				 "reply");
 		}
 		recv_into(mine, 8, TAG_PUT_DONE, "put done");
@@ -176,13 +225,14 @@ int main(int argc, char **argv) {
 		/* the last word: the client may leave once it has it */
 		wait_req(ucp_tag_send_nb(ep, mine, 8, CONTIG, TAG_PUT_DONE, on_send), "bye");
 	} else {
-		for (int k = 0; k < 4; k++) {
-			fill(mine, sizes[k], 0);
-			wait_req(ucp_tag_send_nb(ep, mine, sizes[k], CONTIG, TAG_DATA + k, on_send),
+		for (long k = 0; k < 4 * rounds; k++) {
+			size_t size = sizes[k % 4];
+			fill(mine, size, 0);
+			wait_req(ucp_tag_send_nb(ep, mine, size, CONTIG, TAG_DATA + k % 4, on_send),
 				 "send");
 			memset(theirs, 0, BIG);
-			recv_into(theirs, sizes[k], TAG_REPLY + k, "reply");
-			check(theirs, sizes[k], 0xff, "reply");
+			recv_into(theirs, size, TAG_REPLY + k % 4, "reply");
+			check(theirs, size, 0xff, "reply");
 		}
 		void *rk = get_file("server.rkey", &n);
 		uint64_t *va = get_file("server.va", &n);

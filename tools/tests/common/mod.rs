@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod view;
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
@@ -127,11 +128,16 @@ impl Pcap {
     }
 }
 
+/// What tshark-judge printed about a capture it refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 /// tshark-judge's verdict on a capture (Wireshark with its payload
 /// heuristics off): `Some(Ok(text))` clean, `Some(Err(text))` not, `None`
 /// when tshark or the judge is missing here (after
 /// [`testkit::skip_or_fail`] for `test`, so under CI the test fails).
-pub fn tshark_verdict(test: &str, file: &Path) -> Option<Result<String, String>> {
+pub fn tshark_verdict(test: &str, file: &Path) -> Option<Result<String, Refused>> {
     if !testkit::tshark_runs(test) {
         return None;
     }
@@ -146,7 +152,7 @@ pub fn tshark_verdict(test: &str, file: &Path) -> Option<Result<String, String>>
     Some(if out.status.success() {
         Ok(text)
     } else {
-        Err(text)
+        Err(Refused(text))
     })
 }
 
@@ -156,4 +162,36 @@ pub fn missing_tool(test: &str, tool: &str) {
         test,
         &format!("{tool} is not installed (Debian package tshark; .ci/run installs it)"),
     );
+}
+
+/// A copy of the rxe capture `name` with `damage` done to it (which
+/// returns the frame it damaged), in a temporary folder; None after a
+/// SKIPPED line when the captures are missing.
+pub fn damaged(
+    test: &str,
+    name: &str,
+    damage: impl FnOnce(&mut Pcap) -> usize,
+) -> Option<(tempfile::TempDir, std::path::PathBuf, usize)> {
+    let dir = rxe_dir(test)?;
+    let mut p = Pcap::read(&dir.join(name));
+    let frame = damage(&mut p);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join(format!("damaged-{name}"));
+    p.write(&path);
+    Some((tmp, path, frame))
+}
+
+/// A copy of `p` that ends 500 bytes before the end of record `i` (as
+/// when the capturing tool is killed mid-write), in a temporary folder.
+pub fn cut_inside(p: &Pcap, i: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    let keep = Pcap {
+        header: p.header.clone(),
+        records: p.records[..=i].to_vec(),
+    };
+    let mut bytes = keep.bytes();
+    bytes.truncate(bytes.len() - 500);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("cut.pcap");
+    std::fs::write(&path, bytes).unwrap();
+    (tmp, path)
 }

@@ -2,6 +2,8 @@
 //! live and how to read a classic pcap file.
 #![allow(dead_code)]
 pub mod sample_frames;
+pub mod tshark;
+pub mod tshark_fields;
 
 use std::path::Path;
 

@@ -143,6 +143,10 @@ fn id_mut(s: &mut CmService, owner: u64, id: CmIdNo) -> Result<&mut Id, CmReques
 
 type CmReply = (CmResponse, Option<std::os::fd::OwnedFd>);
 
+/// Carries out one CM request of client connection `owner` on the
+/// service `s`; `mac` is what address resolution found, `qps` the caller's
+/// QPs. Each request with more than a line or two to it has its own
+/// function below.
 fn request(
     s: &mut CmService,
     owner: u64,
@@ -159,26 +163,8 @@ fn request(
         }
     }
     let events = |n| Ok((CmResponse::Events { events: n }, None));
-    let done = || Ok((CmResponse::Events { events: 0 }, None));
     match req {
-        CmRequest::CreateChannel => {
-            let (sock, theirs) = crate::shm::SeqPacket::pair().map_err(CmRequestError::Socket)?;
-            let token = loop {
-                let t: u64 = rand::random();
-                if t != 0 && !s.chans.contains_key(&t) {
-                    break t;
-                }
-            };
-            s.chans.insert(
-                token,
-                service::Chan {
-                    owner,
-                    sock,
-                    backlog: Default::default(),
-                },
-            );
-            Ok((CmResponse::Channel { token }, Some(theirs)))
-        }
+        CmRequest::CreateChannel => create_channel(s, owner),
         CmRequest::CreateId {
             chan,
             ps,
@@ -203,28 +189,7 @@ fn request(
             Ok((CmResponse::Bound(b), None))
         }
         CmRequest::ResolveAddr { id, src, dst, .. } => {
-            let bound = id_mut(s, owner, id)?.src;
-            match (src, bound) {
-                (Some(a), None) => drop(bind(s, owner, id, a)?),
-                (None, None) => {
-                    let any = SocketAddr::new(s.gid.to_ip(), 0);
-                    drop(bind(s, owner, id, any)?)
-                }
-                _ => {}
-            }
-            let i = id_mut(s, owner, id)?;
-            i.dst = Some(dst);
-            i.dmac = mac;
-            let kind = match mac {
-                Some(m) => {
-                    s.neigh.insert(Gid::from_ip(dst.ip()).0, m);
-                    CmEventKind::ADDR_RESOLVED
-                }
-                None => CmEventKind::ADDR_ERROR,
-            };
-            // EHOSTUNREACH, as rdma_cm reports an unresolved neighbour
-            s.report_kind(id, kind, if mac.is_some() { 0 } else { -113 });
-            done()
+            resolve_addr(s, owner, id, (src, dst), mac).and_then(done)
         }
         CmRequest::ResolveRoute { id, .. } => {
             let i = id_mut(s, owner, id)?;
@@ -233,138 +198,12 @@ fn request(
             }
             i.route = true;
             s.report_kind(id, CmEventKind::ROUTE_RESOLVED, 0);
-            done()
+            done(())
         }
-        CmRequest::Query { id } => {
-            let (dev, sgid, mtu) = (s.dev.clone(), s.gid.0, s.mtu);
-            let i = id_mut(s, owner, id)?;
-            Ok((
-                CmResponse::Info(IdInfo {
-                    src: i.src,
-                    dst: i.dst,
-                    dev,
-                    port: 1,
-                    sgid,
-                    dgid: i.dst.map(|d| Gid::from_ip(d.ip()).0),
-                    dmac: i.dmac.map(|m| m.0),
-                    pkey: 0xFFFF,
-                    path_mtu: mtu,
-                    num_paths: u32::from(i.route),
-                    ps: i.ps,
-                    qp_type: i.qp_type,
-                }),
-                None,
-            ))
-        }
-        CmRequest::Listen { id, backlog } => {
-            if id_mut(s, owner, id)?.src.is_none() {
-                let any = SocketAddr::new(s.gid.to_ip(), 0);
-                bind(s, owner, id, any)?;
-            }
-            let i = id_mut(s, owner, id)?;
-            if i.listening.is_some() {
-                return done();
-            }
-            let port = i.src.map_or(0, |a| a.port());
-            // IBA A11: the RDMA IP CM service ID of the port space and port
-            let sid = ip_cm_service_id(i.ps.0 as u8, port);
-            if s.listeners.contains_key(&sid) {
-                return Err(CmRequestError::AddrInUse);
-            }
-            let i = id_mut(s, owner, id)?;
-            i.listening = Some(sid);
-            // rdma_listen: 0 (or more than the limit) is the limit
-            i.backlog = match backlog {
-                0 => service::MAX_BACKLOG,
-                b => b.min(service::MAX_BACKLOG),
-            };
-            s.listeners.insert(sid, id);
-            s.cm.listen(sid);
-            done()
-        }
-        CmRequest::Connect { id, param } => {
-            let (mtu, timers) = (s.mtu, s.timers);
-            let local_ip = s.gid.to_ip();
-            let i = id_mut(s, owner, id)?;
-            if i.qp_type == CmQpType::Ud {
-                sidr::connect(s, owner, id, &param)?;
-                return done();
-            }
-            let (Some(dst), Some(_), true) = (i.dst, i.dmac, i.route) else {
-                return Err(CmRequestError::NotResolved);
-            };
-            if i.conn.is_some() || i.listening.is_some() {
-                return Err(CmRequestError::WrongState);
-            }
-            let max = CmReq::PRIVATE_DATA_LEN - IpCmPrivateData::LEN;
-            if param.private_data.len() > max {
-                return Err(CmRequestError::PrivateData {
-                    len: param.private_data.len(),
-                    max,
-                });
-            }
-            let src = i.src.unwrap_or(SocketAddr::new(local_ip, 0));
-            check_qp(qps, param.qpn, i.qp_type)?;
-            take_param(i, &param);
-            let pd = ip_cm_private_data(src, dst, &param.private_data);
-            let sid = ip_cm_service_id(i.ps.0 as u8, dst.port());
-            let mut p = ConnectParams::new(CmAddr::from_ip(dst.ip()), sid, i.local_qpn, i.rq_psn);
-            p.responder_resources = param.responder_resources;
-            p.initiator_depth = param.initiator_depth;
-            p.path_mtu = mtu_enum(mtu);
-            p.retry_count = param.retry_count.min(7);
-            p.rnr_retry_count = param.rnr_retry_count.min(7);
-            p.srq = param.srq;
-            p.end_to_end_flow_control = param.flow_control;
-            // IBA 12.6.5: the REQ's CM response timeouts (4.096 µs × 2^n)
-            // and Max CM Retries bound the wait for REP, RTU and DREP
-            p.cm_response_timeout = timers.response_timeout & 0x1F;
-            p.max_cm_retries = timers.max_retries & 0x0F;
-            p.private_data = pd;
-            let c = s.cm.connect(now, &p);
-            let i = id_mut(s, owner, id)?;
-            i.conn = Some(c);
-            i.rtu_held = true;
-            i.held_rtu = None;
-            s.by_conn.insert(c.0, id);
-            done()
-        }
-        CmRequest::Accept { id, param } => {
-            let i = id_mut(s, owner, id)?;
-            if i.qp_type == CmQpType::Ud {
-                sidr::accept(s, owner, id, &param, qps)?;
-                return done();
-            }
-            let Some(c) = i.conn else {
-                return Err(CmRequestError::WrongState);
-            };
-            if param.private_data.len() > CmRep::PRIVATE_DATA_LEN {
-                return Err(CmRequestError::PrivateData {
-                    len: param.private_data.len(),
-                    max: CmRep::PRIVATE_DATA_LEN,
-                });
-            }
-            check_qp(qps, param.qpn, i.qp_type)?;
-            i.pending_on = None;
-            // IBA 12.6.8: no more than the REQ asked for
-            let (req_init, req_resp) = (i.responder_resources, i.initiator_depth);
-            take_param(i, &param);
-            i.responder_resources = i.responder_resources.min(req_init);
-            i.initiator_depth = i.initiator_depth.min(req_resp);
-            let p = AcceptParams {
-                local_qpn: i.local_qpn,
-                starting_psn: i.rq_psn,
-                responder_resources: i.responder_resources,
-                initiator_depth: i.initiator_depth,
-                target_ack_delay: 15,
-                rnr_retry_count: param.rnr_retry_count.min(7),
-                srq: param.srq,
-                end_to_end_flow_control: param.flow_control,
-                private_data: param.private_data,
-            };
-            s.cm.accept(now, c, &p)?;
-            done()
-        }
+        CmRequest::Query { id } => query(s, owner, id),
+        CmRequest::Listen { id, backlog } => listen(s, owner, id, backlog).and_then(done),
+        CmRequest::Connect { id, param } => connect(s, owner, id, &param, qps).and_then(done),
+        CmRequest::Accept { id, param } => accept(s, owner, id, param, qps).and_then(done),
         CmRequest::Reject { id, private_data } => {
             let i = id_mut(s, owner, id)?;
             let c = i.conn.take().ok_or(CmRequestError::WrongState)?;
@@ -372,14 +211,14 @@ fn request(
             s.by_conn.remove(&c.0);
             // IBA 12.6.7 Table 104: 28, consumer reject
             s.cm.reject(c, RejectReason::CONSUMER_REJECT, &private_data)?;
-            done()
+            done(())
         }
         CmRequest::Disconnect { id } => {
             let c = id_mut(s, owner, id)?
                 .conn
                 .ok_or(CmRequestError::WrongState)?;
             s.cm.disconnect(now, c)?;
-            done()
+            done(())
         }
         CmRequest::InitQpAttr { id, state } => {
             let mtu = s.mtu;
@@ -391,39 +230,263 @@ fn request(
             }
             Ok((CmResponse::QpAttr { attr, mask }, None))
         }
-        CmRequest::Establish { id } => {
-            let i = id_mut(s, owner, id)?;
-            let c = i.conn.ok_or(CmRequestError::WrongState)?;
-            // once per ID, as librdmacm (a second one is EINVAL)
-            if std::mem::replace(&mut i.establish_called, true) {
-                return Err(CmRequestError::WrongState);
-            }
-            // the active side's rdma_establish: the RTU goes (already
-            // gone when the client asked for the RTS attributes first: its
-            // connection is established and nothing is left to do); the
-            // passive side's: its QP heard the peer first
-            if !s.release_rtu(id) && !s.cm.is_established(c) {
-                s.cm.established(c)?;
-            }
-            done()
-        }
+        CmRequest::Establish { id } => establish(s, owner, id).and_then(done),
         CmRequest::Notify { id, event } => {
             let c = id_mut(s, owner, id)?.conn;
             // IBV_EVENT_COMM_EST (4): the QP saw the peer's first packet
             if let (4, Some(c)) = (event, c) {
                 let _ = s.cm.established(c);
             }
-            done()
+            done(())
         }
         CmRequest::MigrateId { id, chan } => {
             if !s.chans.contains_key(&chan) {
                 return Err(CmRequestError::NoChannel(chan));
             }
-            let i = id_mut(s, owner, id)?;
-            i.chan = chan;
-            events(i.events)
+            let reported = id_mut(s, owner, id)?.events;
+            s.migrate(id, chan);
+            events(reported)
         }
     }
+}
+
+/// The reply of a request whose outcome comes as events: no new events
+/// counted here.
+fn done(_: ()) -> Result<CmReply, CmRequestError> {
+    Ok((CmResponse::Events { events: 0 }, None))
+}
+
+/// rdma_create_event_channel: a socket pair, one end to the client, and a
+/// random token that names the channel.
+fn create_channel(s: &mut CmService, owner: u64) -> Result<CmReply, CmRequestError> {
+    let (sock, theirs) = crate::shm::SeqPacket::pair().map_err(CmRequestError::Socket)?;
+    let token = loop {
+        let t: u64 = rand::random();
+        if t != 0 && !s.chans.contains_key(&t) {
+            break t;
+        }
+    };
+    s.chans.insert(
+        token,
+        service::Chan {
+            owner,
+            sock,
+            backlog: Default::default(),
+        },
+    );
+    Ok((CmResponse::Channel { token }, Some(theirs)))
+}
+
+/// rdma_resolve_addr: binds the ID if it is not (to `src`, or any port of
+/// our address), records the destination and the MAC found for it, and
+/// reports ADDR_RESOLVED or ADDR_ERROR.
+fn resolve_addr(
+    s: &mut CmService,
+    owner: u64,
+    id: CmIdNo,
+    (src, dst): (Option<SocketAddr>, SocketAddr),
+    mac: Option<EthernetAddress>,
+) -> Result<(), CmRequestError> {
+    let bound = id_mut(s, owner, id)?.src;
+    match (src, bound) {
+        (Some(a), None) => drop(bind(s, owner, id, a)?),
+        (None, None) => {
+            let any = SocketAddr::new(s.gid.to_ip(), 0);
+            drop(bind(s, owner, id, any)?)
+        }
+        _ => {}
+    }
+    let i = id_mut(s, owner, id)?;
+    i.dst = Some(dst);
+    i.dmac = mac;
+    let kind = match mac {
+        Some(m) => {
+            s.neigh.insert(Gid::from_ip(dst.ip()).0, m);
+            CmEventKind::ADDR_RESOLVED
+        }
+        None => CmEventKind::ADDR_ERROR,
+    };
+    // EHOSTUNREACH, as rdma_cm reports an unresolved neighbour
+    s.report_kind(id, kind, if mac.is_some() { 0 } else { -113 });
+    Ok(())
+}
+
+/// rdma_query_id's answer: the ID's addresses, device, port and path.
+fn query(s: &mut CmService, owner: u64, id: CmIdNo) -> Result<CmReply, CmRequestError> {
+    let (dev, sgid, mtu) = (s.dev.clone(), s.gid.0, s.mtu);
+    let i = id_mut(s, owner, id)?;
+    Ok((
+        CmResponse::Info(IdInfo {
+            src: i.src,
+            dst: i.dst,
+            dev,
+            port: 1,
+            sgid,
+            dgid: i.dst.map(|d| Gid::from_ip(d.ip()).0),
+            dmac: i.dmac.map(|m| m.0),
+            pkey: 0xFFFF,
+            path_mtu: mtu,
+            num_paths: u32::from(i.route),
+            ps: i.ps,
+            qp_type: i.qp_type,
+        }),
+        None,
+    ))
+}
+
+/// rdma_listen: binds the ID if it is not, and listens on the service ID
+/// of its port space and port.
+fn listen(s: &mut CmService, owner: u64, id: CmIdNo, backlog: u32) -> Result<(), CmRequestError> {
+    if id_mut(s, owner, id)?.src.is_none() {
+        let any = SocketAddr::new(s.gid.to_ip(), 0);
+        bind(s, owner, id, any)?;
+    }
+    let i = id_mut(s, owner, id)?;
+    if i.listening.is_some() {
+        return Ok(());
+    }
+    let port = i.src.map_or(0, |a| a.port());
+    // IBA A11: the RDMA IP CM service ID of the port space and port
+    let sid = ip_cm_service_id(i.ps.0 as u8, port);
+    if s.listeners.contains_key(&sid) {
+        return Err(CmRequestError::AddrInUse);
+    }
+    let i = id_mut(s, owner, id)?;
+    i.listening = Some(sid);
+    // rdma_listen: 0 (or more than the limit) is the limit
+    i.backlog = match backlog {
+        0 => service::MAX_BACKLOG,
+        b => b.min(service::MAX_BACKLOG),
+    };
+    s.listeners.insert(sid, id);
+    s.cm.listen(sid);
+    Ok(())
+}
+
+/// rdma_connect: a SIDR REQ for a UD ID; for an RC ID on a resolved route,
+/// a REQ (IBA 12.6.5) carrying the IP CM private data, and the ID waits
+/// for the REP with its RTU held.
+fn connect(
+    s: &mut CmService,
+    owner: u64,
+    id: CmIdNo,
+    param: &ConnParam,
+    qps: &HashMap<u32, QpKind>,
+) -> Result<(), CmRequestError> {
+    let (now, mtu, timers) = (s.now, s.mtu, s.timers);
+    let local_ip = s.gid.to_ip();
+    let i = id_mut(s, owner, id)?;
+    if i.qp_type == CmQpType::Ud {
+        return sidr::connect(s, owner, id, param);
+    }
+    let dst = connectable(i, &param.private_data, CmReq::PRIVATE_DATA_LEN)?;
+    let src = i.src.unwrap_or(SocketAddr::new(local_ip, 0));
+    check_qp(qps, param.qpn, i.qp_type)?;
+    take_param(i, param);
+    let pd = ip_cm_private_data(src, dst, &param.private_data);
+    let sid = ip_cm_service_id(i.ps.0 as u8, dst.port());
+    let mut p = ConnectParams::new(CmAddr::from_ip(dst.ip()), sid, i.local_qpn, i.rq_psn);
+    p.responder_resources = param.responder_resources;
+    p.initiator_depth = param.initiator_depth;
+    p.path_mtu = mtu_enum(mtu);
+    p.retry_count = param.retry_count.min(7);
+    p.rnr_retry_count = param.rnr_retry_count.min(7);
+    p.srq = param.srq;
+    p.end_to_end_flow_control = param.flow_control;
+    // IBA 12.6.5: the REQ's CM response timeouts (4.096 µs × 2^n)
+    // and Max CM Retries bound the wait for REP, RTU and DREP
+    p.cm_response_timeout = timers.response_timeout & 0x1F;
+    p.max_cm_retries = timers.max_retries & 0x0F;
+    p.private_data = pd;
+    let c = s.cm.connect(now, &p);
+    let i = id_mut(s, owner, id)?;
+    i.conn = Some(c);
+    i.rtu_held = true;
+    i.held_rtu = None;
+    s.by_conn.insert(c.0, id);
+    Ok(())
+}
+
+/// The destination of an ID that may connect: its route resolved, no
+/// connection or listen begun, and `private` fitting beside the RDMA IP CM
+/// header in a message's `room` bytes of private data (IBA A11).
+fn connectable(i: &Id, private: &[u8], room: usize) -> Result<SocketAddr, CmRequestError> {
+    let (Some(dst), Some(_), true) = (i.dst, i.dmac, i.route) else {
+        return Err(CmRequestError::NotResolved);
+    };
+    if i.conn.is_some() || i.listening.is_some() {
+        return Err(CmRequestError::WrongState);
+    }
+    let max = room - IpCmPrivateData::LEN;
+    if private.len() > max {
+        return Err(CmRequestError::PrivateData {
+            len: private.len(),
+            max,
+        });
+    }
+    Ok(dst)
+}
+
+/// rdma_accept: a SIDR REP for a UD ID; for an RC ID with a REQ pending, a
+/// REP (IBA 12.6.8) with no more resources than the REQ asked for.
+fn accept(
+    s: &mut CmService,
+    owner: u64,
+    id: CmIdNo,
+    param: ConnParam,
+    qps: &HashMap<u32, QpKind>,
+) -> Result<(), CmRequestError> {
+    let now = s.now;
+    let i = id_mut(s, owner, id)?;
+    if i.qp_type == CmQpType::Ud {
+        return sidr::accept(s, owner, id, &param, qps);
+    }
+    let Some(c) = i.conn else {
+        return Err(CmRequestError::WrongState);
+    };
+    if param.private_data.len() > CmRep::PRIVATE_DATA_LEN {
+        return Err(CmRequestError::PrivateData {
+            len: param.private_data.len(),
+            max: CmRep::PRIVATE_DATA_LEN,
+        });
+    }
+    check_qp(qps, param.qpn, i.qp_type)?;
+    i.pending_on = None;
+    // IBA 12.6.8: no more than the REQ asked for
+    let (req_init, req_resp) = (i.responder_resources, i.initiator_depth);
+    take_param(i, &param);
+    i.responder_resources = i.responder_resources.min(req_init);
+    i.initiator_depth = i.initiator_depth.min(req_resp);
+    let p = AcceptParams {
+        local_qpn: i.local_qpn,
+        starting_psn: i.rq_psn,
+        responder_resources: i.responder_resources,
+        initiator_depth: i.initiator_depth,
+        target_ack_delay: 15,
+        rnr_retry_count: param.rnr_retry_count.min(7),
+        srq: param.srq,
+        end_to_end_flow_control: param.flow_control,
+        private_data: param.private_data,
+    };
+    s.cm.accept(now, c, &p)?;
+    Ok(())
+}
+
+/// rdma_establish: once per ID, as librdmacm (a second one is EINVAL).
+fn establish(s: &mut CmService, owner: u64, id: CmIdNo) -> Result<(), CmRequestError> {
+    let i = id_mut(s, owner, id)?;
+    let c = i.conn.ok_or(CmRequestError::WrongState)?;
+    if std::mem::replace(&mut i.establish_called, true) {
+        return Err(CmRequestError::WrongState);
+    }
+    // the active side's rdma_establish: the RTU goes (already
+    // gone when the client asked for the RTS attributes first: its
+    // connection is established and nothing is left to do); the
+    // passive side's: its QP heard the peer first
+    if !s.release_rtu(id) && !s.cm.is_established(c) {
+        s.cm.established(c)?;
+    }
+    Ok(())
 }
 
 /// The QP that `connect`/`accept` name must be the caller's, of the ID's

@@ -27,7 +27,9 @@ pub(crate) const ETIMEDOUT: i32 = 110;
 pub(crate) struct Chan {
     pub(crate) owner: u64,
     pub(crate) sock: SeqPacket,
-    pub(crate) backlog: VecDeque<Vec<u8>>,
+    /// Events the socket had no room for: (the ID each is reported on,
+    /// the message).
+    pub(crate) backlog: VecDeque<(CmIdNo, Vec<u8>)>,
 }
 
 /// One CM ID.
@@ -317,7 +319,7 @@ impl CmService {
     /// Sends what the channels hold, as far as their sockets take it.
     pub(crate) fn flush(&mut self) {
         for c in self.chans.values_mut() {
-            while let Some(m) = c.backlog.front() {
+            while let Some((_, m)) = c.backlog.front() {
                 if c.sock.send(m, &[]).is_err() {
                     break;
                 }
@@ -339,7 +341,35 @@ impl CmService {
         if c.backlog.len() >= CHANNEL_BACKLOG {
             return self.count("cm_event_overflow");
         }
-        c.backlog.push_back(crate::proto::encode(&msg));
+        c.backlog
+            .push_back((msg.listen_id.unwrap_or(msg.id), crate::proto::encode(&msg)));
+        self.flush();
+    }
+
+    /// `rdma_migrate_id`: ID `id`'s later events go to channel `to`, and
+    /// so do those its old channel's socket had no room for (the kernel's
+    /// ucma moves an ID's queued events along; those in the old socket
+    /// the client library moves).
+    pub(crate) fn migrate(&mut self, id: CmIdNo, to: u64) {
+        let Some(i) = self.ids.get_mut(&id) else {
+            return;
+        };
+        let from = std::mem::replace(&mut i.chan, to);
+        if from == to {
+            return;
+        }
+        let moved = match self.chans.get_mut(&from) {
+            Some(c) => {
+                let (mine, rest): (VecDeque<_>, VecDeque<_>) =
+                    c.backlog.drain(..).partition(|(on, _)| *on == id);
+                c.backlog = rest;
+                mine
+            }
+            None => VecDeque::new(),
+        };
+        if let Some(c) = self.chans.get_mut(&to) {
+            c.backlog.extend(moved);
+        }
         self.flush();
     }
 

@@ -30,19 +30,7 @@ pub(super) fn connect(
 ) -> Result<(), CmRequestError> {
     let (now, timers, local_ip) = (s.now, s.timers, s.gid.to_ip());
     let i = super::id_mut(s, owner, id)?;
-    let (Some(dst), Some(_), true) = (i.dst, i.dmac, i.route) else {
-        return Err(CmRequestError::NotResolved);
-    };
-    if i.conn.is_some() || i.listening.is_some() {
-        return Err(CmRequestError::WrongState);
-    }
-    let max = CmSidrReq::PRIVATE_DATA_LEN - IpCmPrivateData::LEN;
-    if param.private_data.len() > max {
-        return Err(CmRequestError::PrivateData {
-            len: param.private_data.len(),
-            max,
-        });
-    }
+    let dst = super::connectable(i, &param.private_data, CmSidrReq::PRIVATE_DATA_LEN)?;
     i.local_qpn = param.qpn & 0x00FF_FFFF;
     let src = i.src.unwrap_or(SocketAddr::new(local_ip, 0));
     // IBA A11: the RDMA IP CM service ID of the port space and port

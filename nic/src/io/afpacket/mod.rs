@@ -205,8 +205,7 @@ fn take(
 ) -> bool {
     match data {
         Some(d) if deliver(batch, d, tag) => {
-            counters.rx_packets += 1;
-            counters.rx_bytes += (d.len() + if tag.is_some() { 4 } else { 0 }) as u64;
+            counters.received(d.len() + if tag.is_some() { 4 } else { 0 });
             true
         }
         _ => {

@@ -99,8 +99,7 @@ impl Tx {
             // orders the frame's bytes before the kernel can see them.
             unsafe { write_volatile(status_p, TP_STATUS_SEND_REQUEST) };
             self.next = (self.next + 1) % self.frames;
-            counters.tx_packets += 1;
-            counters.tx_bytes += f.len() as u64;
+            counters.sent(f.len());
             queued += 1;
         }
         if queued > 0 || self.kick_owed {

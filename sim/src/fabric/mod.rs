@@ -9,7 +9,7 @@
 //! XOFF/XON thresholds).
 //!
 //! Flows are modelled at packet level, not with the full RC transport: a
-//! flow sends MTU-sized data packets (ECT(0), DSCP from [`Qos`]) paced by a
+//! flow sends MTU-sized data packets (ECT(0), DSCP from [`Qos`](nic::cc::Qos)) paced by a
 //! [`Pacer`] at its [`ReactionPoint`]'s rate; the receiving host runs a
 //! notification point per flow ([`CnpLimiter`]) and answers CE marks with
 //! CNPs over the reverse path (DSCP 48, priority 6, served before data).
@@ -25,12 +25,19 @@
 //! saw. Nothing reads a clock or an OS random source: the same
 //! configuration and seed give the same run, bit for bit.
 //!
-//! Length: The switch, its queues and the hosts share one event queue; about 80
-//! of its lines are tests.
+//! `config.rs` holds the configuration, the frame sizes and what a run
+//! records; this file the simulator (the switch, its queues and the hosts
+//! share one event queue).
+
+mod config;
+#[cfg(test)]
+mod tests;
+
+pub use config::*;
 
 use nic::cc::{
-    ecn, CcCounters, CnpLimiter, DcqcnParams, NpCounters, NpParams, Pacer, PfcCounters, PfcRx,
-    PfcTx, PfcTxParams, Qos, ReactionPoint, PRIORITIES,
+    ecn, CcCounters, CnpLimiter, NpCounters, Pacer, PfcCounters, PfcRx, PfcTx, PfcTxParams,
+    ReactionPoint, PRIORITIES,
 };
 use nic::Instant;
 use std::cmp::Ordering;
@@ -38,182 +45,6 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, Write};
 use std::time::Duration;
 use wire::{EthernetAddress, MacControl, MacControlRepr};
-
-/// The Ethernet frame check sequence: on the wire, in no buffer.
-const FCS_LEN: usize = 4;
-/// Bytes a data frame adds to its payload (Eth, IPv4, UDP, BTH, ICRC, FCS).
-pub const DATA_OVERHEAD: u64 = (wire::ethernet::HEADER_LEN
-    + wire::ipv4::HEADER_LEN
-    + wire::udp::HEADER_LEN
-    + wire::bth::HEADER_LEN
-    + wire::icrc::ICRC_LEN
-    + FCS_LEN) as u64;
-/// A CNP frame (a data frame whose payload is the CNP's 16 reserved bytes).
-pub const CNP_FRAME: u64 = DATA_OVERHEAD + wire::Header::CnpReserved.len() as u64;
-/// A PFC frame (the minimum Ethernet frame and its FCS).
-pub const PFC_FRAME: u64 = (wire::ethernet::MIN_FRAME_LEN + FCS_LEN) as u64;
-/// Preamble, start delimiter and inter-frame gap.
-pub const WIRE_EXTRA: u64 = 20;
-
-/// RED/ECN marking: probability 0 up to `kmin_bytes`, rising linearly to
-/// `pmax` at `kmax_bytes`, 1 beyond (the DCQCN paper's switch setting).
-#[derive(Clone, Copy, PartialEq, Debug)]
-pub struct Red {
-    pub kmin_bytes: u64,
-    pub kmax_bytes: u64,
-    pub pmax: f64,
-}
-
-impl Red {
-    /// Kmin 5 KB, Kmax 200 KB, Pmax 1 % (SIGCOMM'15, 40 Gb/s).
-    pub const fn sigcomm15() -> Red {
-        Red {
-            kmin_bytes: 5_000,
-            kmax_bytes: 200_000,
-            pmax: 0.01,
-        }
-    }
-
-    /// The marking probability at a queue of `q` bytes.
-    pub fn probability(&self, q: u64) -> f64 {
-        if q <= self.kmin_bytes {
-            0.0
-        } else if q >= self.kmax_bytes {
-            1.0
-        } else {
-            self.pmax * (q - self.kmin_bytes) as f64 / (self.kmax_bytes - self.kmin_bytes) as f64
-        }
-    }
-}
-
-/// Switch PFC generation: per ingress port and priority.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct SwitchPfc {
-    pub xoff_bytes: u64,
-    pub xon_bytes: u64,
-    pub quanta: u16,
-}
-
-/// The switch.
-#[derive(Clone, Copy, PartialEq, Debug)]
-pub struct SwitchConfig {
-    /// Buffer of each egress port, bytes; a frame that does not fit is dropped.
-    pub buffer_bytes: u64,
-    /// ECN marking of ECT packets; `None`: no marking.
-    pub red: Option<Red>,
-    /// PFC towards the senders; `None`: PFC off.
-    pub pfc: Option<SwitchPfc>,
-}
-
-/// A whole fabric.
-#[derive(Clone, Copy, PartialEq, Debug)]
-pub struct FabricConfig {
-    pub hosts: usize,
-    /// Every link's rate, bits per second.
-    pub link_bps: u64,
-    /// One-way propagation delay of every link.
-    pub prop_delay: Duration,
-    /// Payload of a data packet (the path MTU), bytes.
-    pub payload_bytes: u64,
-    pub switch: SwitchConfig,
-    /// DCQCN at the senders; `None`: reaction points disabled (CNPs are
-    /// counted in `rp_cnp_ignored`, flows run at line rate).
-    pub dcqcn: Option<DcqcnParams>,
-    pub np: NpParams,
-    pub qos: Qos,
-    /// Seed of the switch's marking decisions.
-    pub seed: u64,
-    /// Period of [`Sample`]s; zero: none.
-    pub sample_every: Duration,
-    /// Record every frame a host starts ([`Fabric::tx_log`]).
-    pub trace_tx: bool,
-}
-
-impl FabricConfig {
-    /// `hosts` hosts on 40 Gb/s links with 1 µs propagation, 1024-byte
-    /// payloads, a 1 MB buffer per port with the paper's RED setting, PFC
-    /// off, DCQCN with the SIGCOMM'15 values.
-    pub fn new(hosts: usize) -> FabricConfig {
-        FabricConfig {
-            hosts,
-            link_bps: 40_000_000_000,
-            prop_delay: Duration::from_micros(1),
-            payload_bytes: 1024,
-            switch: SwitchConfig {
-                buffer_bytes: 1_000_000,
-                red: Some(Red::sigcomm15()),
-                pfc: None,
-            },
-            dcqcn: Some(DcqcnParams::sigcomm15()),
-            np: NpParams::sigcomm15(),
-            qos: Qos::default(),
-            seed: 1,
-            sample_every: Duration::from_micros(10),
-            trace_tx: false,
-        }
-    }
-
-    /// Goodput of one link when it carries back-to-back data packets.
-    pub fn link_goodput_bps(&self) -> f64 {
-        let frame = self.payload_bytes + DATA_OVERHEAD + WIRE_EXTRA;
-        self.link_bps as f64 * self.payload_bytes as f64 / frame as f64
-    }
-}
-
-/// One flow: `bytes` of payload from host `src` to host `dst`, from `start`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct FlowSpec {
-    pub src: usize,
-    pub dst: usize,
-    pub start: Instant,
-    /// Payload bytes to send; `u64::MAX`: endless.
-    pub bytes: u64,
-    /// DSCP of its data; `None`: `Qos::data_dscp`.
-    pub dscp: Option<u8>,
-}
-
-impl FlowSpec {
-    pub fn endless(src: usize, dst: usize, start: Instant) -> FlowSpec {
-        FlowSpec {
-            src,
-            dst,
-            start,
-            bytes: u64::MAX,
-            dscp: None,
-        }
-    }
-}
-
-/// What a frame is.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum FrameKind {
-    Data { flow: usize },
-    Cnp { flow: usize },
-    Pfc(MacControl),
-}
-
-/// A frame a host started to transmit.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct TxRecord {
-    pub at: Instant,
-    pub host: usize,
-    pub prio: u8,
-    pub kind: FrameKind,
-    /// Until when it occupies the link.
-    pub until: Instant,
-}
-
-/// The state of the fabric at one sampling instant.
-#[derive(Clone, PartialEq, Debug)]
-pub struct Sample {
-    pub at: Instant,
-    /// Each flow's reaction-point rate, bits per second.
-    pub rate_bps: Vec<u64>,
-    /// Each flow's delivered payload over the last period, bits per second.
-    pub goodput_bps: Vec<f64>,
-    /// Each switch port's queued bytes.
-    pub queue_bytes: Vec<u64>,
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Pkt {
@@ -855,89 +686,5 @@ impl Fabric {
             writeln!(w)?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frame_sizes_are_what_the_wire_crate_emits() {
-        assert_eq!((DATA_OVERHEAD, CNP_FRAME, PFC_FRAME), (62, 78, 64));
-        // a CNP as the codec builds it, plus the FCS
-        let cnp = wire::RoceRepr::cnp(
-            wire::EthernetRepr {
-                dst: EthernetAddress([2, 0, 0, 0, 0, 2]),
-                src: EthernetAddress([2, 0, 0, 0, 0, 1]),
-                vlan: None,
-                ethertype: 0,
-            },
-            wire::IpRepr::V4(wire::Ipv4Repr {
-                src: [10, 0, 0, 1].into(),
-                dst: [10, 0, 0, 2].into(),
-                dscp: 48,
-                ecn: 0,
-                ident: 0,
-                dont_frag: true,
-                ttl: 64,
-            }),
-            wire::UdpRepr {
-                src_port: 0xC000,
-                dst_port: wire::ROCEV2_PORT,
-            },
-            0x11,
-        );
-        assert_eq!(cnp.buffer_len() as u64 + FCS_LEN as u64, CNP_FRAME);
-    }
-
-    #[test]
-    fn red_probability() {
-        let r = Red::sigcomm15();
-        assert_eq!(r.probability(0), 0.0);
-        assert_eq!(r.probability(5_000), 0.0);
-        assert!((r.probability(102_500) - 0.005).abs() < 1e-12);
-        assert_eq!(r.probability(200_000), 1.0);
-    }
-
-    #[test]
-    fn one_flow_alone_runs_at_line_rate_without_queue() {
-        let cfg = FabricConfig::new(2);
-        let mut f = Fabric::new(cfg, &[FlowSpec::endless(0, 1, Instant::ZERO)]);
-        f.run_until(Instant::from_nanos(1_000_000));
-        let goodput = f.delivered(0) as f64 * 8.0 / 1e-3;
-        assert!(goodput > 0.99 * cfg.link_goodput_bps(), "{goodput}");
-        assert!(f.max_queue_bytes(1) <= 2 * (1024 + DATA_OVERHEAD));
-        assert_eq!((f.drops(), f.ce_marked()), (0, 0));
-        assert!(!f.reaction_point(0).is_limited());
-    }
-
-    #[test]
-    fn finite_flow_and_determinism() {
-        let cfg = FabricConfig {
-            sample_every: Duration::ZERO,
-            ..FabricConfig::new(3)
-        };
-        let flows = [
-            FlowSpec {
-                bytes: 1_000_000,
-                ..FlowSpec::endless(0, 2, Instant::ZERO)
-            },
-            FlowSpec::endless(1, 2, Instant::from_nanos(10_000)),
-        ];
-        let run = || {
-            let mut f = Fabric::new(cfg, &flows);
-            f.run_until(Instant::from_nanos(2_000_000));
-            (
-                f.delivered(0),
-                f.delivered(1),
-                f.ce_marked(),
-                f.max_queue_bytes(2),
-            )
-        };
-        let a = run();
-        assert_eq!(a.0, 1_000_000);
-        assert!(a.2 > 0);
-        assert_eq!(a, run());
     }
 }

@@ -222,34 +222,120 @@ pub struct AfXdpPort {
 // Sync, so no two threads use it at once.
 unsafe impl Send for AfXdpPort {}
 
+/// A socket bound on an interface with the XDP program attached, as one
+/// attempt of [`AfXdpPort::open`] got it.
+struct Bound {
+    prog: OwnedFd,
+    link: OwnedFd,
+    xsk: Xsk,
+    binding: Binding,
+}
+
+/// The checks before any attempt: the ring sizes, the XDP program built
+/// in, and the kernel's AF_XDP support.
+fn preflight(cfg: &AfXdpConfig) -> Result<(), AfXdpError> {
+    if !cfg.rx_frames.is_power_of_two()
+        || !cfg.tx_frames.is_power_of_two()
+        || cfg.rx_frames < 64
+        || cfg.tx_frames < 64
+    {
+        return Err(AfXdpError::Config(
+            "rx_frames and tx_frames must be powers of two, at least 64",
+        ));
+    }
+    if bpf::OBJECT.is_empty() {
+        return Err(AfXdpError::NotBuilt(bpf::BUILD_STATUS));
+    }
+    match xsk::xdp_socket() {
+        Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+            Err(AfXdpError::NoKernelSupport(e))
+        }
+        Err(e) => Err(AfXdpError::Sys {
+            what: "socket(AF_XDP)",
+            source: e,
+        }),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// One attempt: loads the XDP program (the multi-buffer one or not),
+/// attaches it in `attach` mode, and binds the socket, zero-copy first
+/// where it may be. Each step that fails goes to `tried`; `None` when
+/// none bound.
+fn attach_and_bind(
+    ifindex: i32,
+    map: &OwnedFd,
+    umem: &Umem,
+    cfg: &AfXdpConfig,
+    (attach, multi_buffer): (AttachMode, bool),
+    tried: &mut Vec<Attempt>,
+) -> Result<Option<Bound>, AfXdpError> {
+    let mut fail = |zero_copy, step, error| {
+        tried.push(Attempt {
+            attach,
+            zero_copy,
+            multi_buffer,
+            step,
+            error,
+        })
+    };
+    let section = if multi_buffer {
+        bpf::SECTION_FRAGS
+    } else {
+        bpf::SECTION
+    };
+    let prog = bpf::extract(bpf::OBJECT, section)?;
+    let prog = match bpf::load(&prog, map) {
+        Ok(p) => p,
+        Err(e) => {
+            let why = e.to_string();
+            fail(false, "BPF_PROG_LOAD", io::Error::new(e.source.kind(), why));
+            return Ok(None);
+        }
+    };
+    let link = match bpf::attach(&prog, ifindex, attach.flags()) {
+        Ok(l) => l,
+        Err(e) => {
+            fail(false, "BPF_LINK_CREATE (attach)", e);
+            return Ok(None);
+        }
+    };
+    let try_zc = cfg.zero_copy && attach == AttachMode::Native;
+    for zero_copy in [true, false] {
+        if zero_copy && !try_zc {
+            continue;
+        }
+        let xsk = match Xsk::bind(umem, cfg, ifindex, zero_copy, multi_buffer) {
+            Ok(x) => x,
+            Err((step, e)) => {
+                fail(zero_copy, step, e);
+                continue;
+            }
+        };
+        bpf::map_update(map, cfg.queue, xsk.raw_fd() as u32).map_err(|source| AfXdpError::Sys {
+            what: "bpf(BPF_MAP_UPDATE_ELEM xskmap)",
+            source,
+        })?;
+        let binding = Binding {
+            attach,
+            zero_copy,
+            multi_buffer,
+        };
+        return Ok(Some(Bound {
+            prog,
+            link,
+            xsk,
+            binding,
+        }));
+    }
+    Ok(None)
+}
+
 impl AfXdpPort {
     /// Opens a port on `ifname` (in the calling thread's network
     /// namespace), attaching the XDP program in the first mode that binds.
     pub fn open(ifname: &str, cfg: AfXdpConfig) -> Result<AfXdpPort, AfXdpError> {
-        if !cfg.rx_frames.is_power_of_two()
-            || !cfg.tx_frames.is_power_of_two()
-            || cfg.rx_frames < 64
-            || cfg.tx_frames < 64
-        {
-            return Err(AfXdpError::Config(
-                "rx_frames and tx_frames must be powers of two, at least 64",
-            ));
-        }
-        if bpf::OBJECT.is_empty() {
-            return Err(AfXdpError::NotBuilt(bpf::BUILD_STATUS));
-        }
-        match xsk::xdp_socket() {
-            Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
-                return Err(AfXdpError::NoKernelSupport(e))
-            }
-            Err(e) => {
-                return Err(AfXdpError::Sys {
-                    what: "socket(AF_XDP)",
-                    source: e,
-                })
-            }
-            Ok(_) => {}
-        }
+        preflight(&cfg)?;
         let (ctl, (ifindex, mac, mtu)) = interface(ifname)?;
         let map = bpf::create_xskmap(cfg.queue + 1).map_err(|source| AfXdpError::Sys {
             what: "bpf(BPF_MAP_CREATE xskmap)",
@@ -273,81 +359,30 @@ impl AfXdpPort {
         let mut tried = Vec::new();
         for &attach in modes {
             for &multi_buffer in variants {
-                let mut fail = |zero_copy, step, error| {
-                    tried.push(Attempt {
-                        attach,
-                        zero_copy,
-                        multi_buffer,
-                        step,
-                        error,
-                    })
+                let way = (attach, multi_buffer);
+                let Some(b) = attach_and_bind(ifindex, &map, &umem, &cfg, way, &mut tried)? else {
+                    continue;
                 };
-                let prog = bpf::extract(
-                    bpf::OBJECT,
-                    if multi_buffer {
-                        bpf::SECTION_FRAGS
-                    } else {
-                        bpf::SECTION
-                    },
-                )?;
-                let prog = match bpf::load(&prog, &map) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        let why = e.to_string();
-                        fail(false, "BPF_PROG_LOAD", io::Error::new(e.source.kind(), why));
-                        continue;
-                    }
-                };
-                let link = match bpf::attach(&prog, ifindex, attach.flags()) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        fail(false, "BPF_LINK_CREATE (attach)", e);
-                        continue;
-                    }
-                };
-                let try_zc = cfg.zero_copy && attach == AttachMode::Native;
-                for zero_copy in [true, false] {
-                    if zero_copy && !try_zc {
-                        continue;
-                    }
-                    let xsk = match Xsk::bind(&umem, &cfg, ifindex, zero_copy, multi_buffer) {
-                        Ok(x) => x,
-                        Err((step, e)) => {
-                            fail(zero_copy, step, e);
-                            continue;
-                        }
-                    };
-                    bpf::map_update(&map, cfg.queue, xsk.raw_fd() as u32).map_err(|source| {
-                        AfXdpError::Sys {
-                            what: "bpf(BPF_MAP_UPDATE_ELEM xskmap)",
-                            source,
-                        }
-                    })?;
-                    let tx_free = (cfg.rx_frames..cfg.rx_frames + cfg.tx_frames)
-                        .rev()
-                        .map(|i| i as u64 * FRAME_SIZE as u64)
-                        .collect();
-                    return Ok(AfXdpPort {
-                        _link: link,
-                        xsk,
-                        _prog: prog,
-                        _map: map,
-                        umem,
-                        rx_frames: cfg.rx_frames,
-                        tx_free,
-                        binding: Binding {
-                            attach,
-                            zero_copy,
-                            multi_buffer,
-                        },
-                        mac,
-                        mtu,
-                        speed: 10_000_000_000,
-                        counters: PortCounters::default(),
-                        name: ifname.into(),
-                        ctl,
-                    });
-                }
+                let tx_free = (cfg.rx_frames..cfg.rx_frames + cfg.tx_frames)
+                    .rev()
+                    .map(|i| i as u64 * FRAME_SIZE as u64)
+                    .collect();
+                return Ok(AfXdpPort {
+                    _link: b.link,
+                    xsk: b.xsk,
+                    _prog: b.prog,
+                    _map: map,
+                    umem,
+                    rx_frames: cfg.rx_frames,
+                    tx_free,
+                    binding: b.binding,
+                    mac,
+                    mtu,
+                    speed: 10_000_000_000,
+                    counters: PortCounters::default(),
+                    name: ifname.into(),
+                    ctl,
+                });
             }
         }
         Err(AfXdpError::NoBinding {
@@ -477,8 +512,7 @@ impl Port for AfXdpPort {
             used = end;
             if ok && len > 0 {
                 batch.commit(len);
-                self.counters.rx_packets += 1;
-                self.counters.rx_bytes += len as u64;
+                self.counters.received(len);
                 n += 1;
             } else {
                 self.counters.rx_dropped += 1;
@@ -533,8 +567,7 @@ impl Port for AfXdpPort {
                 queued += 1;
             }
             sent += 1;
-            self.counters.tx_packets += 1;
-            self.counters.tx_bytes += f.len() as u64;
+            self.counters.sent(f.len());
         }
         self.xsk.tx.submit(queued);
         self.kick_tx();
