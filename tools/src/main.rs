@@ -147,6 +147,38 @@ cm_timeouts, the reasons of dropped MADs and QP 1's own counters (gsi_*).",
         after_help = "Examples:\n  rnic stats\n  rnic stats --json | jq '.devices[0].counters'\n  rnic stats --file saved-run.json\n  rnic stats --daemon --sock-dir /run/softrnic"
     )]
     Stats(StatsArgs),
+    /// Draw an SVG line plot of a CSV of `series,x,y` rows (x: message sizes, log2 axis).
+    #[command(
+        long_about = "Reads a CSV of `series,x,y` rows (a header line, blank lines and # comments \
+are skipped; a y of `-` or `nan` is a point not measured) and writes an SVG: one line per \
+series, in the order they first appear, x on a log2 axis labelled as message sizes (2, 1K, \
+8M), y linear from 0 or, with --log-y, log10. benches/compare-all.sh draws its bandwidth and \
+latency curves with it.",
+        after_help = "Examples:\n  rnic plot bw.csv --out bw.svg --title 'ib_write_bw' --y-label 'MB/s'\n  rnic plot lat.csv --out lat.svg --y-label 'usec' --log-y"
+    )]
+    Plot(PlotArgs),
+}
+
+#[derive(Args)]
+struct PlotArgs {
+    /// The CSV: `series,x,y` rows.
+    #[arg(value_name = "CSV")]
+    csv: PathBuf,
+    /// Where to write the SVG.
+    #[arg(long, short, value_name = "FILE")]
+    out: PathBuf,
+    /// The plot's title.
+    #[arg(long, default_value = "")]
+    title: String,
+    /// The x axis's label.
+    #[arg(long, default_value = "message size [bytes]")]
+    x_label: String,
+    /// The y axis's label.
+    #[arg(long, default_value = "")]
+    y_label: String,
+    /// A log10 y axis.
+    #[arg(long)]
+    log_y: bool,
 }
 
 #[derive(Args)]
@@ -457,10 +489,24 @@ struct StatsArgs {
     sock_dir: Option<PathBuf>,
 }
 
+/// `rnic plot`: the CSV's series as an SVG.
+fn plot(a: &PlotArgs) -> Result<(), CliError> {
+    use tools::report::{read_csv, write_file, xy_svg, Labels};
+    let series = read_csv(&a.csv)?;
+    let labels = Labels {
+        title: &a.title,
+        x: &a.x_label,
+        y: &a.y_label,
+        log_y: a.log_y,
+    };
+    write_file(&a.out, xy_svg(&labels, &series))?;
+    Ok(())
+}
+
 /// The subcommand words of the command line, for "see 'rnic perf --help'".
 fn subcommand_path() -> String {
     let words = [
-        "demo", "perf", "pingpong", "pcap", "check", "dump", "replay", "stats",
+        "demo", "perf", "pingpong", "pcap", "check", "dump", "replay", "stats", "plot",
     ];
     let mut path = vec!["rnic".to_string()];
     for a in std::env::args().skip(1) {
@@ -590,6 +636,7 @@ fn main() {
         },
         Cmd::Stats(a) if a.daemon => tools::stats::show_daemons(a.json, a.sock_dir),
         Cmd::Stats(a) => tools::stats::show(a.json, a.file),
+        Cmd::Plot(a) => plot(&a),
     };
     if let Err(e) = result {
         eprintln!("rnic: {e}");

@@ -5,11 +5,13 @@
 
 mod files;
 mod plot;
+mod xyplot;
 
 pub use files::{
     check_dirs, per_size_path, write_file, write_hgrms, write_json, write_plot, WriteError,
 };
 pub use plot::svg;
+pub use xyplot::{parse_csv, read_csv, xy_svg, CsvError, Labels, Series};
 
 use crate::loopback::Loopback;
 use crate::perf::request::PerfRequest;

@@ -98,12 +98,15 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
         })
         .collect();
     let axes = Axes::of(&series);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"{W}\" height=\"{H}\" fill=\"white\"/>\n\
-         <text x=\"{L}\" y=\"24\" font-size=\"13\">{}</text>\n",
-        escape(title)
-    );
+    let frame = Frame {
+        w: W,
+        h: H,
+        l: L,
+        r: R,
+        t: T,
+        b: B,
+    };
+    let mut s = frame.open(title);
     grid(&mut s, &axes);
     lines(&mut s, &series, &axes);
     s += "</svg>\n";
@@ -189,7 +192,32 @@ fn lines(s: &mut String, series: &[Series], axes: &Axes) {
     }
 }
 
-fn nice_step(raw: f64) -> f64 {
+/// A plot's size and margins (pixels): width, height, left, right, top,
+/// bottom.
+#[derive(Clone, Copy)]
+pub(super) struct Frame {
+    pub w: f64,
+    pub h: f64,
+    pub l: f64,
+    pub r: f64,
+    pub t: f64,
+    pub b: f64,
+}
+
+impl Frame {
+    /// The SVG's opening: its size, a white background and the title.
+    pub(super) fn open(&self, title: &str) -> String {
+        let Frame { w, h, l, .. } = *self;
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+             <rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>\n\
+             <text x=\"{l}\" y=\"24\" font-size=\"13\">{}</text>\n",
+            escape(title)
+        )
+    }
+}
+
+pub(super) fn nice_step(raw: f64) -> f64 {
     let mag = 10f64.powf(raw.log10().floor());
     let f = raw / mag;
     let n = if f <= 1.0 {
@@ -204,13 +232,13 @@ fn nice_step(raw: f64) -> f64 {
     n * mag
 }
 
-fn trim(v: f64) -> String {
+pub(super) fn trim(v: f64) -> String {
     let s = format!("{v:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     s.to_string()
 }
 
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
