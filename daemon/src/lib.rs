@@ -12,6 +12,7 @@
 pub mod capi;
 pub mod client;
 pub mod dataplane;
+pub mod doorbell;
 pub mod proto;
 pub mod ring;
 pub mod server;

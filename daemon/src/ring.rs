@@ -3,8 +3,8 @@
 //! and then checked: the client may change it at any moment.
 //!
 //! A ring is a 128-byte header — producer index (u32) at byte 0, consumer
-//! index (u32) at byte 64, each on its own cache line, and the daemon's
-//! "parked" flag (u32) at byte 96 ([`PARKED_AT`]) — followed by
+//! index (u32) at byte 64, each on its own cache line, and a work ring's
+//! doorbell slot (u32) at byte 108 ([`SLOT_AT`]) — followed by
 //! `entries` fixed-size slots (`entries` a power of two). Indices are free
 //! running u32s; slot = index & (entries - 1). The producer writes slots,
 //! then publishes with a release store of the producer index (the
@@ -17,12 +17,11 @@ use nic::verbs::{
 use std::sync::atomic::AtomicU32;
 
 pub const RING_HDR: usize = 128;
-/// Where the daemon keeps "the engine parks" in a ring's header: nonzero
-/// while the engine thread waits on its bell. A producer publishes its
-/// index, then (after a SeqCst fence) reads this; nonzero: it rings the
-/// bell. The daemon sets it, fences, then looks at the producer indices
-/// once more before waiting, so a post is never left for a whole park.
-pub const PARKED_AT: usize = 96;
+/// In a send, receive or SRQ ring's header: the ring's slot in its
+/// client's doorbell page ([`crate::doorbell`]), written by the daemon
+/// when it makes the ring. A producer publishes its index, then sets that
+/// bit.
+pub const SLOT_AT: usize = 108;
 /// In a CQ ring's header: the client's request for a completion event
 /// (`ibv_req_notify_cq`): 0 none, [`ARM_NEXT`] the next completion,
 /// [`ARM_SOLICITED`] the next solicited or unsuccessful one (IBTA 11.4.2.2,
@@ -207,10 +206,10 @@ impl Ring {
         unsafe { AtomicU32::from_ptr(self.base.add(EVENT_SEQ_AT) as *mut u32) }
     }
 
-    /// The daemon's "parked" flag ([`PARKED_AT`]).
-    pub fn parked(&self) -> &AtomicU32 {
+    /// A work ring's doorbell slot ([`SLOT_AT`]).
+    pub fn slot(&self) -> &AtomicU32 {
         // SAFETY: inside the header, aligned.
-        unsafe { AtomicU32::from_ptr(self.base.add(PARKED_AT) as *mut u32) }
+        unsafe { AtomicU32::from_ptr(self.base.add(SLOT_AT) as *mut u32) }
     }
 
     fn slot_ptr(&self, idx: u32) -> *mut u8 {

@@ -445,6 +445,7 @@ fn hostile_srq_ring_gets_errors() {
         let prod = &*(base as *const std::sync::atomic::AtomicU32);
         prod.store(2, std::sync::atomic::Ordering::Release);
     }
+    srq.ring_doorbell();
     let wc = cq.wait(1, T).unwrap();
     assert_eq!(
         (wc[0].wr_id, wc[0].status),
@@ -457,6 +458,7 @@ fn hostile_srq_ring_gets_errors() {
         let prod = &*(base as *const std::sync::atomic::AtomicU32);
         prod.store(0x7000_0000, std::sync::atomic::Ordering::Release);
     }
+    srq.ring_doorbell();
     let wc = cq.wait(1, T).unwrap();
     assert_eq!(wc[0].status, WcStatus::LocQpOpErr, "{wc:?}");
     let s = stats(&d.sock("t0"));

@@ -76,7 +76,7 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 }
 
 struct Node {
-    _ctx: std::sync::Arc<Context>,
+    ctx: std::sync::Arc<Context>,
     buf: Buffer,
     mr: Mr,
     cq: Cq,
@@ -104,7 +104,7 @@ fn setup(sock: &str, nqps: usize, depth: u32) -> Node {
         })
         .collect();
     Node {
-        _ctx: ctx.clone(),
+        ctx: ctx.clone(),
         buf,
         mr,
         cq,
@@ -457,8 +457,20 @@ fn hostile(n: &mut Node) {
                     // SAFETY: our own mapping.
                     unsafe { *p.add(k) = rng.gen() };
                 }
+                q.ring_doorbells();
                 std::thread::sleep(Duration::from_micros(200));
             }
+        }
+    }
+    // and the doorbell page: every bit set, and random words
+    if let Some((p, len)) = n.ctx.raw_doorbells() {
+        for round in 0..20 {
+            for k in 0..len {
+                let b = if round == 0 { 0xff } else { rng.gen() };
+                // SAFETY: our own mapping.
+                unsafe { *p.add(k) = b };
+            }
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
     // and a few wild WQEs with random bytes through the normal doorbell
@@ -529,7 +541,7 @@ fn main() {
     let depth = if mode.starts_with("pingpong") { 4 } else { 64 };
     let nq = if mode == "hostile" { 10 } else { nqps };
     let mut n = setup(&sock, nq, depth);
-    let ctx = n._ctx.clone();
+    let ctx = n.ctx.clone();
     if mode == "hostile" {
         // connect to a peer that does not exist: the good-looking WQEs
         // have nowhere to go, the bad ones must fail locally

@@ -143,10 +143,12 @@ pub struct Context {
     live: Arc<watch::Liveness>,
     sock: Mutex<SeqPacket>,
     pub device: DeviceInfo,
-    /// The engine's bell: rung after a post when the ring says the engine
-    /// parks (None: the daemon has none; its park interval then bounds
-    /// the first post's wait).
+    /// The engine's bell: rung after a post when the doorbell page says
+    /// the engine parks (None: the daemon has none; its park interval then
+    /// bounds the first post's wait).
     bell: Option<OwnedFd>,
+    /// The doorbell page (`crate::doorbell`), and the mapping that holds it.
+    doorbells: Option<(Arc<Mapping>, crate::doorbell::Doorbells)>,
     /// Asynchronous events: the eventfd the daemon writes, and the events
     /// fetched but not yet handed out (made by the first `get_async_event`).
     async_events: Mutex<AsyncEvents>,
@@ -178,6 +180,7 @@ impl Context {
             watcher: Mutex::new(None),
             live: Default::default(),
             bell: None,
+            doorbells: None,
             async_events: Mutex::new(None),
             sock: Mutex::new(sock),
             device: DeviceInfo::default(),
@@ -210,7 +213,27 @@ impl Context {
         if let Ok((Response::Ok, mut fds)) = c.request(Request::Bell, None) {
             c.bell = fds.pop();
         }
+        c.doorbells = Some(c.doorbell_page()?);
         Ok(Arc::new(c))
+    }
+
+    /// The doorbell page's raw bytes (pointer, length), for hostile-client
+    /// tests.
+    pub fn raw_doorbells(&self) -> Option<(*mut u8, usize)> {
+        self.doorbells.as_ref().map(|(m, _)| (m.ptr(), m.len()))
+    }
+
+    /// Maps the client's doorbell page.
+    fn doorbell_page(&self) -> Result<(Arc<Mapping>, crate::doorbell::Doorbells)> {
+        let (r, mut fds) = self.request(Request::Doorbells, None)?;
+        let (Response::Ok, Some(fd)) = (&r, fds.pop()) else {
+            return Err(unexpected(r));
+        };
+        let map = Arc::new(Mapping::from_untrusted_fd(fd, crate::doorbell::PAGE_LEN)?);
+        // SAFETY: the mapping holds at least PAGE_LEN bytes, page-aligned,
+        // and lives beside the view in the context.
+        let db = unsafe { crate::doorbell::Doorbells::new(map.ptr()) };
+        Ok((map, db))
     }
 
     /// Sends `req` and waits for its answer. On a dead device a teardown
@@ -414,15 +437,23 @@ fn post_ring(r: &Ring, prod: &mut u32, w: &WqeRaw, ctx: &Context) -> Result<()> 
     r.write(*prod, w);
     *prod = prod.wrapping_add(1);
     r.producer().store(*prod, Ordering::Release);
-    // the doorbell: wake a parked engine (ring.rs, PARKED_AT; the fence
-    // pairs with the daemon's between raising the flag and re-reading
-    // the producer indices)
+    ring_doorbell(r, ctx);
+    Ok(())
+}
+
+/// The doorbell of ring `r`: marks it in the client's doorbell page, then
+/// wakes a parked engine (the fence pairs with the daemon's between
+/// raising "parked" and taking the words once more: crate::doorbell).
+fn ring_doorbell(r: &Ring, ctx: &Context) {
+    let Some((_, db)) = &ctx.doorbells else {
+        return;
+    };
+    db.ring(r.slot().load(Ordering::Relaxed));
     std::sync::atomic::fence(Ordering::SeqCst);
-    if r.parked().load(Ordering::SeqCst) != 0 {
+    if db.parked().load(Ordering::SeqCst) != 0 {
         if let Some(b) = &ctx.bell {
             use std::os::fd::AsFd;
             nic::io::bell::ring_fd(b.as_fd());
         }
     }
-    Ok(())
 }

@@ -137,6 +137,14 @@ impl Qp {
         post_ring(&self.sq, &mut self.sq_prod, w, &self.ctx)
     }
 
+    /// Rings both rings' doorbells without posting (what a post does after
+    /// publishing its producer index), for tests that write the rings
+    /// themselves.
+    pub fn ring_doorbells(&self) {
+        super::ring_doorbell(&self.sq, &self.ctx);
+        super::ring_doorbell(&self.rq, &self.ctx);
+    }
+
     /// The shared rings' raw bytes: (send ring, receive ring), each as
     /// (pointer, length). For hostile-client tests.
     pub fn raw_rings(&self) -> [(*mut u8, usize); 2] {
@@ -281,6 +289,12 @@ impl Srq {
             &ring::encode_recv(wr),
             &self.ctx,
         )
+    }
+
+    /// Rings the doorbell without posting, for tests that write the ring
+    /// themselves.
+    pub fn ring_doorbell(&self) {
+        super::ring_doorbell(&self.ring, &self.ctx);
     }
 
     /// The shared ring's raw bytes (pointer, length), for hostile-client

@@ -10,6 +10,7 @@
 //! complete with errors on that client's CQ; a CQ ring whose consumer
 //! index is wild counts as full (the client only hurts itself).
 
+use crate::doorbell::{Doorbells, Slots, Target};
 use crate::ring::{self, CqeRaw, Ring, WqeRaw};
 use crate::shm::Mapping;
 use nic::device::Rnic;
@@ -123,6 +124,23 @@ pub struct DataPlane {
     carry: Vec<u32>,
     /// The CQs a turn visits.
     visit: Vec<u32>,
+    /// Each client's doorbell page, by owner.
+    pages: HashMap<u64, ClientPage>,
+    /// QPN → index in `qps`; SRQ number → index in `srqs`.
+    qp_at: HashMap<u32, usize>,
+    srq_at: HashMap<u32, usize>,
+    /// Rings left with work at the last turn (a batch's worth was taken):
+    /// fetched from again without a doorbell.
+    again: Vec<Target>,
+    /// The rings a turn fetches from.
+    due: Vec<Target>,
+}
+
+/// A client's doorbell page and the rings its slots name.
+struct ClientPage {
+    map: Arc<Mapping>,
+    db: Doorbells,
+    slots: Slots,
 }
 
 /// A completion event, if the client armed the CQ for one these completions
@@ -164,17 +182,80 @@ fn status_of(e: &VerbsError) -> WcStatus {
 }
 
 impl DataPlane {
-    /// A new QP's rings start with the flag the others have: a client
-    /// that posts to it while the engine parks rings the bell.
+    /// Client `owner`'s doorbell page, made on first use (raised if the
+    /// engine parks now).
+    fn page(&mut self, owner: u64) -> std::io::Result<&mut ClientPage> {
+        use std::collections::hash_map::Entry;
+        match self.pages.entry(owner) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(e) => {
+                let map = Arc::new(Mapping::create("softrnic-db", crate::doorbell::PAGE_LEN)?);
+                // SAFETY: the mapping is PAGE_LEN bytes, page-aligned, and
+                // the ClientPage keeps it alive as long as the view.
+                let db = unsafe { Doorbells::new(map.ptr()) };
+                db.parked()
+                    .store(u32::from(self.parked), std::sync::atomic::Ordering::SeqCst);
+                Ok(e.insert(ClientPage {
+                    map,
+                    db,
+                    slots: Slots::default(),
+                }))
+            }
+        }
+    }
+
+    /// Client `owner`'s doorbell page, for its `Doorbells` request.
+    pub fn doorbell_page(&mut self, owner: u64) -> std::io::Result<Arc<Mapping>> {
+        Ok(self.page(owner)?.map.clone())
+    }
+
+    /// Whether client `owner` has room for `n` more rings.
+    pub fn has_slots(&mut self, owner: u64, n: usize) -> bool {
+        self.page(owner).is_ok_and(|p| p.slots.room(n))
+    }
+
+    /// Client `owner` is gone: its page goes (its rings went before).
+    pub fn remove_client(&mut self, owner: u64) {
+        self.pages.remove(&owner);
+    }
+
+    /// A slot of `owner`'s page for `t`, written into `ring`'s header (a
+    /// full page, which `has_slots` rules out, leaves the ring unrung).
+    fn give_slot(&mut self, owner: u64, ring: &Ring, t: Target) {
+        let slot = self
+            .page(owner)
+            .ok()
+            .and_then(|p| p.slots.alloc(t))
+            .unwrap_or(u32::MAX);
+        ring.slot().store(slot, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn take_slots(&mut self, owner: u64, gone: impl FnMut(Target) -> bool) {
+        if let Some(p) = self.pages.get_mut(&owner) {
+            p.slots.release(gone);
+        }
+    }
+
+    /// A new QP: its rings get their doorbell slots.
     pub fn add_qp(&mut self, q: QpRings) {
-        let v = u32::from(self.parked);
-        q.sq.parked().store(v, std::sync::atomic::Ordering::SeqCst);
-        q.rq.parked().store(v, std::sync::atomic::Ordering::SeqCst);
+        self.give_slot(q.owner, &q.sq, Target::Sq(q.qpn));
+        self.give_slot(q.owner, &q.rq, Target::Rq(q.qpn));
+        self.qp_at.insert(q.qpn, self.qps.len());
         self.qps.push(q);
     }
 
     pub fn remove_qp(&mut self, qpn: u32) {
-        self.qps.retain(|q| q.qpn != qpn);
+        let Some(&i) = self.qp_at.get(&qpn) else {
+            return;
+        };
+        let q = self.qps.remove(i);
+        self.take_slots(q.owner, |t| t == Target::Sq(qpn) || t == Target::Rq(qpn));
+        self.qp_at = self
+            .qps
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.qpn, i))
+            .collect();
     }
 
     /// Drops every completion of the QPs `qpns` not yet written to a CQ
@@ -192,11 +273,10 @@ impl DataPlane {
         }
     }
 
+    /// A new SRQ: its ring gets a doorbell slot.
     pub fn add_srq(&mut self, s: SrqRing) {
-        let v = u32::from(self.parked);
-        s.ring
-            .parked()
-            .store(v, std::sync::atomic::Ordering::SeqCst);
+        self.give_slot(s.owner, &s.ring, Target::Srq(s.srqn));
+        self.srq_at.insert(s.srqn, self.srqs.len());
         self.srqs.push(s);
     }
 
@@ -207,7 +287,17 @@ impl DataPlane {
     }
 
     pub fn remove_srq(&mut self, srqn: u32) {
-        self.srqs.retain(|s| s.srqn != srqn);
+        let Some(&i) = self.srq_at.get(&srqn) else {
+            return;
+        };
+        let r = self.srqs.remove(i);
+        self.take_slots(r.owner, |t| t == Target::Srq(srqn));
+        self.srq_at = self
+            .srqs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.srqn, i))
+            .collect();
     }
 
     pub fn add_cq(&mut self, cqn: u32, c: CqRing) {
@@ -228,28 +318,20 @@ impl DataPlane {
         }
     }
 
-    /// The engine is about to park on its bell: raise every ring's
-    /// "parked" flag, then look at the producer indices once more (the
-    /// client publishes, fences, then reads the flag: one of the two sees
-    /// the other). False: a WQE came in meanwhile, do not park.
+    /// The engine is about to park on its bell: raise every doorbell
+    /// page's "parked" word, then look at the pages' bits once more (the
+    /// client marks its ring, fences, then reads the word: one of the two
+    /// sees the other). False: a WQE came in meanwhile, do not park.
     pub fn announce_park(&mut self) -> bool {
         use std::sync::atomic::{fence, Ordering::SeqCst};
         self.set_parked(1);
         fence(SeqCst);
-        let qp_work = self.qps.iter().any(|q| {
-            !q.broken
-                && (q.sq.producer().load(SeqCst) != q.sq_cons
-                    || (q.srq.is_none() && q.rq.producer().load(SeqCst) != q.rq_cons))
-        });
-        let srq_work = self
-            .srqs
-            .iter()
-            .any(|s| !s.broken && s.ring.producer().load(SeqCst) != s.cons);
-        !(qp_work || srq_work)
+        let rung = self.pages.values().any(|p| p.db.any(p.slots.words()));
+        self.again.is_empty() && !rung
     }
 
     /// The park is over: clients need not ring (nothing to do when the
-    /// flags are down already).
+    /// words are down already).
     pub fn end_park(&mut self) {
         if self.parked {
             self.set_parked(0);
@@ -257,14 +339,9 @@ impl DataPlane {
     }
 
     fn set_parked(&mut self, v: u32) {
-        use std::sync::atomic::Ordering::SeqCst;
         self.parked = v != 0;
-        for q in &self.qps {
-            q.sq.parked().store(v, SeqCst);
-            q.rq.parked().store(v, SeqCst);
-        }
-        for s in &self.srqs {
-            s.ring.parked().store(v, SeqCst);
+        for p in self.pages.values() {
+            p.db.parked().store(v, std::sync::atomic::Ordering::SeqCst);
         }
     }
 
@@ -303,15 +380,64 @@ impl DataPlane {
 
     /// One pass: doorbells, then completions. Returns the work done.
     pub fn turn(&mut self, rnic: &mut Rnic) -> usize {
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        due.append(&mut self.again);
+        for p in self.pages.values() {
+            for w in 0..p.slots.words() {
+                let mut bits = p.db.take(w);
+                while bits != 0 {
+                    let slot = (w * 64) as u32 + bits.trailing_zeros();
+                    bits &= bits - 1;
+                    // a bit of no ring of the client's: nothing to fetch
+                    due.extend(p.slots.get(slot));
+                }
+            }
+        }
         let mut work = 0;
-        for i in 0..self.qps.len() {
-            work += self.fetch_sq(rnic, i);
-            work += self.fetch_rq(rnic, i);
+        for &t in &due {
+            let (n, more) = self.fetch(rnic, t);
+            work += n;
+            if more {
+                self.again.push(t);
+            }
         }
-        for i in 0..self.srqs.len() {
-            work += self.fetch_srq(rnic, i);
-        }
+        self.due = due;
         work + self.complete(rnic) + self.async_events(rnic)
+    }
+
+    /// Fetches from the ring `t` names: (work done, whether WQEs remain).
+    fn fetch(&mut self, rnic: &mut Rnic, t: Target) -> (usize, bool) {
+        use std::sync::atomic::Ordering::Acquire;
+        match t {
+            Target::Sq(qpn) | Target::Rq(qpn) => {
+                let Some(&i) = self.qp_at.get(&qpn) else {
+                    return (0, false);
+                };
+                let sq = matches!(t, Target::Sq(_));
+                let n = if sq {
+                    self.fetch_sq(rnic, i)
+                } else {
+                    self.fetch_rq(rnic, i)
+                };
+                let q = &self.qps[i];
+                let more = !q.broken
+                    && if sq {
+                        q.sq.producer().load(Acquire) != q.sq_cons
+                    } else {
+                        q.rq.producer().load(Acquire) != q.rq_cons
+                    };
+                (n, more)
+            }
+            Target::Srq(srqn) => {
+                let Some(&i) = self.srq_at.get(&srqn) else {
+                    return (0, false);
+                };
+                let n = self.fetch_srq(rnic, i);
+                let s = &self.srqs[i];
+                (n, !s.broken && s.ring.producer().load(Acquire) != s.cons)
+            }
+        }
     }
 
     fn wild(&mut self, rnic: &mut Rnic, i: usize, cq: u32, opcode: WcOpcode) {

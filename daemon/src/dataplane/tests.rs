@@ -2,6 +2,7 @@
 //! (one eventfd) fire in the order their completions came, whatever order
 //! the data plane visits its CQs in.
 
+use super::BATCH;
 use super::*;
 use crate::ring::{ring_bytes, CQE_SIZE};
 use crate::shm::Mapping;
@@ -196,4 +197,120 @@ fn completions_waiting_for_a_full_ring_go_in_when_the_client_makes_room() {
     assert_eq!(dp.cqs[&p.send_cq].ring.read::<CqeRaw>(1).wr_id, 2);
     assert!(!dp.backlogged());
     assert_eq!(dp.complete(&mut p.a), 0);
+}
+
+/// A QP of device A with a send ring of `entries` in the data plane,
+/// owned by client 1; (its QPN, the ring, the client's doorbells).
+fn qp_with_ring(
+    p: &mut Pair,
+    dp: &mut DataPlane,
+    entries: u32,
+) -> (u32, Ring, crate::doorbell::Doorbells) {
+    let qpn =
+        p.a.create_qp(QpInit {
+            qp_type: wire::QpType::Rc,
+            pd: p.ea.pd,
+            send_cq: p.send_cq,
+            recv_cq: p.recv_cq,
+            srq: None,
+            max_send_wr: entries,
+            max_recv_wr: 4,
+            sq_sig_all: true,
+        })
+        .expect("qp");
+    let len = ring_bytes(entries, crate::ring::WQE_SIZE);
+    let map = Arc::new(Mapping::create("test-qp", 2 * len.next_multiple_of(4096)).expect("memfd"));
+    // SAFETY: two rings of `len` bytes at 0 and at the next page inside
+    // the mapping, which the QpRings keeps alive; entries is a power of two.
+    let (sq, rq) = unsafe {
+        (
+            Ring::new(map.ptr(), entries, crate::ring::WQE_SIZE),
+            Ring::new(
+                map.ptr().add(len.next_multiple_of(4096)),
+                4,
+                crate::ring::WQE_SIZE,
+            ),
+        )
+    };
+    dp.add_qp(QpRings {
+        qpn,
+        _map: map,
+        sq,
+        rq,
+        sq_cons: 0,
+        rq_cons: 0,
+        send_cq: p.send_cq,
+        recv_cq: p.recv_cq,
+        broken: false,
+        owner: 1,
+        pd: p.ea.pd,
+        ud: false,
+        srq: None,
+    });
+    let page = dp.doorbell_page(1).expect("page");
+    // SAFETY: the page's mapping outlives the test's use of the view (the
+    // data plane keeps it).
+    let db = unsafe { crate::doorbell::Doorbells::new(page.ptr()) };
+    (qpn, sq, db)
+}
+
+/// Publishes `n` WRITE WQEs on `sq` from index `from`, without ringing.
+fn publish(p: &Pair, sq: &Ring, from: u32, n: u32) {
+    for i in from..from + n {
+        let op = SendOp::Write {
+            remote_addr: p.eb.base,
+            rkey: p.eb.rkey,
+        };
+        let wr = SendWr::new(u64::from(i), op, Sgl::single(p.ea.base, 64, p.ea.lkey));
+        sq.write(i, &crate::ring::encode_send(&wr));
+    }
+    sq.producer().store(from + n, SeqCst);
+}
+
+/// The engine fetches from the rings whose doorbells were rung, and only
+/// those; a ring left with more than a batch is fetched from again
+/// without another ring.
+#[test]
+fn the_data_plane_fetches_from_rung_rings_only() {
+    let mut p = pair();
+    let mut dp = DataPlane::default();
+    let (_, sq, db) = qp_with_ring(&mut p, &mut dp, 128);
+    publish(&p, &sq, 0, 1);
+    dp.turn(&mut p.a);
+    assert_eq!(sq.consumer().load(SeqCst), 0, "not rung: not fetched");
+    db.ring(sq.slot().load(SeqCst));
+    dp.turn(&mut p.a);
+    assert_eq!(sq.consumer().load(SeqCst), 1, "rung: fetched");
+    let more = BATCH + 5;
+    publish(&p, &sq, 1, more);
+    db.ring(sq.slot().load(SeqCst));
+    dp.turn(&mut p.a);
+    assert_eq!(sq.consumer().load(SeqCst), 1 + BATCH, "one batch a turn");
+    assert!(!dp.announce_park(), "work left: no park");
+    dp.end_park();
+    dp.turn(&mut p.a);
+    assert_eq!(sq.consumer().load(SeqCst), 1 + more, "the rest, unrung");
+    assert!(dp.announce_park(), "nothing left: park");
+    assert_eq!(db.parked().load(SeqCst), 1);
+    // a post while parked is seen by the park check
+    publish(&p, &sq, 1 + more, 1);
+    db.ring(sq.slot().load(SeqCst));
+    assert!(!dp.announce_park());
+    dp.end_park();
+    assert_eq!(db.parked().load(SeqCst), 0);
+}
+
+/// Bits a client sets for no ring of its own, or for rings with nothing
+/// posted, cost nothing but a look.
+#[test]
+fn stray_doorbells_fetch_nothing() {
+    let mut p = pair();
+    let mut dp = DataPlane::default();
+    let (_, sq, _) = qp_with_ring(&mut p, &mut dp, 16);
+    let page = dp.doorbell_page(1).expect("page");
+    // SAFETY: inside the page's mapping, which the data plane keeps.
+    unsafe { std::ptr::write_bytes(page.ptr(), 0xff, crate::doorbell::PAGE_LEN) };
+    assert_eq!(dp.turn(&mut p.a), 0);
+    assert_eq!(sq.consumer().load(SeqCst), 0);
+    assert!(dp.announce_park(), "the bits were taken");
 }

@@ -56,9 +56,13 @@ pub struct QpInitAttr {
 pub enum Request {
     QueryDevice,
     /// The engine's bell (an eventfd, attached to the `Ok` answer): a
-    /// client rings it after posting when a ring's header says the engine
-    /// parks (`ring::PARKED_AT`). An error answer: the engine has none.
+    /// client rings it after posting when its doorbell page says the
+    /// engine parks (`doorbell`). An error answer: the engine has none.
     Bell,
+    /// The client's doorbell page (`doorbell::PAGE_LEN` bytes, its memfd
+    /// attached to the `Ok` answer), where it marks the rings it posts
+    /// to; the engine fetches work from no other.
+    Doorbells,
     AllocPd,
     DeallocPd {
         pd: u32,

@@ -45,6 +45,12 @@ pub(super) fn bell(sh: &Shared) -> Result<Reply, RequestError> {
     Ok((Response::Ok, Some(Attach::Fd(fd))))
 }
 
+/// `Doorbells`: the client's doorbell page (`crate::doorbell`).
+pub(super) fn doorbells(sh: &Shared, id: u64) -> Result<Reply, RequestError> {
+    let map = sh.dp.lock().expect("dp").doorbell_page(id)?;
+    Ok((Response::Ok, Some(Attach::Map(map))))
+}
+
 /// `AsyncEventFd`: the eventfd the daemon writes when an event is queued
 /// for this client (written at once if some already are).
 pub(super) fn async_event_fd(

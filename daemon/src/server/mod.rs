@@ -456,6 +456,7 @@ fn handle(sh: &Shared, id: u64, req: Request, fds: Vec<OwnedFd>) -> Result<Reply
         Request::QueryDevice => device::query_device(sh),
         Request::QueryPort { port } => device::query_port(sh, port),
         Request::Bell => device::bell(sh),
+        Request::Doorbells => device::doorbells(sh, id),
         Request::AsyncEventFd => device::async_event_fd(sh, id, fds),
         Request::GetAsyncEvents => device::get_async_events(sh, id),
         Request::Stats => Ok((Response::Stats(registry::stats(sh)), None)),

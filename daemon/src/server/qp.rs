@@ -70,6 +70,10 @@ pub(super) fn create_qp(
         max_recv_wr: rq_entries,
         sq_sig_all,
     };
+    // a doorbell slot for each ring (doorbell::SLOTS per client)
+    if !sh.dp.lock().expect("dp").has_slots(id, 2) {
+        return Err(RequestError::TooManyObjects);
+    }
     let qpn = super::call(sh, move |r| r.create_qp(init))??;
     // SAFETY: the mapping is `total` bytes: the send ring's
     // ring_bytes(sq_entries) at 0 and the receive ring's

@@ -178,6 +178,7 @@ pub(super) fn cleanup(sh: &Shared, id: u64) {
             dp.ahs.remove(a);
         }
         dp.events.remove(&id);
+        dp.remove_client(id);
     }
     // its QPs are gone, so its SRQs have none attached
     let srqs: Vec<u32> = o.srqs.keys().copied().collect();

@@ -28,6 +28,9 @@ pub(super) fn create_srq(
         "softrnic-srq",
         ring::ring_bytes(entries, WQE_SIZE),
     )?);
+    if !sh.dp.lock().expect("dp").has_slots(id, 1) {
+        return Err(RequestError::TooManyObjects);
+    }
     let srq = super::call(sh, move |r| r.create_srq(pd, entries))??;
     // SAFETY: the mapping is ring_bytes(entries, WQE_SIZE) long (made
     // above) and SrqRing keeps it alive as long as the ring; entries is a

@@ -161,7 +161,7 @@ pub(super) fn srq_recv(sock: &str, p: &ConnectParams) {
         })
         .collect();
     let mut n = Node {
-        _ctx: ctx.clone(),
+        ctx: ctx.clone(),
         buf,
         mr,
         cq,
