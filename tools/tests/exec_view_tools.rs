@@ -23,6 +23,25 @@ fn ucx_devices(text: &str) -> Vec<(String, String)> {
     v
 }
 
+/// The capability lines (`name: value`) of `tl` on `dev` in `ucx_info -d`.
+fn ucx_caps(text: &str, tl: &str, dev: &str) -> Vec<(String, String)> {
+    let (mut in_tl, mut in_dev, mut caps) = (false, false, Vec::new());
+    for l in text.lines() {
+        let l = l.trim_start_matches('#').trim();
+        if let Some(t) = l.strip_prefix("Transport: ") {
+            in_tl = t == tl;
+            in_dev = false;
+        } else if let Some(d) = l.strip_prefix("Device: ") {
+            in_dev = in_tl && d == dev;
+        } else if in_dev {
+            if let Some((k, v)) = l.split_once(':') {
+                caps.push((k.trim().to_string(), v.trim().to_string()));
+            }
+        }
+    }
+    caps
+}
+
 #[test]
 fn ucx_keeps_the_devices_it_sees_in_the_view() {
     let Some(d) = daemon_for("the UCX test (ucx-utils)", &["ucx_info", "setpriv"]) else {
@@ -39,6 +58,26 @@ fn ucx_keeps_the_devices_it_sees_in_the_view() {
                     "UCX has no {tl} on {dev}: {devs:?}\n{out}"
                 );
             }
+            // what UCX derives from the device's attributes: 64-bit
+            // atomics (IBV_ATOMIC_HCA), the port's 4096-byte MTU, one
+            // path, peer failure reported (RC retry errors)
+            let rc = ucx_caps(&out.stdout, "rc_verbs", dev);
+            for (k, v) in [
+                ("atomic_fadd", "64 bit"),
+                ("atomic_cswap", "64 bit"),
+                ("put_align_mtu", "<= 4K"),
+                ("device num paths", "1"),
+            ] {
+                assert!(
+                    rc.contains(&(k.to_string(), v.to_string())),
+                    "rc_verbs on {dev}: no {k}: {v} in {rc:?}"
+                );
+            }
+            assert!(
+                rc.iter()
+                    .any(|(k, v)| k == "error handling" && v.contains("peer failure")),
+                "rc_verbs on {dev}: {rc:?}"
+            );
         }
         // without the view UCX drops them (no /dev/infiniband/uverbsN)
         let out = run(
