@@ -441,16 +441,7 @@ fn accept(
     if i.qp_type == CmQpType::Ud {
         return sidr::accept(s, owner, id, &param, qps);
     }
-    let Some(c) = i.conn else {
-        return Err(CmRequestError::WrongState);
-    };
-    if param.private_data.len() > CmRep::PRIVATE_DATA_LEN {
-        return Err(CmRequestError::PrivateData {
-            len: param.private_data.len(),
-            max: CmRep::PRIVATE_DATA_LEN,
-        });
-    }
-    check_qp(qps, param.qpn, i.qp_type)?;
+    let c = acceptable(i, &param, CmRep::PRIVATE_DATA_LEN, qps)?;
     i.pending_on = None;
     // IBA 12.6.8: no more than the REQ asked for
     let (req_init, req_resp) = (i.responder_resources, i.initiator_depth);
@@ -487,6 +478,27 @@ fn establish(s: &mut CmService, owner: u64, id: CmIdNo) -> Result<(), CmRequestE
         s.cm.established(c)?;
     }
     Ok(())
+}
+
+/// What accepting asks of an ID, RC or UD: a request pending (its
+/// connection), private data that fits the answer's field (`max`: the
+/// REP's, IBA 12.6.8, or the SIDR_REP's), and the caller's QP of the ID's
+/// type.
+fn acceptable(
+    i: &Id,
+    param: &ConnParam,
+    max: usize,
+    qps: &HashMap<u32, QpKind>,
+) -> Result<nic::cm::CmId, CmRequestError> {
+    let c = i.conn.ok_or(CmRequestError::WrongState)?;
+    if param.private_data.len() > max {
+        return Err(CmRequestError::PrivateData {
+            len: param.private_data.len(),
+            max,
+        });
+    }
+    check_qp(qps, param.qpn, i.qp_type)?;
+    Ok(c)
 }
 
 /// The QP that `connect`/`accept` name must be the caller's, of the ID's

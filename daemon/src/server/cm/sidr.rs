@@ -6,7 +6,7 @@
 //! has an address handle for.
 
 use super::service::{event, CmService};
-use super::{check_qp, ip_cm_private_data, CmRequestError};
+use super::{ip_cm_private_data, CmRequestError};
 use crate::proto::cm::{CmEventKind, CmEventMsg, CmIdNo, ConnParam, UdEventParam};
 use crate::proto::QpKind;
 use nic::cm::{CmAddr, CmId, SidrParams};
@@ -59,16 +59,7 @@ pub(super) fn accept(
 ) -> Result<(), CmRequestError> {
     let now = s.now;
     let i = super::id_mut(s, owner, id)?;
-    let Some(c) = i.conn else {
-        return Err(CmRequestError::WrongState);
-    };
-    if param.private_data.len() > CmSidrRep::PRIVATE_DATA_LEN {
-        return Err(CmRequestError::PrivateData {
-            len: param.private_data.len(),
-            max: CmSidrRep::PRIVATE_DATA_LEN,
-        });
-    }
-    check_qp(qps, param.qpn, i.qp_type)?;
+    let c = super::acceptable(i, param, CmSidrRep::PRIVATE_DATA_LEN, qps)?;
     let qpn = param.qpn & 0x00FF_FFFF;
     s.cm.sidr_accept(now, c, qpn, RDMA_UDP_QKEY, &param.private_data)?;
     let i = super::id_mut(s, owner, id)?;
