@@ -26,8 +26,8 @@ mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 T=target/release
 
-cargo build --release -q -p softrnic -p softrnic-ibverbs --bins --lib
-INC=daemon/include
+cargo build --release -q -p rnicd -p softrnic -p softrnic-ibverbs --bins --lib
+INC=softrnic/include
 cc -O2 -Wall -DAPI_VERBS -o "$OUT/bench_verbs" benches/dropin/write_bench.c -libverbs
 cc -O2 -Wall -DAPI_SRNIC -I"$INC" -o "$OUT/bench_srnic" benches/dropin/write_bench.c \
   -L"$T" -lsoftrnic -Wl,-rpath,"$(realpath $T)"

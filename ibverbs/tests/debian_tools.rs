@@ -271,7 +271,7 @@ fn ready(progs: &[&str]) -> bool {
     let rnicd = profile_dir().join("rnicd");
     assert!(
         rnicd.exists(),
-        "{}: not found: build the daemon (cargo build --release -p softrnic)",
+        "{}: not found: build the daemon (cargo build --release -p rnicd)",
         rnicd.display()
     );
     for p in progs {

@@ -271,7 +271,7 @@ fn our_req_has_the_layout_of_the_captures_req() {
 /// In Linux's CM (rxe on both ends of the third-party captures) the
 /// Starting PSN of a REQ or REP is where its sender's receive queue
 /// starts: the passive side sends from the REQ's, the active side from the
-/// REP's. rnicd's CM gives its QPs the same (daemon/tests/cm.rs).
+/// REP's. rnicd's CM gives its QPs the same (rnicd/tests/cm.rs).
 #[test]
 fn rxe_captures_send_from_the_peers_starting_psn() {
     for name in ["rping.pcap", "rdma_cm.pcap"] {

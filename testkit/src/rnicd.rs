@@ -103,7 +103,7 @@ pub fn built() -> Result<(), crate::Missing> {
     ] {
         if !profile_dir().join(p).exists() {
             return Err(crate::Missing(format!(
-                "{p} not built (cargo build --release -p softrnic -p softrnic-ibverbs -p softrnic-rdmacm -p softrnic-nlshim)"
+                "{p} not built (cargo build --release -p rnicd -p softrnic-ibverbs -p softrnic-rdmacm -p softrnic-nlshim)"
             )));
         }
     }

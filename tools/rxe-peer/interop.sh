@@ -219,7 +219,7 @@ interop_main() {
   local lib; lib=$(dirname "$RNIC")/softrnic-ibverbs/libibverbs.so.1
   if [ ! -x "$RNIC" ] || [ ! -x "$(dirname "$RNIC")/rnicd" ] || [ ! -e "$lib" ]; then
     say "building rnic, rnicd and the libibverbs drop-in (cargo build --release)"
-    (cd "$REPO" && cargo build --release -q -p tools -p softrnic -p softrnic-ibverbs --bins --lib) ||
+    (cd "$REPO" && cargo build --release -q -p tools -p rnicd -p softrnic -p softrnic-ibverbs --bins --lib) ||
       die "cannot build rnic, rnicd, libibverbs.so.1"
   fi
   command -v tcpdump >/dev/null && command -v nft >/dev/null || host_deps

@@ -1,37 +1,16 @@
 //! `rnic stats --daemon`: the counters of running rnicd devices
-//! (two in this process on an in-memory wire), named as the daemon counts
+//! (an `rnicd --mem-pair` of the test's own), named as the daemon counts
 //! them, one `link DEV/1 ...` line per device, and as JSON.
 
 mod common;
 
 use common::rnic;
 use softrnic::client::cm::{CmClient, CmEventKind, CmQpType, ConnParam, EventChannel, PortSpace};
-use softrnic::server::{CmTimers, Server, ServerConfig};
 use softrnic::{Context, QpInitAttr, QpKind};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::Path;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
-
-fn pair(dir: &Path) -> Vec<Server> {
-    let macs = [
-        wire::EthernetAddress([0x02, 0x53, 0x54, 0, 0, 1]),
-        wire::EthernetAddress([0x02, 0x53, 0x54, 0, 0, 2]),
-    ];
-    let (p0, p1) = nic::io::mem::pair(macs, 4096);
-    let cfg = |i: u8| ServerConfig {
-        name: format!("st{i}"),
-        sock_dir: dir.to_path_buf(),
-        mode: 0o600,
-        gid: wire::Gid::from_ipv4(Ipv4Addr::new(192, 0, 2, 31 + i)),
-        netdev: None,
-        engine: nic::engine::EngineConfig::default(),
-        bell: true,
-        cm: CmTimers::default(),
-    };
-    Server::start_many(vec![(Box::new(p0), cfg(0)), (Box::new(p1), cfg(1))], false).unwrap()
-}
 
 /// The next event on `ch`, waiting on its descriptor.
 fn event(ch: &EventChannel) -> softrnic::client::cm::CmEventMsg {
@@ -48,11 +27,11 @@ fn event(ch: &EventChannel) -> softrnic::client::cm::CmEventMsg {
 
 #[test]
 fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
-    let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let servers = pair(dir.path());
+    let daemon = testkit::rnicd::Daemon::start();
+    let dir = daemon.sock_dir();
     // a connect to a port nobody listens on: a REQ out, a REJ back
-    let sock = servers[0].socket_path();
+    let sock = &dir.join("t0.sock");
     let ctx = Context::open(sock).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16).unwrap();
@@ -72,7 +51,7 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
     let id = cm
         .create_id(ch.token(), PortSpace::TCP, CmQpType::Rc, 1)
         .unwrap();
-    let dst = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 32)), 7900);
+    let dst = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 7900);
     cm.resolve_addr(id, None, dst, 2000).unwrap();
     assert_eq!(event(&ch).kind, CmEventKind::ADDR_RESOLVED);
     cm.resolve_route(id, 2000).unwrap();
@@ -88,7 +67,7 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
 
     let out = rnic(state.path())
         .args(["stats", "--daemon", "--sock-dir"])
-        .arg(dir.path())
+        .arg(dir)
         .assert()
         .success();
     let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
@@ -98,7 +77,7 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
             .unwrap_or_else(|| panic!("no {kind} line for {dev}: {text}"))
             .to_string()
     };
-    let (st0, st1) = (line("cm", "st0"), line("cm", "st1"));
+    let (st0, st1) = (line("cm", "t0"), line("cm", "t1"));
     // the REQ and the REJ crossed the ports
     let count = |l: &str, name: &str| -> u64 {
         let mut w = l.split_whitespace();
@@ -107,7 +86,7 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {name} in {l}"))
     };
-    for dev in ["st0", "st1"] {
+    for dev in ["t0", "t1"] {
         let l = line("link", dev);
         assert!(count(&l, "tx_packets") >= 1, "{l}");
         assert!(count(&l, "rx_packets") >= 1, "{l}");
@@ -122,7 +101,7 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
 
     let out = rnic(state.path())
         .args(["stats", "--daemon", "--json", "--sock-dir"])
-        .arg(dir.path())
+        .arg(dir)
         .assert()
         .success();
     let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();

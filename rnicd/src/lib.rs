@@ -1,0 +1,12 @@
+//! rnicd: the daemon that owns a soft-RNIC and serves client processes
+//! (the `softrnic` library) over the `ipc` crate's socket and rings. See
+//! README.md.
+//!
+//! - [`server`]: one `Server` per device: the control socket, a thread per
+//!   client, what each client owns and its cleanup, the RDMA CM service.
+//! - [`dataplane`]: the engine hook that takes doorbells, fetches work
+//!   requests from the rings and writes completions into CQ rings.
+//! - `main.rs`: the `rnicd` binary (flags, ports, signals).
+
+pub mod dataplane;
+pub mod server;

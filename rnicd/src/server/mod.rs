@@ -1,0 +1,518 @@
+//! The daemon side: one `Server` per device (an engine on a port, a
+//! control socket, the data plane hook) and one thread per client
+//! connection. A client's objects are recorded against its connection;
+//! every request is checked against that record, and when the connection
+//! closes (exit, crash, SIGKILL) everything it owned is torn down.
+//!
+//! `handle` checks what every request must satisfy and dispatches it to
+//! the module of its object kind: `device` (device, port, bell,
+//! asynchronous events, statistics), `memory` (PD, MR, MW), `cq`, `qp`
+//! (QP, AH), `srq` and `cm` (the RDMA CM: its IDs, event channels and
+//! the device's CM protocol, driven from the engine's hook). `registry`
+//! records what each client owns and tears it down.
+
+pub mod cm;
+mod cq;
+mod device;
+mod error;
+mod memory;
+mod qp;
+mod registry;
+mod srq;
+
+pub use error::{Object, RequestError};
+
+use crate::dataplane::DataPlane;
+use ipc::proto::{self, ReqMsg, Request, RespMsg, Response, Stats};
+use ipc::shm::{Listener, Mapping, SeqPacket};
+use nic::device::Rnic;
+use nic::engine::{Device, Engine, EngineConfig};
+use nic::io::Port;
+use nic::transport::RnicConfig;
+use registry::{with_owned, Registry, MAX_OBJECTS};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use wire::Gid;
+
+/// Largest work queue a client may ask for.
+pub const MAX_QP_WR: u32 = 16384;
+/// Largest completion queue a client may ask for: 2^22 entries (128 MiB
+/// of ring at most, in memory as it is written), of the order a RoCE
+/// NIC reports (ConnectX: 2^22 - 1). libfabric's `ofi_rxm` sizes its CQ
+/// for every peer of its universe (1024 by default) at once: 262144
+/// entries.
+pub const MAX_CQE: u32 = ipc::ring::MAX_ENTRIES;
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub name: String,
+    pub sock_dir: PathBuf,
+    /// Permissions of the socket file.
+    pub mode: u32,
+    pub gid: Gid,
+    /// The kernel interface the device stands beside, as an rxe device
+    /// names its netdev (`rnicd --iface`; `lo` for a `--mem-pair` on
+    /// loopback addresses); None when there is none.
+    pub netdev: Option<String>,
+    pub engine: EngineConfig,
+    /// Hand clients the engine's bell (off: they never ring it, and a post
+    /// after idling waits for the park to end — for comparison).
+    pub bell: bool,
+    /// The CM's timers (`rnicd --cm-response-timeout`, `--cm-retries`).
+    pub cm: CmTimers,
+}
+
+/// The CM timers of a device's REQs (IBA 12.6.5): how long each side
+/// waits for the other's answer (4.096 µs × 2^`response_timeout`) and how
+/// often REQ, REP and DREQ are sent again before the attempt ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmTimers {
+    /// The REQ's remote and local CM response timeout (5 bits).
+    pub response_timeout: u8,
+    /// The REQ's Max CM Retries (4 bits).
+    pub max_retries: u8,
+}
+
+impl Default for CmTimers {
+    /// Linux's rdma_cm: response timeout 20 (about 4.3 s), 15 retries
+    /// (a peer that never answers is given up after about 70 s).
+    fn default() -> Self {
+        CmTimers {
+            response_timeout: 20,
+            max_retries: 15,
+        }
+    }
+}
+
+struct Shared {
+    cfg: ServerConfig,
+    dev: Device,
+    /// The engine's bell, whose duplicates clients ring (None: no eventfd).
+    bell: Option<Arc<nic::io::Bell>>,
+    dp: Arc<Mutex<DataPlane>>,
+    reg: Mutex<Registry>,
+    mac: [u8; 6],
+    mtu: u32,
+    /// The device's RDMA CM.
+    cm: Arc<Mutex<cm::service::CmService>>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn cm_arc(&self) -> Arc<Mutex<cm::service::CmService>> {
+        self.cm.clone()
+    }
+}
+
+/// The data plane as the engine's hook: each turn polls the rings; before
+/// the engine parks, the rings' "parked" flags go up (and come down after).
+/// The engine thread never blocks on the data plane's lock (the control
+/// thread may hold it): flags it could not lower are lowered next turn
+/// (the data plane knows whether they are up).
+struct DpHook {
+    dp: Arc<Mutex<DataPlane>>,
+    cm: Arc<Mutex<cm::service::CmService>>,
+}
+
+impl nic::engine::EngineHook for DpHook {
+    fn turn(&mut self, r: &mut Rnic) -> usize {
+        // the CM: MADs from QP 1, its timers, MADs to QP 1 (a control
+        // thread holding the lock pumps it itself afterwards)
+        if let Ok(mut c) = self.cm.try_lock() {
+            c.pump(r);
+        }
+        match self.dp.try_lock() {
+            Ok(mut d) => {
+                d.end_park();
+                d.turn(r)
+            }
+            // the control thread is adding or removing rings: come back soon
+            Err(_) => 1,
+        }
+    }
+
+    fn before_park(&mut self, _: &mut Rnic) -> bool {
+        match self.dp.try_lock() {
+            Ok(mut d) => d.announce_park(),
+            Err(_) => false,
+        }
+    }
+
+    fn after_park(&mut self, _: &mut Rnic) {
+        if let Ok(mut d) = self.dp.try_lock() {
+            d.end_park();
+        }
+    }
+
+    /// The CM's timers, and a full CQ ring that the client empties
+    /// without ringing; a lock held by the control thread counts as work
+    /// soon.
+    fn poll_timeout(&mut self, r: &Rnic) -> Option<nic::Instant> {
+        let cm = match self.cm.try_lock() {
+            Ok(c) => c.poll_timeout(),
+            Err(_) => Some(r.last_now()),
+        };
+        let backlog = self.dp.try_lock().map_or(true, |d| d.backlogged());
+        let soon = backlog.then(|| r.last_now() + nic::engine::BACKLOG_PARK);
+        cm.into_iter().chain(soon).min()
+    }
+}
+
+/// A client's completion-event descriptor must be an eventfd, and the
+/// daemon never blocks on it: a full counter (a hostile client can fill
+/// it) makes a write fail with EAGAIN instead of waiting.
+fn event_fd(fd: &OwnedFd) -> Result<(), RequestError> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(RequestError::Descriptor)?;
+    if link.to_string_lossy() != "anon_inode:[eventfd]" {
+        return Err(RequestError::NotEventFd(link.display().to_string()));
+    }
+    // SAFETY: fcntl(2) on a descriptor we own; no memory is passed.
+    let ok = unsafe {
+        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        fl >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(RequestError::Descriptor(std::io::Error::last_os_error()))
+    }
+}
+
+/// A running device.
+pub struct Server {
+    sh: Arc<Shared>,
+    engine: Option<Engine>,
+    accept: Option<JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl Server {
+    /// Starts the engine on `port` and listens on `<sock_dir>/<name>.sock`.
+    pub fn start(port: Box<dyn Port>, cfg: ServerConfig) -> std::io::Result<Server> {
+        let mut v = Server::start_many(vec![(port, cfg)], false)?;
+        Ok(v.pop().expect("one server"))
+    }
+
+    /// Starts a device per `(port, config)`: each with an engine thread of
+    /// its own, or — `one_thread` — all on ONE engine thread
+    /// (`Engine::start_group`, pinned and tuned by the first config's
+    /// engine settings), e.g. both ends of an in-memory wire on a machine
+    /// with few cores.
+    pub fn start_many(
+        items: Vec<(Box<dyn Port>, ServerConfig)>,
+        one_thread: bool,
+    ) -> std::io::Result<Vec<Server>> {
+        let mut members = Vec::new();
+        let mut rest = Vec::new();
+        for (port, cfg) in items {
+            let mac = port.mac();
+            let mtu = port.mtu() as u32;
+            let mut rc = RnicConfig::new(mac, cfg.gid);
+            rc.seed = rand::random();
+            let rnic = Rnic::new(rc);
+            let dp = Arc::new(Mutex::new(DataPlane::default()));
+            let ipv6 = cfg.gid.to_ipv4().is_none();
+            let ib_mtu = nic::device::ib_mtu_for_ip_mtu(mtu as usize, ipv6);
+            let cms = Arc::new(Mutex::new(cm::service::CmService::new(
+                cfg.name.clone(),
+                cfg.gid,
+                mac,
+                ib_mtu,
+                cfg.cm,
+            )));
+            cm::register_local(cfg.gid, mac.0);
+            let hook: nic::engine::TurnHook = Box::new(DpHook {
+                dp: dp.clone(),
+                cm: cms.clone(),
+            });
+            members.push((rnic, port, Some(hook)));
+            rest.push((dp, mac, mtu, cfg, cms));
+        }
+        let engines: Vec<Engine> = match rest.first() {
+            Some((_, _, _, first, _)) if one_thread => {
+                let mut ecfg = first.engine.clone();
+                ecfg.name = format!("rnicd-{}", first.name);
+                Engine::start_group(members, ecfg)
+            }
+            _ => members
+                .into_iter()
+                .zip(&rest)
+                .map(|((rnic, port, hook), (_, _, _, cfg, _))| {
+                    let mut ecfg = cfg.engine.clone();
+                    ecfg.name = format!("rnicd-{}", cfg.name);
+                    Engine::start_with_hook(rnic, port, ecfg, hook)
+                })
+                .collect(),
+        };
+        let mut servers = Vec::new();
+        for (engine, (dp, mac, mtu, cfg, cms)) in engines.into_iter().zip(rest) {
+            std::fs::create_dir_all(&cfg.sock_dir)?;
+            let path = cfg.sock_dir.join(format!("{}.sock", cfg.name));
+            let listener = Listener::bind(&path, cfg.mode)?;
+            let sh = Arc::new(Shared {
+                dev: engine.device(),
+                bell: engine.bell(),
+                dp,
+                reg: Mutex::new(Registry::default()),
+                mac: mac.0,
+                mtu,
+                cm: cms,
+                stop: AtomicBool::new(false),
+                cfg,
+            });
+            let s2 = sh.clone();
+            let accept = std::thread::Builder::new()
+                .name("rnicd-accept".into())
+                .spawn(move || accept_loop(s2, listener))?;
+            servers.push(Server {
+                sh,
+                engine: Some(engine),
+                accept: Some(accept),
+                path,
+            });
+        }
+        Ok(servers)
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The scheduling the device's engine thread got ([`Engine::priority`]).
+    pub fn engine_priority(&self) -> Option<Result<nic::engine::Granted, nic::engine::SchedError>> {
+        self.engine.as_ref().and_then(|e| e.priority())
+    }
+
+    pub fn stats(&self) -> Stats {
+        registry::stats(&self.sh)
+    }
+
+    /// Stops accepting, stops the engine and removes the socket.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.sh.stop.store(true, Ordering::Release);
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+        if let Some(e) = self.engine.take() {
+            e.stop();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn accept_loop(sh: Arc<Shared>, l: Listener) {
+    while !sh.stop.load(Ordering::Acquire) {
+        match l.accept_timeout(100) {
+            Ok(Some(sock)) => {
+                let s2 = sh.clone();
+                let _ = std::thread::Builder::new()
+                    .name("rnicd-client".into())
+                    .spawn(move || client_loop(s2, sock));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("rnicd: accept: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn client_loop(sh: Arc<Shared>, sock: SeqPacket) {
+    let id = {
+        let mut r = sh.reg.lock().expect("registry");
+        r.next_id += 1;
+        let id = r.next_id;
+        let pid = sock.peer_pid();
+        r.clients.insert(
+            id,
+            registry::Owned {
+                pid,
+                ..Default::default()
+            },
+        );
+        id
+    };
+    // every connected client hears the unaffiliated (port) events
+    sh.dp.lock().expect("dp").events.entry(id).or_default();
+    let mut buf = Vec::new();
+    loop {
+        let fds = match sock.recv(&mut buf) {
+            Ok(Some(fds)) => fds,
+            Ok(None) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                let _ = reply(&sock, Response::Error { msg: e.to_string() }, None);
+                continue;
+            }
+            Err(_) => break,
+        };
+        let (resp, fd) = match serde_json::from_slice::<ReqMsg>(&buf) {
+            Ok(m) if m.v != proto::VERSION => (
+                Response::Error {
+                    msg: format!(
+                        "protocol version {} (this daemon speaks {})",
+                        m.v,
+                        proto::VERSION
+                    ),
+                },
+                None,
+            ),
+            Ok(m) => match handle(&sh, id, m.req, fds) {
+                Ok(x) => x,
+                Err(e) => (Response::Error { msg: e.to_string() }, None),
+            },
+            Err(e) => (
+                Response::Error {
+                    msg: format!("malformed request: {e}"),
+                },
+                None,
+            ),
+        };
+        if reply(&sock, resp, fd.as_ref()).is_err() {
+            break;
+        }
+    }
+    registry::cleanup(&sh, id);
+}
+
+fn reply(sock: &SeqPacket, resp: Response, fd: Option<&Attach>) -> std::io::Result<()> {
+    let m = RespMsg {
+        v: proto::VERSION,
+        resp,
+    };
+    let fds: Vec<_> = fd
+        .map(|a| match a {
+            Attach::Map(m) => m.fd(),
+            Attach::Fd(f) => f.as_raw_fd(),
+        })
+        .into_iter()
+        .collect();
+    sock.send(&proto::encode(&m), &fds)
+}
+
+/// An answer and what travels with it (SCM_RIGHTS).
+type Reply = (Response, Option<Attach>);
+
+enum Attach {
+    Map(Arc<Mapping>),
+    Fd(OwnedFd),
+}
+
+/// Runs `f` on the engine thread, with the transport.
+fn call<R: Send + 'static>(
+    sh: &Shared,
+    f: impl FnOnce(&mut Rnic) -> R + Send + 'static,
+) -> Result<R, RequestError> {
+    Ok(sh.dev.call(f)?)
+}
+
+/// The answer to a request that only says it was done.
+fn ok() -> Result<Reply, RequestError> {
+    Ok((Response::Ok, None))
+}
+
+/// Checks what every request must satisfy (descriptors only where the
+/// request takes them; no new objects beyond [`MAX_OBJECTS`]) and hands
+/// it to the handler of its object kind.
+fn handle(sh: &Shared, id: u64, req: Request, fds: Vec<OwnedFd>) -> Result<Reply, RequestError> {
+    if !matches!(
+        req,
+        Request::RegMr { .. }
+            | Request::ReregMr { .. }
+            | Request::NotifyCq { .. }
+            | Request::AsyncEventFd
+    ) && !fds.is_empty()
+    {
+        return Err(RequestError::UnexpectedFds);
+    }
+    let creates = matches!(
+        req,
+        Request::AllocPd
+            | Request::RegMr { .. }
+            | Request::CreateCq { .. }
+            | Request::CreateQp { .. }
+            | Request::CreateAh { .. }
+            | Request::CreateSrq { .. }
+    );
+    if creates && with_owned(sh, id, |o| o.count()) >= MAX_OBJECTS {
+        return Err(RequestError::TooManyObjects);
+    }
+    match req {
+        Request::QueryDevice => device::query_device(sh),
+        Request::QueryPort { port } => device::query_port(sh, port),
+        Request::Bell => device::bell(sh),
+        Request::Doorbells => device::doorbells(sh, id),
+        Request::AsyncEventFd => device::async_event_fd(sh, id, fds),
+        Request::GetAsyncEvents => device::get_async_events(sh, id),
+        Request::Stats => Ok((Response::Stats(registry::stats(sh)), None)),
+        Request::AllocPd => memory::alloc_pd(sh, id),
+        Request::DeallocPd { pd } => memory::dealloc_pd(sh, id, pd),
+        Request::RegMr {
+            pd,
+            offset,
+            addr,
+            len,
+            access,
+        } => {
+            let m = (pd, offset, addr, len, access).into();
+            memory::reg_mr(sh, id, fds, None, m)
+        }
+        Request::DeregMr { lkey } => memory::dereg_mr(sh, id, lkey),
+        Request::ReregMr {
+            lkey,
+            pd,
+            offset,
+            addr,
+            len,
+            access,
+        } => {
+            let m = (pd, offset, addr, len, access).into();
+            memory::reg_mr(sh, id, fds, Some(lkey), m)
+        }
+        Request::AllocMw { pd, mw_type } => memory::alloc_mw(sh, id, pd, mw_type),
+        Request::DeallocMw { handle } => memory::dealloc_mw(sh, id, handle),
+        Request::CreateCq { cqe } => cq::create_cq(sh, id, cqe),
+        Request::NotifyCq { cq } => cq::notify_cq(sh, id, cq, fds),
+        Request::DestroyCq { cq } => cq::destroy_cq(sh, id, cq),
+        Request::ResizeCq { cq, cqe } => cq::resize_cq(sh, id, cq, cqe),
+        Request::CreateQp { pd, init } => qp::create_qp(sh, id, pd, init),
+        Request::ModifyQp { qpn, attr } => qp::modify_qp(sh, id, qpn, &attr),
+        Request::QueryQp { qpn } => qp::query_qp(sh, id, qpn),
+        Request::DestroyQp { qpn } => qp::destroy_qp(sh, id, qpn),
+        Request::CreateAh { pd, attr } => qp::create_ah(sh, id, pd, &attr),
+        Request::DestroyAh { ah } => qp::destroy_ah(sh, id, ah),
+        Request::CreateSrq { pd, max_wr } => srq::create_srq(sh, id, pd, max_wr),
+        Request::ModifySrq { srq, limit } => srq::modify_srq(sh, id, srq, limit),
+        Request::QuerySrq { srq } => srq::query_srq(sh, id, srq),
+        Request::DestroySrq { srq } => srq::destroy_srq(sh, id, srq),
+        Request::Cm(req) => cm::handle(sh, id, req),
+    }
+}
+
+/// The one descriptor a request takes (`op` and `what` name it in the
+/// error).
+fn one_fd(
+    mut fds: Vec<OwnedFd>,
+    op: &'static str,
+    what: &'static str,
+) -> Result<OwnedFd, RequestError> {
+    match (fds.pop(), fds.is_empty()) {
+        (Some(fd), true) => Ok(fd),
+        _ => Err(RequestError::OneFd { op, what }),
+    }
+}
