@@ -50,6 +50,7 @@ impl Doorbells {
     }
 
     /// The engine's "parked" word: nonzero while it waits on its bell.
+    #[inline]
     pub fn parked(&self) -> &AtomicU32 {
         // SAFETY: byte 0 of the page, aligned.
         unsafe { AtomicU32::from_ptr(self.base as *mut u32) }
@@ -64,6 +65,7 @@ impl Doorbells {
 
     /// Marks ring `slot` as rung (the client's side). A slot beyond the
     /// page (a wild header) rings nothing.
+    #[inline]
     pub fn ring(&self, slot: u32) {
         if slot < SLOTS {
             self.word((slot / 64) as usize)
@@ -73,6 +75,7 @@ impl Doorbells {
 
     /// Takes word `i` (the engine's side): the slots rung since the last
     /// take, as bits; a plain load first, so an idle word costs no write.
+    #[inline]
     pub fn take(&self, i: usize) -> u64 {
         let w = self.word(i);
         if w.load(Ordering::Relaxed) == 0 {
@@ -82,6 +85,7 @@ impl Doorbells {
     }
 
     /// Whether any of the first `words` words has a bit set.
+    #[inline]
     pub fn any(&self, words: usize) -> bool {
         (0..words.min(WORDS)).any(|i| self.word(i).load(Ordering::SeqCst) != 0)
     }

@@ -184,29 +184,34 @@ impl Ring {
         }
     }
 
+    #[inline]
     pub fn producer(&self) -> &AtomicU32 {
         // SAFETY: inside the header, aligned (page-aligned mapping + 0).
         unsafe { AtomicU32::from_ptr(self.base as *mut u32) }
     }
 
+    #[inline]
     pub fn consumer(&self) -> &AtomicU32 {
         // SAFETY: inside the header, aligned.
         unsafe { AtomicU32::from_ptr(self.base.add(64) as *mut u32) }
     }
 
     /// A CQ ring's "armed" word ([`ARMED_AT`]).
+    #[inline]
     pub fn armed(&self) -> &AtomicU32 {
         // SAFETY: inside the header, aligned.
         unsafe { AtomicU32::from_ptr(self.base.add(ARMED_AT) as *mut u32) }
     }
 
     /// A CQ ring's event sequence word ([`EVENT_SEQ_AT`]).
+    #[inline]
     pub fn event_seq(&self) -> &AtomicU32 {
         // SAFETY: inside the header, aligned.
         unsafe { AtomicU32::from_ptr(self.base.add(EVENT_SEQ_AT) as *mut u32) }
     }
 
     /// A work ring's doorbell slot ([`SLOT_AT`]).
+    #[inline]
     pub fn slot(&self) -> &AtomicU32 {
         // SAFETY: inside the header, aligned.
         unsafe { AtomicU32::from_ptr(self.base.add(SLOT_AT) as *mut u32) }
