@@ -1,6 +1,6 @@
 //! # nic — the soft RNIC
 //!
-//! The layers (docs/design.md, ARCHITECTURE.md): `device` (the verbs API
+//! The layers (ARCHITECTURE.md): `device` (the verbs API
 //! over the resource tables, the data-path entry points), `transport` (per
 //! QP: requester / responder / completer), `verbs` (objects, the QP state
 //! machine), `cc` (DCQCN, PFC), `cm` (the connection manager protocol) —
