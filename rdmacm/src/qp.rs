@@ -6,8 +6,8 @@
 
 use crate::abi::*;
 use crate::backend::{QpAttr, QpState};
-use crate::id::IdPriv;
-use crate::{complain, fail};
+use crate::errno::{complain, fail};
+use crate::state::IdPriv;
 use libc::{c_int, c_void};
 
 fn id_of<'a>(id: *mut rdma_cm_id) -> Result<&'a IdPriv, c_int> {
@@ -393,7 +393,7 @@ pub unsafe extern "C" fn scm_rdma_destroy_srq(id: *mut rdma_cm_id) {
 /// `num` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn scm_rdma_get_devices(num: *mut c_int) -> *mut *mut ibv_context {
-    let ctxs = crate::id::global().verbs.contexts();
+    let ctxs = crate::global().verbs.contexts();
     // SAFETY: calloc of n + 1 pointers (all NULL).
     let list = unsafe { libc::calloc(ctxs.len() + 1, std::mem::size_of::<usize>()) }
         as *mut *mut ibv_context;
