@@ -1,4 +1,6 @@
-//! Event channels and events. A channel's `fd` is an epoll descriptor over
+//! Event channels, the daemon's events read from them (`deliver.rs`
+//! turns them into `rdma_cm_event`s), and an ID's move from one channel to
+//! another (`rdma_migrate_id`). A channel's `fd` is an epoll descriptor over
 //! the daemon's event descriptors (one per device the channel's IDs live
 //! on), so it is readable exactly when an event is queued: programs poll
 //! it, add it to their own epoll set, or set O_NONBLOCK on it and have

@@ -26,16 +26,15 @@
 //! - [`ud`]: the address of a UD ID's events.
 //! - [`unsupported`]: rsocket, multicast, ECE — a clear error each.
 //!
-//! The files' imports form no cycle; each arrow reads "uses" (the leaves
-//! `abi`, `errno`, `live`, `sockaddr` and `backend`, used by most, left
-//! out):
+//! The files' imports form no cycle. Each arrow reads "uses"; the leaves
+//! `abi`, `backend`, `errno`, `live` and `sockaddr`, which most use, are
+//! left out:
 //!
 //! ```text
-//! ep ─→ conn ─→ deliver ─→ id ─→ channel ─→ state ─→ verbs
-//!  │      │       ├─→ qp ─→ state    ud ─→ state
-//!  └──────┴───────┴─→ (id, channel, qp, state, ud as needed)
-//! lib.rs (global) ─→ state, rnicd, verbs; called by the ABI entry points
-//!                    of id, channel, qp, ep
+//! ep ─────→ conn ─→ deliver ─→ id ─→ channel ─→ state ─→ verbs
+//! unsupported ─┘       └─→ qp, ud ─────────────→ state
+//! ep, conn ─→ id, qp, state      conn ─→ channel
+//! lib.rs ─→ state, rnicd, verbs  ep, id, channel, qp ─→ lib.rs (global)
 //! ```
 //!
 //! Every exported function takes pointers from the application: each
