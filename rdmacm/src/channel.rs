@@ -13,7 +13,7 @@
 
 use crate::abi::rdma_event_channel;
 use crate::backend::{CmChannel, CmEventMsg, CmIdNo};
-use crate::errno::{complain, fail};
+use crate::errno::{complain, fail, refused};
 use crate::live::Live;
 use crate::state::{ack, IdPriv, Lib};
 use libc::c_int;
@@ -119,10 +119,11 @@ impl ChanPriv {
         if let Some(d) = devs.iter().find(|d| d.dev == dev) {
             return Ok(d.chan.clone());
         }
-        let c = self.lib.backend.open_channel(dev).map_err(|e| {
-            complain("event channel", &e);
-            e.errno
-        })?;
+        let c = self
+            .lib
+            .backend
+            .open_channel(dev)
+            .map_err(|e| refused("event channel", e))?;
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: devs.len() as u64,
@@ -207,10 +208,7 @@ impl ChanPriv {
                         self.device_gone(tag)?;
                         continue;
                     }
-                    Err(e) => {
-                        complain("rdma_get_cm_event", &e);
-                        return Err(e.errno);
-                    }
+                    Err(e) => return Err(refused("rdma_get_cm_event", e)),
                 };
                 return Ok(Incoming::Event(dev, msg));
             }
@@ -441,10 +439,8 @@ pub fn migrate(idp: &IdPriv, chan: *mut rdma_event_channel) -> Result<(), c_int>
     let oc = of_id(idp).filter(|c| !std::ptr::eq(*c, nc));
     for r in &remote {
         let moved = nc.on_device(&r.dev).and_then(|c| {
-            r.cm.migrate_id(r.no, c.token()).map_err(|e| {
-                complain("rdma_migrate_id", &e);
-                e.errno
-            })
+            r.cm.migrate_id(r.no, c.token())
+                .map_err(|e| refused("rdma_migrate_id", e))
         });
         // the events the old channel has not handed out follow the ID
         let moved = moved.and_then(|_| oc.map_or(Ok(()), |o| o.move_events(&r.dev, r.no, nc)));

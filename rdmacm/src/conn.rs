@@ -6,16 +6,11 @@ use crate::abi::*;
 use crate::backend::ConnParam;
 use crate::channel;
 use crate::deliver::{self, complete};
-use crate::errno::{complain, fail};
+use crate::errno::{complain, fail, refused};
 use crate::state::{ack, IdPriv, Remote};
 use crate::{id, qp, sockaddr};
 use libc::{c_int, c_void, sockaddr as SockAddr};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-
-fn errno(verb: &str, e: crate::backend::BackendError) -> c_int {
-    complain(verb, &e);
-    e.errno
-}
 
 /// The local device an ID with no source address reaches `dst` from: the
 /// one holding the kernel's source address for `dst`, else the first
@@ -81,7 +76,7 @@ fn bind(idp: &IdPriv, addr: SocketAddr) -> Result<(), c_int> {
     let r = id::attach(idp, &dev)?;
     let b =
         r.cm.bind(r.no, addr)
-            .map_err(|e| errno("rdma_bind_addr", e))?;
+            .map_err(|e| refused("rdma_bind_addr", e))?;
     sockaddr::write(&mut raw.route.addr.src, b.addr);
     raw.route.addr.ibaddr.sgid.raw = b.gid;
     raw.port_num = b.port;
@@ -153,7 +148,7 @@ fn resolve_addr(
     };
     sockaddr::write(&mut idp.raw().route.addr.dst, dst);
     r.cm.resolve_addr(r.no, src, dst, timeout_ms.max(0) as u32)
-        .map_err(|e| errno("rdma_resolve_addr", e))?;
+        .map_err(|e| refused("rdma_resolve_addr", e))?;
     complete(idp)
 }
 
@@ -188,7 +183,7 @@ pub unsafe extern "C" fn scm_rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms:
         let idp = id_of(id)?;
         let r = idp.remote()?;
         r.cm.resolve_route(r.no, timeout_ms.max(0) as u32)
-            .map_err(|e| errno("rdma_resolve_route", e))?;
+            .map_err(|e| refused("rdma_resolve_route", e))?;
         complete(idp)
     })())
 }
@@ -199,7 +194,7 @@ fn listen(idp: &IdPriv, backlog: c_int) -> Result<(), c_int> {
     if !bound.is_empty() {
         for r in bound {
             r.cm.listen(r.no, backlog)
-                .map_err(|e| errno("rdma_listen", e))?;
+                .map_err(|e| refused("rdma_listen", e))?;
         }
         return Ok(());
     }
@@ -219,10 +214,10 @@ fn listen(idp: &IdPriv, backlog: c_int) -> Result<(), c_int> {
         let r = id::attach(idp, &dev)?;
         let b =
             r.cm.bind(r.no, unspecified(at))
-                .map_err(|e| errno("rdma_listen", e))?;
+                .map_err(|e| refused("rdma_listen", e))?;
         at.set_port(b.addr.port());
         r.cm.listen(r.no, backlog)
-            .map_err(|e| errno("rdma_listen", e))?;
+            .map_err(|e| refused("rdma_listen", e))?;
     }
     sockaddr::write(&mut idp.raw().route.addr.src, at);
     Ok(())
@@ -301,7 +296,7 @@ pub unsafe extern "C" fn scm_rdma_connect(id: *mut rdma_cm_id, p: *mut rdma_conn
         idp.state().connecting = true;
         if let Err(e) = r.cm.connect(r.no, &conn_param(idp, p)) {
             idp.state().connecting = false;
-            return Err(errno("rdma_connect", e));
+            return Err(refused("rdma_connect", e));
         }
         complete(idp)
     })())
@@ -326,7 +321,7 @@ pub unsafe extern "C" fn scm_rdma_accept(id: *mut rdma_cm_id, p: *mut rdma_conn_
         idp.state().qp_ready = true;
         if let Err(e) = r.cm.accept(r.no, &cp) {
             qp::to_error(idp);
-            return Err(errno("rdma_accept", e));
+            return Err(refused("rdma_accept", e));
         }
         if idp.raw().qp_type == IBV_QPT_UD {
             return Ok(());
@@ -342,7 +337,7 @@ fn with_remote(
 ) -> c_int {
     ret(id_of(id)
         .and_then(|idp| idp.remote())
-        .and_then(|r| f(&r).map_err(|e| errno(verb, e))))
+        .and_then(|r| f(&r).map_err(|e| refused(verb, e))))
 }
 
 /// `rdma_reject`.
@@ -375,7 +370,7 @@ pub unsafe extern "C" fn scm_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
         qp::to_error(idp);
         let r = idp.remote()?;
         r.cm.disconnect(r.no)
-            .map_err(|e| errno("rdma_disconnect", e))?;
+            .map_err(|e| refused("rdma_disconnect", e))?;
         complete(idp)
     })())
 }

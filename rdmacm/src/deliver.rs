@@ -8,7 +8,7 @@
 use crate::abi::*;
 use crate::backend::{CmEventMsg, CmIdNo};
 use crate::channel::{self, ChanPriv, Incoming};
-use crate::errno::{complain, fail};
+use crate::errno::{complain, fail, refused};
 use crate::state::{ack, EventPriv, IdPriv, Lib, Remote};
 use crate::{id, qp, sockaddr, ud};
 use libc::{c_int, c_void};
@@ -212,12 +212,12 @@ fn connect_request(lib: &Arc<Lib>, dev: &str, msg: CmEventMsg) -> Option<Box<Eve
 /// The ID's route from the daemon: addresses, GIDs, P_Key and, once
 /// resolved, one path record.
 fn query_route(idp: &IdPriv, dev: &str, no: CmIdNo) -> Result<(), c_int> {
-    let errno = |e: crate::backend::BackendError| {
-        complain("query", &e);
-        e.errno
-    };
-    let cm = idp.lib.backend.device(dev).map_err(errno)?;
-    let info = cm.query(no).map_err(errno)?;
+    let cm = idp
+        .lib
+        .backend
+        .device(dev)
+        .map_err(|e| refused("query", e))?;
+    let info = cm.query(no).map_err(|e| refused("query", e))?;
     let raw = idp.raw();
     raw.port_num = info.port;
     if let Some(s) = info.src {

@@ -2,6 +2,7 @@
 //! with `errno` set, or NULL) and, where the errno alone would leave a
 //! caller guessing, one line on stderr.
 
+use crate::backend::BackendError;
 use libc::c_int;
 
 /// Sets `errno`.
@@ -20,4 +21,11 @@ pub fn fail(e: c_int) -> c_int {
 /// say.
 pub fn complain(verb: &str, why: impl std::fmt::Display) {
     eprintln!("softrnic-rdmacm: {verb}: {why}");
+}
+
+/// The errno of a command the connection manager refused, its reason on
+/// stderr under `verb`.
+pub fn refused(verb: &str, e: BackendError) -> c_int {
+    complain(verb, &e);
+    e.errno
 }

@@ -5,7 +5,7 @@
 
 use crate::abi::*;
 use crate::channel::{self, ChanPriv};
-use crate::errno::{complain, fail};
+use crate::errno::{complain, fail, refused};
 use crate::state::{ack, IdPriv, IdState, Lib, Remote};
 use libc::{c_int, c_void};
 use std::sync::Arc;
@@ -44,10 +44,7 @@ pub fn attach(idp: &IdPriv, dev: &str) -> Result<Remote, c_int> {
     let lib = &idp.lib;
     let chan = channel::of_id(idp).ok_or(libc::EINVAL)?;
     let token = chan.on_device(dev)?.token();
-    let cm = lib.backend.device(dev).map_err(|e| {
-        complain("rdma_cm", &e);
-        e.errno
-    })?;
+    let cm = lib.backend.device(dev).map_err(|e| refused("rdma_cm", e))?;
     let no = cm
         .create_id(
             token,
@@ -55,10 +52,7 @@ pub fn attach(idp: &IdPriv, dev: &str) -> Result<Remote, c_int> {
             idp.qp_type(),
             idp as *const _ as u64,
         )
-        .map_err(|e| {
-            complain("rdma_create_id", &e);
-            e.errno
-        })?;
+        .map_err(|e| refused("rdma_create_id", e))?;
     let r = Remote {
         dev: dev.to_string(),
         cm,

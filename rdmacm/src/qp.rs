@@ -6,7 +6,7 @@
 
 use crate::abi::*;
 use crate::backend::{QpAttr, QpState};
-use crate::errno::{complain, fail};
+use crate::errno::{complain, fail, refused};
 use crate::state::IdPriv;
 use libc::{c_int, c_void};
 
@@ -31,10 +31,9 @@ pub fn qp_attr(idp: &IdPriv, state: c_int) -> Result<(ibv_qp_attr, c_int), c_int
         _ => return Err(libc::EINVAL),
     };
     let r = idp.remote()?;
-    let (a, mask) = r.cm.init_qp_attr(r.no, st).map_err(|e| {
-        complain("rdma_init_qp_attr", &e);
-        e.errno
-    })?;
+    let (a, mask) =
+        r.cm.init_qp_attr(r.no, st)
+            .map_err(|e| refused("rdma_init_qp_attr", e))?;
     let raw = idp.raw();
     let sgid_index = if raw.verbs.is_null() {
         None
