@@ -3,7 +3,7 @@
 //! side's address as the source, the active side's as the destination).
 
 use crate::abi::*;
-use crate::fail;
+use crate::errno::{complain, fail};
 use libc::{c_char, c_int, sockaddr};
 
 /// A heap copy (malloc) of `len` bytes at `p`.
@@ -150,7 +150,7 @@ pub unsafe extern "C" fn scm_rdma_getaddrinfo(
         return fail(libc::EINVAL);
     }
     if h.is_some_and(|h| h.ai_family == crate::sockaddr::AF_IB) {
-        crate::complain("rdma_getaddrinfo", "AF_IB is not supported");
+        complain("rdma_getaddrinfo", "AF_IB is not supported");
         return fail(libc::EAFNOSUPPORT);
     }
     let head = match (h, node.is_null() && service.is_null()) {

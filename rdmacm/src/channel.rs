@@ -1,4 +1,6 @@
-//! Event channels and events. A channel's `fd` is an epoll descriptor over
+//! Event channels, the daemon's events read from them (`deliver.rs`
+//! turns them into `rdma_cm_event`s), and an ID's move from one channel to
+//! another (`rdma_migrate_id`). A channel's `fd` is an epoll descriptor over
 //! the daemon's event descriptors (one per device the channel's IDs live
 //! on), so it is readable exactly when an event is queued: programs poll
 //! it, add it to their own epoll set, or set O_NONBLOCK on it and have
@@ -9,10 +11,11 @@
 //! then, when every device the channel used is gone, `rdma_get_cm_event`
 //! fails with ENODEV instead of waiting for an event that cannot come.
 
-use crate::abi::{rdma_cm_event, rdma_event_channel};
+use crate::abi::rdma_event_channel;
 use crate::backend::{CmChannel, CmEventMsg, CmIdNo};
-use crate::id::{IdPriv, Lib};
-use crate::{complain, fail};
+use crate::errno::{complain, fail, refused};
+use crate::live::Live;
+use crate::state::{ack, IdPriv, Lib};
 use libc::c_int;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -30,7 +33,7 @@ pub struct ChanPriv {
     /// list only grows while the channel lives).
     devs: Mutex<Vec<DevChan>>,
     /// The DEVICE_REMOVAL events not handed out yet: (device, daemon ID).
-    removals: Mutex<VecDeque<(String, crate::backend::CmIdNo)>>,
+    removals: Mutex<VecDeque<(String, CmIdNo)>>,
     /// Events already taken from the daemon and not handed out yet, by
     /// device, oldest first: those of an ID that `rdma_migrate_id` moved
     /// here, and those read past while moving them away ([`Self::move_events`]).
@@ -55,17 +58,16 @@ struct DevChan {
 }
 
 /// The channels not yet destroyed.
-static LIVE: crate::Live = crate::Live::new();
+static LIVE: Live = Live::new();
 
-/// `struct rdma_cm_event` and what its acknowledgement needs.
-#[repr(C)]
-pub struct EventPriv {
-    pub event: rdma_cm_event,
-    /// The ID whose count of acknowledged events this event raises (the
-    /// listener for a CONNECT_REQUEST).
-    pub owner: *const IdPriv,
-    /// Where `param.*.private_data` points.
-    pub private_data: [u8; 256],
+/// What a channel has for the application next, before `deliver.rs` turns
+/// it into an `rdma_cm_event`.
+pub enum Incoming {
+    /// Device `.0` went away: the ID the daemon called `.1` there is to
+    /// hear RDMA_CM_EVENT_DEVICE_REMOVAL.
+    Removal(String, CmIdNo),
+    /// An event from the daemon of device `.0`.
+    Event(String, CmEventMsg),
 }
 
 impl ChanPriv {
@@ -117,10 +119,11 @@ impl ChanPriv {
         if let Some(d) = devs.iter().find(|d| d.dev == dev) {
             return Ok(d.chan.clone());
         }
-        let c = self.lib.backend.open_channel(dev).map_err(|e| {
-            complain("event channel", &e);
-            e.errno
-        })?;
+        let c = self
+            .lib
+            .backend
+            .open_channel(dev)
+            .map_err(|e| refused("event channel", e))?;
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: devs.len() as u64,
@@ -154,18 +157,17 @@ impl ChanPriv {
         fl >= 0 && fl & libc::O_NONBLOCK != 0
     }
 
-    /// The next event for the application: waits for one unless the
+    /// What is next for the application: a removal not handed out, a
+    /// held event, or the daemon's next event; waits for one unless the
     /// descriptor is O_NONBLOCK (then EAGAIN when none is queued).
-    pub fn get_event(&self) -> Result<*mut rdma_cm_event, c_int> {
+    pub fn next(&self) -> Result<Incoming, c_int> {
         loop {
-            if let Some(ev) = self.next_removal() {
-                return Ok(Box::into_raw(ev) as *mut rdma_cm_event);
+            let removal = self.removals.lock().ok().and_then(|mut q| q.pop_front());
+            if let Some((dev, no)) = removal {
+                return Ok(Incoming::Removal(dev, no));
             }
             if let Some((dev, msg)) = self.pop_held()? {
-                if let Some(ev) = self.lib.process(self, &dev, msg) {
-                    return Ok(Box::into_raw(ev) as *mut rdma_cm_event);
-                }
-                continue;
+                return Ok(Incoming::Event(dev, msg));
             }
             if self.every_device_gone()? {
                 complain("rdma_get_cm_event", "every device of the channel is gone");
@@ -206,14 +208,9 @@ impl ChanPriv {
                         self.device_gone(tag)?;
                         continue;
                     }
-                    Err(e) => {
-                        complain("rdma_get_cm_event", &e);
-                        return Err(e.errno);
-                    }
+                    Err(e) => return Err(refused("rdma_get_cm_event", e)),
                 };
-                if let Some(ev) = self.lib.process(self, &dev, msg) {
-                    return Ok(Box::into_raw(ev) as *mut rdma_cm_event);
-                }
+                return Ok(Incoming::Event(dev, msg));
             }
         }
     }
@@ -239,20 +236,12 @@ impl ChanPriv {
                 std::ptr::null_mut(),
             )
         };
-        let ids = self.lib.ids_on(&d.dev, self);
+        let ids = self
+            .lib
+            .ids_on(&d.dev, self as *const ChanPriv as *mut rdma_event_channel);
         let mut q = self.removals.lock().map_err(|_| libc::EIO)?;
         q.extend(ids.into_iter().map(|no| (d.dev.clone(), no)));
         Ok(())
-    }
-
-    /// The next DEVICE_REMOVAL event not handed out whose ID still lives.
-    fn next_removal(&self) -> Option<Box<EventPriv>> {
-        loop {
-            let (dev, no) = self.removals.lock().ok()?.pop_front()?;
-            if let Some(ev) = self.lib.removal(&dev, no) {
-                return Some(ev);
-            }
-        }
     }
 
     /// The oldest held event, if any; the bell goes quiet with the last.
@@ -355,7 +344,7 @@ fn held_bell(ep: &OwnedFd) -> Result<OwnedFd, c_int> {
 /// `rdma_create_event_channel`.
 #[no_mangle]
 pub extern "C" fn scm_rdma_create_event_channel() -> *mut rdma_event_channel {
-    match ChanPriv::create(crate::id::global().clone()) {
+    match ChanPriv::create(crate::global().clone()) {
         Ok(c) => c as *mut rdma_event_channel,
         Err(e) => {
             fail(e);
@@ -406,61 +395,74 @@ pub unsafe extern "C" fn scm_rdma_destroy_event_channel(c: *mut rdma_event_chann
     }
 }
 
-/// `rdma_get_cm_event`.
+/// Runs `f` on the channel `c` names with a hold on it (see
+/// `ChanPriv::refs`: a destroy meanwhile frees it only afterwards); None
+/// unless `c` is a live channel of this library.
 ///
 /// # Safety
-/// `c` is NULL or a channel this library made; `event` NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn scm_rdma_get_cm_event(
+/// `c` is NULL or a channel this library made.
+pub unsafe fn while_held<R>(
     c: *mut rdma_event_channel,
-    event: *mut *mut rdma_cm_event,
-) -> c_int {
+    f: impl FnOnce(&ChanPriv) -> R,
+) -> Option<R> {
     // SAFETY: the caller's channel.
-    let Some(chan) = (unsafe { ChanPriv::from_ptr(c) }) else {
-        return fail(libc::EINVAL);
-    };
-    if event.is_null() {
-        return fail(libc::EINVAL);
-    }
-    // held while waiting: a destroy meanwhile frees it only afterwards
+    let chan = unsafe { ChanPriv::from_ptr(c) }?;
     chan.refs.fetch_add(1, Ordering::AcqRel);
-    let got = chan.get_event();
+    let r = f(chan);
     // SAFETY: the hold taken above.
     unsafe { release(c as *mut ChanPriv) };
-    match got {
-        Ok(e) => {
-            // SAFETY: the caller's out-pointer.
-            unsafe { *event = e };
-            0
+    Some(r)
+}
+
+/// The channel of ID `idp`.
+pub fn of_id(idp: &IdPriv) -> Option<&ChanPriv> {
+    // SAFETY: an ID's channel lives at least as long as the ID.
+    unsafe { ChanPriv::from_ptr(idp.raw().channel) }
+}
+
+/// Moves the ID's events to `chan` (NULL: a channel of its own, making
+/// the ID synchronous).
+pub fn migrate(idp: &IdPriv, chan: *mut rdma_event_channel) -> Result<(), c_int> {
+    let sync = chan.is_null();
+    if sync && idp.state().sync {
+        return Err(libc::EINVAL);
+    }
+    let new = if sync {
+        ChanPriv::create(idp.lib.clone())? as *mut rdma_event_channel
+    } else {
+        chan
+    };
+    // SAFETY: a channel of this library (made above or the caller's).
+    let nc = unsafe { ChanPriv::from_ptr(new) }.ok_or(libc::EINVAL)?;
+    let remote = idp.state().remote.clone();
+    let raw = idp.raw();
+    let oc = of_id(idp).filter(|c| !std::ptr::eq(*c, nc));
+    for r in &remote {
+        let moved = nc.on_device(&r.dev).and_then(|c| {
+            r.cm.migrate_id(r.no, c.token())
+                .map_err(|e| refused("rdma_migrate_id", e))
+        });
+        // the events the old channel has not handed out follow the ID
+        let moved = moved.and_then(|_| oc.map_or(Ok(()), |o| o.move_events(&r.dev, r.no, nc)));
+        if let Err(e) = moved {
+            if sync {
+                // SAFETY: the channel made above, used by nobody.
+                unsafe { destroy(new as *mut ChanPriv) };
+            }
+            return Err(e);
         }
-        Err(e) => fail(e),
     }
-}
-
-/// Acknowledges (and frees) an event this library handed out.
-///
-/// # Safety
-/// `e` was returned by `get_event` and is not acknowledged yet.
-pub unsafe fn ack(e: *mut rdma_cm_event) {
-    // SAFETY: the caller's promise: made by Box::into_raw as an EventPriv.
-    let ev = unsafe { Box::from_raw(e as *mut EventPriv) };
-    // SAFETY: the owner stays alive until all its events are acknowledged
-    // (rdma_destroy_id waits for that).
-    if let Some(owner) = unsafe { ev.owner.as_ref() } {
-        owner.acked();
+    let old_sync = idp.state().sync;
+    if old_sync {
+        if !raw.event.is_null() {
+            // SAFETY: the event a synchronous call kept.
+            unsafe { ack(raw.event) };
+            raw.event = std::ptr::null_mut();
+        }
+        // SAFETY: the ID's own channel, nobody else's.
+        unsafe { destroy(raw.channel as *mut ChanPriv) };
     }
-}
-
-/// `rdma_ack_cm_event`.
-///
-/// # Safety
-/// `e` is NULL or an unacknowledged event this library handed out.
-#[no_mangle]
-pub unsafe extern "C" fn scm_rdma_ack_cm_event(e: *mut rdma_cm_event) -> c_int {
-    if e.is_null() {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: the caller's event.
-    unsafe { ack(e) };
-    0
+    raw.channel = new;
+    idp.state().sync = sync;
+    Ok(())
 }

@@ -4,51 +4,13 @@
 
 use crate::abi::*;
 use crate::backend::ConnParam;
-use crate::channel::ChanPriv;
-use crate::id::{IdPriv, Remote};
-use crate::{complain, fail, sockaddr};
+use crate::channel;
+use crate::deliver::{self, complete};
+use crate::errno::{complain, fail, refused};
+use crate::state::{ack, IdPriv, Remote};
+use crate::{id, qp, sockaddr};
 use libc::{c_int, c_void, sockaddr as SockAddr};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-
-fn errno(verb: &str, e: crate::backend::BackendError) -> c_int {
-    complain(verb, &e);
-    e.errno
-}
-
-/// The ID's route from the daemon: addresses, GIDs, P_Key and, once
-/// resolved, one path record.
-pub fn query_route(idp: &IdPriv, dev: &str, no: u32) -> Result<(), c_int> {
-    let cm = idp.lib.backend.device(dev).map_err(|e| errno("query", e))?;
-    let info = cm.query(no).map_err(|e| errno("query", e))?;
-    let raw = idp.raw();
-    raw.port_num = info.port;
-    if let Some(s) = info.src {
-        sockaddr::write(&mut raw.route.addr.src, s);
-    }
-    if let Some(d) = info.dst {
-        sockaddr::write(&mut raw.route.addr.dst, d);
-    }
-    raw.route.addr.ibaddr.sgid.raw = info.sgid;
-    raw.route.addr.ibaddr.dgid.raw = info.dgid.unwrap_or_default();
-    raw.route.addr.ibaddr.pkey = info.pkey.to_be();
-    if info.num_paths > 0 {
-        let mut st = idp.state();
-        let path = st.path.get_or_insert_with(Default::default);
-        path.sgid.raw = info.sgid;
-        path.dgid.raw = info.dgid.unwrap_or_default();
-        path.pkey = info.pkey.to_be();
-        path.hop_limit = 64;
-        path.reversible = 1;
-        path.numb_path = 1;
-        path.mtu = crate::qp::mtu_enum(info.path_mtu);
-        path.mtu_selector = 2; // exactly
-        path.rate_selector = 2;
-        path.packet_life_time_selector = 2;
-        raw.route.path_rec = &mut **path;
-        raw.route.num_paths = 1;
-    }
-    Ok(())
-}
 
 /// The local device an ID with no source address reaches `dst` from: the
 /// one holding the kernel's source address for `dst`, else the first
@@ -111,10 +73,10 @@ fn bind(idp: &IdPriv, addr: SocketAddr) -> Result<(), c_int> {
         );
         return Err(libc::EADDRNOTAVAIL);
     };
-    let r = idp.lib.attach(idp, &dev)?;
+    let r = id::attach(idp, &dev)?;
     let b =
         r.cm.bind(r.no, addr)
-            .map_err(|e| errno("rdma_bind_addr", e))?;
+            .map_err(|e| refused("rdma_bind_addr", e))?;
     sockaddr::write(&mut raw.route.addr.src, b.addr);
     raw.route.addr.ibaddr.sgid.raw = b.gid;
     raw.port_num = b.port;
@@ -181,13 +143,13 @@ fn resolve_addr(
                 );
                 return Err(libc::EADDRNOTAVAIL);
             };
-            idp.lib.attach(idp, &dev)?
+            id::attach(idp, &dev)?
         }
     };
     sockaddr::write(&mut idp.raw().route.addr.dst, dst);
     r.cm.resolve_addr(r.no, src, dst, timeout_ms.max(0) as u32)
-        .map_err(|e| errno("rdma_resolve_addr", e))?;
-    idp.complete()
+        .map_err(|e| refused("rdma_resolve_addr", e))?;
+    complete(idp)
 }
 
 /// `rdma_resolve_addr`.
@@ -221,8 +183,8 @@ pub unsafe extern "C" fn scm_rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms:
         let idp = id_of(id)?;
         let r = idp.remote()?;
         r.cm.resolve_route(r.no, timeout_ms.max(0) as u32)
-            .map_err(|e| errno("rdma_resolve_route", e))?;
-        idp.complete()
+            .map_err(|e| refused("rdma_resolve_route", e))?;
+        complete(idp)
     })())
 }
 
@@ -232,7 +194,7 @@ fn listen(idp: &IdPriv, backlog: c_int) -> Result<(), c_int> {
     if !bound.is_empty() {
         for r in bound {
             r.cm.listen(r.no, backlog)
-                .map_err(|e| errno("rdma_listen", e))?;
+                .map_err(|e| refused("rdma_listen", e))?;
         }
         return Ok(());
     }
@@ -249,13 +211,13 @@ fn listen(idp: &IdPriv, backlog: c_int) -> Result<(), c_int> {
     }
     let mut at = wild;
     for dev in devs {
-        let r = idp.lib.attach(idp, &dev)?;
+        let r = id::attach(idp, &dev)?;
         let b =
             r.cm.bind(r.no, unspecified(at))
-                .map_err(|e| errno("rdma_listen", e))?;
+                .map_err(|e| refused("rdma_listen", e))?;
         at.set_port(b.addr.port());
         r.cm.listen(r.no, backlog)
-            .map_err(|e| errno("rdma_listen", e))?;
+            .map_err(|e| refused("rdma_listen", e))?;
     }
     sockaddr::write(&mut idp.raw().route.addr.src, at);
     Ok(())
@@ -334,9 +296,9 @@ pub unsafe extern "C" fn scm_rdma_connect(id: *mut rdma_cm_id, p: *mut rdma_conn
         idp.state().connecting = true;
         if let Err(e) = r.cm.connect(r.no, &conn_param(idp, p)) {
             idp.state().connecting = false;
-            return Err(errno("rdma_connect", e));
+            return Err(refused("rdma_connect", e));
         }
-        idp.complete()
+        complete(idp)
     })())
 }
 
@@ -355,16 +317,16 @@ pub unsafe extern "C" fn scm_rdma_accept(id: *mut rdma_cm_id, p: *mut rdma_conn_
         }
         let r = idp.remote()?;
         let cp = conn_param(idp, p);
-        crate::qp::ready(idp, cp.responder_resources, cp.initiator_depth)?;
+        qp::ready(idp, cp.responder_resources, cp.initiator_depth)?;
         idp.state().qp_ready = true;
         if let Err(e) = r.cm.accept(r.no, &cp) {
-            crate::qp::to_error(idp);
-            return Err(errno("rdma_accept", e));
+            qp::to_error(idp);
+            return Err(refused("rdma_accept", e));
         }
         if idp.raw().qp_type == IBV_QPT_UD {
             return Ok(());
         }
-        idp.complete()
+        complete(idp)
     })())
 }
 
@@ -375,7 +337,7 @@ fn with_remote(
 ) -> c_int {
     ret(id_of(id)
         .and_then(|idp| idp.remote())
-        .and_then(|r| f(&r).map_err(|e| errno(verb, e))))
+        .and_then(|r| f(&r).map_err(|e| refused(verb, e))))
 }
 
 /// `rdma_reject`.
@@ -405,11 +367,11 @@ pub unsafe extern "C" fn scm_rdma_reject(
 pub unsafe extern "C" fn scm_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     ret((|| {
         let idp = id_of(id)?;
-        crate::qp::to_error(idp);
+        qp::to_error(idp);
         let r = idp.remote()?;
         r.cm.disconnect(r.no)
-            .map_err(|e| errno("rdma_disconnect", e))?;
-        idp.complete()
+            .map_err(|e| refused("rdma_disconnect", e))?;
+        complete(idp)
     })())
 }
 
@@ -436,54 +398,6 @@ pub unsafe extern "C" fn scm_rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c
     with_remote(id, "rdma_notify", |r| r.cm.notify(r.no, event as u32))
 }
 
-/// Moves the ID's events to `chan` (NULL: a channel of its own, making
-/// the ID synchronous).
-pub fn migrate(idp: &IdPriv, chan: *mut rdma_event_channel) -> Result<(), c_int> {
-    let sync = chan.is_null();
-    if sync && idp.state().sync {
-        return Err(libc::EINVAL);
-    }
-    let new = if sync {
-        ChanPriv::create(idp.lib.clone())? as *mut rdma_event_channel
-    } else {
-        chan
-    };
-    // SAFETY: a channel of this library (made above or the caller's).
-    let nc = unsafe { ChanPriv::from_ptr(new) }.ok_or(libc::EINVAL)?;
-    let remote = idp.state().remote.clone();
-    let raw = idp.raw();
-    // SAFETY: the ID's channel, alive while the ID is.
-    let oc = unsafe { ChanPriv::from_ptr(raw.channel) }.filter(|c| !std::ptr::eq(*c, nc));
-    for r in &remote {
-        let moved = nc.on_device(&r.dev).and_then(|c| {
-            r.cm.migrate_id(r.no, c.token())
-                .map_err(|e| errno("rdma_migrate_id", e))
-        });
-        // the events the old channel has not handed out follow the ID
-        let moved = moved.and_then(|_| oc.map_or(Ok(()), |o| o.move_events(&r.dev, r.no, nc)));
-        if let Err(e) = moved {
-            if sync {
-                // SAFETY: the channel made above, used by nobody.
-                unsafe { crate::channel::destroy(new as *mut ChanPriv) };
-            }
-            return Err(e);
-        }
-    }
-    let old_sync = idp.state().sync;
-    if old_sync {
-        if !raw.event.is_null() {
-            // SAFETY: the event a synchronous call kept.
-            unsafe { crate::channel::ack(raw.event) };
-            raw.event = std::ptr::null_mut();
-        }
-        // SAFETY: the ID's own channel, nobody else's.
-        unsafe { crate::channel::destroy(raw.channel as *mut ChanPriv) };
-    }
-    raw.channel = new;
-    idp.state().sync = sync;
-    Ok(())
-}
-
 /// `rdma_migrate_id`.
 ///
 /// # Safety
@@ -493,7 +407,7 @@ pub unsafe extern "C" fn scm_rdma_migrate_id(
     id: *mut rdma_cm_id,
     chan: *mut rdma_event_channel,
 ) -> c_int {
-    ret(id_of(id).and_then(|idp| migrate(idp, chan)))
+    ret(id_of(id).and_then(|idp| channel::migrate(idp, chan)))
 }
 
 /// `rdma_set_option`: the options the kernel's RDMA CM takes. TOS (the
@@ -584,12 +498,10 @@ pub unsafe extern "C" fn scm_rdma_get_request(
         let raw = l.raw();
         if !raw.event.is_null() {
             // SAFETY: the event kept by the last call.
-            unsafe { crate::channel::ack(raw.event) };
+            unsafe { ack(raw.event) };
             raw.event = std::ptr::null_mut();
         }
-        // SAFETY: an ID's channel lives as long as the ID.
-        let chan = unsafe { ChanPriv::from_ptr(raw.channel) }.ok_or(libc::EINVAL)?;
-        let ev = chan.get_event()?;
+        let ev = deliver::get_event(channel::of_id(l).ok_or(libc::EINVAL)?)?;
         // SAFETY: the event just handed out.
         let e = unsafe { &*ev };
         if e.status != 0 || e.event != event::CONNECT_REQUEST {
@@ -604,7 +516,7 @@ pub unsafe extern "C" fn scm_rdma_get_request(
         if let Some((mut attr, pd)) = ep {
             // SAFETY: the new ID of the request.
             let new = unsafe { IdPriv::from_ptr(e.id) }.ok_or(libc::EINVAL)?;
-            if let Err(err) = crate::qp::create_qp(new, pd as *mut ibv_pd, &mut attr) {
+            if let Err(err) = qp::create_qp(new, pd as *mut ibv_pd, &mut attr) {
                 raw.event = ev;
                 return Err(err);
             }

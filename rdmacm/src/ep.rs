@@ -4,8 +4,9 @@
 //! ID gets one from `rdma_get_request`).
 
 use crate::abi::*;
-use crate::id::{self, IdPriv};
-use crate::{conn, fail};
+use crate::errno::fail;
+use crate::state::IdPriv;
+use crate::{conn, id, qp};
 use libc::c_int;
 
 /// How long an endpoint's address and route resolution may take.
@@ -30,7 +31,7 @@ pub unsafe extern "C" fn scm_rdma_create_ep(
     if out.is_null() {
         return fail(libc::EINVAL);
     }
-    let lib = id::global();
+    let lib = crate::global();
     let p = match id::create(
         lib,
         std::ptr::null_mut(),
@@ -66,7 +67,7 @@ pub unsafe extern "C" fn scm_rdma_create_ep(
             if rc == 0 {
                 if let Some(a) = attr.as_mut() {
                     a.qp_type = r.ai_qp_type;
-                    rc = crate::qp::scm_rdma_create_qp(cid, pd, a);
+                    rc = qp::scm_rdma_create_qp(cid, pd, a);
                 }
             }
             rc
@@ -77,7 +78,7 @@ pub unsafe extern "C" fn scm_rdma_create_ep(
             .raw_os_error()
             .unwrap_or(libc::EINVAL);
         // SAFETY: the ID just made, handed out to nobody.
-        unsafe { idp.lib.destroy_id(p) };
+        unsafe { id::destroy(p) };
         return fail(e);
     }
     // SAFETY: the caller's out-pointer.
@@ -97,11 +98,10 @@ pub unsafe extern "C" fn scm_rdma_destroy_ep(id: *mut rdma_cm_id) {
     };
     // SAFETY: the caller's ID, given up with its objects.
     unsafe {
-        crate::qp::scm_rdma_destroy_qp(id);
+        qp::scm_rdma_destroy_qp(id);
         if !idp.raw().srq.is_null() {
-            crate::qp::scm_rdma_destroy_srq(id);
+            qp::scm_rdma_destroy_srq(id);
         }
-        let lib = idp.lib.clone();
-        lib.destroy_id(id as *mut IdPriv);
+        id::destroy(id as *mut IdPriv);
     }
 }

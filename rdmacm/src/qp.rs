@@ -6,8 +6,8 @@
 
 use crate::abi::*;
 use crate::backend::{QpAttr, QpState};
-use crate::id::IdPriv;
-use crate::{complain, fail};
+use crate::errno::{complain, fail, refused};
+use crate::state::IdPriv;
 use libc::{c_int, c_void};
 
 fn id_of<'a>(id: *mut rdma_cm_id) -> Result<&'a IdPriv, c_int> {
@@ -31,10 +31,9 @@ pub fn qp_attr(idp: &IdPriv, state: c_int) -> Result<(ibv_qp_attr, c_int), c_int
         _ => return Err(libc::EINVAL),
     };
     let r = idp.remote()?;
-    let (a, mask) = r.cm.init_qp_attr(r.no, st).map_err(|e| {
-        complain("rdma_init_qp_attr", &e);
-        e.errno
-    })?;
+    let (a, mask) =
+        r.cm.init_qp_attr(r.no, st)
+            .map_err(|e| refused("rdma_init_qp_attr", e))?;
     let raw = idp.raw();
     let sgid_index = if raw.verbs.is_null() {
         None
@@ -393,7 +392,7 @@ pub unsafe extern "C" fn scm_rdma_destroy_srq(id: *mut rdma_cm_id) {
 /// `num` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn scm_rdma_get_devices(num: *mut c_int) -> *mut *mut ibv_context {
-    let ctxs = crate::id::global().verbs.contexts();
+    let ctxs = crate::global().verbs.contexts();
     // SAFETY: calloc of n + 1 pointers (all NULL).
     let list = unsafe { libc::calloc(ctxs.len() + 1, std::mem::size_of::<usize>()) }
         as *mut *mut ibv_context;

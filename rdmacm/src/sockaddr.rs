@@ -40,7 +40,7 @@ pub unsafe fn read(sa: *const sockaddr) -> Result<Option<SocketAddr>, c_int> {
             ))))
         }
         AF_IB => {
-            crate::complain("address", "AF_IB (InfiniBand addressing) is not supported");
+            crate::errno::complain("address", "AF_IB (InfiniBand addressing) is not supported");
             Err(libc::EAFNOSUPPORT)
         }
         _ => Err(libc::EAFNOSUPPORT),

@@ -4,7 +4,7 @@
 //! them, so that `ibv_create_ah` takes them as they are.
 
 use crate::abi::*;
-use crate::id::IdPriv;
+use crate::state::IdPriv;
 
 /// Sets the port and the source GID index of `ev.param.ud.ah_attr` (an
 /// event whose UD parameters are written) to those of `idp`'s device and

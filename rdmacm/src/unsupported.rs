@@ -2,7 +2,7 @@
 //! `r*` socket calls), multicast, ECE, and the extended QP/SRQ
 //! attributes.
 
-use crate::{complain, fail};
+use crate::errno::{complain, fail};
 use libc::{c_int, c_void};
 
 /// An rsocket call: -1 with errno ENOSYS.

@@ -107,7 +107,7 @@ fn load() -> Option<Syms> {
         )
     };
     if h.is_null() {
-        crate::complain("libibverbs", "libibverbs.so.1 cannot be loaded");
+        crate::errno::complain("libibverbs", "libibverbs.so.1 cannot be loaded");
         return None;
     }
     macro_rules! sym {
@@ -115,7 +115,7 @@ fn load() -> Option<Syms> {
             // SAFETY: dlvsym of C strings on a live handle.
             let p = unsafe { libc::dlvsym(h, $name.as_ptr(), $ver.as_ptr()) };
             if p.is_null() {
-                crate::complain("libibverbs", format!("{:?} not found", $name));
+                crate::errno::complain("libibverbs", format!("{:?} not found", $name));
                 return None;
             }
             // SAFETY: libibverbs' function of that name and version has

@@ -7,8 +7,10 @@
 use crate::abi::*;
 use crate::channel::*;
 use crate::conn::*;
+use crate::deliver::*;
 use crate::fake::{ev, Fake};
-use crate::id::{self, Lib};
+use crate::id;
+use crate::state::Lib;
 use libc::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};

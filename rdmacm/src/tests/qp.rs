@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::fake::{ev, Fake};
-use crate::id::{self, Lib};
+use crate::id;
+use crate::state::Lib;
 use libc::c_void;
 use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};
@@ -206,7 +207,7 @@ fn a_synchronous_listener_hands_out_requests_with_rdma_get_request() {
         let mut src = sa("192.0.2.2:7000");
         assert_eq!(scm_rdma_bind_addr(l, addr(&mut src)), 0);
         assert_eq!(scm_rdma_listen(l, 1), 0);
-        crate::id::IdPriv::from_ptr(l).unwrap().state().ep_attr = Some((qp_attrs(), 0));
+        crate::state::IdPriv::from_ptr(l).unwrap().state().ep_attr = Some((qp_attrs(), 0));
         let mut req = ev(60, event::CONNECT_REQUEST);
         req.listen_id = Some(1);
         Fake::send(&st, "t1", req);
