@@ -242,14 +242,10 @@ impl DeviceCm for FakeDev {
         Ok(match s {
             QpState::Rtr => (
                 QpAttr {
-                    ah: Some(softrnic::proto::AhMsg {
-                        dgid: [0; 16],
-                        dmac: [0; 6],
-                        traffic_class: 0,
-                        hop_limit: 64,
-                        flow_label: 0,
-                        vlan: None,
-                    }),
+                    ah: Some(softrnic::client::cm::AhAttr::new(
+                        softrnic::client::cm::Gid([0; 16]),
+                        softrnic::client::cm::EthernetAddress([0; 6]),
+                    )),
                     ..Default::default()
                 },
                 crate::abi::IBV_QP_AV as u32,

@@ -80,7 +80,7 @@ pub fn to_ibv(a: &QpAttr, state: c_int, port: u8, sgid_index: u8) -> ibv_qp_attr
     if let Some(ah) = &a.ah {
         q.ah_attr.is_global = 1;
         q.ah_attr.port_num = q.port_num;
-        q.ah_attr.grh.dgid.raw = ah.dgid;
+        q.ah_attr.grh.dgid.raw = ah.dgid.0;
         q.ah_attr.grh.sgid_index = sgid_index;
         q.ah_attr.grh.hop_limit = ah.hop_limit;
         q.ah_attr.grh.traffic_class = ah.traffic_class;

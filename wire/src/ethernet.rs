@@ -6,6 +6,7 @@ use core::fmt;
 
 /// A MAC address.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct EthernetAddress(pub [u8; 6]);
 
 impl EthernetAddress {
@@ -69,10 +70,12 @@ pub mod ethertype {
 
 /// An 802.1Q tag: priority code point, drop-eligible indicator, VLAN id.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct VlanTag {
     /// Priority code point (0-7), the 802.1p priority; PFC pauses per PCP.
     pub pcp: u8,
     /// Drop eligible indicator.
+    #[cfg_attr(feature = "serde", serde(default))]
     pub dei: bool,
     /// VLAN identifier (12 bits).
     pub vid: u16,

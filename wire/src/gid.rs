@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// A 128-bit GID in network byte order; in RoCEv2 the IPv6 (or IPv4-mapped)
 /// address of a port.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {

@@ -2,7 +2,7 @@
 //! model: a request per verb, events on a channel descriptor) and the
 //! events themselves, as the client library hands them out.
 
-use super::{QpAttrMsg, QpStateMsg};
+use nic::verbs::{QpAttr, QpState};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -201,7 +201,7 @@ pub enum CmRequest {
     },
     InitQpAttr {
         id: CmIdNo,
-        state: QpStateMsg,
+        state: QpState,
     },
     Establish {
         id: CmIdNo,
@@ -233,7 +233,7 @@ pub enum CmResponse {
     Info(IdInfo),
     /// The attributes for `ibv_modify_qp` and their `ibv_qp_attr_mask`.
     QpAttr {
-        attr: QpAttrMsg,
+        attr: QpAttr,
         mask: u32,
     },
     /// How many events were reported on the ID (`destroy_id`,

@@ -1,120 +1,12 @@
-//! The one conversion between control-protocol messages and the verbs
-//! types they carry: `From` for what the daemon or client sends, and
-//! `TryFrom` (with a [`ConvertError`]) for what arrives from the other
-//! side and must be validated first. A message field either maps onto a
-//! verbs field here or is refused here; nothing else in the crate copies
-//! fields between the two.
+//! The conversions between control-protocol messages and the device's
+//! types where the two differ. QP attributes, address vectors and QP
+//! states travel as the verbs types themselves (`nic`'s `serde` feature);
+//! what arrives is checked by its receiver (`AhAttr::check`).
 
-use super::{AhMsg, AsyncEventMsg, PortInfo, QpAttrMsg, QpKind, QpStateMsg, VlanMsg};
+use super::{AsyncEventMsg, PortInfo, QpKind};
 use nic::device::PortAttr;
 use nic::verbs::AsyncEvent;
-use nic::verbs::{AhAttr, QpAttr, QpState, QpType};
-use wire::VlanTag;
-
-/// Why a message's value cannot become a verbs value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ConvertError {
-    /// IPv6 flow labels have 20 bits (RFC 8200).
-    #[error("flow label {0:#x} does not fit in 20 bits")]
-    FlowLabel(u32),
-    /// IEEE 802.1Q 9.6: PCP 0..=7; VID 0..=4094 (4095 is reserved).
-    #[error("VLAN pcp {pcp} vid {vid}: pcp 0..=7, vid 0..=4094")]
-    Vlan {
-        /// The priority asked for.
-        pcp: u8,
-        /// The VLAN ID asked for.
-        vid: u16,
-    },
-}
-
-impl From<VlanTag> for VlanMsg {
-    fn from(v: VlanTag) -> VlanMsg {
-        VlanMsg {
-            pcp: v.pcp,
-            dei: v.dei,
-            vid: v.vid,
-        }
-    }
-}
-
-impl TryFrom<VlanMsg> for VlanTag {
-    type Error = ConvertError;
-
-    fn try_from(v: VlanMsg) -> Result<VlanTag, ConvertError> {
-        if v.pcp > 7 || v.vid > 4094 {
-            return Err(ConvertError::Vlan {
-                pcp: v.pcp,
-                vid: v.vid,
-            });
-        }
-        Ok(VlanTag {
-            pcp: v.pcp,
-            dei: v.dei,
-            vid: v.vid,
-        })
-    }
-}
-
-impl From<&AhAttr> for AhMsg {
-    fn from(ah: &AhAttr) -> AhMsg {
-        AhMsg {
-            dgid: ah.dgid.0,
-            dmac: ah.dmac.0,
-            traffic_class: ah.traffic_class,
-            hop_limit: ah.hop_limit,
-            flow_label: ah.flow_label,
-            vlan: ah.vlan.map(VlanMsg::from),
-        }
-    }
-}
-
-impl TryFrom<&AhMsg> for AhAttr {
-    type Error = ConvertError;
-
-    /// Validates and converts (flow label: 20 bits; VLAN: PCP 0..=7, VID
-    /// 0..=4094).
-    fn try_from(m: &AhMsg) -> Result<AhAttr, ConvertError> {
-        if m.flow_label > 0xf_ffff {
-            return Err(ConvertError::FlowLabel(m.flow_label));
-        }
-        Ok(AhAttr {
-            dgid: wire::Gid(m.dgid),
-            dmac: wire::EthernetAddress(m.dmac),
-            traffic_class: m.traffic_class,
-            hop_limit: m.hop_limit,
-            flow_label: m.flow_label,
-            vlan: m.vlan.map(VlanTag::try_from).transpose()?,
-        })
-    }
-}
-
-impl From<QpState> for QpStateMsg {
-    fn from(s: QpState) -> QpStateMsg {
-        match s {
-            QpState::Reset => QpStateMsg::Reset,
-            QpState::Init => QpStateMsg::Init,
-            QpState::Rtr => QpStateMsg::Rtr,
-            QpState::Rts => QpStateMsg::Rts,
-            QpState::Sqd => QpStateMsg::Sqd,
-            QpState::Sqe => QpStateMsg::Sqe,
-            QpState::Err => QpStateMsg::Err,
-        }
-    }
-}
-
-impl From<QpStateMsg> for QpState {
-    fn from(s: QpStateMsg) -> QpState {
-        match s {
-            QpStateMsg::Reset => QpState::Reset,
-            QpStateMsg::Init => QpState::Init,
-            QpStateMsg::Rtr => QpState::Rtr,
-            QpStateMsg::Rts => QpState::Rts,
-            QpStateMsg::Sqd => QpState::Sqd,
-            QpStateMsg::Sqe => QpState::Sqe,
-            QpStateMsg::Err => QpState::Err,
-        }
-    }
-}
+use nic::verbs::QpType;
 
 impl From<QpKind> for QpType {
     fn from(k: QpKind) -> QpType {
@@ -123,56 +15,6 @@ impl From<QpKind> for QpType {
             QpKind::Uc => QpType::Uc,
             QpKind::Ud => QpType::Ud,
         }
-    }
-}
-
-impl From<&QpAttr> for QpAttrMsg {
-    fn from(a: &QpAttr) -> QpAttrMsg {
-        QpAttrMsg {
-            state: a.state.map(QpStateMsg::from),
-            pkey_index: a.pkey_index,
-            port: a.port,
-            access_flags: a.access_flags,
-            qkey: a.qkey,
-            ah: a.ah.as_ref().map(AhMsg::from),
-            path_mtu: a.path_mtu,
-            dest_qpn: a.dest_qpn,
-            rq_psn: a.rq_psn,
-            max_dest_rd_atomic: a.max_dest_rd_atomic,
-            min_rnr_timer: a.min_rnr_timer,
-            sq_psn: a.sq_psn,
-            timeout: a.timeout,
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-            max_rd_atomic: a.max_rd_atomic,
-        }
-    }
-}
-
-impl TryFrom<&QpAttrMsg> for QpAttr {
-    type Error = ConvertError;
-
-    /// Validates each value and converts; the transport's `modify_qp`
-    /// validates the combination.
-    fn try_from(m: &QpAttrMsg) -> Result<QpAttr, ConvertError> {
-        Ok(QpAttr {
-            state: m.state.map(QpState::from),
-            pkey_index: m.pkey_index,
-            port: m.port,
-            access_flags: m.access_flags,
-            qkey: m.qkey,
-            ah: m.ah.as_ref().map(AhAttr::try_from).transpose()?,
-            path_mtu: m.path_mtu,
-            dest_qpn: m.dest_qpn,
-            rq_psn: m.rq_psn,
-            max_dest_rd_atomic: m.max_dest_rd_atomic,
-            min_rnr_timer: m.min_rnr_timer,
-            sq_psn: m.sq_psn,
-            timeout: m.timeout,
-            retry_cnt: m.retry_cnt,
-            rnr_retry: m.rnr_retry,
-            max_rd_atomic: m.max_rd_atomic,
-        })
     }
 }
 
@@ -236,6 +78,7 @@ impl AsyncEventMsg {
 mod tests {
     use super::*;
     use crate::proto::{RespMsg, Response};
+    use nic::verbs::{AhAttr, AhError, QpAttr, QpState};
 
     #[test]
     fn event_kinds_this_build_does_not_know_parse_as_unknown() {
@@ -309,39 +152,40 @@ mod tests {
             dei: false,
             vid: 100,
         });
-        let json = serde_json::to_string(&AhMsg::from(&ah)).unwrap();
-        let back: AhMsg = serde_json::from_str(&json).unwrap();
-        assert_eq!(AhAttr::try_from(&back).unwrap(), ah);
-        // a client that knows no VLAN field: untagged
+        let json = serde_json::to_string(&ah).unwrap();
+        // the wire form: the GID and MAC as byte arrays, the tag's fields
+        assert!(
+            json.starts_with(r#"{"dgid":[7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7],"dmac":[2,0,0,0,0,9],"#)
+        );
+        let back: AhAttr = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, ah);
+        assert_eq!(back.check(), Ok(()));
+        // a client that knows no VLAN field: untagged; no DEI: false
         let old = json.replace(r#","vlan":{"pcp":3,"dei":false,"vid":100}"#, "");
         assert_ne!(old, json);
-        let m: AhMsg = serde_json::from_str(&old).unwrap();
-        assert_eq!(AhAttr::try_from(&m).unwrap().vlan, None);
+        assert_eq!(serde_json::from_str::<AhAttr>(&old).unwrap().vlan, None);
+        let no_dei = json.replace(r#""dei":false,"#, "");
+        assert_eq!(serde_json::from_str::<AhAttr>(&no_dei).unwrap(), ah);
         for (pcp, vid) in [(8, 1), (0, 4095), (255, 0xFFFF)] {
             let mut m = back;
-            m.vlan = Some(VlanMsg {
+            m.vlan = Some(wire::VlanTag {
                 pcp,
                 dei: false,
                 vid,
             });
             assert_eq!(
-                AhAttr::try_from(&m),
-                Err(ConvertError::Vlan { pcp, vid }),
+                m.check(),
+                Err(AhError::Vlan { pcp, vid }),
                 "pcp {pcp} vid {vid}"
             );
         }
-        // and in a QP's path (modify_qp), both ways
+        // and in a QP's path (modify_qp)
         let a = QpAttr {
             ah: Some(ah),
             ..Default::default()
         };
-        let m = QpAttrMsg::from(&a);
-        assert_eq!(m.ah.unwrap().vlan.unwrap().vid, 100);
-        let back = QpAttr::try_from(&m).unwrap();
+        let back: QpAttr = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
         assert_eq!(back.ah, Some(ah));
-        let mut bad = m;
-        bad.ah.as_mut().unwrap().vlan.as_mut().unwrap().vid = 4095;
-        assert!(QpAttr::try_from(&bad).is_err());
     }
 
     #[test]
@@ -369,23 +213,24 @@ mod tests {
             rnr_retry: Some(7),
             max_rd_atomic: Some(4),
         };
-        let json = serde_json::to_string(&QpAttrMsg::from(&a)).unwrap();
+        let json = serde_json::to_string(&a).unwrap();
         assert!(json.contains(r#""state":"rtr""#), "{json}");
-        let m: QpAttrMsg = serde_json::from_str(&json).unwrap();
         // QpAttr has no PartialEq: compare what it shows
-        let back = QpAttr::try_from(&m).unwrap();
+        let back: QpAttr = serde_json::from_str(&json).unwrap();
         assert_eq!(format!("{back:?}"), format!("{a:?}"));
+        // absent fields are not in the mask
+        let empty: QpAttr = serde_json::from_str("{}").unwrap();
+        assert_eq!(format!("{empty:?}"), format!("{:?}", QpAttr::default()));
         // a state that does not exist is a malformed message
-        assert!(serde_json::from_str::<QpAttrMsg>(r#"{"state":"bogus"}"#).is_err());
-        // a flow label beyond 20 bits is refused, not masked
-        let mut m = m;
-        m.ah.as_mut().unwrap().flow_label = 0x10_0000;
-        assert_eq!(
-            QpAttr::try_from(&m).err(),
-            Some(ConvertError::FlowLabel(0x10_0000))
-        );
+        assert!(serde_json::from_str::<QpAttr>(r#"{"state":"bogus"}"#).is_err());
         for s in QpState::ALL {
-            assert_eq!(QpState::from(QpStateMsg::from(s)), s);
+            let j = serde_json::to_string(&s).unwrap();
+            assert_eq!(j, format!("\"{}\"", format!("{s:?}").to_lowercase()));
+            assert_eq!(serde_json::from_str::<QpState>(&j).unwrap(), s);
         }
+        // a flow label beyond 20 bits is refused, not masked
+        let mut bad = ah;
+        bad.flow_label = 0x10_0000;
+        assert_eq!(bad.check(), Err(AhError::FlowLabel(0x10_0000)));
     }
 }

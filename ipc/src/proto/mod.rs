@@ -6,12 +6,11 @@
 //! types, oversize messages and missing descriptors are refused with an
 //! `Error` response; nothing a client sends can make the daemon panic.
 
+use nic::verbs::{AhAttr, QpAttr, QpState};
 use serde::{Deserialize, Serialize};
 
 pub mod cm;
 mod convert;
-
-pub use convert::ConvertError;
 
 pub const VERSION: u32 = 1;
 
@@ -126,7 +125,7 @@ pub enum Request {
     },
     ModifyQp {
         qpn: u32,
-        attr: QpAttrMsg,
+        attr: QpAttr,
     },
     QueryQp {
         qpn: u32,
@@ -137,7 +136,7 @@ pub enum Request {
     /// An address handle for UD sends (`ibv_create_ah`).
     CreateAh {
         pd: u32,
-        attr: AhMsg,
+        attr: AhAttr,
     },
     DestroyAh {
         ah: u32,
@@ -224,7 +223,7 @@ pub enum Response {
     },
     QpInfo {
         qpn: u32,
-        state: QpStateMsg,
+        state: QpState,
         dest_qpn: u32,
         mtu: u32,
         sq_psn: u32,
@@ -356,63 +355,6 @@ pub enum AsyncEventMsg {
     /// it, so adding a kind never breaks an older client's event list.
     #[serde(other)]
     Unknown,
-}
-
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default)]
-pub struct AhMsg {
-    pub dgid: [u8; 16],
-    pub dmac: [u8; 6],
-    pub traffic_class: u8,
-    pub hop_limit: u8,
-    pub flow_label: u32,
-    /// The 802.1Q tag to send with (absent: untagged).
-    #[serde(default)]
-    pub vlan: Option<VlanMsg>,
-}
-
-/// An 802.1Q tag: priority (PCP, 3 bits), drop eligible, VLAN ID (12 bits;
-/// 0 tags priority only, 4095 is reserved, IEEE 802.1Q 9.6).
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct VlanMsg {
-    pub pcp: u8,
-    #[serde(default)]
-    pub dei: bool,
-    pub vid: u16,
-}
-
-/// `QpAttr` on the wire (the path's VLAN tag travels in its `ah`).
-#[derive(Serialize, Deserialize, Debug, Clone, Default)]
-pub struct QpAttrMsg {
-    pub state: Option<QpStateMsg>,
-    pub pkey_index: Option<u16>,
-    pub port: Option<u8>,
-    pub access_flags: Option<u32>,
-    pub qkey: Option<u32>,
-    pub ah: Option<AhMsg>,
-    pub path_mtu: Option<u32>,
-    pub dest_qpn: Option<u32>,
-    pub rq_psn: Option<u32>,
-    pub max_dest_rd_atomic: Option<u8>,
-    pub min_rnr_timer: Option<u8>,
-    pub sq_psn: Option<u32>,
-    pub timeout: Option<u8>,
-    pub retry_cnt: Option<u8>,
-    pub rnr_retry: Option<u8>,
-    pub max_rd_atomic: Option<u8>,
-}
-
-/// A QP state on the wire (`"reset"`, `"init"`, `"rtr"`, `"rts"`,
-/// `"sqd"`, `"sqe"`, `"err"`); any other name is a malformed message.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum QpStateMsg {
-    Reset,
-    Init,
-    Rtr,
-    Rts,
-    Sqd,
-    Sqe,
-    Err,
 }
 
 /// The message as JSON bytes.

@@ -19,5 +19,6 @@ pub use qp::{check_modify, ModifyError, QpAttr, QpState, MTUS};
 pub use srq::Srq;
 pub use wire::QpType;
 pub use wr::{
-    AhAttr, RecvWr, SendFlags, SendOp, SendWr, Sge, Sgl, UdDest, Wc, WcOpcode, WcStatus, MAX_SGE,
+    AhAttr, AhError, RecvWr, SendFlags, SendOp, SendWr, Sge, Sgl, UdDest, Wc, WcOpcode, WcStatus,
+    MAX_SGE,
 };

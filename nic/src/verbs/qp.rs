@@ -12,8 +12,11 @@ pub const MAX_RD_ATOMIC: u8 = 128;
 use super::wr::AhAttr;
 use wire::QpType;
 
-/// QP states.
+/// QP states (in the control protocol: `"reset"`, `"init"`, `"rtr"`,
+/// `"rts"`, `"sqd"`, `"sqe"`, `"err"`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum QpState {
     Reset,
     Init,
@@ -41,7 +44,11 @@ impl QpState {
 pub const MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 
 /// Attributes of `modify_qp`; `None` means "not in the attribute mask".
+/// The one declaration from the verbs layer to the control protocol
+/// (which carries it as JSON, absent fields `None`); the C API and the
+/// drop-in convert their own structures to it at their edge.
 #[derive(Clone, Copy, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QpAttr {
     pub state: Option<QpState>,
     pub pkey_index: Option<u16>,

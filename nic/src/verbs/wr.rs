@@ -161,6 +161,7 @@ pub struct UdDest {
 
 /// Address vector: how to reach a peer on Ethernet (RoCEv2: IP + MAC).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AhAttr {
     pub dgid: Gid,
     pub dmac: wire::EthernetAddress,
@@ -184,6 +185,32 @@ impl AhAttr {
             vlan: None,
         }
     }
+
+    /// Whether each value is one the wire can carry: what arrives from
+    /// another process is checked with this before it is used.
+    pub fn check(&self) -> Result<(), AhError> {
+        // RFC 8200: IPv6 flow labels have 20 bits.
+        if self.flow_label > 0xf_ffff {
+            return Err(AhError::FlowLabel(self.flow_label));
+        }
+        // IEEE 802.1Q 9.6: PCP 0..=7; VID 0..=4094 (4095 is reserved).
+        match self.vlan {
+            Some(v) if v.pcp > 7 || v.vid > 4094 => Err(AhError::Vlan {
+                pcp: v.pcp,
+                vid: v.vid,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why an address vector cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AhError {
+    #[error("flow label {0:#x} does not fit in 20 bits")]
+    FlowLabel(u32),
+    #[error("VLAN pcp {pcp} vid {vid}: pcp 0..=7, vid 0..=4094")]
+    Vlan { pcp: u8, vid: u16 },
 }
 
 /// A send work request.

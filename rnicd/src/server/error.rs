@@ -2,8 +2,8 @@
 //! message (`Response::Error`); nothing a client sends is an error of the
 //! daemon itself.
 
-use ipc::proto::ConvertError;
 use nic::engine::EngineError;
+use nic::verbs::AhError;
 use nic::verbs::VerbsError;
 use std::fmt;
 
@@ -125,9 +125,9 @@ pub enum RequestError {
     /// The device has one port, 1.
     #[error("no port {0} (the device has one port: 1)")]
     NoPort(u8),
-    /// A value of the message cannot become a verbs value.
+    /// An address vector the wire cannot carry.
     #[error(transparent)]
-    Convert(#[from] ConvertError),
+    Ah(#[from] AhError),
     /// The transport refused the verb.
     #[error(transparent)]
     Verbs(#[from] VerbsError),

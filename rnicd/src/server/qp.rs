@@ -4,7 +4,7 @@
 use super::registry::{destroy_qps, with_owned, OwnedQp};
 use super::{ok, Attach, Object, Reply, RequestError, Shared, MAX_QP_WR};
 use crate::dataplane::{Ah, QpRings};
-use ipc::proto::{AhMsg, QpAttrMsg, QpInitAttr, QpKind, Response};
+use ipc::proto::{QpInitAttr, QpKind, Response};
 use ipc::ring::{self, Ring, WQE_SIZE};
 use ipc::shm::Mapping;
 use nic::transport::QpInit;
@@ -142,10 +142,13 @@ pub(super) fn modify_qp(
     sh: &Shared,
     id: u64,
     qpn: u32,
-    attr: &QpAttrMsg,
+    attr: &QpAttr,
 ) -> Result<Reply, RequestError> {
     check_qp(sh, id, qpn)?;
-    let a = QpAttr::try_from(attr)?;
+    if let Some(ah) = &attr.ah {
+        ah.check()?;
+    }
+    let a = *attr;
     let dp = sh.dp.clone();
     super::call(sh, move |r| {
         r.modify_qp(qpn, &a)?;
@@ -192,9 +195,10 @@ pub(super) fn create_ah(
     sh: &Shared,
     id: u64,
     pd: u32,
-    attr: &AhMsg,
+    attr: &AhAttr,
 ) -> Result<Reply, RequestError> {
-    let attr = AhAttr::try_from(attr)?;
+    attr.check()?;
+    let attr = *attr;
     let mut r = sh.reg.lock().expect("registry");
     if !r.clients.get(&id).is_some_and(|o| o.pds.contains(&pd)) {
         return Err(RequestError::NotFound(Object::Pd(pd)));

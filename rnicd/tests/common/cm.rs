@@ -118,9 +118,8 @@ impl Side {
 
     /// Moves the QP to `state` with the CM's attributes; returns them.
     pub fn move_qp(&self, id: CmIdNo, state: QpState) -> QpAttr {
-        let (a, mask) = self.cm.init_qp_attr(id, state).unwrap();
+        let (attr, mask) = self.cm.init_qp_attr(id, state).unwrap();
         assert_ne!(mask, 0);
-        let attr = QpAttr::try_from(&a).unwrap();
         self.qp.modify(&attr).unwrap();
         attr
     }

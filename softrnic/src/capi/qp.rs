@@ -178,18 +178,10 @@ pub unsafe extern "C" fn srnic_create_ah(
     let (Some(p), Some(a)) = (unsafe { pd.as_ref() }, unsafe { attr.as_ref() }) else {
         return std::ptr::null_mut();
     };
-    let msg = crate::proto::AhMsg {
-        dgid: a.dgid,
-        dmac: a.dmac,
-        traffic_class: a.traffic_class,
-        hop_limit: a.hop_limit,
-        flow_label: a.flow_label,
-        // the C struct has no VLAN tag
-        vlan: None,
-    };
-    let Ok(ah) = AhAttr::try_from(&msg) else {
+    let ah = AhAttr::from(a);
+    if ah.check().is_err() {
         return std::ptr::null_mut();
-    };
+    }
     guard(std::ptr::null_mut(), || {
         boxed(p.pd.create_ah(&ah).ok().map(|ah| SrnicAh { ah }))
     })

@@ -59,6 +59,21 @@ pub struct SrnicAhAttr {
     pub flow_label: u32,
 }
 
+/// The C structure at the API's edge: the verbs layer's address vector
+/// (the C struct has no VLAN tag).
+impl From<&SrnicAhAttr> for nic::verbs::AhAttr {
+    fn from(a: &SrnicAhAttr) -> Self {
+        nic::verbs::AhAttr {
+            dgid: wire::Gid(a.dgid),
+            dmac: wire::EthernetAddress(a.dmac),
+            traffic_class: a.traffic_class,
+            hop_limit: a.hop_limit,
+            flow_label: a.flow_label,
+            vlan: None,
+        }
+    }
+}
+
 /// `srnic_wc` plus the UD fields (`srnic_poll_cq_ex`).
 #[repr(C)]
 pub struct SrnicWcEx {

@@ -18,12 +18,13 @@ pub use crate::proto::cm::{
 };
 use crate::proto::cm::{CmRequest, CmResponse};
 use crate::proto::{self, ReqMsg, Request, RespMsg, Response};
-pub use crate::proto::{QpAttrMsg as QpAttr, QpStateMsg as QpState};
 use crate::shm::SeqPacket;
+pub use nic::verbs::{AhAttr, QpAttr, QpState};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Mutex;
+pub use wire::{EthernetAddress, Gid};
 
 /// The control socket of the device (in [`super::sock_dir`]) whose
 /// address is `ip`: where a CM ID bound to `ip` lives.

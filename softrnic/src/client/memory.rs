@@ -299,7 +299,7 @@ impl Pd {
     pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
         let req = Request::CreateAh {
             pd: self.handle,
-            attr: AhMsg::from(attr),
+            attr: *attr,
         };
         match self.ctx.request(req, None)?.0 {
             Response::Ah { ah } => Ok(Ah {

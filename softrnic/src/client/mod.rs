@@ -22,7 +22,7 @@ pub use device::*;
 pub use memory::*;
 pub use qp::*;
 
-use crate::proto::{self, AhMsg, QpAttrMsg, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
+use crate::proto::{self, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
 use crate::ring::{self, CqeRaw, Ring, WqeRaw, CQE_SIZE, WQE_SIZE};
 use crate::shm::{Mapping, SeqPacket};
 use nic::verbs::{access, AhAttr, MwType, QpAttr, QpState, RecvWr, SendWr, Wc};

@@ -154,7 +154,7 @@ impl Qp {
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         self.ctx.simple(Request::ModifyQp {
             qpn: self.qpn,
-            attr: QpAttrMsg::from(attr),
+            attr: *attr,
         })
     }
 

@@ -13,8 +13,9 @@ use ipc::proto::cm::{
     qp_mask, Bound, CmEventKind, CmIdNo, CmQpType, CmRequest, CmResponse, ConnParam, IdInfo,
     PortSpace,
 };
-use ipc::proto::{AhMsg, QpAttrMsg, QpKind, QpStateMsg, Response};
+use ipc::proto::{QpKind, Response};
 use nic::cm::{AcceptParams, CmAddr, ConnectParams, RejectReason};
+use nic::verbs::{AhAttr, QpAttr, QpState};
 use service::{CmService, Id};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -225,7 +226,7 @@ fn request(
             let i = id_mut(s, owner, id)?;
             let (attr, mask) = init_qp_attr(i, state, mtu)?;
             // the active side asks for RTS after RTR: its QP receives now
-            if state == QpStateMsg::Rts {
+            if state == QpState::Rts {
                 s.release_rtu(id);
             }
             Ok((CmResponse::QpAttr { attr, mask }, None))
@@ -569,14 +570,14 @@ fn bind(
 
 /// The attributes that move the ID's QP to `state`, as the kernel's
 /// `rdma_init_qp_attr` gives them, with their `ibv_qp_attr_mask`.
-fn init_qp_attr(i: &Id, state: QpStateMsg, mtu: u32) -> Result<(QpAttrMsg, u32), CmRequestError> {
-    let mut a = QpAttrMsg {
+fn init_qp_attr(i: &Id, state: QpState, mtu: u32) -> Result<(QpAttr, u32), CmRequestError> {
+    let mut a = QpAttr {
         state: Some(state),
         ..Default::default()
     };
     let mut mask = qp_mask::STATE;
     match state {
-        QpStateMsg::Init => {
+        QpState::Init => {
             a.pkey_index = Some(0);
             a.port = Some(1);
             // IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ |
@@ -589,7 +590,7 @@ fn init_qp_attr(i: &Id, state: QpStateMsg, mtu: u32) -> Result<(QpAttrMsg, u32),
                 mask = qp_mask::STATE | qp_mask::PKEY_INDEX | qp_mask::PORT | qp_mask::QKEY;
             }
         }
-        QpStateMsg::Rtr => {
+        QpState::Rtr => {
             if i.qp_type == CmQpType::Ud {
                 return Ok((a, mask));
             }
@@ -599,14 +600,7 @@ fn init_qp_attr(i: &Id, state: QpStateMsg, mtu: u32) -> Result<(QpAttrMsg, u32),
             if i.conn.is_none() || i.remote_qpn == 0 {
                 return Err(CmRequestError::WrongState);
             }
-            a.ah = Some(AhMsg {
-                dgid: Gid::from_ip(dst.ip()).0,
-                dmac: mac.0,
-                traffic_class: 0,
-                hop_limit: 64,
-                flow_label: 0,
-                vlan: None,
-            });
+            a.ah = Some(AhAttr::new(Gid::from_ip(dst.ip()), mac));
             a.path_mtu = Some(mtu);
             a.dest_qpn = Some(i.remote_qpn);
             a.rq_psn = Some(i.rq_psn);
@@ -619,7 +613,7 @@ fn init_qp_attr(i: &Id, state: QpStateMsg, mtu: u32) -> Result<(QpAttrMsg, u32),
                 | qp_mask::MAX_DEST_RD_ATOMIC
                 | qp_mask::MIN_RNR_TIMER;
         }
-        QpStateMsg::Rts => {
+        QpState::Rts => {
             a.sq_psn = Some(i.sq_psn);
             mask |= qp_mask::SQ_PSN;
             if i.qp_type == CmQpType::Rc {
