@@ -61,9 +61,11 @@ impl Interface {
         })
     }
 
-    /// Whether the interface is up with carrier now ([`link_flags_up`]);
-    /// an interface that vanished counts as down. Never `None`: the
-    /// answer of a port on an interface to `Port::link_up`.
+    /// Whether the interface is up with carrier now, as rxe judges its
+    /// port (`netif_running` and `netif_carrier_ok`: IFF_UP, and the
+    /// driver's link or else IFF_RUNNING); an interface that vanished
+    /// counts as down. Never `None`: the answer of a port on an interface
+    /// to [`Port::link_up`](super::Port::link_up).
     pub fn link_up(&self) -> Option<bool> {
         Some(link_flags_up(self.ctl.as_raw_fd(), &self.name).unwrap_or(false))
     }
