@@ -4,7 +4,7 @@
 //! write the warm-up frames of every test to a pcap, and check that pcap.
 
 use crate::loopback::{Loopback, LOOPBACK_NOTE};
-use crate::perf::loopback::run_sizes;
+use crate::perf::local::run_sizes;
 use crate::perf::{title, Mode, Settings, Verb};
 use crate::progress::Progress;
 use crate::{report, say, stats, CliError};

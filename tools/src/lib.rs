@@ -7,15 +7,14 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | commands | [`demo`], [`perfcmd`], [`devperf`] (`rnic perf --dev`), [`pingpong`], [`pcapcmd`], [`stats`], [`exec`] |
+//! | commands | [`demo`], [`perf`]'s command (`rnic perf`: [`perf::run`]; on the in-process loopback [`perf::local`], on a real interface [`perf::dev`], which also holds `rnic memcheck`), [`pingpong`], [`pcapcmd`], [`stats`], [`exec`] |
 //! | views | [`view`] (the devices in `/sys/class` and `/dev`, and the table the netlink shim answers RDMA netlink from, for `rnic exec`) |
-//! | runs | [`netdev`] (an RNIC on a real interface), [`report`], [`perf`] (perftest's vocabulary and the loopback measurements), [`loopback`] (two RNICs in this process), [`oob`] (the TCP exchange) |
+//! | runs | [`netdev`] (an RNIC on a real interface), [`report`], [`perf`]'s vocabulary (the settings and results of a run, and [`perf::request`], which the reports and `pingpong` share), [`loopback`] (two RNICs in this process), [`oob`] (the TCP exchange) |
 //! | QP bring-up | [`qp`] |
 //! | captures | [`check`], [`capture`] (the `conform` crate's) |
 //! | plumbing | [`progress`], [`out`], [`error`] |
 
 pub mod demo;
-pub mod devperf;
 pub mod error;
 pub mod exec;
 pub mod loopback;
@@ -24,7 +23,6 @@ pub mod oob;
 pub mod out;
 pub mod pcapcmd;
 pub mod perf;
-pub mod perfcmd;
 pub mod pingpong;
 pub mod progress;
 pub mod qp;

@@ -586,7 +586,7 @@ fn main() {
             "-i {}: a soft RNIC has one port, port 1",
             a.ib_port
         ))),
-        Cmd::Perf(a) => tools::perfcmd::run(&PerfRequest {
+        Cmd::Perf(a) => tools::perf::run(&PerfRequest {
             verb: Some(a.verb),
             mode: Some(a.mode),
             peer: a.peer,
@@ -622,7 +622,7 @@ fn main() {
             no_view,
             argv,
         } => tools::exec::run(sock_dir.as_deref(), !no_view, &argv),
-        Cmd::Memcheck { ours, theirs } => tools::devperf::memcheck::check(&ours, &theirs)
+        Cmd::Memcheck { ours, theirs } => tools::perf::dev::memcheck::check(&ours, &theirs)
             .and_then(|text| tools::say(&format!("{text}\n"))),
         Cmd::Pingpong(a) => pingpong(a),
         Cmd::Pcap { cmd } => match cmd {

@@ -3,7 +3,7 @@
 //! by default), the client connects — retrying while the server is not
 //! listening yet, for a few seconds — and both then exchange what their
 //! QPs need: fixed-size records in both cases (perftest's for `rnic perf`,
-//! see `devperf::exchange`; the pingpong examples' for `rnic pingpong`),
+//! see `perf::dev::exchange`; the pingpong examples' for `rnic pingpong`),
 //! and text lines between two `rnic perf` sides.
 
 use crate::CliError;

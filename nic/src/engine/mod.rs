@@ -203,8 +203,10 @@ impl Shared {
     }
 }
 
-/// The bell of a new engine thread (None, and the old park/unpark, if the
-/// kernel gives no eventfd).
+/// The bell of a new engine thread; None if the kernel gives no eventfd:
+/// the thread then waits in [`Port::wait`] (a group thread in
+/// `std::thread::park_timeout`), which the unpark of [`Shared::wake`] ends
+/// early only where that wait parks the thread.
 fn new_bell() -> Option<Arc<Bell>> {
     Bell::new().ok().map(Arc::new)
 }

@@ -3,7 +3,7 @@
 //! [`super::impair::Impaired`] to drop, reorder, duplicate, corrupt or
 //! CE-mark what it sends.
 
-use super::{Bell, FrameBatch, Port, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
+use super::{Bell, FrameBatch, Port, PortBase, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
 use crossbeam::queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -166,10 +166,7 @@ pub struct MemPort {
     tx: Arc<Lane>,
     rx: Arc<Lane>,
     link: MemLink,
-    mac: EthernetAddress,
-    mtu: usize,
-    speed: u64,
-    counters: PortCounters,
+    base: PortBase,
 }
 
 /// Two ports joined back to back; `depth` frames may be in flight each way.
@@ -181,17 +178,14 @@ pub fn pair(macs: [EthernetAddress; 2], depth: usize) -> (MemPort, MemPort) {
         tx: tx.clone(),
         rx: rx.clone(),
         link: link.clone(),
-        mac,
-        mtu: 9000,
-        speed: 100_000_000_000,
-        counters: PortCounters::default(),
+        base: PortBase::wire(mac),
     };
     (mk(&ab, &ba, macs[0]), mk(&ba, &ab, macs[1]))
 }
 
 impl MemPort {
     pub fn set_mtu(&mut self, mtu: usize) {
-        self.mtu = mtu;
+        self.base.mtu = mtu;
     }
 
     /// The wire's cable, shared by both ends: take it before the port goes
@@ -203,15 +197,15 @@ impl MemPort {
     /// The speed the port reports (default 100 Gb/s): the device's DCQCN
     /// line rate and PFC quantum length follow it.
     pub fn set_link_speed(&mut self, bps: u64) {
-        self.speed = bps;
+        self.base.speed = bps;
     }
 
     fn transmit(&mut self, frame: &[u8]) -> bool {
         let ok = self.tx.put(frame);
         if ok {
-            self.counters.sent(frame.len());
+            self.base.counters.sent(frame.len());
         } else {
-            self.counters.tx_dropped += 1;
+            self.base.counters.tx_dropped += 1;
         }
         ok
     }
@@ -232,7 +226,7 @@ impl Port for MemPort {
             self.rx.backlog.account(tag, len, false);
             batch.push(&buf[..len as usize]);
             let _ = self.rx.free.push(buf);
-            self.counters.received(len as usize);
+            self.base.counters.received(len as usize);
             n += 1;
         }
         n
@@ -242,29 +236,20 @@ impl Port for MemPort {
         // a prefix of the batch (see `Port::send`)
         let sent = batch.iter().take_while(|f| self.transmit(f)).count();
         // the frame that failed is counted by `transmit`; those behind it here
-        self.counters.tx_dropped += batch.len().saturating_sub(sent + 1) as u64;
+        self.base.counters.tx_dropped += batch.len().saturating_sub(sent + 1) as u64;
         if sent > 0 {
             self.tx.wake();
         }
         sent
     }
 
-    fn mac(&self) -> EthernetAddress {
-        self.mac
-    }
+    crate::forward_port!(field base: mac, mtu, link_speed_bps);
 
-    fn mtu(&self) -> usize {
-        self.mtu
-    }
-
-    fn link_speed_bps(&self) -> u64 {
-        self.speed
-    }
-
+    /// The port's counters; `rx_dropped`: the frames the sender could not
+    /// queue towards it.
     fn counters(&self) -> PortCounters {
-        let mut c = self.counters.clone();
-        c.rx_dropped = self.rx.dropped.load(Ordering::Relaxed);
-        c
+        self.base
+            .counters_with_drops(self.rx.dropped.load(Ordering::Relaxed), 0)
     }
 
     /// The frames queued towards this port, by PCP and DSCP. Counting

@@ -16,11 +16,17 @@
 //!   AF_PACKET;
 //! - [`addr`] over [`netlink`]: the next hop's MAC and an interface's
 //!   address, from the kernel's tables.
+//!
+//! What all of them keep alike (MAC, MTU, link speed, their own counters)
+//! is one [`PortBase`]; the ports on a kernel interface open it as an
+//! [`iface::Interface`], which also answers their link state.
 
 pub mod addr;
 pub mod afpacket;
 pub mod afxdp;
+pub mod base;
 pub mod bell;
+pub mod iface;
 pub mod impair;
 pub mod mem;
 pub mod netlink;
@@ -53,6 +59,7 @@ pub(crate) fn kick_tx(fd: std::os::fd::RawFd) -> std::io::Result<()> {
     }
 }
 
+pub use base::PortBase;
 pub use bell::Bell;
 pub use open::{open_best, open_port, Backend, OpenError};
 
@@ -306,11 +313,14 @@ pub trait Port: Send {
     }
 }
 
-/// Writes the [`Port`] methods a wrapper port leaves as they are: each
-/// named method forwards to the wrapped port, reached through a field
-/// (`forward_port!(field inner: mac, mtu)`) or through two accessor methods
-/// (`forward_port!(via port, port_mut: mac, wait)`). A wrapper writes only
-/// the methods it changes and lists the rest.
+/// Writes the [`Port`] methods a port hands on as they are: each named
+/// method forwards to the same method of a wrapped port, reached through a
+/// field (`forward_port!(field inner: mac, mtu)`) or through two accessor
+/// methods (`forward_port!(via port, port_mut: mac, wait)`). A wrapper
+/// writes only the methods it changes and lists the rest. The field may
+/// be anything with those methods: a port's [`PortBase`]
+/// (`forward_port!(field base: mac, mtu, link_speed_bps)`) or its
+/// [`iface::Interface`] (`link_up`).
 #[macro_export]
 macro_rules! forward_port {
     (field $f:ident: $($m:ident),* $(,)?) => {

@@ -2,7 +2,7 @@
 //! records every frame a port sends or receives — "what exactly did the NIC
 //! put on the wire", on demand.
 
-use super::{FrameBatch, Port, PortCounters};
+use super::{FrameBatch, Port, PortBase};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 use std::fs::File;
@@ -61,11 +61,10 @@ pub struct ReplayPort {
     next: usize,
     start: std::time::Instant,
     speed: f64,
-    mac: EthernetAddress,
+    base: PortBase,
     per_recv: usize,
     sent: Arc<Mutex<Vec<Vec<u8>>>>,
     done: Arc<AtomicBool>,
-    counters: PortCounters,
 }
 
 impl ReplayPort {
@@ -77,11 +76,10 @@ impl ReplayPort {
             next: 0,
             start: std::time::Instant::now(),
             speed,
-            mac,
+            base: PortBase::wire(mac),
             per_recv: usize::MAX,
             sent: Arc::new(Mutex::new(Vec::new())),
             done,
-            counters: PortCounters::default(),
         }
     }
 
@@ -118,7 +116,7 @@ impl Port for ReplayPort {
                 break;
             }
             batch.push(f);
-            self.counters.received(f.len());
+            self.base.counters.received(f.len());
             self.next += 1;
             n += 1;
         }
@@ -131,24 +129,13 @@ impl Port for ReplayPort {
     fn send(&mut self, batch: &FrameBatch) -> usize {
         let mut sent = self.sent.lock().expect("not poisoned");
         for f in batch.iter() {
-            self.counters.sent(f.len());
+            self.base.counters.sent(f.len());
             sent.push(f.to_vec());
         }
         batch.len()
     }
 
-    fn mac(&self) -> EthernetAddress {
-        self.mac
-    }
-    fn mtu(&self) -> usize {
-        9000
-    }
-    fn link_speed_bps(&self) -> u64 {
-        100_000_000_000
-    }
-    fn counters(&self) -> PortCounters {
-        self.counters.clone()
-    }
+    crate::forward_port!(field base: mac, mtu, link_speed_bps, counters);
 }
 
 /// Wraps a port and writes every frame it sends or receives to a pcap file
@@ -242,22 +229,7 @@ impl<P: Port> Port for PcapTap<P> {
         let before = batch.len();
         let n = self.port_mut().recv(batch);
         for i in before..batch.len() {
-            if self.left == 0 {
-                break;
-            }
-            self.left -= 1;
-            let ts = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default();
-            let f = batch.get(i);
-            match self
-                .writer
-                .as_mut()
-                .map(|w| w.write_packet(&PcapPacket::new(ts, f.len() as u32, f)))
-            {
-                Some(Ok(_)) => {}
-                _ => self.errors += 1,
-            }
+            self.record(batch.get(i));
         }
         n
     }

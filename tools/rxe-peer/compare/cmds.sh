@@ -115,7 +115,7 @@ cmp_phase() {
       [ "$size" != - ] && flags="-s $size $flags"
       if [ "$stack" = rxe ]; then
         # rnic perf warms WRITE, READ and atomic bandwidth up with 2 x tx depth
-        # operations (tools/src/devperf/measure.rs); perftest does so only when
+        # operations (tools/src/perf/dev/measure.rs); perftest does so only when
         # asked (--perform_warm_up, valid in exactly those tests). Not for
         # atomics: ib_atomic_bw --perform_warm_up on 6.1's rxe hangs both
         # sides before the first result line (seen here; 150 s timeouts).

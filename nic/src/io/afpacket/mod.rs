@@ -32,17 +32,16 @@ mod tx;
 mod v2;
 mod v3;
 
-pub(super) use sys::{interface, link_flags_up};
 pub use v2::v2_frame_size;
 
-use super::{FrameBatch, Port, PortCounters, RxBacklog, SLOT_LEN};
+use super::iface::{IfaceError, Interface};
+use super::{FrameBatch, Port, PortBase, PortCounters, RxBacklog, SLOT_LEN};
 use std::cell::Cell;
 use std::io;
 use std::net::UdpSocket;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 use sys::{setsockopt, Mapping};
-use wire::EthernetAddress;
 
 // linux/if_packet.h
 const TPACKET_V2: libc::c_int = 1;
@@ -237,8 +236,8 @@ fn deliver(batch: &mut FrameBatch, data: &[u8], tag: Option<[u8; 4]>) -> bool {
 /// Why the port could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum AfPacketError {
-    #[error("interface {0}: no such interface")]
-    NoInterface(String),
+    #[error(transparent)]
+    Interface(#[from] IfaceError),
     #[error("ring geometry: {0}")]
     Geometry(&'static str),
     #[error("{what}: {source} (AF_PACKET needs CAP_NET_RAW, e.g. root)")]
@@ -262,14 +261,11 @@ pub struct AfPacketPort {
     _map: Mapping,
     fd: OwnedFd,
     cfg: RingConfig,
-    mac: EthernetAddress,
-    mtu: usize,
-    speed: u64,
-    counters: PortCounters,
+    base: PortBase,
+    iface: Interface,
     /// Frames the kernel dropped on a full RX ring, read so far.
     kernel_drops: Cell<u64>,
     _udp_guard: Option<UdpSocket>,
-    pub name: String,
 }
 
 // SAFETY: the rings' raw pointers point into `_map`, which the port owns
@@ -280,9 +276,9 @@ unsafe impl Send for AfPacketPort {}
 
 impl AfPacketPort {
     /// Sets the link speed pause quanta and pacing are computed at
-    /// (default 10 Gb/s, what veth reports).
+    /// (default [`super::base::IFACE_SPEED_BPS`]).
     pub fn set_link_speed(&mut self, bps: u64) {
-        self.speed = bps;
+        self.base.speed = bps;
     }
 
     /// The ring format this port uses.
@@ -299,7 +295,7 @@ impl AfPacketPort {
             ));
         }
         let fd = sys::packet_socket()?;
-        let (ifindex, mac, mtu) = interface(fd.as_raw_fd(), ifname)?;
+        let iface = Interface::open(ifname)?;
         let version = match cfg.version {
             TpacketVersion::V2 => TPACKET_V2,
             TpacketVersion::V3 => TPACKET_V3,
@@ -322,13 +318,13 @@ impl AfPacketPort {
         let txg = TxGeometry::of(&cfg);
         let (v2_geometry, rx_len, layout) = match cfg.version {
             TpacketVersion::V2 => {
-                let (g, len) = v2::request_rings(&fd, &cfg, mtu, txg)?;
+                let (g, len) = v2::request_rings(&fd, &cfg, iface.mtu, txg)?;
                 (Some(g), len, v2::TX)
             }
             TpacketVersion::V3 => (None, v3::request_rings(&fd, &cfg, txg)?, v3::TX),
         };
         let map = Mapping::new(&fd, rx_len + txg.len())?;
-        sys::bind(&fd, ifindex)?;
+        sys::bind(&fd, iface.index)?;
         let rx = match v2_geometry {
             Some(g) => RxRing::V2(v2::Rx::new(map.at(0), g)),
             None => RxRing::V3(v3::Rx::new(map.at(0), cfg.rx_block_size, cfg.rx_blocks)),
@@ -341,13 +337,10 @@ impl AfPacketPort {
             _map: map,
             fd,
             cfg,
-            mac,
-            mtu,
-            speed: 10_000_000_000,
-            counters: PortCounters::default(),
+            base: PortBase::of(&iface),
+            iface,
             kernel_drops: Cell::new(0),
             _udp_guard: guard,
-            name: ifname.into(),
         })
     }
 }
@@ -355,44 +348,28 @@ impl AfPacketPort {
 impl Port for AfPacketPort {
     fn recv(&mut self, batch: &mut FrameBatch) -> usize {
         if self.tx.kick_owed {
-            self.tx.kick(&self.fd, &mut self.counters);
+            self.tx.kick(&self.fd, &mut self.base.counters);
         }
         match &mut self.rx {
-            RxRing::V2(rx) => rx.recv(&mut self.counters, batch),
-            RxRing::V3(rx) => rx.recv(&mut self.counters, batch),
+            RxRing::V2(rx) => rx.recv(&mut self.base.counters, batch),
+            RxRing::V3(rx) => rx.recv(&mut self.base.counters, batch),
         }
     }
 
     fn send(&mut self, batch: &FrameBatch) -> usize {
-        self.tx.send(&self.fd, self.mtu, &mut self.counters, batch)
+        self.tx
+            .send(&self.fd, self.base.mtu, &mut self.base.counters, batch)
     }
 
-    /// SIOCGIFFLAGS on the port's own socket (same namespace as the
-    /// interface); an interface that vanished counts as down.
-    fn link_up(&self) -> Option<bool> {
-        Some(link_flags_up(self.fd.as_raw_fd(), &self.name).unwrap_or(false))
-    }
-
-    fn mac(&self) -> EthernetAddress {
-        self.mac
-    }
-
-    fn mtu(&self) -> usize {
-        self.mtu
-    }
-
-    fn link_speed_bps(&self) -> u64 {
-        self.speed
-    }
+    crate::forward_port!(field base: mac, mtu, link_speed_bps);
+    crate::forward_port!(field iface: link_up);
 
     /// The port's counts; `rx_dropped` includes the frames the kernel
     /// dropped on a full RX ring.
     fn counters(&self) -> PortCounters {
         let k = self.kernel_drops.get() + sys::read_kernel_drops(&self.fd);
         self.kernel_drops.set(k);
-        let mut c = self.counters.clone();
-        c.rx_dropped += k;
-        c
+        self.base.counters_with_drops(k, 0)
     }
 
     /// poll(2) on the socket: readable once a frame (V2) or a block (V3)

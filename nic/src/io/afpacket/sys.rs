@@ -1,12 +1,10 @@
 //! The AF_PACKET socket's system calls: the socket, its options, the
-//! interface ioctls, the binding and the mapping of its rings.
+//! binding and the mapping of its rings.
 
 use super::AfPacketError;
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
-use wire::EthernetAddress;
 
 // linux/if_ether.h, linux/if_packet.h
 const ETH_P_ALL: u16 = 0x0003;
@@ -124,100 +122,6 @@ pub(super) fn poll_in(fd: &OwnedFd, timeout: Duration) {
     let ms = timeout.as_millis().clamp(0, 1000) as i32;
     // SAFETY: one live, writable pollfd, and nfds = 1.
     unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };
-}
-
-/// A zeroed `ifreq` naming `name`; None if the name cannot be one (a NUL,
-/// or IFNAMSIZ bytes or more).
-fn ifreq(name: &str) -> Option<libc::ifreq> {
-    let c = CString::new(name).ok()?;
-    if c.as_bytes().len() >= libc::IFNAMSIZ {
-        return None;
-    }
-    // SAFETY: ifreq is a name array and a union of plain integers, arrays
-    // and pointers, for all of which all zeroes is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(c.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
-    Some(ifr)
-}
-
-/// Whether interface `name` (in `fd`'s network namespace) is up with
-/// carrier, as rxe judges its port (`netif_running` and
-/// `netif_carrier_ok`): SIOCGIFFLAGS has IFF_UP, and ETHTOOL_GLINK reports
-/// the link, or, for a driver without it, IFF_RUNNING. IFF_RUNNING alone
-/// is the RFC 2863 operational state, which the kernel's link watch
-/// updates after the carrier and which blinks while an XDP program is
-/// attached to the peer of a veth. None when SIOCGIFFLAGS fails (the
-/// interface went away: the caller reports that as it sees fit).
-pub(in crate::io) fn link_flags_up(fd: libc::c_int, name: &str) -> Option<bool> {
-    let mut ifr = ifreq(name)?;
-    // SAFETY: SIOCGIFFLAGS reads the NUL-terminated name and writes the
-    // flags inside `ifr`, a live, writable ifreq.
-    if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) } != 0 {
-        return None;
-    }
-    // SAFETY: SIOCGIFFLAGS succeeded, so the flags member is the union's
-    // initialised one (and any bit pattern is a valid c_short).
-    let flags = unsafe { ifr.ifr_ifru.ifru_flags } as libc::c_int;
-    if flags & libc::IFF_UP == 0 {
-        return Some(false);
-    }
-    Some(carrier(fd, name).unwrap_or(flags & libc::IFF_RUNNING != 0))
-}
-
-/// ETHTOOL_GLINK (linux/ethtool.h): the driver's link (carrier) state;
-/// None when the driver has no such call.
-fn carrier(fd: libc::c_int, name: &str) -> Option<bool> {
-    /// `struct ethtool_value`: a command and its one value.
-    #[repr(C)]
-    struct EthtoolValue {
-        cmd: u32,
-        data: u32,
-    }
-    const ETHTOOL_GLINK: u32 = 0x0000_000a;
-    let mut ifr = ifreq(name)?;
-    let mut v = EthtoolValue {
-        cmd: ETHTOOL_GLINK,
-        data: 0,
-    };
-    ifr.ifr_ifru.ifru_data = (&mut v as *mut EthtoolValue).cast();
-    // SAFETY: SIOCETHTOOL reads the name and the pointer in `ifr` and
-    // writes `v`, a live, writable ethtool_value, through it.
-    if unsafe { libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr) } != 0 {
-        return None;
-    }
-    Some(v.data != 0)
-}
-
-/// Interface facts from the kernel through `fd`'s network namespace:
-/// (ifindex, MAC, MTU). (sysfs would show the mount's namespace instead.)
-pub(in crate::io) fn interface(
-    fd: libc::c_int,
-    name: &str,
-) -> Result<(i32, EthernetAddress, usize), AfPacketError> {
-    let mut ifr = ifreq(name).ok_or_else(|| AfPacketError::NoInterface(name.into()))?;
-    // SAFETY: each ioctl reads the NUL-terminated name and writes one
-    // union member of `ifr`, a live, writable ifreq; each member is read
-    // only after the ioctl that writes it succeeded, and every bit pattern
-    // is a valid value of these integer members.
-    unsafe {
-        if libc::ioctl(fd, libc::SIOCGIFINDEX, &mut ifr) != 0 {
-            return Err(AfPacketError::NoInterface(name.into()));
-        }
-        let idx = ifr.ifr_ifru.ifru_ifindex;
-        if libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr) != 0 {
-            return Err(sys("SIOCGIFHWADDR"));
-        }
-        let mut mac = [0u8; 6];
-        for (m, b) in mac.iter_mut().zip(ifr.ifr_ifru.ifru_hwaddr.sa_data.iter()) {
-            *m = *b as u8;
-        }
-        if libc::ioctl(fd, libc::SIOCGIFMTU, &mut ifr) != 0 {
-            return Err(sys("SIOCGIFMTU"));
-        }
-        Ok((idx, EthernetAddress(mac), ifr.ifr_ifru.ifru_mtu as usize))
-    }
 }
 
 /// The socket's RX and TX rings, mapped into this process (the RX ring

@@ -25,22 +25,21 @@
 //! process dying) detaches it. [`super::open_port`] picks a backend and falls back
 //! to AF_PACKET, saying why on one line of stderr.
 //!
-//! Length: The socket, its UMEM and the port share their setup and teardown
-//! order, so they stay together; the rings, the loader and the raw socket
-//! calls are in `afxdp/`.
+//! This module opens the port and moves frames; `xsk` holds the socket
+//! and its UMEM, `ring` the four rings, `bpf` the program's loader, and
+//! [`super::iface`] the interface's index, MAC, MTU and link state.
 
 pub mod bpf;
 mod ring;
 mod xsk;
 
-use super::afpacket::{self, AfPacketError};
-use super::{FrameBatch, Port, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
+use super::iface::{IfaceError, Interface};
+use super::{FrameBatch, Port, PortBase, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
 use ring::XdpDesc;
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
-use wire::EthernetAddress;
 pub use xsk::XdpStatistics;
 use xsk::{Umem, Xsk};
 
@@ -158,8 +157,8 @@ pub enum AfXdpError {
     NotBuilt(&'static str),
     #[error("AF_XDP unavailable: this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): {0}")]
     NoKernelSupport(io::Error),
-    #[error("interface {0}: no such interface")]
-    NoInterface(String),
+    #[error(transparent)]
+    Interface(#[from] IfaceError),
     #[error("bad configuration: {0}")]
     Config(&'static str),
     #[error("the embedded XDP object: {0}")]
@@ -185,13 +184,6 @@ impl AfXdpError {
     }
 }
 
-fn sys(what: &'static str) -> AfXdpError {
-    AfXdpError::Sys {
-        what,
-        source: io::Error::last_os_error(),
-    }
-}
-
 /// A port on one receive queue of a real interface through an AF_XDP socket.
 pub struct AfXdpPort {
     // Fields drop in this order: the link first (detaches the program, so
@@ -206,14 +198,10 @@ pub struct AfXdpPort {
     /// Transmit frames not in the kernel's hands.
     tx_free: Vec<u64>,
     binding: Binding,
-    mac: EthernetAddress,
-    mtu: usize,
-    speed: u64,
-    counters: PortCounters,
-    pub name: String,
-    /// An AF_INET socket in the interface's namespace for interface ioctls
-    /// (the link state; AF_XDP sockets take none).
-    ctl: OwnedFd,
+    base: PortBase,
+    /// The interface, asked through an AF_INET socket (AF_XDP sockets
+    /// take no interface ioctls).
+    iface: Interface,
 }
 
 // SAFETY: the raw pointers inside `xsk` and `umem` point into mappings
@@ -336,7 +324,7 @@ impl AfXdpPort {
     /// namespace), attaching the XDP program in the first mode that binds.
     pub fn open(ifname: &str, cfg: AfXdpConfig) -> Result<AfXdpPort, AfXdpError> {
         preflight(&cfg)?;
-        let (ctl, (ifindex, mac, mtu)) = interface(ifname)?;
+        let iface = Interface::open(ifname)?;
         let map = bpf::create_xskmap(cfg.queue + 1).map_err(|source| AfXdpError::Sys {
             what: "bpf(BPF_MAP_CREATE xskmap)",
             source,
@@ -345,7 +333,7 @@ impl AfXdpPort {
             what: "mmap(UMEM)",
             source,
         })?;
-        let fits_one_frame = mtu + L2_OVERHEAD <= (FRAME_SIZE - XDP_PACKET_HEADROOM) as usize;
+        let fits_one_frame = iface.mtu + L2_OVERHEAD <= (FRAME_SIZE - XDP_PACKET_HEADROOM) as usize;
         let variants: &[bool] = if fits_one_frame {
             &[false, true]
         } else {
@@ -360,7 +348,8 @@ impl AfXdpPort {
         for &attach in modes {
             for &multi_buffer in variants {
                 let way = (attach, multi_buffer);
-                let Some(b) = attach_and_bind(ifindex, &map, &umem, &cfg, way, &mut tried)? else {
+                let Some(b) = attach_and_bind(iface.index, &map, &umem, &cfg, way, &mut tried)?
+                else {
                     continue;
                 };
                 let tx_free = (cfg.rx_frames..cfg.rx_frames + cfg.tx_frames)
@@ -376,12 +365,8 @@ impl AfXdpPort {
                     rx_frames: cfg.rx_frames,
                     tx_free,
                     binding: b.binding,
-                    mac,
-                    mtu,
-                    speed: 10_000_000_000,
-                    counters: PortCounters::default(),
-                    name: ifname.into(),
-                    ctl,
+                    base: PortBase::of(&iface),
+                    iface,
                 });
             }
         }
@@ -397,9 +382,9 @@ impl AfXdpPort {
     }
 
     /// The link speed pause quanta and pacing are computed at (default
-    /// 10 Gb/s, what veth reports).
+    /// [`super::base::IFACE_SPEED_BPS`]).
     pub fn set_link_speed(&mut self, bps: u64) {
-        self.speed = bps;
+        self.base.speed = bps;
     }
 
     /// The kernel's drop counters for this socket (XDP_STATISTICS).
@@ -420,6 +405,14 @@ impl AfXdpPort {
         self.xsk.comp.release(n);
     }
 
+    /// Before a wait: takes back finished transmit frames and sends what
+    /// the TX ring holds; true when a received frame already waits.
+    fn ready(&mut self) -> bool {
+        self.reclaim();
+        self.kick_tx();
+        self.xsk.rx.available() > 0
+    }
+
     /// Makes the kernel send what the TX ring holds. Copy mode sends at
     /// most 32 descriptors per call and answers EAGAIN while more remain.
     fn kick_tx(&mut self) {
@@ -437,25 +430,6 @@ impl AfXdpPort {
             }
         }
     }
-}
-
-/// (ifindex, MAC, MTU) of `name` in the calling thread's namespace, and
-/// the socket that asked (kept for the link state).
-fn interface(name: &str) -> Result<(OwnedFd, (i32, EthernetAddress, usize)), AfXdpError> {
-    // SAFETY: socket(2) takes no pointers; the result is checked below.
-    // (An AF_INET socket: AF_XDP sockets take no interface ioctls.)
-    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(sys("socket(AF_INET) for interface ioctls"));
-    }
-    // SAFETY: raw is a descriptor socket(2) just returned, owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let facts = afpacket::interface(fd.as_raw_fd(), name).map_err(|e| match e {
-        AfPacketError::NoInterface(n) => AfXdpError::NoInterface(n),
-        AfPacketError::Sys { what, source } => AfXdpError::Sys { what, source },
-        AfPacketError::Geometry(why) => AfXdpError::Config(why),
-    })?;
-    Ok((fd, facts))
 }
 
 impl Port for AfXdpPort {
@@ -512,10 +486,10 @@ impl Port for AfXdpPort {
             used = end;
             if ok && len > 0 {
                 batch.commit(len);
-                self.counters.received(len);
+                self.base.counters.received(len);
                 n += 1;
             } else {
-                self.counters.rx_dropped += 1;
+                self.base.counters.rx_dropped += 1;
             }
         }
         self.xsk.rx.release(used);
@@ -537,7 +511,7 @@ impl Port for AfXdpPort {
                 || (descs > 1 && !self.binding.multi_buffer)
             {
                 // sends a prefix of the batch (see `Port::send`)
-                self.counters.tx_dropped += (batch.len() - i) as u64;
+                self.base.counters.tx_dropped += (batch.len() - i) as u64;
                 break;
             }
             if descs > self.tx_free.len() || descs as u32 > room - queued {
@@ -548,7 +522,7 @@ impl Port for AfXdpPort {
                 self.reclaim();
                 room = self.xsk.tx.free();
                 if descs > self.tx_free.len() || descs as u32 > room {
-                    self.counters.tx_dropped += (batch.len() - i) as u64;
+                    self.base.counters.tx_dropped += (batch.len() - i) as u64;
                     break;
                 }
             }
@@ -567,46 +541,27 @@ impl Port for AfXdpPort {
                 queued += 1;
             }
             sent += 1;
-            self.counters.sent(f.len());
+            self.base.counters.sent(f.len());
         }
         self.xsk.tx.submit(queued);
         self.kick_tx();
         sent
     }
 
-    /// SIOCGIFFLAGS through the port's AF_INET socket (opened in the
-    /// interface's namespace); an interface that vanished counts as down.
-    fn link_up(&self) -> Option<bool> {
-        Some(afpacket::link_flags_up(self.ctl.as_raw_fd(), &self.name).unwrap_or(false))
-    }
-
-    fn mac(&self) -> EthernetAddress {
-        self.mac
-    }
-
-    fn mtu(&self) -> usize {
-        self.mtu
-    }
-
-    fn link_speed_bps(&self) -> u64 {
-        self.speed
-    }
+    crate::forward_port!(field base: mac, mtu, link_speed_bps);
+    crate::forward_port!(field iface: link_up);
 
     /// Our counters plus the kernel's drops (RX: no buffer, RX ring full;
     /// TX: invalid descriptors).
     fn counters(&self) -> PortCounters {
-        let mut c = self.counters.clone();
-        if let Some(s) = self.statistics() {
-            c.rx_dropped += s.rx_dropped + s.rx_ring_full;
-            c.tx_dropped += s.tx_invalid_descs;
+        match self.statistics() {
+            Some(s) => self
+                .base
+                .counters_with_drops(s.rx_dropped + s.rx_ring_full, s.tx_invalid_descs),
+            None => self.base.counters(),
         }
-        c
     }
 
-    /// The RX ring's producer − consumer: frames the kernel has placed and
-    /// we have not taken, their bytes summed from the descriptors. Nothing
-    /// says which priority they are on without reading them: the total is
-    /// attributed to the data priority.
     /// The frames waiting in the RX ring, by class: each frame's first
     /// descriptor holds its Ethernet and IP headers (VLAN PCP, DSCP), read
     /// in place in the UMEM; its bytes are the sum of its descriptors. The
@@ -659,22 +614,16 @@ impl Port for AfXdpPort {
 
     /// poll(2) on the socket: readable once the RX ring holds a frame.
     fn wait(&mut self, timeout: Duration) {
-        self.reclaim();
-        self.kick_tx();
-        if self.xsk.rx.available() > 0 {
-            return;
+        if !self.ready() {
+            self.xsk.poll(timeout);
         }
-        self.xsk.poll(timeout);
     }
 
     /// ppoll(2) on the socket and the engine's bell.
     fn wait_or_ring(&mut self, bell: &std::sync::Arc<super::Bell>, timeout: Duration) {
-        self.reclaim();
-        self.kick_tx();
-        if self.xsk.rx.available() > 0 {
-            return;
+        if !self.ready() {
+            bell.wait(Some(self.xsk.fd()), timeout);
         }
-        bell.wait(Some(self.xsk.fd()), timeout);
     }
 }
 

@@ -1,4 +1,6 @@
-//! perftest-style measurements on the in-process loopback.
+//! `rnic perf` on the in-process loopback ([`crate::loopback`]): the
+//! header, the run and its reports ([`run`]), and the perftest-style
+//! measurements of each message size ([`run_sizes`]).
 //!
 //! Latency tests (`lat`) follow the perftest tools: WRITE and SEND are
 //! ping-pong (node 0 sends to node 1, node 1 answers as soon as it sees the
@@ -10,15 +12,86 @@
 //! operations outstanding per QP and count the bytes completed; each
 //! operation's time from post to completion goes into a histogram as well.
 
+use super::conn_name;
+use super::request::PerfRequest;
+use super::title;
 use super::{
     check_wc, half, new_histogram, BwMeter, Mode, RunError, Settings, SizeError, SizeResult,
     Target, Verb,
 };
-use crate::loopback::Loopback;
+use crate::loopback::{Loopback, LOOPBACK_NOTE};
 use crate::progress::Progress;
+use crate::{report, stats, CliError};
 use hdrhistogram::Histogram;
 use nic::verbs::{Memory, RecvWr, SendOp, SendWr, Sgl, Wc, WcOpcode};
+use serde_json::Value;
 use std::time::{Duration, Instant};
+
+/// The parameter block printed before the results.
+pub fn header(s: &Settings) -> String {
+    let conn = conn_name(s.qp_type);
+    let runs = match s.duration {
+        Some(d) => format!("{} s per size", d.as_secs()),
+        None => format!("{} per size", s.iters),
+    };
+    format!(
+        "{line}\n{:>20}{}\n {LOOPBACK_NOTE}\n Method          : {}\n Device          : srnic0 <-> srnic1 (in-memory wire: no latency, unlimited bandwidth)\n local address   : srnic0 192.0.2.1 02:00:00:00:00:01 port 1\n remote address  : srnic1 192.0.2.2 02:00:00:00:00:02 port 1\n Number of qps   : {:<12} Transport type : RoCEv2 (UDP 4791, ICRC computed and verified)\n Connection type : {conn:<12} Mtu            : {}[B]\n TX depth        : {:<12} Iterations     : {runs}\n",
+        "",
+        title(s.verb, s.mode),
+        s.method(),
+        s.qps,
+        s.mtu,
+        s.tx_depth,
+        line = report::RESULT_LINE
+    )
+}
+
+/// The JSON document of a run.
+pub fn json_doc(req: &PerfRequest, s: &Settings, results: &[SizeResult], lb: &Loopback) -> Value {
+    let results: Vec<Value> = results
+        .iter()
+        .map(|r| report::result_json(s, r, req.report_gbits))
+        .collect();
+    report::json_head(
+        req,
+        s,
+        LOOPBACK_NOTE,
+        results.into(),
+        report::devices_json(lb),
+    )
+}
+
+/// Runs `rnic perf` on the loopback: `s` are the settings of `req`,
+/// checked by [`super::run`].
+pub fn run(req: &PerfRequest, s: &Settings) -> Result<(), CliError> {
+    crate::say(&header(s))?;
+    let mut lb = Loopback::new(s.mem_len());
+    let mut progress = Progress::new(!req.no_progress);
+    let results = run_sizes(&mut lb, s, &mut progress, 0.0, 1.0)?;
+    progress.finish();
+    crate::say(&report::text(s, &results, req.report_gbits))?;
+    if let Some(p) = &req.hgrm {
+        report::write_hgrms(p, &results)?;
+    }
+    if let Some(p) = &req.plot {
+        report::write_plot(p, s, LOOPBACK_NOTE, &results)?;
+    }
+    if let Some(p) = &req.pcap {
+        let frames = std::mem::take(&mut lb.wire.borrow_mut().recorded);
+        crate::capture::write_pcap(p, &frames)
+            .map_err(|e| CliError::new(format!("cannot write {}: {e}", p.display())))?;
+        eprintln!(
+            "rnic: wrote {} ({} frames of the warm-up)",
+            p.display(),
+            frames.len()
+        );
+    }
+    if let Some(p) = &req.json {
+        report::write_json(p, &json_doc(req, s, &results, &lb))?;
+    }
+    stats::save_or_warn(&req.command, report::devices_json(&lb));
+    Ok(())
+}
 
 /// Waits give up after this much wall time without progress.
 const STALL: Duration = Duration::from_secs(20);
