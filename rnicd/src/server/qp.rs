@@ -170,7 +170,7 @@ pub(super) fn query_qp(sh: &Shared, id: u64, qpn: u32) -> Result<Reply, RequestE
     Ok((
         Response::QpInfo {
             qpn,
-            state: i.state.into(),
+            state: i.state,
             dest_qpn: i.dest_qpn,
             mtu: i.mtu,
             sq_psn: i.sq_psn,

@@ -172,7 +172,7 @@ impl Qp {
                 rq_psn,
                 ..
             } => Ok(QpInfo {
-                state: state.into(),
+                state,
                 dest_qpn,
                 mtu,
                 sq_psn,
