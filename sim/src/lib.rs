@@ -465,6 +465,8 @@ pub struct PairConfig {
     /// Both sides on node 0, talking through its loopback (link 2); node 1
     /// has no QP.
     pub loopback: bool,
+    /// Congestion control of both nodes (DCQCN, CNPs, PFC).
+    pub cc: nic::transport::CcConfig,
 }
 
 impl Default for PairConfig {
@@ -486,6 +488,7 @@ impl Default for PairConfig {
             max_wr: 4096,
             cq_len: 1 << 16,
             loopback: false,
+            cc: nic::transport::CcConfig::default(),
         }
     }
 }
@@ -504,6 +507,7 @@ impl Pair {
             let (r, e) = Endpoint::create(i, cfg.ipv6, cfg.mem_len, cfg.cq_len, |rc| {
                 rc.seed = cfg.seed.wrapping_add(i as u64);
                 rc.unlimited_retries = cfg.unlimited_retries;
+                rc.cc = cfg.cc;
                 if cfg.link.bandwidth_bps > 0 {
                     rc.link_bps = cfg.link.bandwidth_bps;
                 }

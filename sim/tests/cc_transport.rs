@@ -155,3 +155,118 @@ fn a_pfc_frame_pauses_the_data_priority_for_exactly_its_time() {
     assert_eq!(c.rx_pause[3], 1);
     assert_eq!(c.rx_pause.iter().sum::<u64>(), 1);
 }
+
+/// One 8 MiB READ a←b over 25 Gb/s with IB MTU 4096. With `marked`,
+/// every READ response b sends is CE-marked on the way, so a's
+/// notification point sends CNPs and b's reaction point limits the QP:
+/// its first CNP sets the rate to 1 Gb/s, which then stays (no increase
+/// timer, no byte counter, at most one cut per second). Returns the
+/// virtual time the READ took, the times and lengths of b's READ response
+/// frames, and b's CNPs handled.
+fn read_8mib(marked: bool) -> (Duration, Vec<(nic::time::Instant, usize)>, u64) {
+    let mut cc = nic::transport::CcConfig::default();
+    cc.dcqcn = Some(nic::cc::DcqcnParams {
+        rate_to_set_on_first_cnp: 1000,
+        rpg_time_reset: Duration::ZERO,
+        rpg_byte_reset: 0,
+        rate_reduce_monitor_period: Duration::from_secs(1),
+        ..nic::cc::DcqcnParams::nvidia()
+    });
+    let len = 8u32 << 20;
+    let mut p = Pair::new(PairConfig {
+        mtu: 4096,
+        mem_len: len as usize,
+        link: LinkConfig {
+            bandwidth_bps: 25_000_000_000,
+            ..LinkConfig::default()
+        },
+        cc,
+        ..PairConfig::default()
+    });
+    if marked {
+        p.sim.link_config_mut(1).impair.ce_mark = 1.0;
+    }
+    let frames = Arc::new(Mutex::new(Vec::new()));
+    let f = frames.clone();
+    p.sim.tap = Some(Box::new(move |now, dir, frame| {
+        let read = RoceRepr::parse(frame).is_ok_and(|r| {
+            matches!(
+                r.bth.opcode,
+                Opcode::RC_RDMA_READ_RESPONSE_FIRST
+                    | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
+                    | Opcode::RC_RDMA_READ_RESPONSE_LAST
+                    | Opcode::RC_RDMA_READ_RESPONSE_ONLY
+            )
+        });
+        if dir == 1 && read {
+            f.lock().unwrap().push((now, frame.len()));
+        }
+    }));
+    let (qa, la, ba, bb, rb) = (
+        p.sides[0].qpn,
+        p.sides[0].lkey,
+        p.sides[0].base,
+        p.sides[1].base,
+        p.sides[1].rkey,
+    );
+    let wr = SendWr::new(
+        1,
+        SendOp::Read {
+            remote_addr: bb,
+            rkey: rb,
+        },
+        Sgl::single(ba, len, la),
+    );
+    p.sim.nodes[0].post_send(qa, wr).unwrap();
+    let mut done = Vec::new();
+    let start = p.sim.now;
+    assert!(p.sim.run_until(Duration::from_secs(10), |s| {
+        let _ = s.nodes[0].poll_cq(0, 10, &mut done);
+        !done.is_empty()
+    }));
+    assert_eq!(done[0].status, WcStatus::Success, "{:?}", done[0]);
+    let t = p.sim.now - start;
+    let cnps = p.sim.nodes[1].counters().rp_cnp_handled;
+    let frames = frames.lock().unwrap().clone();
+    (t, frames, cnps)
+}
+
+#[test]
+fn read_responses_leave_at_line_rate_and_at_a_limited_qps_rate_not_in_a_burst() {
+    let wire_ns = |len: usize, gbps: u64| (len as u64 + 24) * 8 / gbps;
+    let gap = |a: nic::time::Instant, b: nic::time::Instant| (b - a).as_nanos() as u64;
+    // gaps shorter than 99 % of a frame's wire time at `gbps`
+    let close = |frames: &[(nic::time::Instant, usize)], gbps: u64| {
+        frames
+            .windows(2)
+            .filter(|w| gap(w[0].0, w[1].0) < wire_ns(w[0].1, gbps) * 99 / 100)
+            .count()
+    };
+    let burst = (nic::transport::READ_BURST_BYTES / 4096) as usize;
+    let (clean, frames0, cnps0) = read_8mib(false);
+    assert_eq!(cnps0, 0);
+    assert_eq!(frames0.len(), 2048, "8 MiB in 4 KiB responses");
+    // unlimited: one burst of credit, then the line rate (25 Gb/s), so
+    // the link's queue never holds more than the burst
+    let c0 = close(&frames0, 25);
+    assert!(
+        c0 <= burst,
+        "{c0} gaps shorter than the wire time at 25 Gb/s"
+    );
+    let (limited, frames, cnps) = read_8mib(true);
+    assert!(cnps >= 1, "the marks reached b's reaction point");
+    assert_eq!(frames.len(), 2048, "paced, not dropped or repeated");
+    // from the first CNP on, one wire time at 1 Gb/s between responses;
+    // only the burst and what left before that CNP came back are closer
+    let c = close(&frames, 1);
+    assert!(c <= 2 * burst, "{c} of 2047 gaps shorter than at 1 Gb/s");
+    let floor = Duration::from_nanos((2048 - 2 * burst as u64) * wire_ns(4096 + 60, 1));
+    assert!(
+        limited >= floor && limited < floor * 2,
+        "8 MiB at 1 Gb/s: {limited:?} (floor {floor:?})"
+    );
+    assert!(
+        clean * 10 < limited,
+        "clean {clean:?} vs limited {limited:?}"
+    );
+}

@@ -40,6 +40,21 @@ impl Pacer {
         now.as_nanos().saturating_mul(PS_PER_NS) >= self.next_ps
     }
 
+    /// Whether a packet may start at `now` when the pacer may run up to
+    /// `ahead_ps` picoseconds ahead of its rate (a burst allowance:
+    /// credit accumulates while idle up to that much, no further).
+    pub fn ready_ahead(&self, now: Instant, ahead_ps: u64) -> bool {
+        now.as_nanos()
+            .saturating_mul(PS_PER_NS)
+            .saturating_add(ahead_ps)
+            >= self.next_ps
+    }
+
+    /// The earliest instant [`Self::ready_ahead`] allows the next packet.
+    pub fn next_send_ahead(&self, ahead_ps: u64) -> Instant {
+        Instant::from_nanos(self.next_ps.saturating_sub(ahead_ps).div_ceil(PS_PER_NS))
+    }
+
     /// A packet of `wire_bytes` started at `now` under rate `rate_bps`
     /// (0 = unpaced). Call it for every packet the QP sends.
     pub fn on_send(&mut self, now: Instant, wire_bytes: u64, rate_bps: u64) {

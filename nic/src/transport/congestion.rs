@@ -106,10 +106,29 @@ impl CcConfig {
     }
 }
 
+/// What a frame costs on the wire beyond its bytes: preamble, start-of-
+/// frame delimiter, FCS and the inter-frame gap.
+const WIRE_OVERHEAD: u64 = 24;
+
+/// How far READ response data may run ahead of the line rate while DCQCN
+/// does not limit the QP: one engine transmit batch (32 frames) at the
+/// largest IB MTU. The engine still fills its batches, and a switch queue
+/// sees at most this much of one large READ before the first CNP can come
+/// back, instead of the whole message at once.
+pub const READ_BURST_BYTES: u64 = 32 * 4096;
+
 /// Per-QP congestion state.
 pub(crate) struct QpCc {
     pub rp: ReactionPoint,
     pub pacer: Pacer,
+    /// READ response data at the line rate, with [`READ_BURST_BYTES`] of
+    /// credit (while DCQCN does not limit the QP).
+    read_pacer: Pacer,
+    /// The port's rate, bits per second.
+    line_bps: u64,
+    /// The line-rate pacer held READ response data back: wake at its next
+    /// send time.
+    read_blocked: bool,
     pub np: CnpLimiter,
     pub np_counters: NpCounters,
     /// A CNP owed to the peer, sent before anything else.
@@ -127,6 +146,9 @@ impl QpCc {
         QpCc {
             rp,
             pacer: Pacer::new(),
+            read_pacer: Pacer::new(),
+            line_bps: link_bps,
+            read_blocked: false,
             np: CnpLimiter::new(),
             np_counters: NpCounters::default(),
             pending_cnp: None,
@@ -162,8 +184,7 @@ impl QpCc {
 
     /// Reaction point: our frame of `bytes` left at `now`.
     pub fn on_sent(&mut self, now: Instant, bytes: usize) {
-        // preamble + start-of-frame delimiter + FCS + inter-frame gap
-        let wire = bytes as u64 + 24;
+        let wire = bytes as u64 + WIRE_OVERHEAD;
         let rate = self.pace_bps();
         self.pacer.on_send(now, wire, rate);
         self.rp.on_sent(now, bytes as u64);
@@ -177,12 +198,50 @@ impl QpCc {
         ok
     }
 
+    /// Whether READ response data may go at `now`: at the DCQCN rate when
+    /// the QP is limited (as its requests), else at the line rate with
+    /// [`READ_BURST_BYTES`] of credit.
+    pub fn may_send_read(&mut self, now: Instant) -> bool {
+        if self.pace_bps() != 0 {
+            return self.may_send(now);
+        }
+        let ok = self.line_bps == 0 || self.read_pacer.ready_ahead(now, self.read_burst_ps());
+        self.read_blocked = !ok;
+        ok
+    }
+
+    /// READ response data of `bytes` left at `now`.
+    pub fn on_sent_read(&mut self, now: Instant, bytes: usize) {
+        self.on_sent(now, bytes);
+        self.read_pacer
+            .on_send(now, bytes as u64 + WIRE_OVERHEAD, self.line_bps);
+    }
+
+    /// [`READ_BURST_BYTES`] as time at the line rate, in picoseconds.
+    fn read_burst_ps(&self) -> u64 {
+        (READ_BURST_BYTES as u128 * 8 * 1_000_000_000_000 / self.line_bps.max(1) as u128) as u64
+    }
+
+    /// A timer fired at `now`: the pacers that held a packet back and
+    /// allow one again stop asking for a wake-up.
+    pub fn on_timeout(&mut self, now: Instant) {
+        if self.pace_blocked && self.pacer.ready(now) {
+            self.pace_blocked = false;
+        }
+        if self.read_blocked && self.read_pacer.ready_ahead(now, self.read_burst_ps()) {
+            self.read_blocked = false;
+        }
+    }
+
     pub fn next_deadline(&self) -> Option<Instant> {
         let pace = (self.pace_blocked && self.pace_bps() != 0).then(|| self.pacer.next_send());
-        match (self.rp.poll_timeout(), pace) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let read = self
+            .read_blocked
+            .then(|| self.read_pacer.next_send_ahead(self.read_burst_ps()));
+        [self.rp.poll_timeout(), pace, read]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 

@@ -34,7 +34,7 @@ mod responder;
 mod sq;
 pub mod timers;
 
-pub use congestion::{CcConfig, PfcTxConfig};
+pub use congestion::{CcConfig, PfcTxConfig, READ_BURST_BYTES};
 pub use counters::Counters;
 pub(crate) use qp::Qp;
 pub use qp::{HeaderTemplate, QpInit};

@@ -235,7 +235,8 @@ impl Qp {
 
     /// Frames the QP has to send: a CNP it owes first (on its own
     /// priority), then — unless PFC pauses the QP's priority — responses
-    /// (they unblock the peer), then requests at the pace DCQCN allows.
+    /// (they unblock the peer; READ response data at the pace DCQCN
+    /// allows), then requests at that pace.
     pub(crate) fn poll_transmit(
         &mut self,
         res: &mut Resources,
@@ -250,9 +251,21 @@ impl Qp {
         if res.pfc.is_paused(self.cc.prio, now) {
             return None;
         }
+        // RoCEv2 A17.9.3: the reaction point limits the rate of what the
+        // QP sends, READ response data included (an 8 MiB READ answered in
+        // one burst is what overflows a switch queue); the small ACKs,
+        // NAKs and atomic ACKs go at once. Responses leave in PSN order,
+        // so one held back holds the rest.
+        let read_data = self.resp.owes_read_data();
+        if read_data && !self.cc.may_send_read(now) {
+            return None;
+        }
         let mut ctx = resp_ctx!(self, res);
         let sent = self.resp.poll_transmit(&mut ctx, buf);
-        if sent.is_some() {
+        if let Some(n) = sent {
+            if read_data {
+                self.cc.on_sent_read(now, n);
+            }
             return sent;
         }
         if let Some(event) = self.resp.poll_error() {
@@ -398,9 +411,7 @@ impl Qp {
     pub(crate) fn handle_timeout(&mut self, res: &mut Resources, now: Instant) {
         // DCQCN rate-increase timer and deferred cuts; a paced QP may go on
         self.cc.rp.handle_timeout(now);
-        if self.cc.pace_blocked && self.cc.pacer.ready(now) {
-            self.cc.pace_blocked = false;
-        }
+        self.cc.on_timeout(now);
         let mut ctx = send_ctx!(self, res);
         self.comp.handle_timeout(&mut ctx, &mut self.req, now);
         let fault = ctx.fault;

@@ -61,6 +61,12 @@ impl Responder {
         !self.responses.is_empty()
     }
 
+    /// Whether the next response is READ response data (the responses the
+    /// QP's rate limiter paces; ACKs, NAKs and atomic ACKs are not).
+    pub fn owes_read_data(&self) -> bool {
+        matches!(self.responses.front(), Some(Response::Read(_)))
+    }
+
     /// The state in one line, for debugging.
     pub fn describe(&self) -> String {
         format!(
