@@ -17,6 +17,7 @@
 pub mod demo;
 pub mod error;
 pub mod exec;
+pub mod lab;
 pub mod loopback;
 pub mod netdev;
 pub mod oob;
