@@ -150,12 +150,20 @@ impl LabConfig {
             "auto" => PortBackend::Auto,
             "afxdp" => PortBackend::AfXdp,
             "afpacket" => PortBackend::AfPacket,
-            b => return Err(setting("backend", format!("{b}: want auto, afxdp or afpacket"))),
+            b => {
+                return Err(setting(
+                    "backend",
+                    format!("{b}: want auto, afxdp or afpacket"),
+                ))
+            }
         };
         let rate_bps = parse_rate(f.switch.rate.as_deref().unwrap_or("100mbit"))?;
         let kind = f.workload.kind.as_deref().unwrap_or("incast");
         if kind != "incast" {
-            return Err(setting("workload.kind", format!("{kind}: only incast so far")));
+            return Err(setting(
+                "workload.kind",
+                format!("{kind}: only incast so far"),
+            ));
         }
         let ecn_kb = f.switch.ecn_kb.unwrap_or(30);
         let queue_kb = f.switch.queue_kb.unwrap_or(1000);
@@ -227,7 +235,12 @@ pub fn parse_rate(s: &str) -> Result<u64, LabError> {
         "kbit" => 1e3,
         "mbit" => 1e6,
         "gbit" => 1e9,
-        _ => return Err(setting("rate", format!("{s:?}: want e.g. 100mbit or 1gbit"))),
+        _ => {
+            return Err(setting(
+                "rate",
+                format!("{s:?}: want e.g. 100mbit or 1gbit"),
+            ))
+        }
     };
     let v: f64 = num
         .parse()
@@ -265,7 +278,10 @@ mod tests {
             ..LabFile::default()
         };
         let c = LabConfig::from_file(file.overridden_by(flags)).unwrap();
-        assert_eq!((c.hosts, c.rate_bps, c.ecn_bytes), (4, 1_000_000_000, 50_000));
+        assert_eq!(
+            (c.hosts, c.rate_bps, c.ecn_bytes),
+            (4, 1_000_000_000, 50_000)
+        );
         assert_eq!((c.duration_s, c.size, c.sample_ms), (3, 65536, 100));
         assert_eq!(c.backend, PortBackend::Auto);
     }

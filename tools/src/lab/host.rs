@@ -108,7 +108,10 @@ impl Daemon {
     /// Ethernet 14, IPv4 20, UDP 8, BTH 12, payload, ICRC 4 (a middle
     /// packet of a WRITE: IBA 9.2, RoCEv2 annex A17.4).
     pub fn data_frame_bytes(&self) -> Result<u64, LabError> {
-        let ctx = self.ctx.as_ref().ok_or_else(|| self.gone("not connected"))?;
+        let ctx = self
+            .ctx
+            .as_ref()
+            .ok_or_else(|| self.gone("not connected"))?;
         let p = ctx.query_port(1).map_err(|source| LabError::Stats {
             host: self.net.name.clone(),
             source,
@@ -126,7 +129,10 @@ impl Daemon {
 
     /// Its device's counters now.
     pub fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>, LabError> {
-        let ctx = self.ctx.as_ref().ok_or_else(|| self.gone("not connected"))?;
+        let ctx = self
+            .ctx
+            .as_ref()
+            .ok_or_else(|| self.gone("not connected"))?;
         ctx.stats()
             .map(|s| s.counters)
             .map_err(|source| LabError::Stats {

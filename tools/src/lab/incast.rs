@@ -24,7 +24,13 @@ pub struct Flow {
 /// The ib_write_bw command line through `rnic exec` (`rnic` is this
 /// program) for host `d`: `-D` seconds of `-s` byte writes on port
 /// `port`, to `peer` when a client.
-fn perftest(rnic: &Path, d: &Daemon, cfg: &LabConfig, port: u16, peer: Option<&str>) -> Vec<String> {
+fn perftest(
+    rnic: &Path,
+    d: &Daemon,
+    cfg: &LabConfig,
+    port: u16,
+    peer: Option<&str>,
+) -> Vec<String> {
     let mut a = vec![
         rnic.display().to_string(),
         "exec".into(),
@@ -56,14 +62,24 @@ fn spawn(ns: &str, argv: &[String], log: &Path, name: String) -> Result<Proc, La
 
 /// Starts h0's servers, waits until each listens, then starts the
 /// senders' clients.
-pub fn start(rnic: &Path, hosts: &[Daemon], cfg: &LabConfig, logs: &Path) -> Result<Vec<Flow>, LabError> {
+pub fn start(
+    rnic: &Path,
+    hosts: &[Daemon],
+    cfg: &LabConfig,
+    logs: &Path,
+) -> Result<Vec<Flow>, LabError> {
     let sink = &hosts[0];
     let mut flows = Vec::new();
     for (i, h) in hosts.iter().enumerate().skip(1) {
         let port = BASE_PORT + i as u16;
         let server_log = logs.join(format!("ib_write_bw-server-{}.txt", h.net.name));
         let argv = perftest(rnic, sink, cfg, port, None);
-        let server = spawn(&sink.net.ns, &argv, &server_log, format!("ib_write_bw server for {}", h.net.name))?;
+        let server = spawn(
+            &sink.net.ns,
+            &argv,
+            &server_log,
+            format!("ib_write_bw server for {}", h.net.name),
+        )?;
         flows.push(Flow {
             from: h.net.name.clone(),
             server,
@@ -77,7 +93,12 @@ pub fn start(rnic: &Path, hosts: &[Daemon], cfg: &LabConfig, logs: &Path) -> Res
         let pid = f.server.child.id();
         sys::wait(&format!("the server for {} listening", f.from), 60, || {
             if let Some(st) = f.server.ended() {
-                return Err(failed("ib_write_bw server", &sink.net.name, st, &f.server_log));
+                return Err(failed(
+                    "ib_write_bw server",
+                    &sink.net.name,
+                    st,
+                    &f.server_log,
+                ));
             }
             Ok(sys::listening(pid, port).then_some(()))
         })?;
@@ -86,7 +107,12 @@ pub fn start(rnic: &Path, hosts: &[Daemon], cfg: &LabConfig, logs: &Path) -> Res
     for (i, f) in flows.iter_mut().enumerate() {
         let h = &hosts[i + 1];
         let argv = perftest(rnic, h, cfg, BASE_PORT + 1 + i as u16, Some(&peer));
-        f.client = Some(spawn(&h.net.ns, &argv, &f.client_log, format!("ib_write_bw {} → h0", h.net.name))?);
+        f.client = Some(spawn(
+            &h.net.ns,
+            &argv,
+            &f.client_log,
+            format!("ib_write_bw {} → h0", h.net.name),
+        )?);
     }
     Ok(flows)
 }

@@ -59,7 +59,11 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
 /// workload, writes the results into `out`, and tears everything down.
 pub fn run(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), crate::CliError> {
     lab(file, flags, out).map_err(|e| crate::CliError {
-        code: if matches!(e, LabError::Interrupted(_)) { 130 } else { 1 },
+        code: if matches!(e, LabError::Interrupted(_)) {
+            130
+        } else {
+            1
+        },
         msg: e.to_string(),
     })
 }
@@ -93,14 +97,21 @@ fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> 
         None => LabFile::default(),
     };
     let cfg = LabConfig::from_file(base.overridden_by(flags))?;
-    for (prog, flag) in [("ip", "-V"), ("tc", "-V"), ("nft", "--version"), ("ib_write_bw", "--version")] {
+    for (prog, flag) in [
+        ("ip", "-V"),
+        ("tc", "-V"),
+        ("nft", "--version"),
+        ("ib_write_bw", "--version"),
+    ] {
         sys::require(prog, flag)?;
     }
     let rnicd = rnicd_path()?;
     let rnic = std::env::current_exe().map_err(io("this program's path"))?;
     sys::catch_signals();
     for gone in net::reap_stale() {
-        say(&format!("removed {gone}, left by a lab run that no longer exists"));
+        say(&format!(
+            "removed {gone}, left by a lab run that no longer exists"
+        ));
     }
     let logs = out.join("logs");
     std::fs::create_dir_all(&logs).map_err(io(logs.display().to_string()))?;
@@ -111,15 +122,24 @@ fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> 
         cfg.hosts,
         cfg.rate_bps / 1_000_000,
         cfg.queue_bytes / 1000,
-        if cfg.ecn_bytes > 0 { format!("CE marks above {} KB (proxy)", cfg.ecn_bytes / 1000) } else { "no marking".into() },
+        if cfg.ecn_bytes > 0 {
+            format!("CE marks above {} KB (proxy)", cfg.ecn_bytes / 1000)
+        } else {
+            "no marking".into()
+        },
         net::lab_id()
     ));
     let fabric = Fabric::build(&cfg)?;
-    sys::wait("carrier on every host's link", 30, || Ok(fabric.all_up().then_some(())))?;
+    sys::wait("carrier on every host's link", 30, || {
+        Ok(fabric.all_up().then_some(()))
+    })?;
     let mut daemons = Vec::new();
     for h in &fabric.hosts {
         let d = Daemon::start(&rnicd, h, &cfg, &run_dir.0, &logs)?;
-        say(&format!("{} {} rnicd on {} ({})", h.name, h.addr, d.backend, h.iface));
+        say(&format!(
+            "{} {} rnicd on {} ({})",
+            h.name, h.addr, d.backend, h.iface
+        ));
         daemons.push(d);
     }
     let frame = daemons[0].data_frame_bytes()?;
@@ -130,7 +150,10 @@ fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> 
     drop(daemons);
     drop(fabric);
     drop(run_dir);
-    say(&format!("torn down: no namespace, link or process of {} is left", net::lab_id()));
+    say(&format!(
+        "torn down: no namespace, link or process of {} is left",
+        net::lab_id()
+    ));
     result
 }
 
@@ -147,12 +170,23 @@ fn workload(
     let mut snaps = vec![sample::snapshot(0.0, daemons, fabric)?];
     let t0 = Instant::now();
     let mut flows = incast::start(rnic, daemons, cfg, logs)?;
-    say(&format!("workload running: ib_write_bw h1..h{} → h0 for {} s", cfg.hosts - 1, cfg.duration_s));
+    say(&format!(
+        "workload running: ib_write_bw h1..h{} → h0 for {} s",
+        cfg.hosts - 1,
+        cfg.duration_s
+    ));
     let ran = sample_until_done(cfg, fabric, daemons, &mut flows, &mut snaps, t0);
     drop(flows);
     let info = results::RunInfo {
-        hosts: &fabric.hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>(),
-        backends: &daemons.iter().map(|d| d.backend.clone()).collect::<Vec<_>>(),
+        hosts: &fabric
+            .hosts
+            .iter()
+            .map(|h| h.name.clone())
+            .collect::<Vec<_>>(),
+        backends: &daemons
+            .iter()
+            .map(|d| d.backend.clone())
+            .collect::<Vec<_>>(),
         config_toml: cfg.to_toml(),
         marking: marking(cfg, daemons[0].data_frame_bytes()?),
         reported_gbits: (1..cfg.hosts)
@@ -194,7 +228,11 @@ fn sample_until_done(
             std::thread::sleep(wait);
         }
         next += period;
-        snaps.push(sample::snapshot(t0.elapsed().as_secs_f64(), daemons, fabric)?);
+        snaps.push(sample::snapshot(
+            t0.elapsed().as_secs_f64(),
+            daemons,
+            fabric,
+        )?);
         progress.draw(snaps);
         if done {
             progress.finish();
@@ -276,7 +314,10 @@ impl ProgressLine {
 
     fn draw(&mut self, snaps: &[Snapshot]) {
         let every = if self.tty { 200 } else { 1000 };
-        if self.last.is_some_and(|t| t.elapsed() < Duration::from_millis(every)) {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(every))
+        {
             return;
         }
         let [.., a, b] = snaps else { return };
@@ -289,7 +330,12 @@ impl ProgressLine {
             })
             .collect();
         let first = &snaps[0];
-        let marks: u64 = b.ports.iter().zip(&first.ports).map(|(p, q)| p.marked - q.marked.min(p.marked)).sum();
+        let marks: u64 = b
+            .ports
+            .iter()
+            .zip(&first.ports)
+            .map(|(p, q)| p.marked - q.marked.min(p.marked))
+            .sum();
         let cnps = counter(b, 0, "np_cnp_sent").saturating_sub(counter(first, 0, "np_cnp_sent"));
         let line = format!(
             "lab: {:.1}/{} s  Mbit/s: {}  queue→h0 {:.0} KB  CE marks {marks}  CNPs {cnps}",
@@ -299,7 +345,11 @@ impl ProgressLine {
             b.ports[0].backlog as f64 / 1e3
         );
         let mut err = std::io::stderr().lock();
-        let _ = if self.tty { write!(err, "\r{line:<100}") } else { writeln!(err, "{line}") };
+        let _ = if self.tty {
+            write!(err, "\r{line:<100}")
+        } else {
+            writeln!(err, "{line}")
+        };
         let _ = err.flush();
     }
 

@@ -82,9 +82,19 @@ impl Fabric {
                 "link", "add", &h.iface, "netns", &h.ns, "type", "veth", "peer", "name", &h.port,
                 "netns", &sw,
             ])?;
-            ip(&["-n", &sw, "link", "set", &h.port, "mtu", &mtu, "master", "br0", "up"])?;
+            ip(&[
+                "-n", &sw, "link", "set", &h.port, "mtu", &mtu, "master", "br0", "up",
+            ])?;
             ip(&["-n", &h.ns, "link", "set", &h.iface, "mtu", &mtu])?;
-            ip(&["-n", &h.ns, "addr", "add", &format!("{}/24", h.addr), "dev", &h.iface])?;
+            ip(&[
+                "-n",
+                &h.ns,
+                "addr",
+                "add",
+                &format!("{}/24", h.addr),
+                "dev",
+                &h.iface,
+            ])?;
             ip(&["-n", &h.ns, "link", "set", &h.iface, "up"])?;
             f.hosts.push(h);
         }
@@ -119,8 +129,19 @@ impl Fabric {
             run(
                 "tc",
                 &[
-                    "-n", &self.switch, "qdisc", "add", "dev", &h.port, "root", "tbf", "rate",
-                    &rate, "burst", &burst.to_string(), "limit",
+                    "-n",
+                    &self.switch,
+                    "qdisc",
+                    "add",
+                    "dev",
+                    &h.port,
+                    "root",
+                    "tbf",
+                    "rate",
+                    &rate,
+                    "burst",
+                    &burst.to_string(),
+                    "limit",
                     &cfg.queue_bytes.to_string(),
                 ],
             )?;
@@ -141,7 +162,10 @@ impl Fabric {
 /// in frames per second and the threshold in frames (at least one each).
 pub fn bucket(cfg: &LabConfig, frame: u64) -> (u64, u64) {
     let frame = frame.max(1);
-    ((cfg.rate_bps / 8 / frame).max(1), (cfg.ecn_bytes / frame).max(1))
+    (
+        (cfg.rate_bps / 8 / frame).max(1),
+        (cfg.ecn_bytes / frame).max(1),
+    )
 }
 
 /// The switch's nftables table (family `bridge`, hook `forward`): per
@@ -164,7 +188,10 @@ pub fn ruleset(hosts: &[HostNet], cfg: &LabConfig, frame: u64) -> String {
     let (pps, burst) = bucket(cfg, frame);
     let mut s = format!("table bridge {TABLE} {{\n");
     for h in hosts {
-        s += &format!("  counter seen_{0} {{ }}\n  counter marked_{0} {{ }}\n", h.name);
+        s += &format!(
+            "  counter seen_{0} {{ }}\n  counter marked_{0} {{ }}\n",
+            h.name
+        );
     }
     s += "  chain forward {\n    type filter hook forward priority 0; policy accept;\n";
     for h in hosts {
@@ -198,7 +225,12 @@ pub fn lab_namespaces() -> Vec<(String, u32)> {
     list.lines()
         .filter_map(|l| {
             let name = l.split_whitespace().next()?;
-            let pid = name.strip_prefix(NS_PREFIX)?.split('-').next()?.parse().ok()?;
+            let pid = name
+                .strip_prefix(NS_PREFIX)?
+                .split('-')
+                .next()?
+                .parse()
+                .ok()?;
             Some((name.to_string(), pid))
         })
         .collect()
@@ -243,6 +275,9 @@ mod tests {
         let mut off = cfg.clone();
         off.ecn_bytes = 0;
         let r = ruleset(&hosts, &off, 1082);
-        assert!(r.contains("counter name \"seen_h0\"\n") && !r.contains("ecn set ce"), "{r}");
+        assert!(
+            r.contains("counter name \"seen_h0\"\n") && !r.contains("ecn set ce"),
+            "{r}"
+        );
     }
 }

@@ -55,8 +55,21 @@ fn totals(sum: &Value) -> String {
             })
             .collect()
     };
-    let flows = ["from", "to", "mbits_average", "ib_write_bw_gbits", "rp_cnp_handled", "retransmitted_pkts"];
-    let ports = ["to", "roce_frames", "ce_marked", "drops", "max_backlog_bytes"];
+    let flows = [
+        "from",
+        "to",
+        "mbits_average",
+        "ib_write_bw_gbits",
+        "rp_cnp_handled",
+        "retransmitted_pkts",
+    ];
+    let ports = [
+        "to",
+        "roce_frames",
+        "ce_marked",
+        "drops",
+        "max_backlog_bytes",
+    ];
     let r = &sum["receiver"];
     format!(
         "<h2>Flows</h2>\n{}<h2>Switch egress queues</h2>\n{}<h2>Receiver ({})</h2>\n<p>np_ecn_marked_roce_packets {} · np_cnp_sent {}</p>\n",

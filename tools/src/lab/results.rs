@@ -60,43 +60,81 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
     };
     let mut rate: Vec<Series> = (1..n)
         .map(|i| {
-            over_time(format!("{}→{}", info.hosts[i], info.hosts[0]), snaps, |a, b| {
-                mbits(a, b, i, "tx_bytes")
-            })
+            over_time(
+                format!("{}→{}", info.hosts[i], info.hosts[0]),
+                snaps,
+                |a, b| mbits(a, b, i, "tx_bytes"),
+            )
         })
         .collect();
-    rate.push(over_time(format!("{} received", info.hosts[0]), snaps, |a, b| {
-        mbits(a, b, 0, "rx_bytes")
-    }));
+    rate.push(over_time(
+        format!("{} received", info.hosts[0]),
+        snaps,
+        |a, b| mbits(a, b, 0, "rx_bytes"),
+    ));
     let queue = (0..n)
-        .map(|i| over_time(format!("to {}", info.hosts[i]), snaps, |_, b| b.ports[i].backlog as f64 / 1e3))
+        .map(|i| {
+            over_time(format!("to {}", info.hosts[i]), snaps, |_, b| {
+                b.ports[i].backlog as f64 / 1e3
+            })
+        })
         .collect();
     let mut marks: Vec<Series> = Vec::new();
     for i in 0..n {
         let p0 = first.map(|f| f.ports[i].clone()).unwrap_or_default();
-        marks.push(over_time(format!("CE marks to {}", info.hosts[i]), snaps, |_, b| {
-            b.ports[i].marked.saturating_sub(p0.marked) as f64
-        }));
-        marks.push(over_time(format!("drops to {}", info.hosts[i]), snaps, |_, b| {
-            b.ports[i].drops.saturating_sub(p0.drops) as f64
-        }));
+        marks.push(over_time(
+            format!("CE marks to {}", info.hosts[i]),
+            snaps,
+            |_, b| b.ports[i].marked.saturating_sub(p0.marked) as f64,
+        ));
+        marks.push(over_time(
+            format!("drops to {}", info.hosts[i]),
+            snaps,
+            |_, b| b.ports[i].drops.saturating_sub(p0.drops) as f64,
+        ));
     }
     let mut cnp = vec![
-        over_time(format!("{} np_ecn_marked_roce_packets", info.hosts[0]), snaps, |_, b| {
-            since(b, 0, "np_ecn_marked_roce_packets")
+        over_time(
+            format!("{} np_ecn_marked_roce_packets", info.hosts[0]),
+            snaps,
+            |_, b| since(b, 0, "np_ecn_marked_roce_packets"),
+        ),
+        over_time(format!("{} np_cnp_sent", info.hosts[0]), snaps, |_, b| {
+            since(b, 0, "np_cnp_sent")
         }),
-        over_time(format!("{} np_cnp_sent", info.hosts[0]), snaps, |_, b| since(b, 0, "np_cnp_sent")),
     ];
     for i in 1..n {
-        cnp.push(over_time(format!("{} rp_cnp_handled", info.hosts[i]), snaps, |_, b| {
-            since(b, i, "rp_cnp_handled")
-        }));
+        cnp.push(over_time(
+            format!("{} rp_cnp_handled", info.hosts[i]),
+            snaps,
+            |_, b| since(b, i, "rp_cnp_handled"),
+        ));
     }
     vec![
-        Plot { stem: "flows", title: "Per-flow rate (sender's transmitted bytes)", y: "Mbit/s", series: rate },
-        Plot { stem: "queue", title: "Switch egress queue depth (tbf backlog)", y: "KB", series: queue },
-        Plot { stem: "marks", title: "Switch CE marks and drops (cumulative)", y: "frames", series: marks },
-        Plot { stem: "cnp", title: "ECN-marked packets received, CNPs sent and handled (cumulative)", y: "packets", series: cnp },
+        Plot {
+            stem: "flows",
+            title: "Per-flow rate (sender's transmitted bytes)",
+            y: "Mbit/s",
+            series: rate,
+        },
+        Plot {
+            stem: "queue",
+            title: "Switch egress queue depth (tbf backlog)",
+            y: "KB",
+            series: queue,
+        },
+        Plot {
+            stem: "marks",
+            title: "Switch CE marks and drops (cumulative)",
+            y: "frames",
+            series: marks,
+        },
+        Plot {
+            stem: "cnp",
+            title: "ECN-marked packets received, CNPs sent and handled (cumulative)",
+            y: "packets",
+            series: cnp,
+        },
     ]
 }
 
@@ -191,13 +229,25 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, La
     let plots = plots(info, snaps);
     for p in &plots {
         write_file(&out.join(format!("{}.csv", p.stem)), plot_csv(p))?;
-        let labels = Labels { title: p.title, x: "time [s]", y: p.y, log_y: false, log_x: false };
-        write_file(&out.join(format!("{}.svg", p.stem)), xy_svg(&labels, &p.series))?;
+        let labels = Labels {
+            title: p.title,
+            x: "time [s]",
+            y: p.y,
+            log_y: false,
+            log_x: false,
+        };
+        write_file(
+            &out.join(format!("{}.svg", p.stem)),
+            xy_svg(&labels, &p.series),
+        )?;
     }
     let sum = summary(info, snaps);
     let text = serde_json::to_string_pretty(&sum).expect("JSON of plain values");
     write_file(&out.join("summary.json"), text + "\n")?;
     write_file(&out.join("lab.toml"), &info.config_toml)?;
-    write_file(&out.join("index.html"), super::page::html(info, &plots, &sum))?;
+    write_file(
+        &out.join("index.html"),
+        super::page::html(info, &plots, &sum),
+    )?;
     Ok(sum)
 }

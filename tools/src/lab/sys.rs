@@ -87,7 +87,12 @@ pub struct Proc {
 impl Proc {
     /// Starts `cmd` in namespace `ns` (`ip netns exec`, which execs it: the
     /// pid is the program's), its stdout and stderr into `log`.
-    pub fn spawn(ns: &str, cmd: &[&std::ffi::OsStr], log: &Path, name: String) -> Result<Proc, LabError> {
+    pub fn spawn(
+        ns: &str,
+        cmd: &[&std::ffi::OsStr],
+        log: &Path,
+        name: String,
+    ) -> Result<Proc, LabError> {
         let io = |source| LabError::Io {
             what: format!("{}", log.display()),
             source,

@@ -382,7 +382,10 @@ mod tests {
         };
         let svg = xy_svg(&labels, &series);
         assert_eq!(svg.matches("<circle").count(), 3);
-        assert!(svg.contains(">0</text>") && svg.contains(">2.5</text>"), "{svg}");
+        assert!(
+            svg.contains(">0</text>") && svg.contains(">2.5</text>"),
+            "{svg}"
+        );
         assert!(!svg.contains(">1K</text>") && !svg.contains("NaN"));
     }
 
