@@ -332,7 +332,9 @@ fn sigint_mid_run_tears_everything_down() {
 #[test]
 fn without_root_it_refuses_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = if unsafe { libc::geteuid() } == 0 {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut c = if root {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(rnic());
