@@ -113,6 +113,18 @@ fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> 
             "removed {gone}, left by a lab run that no longer exists"
         ));
     }
+    let result = build_and_run(&cfg, &rnicd, &rnic, out);
+    say(&format!(
+        "torn down: no namespace, link or process of {} is left",
+        net::lab_id()
+    ));
+    result
+}
+
+/// The fabric, the daemons and the workload; everything made here is
+/// gone when it returns, whatever it returns: the daemons stop, then the
+/// namespaces (and their links) go, then the scratch folder.
+fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Result<(), LabError> {
     let logs = out.join("logs");
     std::fs::create_dir_all(&logs).map_err(io(logs.display().to_string()))?;
     let run_dir = RunDir(std::env::temp_dir().join(net::lab_id()));
@@ -129,13 +141,13 @@ fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> 
         },
         net::lab_id()
     ));
-    let fabric = Fabric::build(&cfg)?;
+    let fabric = Fabric::build(cfg)?;
     sys::wait("carrier on every host's link", 30, || {
         Ok(fabric.all_up().then_some(()))
     })?;
     let mut daemons = Vec::new();
     for h in &fabric.hosts {
-        let d = Daemon::start(&rnicd, h, &cfg, &run_dir.0, &logs)?;
+        let d = Daemon::start(rnicd, h, cfg, &run_dir.0, &logs)?;
         say(&format!(
             "{} {} rnicd on {} ({})",
             h.name, h.addr, d.backend, h.iface
@@ -143,17 +155,11 @@ fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> 
         daemons.push(d);
     }
     let frame = daemons[0].data_frame_bytes()?;
-    fabric.shape(&cfg, frame)?;
-    let result = workload(&rnic, &cfg, &fabric, &mut daemons, out, &logs);
-    // teardown in order: the workload went with `workload`; the daemons,
-    // then the namespaces (and their links), then the scratch folder
+    fabric.shape(cfg, frame)?;
+    let result = workload(rnic, cfg, &fabric, &mut daemons, out, &logs);
     drop(daemons);
     drop(fabric);
     drop(run_dir);
-    say(&format!(
-        "torn down: no namespace, link or process of {} is left",
-        net::lab_id()
-    ));
     result
 }
 

@@ -237,14 +237,17 @@ pub fn lab_namespaces() -> Vec<(String, u32)> {
 }
 
 /// Deletes the lab namespaces whose lab process is gone (a lab killed
-/// before its teardown); returns their names. Namespaces of running labs
-/// and every other namespace are left alone.
+/// before its teardown), and that lab's scratch folder; returns the
+/// namespaces' names. Namespaces of running labs and every other
+/// namespace are left alone.
 pub fn reap_stale() -> Vec<String> {
     let mut gone = Vec::new();
     for (name, pid) in lab_namespaces() {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            && ip(&["netns", "del", &name]).is_ok()
-        {
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("{NS_PREFIX}{pid}")));
+        if ip(&["netns", "del", &name]).is_ok() {
             gone.push(name);
         }
     }
