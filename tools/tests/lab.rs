@@ -218,7 +218,7 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
         "--hosts",
         "3",
         "--rate",
-        "100mbit",
+        "50mbit",
         "--ecn-kb",
         "30",
         "--duration",
@@ -269,7 +269,7 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
         );
     }
     assert!(read(&out.join("samples.csv")).starts_with("t_s,source,name,value\n"));
-    assert!(read(&out.join("lab.toml")).contains("rate = \"100000000bit\""));
+    assert!(read(&out.join("lab.toml")).contains("rate = \"50mbit\""));
 
     let html = read(&out.join("index.html"));
     let svgs: Vec<String> = std::fs::read_dir(&out)

@@ -206,7 +206,7 @@ impl LabConfig {
             hosts: Some(self.hosts),
             backend: Some(self.backend.arg().into()),
             switch: SwitchFile {
-                rate: Some(format!("{}bit", self.rate_bps)),
+                rate: Some(rate_text(self.rate_bps)),
                 ecn_kb: Some((self.ecn_bytes / 1000) as u32),
                 queue_kb: Some((self.queue_bytes / 1000) as u32),
                 mtu: Some(self.mtu),
@@ -219,6 +219,17 @@ impl LabConfig {
             },
         };
         toml::to_string(&f).unwrap_or_default()
+    }
+}
+
+/// A rate in bits per second in tc's words, the largest unit that keeps
+/// it whole (`100mbit`, `2500mbit`, `1gbit`).
+pub fn rate_text(bps: u64) -> String {
+    match bps {
+        b if b % 1_000_000_000 == 0 => format!("{}gbit", b / 1_000_000_000),
+        b if b % 1_000_000 == 0 => format!("{}mbit", b / 1_000_000),
+        b if b % 1_000 == 0 => format!("{}kbit", b / 1_000),
+        b => format!("{b}bit"),
     }
 }
 
@@ -262,6 +273,9 @@ mod tests {
         assert_eq!(parse_rate("100mbit").unwrap(), 100_000_000);
         assert_eq!(parse_rate("2.5Gbit").unwrap(), 2_500_000_000);
         assert_eq!(parse_rate("500kbit").unwrap(), 500_000);
+        for r in ["1gbit", "2500mbit", "500kbit", "100001bit"] {
+            assert_eq!(rate_text(parse_rate(r).unwrap()), r);
+        }
         for bad in ["1gbps", "fast", "mbit", "10bit", "1000gbit"] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }

@@ -130,9 +130,9 @@ fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Resu
     let run_dir = RunDir(std::env::temp_dir().join(net::lab_id()));
     std::fs::create_dir_all(&run_dir.0).map_err(io(run_dir.0.display().to_string()))?;
     say(&format!(
-        "{} hosts on one switch ({} Mbit/s queues of {} KB, {}), namespaces {}-*",
+        "{} hosts on one switch ({} queues of {} KB, {}), namespaces {}-*",
         cfg.hosts,
-        cfg.rate_bps / 1_000_000,
+        config::rate_text(cfg.rate_bps),
         cfg.queue_bytes / 1000,
         if cfg.ecn_bytes > 0 {
             format!("CE marks above {} KB (proxy)", cfg.ecn_bytes / 1000)
@@ -263,13 +263,13 @@ pub fn marking(cfg: &LabConfig, frame: u64) -> String {
     format!(
         "a PROXY of the queue's depth, not its real backlog. nftables CE-marks the RoCEv2 frames \
          toward a port once more than {burst} frames of {frame} B (the {} KB threshold) have \
-         arrived above the link rate ({} Mbit/s = {pps} such frames/s): a token bucket of the \
+         arrived above the link rate ({} = {pps} such frames/s): a token bucket of the \
          link rate, {burst} frames deep, runs dry when a queue drained at that rate would hold \
-         more than the threshold. This kernel has no RED (nor fq, codel, pie or a tc classifier) \
+         more than the threshold. This kernel has no RED (nor fq, codel, pie or tc's police action) \
          and nftables cannot read a qdisc's backlog; the tbf queue's real depth is sampled and \
          plotted separately (queue.svg).",
         cfg.ecn_bytes / 1000,
-        cfg.rate_bps / 1_000_000,
+        config::rate_text(cfg.rate_bps),
     )
 }
 

@@ -178,7 +178,7 @@ pub fn bucket(cfg: &LabConfig, frame: u64) -> (u64, u64) {
 /// the threshold has arrived above the link rate, which is when a queue
 /// drained at that rate holds more than the threshold — a PROXY of the
 /// queue's depth, not the tbf's real backlog: this kernel has no RED (nor
-/// fq, codel, pie, police or a tc classifier), and nftables cannot see a
+/// fq, codel, pie or tc's police action), and nftables cannot see a
 /// qdisc. The bucket counts frames of `frame` bytes (the RoCE data frames
 /// of the hosts' path MTU), because nftables' byte limit always holds a
 /// second of its rate on top of the burst (the kernel's `nft_limit`:
