@@ -139,6 +139,8 @@ impl YAxis {
                 log,
             }
         } else {
+            // all zero: a unit axis, not one of nanounits all labelled 0
+            let max = if max > 1e-9 { max } else { 1.0 };
             let step = nice_step(max / 5.0);
             YAxis {
                 lo: 0.0,
@@ -188,7 +190,8 @@ impl XAxis {
                 log,
             }
         } else {
-            let max = xs().fold(0.0f64, f64::max).max(1e-9);
+            let max = xs().fold(0.0f64, f64::max);
+            let max = if max > 1e-9 { max } else { 1.0 };
             let step = nice_step(max / 10.0);
             XAxis {
                 lo: 0.0,
@@ -387,6 +390,24 @@ mod tests {
             "{svg}"
         );
         assert!(!svg.contains(">1K</text>") && !svg.contains("NaN"));
+    }
+
+    #[test]
+    fn an_all_zero_series_gets_a_unit_axis() {
+        let series = parse_csv("series,x,y\nmarks,0.1,0\nmarks,0.2,0\n").unwrap();
+        let labels = Labels {
+            title: "",
+            x: "",
+            y: "",
+            log_y: false,
+            log_x: false,
+        };
+        let svg = xy_svg(&labels, &series);
+        assert!(
+            svg.contains(">1</text>") && svg.contains(">0.2</text>"),
+            "{svg}"
+        );
+        assert_eq!(svg.matches(">0</text>").count(), 2, "{svg}");
     }
 
     #[test]
