@@ -241,7 +241,6 @@ fn sample_until_done(
         )?);
         progress.draw(snaps);
         if done {
-            progress.finish();
             return Ok(());
         }
         if t0.elapsed() > limit {
@@ -358,8 +357,11 @@ impl ProgressLine {
         };
         let _ = err.flush();
     }
+}
 
-    fn finish(&self) {
+/// Ends the line on a terminal, so what follows starts a line of its own.
+impl Drop for ProgressLine {
+    fn drop(&mut self) {
         if self.tty && self.last.is_some() {
             eprintln!();
         }
