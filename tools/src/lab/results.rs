@@ -251,3 +251,79 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, La
     )?;
     Ok(sum)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::sample::PortStat;
+    use std::collections::BTreeMap;
+
+    fn snap(t: f64, tx1: u64, rx0: u64, cnps: u64, marked: u64) -> Snapshot {
+        let host = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        Snapshot {
+            t,
+            hosts: vec![
+                host(&[("rx_bytes", rx0), ("np_cnp_sent", cnps)]),
+                host(&[("tx_bytes", tx1), ("rp_cnp_handled", cnps)]),
+            ],
+            ports: vec![
+                PortStat {
+                    backlog: 30_000,
+                    marked,
+                    seen: 2 * marked,
+                    ..PortStat::default()
+                },
+                PortStat::default(),
+            ],
+        }
+    }
+
+    #[test]
+    fn rates_and_totals_count_from_the_first_snapshot() {
+        let hosts = ["h0".to_string(), "h1".to_string()];
+        let backends = ["AfXdp".to_string(), "AfXdp".to_string()];
+        let info = RunInfo {
+            hosts: &hosts,
+            backends: &backends,
+            config_toml: String::new(),
+            marking: "proxy".into(),
+            reported_gbits: vec![Some(0.05)],
+        };
+        // 1.25 MB in 0.1 s: 100 Mbit/s
+        let snaps = [
+            snap(1.0, 500, 0, 7, 10),
+            snap(1.1, 1_250_500, 1_250_000, 9, 14),
+            snap(1.2, 1_250_500, 1_250_000, 10, 20),
+        ];
+        let p = plots(&info, &snaps);
+        let flows = &p[0].series;
+        assert_eq!(flows[0].name, "h1→h0");
+        let (t, r) = flows[0].points[0];
+        assert!(
+            (t - 0.1).abs() < 1e-9 && (r - 100.0).abs() < 1e-6,
+            "{t} {r}"
+        );
+        assert_eq!(flows[0].points[1].1, 0.0);
+        let marks = &p[2].series[0];
+        let ys: Vec<f64> = marks.points.iter().map(|p| p.1).collect();
+        assert_eq!(
+            (marks.name.as_str(), ys),
+            ("CE marks to h0", vec![4.0, 10.0])
+        );
+        let s = summary(&info, &snaps);
+        assert_eq!(s["switch_ports"][0]["ce_marked"], 10);
+        assert_eq!(s["switch_ports"][0]["roce_frames"], 20);
+        assert_eq!(s["receiver"]["np_cnp_sent"], 3);
+        assert_eq!(s["flows"][0]["rp_cnp_handled"], 3);
+        assert_eq!(s["flows"][0]["ib_write_bw_gbits"], 0.05);
+        let avg = s["flows"][0]["mbits_average"].as_f64().unwrap();
+        assert!((avg - 50.0).abs() < 1e-6, "{avg}");
+        let csv = plot_csv(&p[0]);
+        assert!(
+            csv.starts_with("series,time_s,value\nh1→h0,0.100,100.000\n"),
+            "{csv}"
+        );
+    }
+}
