@@ -7,7 +7,7 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | commands | [`demo`], [`perf`]'s command (`rnic perf`: [`perf::run`]; on the in-process loopback [`perf::local`], on a real interface [`perf::dev`], which also holds `rnic memcheck`), [`pingpong`], [`pcapcmd`], [`stats`], [`exec`] |
+//! | commands | [`lab`] (`rnic lab`: a fabric of namespaces, its workload and results folder), [`demo`], [`perf`]'s command (`rnic perf`: [`perf::run`]; on the in-process loopback [`perf::local`], on a real interface [`perf::dev`], which also holds `rnic memcheck`), [`pingpong`], [`pcapcmd`], [`stats`], [`exec`] |
 //! | views | [`view`] (the devices in `/sys/class` and `/dev`, and the table the netlink shim answers RDMA netlink from, for `rnic exec`) |
 //! | runs | [`netdev`] (an RNIC on a real interface), [`report`], [`perf`]'s vocabulary (the settings and results of a run, and [`perf::request`], which the reports and `pingpong` share), [`loopback`] (two RNICs in this process), [`oob`] (the TCP exchange) |
 //! | QP bring-up | [`qp`] |
@@ -17,6 +17,7 @@
 pub mod demo;
 pub mod error;
 pub mod exec;
+pub mod lab;
 pub mod loopback;
 pub mod netdev;
 pub mod oob;

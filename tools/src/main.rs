@@ -147,6 +147,19 @@ cm_timeouts, the reasons of dropped MADs and QP 1's own counters (gsi_*).",
         after_help = "Examples:\n  rnic stats\n  rnic stats --json | jq '.devices[0].counters'\n  rnic stats --file saved-run.json\n  rnic stats --daemon --sock-dir /run/softrnic"
     )]
     Stats(StatsArgs),
+    /// Build a RoCE fabric of namespaces, run an ib_write_bw incast through it, and plot what happened.
+    #[command(
+        long_about = "Builds N hosts (network namespaces, each with its own rnicd on AF_XDP, else \
+AF_PACKET, on a veth) around one switch namespace (a bridge; toward each host an egress queue: tbf \
+at the link rate, and nftables CE-marking RoCEv2 frames above a threshold: a PROXY of the queue's \
+depth, see docs/lab.md), runs unmodified ib_write_bw from h1..h(N-1) to h0 at once through the \
+drop-in (rnic exec), samples every host's counters and the switch's queues and marks every \
+100 ms, and writes CSV, SVG plots and index.html into --out. DCQCN is on (rnicd's default). \
+Needs root. Everything it creates carries the prefix rnlab-<pid> and is torn down on exit, on \
+error and on SIGINT/SIGTERM.",
+        after_help = "Examples:\n  sudo rnic lab --hosts 3 --rate 100mbit --ecn-kb 30 --duration 10 --out /tmp/lab\n  sudo rnic lab --file incast.toml --out /tmp/lab\n  sudo rnic lab --hosts 5 --ecn-kb 0 --out /tmp/no-ecn      # no marking: no CNPs"
+    )]
+    Lab(LabArgs),
     /// Draw an SVG line plot of a CSV of `series,x,y` rows (x: message sizes, log2 axis).
     #[command(
         long_about = "Reads a CSV of `series,x,y` rows (a header line, blank lines and # comments \
@@ -157,6 +170,66 @@ latency curves with it.",
         after_help = "Examples:\n  rnic plot bw.csv --out bw.svg --title 'ib_write_bw' --y-label 'MB/s'\n  rnic plot lat.csv --out lat.svg --y-label 'usec' --log-y"
     )]
     Plot(PlotArgs),
+}
+
+#[derive(Args)]
+struct LabArgs {
+    /// The lab file (TOML; see docs/lab.md). Flags given here win over it.
+    #[arg(long, value_name = "LAB.toml")]
+    file: Option<PathBuf>,
+    /// The results folder (CSV, SVG, index.html, logs/).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Hosts h0..h(N-1): h1..h(N-1) send to h0 [default: 3].
+    #[arg(long, value_name = "N")]
+    hosts: Option<usize>,
+    /// Each switch egress queue's rate (tc units: kbit, mbit, gbit) [default: 100mbit].
+    #[arg(long)]
+    rate: Option<String>,
+    /// CE-mark RoCEv2 frames above this many KB (a proxy of the queue's depth; 0: none) [default: 30].
+    #[arg(long, value_name = "KB")]
+    ecn_kb: Option<u32>,
+    /// Each egress queue's capacity in KB (tail drop beyond) [default: 1000].
+    #[arg(long, value_name = "KB")]
+    queue_kb: Option<u32>,
+    /// The links' MTU [default: 1500].
+    #[arg(long)]
+    mtu: Option<u32>,
+    /// The workload's length in seconds (ib_write_bw -D) [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<u32>,
+    /// ib_write_bw's message size in bytes (-s) [default: 65536].
+    #[arg(long, short)]
+    size: Option<u32>,
+    /// rnicd's port: auto (AF_XDP, else AF_PACKET) | afxdp | afpacket [default: auto].
+    #[arg(long)]
+    backend: Option<String>,
+    /// Sampling period of the counters in ms [default: 100].
+    #[arg(long, value_name = "MS")]
+    sample_ms: Option<u32>,
+}
+
+impl LabArgs {
+    /// The flags as a lab file, to lay over --file.
+    fn flags(&self) -> tools::lab::LabFile {
+        use tools::lab::config::{LabFile, SwitchFile, WorkloadFile};
+        LabFile {
+            hosts: self.hosts,
+            backend: self.backend.clone(),
+            switch: SwitchFile {
+                rate: self.rate.clone(),
+                ecn_kb: self.ecn_kb,
+                queue_kb: self.queue_kb,
+                mtu: self.mtu,
+            },
+            workload: WorkloadFile {
+                kind: None,
+                duration_s: self.duration,
+                size: self.size,
+                sample_ms: self.sample_ms,
+            },
+        }
+    }
 }
 
 #[derive(Args)]
@@ -179,6 +252,9 @@ struct PlotArgs {
     /// A log10 y axis.
     #[arg(long)]
     log_y: bool,
+    /// A linear x axis from 0 (time), not log2 (message sizes).
+    #[arg(long)]
+    linear_x: bool,
 }
 
 #[derive(Args)]
@@ -498,6 +574,7 @@ fn plot(a: &PlotArgs) -> Result<(), CliError> {
         x: &a.x_label,
         y: &a.y_label,
         log_y: a.log_y,
+        log_x: !a.linear_x,
     };
     write_file(&a.out, xy_svg(&labels, &series))?;
     Ok(())
@@ -506,7 +583,7 @@ fn plot(a: &PlotArgs) -> Result<(), CliError> {
 /// The subcommand words of the command line, for "see 'rnic perf --help'".
 fn subcommand_path() -> String {
     let words = [
-        "demo", "perf", "pingpong", "pcap", "check", "dump", "replay", "stats", "plot",
+        "demo", "perf", "pingpong", "pcap", "check", "dump", "replay", "stats", "plot", "lab",
     ];
     let mut path = vec!["rnic".to_string()];
     for a in std::env::args().skip(1) {
@@ -637,6 +714,7 @@ fn main() {
         Cmd::Stats(a) if a.daemon => tools::stats::show_daemons(a.json, a.sock_dir),
         Cmd::Stats(a) => tools::stats::show(a.json, a.file),
         Cmd::Plot(a) => plot(&a),
+        Cmd::Lab(a) => tools::lab::run(a.file.as_deref(), a.flags(), &a.out),
     };
     if let Err(e) = result {
         eprintln!("rnic: {e}");

@@ -1,7 +1,8 @@
 //! `rnic plot`: an SVG line plot of a CSV of `series,x,y` rows, one line
-//! per series, x on a log2 axis (message sizes 2 B ... 8 MiB), y linear or
-//! log10. The comparison benchmark (benches/compare-all.sh) draws its
-//! bandwidth and latency curves with it.
+//! per series, x on a log2 axis (message sizes 2 B ... 8 MiB) or linear
+//! (time), y linear or log10. The comparison benchmark
+//! (benches/compare-all.sh) draws its bandwidth and latency curves with
+//! it, `rnic lab` its rates, queues and counters over time.
 
 use super::plot::{escape, nice_step, trim, Frame};
 use std::fmt::Write as _;
@@ -93,6 +94,8 @@ pub struct Labels<'a> {
     pub y: &'a str,
     /// y on a log10 axis (else linear from 0).
     pub log_y: bool,
+    /// x on a log2 axis (message sizes; else linear from 0: time).
+    pub log_x: bool,
 }
 
 const F: Frame = Frame {
@@ -136,6 +139,8 @@ impl YAxis {
                 log,
             }
         } else {
+            // all zero: a unit axis, not one of nanounits all labelled 0
+            let max = if max > 1e-9 { max } else { 1.0 };
             let step = nice_step(max / 5.0);
             YAxis {
                 lo: 0.0,
@@ -163,6 +168,59 @@ impl YAxis {
     }
 }
 
+/// The x axis: log2 from the smallest to the largest x (ticks at powers
+/// of two), or linear from 0 to the largest x (ticks at a nice step).
+struct XAxis {
+    lo: f64,
+    hi: f64,
+    step: f64,
+    log: bool,
+}
+
+impl XAxis {
+    fn new(series: &[Series], log: bool) -> XAxis {
+        let xs = || series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+        if log {
+            let lo = xs().fold(f64::MAX, f64::min).log2().floor();
+            let hi = xs().fold(0.0f64, f64::max).log2().ceil().max(lo + 1.0);
+            XAxis {
+                lo,
+                hi,
+                step: ((hi - lo) / 12.0).ceil().max(1.0),
+                log,
+            }
+        } else {
+            let max = xs().fold(0.0f64, f64::max);
+            let max = if max > 1e-9 { max } else { 1.0 };
+            let step = nice_step(max / 10.0);
+            XAxis {
+                lo: 0.0,
+                hi: (max / step).ceil() * step,
+                step,
+                log,
+            }
+        }
+    }
+
+    /// Where `x` falls, in axis units.
+    fn unit(&self, x: f64) -> f64 {
+        if self.log {
+            x.log2()
+        } else {
+            x
+        }
+    }
+
+    /// The tick label at `k` axis units.
+    fn label(&self, k: f64) -> String {
+        if self.log {
+            size_label(2f64.powf(k))
+        } else {
+            trim(k)
+        }
+    }
+}
+
 /// A size on the x axis: 2, 1K, 64K, 8M (powers of two).
 fn size_label(x: f64) -> String {
     let v = x as u64;
@@ -174,8 +232,9 @@ fn size_label(x: f64) -> String {
 }
 
 /// The SVG: one polyline (with a dot at each point) per series and a
-/// legend naming each; x on log2 from the smallest to the largest x. On a
-/// log y axis a point of y <= 0 has no place and is left out.
+/// legend naming each; x on log2 from the smallest to the largest x, or
+/// linear from 0. On a log y axis a point of y <= 0 has no place and is
+/// left out.
 pub fn xy_svg(labels: &Labels, series: &[Series]) -> String {
     let kept: Vec<Series>;
     let series = if labels.log_y {
@@ -190,25 +249,23 @@ pub fn xy_svg(labels: &Labels, series: &[Series]) -> String {
     } else {
         series
     };
-    let xs = || series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
-    let xlo = xs().fold(f64::MAX, f64::min).log2().floor();
-    let xhi = xs().fold(0.0f64, f64::max).log2().ceil().max(xlo + 1.0);
+    let xa = XAxis::new(series, labels.log_x);
     let y = YAxis::new(series, labels.log_y);
-    let px = |x: f64| L + (x.log2() - xlo) / (xhi - xlo) * (W - L - R);
+    let pu = |k: f64| L + (k - xa.lo) / (xa.hi - xa.lo) * (W - L - R);
+    let px = |x: f64| pu(xa.unit(x));
     let py = |v: f64| H - B - (y.unit(v) - y.lo) / (y.hi - y.lo) * (H - T - B);
     let mut s = F.open(labels.title);
-    let xstep = ((xhi - xlo) / 12.0).ceil().max(1.0);
-    let mut k = xlo;
-    while k <= xhi + 1e-9 {
-        let x = px(2f64.powf(k));
+    let mut k = xa.lo;
+    while k <= xa.hi + xa.step * 1e-6 {
+        let x = pu(k);
         let _ = writeln!(
             s,
             "<line x1=\"{x:.1}\" y1=\"{T}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/>\n<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
             H - B,
             H - B + 18.0,
-            size_label(2f64.powf(k))
+            xa.label(k)
         );
-        k += xstep;
+        k += xa.step;
     }
     let mut k = y.lo;
     while k <= y.hi + y.step * 1e-6 {
@@ -303,6 +360,7 @@ mod tests {
                 x: "message size [B]",
                 y: "MB/s",
                 log_y,
+                log_x: true,
             };
             let svg = xy_svg(&labels, &series);
             assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
@@ -316,6 +374,43 @@ mod tests {
     }
 
     #[test]
+    fn a_linear_x_axis_starts_at_zero_with_plain_ticks() {
+        let series = parse_csv("series,x,y\nh1,0.1,5\nh1,0.2,7\nh1,2.5,6\n").unwrap();
+        let labels = Labels {
+            title: "rate",
+            x: "time [s]",
+            y: "Mbit/s",
+            log_y: false,
+            log_x: false,
+        };
+        let svg = xy_svg(&labels, &series);
+        assert_eq!(svg.matches("<circle").count(), 3);
+        assert!(
+            svg.contains(">0</text>") && svg.contains(">2.5</text>"),
+            "{svg}"
+        );
+        assert!(!svg.contains(">1K</text>") && !svg.contains("NaN"));
+    }
+
+    #[test]
+    fn an_all_zero_series_gets_a_unit_axis() {
+        let series = parse_csv("series,x,y\nmarks,0.1,0\nmarks,0.2,0\n").unwrap();
+        let labels = Labels {
+            title: "",
+            x: "",
+            y: "",
+            log_y: false,
+            log_x: false,
+        };
+        let svg = xy_svg(&labels, &series);
+        assert!(
+            svg.contains(">1</text>") && svg.contains(">0.2</text>"),
+            "{svg}"
+        );
+        assert_eq!(svg.matches(">0</text>").count(), 2, "{svg}");
+    }
+
+    #[test]
     fn log_y_leaves_out_zero_points() {
         let series = parse_csv("series,x,y\na,2,0\na,4,10\na,8,100\n").unwrap();
         let labels = |log_y| Labels {
@@ -323,6 +418,7 @@ mod tests {
             x: "",
             y: "",
             log_y,
+            log_x: true,
         };
         assert_eq!(xy_svg(&labels(true), &series).matches("<circle").count(), 2);
         assert_eq!(

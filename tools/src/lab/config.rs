@@ -1,0 +1,327 @@
+//! A lab's settings: a short TOML file, flags for the common case (a flag
+//! wins over the file), and the checks that make them safe to build.
+//!
+//! ```toml
+//! hosts = 3               # h0 receives, h1..h(N-1) send (incast N-1 → 1)
+//! backend = "auto"        # rnicd's port: auto (AF_XDP, else AF_PACKET) | afxdp | afpacket
+//!
+//! [switch]
+//! rate = "100mbit"        # each egress queue's link rate (tc: bit, kbit, mbit, gbit)
+//! ecn_kb = 30             # CE-mark above this many KB (0: no marking)
+//! queue_kb = 1000         # the queue's capacity: tail drop beyond it
+//! mtu = 1500
+//!
+//! [workload]
+//! kind = "incast"         # ib_write_bw h1..h(N-1) → h0
+//! duration_s = 10
+//! size = 65536            # ib_write_bw -s
+//! sample_ms = 100         # counter sampling period
+//! ```
+
+use super::LabError;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The settings as the file gives them: every key optional.
+#[derive(Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LabFile {
+    pub hosts: Option<usize>,
+    pub backend: Option<String>,
+    #[serde(default)]
+    pub switch: SwitchFile,
+    #[serde(default)]
+    pub workload: WorkloadFile,
+}
+
+/// The `[switch]` table.
+#[derive(Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchFile {
+    pub rate: Option<String>,
+    pub ecn_kb: Option<u32>,
+    pub queue_kb: Option<u32>,
+    pub mtu: Option<u32>,
+}
+
+/// The `[workload]` table.
+#[derive(Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadFile {
+    pub kind: Option<String>,
+    pub duration_s: Option<u32>,
+    pub size: Option<u32>,
+    pub sample_ms: Option<u32>,
+}
+
+impl LabFile {
+    /// Reads and parses a lab file.
+    pub fn read(path: &Path) -> Result<LabFile, LabError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LabError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| LabError::File {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })
+    }
+
+    /// `over`'s keys where it has them, this file's elsewhere.
+    pub fn overridden_by(self, over: LabFile) -> LabFile {
+        LabFile {
+            hosts: over.hosts.or(self.hosts),
+            backend: over.backend.or(self.backend),
+            switch: SwitchFile {
+                rate: over.switch.rate.or(self.switch.rate),
+                ecn_kb: over.switch.ecn_kb.or(self.switch.ecn_kb),
+                queue_kb: over.switch.queue_kb.or(self.switch.queue_kb),
+                mtu: over.switch.mtu.or(self.switch.mtu),
+            },
+            workload: WorkloadFile {
+                kind: over.workload.kind.or(self.workload.kind),
+                duration_s: over.workload.duration_s.or(self.workload.duration_s),
+                size: over.workload.size.or(self.workload.size),
+                sample_ms: over.workload.sample_ms.or(self.workload.sample_ms),
+            },
+        }
+    }
+}
+
+/// rnicd's `--backend` for the hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortBackend {
+    /// AF_XDP, else AF_PACKET (rnicd's log says which each host got).
+    Auto,
+    AfXdp,
+    AfPacket,
+}
+
+impl PortBackend {
+    /// rnicd's word for it.
+    pub fn arg(self) -> &'static str {
+        match self {
+            PortBackend::Auto => "auto",
+            PortBackend::AfXdp => "afxdp",
+            PortBackend::AfPacket => "afpacket",
+        }
+    }
+}
+
+/// A checked lab: what the fabric and the workload are built from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabConfig {
+    /// Hosts h0..h(N-1); h0 receives.
+    pub hosts: usize,
+    pub backend: PortBackend,
+    /// Each egress queue's rate, bits per second.
+    pub rate_bps: u64,
+    /// The CE-marking threshold in bytes (0: no marking).
+    pub ecn_bytes: u64,
+    /// Each egress queue's capacity in bytes.
+    pub queue_bytes: u64,
+    pub mtu: u32,
+    pub duration_s: u32,
+    /// ib_write_bw's message size.
+    pub size: u32,
+    pub sample_ms: u32,
+}
+
+/// The most hosts: their addresses are 192.0.2.1 .. 192.0.2.N.
+pub const MAX_HOSTS: usize = 64;
+
+fn setting(what: &'static str, why: impl Into<String>) -> LabError {
+    LabError::Setting {
+        what,
+        why: why.into(),
+    }
+}
+
+impl LabConfig {
+    /// Checks `f` and fills in the defaults (3 hosts, 100 Mbit/s, marking
+    /// above 30 KB, a 1000 KB queue, MTU 1500, 10 s of 64 KiB writes,
+    /// sampled every 100 ms).
+    pub fn from_file(f: LabFile) -> Result<LabConfig, LabError> {
+        let hosts = f.hosts.unwrap_or(3);
+        if !(2..=MAX_HOSTS).contains(&hosts) {
+            return Err(setting("hosts", format!("{hosts}: want 2 to {MAX_HOSTS}")));
+        }
+        let backend = match f.backend.as_deref().unwrap_or("auto") {
+            "auto" => PortBackend::Auto,
+            "afxdp" => PortBackend::AfXdp,
+            "afpacket" => PortBackend::AfPacket,
+            b => {
+                return Err(setting(
+                    "backend",
+                    format!("{b}: want auto, afxdp or afpacket"),
+                ))
+            }
+        };
+        let rate_bps = parse_rate(f.switch.rate.as_deref().unwrap_or("100mbit"))?;
+        let kind = f.workload.kind.as_deref().unwrap_or("incast");
+        if kind != "incast" {
+            return Err(setting(
+                "workload.kind",
+                format!("{kind}: only incast so far"),
+            ));
+        }
+        let ecn_kb = f.switch.ecn_kb.unwrap_or(30);
+        let queue_kb = f.switch.queue_kb.unwrap_or(1000);
+        if queue_kb == 0 || (ecn_kb >= queue_kb) {
+            return Err(setting(
+                "switch",
+                format!("ecn_kb {ecn_kb} must be below queue_kb {queue_kb} (and queue_kb > 0)"),
+            ));
+        }
+        let mtu = f.switch.mtu.unwrap_or(1500);
+        if !(1280..=9000).contains(&mtu) {
+            return Err(setting("switch.mtu", format!("{mtu}: want 1280 to 9000")));
+        }
+        let duration_s = f.workload.duration_s.unwrap_or(10);
+        let size = f.workload.size.unwrap_or(65536);
+        let sample_ms = f.workload.sample_ms.unwrap_or(100);
+        if duration_s == 0 || size == 0 || !(10..=10_000).contains(&sample_ms) {
+            return Err(setting(
+                "workload",
+                "duration_s and size must be > 0, sample_ms 10 to 10000",
+            ));
+        }
+        Ok(LabConfig {
+            hosts,
+            backend,
+            rate_bps,
+            ecn_bytes: u64::from(ecn_kb) * 1000,
+            queue_bytes: u64::from(queue_kb) * 1000,
+            mtu,
+            duration_s,
+            size,
+            sample_ms,
+        })
+    }
+
+    /// The settings as a lab file (written into the results folder, so
+    /// the run can be repeated with `--file`).
+    pub fn to_toml(&self) -> String {
+        let f = LabFile {
+            hosts: Some(self.hosts),
+            backend: Some(self.backend.arg().into()),
+            switch: SwitchFile {
+                rate: Some(rate_text(self.rate_bps)),
+                ecn_kb: Some((self.ecn_bytes / 1000) as u32),
+                queue_kb: Some((self.queue_bytes / 1000) as u32),
+                mtu: Some(self.mtu),
+            },
+            workload: WorkloadFile {
+                kind: Some("incast".into()),
+                duration_s: Some(self.duration_s),
+                size: Some(self.size),
+                sample_ms: Some(self.sample_ms),
+            },
+        };
+        toml::to_string(&f).unwrap_or_default()
+    }
+}
+
+/// A rate in bits per second in tc's words, the largest unit that keeps
+/// it whole (`100mbit`, `2500mbit`, `1gbit`).
+pub fn rate_text(bps: u64) -> String {
+    match bps {
+        b if b % 1_000_000_000 == 0 => format!("{}gbit", b / 1_000_000_000),
+        b if b % 1_000_000 == 0 => format!("{}mbit", b / 1_000_000),
+        b if b % 1_000 == 0 => format!("{}kbit", b / 1_000),
+        b => format!("{b}bit"),
+    }
+}
+
+/// A rate in tc's words: a number and `bit`, `kbit`, `mbit` or `gbit`
+/// (powers of 1000), in bits per second.
+pub fn parse_rate(s: &str) -> Result<u64, LabError> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale = match unit {
+        "bit" => 1.0,
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        _ => {
+            return Err(setting(
+                "rate",
+                format!("{s:?}: want e.g. 100mbit or 1gbit"),
+            ))
+        }
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| setting("rate", format!("{s:?}: no number")))?;
+    let bps = (v * scale).round() as u64;
+    if !(100_000..=100_000_000_000).contains(&bps) {
+        return Err(setting("rate", format!("{s:?}: want 100kbit to 100gbit")));
+    }
+    Ok(bps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_in_tc_units() {
+        assert_eq!(parse_rate("1gbit").unwrap(), 1_000_000_000);
+        assert_eq!(parse_rate("100mbit").unwrap(), 100_000_000);
+        assert_eq!(parse_rate("2.5Gbit").unwrap(), 2_500_000_000);
+        assert_eq!(parse_rate("500kbit").unwrap(), 500_000);
+        for r in ["1gbit", "2500mbit", "500kbit", "100001bit"] {
+            assert_eq!(rate_text(parse_rate(r).unwrap()), r);
+        }
+        for bad in ["1gbps", "fast", "mbit", "10bit", "1000gbit"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_file_fills_what_flags_leave_and_flags_win() {
+        let file: LabFile = toml::from_str(
+            "hosts = 5\n[switch]\nrate = \"1gbit\"\necn_kb = 50\n[workload]\nduration_s = 3\n",
+        )
+        .unwrap();
+        let flags = LabFile {
+            hosts: Some(4),
+            ..LabFile::default()
+        };
+        let c = LabConfig::from_file(file.overridden_by(flags)).unwrap();
+        assert_eq!(
+            (c.hosts, c.rate_bps, c.ecn_bytes),
+            (4, 1_000_000_000, 50_000)
+        );
+        assert_eq!((c.duration_s, c.size, c.sample_ms), (3, 65536, 100));
+        assert_eq!(c.backend, PortBackend::Auto);
+    }
+
+    #[test]
+    fn the_written_file_reads_back_to_the_same_lab() {
+        let c = LabConfig::from_file(LabFile::default()).unwrap();
+        let again: LabFile = toml::from_str(&c.to_toml()).unwrap();
+        assert_eq!(LabConfig::from_file(again).unwrap(), c);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        assert!(toml::from_str::<LabFile>("hostz = 3\n").is_err());
+        let bad = |f: LabFile| LabConfig::from_file(f).unwrap_err().to_string();
+        let hosts = |n| LabFile {
+            hosts: Some(n),
+            ..LabFile::default()
+        };
+        assert!(bad(hosts(1)).contains("hosts"));
+        assert!(bad(hosts(65)).contains("hosts"));
+        let mut f = LabFile::default();
+        f.switch.ecn_kb = Some(2000);
+        assert!(bad(f).contains("ecn_kb"));
+        let mut f = LabFile::default();
+        f.workload.kind = Some("allreduce".into());
+        assert!(bad(f).contains("only incast"));
+    }
+}

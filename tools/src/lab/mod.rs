@@ -1,0 +1,369 @@
+//! `rnic lab`: a RoCE fabric on one machine. N hosts (network namespaces,
+//! each with its own rnicd on a veth) around one switch namespace (a
+//! bridge whose egress queue toward each host is a tbf of the link rate,
+//! with nftables CE-marking above a threshold), an unmodified
+//! `ib_write_bw` incast N-1 → 1 through the drop-in, the hosts' and the
+//! switch's counters sampled while it runs, and a results folder of CSV,
+//! SVG and one HTML page. Everything it made is torn down on exit, on
+//! error, and on SIGINT/SIGTERM.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`config`] | the lab file (TOML), flags over it, the checks |
+//! | [`net`] | namespaces, bridge, veths, tbf queues, the nftables marking |
+//! | [`host`] | each host's rnicd |
+//! | [`incast`] | the ib_write_bw workload |
+//! | [`sample`] | the counters of hosts and switch at one instant |
+//! | [`results`], [`page`] | the results folder |
+//! | [`sys`] | running tools and children, signals, waiting |
+
+pub mod config;
+mod error;
+pub mod host;
+pub mod incast;
+pub mod net;
+pub mod page;
+pub mod results;
+pub mod sample;
+pub mod sys;
+
+pub use config::{LabConfig, LabFile};
+pub use error::LabError;
+
+use host::Daemon;
+use net::Fabric;
+use sample::{counter, Snapshot};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The lab's scratch folder (the daemons' sockets): removed on drop.
+struct RunDir(PathBuf);
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn say(line: &str) {
+    eprintln!("lab: {line}");
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
+    let what = what.into();
+    move |source| LabError::Io { what, source }
+}
+
+/// `rnic lab`: builds the lab of `file` with `flags` over it, runs the
+/// workload, writes the results into `out`, and tears everything down.
+pub fn run(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), crate::CliError> {
+    lab(file, flags, out).map_err(|e| crate::CliError {
+        code: if matches!(e, LabError::Interrupted(_)) {
+            130
+        } else {
+            1
+        },
+        msg: e.to_string(),
+    })
+}
+
+/// rnicd: `$SOFTRNIC_RNICD`, else beside this rnic.
+fn rnicd_path() -> Result<PathBuf, LabError> {
+    let p = match std::env::var_os("SOFTRNIC_RNICD") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()
+            .map_err(io("this program's path"))?
+            .with_file_name("rnicd"),
+    };
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(LabError::Missing {
+            prog: p.display().to_string(),
+            package: "build it: cargo build --release -p rnicd, or set SOFTRNIC_RNICD",
+            source: std::io::ErrorKind::NotFound.into(),
+        })
+    }
+}
+
+fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(LabError::NotRoot);
+    }
+    let base = match file {
+        Some(f) => LabFile::read(f)?,
+        None => LabFile::default(),
+    };
+    let cfg = LabConfig::from_file(base.overridden_by(flags))?;
+    for (prog, flag) in [
+        ("ip", "-V"),
+        ("tc", "-V"),
+        ("nft", "--version"),
+        ("ib_write_bw", "--version"),
+    ] {
+        sys::require(prog, flag)?;
+    }
+    let rnicd = rnicd_path()?;
+    let rnic = std::env::current_exe().map_err(io("this program's path"))?;
+    sys::catch_signals();
+    for gone in net::reap_stale() {
+        say(&format!(
+            "removed {gone}, left by a lab run that no longer exists"
+        ));
+    }
+    let result = build_and_run(&cfg, &rnicd, &rnic, out);
+    say(&format!(
+        "torn down: no namespace, link or process of {} is left",
+        net::lab_id()
+    ));
+    result
+}
+
+/// The fabric, the daemons and the workload; everything made here is
+/// gone when it returns, whatever it returns: the daemons stop, then the
+/// namespaces (and their links) go, then the scratch folder.
+fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Result<(), LabError> {
+    let logs = out.join("logs");
+    std::fs::create_dir_all(&logs).map_err(io(logs.display().to_string()))?;
+    let run_dir = RunDir(std::env::temp_dir().join(net::lab_id()));
+    std::fs::create_dir_all(&run_dir.0).map_err(io(run_dir.0.display().to_string()))?;
+    say(&format!(
+        "{} hosts on one switch ({} queues of {} KB, {}), namespaces {}-*",
+        cfg.hosts,
+        config::rate_text(cfg.rate_bps),
+        cfg.queue_bytes / 1000,
+        if cfg.ecn_bytes > 0 {
+            format!("CE marks above {} KB (proxy)", cfg.ecn_bytes / 1000)
+        } else {
+            "no marking".into()
+        },
+        net::lab_id()
+    ));
+    let fabric = Fabric::build(cfg)?;
+    sys::wait("carrier on every host's link", 30, || {
+        Ok(fabric.all_up().then_some(()))
+    })?;
+    let mut daemons = Vec::new();
+    for h in &fabric.hosts {
+        let d = Daemon::start(rnicd, h, cfg, &run_dir.0, &logs)?;
+        say(&format!(
+            "{} {} rnicd on {} ({})",
+            h.name, h.addr, d.backend, h.iface
+        ));
+        daemons.push(d);
+    }
+    let frame = daemons[0].data_frame_bytes()?;
+    fabric.shape(cfg, frame)?;
+    let result = workload(rnic, cfg, &fabric, &mut daemons, out, &logs);
+    drop(daemons);
+    drop(fabric);
+    drop(run_dir);
+    result
+}
+
+/// The incast with its sampling; writes the results (also of a run cut
+/// short by a signal, as far as it went).
+fn workload(
+    rnic: &Path,
+    cfg: &LabConfig,
+    fabric: &Fabric,
+    daemons: &mut [Daemon],
+    out: &Path,
+    logs: &Path,
+) -> Result<(), LabError> {
+    let mut snaps = vec![sample::snapshot(0.0, daemons, fabric)?];
+    let t0 = Instant::now();
+    let mut flows = incast::start(rnic, daemons, cfg, logs)?;
+    say(&format!(
+        "workload running: ib_write_bw h1..h{} → h0 for {} s",
+        cfg.hosts - 1,
+        cfg.duration_s
+    ));
+    let ran = sample_until_done(cfg, fabric, daemons, &mut flows, &mut snaps, t0);
+    drop(flows);
+    let info = results::RunInfo {
+        hosts: &fabric
+            .hosts
+            .iter()
+            .map(|h| h.name.clone())
+            .collect::<Vec<_>>(),
+        backends: &daemons
+            .iter()
+            .map(|d| d.backend.clone())
+            .collect::<Vec<_>>(),
+        config_toml: cfg.to_toml(),
+        marking: marking(cfg, daemons[0].data_frame_bytes()?),
+        reported_gbits: (1..cfg.hosts)
+            .map(|i| {
+                let f = logs.join(format!("ib_write_bw-client-h{i}.txt"));
+                incast::reported_gbits(&std::fs::read_to_string(f).unwrap_or_default())
+            })
+            .collect(),
+    };
+    if snaps.len() >= 2 {
+        let sum = results::write(out, &info, &snaps)?;
+        report(&sum, out);
+    }
+    ran
+}
+
+/// Samples every `sample_ms` until every flow has ended (or one failed,
+/// a daemon died, a signal came, or the run overstayed its duration by a
+/// minute), drawing the progress line.
+fn sample_until_done(
+    cfg: &LabConfig,
+    fabric: &Fabric,
+    daemons: &mut [Daemon],
+    flows: &mut [incast::Flow],
+    snaps: &mut Vec<Snapshot>,
+    t0: Instant,
+) -> Result<(), LabError> {
+    let period = Duration::from_millis(u64::from(cfg.sample_ms));
+    let limit = Duration::from_secs(u64::from(cfg.duration_s) + 60);
+    let mut progress = ProgressLine::new(cfg);
+    let mut next = t0 + period;
+    loop {
+        sys::stopped()?;
+        for d in daemons.iter_mut() {
+            d.check_alive()?;
+        }
+        let done = incast::all_done(flows)?;
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        next += period;
+        snaps.push(sample::snapshot(
+            t0.elapsed().as_secs_f64(),
+            daemons,
+            fabric,
+        )?);
+        progress.draw(snaps);
+        if done {
+            return Ok(());
+        }
+        if t0.elapsed() > limit {
+            return Err(LabError::Timeout {
+                what: "the workload's end".into(),
+                secs: limit.as_secs(),
+            });
+        }
+    }
+}
+
+/// What the CE marking is, for the output and the page, with data frames
+/// of `frame` bytes.
+pub fn marking(cfg: &LabConfig, frame: u64) -> String {
+    if cfg.ecn_bytes == 0 {
+        return "off: nothing is marked".into();
+    }
+    let (pps, burst) = net::bucket(cfg, frame);
+    format!(
+        "a PROXY of the queue's depth, not its real backlog. nftables CE-marks the RoCEv2 frames \
+         toward a port once more than {burst} frames of {frame} B (the {} KB threshold) have \
+         arrived above the link rate ({} = {pps} such frames/s): a token bucket of the \
+         link rate, {burst} frames deep, runs dry when a queue drained at that rate would hold \
+         more than the threshold. This kernel has no RED (nor fq, codel, pie or tc's police action) \
+         and nftables cannot read a qdisc's backlog; the tbf queue's real depth is sampled and \
+         plotted separately (queue.svg).",
+        cfg.ecn_bytes / 1000,
+        config::rate_text(cfg.rate_bps),
+    )
+}
+
+/// The run's totals on stderr, and where the page is.
+fn report(sum: &serde_json::Value, out: &Path) {
+    for f in sum["flows"].as_array().into_iter().flatten() {
+        say(&format!(
+            "{}→{}: {:.1} Mbit/s, {} CNPs handled, {} retransmitted",
+            f["from"].as_str().unwrap_or("?"),
+            f["to"].as_str().unwrap_or("?"),
+            f["mbits_average"].as_f64().unwrap_or(0.0),
+            f["rp_cnp_handled"],
+            f["retransmitted_pkts"]
+        ));
+    }
+    let r = &sum["receiver"];
+    let marks: u64 = sum["switch_ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["ce_marked"].as_u64())
+        .sum();
+    say(&format!(
+        "switch CE marks {marks}; {} received {} marked packets, sent {} CNPs",
+        r["host"].as_str().unwrap_or("?"),
+        r["np_ecn_marked_roce_packets"],
+        r["np_cnp_sent"]
+    ));
+    say(&format!("results: {}", out.join("index.html").display()));
+}
+
+/// The one-line progress of a run: rewritten in place on a terminal,
+/// a line a second otherwise.
+struct ProgressLine {
+    tty: bool,
+    total: u32,
+    last: Option<Instant>,
+}
+
+impl ProgressLine {
+    fn new(cfg: &LabConfig) -> ProgressLine {
+        ProgressLine {
+            tty: std::io::stderr().is_terminal(),
+            total: cfg.duration_s,
+            last: None,
+        }
+    }
+
+    fn draw(&mut self, snaps: &[Snapshot]) {
+        let every = if self.tty { 200 } else { 1000 };
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(every))
+        {
+            return;
+        }
+        let [.., a, b] = snaps else { return };
+        self.last = Some(Instant::now());
+        let dt = (b.t - a.t).max(1e-6);
+        let rates: Vec<String> = (1..b.hosts.len())
+            .map(|i| {
+                let bytes = counter(b, i, "tx_bytes").saturating_sub(counter(a, i, "tx_bytes"));
+                format!("h{i} {:.0}", bytes as f64 * 8.0 / dt / 1e6)
+            })
+            .collect();
+        let first = &snaps[0];
+        let marks: u64 = b
+            .ports
+            .iter()
+            .zip(&first.ports)
+            .map(|(p, q)| p.marked - q.marked.min(p.marked))
+            .sum();
+        let cnps = counter(b, 0, "np_cnp_sent").saturating_sub(counter(first, 0, "np_cnp_sent"));
+        let line = format!(
+            "lab: {:.1}/{} s  Mbit/s: {}  queue→h0 {:.0} KB  CE marks {marks}  CNPs {cnps}",
+            b.t,
+            self.total,
+            rates.join(" "),
+            b.ports[0].backlog as f64 / 1e3
+        );
+        let mut err = std::io::stderr().lock();
+        let _ = if self.tty {
+            write!(err, "\r{line:<100}")
+        } else {
+            writeln!(err, "{line}")
+        };
+        let _ = err.flush();
+    }
+}
+
+/// Ends the line on a terminal, so what follows starts a line of its own.
+impl Drop for ProgressLine {
+    fn drop(&mut self) {
+        if self.tty && self.last.is_some() {
+            eprintln!();
+        }
+    }
+}

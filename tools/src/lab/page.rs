@@ -1,0 +1,126 @@
+//! `index.html`: the run's settings, what is measured and what is a
+//! proxy, the totals, and every plot (`<img>` of the SVG beside it) with
+//! its CSV. Plain HTML and CSS: it opens offline, with no script.
+
+use super::results::{Plot, RunInfo};
+use serde_json::Value;
+use std::fmt::Write as _;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A table of `rows` (already escaped cells) under `head`.
+fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut s = String::from("<table>\n<tr>");
+    for h in head {
+        let _ = write!(s, "<th>{}</th>", esc(h));
+    }
+    s += "</tr>\n";
+    for r in rows {
+        s += "<tr>";
+        for c in r {
+            let _ = write!(s, "<td>{c}</td>");
+        }
+        s += "</tr>\n";
+    }
+    s + "</table>\n"
+}
+
+fn num(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if v.is_f64() => format!("{f:.3}"),
+        Some(_) => v.to_string(),
+        None => "-".into(),
+    }
+}
+
+/// The totals of `summary.json` as tables.
+fn totals(sum: &Value) -> String {
+    let rows = |key: &str, cols: &[&str]| -> Vec<Vec<String>> {
+        sum[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| {
+                cols.iter()
+                    .map(|c| match &f[*c] {
+                        Value::String(s) => esc(s),
+                        v => num(v),
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let flows = [
+        "from",
+        "to",
+        "mbits_average",
+        "ib_write_bw_gbits",
+        "rp_cnp_handled",
+        "retransmitted_pkts",
+    ];
+    let ports = [
+        "to",
+        "roce_frames",
+        "ce_marked",
+        "drops",
+        "max_backlog_bytes",
+    ];
+    let r = &sum["receiver"];
+    format!(
+        "<h2>Flows</h2>\n{}<h2>Switch egress queues</h2>\n{}<h2>Receiver ({})</h2>\n<p>np_ecn_marked_roce_packets {} · np_cnp_sent {}</p>\n",
+        table(&flows, &rows("flows", &flows)),
+        table(&ports, &rows("switch_ports", &ports)),
+        esc(r["host"].as_str().unwrap_or("?")),
+        num(&r["np_ecn_marked_roce_packets"]),
+        num(&r["np_cnp_sent"]),
+    )
+}
+
+/// The page.
+pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
+    let mut s = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>rnic lab: incast</title>\n\
+         <style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}\
+         table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}\
+         .proxy{background:#fff3cd;border:2px solid #e0a800;padding:.5em 1em}img{max-width:100%}\
+         pre{background:#f4f4f4;padding:.5em}</style>\n</head>\n<body>\n<h1>rnic lab: ib_write_bw incast</h1>\n",
+    );
+    let backends: Vec<String> = info
+        .hosts
+        .iter()
+        .zip(info.backends)
+        .map(|(h, b)| format!("{h}: {b}"))
+        .collect();
+    let _ = write!(
+        s,
+        "<p>Hosts {} → {} through one switch; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
+         <p>DCQCN rate (Rc, Rt, α): not plotted; rnicd's counters do not expose the reaction point's state. \
+         CNPs handled (rp_cnp_handled) show when the senders' rates were cut.</p>\n",
+        esc(&info.hosts[1..].join(", ")),
+        esc(&info.hosts[0]),
+        esc(&backends.join(", ")),
+        esc(&info.marking)
+    );
+    s += &totals(sum);
+    for p in plots {
+        let (stem, title) = (p.stem, esc(p.title));
+        let _ = write!(
+            s,
+            "<h2>{title}</h2>\n<img src=\"{stem}.svg\" alt=\"{title}\" width=\"960\" height=\"540\">\n\
+             <p>Data: <a href=\"{stem}.csv\">{stem}.csv</a></p>\n"
+        );
+    }
+    let _ = write!(
+        s,
+        "<h2>Files</h2>\n<p><a href=\"samples.csv\">samples.csv</a> (every sample: t_s,source,name,value), \
+         <a href=\"summary.json\">summary.json</a>, <a href=\"lab.toml\">lab.toml</a> (run it again with \
+         <code>rnic lab --file lab.toml</code>), logs/ (rnicd and ib_write_bw output).</p>\n<h2>Settings</h2>\n<pre>{}</pre>\n</body>\n</html>\n",
+        esc(&info.config_toml)
+    );
+    s
+}

@@ -1,0 +1,358 @@
+//! `rnic lab` end to end: a 3-host incast (h1, h2 → h0) through the
+//! switch namespace with ECN marking on, DCQCN on (rnicd's default). The
+//! results folder has per-flow rates above zero for each flow, CE marks at
+//! the switch, CNPs sent by h0 and handled by each sender, and an
+//! index.html that headless Chromium renders with every plot loaded and
+//! no console message; afterwards, and after a SIGINT mid-run, no
+//! namespace, link or process of the lab is left. Without root it refuses
+//! in one line.
+//!
+//! Needs root, tc, nft, ib_write_bw (perftest) and chromium: a loud
+//! SKIPPED line without them, a failure under CI.
+
+mod common;
+
+use common::{poll_within, STUCK};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// One lab at a time: each is five busy processes on a small machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn rnic() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("rnic")
+}
+
+/// Whether `test` can run: root and every tool the lab (and the page's
+/// check) uses.
+fn runs_here(test: &str, chromium: bool) -> bool {
+    if !common::netns::can_run(test) {
+        return false;
+    }
+    let tools: &[(&str, &str, &str)] = &[
+        ("tc", "-V", "iproute2"),
+        ("nft", "--version", "nftables"),
+        ("ib_write_bw", "--version", "perftest"),
+        ("chromium", "--version", "chromium"),
+    ];
+    for (tool, flag, package) in tools.iter().take(if chromium { 4 } else { 3 }) {
+        let there = Command::new(tool)
+            .arg(flag)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        if !there {
+            testkit::skip_or_fail(
+                test,
+                &format!("{tool} is not installed (Debian package {package}; .ci/run installs it)"),
+            );
+            return false;
+        }
+    }
+    true
+}
+
+/// `rnic lab` with `args`, its stderr into `err`.
+fn start(args: &[&str], out: &Path, err: &Path) -> Child {
+    Command::new(rnic())
+        .arg("lab")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(err).unwrap())
+        .spawn()
+        .expect("start rnic lab")
+}
+
+fn finish(mut c: Child, err: &Path) -> std::process::ExitStatus {
+    match poll_within(STUCK, || c.try_wait().ok().flatten()) {
+        Some(st) => st,
+        None => {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("rnic lab did not end: {}", read(err));
+        }
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// What lab `pid` left: its namespaces, links in this namespace named
+/// after it, and processes whose command line or environment names its
+/// folder (rnicd's --sock-dir, the clients' SOFTRNIC_SOCK_DIR).
+fn leftovers(pid: u32) -> Vec<String> {
+    let mut left = Vec::new();
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let prefix = format!("rnlab-{pid}-");
+    for l in String::from_utf8_lossy(&ns.stdout).lines() {
+        if l.starts_with(&prefix) {
+            left.push(format!("namespace {l}"));
+        }
+    }
+    let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
+    let link = format!("rnl{pid}");
+    for l in String::from_utf8_lossy(&links.stdout).lines() {
+        if l.contains(&link) {
+            left.push(format!("link {l}"));
+        }
+    }
+    let folder = format!("rnlab-{pid}/");
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let p = e.path();
+        for f in ["cmdline", "environ"] {
+            let b = std::fs::read(p.join(f)).unwrap_or_default();
+            if String::from_utf8_lossy(&b).contains(&folder) {
+                left.push(format!("process {}", p.display()));
+                break;
+            }
+        }
+    }
+    left
+}
+
+/// The points of each series of a `series,time_s,value` CSV.
+fn series(csv: &str) -> Vec<(String, Vec<f64>)> {
+    let mut out: Vec<(String, Vec<f64>)> = Vec::new();
+    for l in csv.lines().skip(1) {
+        let c: Vec<&str> = l.split(',').collect();
+        assert_eq!(c.len(), 3, "{l}");
+        let y: f64 = c[2].parse().unwrap();
+        match out.iter_mut().find(|s| s.0 == c[0]) {
+            Some(s) => s.1.push(y),
+            None => out.push((c[0].to_string(), vec![y])),
+        }
+    }
+    out
+}
+
+fn max_of(s: &[(String, Vec<f64>)], name: &str) -> f64 {
+    let (_, ys) = s
+        .iter()
+        .find(|x| x.0 == name)
+        .unwrap_or_else(|| panic!("no series {name}"));
+    ys.iter().copied().fold(0.0, f64::max)
+}
+
+/// Headless Chromium's view of `dir/index.html`: each `<img>`'s src and
+/// natural width (through a probe page that frames it), and the console
+/// messages of loading the page itself.
+fn render(dir: &Path) -> (Vec<(String, u64)>, Vec<String>) {
+    let probe = dir.join("probe.html");
+    std::fs::write(
+        &probe,
+        "<!DOCTYPE html><html><body><iframe id=\"f\" src=\"index.html\"></iframe><script>\n\
+         document.getElementById('f').onload = () => {\n\
+           const d = document.getElementById('f').contentDocument;\n\
+           const r = d ? [...d.images].map(i => i.getAttribute('src') + '=' + i.naturalWidth).join(' ') : 'no-access';\n\
+           const p = document.createElement('pre'); p.id = 'result'; p.textContent = r; document.body.appendChild(p);\n\
+         };\n</script></body></html>\n",
+    )
+    .unwrap();
+    let chromium = |page: &Path, extra: &[&str]| {
+        let o = Command::new("chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu"])
+            .arg(format!(
+                "--user-data-dir={}",
+                dir.join("chromium-profile").display()
+            ))
+            .args(extra)
+            .arg("--dump-dom")
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .expect("run chromium");
+        assert!(
+            o.status.success(),
+            "chromium: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
+    };
+    let o = chromium(
+        &probe,
+        &[
+            "--allow-file-access-from-files",
+            "--virtual-time-budget=10000",
+        ],
+    );
+    let dom = String::from_utf8_lossy(&o.stdout).into_owned();
+    let result = dom
+        .split("<pre id=\"result\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or_else(|| panic!("the probe saw no page: {dom}"));
+    let imgs = result
+        .split_whitespace()
+        .map(|i| {
+            let (src, w) = i.rsplit_once('=').expect("src=width");
+            (src.to_string(), w.parse().expect("width"))
+        })
+        .collect();
+    let o = chromium(
+        &dir.join("index.html"),
+        &["--enable-logging=stderr", "--v=0"],
+    );
+    let console = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| l.contains("CONSOLE"))
+        .map(String::from)
+        .collect();
+    (imgs, console)
+}
+
+#[test]
+fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
+    let test = "an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, true) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
+    let args = [
+        "--hosts",
+        "3",
+        "--rate",
+        "50mbit",
+        "--ecn-kb",
+        "30",
+        "--duration",
+        "3",
+    ];
+    let lab = start(&args, &out, &err);
+    let pid = lab.id();
+    let st = finish(lab, &err);
+    let said = read(&err);
+    eprintln!("{said}");
+    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert_eq!(
+        leftovers(pid),
+        Vec::<String>::new(),
+        "left behind after the run"
+    );
+    assert!(
+        said.contains("rnicd on AfXdp") || said.contains("rnicd on AfPacket"),
+        "{said}"
+    );
+
+    let flows = series(&read(&out.join("flows.csv")));
+    for f in ["h1→h0", "h2→h0", "h0 received"] {
+        assert!(max_of(&flows, f) > 0.0, "{f} never moved: {flows:?}");
+    }
+    let marks = series(&read(&out.join("marks.csv")));
+    assert!(max_of(&marks, "CE marks to h0") > 0.0, "{marks:?}");
+    let cnp = series(&read(&out.join("cnp.csv")));
+    assert!(max_of(&cnp, "h0 np_cnp_sent") > 0.0, "{cnp:?}");
+    let sum: Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
+    let (marked, cnps) = (
+        sum["switch_ports"][0]["ce_marked"].as_u64().unwrap(),
+        sum["receiver"]["np_cnp_sent"].as_u64().unwrap(),
+    );
+    let received = sum["receiver"]["np_ecn_marked_roce_packets"]
+        .as_u64()
+        .unwrap();
+    // the marks the switch made arrive (no more than it made), and the
+    // notification point answers at most one CNP per marked packet (IBTA
+    // RoCEv2 annex A17.9.3: one per QP per min_time_between_cnps)
+    assert!(received > 0 && received <= marked, "{sum}");
+    assert!(cnps > 0 && cnps <= received, "{sum}");
+    for f in sum["flows"].as_array().unwrap() {
+        assert!(f["mbits_average"].as_f64().unwrap() > 0.0, "{f}");
+        assert!(
+            f["rp_cnp_handled"].as_u64().unwrap() > 0,
+            "no CNP handled: {f}"
+        );
+    }
+    assert!(read(&out.join("samples.csv")).starts_with("t_s,source,name,value\n"));
+    assert!(read(&out.join("lab.toml")).contains("rate = \"50mbit\""));
+
+    let html = read(&out.join("index.html"));
+    let svgs: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".svg"))
+        .collect();
+    assert_eq!(svgs.len(), 4, "{svgs:?}");
+    let (imgs, console) = render(&out);
+    for s in &svgs {
+        assert!(
+            html.contains(&format!("src=\"{s}\"")),
+            "index.html lacks {s}"
+        );
+        let w = imgs.iter().find(|i| &i.0 == s).map(|i| i.1);
+        assert!(w.is_some_and(|w| w > 0), "{s} not shown: {imgs:?}");
+    }
+    assert!(console.is_empty(), "console messages: {console:?}");
+}
+
+#[test]
+fn sigint_mid_run_tears_everything_down() {
+    let test = "sigint_mid_run_tears_everything_down";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, false) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
+    let mut lab = start(&["--hosts", "3", "--duration", "120"], &out, &err);
+    let pid = lab.id();
+    let running = poll_within(STUCK, || {
+        if let Ok(Some(st)) = lab.try_wait() {
+            panic!("rnic lab ended ({st}) before its workload: {}", read(&err));
+        }
+        // the progress line: the workload is sampled, so every process
+        // of the lab is up
+        read(&err).contains("CE marks").then_some(())
+    });
+    assert!(running.is_some(), "no workload: {}", read(&err));
+    assert!(
+        !leftovers(pid).is_empty(),
+        "the probe sees no lab while it runs"
+    );
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    let st = finish(lab, &err);
+    let said = read(&err);
+    assert_eq!(st.code(), Some(130), "{said}");
+    assert!(said.contains("interrupted by signal 2"), "{said}");
+    assert!(said.contains("torn down"), "{said}");
+    assert_eq!(
+        leftovers(pid),
+        Vec::<String>::new(),
+        "left behind after SIGINT"
+    );
+}
+
+#[test]
+fn without_root_it_refuses_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut c = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(rnic());
+        c
+    } else {
+        Command::new(rnic())
+    };
+    let o = c
+        .args(["lab", "--hosts", "3", "--out"])
+        .arg(dir.path().join("r"))
+        .output()
+        .expect("run rnic lab");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("needs root"), "{err}");
+    assert!(
+        !dir.path().join("r").exists(),
+        "it wrote results without root"
+    );
+}
