@@ -223,6 +223,12 @@ impl Loop {
                 return false;
             }
         }
+        // a frame an in-memory peer queued before the announcement rang
+        // no bell: take it instead of sleeping on it
+        if self.port.pending() {
+            self.parked(sh);
+            return false;
+        }
         true
     }
 
@@ -351,5 +357,52 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{mem, Bell};
+    use crate::transport::RnicConfig;
+    use wire::{EthernetAddress, Gid};
+
+    /// A loop on one end of an in-memory wire, its bell attached, and the
+    /// other end.
+    fn engine_on_wire() -> (Loop, Shared, mem::MemPort) {
+        let macs = [
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+        ];
+        let (mut port, peer) = mem::pair(macs, 16);
+        let bell = Arc::new(Bell::new().expect("eventfd"));
+        port.attach_bell(&bell);
+        let rnic = Rnic::new(RnicConfig::new(
+            macs[0],
+            Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+        ));
+        let cfg = EngineConfig::default();
+        let sh = Shared::new(cfg.post_queue, None, Some(bell));
+        (Loop::new(rnic, Box::new(port), cfg, None, None), sh, peer)
+    }
+
+    #[test]
+    fn a_frame_queued_before_the_park_is_announced_cancels_the_park() {
+        let (mut lp, sh, mut peer) = engine_on_wire();
+        // nothing waits: the engine may park
+        assert!(lp.may_park(&sh));
+        lp.parked(&sh);
+        // the peer queues a frame while the engine is awake (its bell is
+        // not rung: the engine has not announced a park)
+        let mut b = FrameBatch::new(1);
+        b.push(&[0u8; 60]);
+        assert_eq!(peer.send(&b), 1);
+        assert_eq!(sh.bell.as_ref().expect("bell").drain(), 0, "no ring");
+        // announcing the park now must find the frame, not sleep on it
+        assert!(!lp.may_park(&sh), "the park must be called off");
+        // once received, the engine may park again
+        let mut rx = FrameBatch::new(4);
+        assert_eq!(lp.port.recv(&mut rx), 1);
+        assert!(lp.may_park(&sh));
     }
 }

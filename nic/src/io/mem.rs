@@ -268,6 +268,14 @@ impl Port for MemPort {
             *w = Some(Waiter::Bell(bell.clone()));
         }
     }
+
+    /// Frames queued towards us. The sender pushes a frame, then reads the
+    /// bell's "parked" flag (`Lane::wake`); the engine raises that flag,
+    /// then asks this: with both sides' fences, one sees the other, so a
+    /// frame queued just before the park is received, not slept on.
+    fn pending(&self) -> bool {
+        !self.rx.full.is_empty()
+    }
 }
 
 #[cfg(test)]

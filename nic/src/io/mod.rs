@@ -286,6 +286,14 @@ pub trait Port: Send {
     /// The engine that turns this port parks on `bell`: a port whose frames
     /// are delivered by another thread (the in-memory wire) rings it.
     fn attach_bell(&mut self, _bell: &Arc<Bell>) {}
+    /// Whether a frame waits that no descriptor the engine polls would
+    /// signal (the in-memory wire). The engine asks after announcing its
+    /// park: a frame queued before the announcement rang no bell, and the
+    /// engine must not sleep on it. A socket port answers false: its
+    /// descriptor stays readable while frames wait.
+    fn pending(&self) -> bool {
+        false
+    }
     /// What waits in the receive ring right now, for PFC generation; `None`
     /// when the port cannot tell (AF_PACKET with TPACKET_V3: frames in
     /// blocks the kernel has not retired are not visible), and then no PFC
@@ -379,6 +387,11 @@ macro_rules! forward_port {
             $crate::forward_port!(@w self $how).wait_or_ring(bell, timeout)
         }
     };
+    (@one $how:tt pending) => {
+        fn pending(&self) -> bool {
+            $crate::forward_port!(@r self $how).pending()
+        }
+    };
     (@one $how:tt attach_bell) => {
         fn attach_bell(&mut self, bell: &::std::sync::Arc<$crate::io::Bell>) {
             $crate::forward_port!(@w self $how).attach_bell(bell)
@@ -429,6 +442,9 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn attach_bell(&mut self, bell: &Arc<Bell>) {
         (**self).attach_bell(bell)
+    }
+    fn pending(&self) -> bool {
+        (**self).pending()
     }
     fn rx_backlog(&self) -> Option<RxBacklog> {
         (**self).rx_backlog()
