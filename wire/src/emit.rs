@@ -64,6 +64,22 @@ impl Payload<'_> {
     }
 }
 
+impl RoceRepr<'_> {
+    /// Writes the frame into `buf` and returns its length. Lengths, pad,
+    /// the IPv4 header checksum, the ICRC and (by policy) the UDP checksum
+    /// are computed here.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let fill = |p: &mut Payload<'_>| {
+            p.put(self.payload);
+            Ok::<(), core::convert::Infallible>(())
+        };
+        match emit_frame(self, self.payload.len(), buf, usize::MAX, fill) {
+            Ok(r) => r,
+            Err(never) => match never {},
+        }
+    }
+}
+
 /// Writes the frame `repr` describes into `buf`, with a payload of
 /// `payload_len` bytes written by `fill` into its place in the frame
 /// (`repr.payload` is ignored); payload bytes `fill` leaves unwritten are
@@ -92,7 +108,7 @@ pub fn emit_with<E>(
 /// datagram is faster than the fused copy when nothing is saved by reading
 /// the source once (`wire_ratio`'s `build_icrc`).
 #[inline(always)]
-pub(crate) fn emit_frame<E>(
+fn emit_frame<E>(
     repr: &RoceRepr<'_>,
     payload_len: usize,
     buf: &mut [u8],

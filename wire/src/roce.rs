@@ -3,11 +3,12 @@
 //!
 //! `RocePacket` is the zero-copy view: `new_checked` walks the headers once,
 //! validating every length, so no accessor can panic afterwards. `RoceRepr`
-//! is the plain description a transport builds and `emit`s; `parse` fills
-//! it from a view without copying the payload.
+//! is the plain description a transport builds and `emit`s (the emitter is
+//! in `emit.rs`); `parse` fills it from a view without copying the
+//! payload.
 //!
-//! Length: The view, the repr, parsing with the ICRC and emitting stay together
-//! (they share the layout arithmetic); just over 600 lines.
+//! Length: The view, the repr and parsing with the ICRC stay together (they
+//! share the layout arithmetic); about 560 lines.
 
 use crate::bth::{self, BthHeader, BthRepr};
 use crate::error::{need, Error, Layer, Result};
@@ -530,20 +531,6 @@ impl<'a> RoceRepr<'a> {
             return Err(Error::InvalidRepr("datagram longer than 65535 bytes"));
         }
         Ok(info)
-    }
-
-    /// Writes the frame into `buf` and returns its length. Lengths, pad,
-    /// the IPv4 header checksum, the ICRC and (by policy) the UDP checksum
-    /// are computed here.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let fill = |p: &mut crate::emit::Payload<'_>| {
-            p.put(self.payload);
-            Ok::<(), core::convert::Infallible>(())
-        };
-        match crate::emit::emit_frame(self, self.payload.len(), buf, usize::MAX, fill) {
-            Ok(r) => r,
-            Err(never) => match never {},
-        }
     }
 
     /// A Congestion Notification Packet (RoCEv2 A17.9.2) to `dest_qp`:

@@ -6,8 +6,8 @@
 //! drives them.
 //!
 //! - `qp`: the QP, its attributes, its queues and the three roles it owns
-//!   (`Requester`, `Responder`, `Completer`), and the header template of
-//!   its frames;
+//!   (`Requester`, `Responder`, `Completer`);
+//! - `header`: the header template of a QP's frames;
 //! - `qp_ops`: what the device asks of a QP — `modify`, `post_send`, the
 //!   routing of packets, timers and transmit turns to the roles, and the
 //!   error and flush rules that apply the faults they report;
@@ -26,6 +26,7 @@ mod completer;
 pub(crate) mod congestion;
 pub mod counters;
 mod frame;
+mod header;
 mod qp;
 mod qp_ops;
 mod requester;
@@ -36,8 +37,9 @@ pub mod timers;
 
 pub use congestion::{CcConfig, PfcTxConfig, READ_BURST_BYTES};
 pub use counters::Counters;
+pub use header::HeaderTemplate;
 pub(crate) use qp::Qp;
-pub use qp::{HeaderTemplate, QpInit};
+pub use qp::QpInit;
 pub(crate) use resources::Resources;
 
 use wire::{EthernetAddress, Gid};

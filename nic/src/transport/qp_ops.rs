@@ -8,7 +8,8 @@
 //! 10.3.1, 10.8, 11.2.4.7).
 
 use super::congestion::CcConfig;
-use super::qp::{HeaderTemplate, Qp};
+use super::header::HeaderTemplate;
+use super::qp::Qp;
 use super::responder::RespCtx;
 use super::sq::{self, Fault, SendCtx, SendWqe};
 use super::{Resources, MAX_MSG_LEN};

@@ -3,7 +3,7 @@
 //! asynchronous events, drop counts and PFC state.
 
 use super::frame::{self, PutMem};
-use super::{qp, Counters, RnicConfig};
+use super::{header, Counters, RnicConfig};
 use crate::time::Instant;
 use crate::verbs::{access, AsyncEvent, Cq, KeyError, MrTable, Sgl, Srq, VerbsError, Wc};
 use std::collections::VecDeque;
@@ -59,7 +59,7 @@ impl Resources {
     #[inline]
     pub(crate) fn emit<E>(
         &mut self,
-        hdr: &qp::HeaderTemplate,
+        hdr: &header::HeaderTemplate,
         bth: BthRepr,
         ext: ExtHeaders,
         payload_len: usize,
@@ -91,7 +91,7 @@ impl Resources {
     /// `emit` for a frame without payload.
     pub(crate) fn emit_bare(
         &mut self,
-        hdr: &qp::HeaderTemplate,
+        hdr: &header::HeaderTemplate,
         bth: BthRepr,
         ext: ExtHeaders,
         buf: &mut [u8],

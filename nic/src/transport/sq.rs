@@ -5,7 +5,7 @@
 //! for the QP to apply.
 
 use super::counters::Counters;
-use super::qp::HeaderTemplate;
+use super::header::HeaderTemplate;
 use super::requester::Requester;
 use super::Resources;
 use crate::verbs::{AsyncEvent, QpState, SendWr, Wc, WcStatus};

@@ -1,58 +1,28 @@
 //! `rnic perf {write|read|send|atomic} {bw|lat}`: perftest's tools on a
-//! soft RNIC. [`run`] checks the request ([`request`] turns it into
-//! [`Settings`]) and runs it on the in-process loopback ([`local`]) or on
-//! a real interface against a peer ([`dev`], `--dev`; `rnic memcheck`
-//! compares the memory its `--dump-mem` recorded, [`dev::memcheck`]).
+//! soft RNIC. [`run`] (`command.rs`) checks the request ([`request`] turns
+//! it into [`Settings`]) and runs it on the in-process loopback ([`local`])
+//! or on a real interface against a peer ([`dev`], `--dev`; `rnic
+//! memcheck` compares the memory its `--dump-mem` recorded,
+//! [`dev::memcheck`]).
 //!
-//! This module holds the vocabulary both share: the operation and mode,
-//! the settings of a run, the result of one message size with its latency
-//! statistics and histogram, the bookkeeping of a bandwidth run
-//! ([`BwMeter`]), and why a run failed ([`RunError`]).
+//! This module holds the vocabulary both share, and the reports too: the
+//! operation and mode, the settings of a run, the result of one message
+//! size with its latency statistics and histogram, the bookkeeping of a
+//! bandwidth run ([`BwMeter`]), and why a run failed ([`RunError`]).
 
+mod command;
 pub mod dev;
 pub mod local;
 pub mod request;
 
+pub use command::run;
+
 use crate::progress::Progress;
 use crate::qp::QpError;
-use crate::CliError;
 use hdrhistogram::Histogram;
 use nic::engine::EngineError;
 use nic::verbs::{QpType, Wc, WcOpcode, WcStatus};
-use request::PerfRequest;
 use std::time::{Duration, Instant};
-
-/// Runs `rnic perf`: checks what it was asked, then runs it on the
-/// in-process loopback ([`local::run`]) or a real interface ([`dev::run`]).
-pub fn run(req: &PerfRequest) -> Result<(), CliError> {
-    let s = request::settings(req)?;
-    crate::report::check_dirs(
-        [&req.json, &req.hgrm, &req.plot, &req.pcap, &req.dump_mem]
-            .into_iter()
-            .flatten()
-            .map(|p| p.as_path()),
-    )?;
-    crate::netdev::parse_cc(&req.cc, req.pfc_tx.as_deref())?;
-    if req.loopback && (req.cc != "nvidia" || req.pfc_tx.is_some()) {
-        return Err(CliError::usage(
-            "--cc and --pfc-tx set up a real interface's NIC (--dev); the loopback has no congestion",
-        ));
-    }
-    if req.loopback && req.dump_mem.is_some() {
-        return Err(CliError::usage(
-            "--dump-mem records a real interface's test (--dev) for `rnic memcheck`; the loopback checks its own data",
-        ));
-    }
-    if !req.loopback {
-        if req.peer.is_none() && req.dev.is_none() {
-            return Err(CliError::usage(
-                "the server needs its interface: --dev IFACE (or --loopback for the in-process loopback)",
-            ));
-        }
-        return dev::run(req, s);
-    }
-    local::run(req, &s)
-}
 
 /// The operation measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
