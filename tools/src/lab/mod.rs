@@ -14,7 +14,7 @@
 //! | [`host`] | each host's rnicd |
 //! | [`incast`] | the ib_write_bw workload |
 //! | [`sample`] | the counters of hosts and switch at one instant |
-//! | [`results`], [`page`] | the results folder |
+//! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
 //! | [`sys`] | running tools and children, signals, waiting |
 
 pub mod config;
@@ -24,6 +24,7 @@ pub mod incast;
 pub mod net;
 pub mod page;
 pub mod results;
+pub mod run_info;
 pub mod sample;
 pub mod sys;
 
@@ -183,7 +184,7 @@ fn workload(
     ));
     let ran = sample_until_done(cfg, fabric, daemons, &mut flows, &mut snaps, t0);
     drop(flows);
-    let info = results::RunInfo {
+    let info = run_info::RunInfo {
         hosts: &fabric
             .hosts
             .iter()

@@ -2,7 +2,7 @@
 //! proxy, the totals, and every plot (`<img>` of the SVG beside it) with
 //! its CSV. Plain HTML and CSS: it opens offline, with no script.
 
-use super::results::{Plot, RunInfo};
+use super::run_info::{Plot, RunInfo};
 use serde_json::Value;
 use std::fmt::Write as _;
 

@@ -3,33 +3,13 @@
 //! `index.html`, which shows them all and opens offline (no script, no
 //! remote resource).
 
+use super::run_info::{Plot, RunInfo};
 use super::sample::{counter, Snapshot};
 use super::LabError;
 use crate::report::{write_file, xy_svg, Labels, Series};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
-
-/// What the run was, for the summary and the page.
-pub struct RunInfo<'a> {
-    pub hosts: &'a [String],
-    /// Each host's port backend as rnicd reported it.
-    pub backends: &'a [String],
-    /// The settings as a lab file.
-    pub config_toml: String,
-    /// What the CE marking is (real queue or proxy), one sentence.
-    pub marking: String,
-    /// ib_write_bw's own average per sender, Gbit/s.
-    pub reported_gbits: Vec<Option<f64>>,
-}
-
-/// One plot: its file stem, title, y label and series.
-pub struct Plot {
-    pub stem: &'static str,
-    pub title: &'static str,
-    pub y: &'static str,
-    pub series: Vec<Series>,
-}
 
 /// A series of `f(snapshot)` over time, one point per snapshot after the
 /// first (`f` sees the previous snapshot and the current one).
