@@ -2,8 +2,7 @@
 
 use super::completer::Completer;
 use super::counters::Counters;
-// `pub(super)`: the responder's context names it through `qp`.
-pub(super) use super::header::HeaderTemplate;
+use super::header::HeaderTemplate;
 use super::requester::Requester;
 use super::responder::Responder;
 use super::sq::SendQueue;

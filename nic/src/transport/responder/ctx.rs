@@ -3,7 +3,7 @@
 //! counters — and the receive-queue work the responder does through it.
 
 use super::super::counters::Counters;
-use super::super::qp::HeaderTemplate;
+use super::super::header::HeaderTemplate;
 use super::super::sq::Fault;
 use super::super::Resources;
 use crate::verbs::{AsyncEvent, QpState, RecvWr, Wc, WcStatus};
