@@ -10,6 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wire::{EthernetAddress, MacControlRepr, Opcode, RoceRepr};
 
+/// Side a's QPN, lkey and buffer; side b's buffer and rkey.
+fn keys(p: &Pair) -> (u32, u32, u64, u64, u32) {
+    let (a, b) = (&p.sides[0], &p.sides[1]);
+    (a.qpn, a.lkey, a.base, b.base, b.rkey)
+}
+
 /// Posts `n` 64 KiB WRITEs a→b and runs to completion; returns (virtual
 /// time taken, frames a sent, CNPs b sent).
 fn run(ce_mark: f64, n: u64) -> (Duration, Pair, usize) {
@@ -33,13 +39,7 @@ fn run(ce_mark: f64, n: u64) -> (Duration, Pair, usize) {
             *c.lock().unwrap() += 1;
         }
     }));
-    let (qa, la, ba, bb, rb) = (
-        p.sides[0].qpn,
-        p.sides[0].lkey,
-        p.sides[0].base,
-        p.sides[1].base,
-        p.sides[1].rkey,
-    );
+    let (qa, la, ba, bb, rb) = keys(&p);
     for i in 0..n {
         let wr = SendWr::new(
             i,
@@ -120,13 +120,7 @@ fn a_pfc_frame_pauses_the_data_priority_for_exactly_its_time() {
     let arrival = p.sim.now + Duration::from_micros(1);
     p.sim.now = arrival;
     p.sim.step();
-    let (qa, la, ba, bb, rb) = (
-        p.sides[0].qpn,
-        p.sides[0].lkey,
-        p.sides[0].base,
-        p.sides[1].base,
-        p.sides[1].rkey,
-    );
+    let (qa, la, ba, bb, rb) = keys(&p);
     p.sim.nodes[0]
         .post_send(
             qa,
@@ -202,13 +196,7 @@ fn read_8mib(marked: bool) -> (Duration, Vec<(nic::time::Instant, usize)>, u64) 
             f.lock().unwrap().push((now, frame.len()));
         }
     }));
-    let (qa, la, ba, bb, rb) = (
-        p.sides[0].qpn,
-        p.sides[0].lkey,
-        p.sides[0].base,
-        p.sides[1].base,
-        p.sides[1].rkey,
-    );
+    let (qa, la, ba, bb, rb) = keys(&p);
     let wr = SendWr::new(
         1,
         SendOp::Read {
