@@ -60,7 +60,7 @@ pub(super) fn create_cq(sh: &Shared, id: u64, cqe: u32) -> Result<Reply, Request
             cq
         }
     };
-    sh.dp.lock().expect("dp").add_cq(
+    sh.dataplane().add_cq(
         cq,
         CqRing {
             _map: map.clone(),
@@ -88,7 +88,7 @@ pub(super) fn notify_cq(
     }
     let fd = one_fd(fds, "notify_cq", "eventfd")?;
     event_fd(&fd)?;
-    let mut dp = sh.dp.lock().expect("dp");
+    let mut dp = sh.dataplane();
     let c = dp
         .cqs
         .get_mut(&cq)
@@ -115,7 +115,7 @@ pub(super) fn resize_cq(sh: &Shared, id: u64, cq: u32, cqe: u32) -> Result<Reply
     for _ in 0..3 {
         super::call(sh, |_| ())?;
     }
-    let mut dp = sh.dp.lock().expect("dp");
+    let mut dp = sh.dataplane();
     let c = dp
         .cqs
         .get_mut(&cq)

@@ -47,7 +47,7 @@ pub(super) fn bell(sh: &Shared) -> Result<Reply, RequestError> {
 
 /// `Doorbells`: the client's doorbell page (`ipc::doorbell`).
 pub(super) fn doorbells(sh: &Shared, id: u64) -> Result<Reply, RequestError> {
-    let map = sh.dp.lock().expect("dp").doorbell_page(id)?;
+    let map = sh.dataplane().doorbell_page(id)?;
     Ok((Response::Ok, Some(Attach::Map(map))))
 }
 
@@ -60,7 +60,7 @@ pub(super) fn async_event_fd(
 ) -> Result<Reply, RequestError> {
     let fd = one_fd(fds, "async_event_fd", "eventfd")?;
     event_fd(&fd)?;
-    let mut dp = sh.dp.lock().expect("dp");
+    let mut dp = sh.dataplane();
     let c = dp.events.entry(id).or_default();
     if !c.queue.is_empty() {
         nic::io::bell::ring_fd(fd.as_fd());
@@ -71,7 +71,7 @@ pub(super) fn async_event_fd(
 
 /// `GetAsyncEvents`: the queued events, oldest first.
 pub(super) fn get_async_events(sh: &Shared, id: u64) -> Result<Reply, RequestError> {
-    let mut dp = sh.dp.lock().expect("dp");
+    let mut dp = sh.dataplane();
     let events = match dp.events.get_mut(&id) {
         Some(c) => {
             let n = c.queue.len().min(EVENTS_PER_ANSWER);

@@ -106,13 +106,58 @@ impl Shared {
     fn cm_arc(&self) -> Arc<Mutex<cm::service::CmService>> {
         self.cm.clone()
     }
+
+    /// The data plane, for a control thread. The engine never waits for
+    /// this lock: while a control thread holds it the engine parks (it
+    /// must not spin at a real-time priority on the CPU the holder needs
+    /// to finish), and the guard wakes it when the lock is let go.
+    fn dataplane(&self) -> DpGuard<'_> {
+        DpGuard {
+            guard: Some(self.dp.lock().expect("dp")),
+            bell: self.bell.as_deref(),
+        }
+    }
+}
+
+/// The data plane's lock held by a control thread; letting it go rings
+/// the engine's bell if the engine parked meanwhile.
+struct DpGuard<'a> {
+    guard: Option<std::sync::MutexGuard<'a, DataPlane>>,
+    bell: Option<&'a nic::io::Bell>,
+}
+
+impl std::ops::Deref for DpGuard<'_> {
+    type Target = DataPlane;
+    fn deref(&self) -> &DataPlane {
+        self.guard.as_deref().expect("held until drop")
+    }
+}
+
+impl std::ops::DerefMut for DpGuard<'_> {
+    fn deref_mut(&mut self) -> &mut DataPlane {
+        self.guard.as_deref_mut().expect("held until drop")
+    }
+}
+
+impl Drop for DpGuard<'_> {
+    fn drop(&mut self) {
+        // unlock first, so the woken engine finds the lock free
+        drop(self.guard.take());
+        if let Some(b) = self.bell {
+            b.ring_if_parked();
+        }
+    }
 }
 
 /// The data plane as the engine's hook: each turn polls the rings; before
 /// the engine parks, the rings' "parked" flags go up (and come down after).
-/// The engine thread never blocks on the data plane's lock (the control
-/// thread may hold it): flags it could not lower are lowered next turn
-/// (the data plane knows whether they are up).
+/// The engine thread never blocks on the data plane's lock (a control
+/// thread may hold it): it does no data-plane work that turn and may park
+/// (a real-time engine spinning on the lock would keep the holder off its
+/// CPU: a priority inversion that stalled runs for tens of milliseconds);
+/// the holder's [`DpGuard`] rings the bell when it lets go. Flags it could
+/// not lower are lowered next turn (the data plane knows whether they are
+/// up).
 struct DpHook {
     dp: Arc<Mutex<DataPlane>>,
     cm: Arc<Mutex<cm::service::CmService>>,
@@ -130,15 +175,19 @@ impl nic::engine::EngineHook for DpHook {
                 d.end_park();
                 d.turn(r)
             }
-            // the control thread is adding or removing rings: come back soon
-            Err(_) => 1,
+            // a control thread is adding or removing rings: no work here;
+            // its guard wakes the engine when it is done
+            Err(_) => 0,
         }
     }
 
     fn before_park(&mut self, _: &mut Rnic) -> bool {
         match self.dp.try_lock() {
             Ok(mut d) => d.announce_park(),
-            Err(_) => false,
+            // held by a control thread: park, so the holder gets the CPU;
+            // its guard rings the bell (the engine has announced its park)
+            // and `poll_timeout` bounds the park meanwhile
+            Err(_) => true,
         }
     }
 
@@ -349,7 +398,7 @@ fn client_loop(sh: Arc<Shared>, sock: SeqPacket) {
         id
     };
     // every connected client hears the unaffiliated (port) events
-    sh.dp.lock().expect("dp").events.entry(id).or_default();
+    sh.dataplane().events.entry(id).or_default();
     let mut buf = Vec::new();
     loop {
         let fds = match sock.recv(&mut buf) {
@@ -514,5 +563,57 @@ fn one_fd(
     match (fds.pop(), fds.is_empty()) {
         (Some(fd), true) => Ok(fd),
         _ => Err(RequestError::OneFd { op, what }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nic::engine::EngineHook;
+    use nic::io::Bell;
+    use nic::transport::RnicConfig;
+
+    fn hook() -> (DpHook, Arc<Mutex<DataPlane>>, Rnic) {
+        let dp = Arc::new(Mutex::new(DataPlane::default()));
+        let gid = Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, 9));
+        let mac = wire::EthernetAddress([2, 0, 0, 0, 0, 9]);
+        let cm = cm::service::CmService::new("t".into(), gid, mac, 4096, CmTimers::default());
+        let h = DpHook {
+            dp: dp.clone(),
+            cm: Arc::new(Mutex::new(cm)),
+        };
+        (h, dp, Rnic::new(RnicConfig::new(mac, gid)))
+    }
+
+    #[test]
+    fn a_control_thread_holding_the_data_plane_lets_the_engine_park() {
+        let (mut h, dp, mut r) = hook();
+        let held = dp.lock().unwrap();
+        // no work to report (a spinning real-time engine would keep the
+        // holder off its CPU), and the park may go ahead, bounded
+        assert_eq!(h.turn(&mut r), 0);
+        assert!(h.before_park(&mut r));
+        assert!(h.poll_timeout(&r).is_some(), "the park is bounded");
+        drop(held);
+        assert!(h.before_park(&mut r), "an idle data plane parks too");
+        h.after_park(&mut r);
+    }
+
+    #[test]
+    fn letting_go_of_the_data_plane_wakes_a_parked_engine() {
+        let dp = Mutex::new(DataPlane::default());
+        let bell = Bell::new().unwrap();
+        let guard = |b| DpGuard {
+            guard: Some(dp.lock().unwrap()),
+            bell: Some(b),
+        };
+        // the engine awake: no ring (no syscall)
+        drop(guard(&bell));
+        assert_eq!(bell.drain(), 0);
+        // the engine announced its park: one ring, the lock already free
+        bell.announce();
+        drop(guard(&bell));
+        assert!(dp.try_lock().is_ok());
+        assert_eq!(bell.drain(), 1);
     }
 }

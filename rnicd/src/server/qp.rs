@@ -71,7 +71,7 @@ pub(super) fn create_qp(
         sq_sig_all,
     };
     // a doorbell slot for each ring (doorbell::SLOTS per client)
-    if !sh.dp.lock().expect("dp").has_slots(id, 2) {
+    if !sh.dataplane().has_slots(id, 2) {
         return Err(RequestError::TooManyObjects);
     }
     let qpn = super::call(sh, move |r| r.create_qp(init))??;
@@ -86,7 +86,7 @@ pub(super) fn create_qp(
             Ring::new(map.ptr().add(rq_offset), rq_entries, WQE_SIZE),
         )
     };
-    sh.dp.lock().expect("dp").add_qp(QpRings {
+    sh.dataplane().add_qp(QpRings {
         qpn,
         _map: map.clone(),
         sq,
@@ -203,7 +203,7 @@ pub(super) fn create_ah(
     if !r.clients.get(&id).is_some_and(|o| o.pds.contains(&pd)) {
         return Err(RequestError::NotFound(Object::Pd(pd)));
     }
-    let mut dp = sh.dp.lock().expect("dp");
+    let mut dp = sh.dataplane();
     let mut ah = r.last_ah;
     loop {
         ah = ah.wrapping_add(1);
@@ -229,6 +229,6 @@ pub(super) fn destroy_ah(sh: &Shared, id: u64, ah: u32) -> Result<Reply, Request
     if with_owned(sh, id, |o| o.ahs.remove(&ah)).is_none() {
         return Err(RequestError::NotFound(Object::Ah(ah)));
     }
-    sh.dp.lock().expect("dp").ahs.remove(&ah);
+    sh.dataplane().ahs.remove(&ah);
     ok()
 }

@@ -97,7 +97,7 @@ pub(super) fn with_owned<R>(sh: &Shared, id: u64, f: impl FnOnce(&mut Owned) -> 
 /// WRs back moves the QP to ERR and polls before destroying it.
 pub(super) fn destroy_qps(sh: &Shared, qpns: Vec<u32>) {
     {
-        let mut dp = sh.dp.lock().expect("dp");
+        let mut dp = sh.dataplane();
         for q in &qpns {
             dp.remove_qp(*q);
         }
@@ -116,7 +116,7 @@ pub(super) fn destroy_qps(sh: &Shared, qpns: Vec<u32>) {
 /// Takes the CQs out of the data plane and pools those that drain.
 pub(super) fn release_cqs(sh: &Shared, cqs: Vec<u32>) {
     {
-        let mut dp = sh.dp.lock().expect("dp");
+        let mut dp = sh.dataplane();
         for c in &cqs {
             dp.remove_cq(*c);
         }
@@ -170,7 +170,7 @@ pub(super) fn cleanup(sh: &Shared, id: u64) {
     });
     destroy_qps(sh, o.qps.keys().copied().collect());
     {
-        let mut dp = sh.dp.lock().expect("dp");
+        let mut dp = sh.dataplane();
         for s in o.srqs.keys() {
             dp.remove_srq(*s);
         }
@@ -224,7 +224,7 @@ pub(super) fn stats(sh: &Shared) -> Stats {
         (s, r.max_qpn)
     };
     {
-        let dp = sh.dp.lock().expect("dp");
+        let dp = sh.dataplane();
         s.active_qp_rings = dp.qps.len() as u32;
         s.active_cq_rings = dp.cqs.len() as u32;
         s.active_srq_rings = dp.srqs.len() as u32;

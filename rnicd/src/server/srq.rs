@@ -28,7 +28,7 @@ pub(super) fn create_srq(
         "softrnic-srq",
         ring::ring_bytes(entries, WQE_SIZE),
     )?);
-    if !sh.dp.lock().expect("dp").has_slots(id, 1) {
+    if !sh.dataplane().has_slots(id, 1) {
         return Err(RequestError::TooManyObjects);
     }
     let srq = super::call(sh, move |r| r.create_srq(pd, entries))??;
@@ -36,7 +36,7 @@ pub(super) fn create_srq(
     // above) and SrqRing keeps it alive as long as the ring; entries is a
     // power of two (ring_entries).
     let ring = unsafe { Ring::new(map.ptr(), entries, WQE_SIZE) };
-    sh.dp.lock().expect("dp").add_srq(SrqRing {
+    sh.dataplane().add_srq(SrqRing {
         srqn: srq,
         _map: map.clone(),
         ring,
@@ -104,7 +104,7 @@ pub(super) fn destroy_srq(sh: &Shared, id: u64, srq: u32) -> Result<Reply, Reque
     })?;
     // the ring is no longer polled; the transport drops the WQEs the SRQ
     // still holds and may hand its number out again
-    sh.dp.lock().expect("dp").remove_srq(srq);
+    sh.dataplane().remove_srq(srq);
     super::call(sh, move |r| r.destroy_srq(srq))??;
     ok()
 }
