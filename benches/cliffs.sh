@@ -76,8 +76,9 @@ perf() {
   awk '/^ *#bytes/ {t=1; next} t && /^ *[0-9]+ +[0-9]+/ {print $1, $4}' "$OUT/cli.txt"
 }
 
-# sweep NAME TOOL PARAM VALUES -- ARGS: one run per value of PARAM (none: -a)
-declare -a SWEEPS
+# sweep_round NAME TOOL PARAM VALUES ARGS...: one run per value of PARAM
+# (PARAM `size`: one `-a` run); each point's MB/s goes to R, its name to X
+declare -A X
 sweep_round() {
   local name=$1 tool=$2 param=$3 values=$4; shift 4
   wait_quiet
@@ -90,7 +91,6 @@ sweep_round() {
     done
   fi
 }
-declare -A X
 run_all() {
   sweep_round write-size ib_write_bw size ""
   sweep_round read-size ib_read_bw size ""

@@ -32,12 +32,12 @@ impl Pacer {
 
     /// The earliest instant the next packet may start (rounded up to ns).
     pub fn next_send(&self) -> Instant {
-        Instant::from_nanos(self.next_ps.div_ceil(PS_PER_NS))
+        self.next_send_ahead(0)
     }
 
     /// Whether a packet may start at `now`.
     pub fn ready(&self, now: Instant) -> bool {
-        now.as_nanos().saturating_mul(PS_PER_NS) >= self.next_ps
+        self.ready_ahead(now, 0)
     }
 
     /// Whether a packet may start at `now` when the pacer may run up to

@@ -126,6 +126,8 @@ pub(crate) struct QpCc {
     read_pacer: Pacer,
     /// The port's rate, bits per second.
     line_bps: u64,
+    /// [`READ_BURST_BYTES`] as time at the line rate, in picoseconds.
+    read_burst_ps: u64,
     /// The line-rate pacer held READ response data back: wake at its next
     /// send time.
     read_blocked: bool,
@@ -148,6 +150,8 @@ impl QpCc {
             pacer: Pacer::new(),
             read_pacer: Pacer::new(),
             line_bps: link_bps,
+            read_burst_ps: (READ_BURST_BYTES as u128 * 8 * 1_000_000_000_000
+                / link_bps.max(1) as u128) as u64,
             read_blocked: false,
             np: CnpLimiter::new(),
             np_counters: NpCounters::default(),
@@ -205,7 +209,7 @@ impl QpCc {
         if self.pace_bps() != 0 {
             return self.may_send(now);
         }
-        let ok = self.line_bps == 0 || self.read_pacer.ready_ahead(now, self.read_burst_ps());
+        let ok = self.line_bps == 0 || self.read_pacer.ready_ahead(now, self.read_burst_ps);
         self.read_blocked = !ok;
         ok
     }
@@ -217,18 +221,13 @@ impl QpCc {
             .on_send(now, bytes as u64 + WIRE_OVERHEAD, self.line_bps);
     }
 
-    /// [`READ_BURST_BYTES`] as time at the line rate, in picoseconds.
-    fn read_burst_ps(&self) -> u64 {
-        (READ_BURST_BYTES as u128 * 8 * 1_000_000_000_000 / self.line_bps.max(1) as u128) as u64
-    }
-
     /// A timer fired at `now`: the pacers that held a packet back and
     /// allow one again stop asking for a wake-up.
     pub fn on_timeout(&mut self, now: Instant) {
         if self.pace_blocked && self.pacer.ready(now) {
             self.pace_blocked = false;
         }
-        if self.read_blocked && self.read_pacer.ready_ahead(now, self.read_burst_ps()) {
+        if self.read_blocked && self.read_pacer.ready_ahead(now, self.read_burst_ps) {
             self.read_blocked = false;
         }
     }
@@ -237,7 +236,7 @@ impl QpCc {
         let pace = (self.pace_blocked && self.pace_bps() != 0).then(|| self.pacer.next_send());
         let read = self
             .read_blocked
-            .then(|| self.read_pacer.next_send_ahead(self.read_burst_ps()));
+            .then(|| self.read_pacer.next_send_ahead(self.read_burst_ps));
         [self.rp.poll_timeout(), pace, read]
             .into_iter()
             .flatten()
