@@ -4,13 +4,21 @@
 //! engine then looks only at the rings rung, however many rings there are.
 //!
 //! A page is [`PAGE_LEN`] bytes: the engine's "parked" word (u32) at byte
-//! 0, then from byte [`BITS_AT`] a bitmap of [`SLOTS`] bits, one per ring
+//! 0 ([`park_word`]: 0 while the engine runs; else the CPU it parks on,
+//! and whether its own timer ends the park soon), the "near" word (u32) at
+//! byte [`NEAR_AT`] (the CPU + 1 a client last posted on while the engine
+//! parked, which the engine takes: it shortens its parks while it shares
+//! a CPU with a client), then from byte [`BITS_AT`] a bitmap of [`SLOTS`] bits, one per ring
 //! (a QP's send and receive rings, an SRQ's), whose number the daemon
 //! writes into the ring's header ([`crate::ring::SLOT_AT`]).
 //!
 //! A client posts: it writes the WQE, release-stores the producer index,
 //! sets its ring's bit (release), then after a SeqCst fence reads
-//! "parked" and, if set, rings the engine's bell. The engine takes a word
+//! "parked" and, if set, rings the engine's bell — or, when the engine
+//! parks on the client's own CPU and comes back by itself soon
+//! ([`may_leave_wake`]), leaves the wake to that timer or to its own next
+//! poll of a completion queue: on a CPU the two share, a woken engine
+//! would preempt the client after every post. The engine takes a word
 //! (swap to 0, acquire) before it reads the producer indices of the rings
 //! it names. Before it parks it raises "parked", fences, and looks at the
 //! words once more: either it sees the bit or the client sees the flag.
@@ -23,12 +31,39 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A doorbell page's length.
 pub const PAGE_LEN: usize = 8192;
-/// Where the bitmap starts (the "parked" word has the first cache line).
+/// Where the "near" word is.
+pub const NEAR_AT: usize = 4;
+/// Where the bitmap starts (the "parked" and "near" words have the first
+/// cache line).
 pub const BITS_AT: usize = 64;
 /// Bits in a page: the rings one client may have.
 pub const SLOTS: u32 = ((PAGE_LEN - BITS_AT) * 8) as u32;
 /// 64-bit words in the bitmap.
 pub const WORDS: usize = (PAGE_LEN - BITS_AT) / 8;
+
+/// The "parked" word's flag: the engine's own timer ends this park
+/// soon (within its `self_wake`, some tens of µs).
+pub const SELF_WAKE: u32 = 1 << 31;
+/// The "parked" word's bits that hold the engine's CPU + 1 (0: unknown).
+const CPU_MASK: u32 = 0xFFFF;
+
+/// The "parked" word for an engine that parks on `cpu` (None: unknown;
+/// a CPU beyond the mask counts as unknown), its own timer ending the
+/// park soon or not. Never 0.
+pub fn park_word(cpu: Option<u32>, self_wake: bool) -> u32 {
+    let cpu = cpu.filter(|&c| c < CPU_MASK).map_or(0, |c| c + 1);
+    // bit 30 keeps the word nonzero when neither the CPU nor the flag is
+    const PARKED: u32 = 1 << 30;
+    PARKED | cpu | if self_wake { SELF_WAKE } else { 0 }
+}
+
+/// Whether a client that posted on `cpu` may leave the wake of an engine
+/// whose "parked" word is `word` to the engine's own timer (or to the
+/// client's next poll): the engine parks on that very CPU and comes back
+/// by itself soon.
+pub fn may_leave_wake(word: u32, cpu: u32) -> bool {
+    word & SELF_WAKE != 0 && cpu < CPU_MASK && word & CPU_MASK == cpu + 1
+}
 
 /// A view of a mapped doorbell page.
 #[derive(Clone, Copy)]
@@ -49,11 +84,20 @@ impl Doorbells {
         Doorbells { base }
     }
 
-    /// The engine's "parked" word: nonzero while it waits on its bell.
+    /// The engine's "parked" word: nonzero while it waits on its bell
+    /// ([`park_word`]).
     #[inline]
     pub fn parked(&self) -> &AtomicU32 {
         // SAFETY: byte 0 of the page, aligned.
         unsafe { AtomicU32::from_ptr(self.base as *mut u32) }
+    }
+
+    /// The "near" word: the CPU + 1 the client last posted on while the
+    /// engine parked (0: none since the engine took it).
+    #[inline]
+    pub fn near(&self) -> &AtomicU32 {
+        // SAFETY: byte NEAR_AT of the page, 4-byte aligned.
+        unsafe { AtomicU32::from_ptr(self.base.add(NEAR_AT) as *mut u32) }
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {
@@ -194,5 +238,24 @@ mod tests {
         assert_eq!(db.take(0), 0);
         assert_eq!(db.take(1), 1 << 7);
         assert!(!db.any(WORDS));
+    }
+
+    #[test]
+    fn a_client_leaves_the_wake_only_to_an_engine_on_its_cpu_that_wakes_itself() {
+        for cpu in [None, Some(0), Some(1), Some(CPU_MASK)] {
+            for soon in [false, true] {
+                assert_ne!(park_word(cpu, soon), 0, "a parked word is never 0");
+            }
+        }
+        assert!(may_leave_wake(park_word(Some(1), true), 1));
+        // another CPU: the engine runs in parallel once woken
+        assert!(!may_leave_wake(park_word(Some(1), true), 0));
+        // a long park: nothing would end it soon
+        assert!(!may_leave_wake(park_word(Some(1), false), 1));
+        // the CPU unknown, or beyond what the word holds
+        assert!(!may_leave_wake(park_word(None, true), 0));
+        assert!(!may_leave_wake(park_word(Some(CPU_MASK), true), CPU_MASK));
+        // a word some other writer left (the page is the client's to scribble)
+        assert!(!may_leave_wake(SELF_WAKE, u32::MAX));
     }
 }

@@ -20,6 +20,9 @@ const EXIT_UNAVAILABLE: i32 = 69;
 /// rnicd's idle spin (`--spin`), shorter than an in-process engine's.
 const DAEMON_SPIN: u32 = 30;
 
+/// rnicd's `--self-wake-us`.
+const DAEMON_SELF_WAKE_US: u64 = 50;
+
 #[derive(Parser, Debug)]
 #[command(name = "rnicd", about = "softrnic daemon", args_override_self = true)]
 struct Args {
@@ -63,6 +66,13 @@ struct Args {
     /// once, so an idle engine costs next to no CPU.
     #[arg(long, default_value_t = EngineConfig::default().park.as_micros() as u64)]
     park_us: u64,
+    /// Engine: while it shares its CPU with a client (one posted on that
+    /// CPU within the last 2 ms), park at most this long (µs) and say so
+    /// in the doorbell pages: a client on that CPU then leaves the wake to
+    /// this timer or to its own next poll, instead of waking an engine
+    /// that would preempt it after every single post. 0: never.
+    #[arg(long, default_value_t = DAEMON_SELF_WAKE_US)]
+    self_wake_us: u64,
     /// Engine scheduling: normal (the kernel's default) | auto (SCHED_FIFO
     /// 1 where permitted, else a 100 µs slice) | realtime (SCHED_FIFO 1) |
     /// slice (SCHED_OTHER with a 100 µs slice): what lets a woken engine
@@ -379,6 +389,7 @@ fn main() {
         priority,
         spin: a.spin,
         park: Duration::from_micros(a.park_us),
+        self_wake: Duration::from_micros(a.self_wake_us),
         ..Default::default()
     };
     let (ports, cable) = if a.mem_pair {

@@ -404,6 +404,8 @@ pub unsafe extern "C" fn srv_ibv_get_cq_event(
     // SAFETY: made by create_comp_channel.
     let chan = unsafe { &*(ch as *const Channel) };
     let fd = chan.fd.as_raw_fd();
+    // a post may have left the engine's wake owed: the program waits now
+    chan.ctx.pay_owed_wake();
     loop {
         {
             let mut st = lock(&chan.state);

@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
+pub use turn::current_cpu;
 use turn::{run, run_group, Loop};
 
 /// How often the loop asks the port for its link state ([`Port::link_up`]:
@@ -50,6 +51,18 @@ pub const LINK_POLL: Duration = Duration::from_millis(100);
 /// application that makes room rings no bell, so the loop looks again
 /// this soon.
 pub const BACKLOG_PARK: Duration = Duration::from_micros(200);
+
+/// A park the engine is about to begin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Park {
+    /// How long it parks at most.
+    pub time: Duration,
+    /// The park ends by the engine's own timer within
+    /// [`EngineConfig::self_wake`]: a ringer may leave the wake to it.
+    pub self_wake: bool,
+    /// The CPU the engine parks on (None: unknown).
+    pub cpu: Option<u32>,
+}
 
 /// How the engine thread runs.
 #[derive(Clone, Debug)]
@@ -75,6 +88,10 @@ pub struct EngineConfig {
     /// it earlier, so this only bounds how late nothing-announced work is
     /// seen (the link state, read every [`LINK_POLL`], is a timer too).
     pub park: Duration,
+    /// A park at most this long counts as ending by the engine's own
+    /// timer soon ([`Park::self_wake`]), which the hook tells those who
+    /// ring. Zero: none does.
+    pub self_wake: Duration,
     /// Posts that may wait for the engine.
     pub post_queue: usize,
     pub name: String,
@@ -88,6 +105,7 @@ impl Default for EngineConfig {
             batch: 32,
             spin: 300,
             park: LINK_POLL,
+            self_wake: Duration::ZERO,
             post_queue: 16384,
             name: "rnic-engine".into(),
         }
@@ -111,7 +129,7 @@ pub trait EngineHook: Send {
     /// The loop is about to park on its bell: announce it to whoever rings
     /// the bell (and then look once more); `false` means work arrived, do
     /// not park.
-    fn before_park(&mut self, _rnic: &mut Rnic) -> bool {
+    fn before_park(&mut self, _rnic: &mut Rnic, _park: &Park) -> bool {
         true
     }
     /// The park has ended.

@@ -193,10 +193,10 @@ impl Loop {
         work
     }
 
-    /// Until the next timer (the device's, the link check's, the hook's),
-    /// at most `cfg.park`, and at most [`BACKLOG_PARK`] while a completion
-    /// queue is full.
-    fn park_time(&mut self) -> Duration {
+    /// How long to park: until the next timer (the device's, the link
+    /// check's, the hook's), at most `cfg.park`, and at most
+    /// [`BACKLOG_PARK`] while a completion queue is full ([`park_plan`]).
+    fn park_time(&mut self) -> Park {
         let hook = self.hook.as_mut().and_then(|h| h.poll_timeout(&self.rnic));
         let next = [self.rnic.poll_timeout(), Some(self.link_check), hook]
             .into_iter()
@@ -207,17 +207,17 @@ impl Loop {
         } else {
             self.cfg.park
         };
-        next.map_or(cap, |t| t.saturating_since(self.clock()).min(cap))
+        park_plan(&self.cfg, self.clock(), next, cap)
     }
 
     /// Announces a park to the device's ringers; false: work arrived.
-    fn may_park(&mut self, sh: &Shared) -> bool {
+    fn may_park(&mut self, sh: &Shared, park: &Park) -> bool {
         if !sh.park_on() || self.calls.as_ref().is_some_and(|c| !c.is_empty()) {
             sh.unpark();
             return false;
         }
         if let Some(h) = self.hook.as_mut() {
-            if !h.before_park(&mut self.rnic) {
+            if !h.before_park(&mut self.rnic, park) {
                 h.after_park(&mut self.rnic);
                 sh.unpark();
                 return false;
@@ -242,10 +242,11 @@ impl Loop {
     /// The idle backoff's last step: wait for a frame, a doorbell or the
     /// next timer (at most `cfg.park`).
     fn park(&mut self, sh: &Shared) {
-        let t = self.park_time();
+        let park = self.park_time();
+        let t = park.time;
         match sh.bell.clone() {
             Some(bell) => {
-                if !self.may_park(sh) {
+                if !self.may_park(sh, &park) {
                     return;
                 }
                 self.stats.parks += 1;
@@ -259,6 +260,30 @@ impl Loop {
             }
         }
     }
+}
+
+/// The park after an idle backoff: until `next` (the earliest timer), at
+/// most `cap`; said to end by the engine's own timer soon when it lasts at
+/// most `cfg.self_wake` ([`Park::self_wake`]).
+pub(super) fn park_plan(
+    cfg: &EngineConfig,
+    now: Instant,
+    next: Option<Instant>,
+    cap: Duration,
+) -> Park {
+    let time = next.map_or(cap, |t| t.saturating_since(now).min(cap));
+    Park {
+        time,
+        self_wake: !cfg.self_wake.is_zero() && time <= cfg.self_wake,
+        cpu: current_cpu(),
+    }
+}
+
+/// The CPU the calling thread runs on now (a hint: it may move).
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no argument and only reads.
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).ok()
 }
 
 /// Pins the calling engine thread and sets its scheduling; what it got
@@ -320,11 +345,16 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
         if idle < cfg.spin {
             std::hint::spin_loop();
         } else {
-            let until = members
+            let park = members
                 .iter_mut()
                 .map(|(lp, _)| lp.park_time())
-                .min()
-                .unwrap_or(cfg.park);
+                .min_by_key(|p| p.time)
+                .unwrap_or(Park {
+                    time: cfg.park,
+                    self_wake: false,
+                    cpu: None,
+                });
+            let until = park.time;
             let bell = members.first().and_then(|(_, sh)| sh.bell.clone());
             match bell {
                 Some(bell) => {
@@ -332,7 +362,7 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
                     let mut go = true;
                     let mut announced = 0;
                     for (lp, sh) in members.iter_mut() {
-                        if !lp.may_park(sh) {
+                        if !lp.may_park(sh, &park) {
                             go = false;
                             break;
                         }
@@ -386,11 +416,17 @@ mod tests {
         (Loop::new(rnic, Box::new(port), cfg, None, None), sh, peer)
     }
 
+    const LONG: Park = Park {
+        time: LINK_POLL,
+        self_wake: false,
+        cpu: None,
+    };
+
     #[test]
     fn a_frame_queued_before_the_park_is_announced_cancels_the_park() {
         let (mut lp, sh, mut peer) = engine_on_wire();
         // nothing waits: the engine may park
-        assert!(lp.may_park(&sh));
+        assert!(lp.may_park(&sh, &LONG));
         lp.parked(&sh);
         // the peer queues a frame while the engine is awake (its bell is
         // not rung: the engine has not announced a park)
@@ -399,10 +435,34 @@ mod tests {
         assert_eq!(peer.send(&b), 1);
         assert_eq!(sh.bell.as_ref().expect("bell").drain(), 0, "no ring");
         // announcing the park now must find the frame, not sleep on it
-        assert!(!lp.may_park(&sh), "the park must be called off");
+        assert!(!lp.may_park(&sh, &LONG), "the park must be called off");
         // once received, the engine may park again
         let mut rx = FrameBatch::new(4);
         assert_eq!(lp.port.recv(&mut rx), 1);
-        assert!(lp.may_park(&sh));
+        assert!(lp.may_park(&sh, &LONG));
+    }
+
+    #[test]
+    fn a_park_says_it_ends_by_itself_only_when_short_enough() {
+        let cfg = EngineConfig {
+            self_wake: Duration::from_micros(50),
+            ..Default::default()
+        };
+        let now = Instant::ZERO + Duration::from_millis(5);
+        let cap = Duration::from_millis(100);
+        // no timer: the whole cap, and nothing ends it soon
+        let p = park_plan(&cfg, now, None, cap);
+        assert_eq!((p.time, p.self_wake), (cap, false));
+        // a timer in 30 µs: until then, and it ends by itself
+        let p = park_plan(&cfg, now, Some(now + Duration::from_micros(30)), cap);
+        assert_eq!((p.time, p.self_wake), (Duration::from_micros(30), true));
+        // a timer already due: no park at all
+        let p = park_plan(&cfg, now, Some(Instant::ZERO), cap);
+        assert_eq!(p.time, Duration::ZERO);
+        // self_wake zero: no park is ever said to end by itself
+        let off = EngineConfig::default();
+        for next in [Some(now + Duration::from_micros(30)), Some(now), None] {
+            assert!(!park_plan(&off, now, next, cap).self_wake);
+        }
     }
 }

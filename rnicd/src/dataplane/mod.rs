@@ -96,6 +96,10 @@ pub struct CqRing {
     pub owner: u64,
 }
 
+/// How long after a client posted on the engine's CPU (while it parked)
+/// the engine keeps its parks short ([`DataPlane::shares_cpu`]).
+pub const NEAR_WINDOW: std::time::Duration = std::time::Duration::from_millis(2);
+
 #[derive(Default)]
 pub struct DataPlane {
     pub qps: Vec<QpRings>,
@@ -108,8 +112,12 @@ pub struct DataPlane {
     pub refused: u64,
     /// Asynchronous events by client.
     pub events: HashMap<u64, ClientEvents>,
-    /// The rings' "parked" flags are up: the engine parks.
-    parked: bool,
+    /// The doorbell pages' "parked" word (`ipc::doorbell::park_word`;
+    /// 0: the engine runs).
+    parked: u32,
+    /// Until when the engine counts as sharing its CPU with a client: one
+    /// posted on it while the engine parked, within [`NEAR_WINDOW`].
+    near_until: Option<nic::Instant>,
     /// A CQ ring was full at the last turn with completions still waiting:
     /// the client that polls makes room without ringing.
     backlog: bool,
@@ -194,7 +202,7 @@ impl DataPlane {
                 // the ClientPage keeps it alive as long as the view.
                 let db = unsafe { Doorbells::new(map.ptr()) };
                 db.parked()
-                    .store(u32::from(self.parked), std::sync::atomic::Ordering::SeqCst);
+                    .store(self.parked, std::sync::atomic::Ordering::SeqCst);
                 Ok(e.insert(ClientPage {
                     map,
                     db,
@@ -322,9 +330,9 @@ impl DataPlane {
     /// page's "parked" word, then look at the pages' bits once more (the
     /// client marks its ring, fences, then reads the word: one of the two
     /// sees the other). False: a WQE came in meanwhile, do not park.
-    pub fn announce_park(&mut self) -> bool {
+    pub fn announce_park(&mut self, park: &nic::engine::Park) -> bool {
         use std::sync::atomic::{fence, Ordering::SeqCst};
-        self.set_parked(1);
+        self.set_parked(ipc::doorbell::park_word(park.cpu, park.self_wake));
         fence(SeqCst);
         let rung = self.pages.values().any(|p| p.db.any(p.slots.words()));
         self.again.is_empty() && !rung
@@ -333,13 +341,13 @@ impl DataPlane {
     /// The park is over: clients need not ring (nothing to do when the
     /// words are down already).
     pub fn end_park(&mut self) {
-        if self.parked {
+        if self.parked != 0 {
             self.set_parked(0);
         }
     }
 
     fn set_parked(&mut self, v: u32) {
-        self.parked = v != 0;
+        self.parked = v;
         for p in self.pages.values() {
             p.db.parked().store(v, std::sync::atomic::Ordering::SeqCst);
         }
@@ -383,6 +391,7 @@ impl DataPlane {
         let mut due = std::mem::take(&mut self.due);
         due.clear();
         due.append(&mut self.again);
+        self.take_near(rnic.last_now());
         for p in self.pages.values() {
             for w in 0..p.slots.words() {
                 let mut bits = p.db.take(w);
@@ -404,6 +413,30 @@ impl DataPlane {
         }
         self.due = due;
         work + self.complete(rnic) + self.async_events(rnic)
+    }
+
+    /// Takes the pages' "near" words: a client that posted on this CPU
+    /// while the engine parked makes it count as sharing the CPU.
+    fn take_near(&mut self, now: nic::Instant) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut cpu = None;
+        for p in self.pages.values() {
+            let near = p.db.near();
+            if near.load(Relaxed) == 0 {
+                continue;
+            }
+            let v = near.swap(0, Relaxed);
+            let here = *cpu.get_or_insert_with(nic::engine::current_cpu);
+            if here.is_some_and(|c| v == c.saturating_add(1)) {
+                self.near_until = Some(now + NEAR_WINDOW);
+            }
+        }
+    }
+
+    /// Whether the engine shares its CPU with a client now: a post on it
+    /// while the engine parked, within [`NEAR_WINDOW`].
+    pub fn shares_cpu(&self, now: nic::Instant) -> bool {
+        self.near_until.is_some_and(|u| now < u)
     }
 
     /// Fetches from the ring `t` names: (work done, whether WQEs remain).

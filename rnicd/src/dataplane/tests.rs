@@ -13,6 +13,13 @@ use nic::Instant;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering::SeqCst;
 
+/// A park of an engine on CPU 1 that comes back by itself.
+const PARK: nic::engine::Park = nic::engine::Park {
+    time: std::time::Duration::from_micros(50),
+    self_wake: true,
+    cpu: Some(1),
+};
+
 /// A CQ ring of 16 entries armed for the next completion, its events
 /// written to a duplicate of `chan`.
 fn armed_ring(chan: &OwnedFd) -> CqRing {
@@ -267,6 +274,32 @@ fn publish(p: &Pair, sq: &Ring, from: u32, n: u32) {
     sq.producer().store(from + n, SeqCst);
 }
 
+/// A client that posted on the engine's CPU while it parked makes the
+/// engine count as sharing that CPU for [`NEAR_WINDOW`]; one on another
+/// CPU does not, and the word is taken either way.
+#[test]
+fn a_client_posting_on_the_engines_cpu_makes_it_share_the_cpu_for_a_while() {
+    let mut p = pair();
+    let mut dp = DataPlane::default();
+    let (_, _, db) = qp_with_ring(&mut p, &mut dp, 128);
+    // stay on one CPU while naming it
+    let here = nic::engine::current_cpu().expect("sched_getcpu");
+    assert!(core_affinity::set_for_current(core_affinity::CoreId {
+        id: here as usize
+    }));
+    let now = p.a.last_now();
+    assert!(!dp.shares_cpu(now));
+    db.near().store(here + 2, SeqCst);
+    dp.turn(&mut p.a);
+    assert_eq!(db.near().load(SeqCst), 0, "taken");
+    assert!(!dp.shares_cpu(now), "another CPU");
+    db.near().store(here + 1, SeqCst);
+    dp.turn(&mut p.a);
+    assert_eq!(db.near().load(SeqCst), 0, "taken");
+    assert!(dp.shares_cpu(now));
+    assert!(!dp.shares_cpu(now + NEAR_WINDOW), "only for a while");
+}
+
 /// The engine fetches from the rings whose doorbells were rung, and only
 /// those; a ring left with more than a batch is fetched from again
 /// without another ring.
@@ -286,16 +319,19 @@ fn the_data_plane_fetches_from_rung_rings_only() {
     db.ring(sq.slot().load(SeqCst));
     dp.turn(&mut p.a);
     assert_eq!(sq.consumer().load(SeqCst), 1 + BATCH, "one batch a turn");
-    assert!(!dp.announce_park(), "work left: no park");
+    assert!(!dp.announce_park(&PARK), "work left: no park");
     dp.end_park();
     dp.turn(&mut p.a);
     assert_eq!(sq.consumer().load(SeqCst), 1 + more, "the rest, unrung");
-    assert!(dp.announce_park(), "nothing left: park");
-    assert_eq!(db.parked().load(SeqCst), 1);
+    assert!(dp.announce_park(&PARK), "nothing left: park");
+    assert_eq!(
+        db.parked().load(SeqCst),
+        ipc::doorbell::park_word(PARK.cpu, PARK.self_wake)
+    );
     // a post while parked is seen by the park check
     publish(&p, &sq, 1 + more, 1);
     db.ring(sq.slot().load(SeqCst));
-    assert!(!dp.announce_park());
+    assert!(!dp.announce_park(&PARK));
     dp.end_park();
     assert_eq!(db.parked().load(SeqCst), 0);
 }
@@ -312,5 +348,5 @@ fn stray_doorbells_fetch_nothing() {
     unsafe { std::ptr::write_bytes(page.ptr(), 0xff, ipc::doorbell::PAGE_LEN) };
     assert_eq!(dp.turn(&mut p.a), 0);
     assert_eq!(sq.consumer().load(SeqCst), 0);
-    assert!(dp.announce_park(), "the bits were taken");
+    assert!(dp.announce_park(&PARK), "the bits were taken");
 }

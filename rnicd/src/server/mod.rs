@@ -26,7 +26,7 @@ use crate::dataplane::DataPlane;
 use ipc::proto::{self, ReqMsg, Request, RespMsg, Response, Stats};
 use ipc::shm::{Listener, Mapping, SeqPacket};
 use nic::device::Rnic;
-use nic::engine::{Device, Engine, EngineConfig};
+use nic::engine::{Device, Engine, EngineConfig, Park};
 use nic::io::Port;
 use nic::transport::RnicConfig;
 use registry::{with_owned, Registry, MAX_OBJECTS};
@@ -161,6 +161,9 @@ impl Drop for DpGuard<'_> {
 struct DpHook {
     dp: Arc<Mutex<DataPlane>>,
     cm: Arc<Mutex<cm::service::CmService>>,
+    /// The engine's `self_wake`: how short its parks are while it shares
+    /// its CPU with a client (zero: never shortened).
+    self_wake: std::time::Duration,
 }
 
 impl nic::engine::EngineHook for DpHook {
@@ -181,9 +184,9 @@ impl nic::engine::EngineHook for DpHook {
         }
     }
 
-    fn before_park(&mut self, _: &mut Rnic) -> bool {
+    fn before_park(&mut self, _: &mut Rnic, park: &Park) -> bool {
         match self.dp.try_lock() {
-            Ok(mut d) => d.announce_park(),
+            Ok(mut d) => d.announce_park(park),
             // held by a control thread: park, so the holder gets the CPU;
             // its guard rings the bell (the engine has announced its park)
             // and `poll_timeout` bounds the park meanwhile
@@ -205,9 +208,16 @@ impl nic::engine::EngineHook for DpHook {
             Ok(c) => c.poll_timeout(),
             Err(_) => Some(r.last_now()),
         };
-        let backlog = self.dp.try_lock().map_or(true, |d| d.backlogged());
-        let soon = backlog.then(|| r.last_now() + nic::engine::BACKLOG_PARK);
-        cm.into_iter().chain(soon).min()
+        let now = r.last_now();
+        let (backlog, near) = self
+            .dp
+            .try_lock()
+            .map_or((true, false), |d| (d.backlogged(), d.shares_cpu(now)));
+        let soon = backlog.then(|| now + nic::engine::BACKLOG_PARK);
+        // sharing a CPU with a client: park short, so that the client may
+        // leave its wakes to the engine's timer (ipc::doorbell)
+        let near = (near && !self.self_wake.is_zero()).then(|| now + self.self_wake);
+        cm.into_iter().chain(soon).chain(near).min()
     }
 }
 
@@ -278,6 +288,7 @@ impl Server {
             let hook: nic::engine::TurnHook = Box::new(DpHook {
                 dp: dp.clone(),
                 cm: cms.clone(),
+                self_wake: cfg.engine.self_wake,
             });
             members.push((rnic, port, Some(hook)));
             rest.push((dp, mac, mtu, cfg, cms));
@@ -573,6 +584,12 @@ mod tests {
     use nic::io::Bell;
     use nic::transport::RnicConfig;
 
+    const PARK: Park = Park {
+        time: std::time::Duration::from_millis(100),
+        self_wake: false,
+        cpu: None,
+    };
+
     fn hook() -> (DpHook, Arc<Mutex<DataPlane>>, Rnic) {
         let dp = Arc::new(Mutex::new(DataPlane::default()));
         let gid = Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, 9));
@@ -581,6 +598,7 @@ mod tests {
         let h = DpHook {
             dp: dp.clone(),
             cm: Arc::new(Mutex::new(cm)),
+            self_wake: std::time::Duration::from_micros(50),
         };
         (h, dp, Rnic::new(RnicConfig::new(mac, gid)))
     }
@@ -592,11 +610,32 @@ mod tests {
         // no work to report (a spinning real-time engine would keep the
         // holder off its CPU), and the park may go ahead, bounded
         assert_eq!(h.turn(&mut r), 0);
-        assert!(h.before_park(&mut r));
+        assert!(h.before_park(&mut r, &PARK));
         assert!(h.poll_timeout(&r).is_some(), "the park is bounded");
         drop(held);
-        assert!(h.before_park(&mut r), "an idle data plane parks too");
+        assert!(h.before_park(&mut r, &PARK), "an idle data plane parks too");
         h.after_park(&mut r);
+    }
+
+    #[test]
+    fn an_engine_that_shares_its_cpu_with_a_client_parks_short() {
+        let (mut h, dp, mut r) = hook();
+        let page = dp.lock().unwrap().doorbell_page(1).unwrap();
+        // SAFETY: the data plane keeps the page mapped for the test.
+        let db = unsafe { ipc::doorbell::Doorbells::new(page.ptr()) };
+        let idle = h.poll_timeout(&r);
+        assert!(idle.is_none(), "nothing due: a long park");
+        let here = nic::engine::current_cpu().expect("sched_getcpu");
+        assert!(core_affinity::set_for_current(core_affinity::CoreId {
+            id: here as usize
+        }));
+        db.near()
+            .store(here + 1, std::sync::atomic::Ordering::SeqCst);
+        h.turn(&mut r);
+        assert_eq!(h.poll_timeout(&r), Some(r.last_now() + h.self_wake));
+        // without a self_wake the parks stay long
+        h.self_wake = std::time::Duration::ZERO;
+        assert!(h.poll_timeout(&r).is_none());
     }
 
     #[test]

@@ -38,6 +38,7 @@ impl Cq {
     /// Waits up to `timeout` for a completion event (`ibv_get_cq_event`
     /// and its acknowledgement in one); true when one came. Then poll.
     pub fn get_event(&mut self, timeout: Duration) -> Result<bool> {
+        self.ctx.pay_owed_wake();
         let bell = self.events.as_ref().ok_or(Error::NotArmed)?;
         if bell.drain() > 0 {
             return Ok(true);
@@ -79,6 +80,8 @@ impl Cq {
         };
         self.ring.armed().store(arm, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
+        // a program that asks for an event waits for the engine next
+        self.ctx.pay_owed_wake();
     }
 
     /// The request word the daemon clears when it fires an event.
@@ -97,6 +100,7 @@ impl Cq {
     /// releases their slots; their count. For callers that convert CQEs to
     /// another layout (the libibverbs drop-in's `ibv_wc`).
     pub fn poll_each(&mut self, max: usize, mut f: impl FnMut(&CqeRaw)) -> usize {
+        self.ctx.pay_owed_wake();
         let prod = self.ring.producer().load(Ordering::Acquire);
         let start = self.cons;
         let avail = prod.wrapping_sub(self.cons).min(self.ring.entries);

@@ -152,6 +152,12 @@ pub struct Context {
     /// Asynchronous events: the eventfd the daemon writes, and the events
     /// fetched but not yet handed out (made by the first `get_async_event`).
     async_events: Mutex<AsyncEvents>,
+    /// A wake of the engine owed by a post made on the CPU the engine
+    /// parked on (paid by the next poll or wait).
+    owed: std::sync::atomic::AtomicBool,
+    /// Wakes of the engine since the last poll: a second one means a
+    /// batch handed over one post at a time.
+    wakes: std::sync::atomic::AtomicU32,
 }
 
 /// The async-event eventfd and the events fetched but not handed out.
@@ -182,6 +188,8 @@ impl Context {
             bell: None,
             doorbells: None,
             async_events: Mutex::new(None),
+            owed: Default::default(),
+            wakes: Default::default(),
             sock: Mutex::new(sock),
             device: DeviceInfo::default(),
         };
@@ -441,19 +449,124 @@ fn post_ring(r: &Ring, prod: &mut u32, w: &WqeRaw, ctx: &Context) -> Result<()> 
     Ok(())
 }
 
+/// Wakes of the engine between two polls that make a batch handed over
+/// one post at a time (a latency loop posts a receive and a send).
+const BATCH_WAKES: u32 = 4;
+
+/// What a post does about a parked engine.
+#[derive(Debug, PartialEq, Eq)]
+enum Knock {
+    /// Leave the wake owed (to the next poll or the engine's timer).
+    Owe,
+    /// Wake the engine now.
+    Wake,
+}
+
+/// What a post on `cpu` does when the engine's "parked" word is `parked`
+/// (nonzero) and the client woke it `wakes` times since its last poll;
+/// and whether to tell the engine in the "near" word that they share a
+/// CPU. A parked engine on this very CPU that comes back by itself soon
+/// (`ipc::doorbell::may_leave_wake`) is left to its timer or to the next
+/// poll: woken now it would preempt this thread after every work request
+/// of a batch. The [`BATCH_WAKES`]th wake before a poll — a batch going
+/// over one post at a time — tells the engine which CPU the client posts
+/// on, so that it parks short while they share it.
+fn knock(parked: u32, cpu: Option<u32>, wakes: u32) -> (Knock, bool) {
+    match cpu {
+        Some(c) if ipc::doorbell::may_leave_wake(parked, c) => (Knock::Owe, true),
+        Some(_) => (Knock::Wake, wakes + 1 >= BATCH_WAKES),
+        None => (Knock::Wake, false),
+    }
+}
+
 /// The doorbell of ring `r`: marks it in the client's doorbell page, then
-/// wakes a parked engine (the fence pairs with the daemon's between
-/// raising "parked" and taking the words once more: crate::doorbell).
+/// knocks on a parked engine ([`knock`]; the fence pairs with the
+/// daemon's between raising "parked" and taking the words once more:
+/// crate::doorbell).
 fn ring_doorbell(r: &Ring, ctx: &Context) {
     let Some((_, db)) = &ctx.doorbells else {
         return;
     };
     db.ring(r.slot().load(Ordering::Relaxed));
     std::sync::atomic::fence(Ordering::SeqCst);
-    if db.parked().load(Ordering::SeqCst) != 0 {
-        if let Some(b) = &ctx.bell {
+    let parked = db.parked().load(Ordering::SeqCst);
+    if parked == 0 {
+        return;
+    }
+    let cpu = nic::engine::current_cpu();
+    let (what, near) = knock(parked, cpu, ctx.wakes.load(Ordering::Relaxed));
+    if near {
+        let c = cpu.map_or(0, |c| c.saturating_add(1));
+        db.near().store(c, Ordering::Relaxed);
+    }
+    match what {
+        Knock::Owe => ctx.owed.store(true, Ordering::Relaxed),
+        Knock::Wake => {
+            ctx.wakes.fetch_add(1, Ordering::Relaxed);
+            ctx.wake();
+        }
+    }
+}
+
+impl Context {
+    fn wake(&self) {
+        if let Some(b) = &self.bell {
             use std::os::fd::AsFd;
             nic::io::bell::ring_fd(b.as_fd());
         }
+    }
+
+    /// Pays the wake a post left owed ([`ring_doorbell`]), if the engine
+    /// still parks: before polling or waiting for completions.
+    #[inline]
+    pub fn pay_owed_wake(&self) {
+        if self.wakes.load(Ordering::Relaxed) != 0 {
+            self.wakes.store(0, Ordering::Relaxed);
+        }
+        if self.owed.load(Ordering::Relaxed) && self.owed.swap(false, Ordering::Relaxed) {
+            let parked = self.doorbells.as_ref().map(|(_, db)| db.parked());
+            if parked.is_some_and(|p| p.load(Ordering::SeqCst) != 0) {
+                self.wake();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod knock_tests {
+    use super::*;
+    use ipc::doorbell::park_word;
+
+    #[test]
+    fn a_post_leaves_the_wake_only_to_an_engine_on_its_cpu_that_wakes_itself() {
+        // the engine parks on this CPU and comes back soon: owe, say near
+        assert_eq!(
+            knock(park_word(Some(1), true), Some(1), 0),
+            (Knock::Owe, true)
+        );
+        // on another CPU it runs beside the client: wake at once
+        assert_eq!(
+            knock(park_word(Some(0), true), Some(1), 0),
+            (Knock::Wake, false)
+        );
+        // a long park: nothing would end it soon
+        assert_eq!(
+            knock(park_word(Some(1), false), Some(1), 0),
+            (Knock::Wake, false)
+        );
+        // where the client runs is unknown
+        assert_eq!(
+            knock(park_word(Some(1), true), None, 9),
+            (Knock::Wake, false)
+        );
+    }
+
+    #[test]
+    fn a_batch_woken_one_post_at_a_time_tells_the_engine_where_it_runs() {
+        let long = park_word(Some(1), false);
+        for wakes in 0..BATCH_WAKES - 1 {
+            assert_eq!(knock(long, Some(1), wakes), (Knock::Wake, false), "{wakes}");
+        }
+        assert_eq!(knock(long, Some(1), BATCH_WAKES - 1), (Knock::Wake, true));
     }
 }
