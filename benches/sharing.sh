@@ -5,8 +5,14 @@
 # two-core machine two perftest processes and two engines share two CPUs.
 #   spinning   ib_write_lat and ib_send_lat: both programs busy-poll
 #   sleeping   ib_send_lat -e: both programs sleep on CQ events
-# for each engine scheduling in PRIORITIES (rnicd --priority) and idle spin
-# in SPINS (rnicd --spin: idle turns before the engine parks), against the
+#   small bw   ib_write_bw and ib_send_bw of 32 B messages: batches
+#   shared     ib_write_bw -s 32 with the client and its engine pinned to
+#              one CPU (rnicd --core 1, taskset -c 1): the engine wakes on
+#              the CPU of the program that feeds it
+# for each engine scheduling in PRIORITIES (rnicd --priority), idle spin
+# in SPINS (rnicd --spin: idle turns before the engine parks) and
+# SELF_WAKES (rnicd --self-wake-us: 0 makes every post on a parked engine
+# wake it at once), against the
 # kernel's UDP ping-pong (sockperf, 64 B) on the same veth in the same
 # round. perftest's t_typical (its median) and 99 % percentile, half the
 # round trip; sockperf's p50 and p99, half the round trip too. Beside each:
@@ -16,7 +22,7 @@
 # Needs root, iproute2, perftest, sockperf and a release build (cargo build
 # --release). Usage: benches/sharing.sh [OUT_DIR]
 # (env: ROUNDS (5), ITERS (20000), SIZE (64), PRIORITIES ("normal auto"),
-# SPINS (300), IDLE_SECS (3), QUIET_IDLE, QUIET_WAIT). Not run by CI: benchmarks
+# SPINS (300), SELF_WAKES (50), IDLE_SECS (3), QUIET_IDLE, QUIET_WAIT). Not run by CI: benchmarks
 # measure, tests assert.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +32,7 @@ ITERS=${ITERS:-20000}
 SIZE=${SIZE:-64}
 PRIORITIES=${PRIORITIES:-normal auto}
 SPINS=${SPINS:-300}
+SELF_WAKES=${SELF_WAKES:-50}
 IDLE_SECS=${IDLE_SECS:-3}
 OUT=${1:-target/sharing-bench}
 BIN=$PWD/target/release
@@ -57,16 +64,19 @@ ip -n "$B" addr add "$ADDR_B/24" dev "$IB"; ip -n "$B" link set "$IB" up
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 pct() { awk -v t="$1" -v s="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", 100 * t / hz / s}'; }
 
-# starts one rnicd per namespace with --priority $1 --spin $2; sets DA, DB
-# (pids)
+# starts one rnicd per namespace with --priority $1 --spin $2
+# --self-wake-us $3 (and rnicd b pinned to CPU 1 when PIN is set); sets DA,
+# DB (pids)
 start_rnicds() {
   local n
   for n in a b; do
-    local ns=$A ifc=$IA addr=$ADDR_A
+    local ns=$A ifc=$IA addr=$ADDR_A pin=()
     [ $n = b ] && ns=$B ifc=$IB addr=$ADDR_B
+    [ $n = b ] && [ -n "${PIN:-}" ] && pin=(--core 1)
     mkdir -p "$OUT/sock-$n"
     ip netns exec "$ns" "$BIN/rnicd" --iface "$ifc" --gid "$addr" --name "sh$n" \
-      --sock-dir "$OUT/sock-$n" --backend afxdp --priority "$1" --spin "$2" >"$OUT/rnicd-$n.log" 2>&1 &
+      --sock-dir "$OUT/sock-$n" --backend afxdp --priority "$1" --spin "$2" \
+      --self-wake-us "$3" "${pin[@]}" >"$OUT/rnicd-$n.log" 2>&1 &
     PIDS+=($!)
     [ $n = a ] && DA=$! || DB=$!
   done
@@ -79,12 +89,15 @@ start_rnicds() {
 
 stop_rnicds() { kill "$DA" "$DB" 2>/dev/null || true; wait "$DA" "$DB" 2>/dev/null || true; }
 
-# one perftest latency run: priority spin name tool args... ->
-# "typical p99 idle_cpu% load_cpu%"
+# one perftest run: priority spin self_wake name tool args... ->
+# "typical p99 idle_cpu% load_cpu%" (bandwidth: "MB/s - idle% load%");
+# PIN set: the client on CPU 1 with rnicd b's engine
 perftest_lat() {
-  local prio=$1 spin=$2 name=$3; shift 3
+  local prio=$1 spin=$2 self_wake=$3 name=$4; shift 4
+  local client=()
+  [ -n "${PIN:-}" ] && client=(taskset -c 1)
   wait_quiet
-  start_rnicds "$prio" "$spin"
+  start_rnicds "$prio" "$spin" "$self_wake"
   local i0 i1 l0 l1 t0 t1
   i0=$(ticks "$DA" "$DB"); sleep "$IDLE_SECS"; i1=$(ticks "$DA" "$DB")
   ip netns exec "$A" "$BIN/rnic" exec --sock-dir "$OUT/sock-a" -- \
@@ -93,7 +106,7 @@ perftest_lat() {
   sleep 0.5
   l0=$(ticks "$DA" "$DB"); t0=$(date +%s.%N)
   timeout 300 ip netns exec "$B" "$BIN/rnic" exec --sock-dir "$OUT/sock-b" -- \
-    "$@" -d shb -x 3 "$ADDR_A" >"$OUT/$name.client.txt" 2>&1 || true
+    "${client[@]}" "$@" -d shb -x 3 "$ADDR_A" >"$OUT/$name.client.txt" 2>&1 || true
   t1=$(date +%s.%N); l1=$(ticks "$DA" "$DB")
   wait "$srv" 2>/dev/null || true
   stop_rnicds
@@ -138,16 +151,20 @@ sockperf_lat() { # round -> "p50 p99"
   echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT/summary.txt"
 
-CONFIGS=$(for p in $PRIORITIES; do for s in $SPINS; do echo "$p/$s"; done; done)
+CONFIGS=$(for p in $PRIORITIES; do for s in $SPINS; do for w in $SELF_WAKES; do echo "$p/$s/$w"; done; done; done)
 LAT="-s $SIZE -n $ITERS"
 CASES=("write_lat:ib_write_lat $LAT" "send_lat:ib_send_lat $LAT" "send_lat_e:ib_send_lat -e $LAT"
-  "write_bw:ib_write_bw -s 65536 -D 5")
+  "write_bw:ib_write_bw -s 65536 -D 5" "write_bw_32:ib_write_bw -s 32 -n $ITERS"
+  "send_bw_32:ib_send_bw -s 32 -n $ITERS" "shared_write_bw_32:ib_write_bw -s 32 -n $ITERS")
 for r in $(seq 1 "$ROUNDS"); do
   for p in $CONFIGS; do
+    IFS=/ read -r prio spin wake <<<"$p"
     for c in "${CASES[@]}"; do
       key=${c%%:*} tool=${c#*:}
+      PIN=
+      [[ $key = shared_* ]] && PIN=1
       # shellcheck disable=SC2086
-      read -r typ p99 idle load <<<"$(perftest_lat "${p%/*}" "${p#*/}" "$key-${p/\//-}-$r" $tool)"
+      read -r typ p99 idle load <<<"$(PIN=$PIN perftest_lat "$prio" "$spin" "$wake" "$key-${p//\//-}-$r" $tool)"
       add "typ_${key}_$p" "$typ"; add "p99_${key}_$p" "$p99"
       add "idle_${key}_$p" "$idle"; add "load_${key}_$p" "$load"
     done
@@ -159,12 +176,14 @@ done
 
 {
   echo
-  echo "| median of $ROUNDS ($SIZE B latency: half round trip) | --priority / --spin | typical / p50 µs, or MB/s | p99 µs | rnicd CPU idle % | rnicd CPU during % |"
+  echo "| median of $ROUNDS ($SIZE B latency: half round trip) | --priority / --spin / --self-wake-us | typical / p50 µs, or MB/s | p99 µs | rnicd CPU idle % | rnicd CPU during % |"
   echo "|---|---|---|---|---|---|"
   for p in $CONFIGS; do
     for c in "${CASES[@]}"; do
       key=${c%%:*} tool=${c#*:}
-      echo "| $tool (drop-in) | $p | $(m "typ_${key}_$p") | $(m "p99_${key}_$p") | $(m "idle_${key}_$p") | $(m "load_${key}_$p") |"
+      pin=""
+      [[ $key = shared_* ]] && pin=", client and engine on CPU 1"
+      echo "| $tool (drop-in$pin) | $p | $(m "typ_${key}_$p") | $(m "p99_${key}_$p") | $(m "idle_${key}_$p") | $(m "load_${key}_$p") |"
     done
   done
   echo "| sockperf ping-pong (kernel UDP) | | $(m u50) | $(m u99) | | |"
