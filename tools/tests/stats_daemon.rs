@@ -1,6 +1,7 @@
 //! `rnic stats --daemon`: the counters of running rnicd devices
 //! (an `rnicd --mem-pair` of the test's own), named as the daemon counts
-//! them, one `link DEV/1 ...` line per device, and as JSON.
+//! them, one `link DEV/1 ...` line per device, and as JSON; with `--qp`,
+//! each QP's DCQCN state (`qp DEV/1 lqpn N ...`), also across pages.
 
 mod common;
 
@@ -123,4 +124,85 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
         .code(1);
     let err = String::from_utf8(out.get_output().stderr.clone()).unwrap();
     assert!(err.contains("no running rnicd device"), "{err}");
+}
+
+#[test]
+fn stats_daemon_qp_shows_each_qps_dcqcn_state() {
+    let state = tempfile::tempdir().unwrap();
+    let daemon = testkit::rnicd::Daemon::start();
+    let dir = daemon.sock_dir();
+    let ctx = Context::open(&dir.join("t0.sock")).unwrap();
+    let line_bps = ctx.query_port(1).unwrap().link_speed_bps;
+    assert!(line_bps > 0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpKind::Rc,
+        send_cq: cq.handle,
+        recv_cq: cq.handle,
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        sq_sig_all: true,
+        srq: None,
+    };
+    let qps = [pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap()];
+
+    // through the client API: both QPs, never cut, at the line rate
+    let cc = ctx.cc_states().unwrap();
+    assert_eq!(cc.line_bps, line_bps);
+    let got: Vec<u32> = cc.qps.iter().map(|q| q.qpn).collect();
+    assert_eq!(got, [qps[0].qpn, qps[1].qpn]);
+    for q in &cc.qps {
+        assert!(q.enabled && !q.limited, "{q:?}");
+        assert_eq!((q.rc_bps, q.rt_bps), (line_bps, line_bps), "{q:?}");
+        assert_eq!((q.cuts, q.cnps_handled), (0, 0), "{q:?}");
+        // before any CNP: the α a first CNP starts from (NVIDIA: 1023/1024)
+        assert_eq!(q.alpha, 1023.0 / 1024.0, "{q:?}");
+    }
+
+    let out = rnic(state.path())
+        .args(["stats", "--daemon", "--qp", "--sock-dir"])
+        .arg(dir)
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("qp t0/1 ")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (l, qp) in lines.iter().zip(&qps) {
+        let want = format!(
+            "qp t0/1 lqpn {} rc_bps {line_bps} rt_bps {line_bps} alpha 0.9990234375 limited 0 enabled 1 cuts 0 rp_cnp_handled 0",
+            qp.qpn
+        );
+        assert_eq!(*l, want, "{text}");
+    }
+    assert!(!text.contains("qp t1/1 "), "t1 has no QP: {text}");
+
+    let out = rnic(state.path())
+        .args(["stats", "--daemon", "--qp", "--json", "--sock-dir"])
+        .arg(dir)
+        .assert()
+        .success();
+    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let cc = &doc["devices"][0]["dcqcn"];
+    assert_eq!(cc["line_bps"], line_bps, "{doc}");
+    assert_eq!(cc["qps"][1]["lqpn"], qps[1].qpn, "{doc}");
+    assert_eq!(cc["qps"][1]["state"]["rc_bps"], line_bps, "{doc}");
+
+    // without --qp: no QP lines
+    let out = rnic(state.path())
+        .args(["stats", "--daemon", "--sock-dir"])
+        .arg(dir)
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(!text.lines().any(|l| l.starts_with("qp ")), "{text}");
+
+    // more QPs than one answer carries: the client joins the pages
+    let more: Vec<_> = (0..softrnic::proto::CC_STATES_PER_PAGE)
+        .map(|_| pd.create_qp(&init).unwrap())
+        .collect();
+    let all = ctx.cc_states().unwrap();
+    let want: Vec<u32> = qps.iter().chain(&more).map(|q| q.qpn).collect();
+    let got: Vec<u32> = all.qps.iter().map(|q| q.qpn).collect();
+    assert_eq!(got, want);
 }
