@@ -119,7 +119,7 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
 }
 
 /// `series,x,y` rows of a plot's series.
-fn plot_csv(p: &Plot) -> String {
+pub(super) fn plot_csv(p: &Plot) -> String {
     let mut s = String::from("series,time_s,value\n");
     for ser in &p.series {
         for (x, y) in &ser.points {
@@ -199,14 +199,14 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
             "np_ecn_marked_roce_packets": d(0, "np_ecn_marked_roce_packets"),
             "np_cnp_sent": d(0, "np_cnp_sent"),
         },
-        "dcqcn_rate": "not sampled: rnicd's counters do not expose the reaction point's Rc, Rt, α",
+        "dcqcn": super::dcqcn::summary(info, snaps),
     })
 }
 
 /// Writes the CSVs, the SVGs, `summary.json` and `index.html` into `out`.
 pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, LabError> {
     write_file(&out.join("samples.csv"), samples_csv(info, snaps))?;
-    let plots = plots(info, snaps);
+    let mut plots = plots(info, snaps);
     for p in &plots {
         write_file(&out.join(format!("{}.csv", p.stem)), plot_csv(p))?;
         let labels = Labels {
@@ -221,6 +221,7 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, La
             xy_svg(&labels, &p.series),
         )?;
     }
+    plots.extend(super::dcqcn::write(out, info, snaps)?);
     let sum = summary(info, snaps);
     let text = serde_json::to_string_pretty(&sum).expect("JSON of plain values");
     write_file(&out.join("summary.json"), text + "\n")?;
@@ -257,6 +258,7 @@ mod tests {
                 },
                 PortStat::default(),
             ],
+            cc: Vec::new(),
         }
     }
 

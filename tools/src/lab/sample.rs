@@ -2,7 +2,7 @@
 //! (through its control socket, as `rnic stats --daemon` reads them), and
 //! on the switch each egress queue's backlog, drops and bytes (`tc -s -j
 //! qdisc`) and each port's RoCEv2 frames and CE marks (the nftables
-//! counters).
+//! counters); the senders' DCQCN state comes from [`super::dcqcn`].
 
 use super::host::Daemon;
 use super::net::{Fabric, TABLE};
@@ -36,6 +36,8 @@ pub struct Snapshot {
     pub hosts: Vec<BTreeMap<String, u64>>,
     /// Each host's switch port (its egress queue toward the host).
     pub ports: Vec<PortStat>,
+    /// Each host's QPs' DCQCN state (the senders'; none for the receiver).
+    pub cc: Vec<softrnic::proto::CcStates>,
 }
 
 /// Takes one snapshot of the hosts and the switch.
@@ -44,6 +46,7 @@ pub fn snapshot(t: f64, daemons: &[Daemon], fabric: &Fabric) -> Result<Snapshot,
         .iter()
         .map(Daemon::counters)
         .collect::<Result<Vec<_>, _>>()?;
+    let cc = super::dcqcn::sample(daemons)?;
     let qdisc = run("tc", &["-n", &fabric.switch, "-s", "-j", "qdisc", "show"])?;
     let nft = in_ns(
         &fabric.switch,
@@ -54,7 +57,12 @@ pub fn snapshot(t: f64, daemons: &[Daemon], fabric: &Fabric) -> Result<Snapshot,
         .iter()
         .map(|h| port_stat(&qdisc, &nft, &h.port, &h.name))
         .collect();
-    Ok(Snapshot { t, hosts, ports })
+    Ok(Snapshot {
+        t,
+        hosts,
+        ports,
+        cc,
+    })
 }
 
 fn json(text: &str) -> Value {
