@@ -155,7 +155,7 @@ alpha, limited (1 while a CNP's cut holds), cuts and rp_cnp_handled.",
 AF_PACKET, on a veth) around one switch namespace (a bridge; toward each host an egress queue: tbf \
 at the link rate, and nftables CE-marking RoCEv2 frames above a threshold: a PROXY of the queue's \
 depth, see docs/lab.md), runs unmodified ib_write_bw from h1..h(N-1) to h0 at once through the \
-drop-in (rnic exec), samples every host's counters and the switch's queues and marks every \
+drop-in (rnic exec), samples every host's counters, the senders' DCQCN state (Rc, Rt, α per QP) and the switch's queues and marks every \
 100 ms, and writes CSV, SVG plots and index.html into --out. DCQCN is on (rnicd's default). \
 Needs root. Everything it creates carries the prefix rnlab-<pid> and is torn down on exit, on \
 error and on SIGINT/SIGTERM.",

@@ -39,19 +39,20 @@ fn qps(snaps: &[Snapshot]) -> Vec<(usize, u32)> {
     v
 }
 
-/// `f` of QP `qpn` of host `h` over time (the samples that have it).
+/// `f` of QP `qpn` of host `h` over time (the samples that have it and
+/// where `f` has a value).
 fn series(
     name: String,
     snaps: &[Snapshot],
     (h, qpn): (usize, u32),
-    f: impl Fn(&QpCcState) -> f64,
+    f: impl Fn(&QpCcState) -> Option<f64>,
 ) -> Series {
     let t0 = snaps.first().map_or(0.0, |s| s.t);
     let points = snaps
         .iter()
         .filter_map(|s| {
             let q = s.cc.get(h)?.qps.iter().find(|q| q.qpn == qpn)?;
-            Some((s.t - t0, f(q)))
+            Some((s.t - t0, f(q)?))
         })
         .collect();
     Series { name, points }
@@ -59,19 +60,23 @@ fn series(
 
 const MBIT: f64 = 1e6;
 
-/// The two plots: RC and RT per QP (Mbit/s), and α per QP.
+/// The two plots: RC and RT per QP (Mbit/s), and α per QP while a cut
+/// holds (unlimited, a reaction point reports the α a first CNP would
+/// start from, not an estimate of congestion).
 pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
     let mut rate = Vec::new();
     let mut alpha = Vec::new();
     for (h, qpn) in qps(snaps) {
         let who = format!("{} QP {qpn:#x}", info.hosts[h]);
         rate.push(series(format!("{who} Rc"), snaps, (h, qpn), |q| {
-            q.rc_bps as f64 / MBIT
+            Some(q.rc_bps as f64 / MBIT)
         }));
         rate.push(series(format!("{who} Rt"), snaps, (h, qpn), |q| {
-            q.rt_bps as f64 / MBIT
+            Some(q.rt_bps as f64 / MBIT)
         }));
-        alpha.push(series(who, snaps, (h, qpn), |q| q.alpha));
+        alpha.push(series(who, snaps, (h, qpn), |q| {
+            q.limited.then_some(q.alpha)
+        }));
     }
     vec![
         Plot {
@@ -82,7 +87,7 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
         },
         Plot {
             stem: "dcqcn_alpha",
-            title: "DCQCN α per sender QP",
+            title: "DCQCN α per sender QP (while rate-limited)",
             y: "α",
             series: alpha,
         },
@@ -262,7 +267,13 @@ mod tests {
             2,
             "h2's QP from its first sample"
         );
-        assert_eq!(p[1].series[1].points[1].1, 0.7);
+        // α only while limited: h1's three samples but the first, h2's last
+        let alphas: Vec<Vec<f64>> = p[1]
+            .series
+            .iter()
+            .map(|s| s.points.iter().map(|p| p.1).collect())
+            .collect();
+        assert_eq!(alphas, [vec![0.9, 0.8], vec![0.7]]);
 
         let s = summary(&info, &snaps);
         assert_eq!(s["line_mbps"], 10_000.0);
