@@ -16,6 +16,20 @@ fn keys(p: &Pair) -> (u32, u32, u64, u64, u32) {
     (a.qpn, a.lkey, a.base, b.base, b.rkey)
 }
 
+/// Posts a 64 KiB WRITE a→b, work request `id`.
+fn post_write(p: &mut Pair, id: u64) {
+    let (qa, la, ba, bb, rb) = keys(p);
+    let wr = SendWr::new(
+        id,
+        SendOp::Write {
+            remote_addr: bb,
+            rkey: rb,
+        },
+        Sgl::single(ba, 65536, la),
+    );
+    p.sim.nodes[0].post_send(qa, wr).unwrap();
+}
+
 /// Posts `n` 64 KiB WRITEs a→b and runs to completion; returns (virtual
 /// time taken, frames a sent, CNPs b sent).
 fn run(ce_mark: f64, n: u64) -> (Duration, Pair, usize) {
@@ -39,17 +53,8 @@ fn run(ce_mark: f64, n: u64) -> (Duration, Pair, usize) {
             *c.lock().unwrap() += 1;
         }
     }));
-    let (qa, la, ba, bb, rb) = keys(&p);
     for i in 0..n {
-        let wr = SendWr::new(
-            i,
-            SendOp::Write {
-                remote_addr: bb,
-                rkey: rb,
-            },
-            Sgl::single(ba, 65536, la),
-        );
-        p.sim.nodes[0].post_send(qa, wr).unwrap();
+        post_write(&mut p, i);
     }
     let mut done = Vec::new();
     let start = p.sim.now;
@@ -277,8 +282,7 @@ fn cc_states_show_the_senders_cut_and_its_recovery() {
         link,
         ..PairConfig::default()
     });
-    let (qa, la, ba, bb, rb) = keys(&p);
-    let qb = p.sides[1].qpn;
+    let (qa, qb) = (p.sides[0].qpn, p.sides[1].qpn);
     let now = p.sim.now;
     let idle: Vec<_> = p.sim.nodes[0].cc_states(now).collect();
     assert_eq!(idle.len(), 1, "{idle:?}");
@@ -286,15 +290,7 @@ fn cc_states_show_the_senders_cut_and_its_recovery() {
     assert!(!idle[0].1.limited && idle[0].1.rc_bps == G25 && idle[0].1.rt_bps == G25);
 
     p.sim.link_config_mut(0).impair.ce_mark = 1.0;
-    let wr = SendWr::new(
-        1,
-        SendOp::Write {
-            remote_addr: bb,
-            rkey: rb,
-        },
-        Sgl::single(ba, 65536, la),
-    );
-    p.sim.nodes[0].post_send(qa, wr).unwrap();
+    post_write(&mut p, 1);
     assert!(p.sim.run_until(Duration::from_secs(1), |s| {
         s.nodes[0].counters().rp_cnp_handled > 0
     }));

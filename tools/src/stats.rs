@@ -269,13 +269,13 @@ fn daemon_device(sock: &std::path::Path, qps: bool) -> Result<Value, softrnic::E
                 json!({
                     "lqpn": q.qpn,
                     "state": {
-                        "rc_bps": q.rc_bps,
-                        "rt_bps": q.rt_bps,
-                        "alpha": q.alpha,
-                        "limited": u8::from(q.limited),
-                        "enabled": u8::from(q.enabled),
-                        "cuts": q.cuts,
-                        "rp_cnp_handled": q.cnps_handled,
+                        "rc_bps": q.state.rc_bps,
+                        "rt_bps": q.state.rt_bps,
+                        "alpha": q.state.alpha,
+                        "limited": u8::from(q.state.limited),
+                        "enabled": u8::from(q.state.enabled),
+                        "cuts": q.state.cuts,
+                        "rp_cnp_handled": q.state.cnps_handled,
                     },
                 })
             })

@@ -26,6 +26,32 @@ fn event(ch: &EventChannel) -> softrnic::client::cm::CmEventMsg {
     ch.next(true).unwrap().expect("readable: an event")
 }
 
+/// `rnic stats --daemon` with `flags` over the sockets in `dir`: its
+/// output, once it succeeded.
+fn stats_daemon(state: &std::path::Path, dir: &std::path::Path, flags: &[&str]) -> String {
+    let out = rnic(state)
+        .args(["stats", "--daemon"])
+        .args(flags)
+        .arg("--sock-dir")
+        .arg(dir)
+        .assert()
+        .success();
+    String::from_utf8(out.get_output().stdout.clone()).unwrap()
+}
+
+/// An RC QP on `cq` with room for 4 work requests each way.
+fn rc_on(cq: u32) -> QpInitAttr {
+    QpInitAttr {
+        qp_type: QpKind::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        sq_sig_all: true,
+        srq: None,
+    }
+}
+
 #[test]
 fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
     let state = tempfile::tempdir().unwrap();
@@ -36,17 +62,7 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
     let ctx = Context::open(sock).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            qp_type: QpKind::Rc,
-            send_cq: cq.handle,
-            recv_cq: cq.handle,
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            sq_sig_all: true,
-            srq: None,
-        })
-        .unwrap();
+    let qp = pd.create_qp(&rc_on(cq.handle)).unwrap();
     let cm = CmClient::open(sock).unwrap();
     let ch = EventChannel::open(sock).unwrap();
     let id = cm
@@ -66,12 +82,7 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
     cm.connect(id, &param).unwrap();
     assert_eq!(event(&ch).kind, CmEventKind::REJECTED);
 
-    let out = rnic(state.path())
-        .args(["stats", "--daemon", "--sock-dir"])
-        .arg(dir)
-        .assert()
-        .success();
-    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let text = stats_daemon(state.path(), dir, &[]);
     let line = |kind: &str, dev: &str| {
         text.lines()
             .find(|l| l.starts_with(&format!("{kind} {dev}/1 ")))
@@ -100,12 +111,8 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
         assert!(st1.contains(needle), "{needle}: {st1}");
     }
 
-    let out = rnic(state.path())
-        .args(["stats", "--daemon", "--json", "--sock-dir"])
-        .arg(dir)
-        .assert()
-        .success();
-    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&stats_daemon(state.path(), dir, &["--json"])).unwrap();
     let devs = doc["devices"].as_array().unwrap();
     assert_eq!(devs.len(), 2, "{doc}");
     assert_eq!(devs[1]["cm_counters"]["cm_tx_rej"], 1, "{doc}");
@@ -131,20 +138,12 @@ fn stats_daemon_qp_shows_each_qps_dcqcn_state() {
     let state = tempfile::tempdir().unwrap();
     let daemon = testkit::rnicd::Daemon::start();
     let dir = daemon.sock_dir();
-    let ctx = Context::open(&dir.join("t0.sock")).unwrap();
+    let ctx = Context::open(dir.join("t0.sock")).unwrap();
     let line_bps = ctx.query_port(1).unwrap().link_speed_bps;
     assert!(line_bps > 0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16).unwrap();
-    let init = QpInitAttr {
-        qp_type: QpKind::Rc,
-        send_cq: cq.handle,
-        recv_cq: cq.handle,
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        sq_sig_all: true,
-        srq: None,
-    };
+    let init = rc_on(cq.handle);
     let qps = [pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap()];
 
     // through the client API: both QPs, never cut, at the line rate
@@ -153,19 +152,18 @@ fn stats_daemon_qp_shows_each_qps_dcqcn_state() {
     let got: Vec<u32> = cc.qps.iter().map(|q| q.qpn).collect();
     assert_eq!(got, [qps[0].qpn, qps[1].qpn]);
     for q in &cc.qps {
-        assert!(q.enabled && !q.limited, "{q:?}");
-        assert_eq!((q.rc_bps, q.rt_bps), (line_bps, line_bps), "{q:?}");
-        assert_eq!((q.cuts, q.cnps_handled), (0, 0), "{q:?}");
+        assert!(q.state.enabled && !q.state.limited, "{q:?}");
+        assert_eq!(
+            (q.state.rc_bps, q.state.rt_bps),
+            (line_bps, line_bps),
+            "{q:?}"
+        );
+        assert_eq!((q.state.cuts, q.state.cnps_handled), (0, 0), "{q:?}");
         // before any CNP: the α a first CNP starts from (NVIDIA: 1023/1024)
-        assert_eq!(q.alpha, 1023.0 / 1024.0, "{q:?}");
+        assert_eq!(q.state.alpha, 1023.0 / 1024.0, "{q:?}");
     }
 
-    let out = rnic(state.path())
-        .args(["stats", "--daemon", "--qp", "--sock-dir"])
-        .arg(dir)
-        .assert()
-        .success();
-    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let text = stats_daemon(state.path(), dir, &["--qp"]);
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("qp t0/1 ")).collect();
     assert_eq!(lines.len(), 2, "{text}");
     for (l, qp) in lines.iter().zip(&qps) {
@@ -177,24 +175,15 @@ fn stats_daemon_qp_shows_each_qps_dcqcn_state() {
     }
     assert!(!text.contains("qp t1/1 "), "t1 has no QP: {text}");
 
-    let out = rnic(state.path())
-        .args(["stats", "--daemon", "--qp", "--json", "--sock-dir"])
-        .arg(dir)
-        .assert()
-        .success();
-    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&stats_daemon(state.path(), dir, &["--qp", "--json"])).unwrap();
     let cc = &doc["devices"][0]["dcqcn"];
     assert_eq!(cc["line_bps"], line_bps, "{doc}");
     assert_eq!(cc["qps"][1]["lqpn"], qps[1].qpn, "{doc}");
     assert_eq!(cc["qps"][1]["state"]["rc_bps"], line_bps, "{doc}");
 
     // without --qp: no QP lines
-    let out = rnic(state.path())
-        .args(["stats", "--daemon", "--sock-dir"])
-        .arg(dir)
-        .assert()
-        .success();
-    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let text = stats_daemon(state.path(), dir, &[]);
     assert!(!text.lines().any(|l| l.starts_with("qp ")), "{text}");
 
     // more QPs than one answer carries: the client joins the pages

@@ -77,17 +77,8 @@ impl AsyncEventMsg {
 
 impl From<(u32, RpState)> for QpCcState {
     /// QP `qpn`'s reaction point as the device reports it.
-    fn from((qpn, s): (u32, RpState)) -> QpCcState {
-        QpCcState {
-            qpn,
-            enabled: s.enabled,
-            limited: s.limited,
-            rc_bps: s.rc_bps,
-            rt_bps: s.rt_bps,
-            alpha: s.alpha,
-            cuts: s.cuts,
-            cnps_handled: s.cnps_handled,
-        }
+    fn from((qpn, state): (u32, RpState)) -> QpCcState {
+        QpCcState { qpn, state }
     }
 }
 

@@ -284,25 +284,14 @@ pub struct CcStates {
     pub next_qpn: Option<u32>,
 }
 
-/// One QP's DCQCN reaction point at one instant.
+/// One QP's DCQCN reaction point at one instant; on the wire its
+/// state's fields sit beside `qpn`.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct QpCcState {
     pub qpn: u32,
-    /// DCQCN is on for the QP.
-    pub enabled: bool,
-    /// A rate limiter is allocated (a CNP cut the rate and RC has not come
-    /// back to the maximum).
-    pub limited: bool,
-    /// The current rate RC, bits per second.
-    pub rc_bps: u64,
-    /// The target rate RT, bits per second.
-    pub rt_bps: u64,
-    /// α (0..=1), its decay up to `now_ns` included.
-    pub alpha: f64,
-    /// Rate cuts so far.
-    pub cuts: u64,
-    /// CNPs the reaction point processed (`rp_cnp_handled`).
-    pub cnps_handled: u64,
+    /// RC, RT, α (its decay up to `now_ns` included), cuts, CNPs handled.
+    #[serde(flatten)]
+    pub state: nic::cc::RpState,
 }
 
 /// What `query_port` reports (`struct ibv_port_attr`, the fields a RoCE

@@ -253,6 +253,7 @@ pub struct Increase {
 /// What a reaction point's state is at one instant: what tools plot as
 /// "DCQCN state per QP over time". Taking it changes nothing.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RpState {
     /// DCQCN is on for the QP (else CNPs are ignored and nothing is paced).
     pub enabled: bool,

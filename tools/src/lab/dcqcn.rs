@@ -1,28 +1,18 @@
 //! The senders' DCQCN reaction points over time: each sending host's QPs'
 //! current rate RC, target rate RT and α, read from its rnicd every
-//! sample (`CcStates`, as `rnic stats --daemon --qp` reads them), written
+//! sample ([`super::sample`]: `CcStates`, as `rnic stats --daemon --qp`
+//! reads them), written
 //! as `dcqcn.csv` and drawn as `dcqcn_rate.svg` (RC and RT per QP, log
 //! scale: a cut halves the rate) and `dcqcn_alpha.svg`.
 
-use super::host::Daemon;
 use super::run_info::{Plot, RunInfo};
 use super::sample::Snapshot;
 use super::LabError;
-use crate::report::{write_file, xy_svg, Labels, Series};
+use crate::report::{write_file, Series};
 use serde_json::{json, Value};
-use softrnic::proto::{CcStates, QpCcState};
+use softrnic::proto::QpCcState;
 use std::fmt::Write as _;
 use std::path::Path;
-
-/// Each host's QPs' state now: the senders' (every host but the first,
-/// the incast's receiver); none (an empty list) for the receiver.
-pub fn sample(daemons: &[Daemon]) -> Result<Vec<CcStates>, LabError> {
-    let mut hosts = vec![CcStates::default()];
-    for d in daemons.iter().skip(1) {
-        hosts.push(d.cc_states()?);
-    }
-    Ok(hosts)
-}
 
 /// Every (host index, QP) sampled in the run, in order of first sight.
 fn qps(snaps: &[Snapshot]) -> Vec<(usize, u32)> {
@@ -69,13 +59,13 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
     for (h, qpn) in qps(snaps) {
         let who = format!("{} QP {qpn:#x}", info.hosts[h]);
         rate.push(series(format!("{who} Rc"), snaps, (h, qpn), |q| {
-            Some(q.rc_bps as f64 / MBIT)
+            Some(q.state.rc_bps as f64 / MBIT)
         }));
         rate.push(series(format!("{who} Rt"), snaps, (h, qpn), |q| {
-            Some(q.rt_bps as f64 / MBIT)
+            Some(q.state.rt_bps as f64 / MBIT)
         }));
         alpha.push(series(who, snaps, (h, qpn), |q| {
-            q.limited.then_some(q.alpha)
+            q.state.limited.then_some(q.state.alpha)
         }));
     }
     vec![
@@ -108,11 +98,11 @@ pub fn csv(info: &RunInfo, snaps: &[Snapshot]) -> String {
                     snap.t - t0,
                     info.hosts[h],
                     q.qpn,
-                    q.rc_bps as f64 / MBIT,
-                    q.rt_bps as f64 / MBIT,
-                    q.alpha,
-                    u8::from(q.limited),
-                    q.cuts
+                    q.state.rc_bps as f64 / MBIT,
+                    q.state.rt_bps as f64 / MBIT,
+                    q.state.alpha,
+                    u8::from(q.state.limited),
+                    q.state.cuts
                 );
             }
         }
@@ -136,13 +126,13 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
                     .iter()
                     .filter_map(move |s| s.cc.get(h)?.qps.iter().find(|q| q.qpn == qpn))
             };
-            let min_rc = seen().map(|q| q.rc_bps).min().unwrap_or(0);
+            let min_rc = seen().map(|q| q.state.rc_bps).min().unwrap_or(0);
             let alpha = seen()
-                .filter(|q| q.limited)
-                .map(|q| q.alpha)
+                .filter(|q| q.state.limited)
+                .map(|q| q.state.alpha)
                 .fold(None, |m: Option<f64>, a| Some(m.map_or(a, |m| m.max(a))));
-            let cuts = seen().map(|q| q.cuts).max().unwrap_or(0)
-                - seen().map(|q| q.cuts).min().unwrap_or(0);
+            let cuts = seen().map(|q| q.state.cuts).max().unwrap_or(0)
+                - seen().map(|q| q.state.cuts).min().unwrap_or(0);
             json!({
                 "host": info.hosts[h], "qpn": qpn,
                 "min_rc_mbps": min_rc as f64 / MBIT,
@@ -160,21 +150,7 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Vec<Plot>
     write_file(&out.join("dcqcn.csv"), csv(info, snaps))?;
     let plots = plots(info, snaps);
     for p in &plots {
-        write_file(
-            &out.join(format!("{}.csv", p.stem)),
-            super::results::plot_csv(p),
-        )?;
-        let labels = Labels {
-            title: p.title,
-            x: "time [s]",
-            y: p.y,
-            log_y: p.stem == "dcqcn_rate",
-            log_x: false,
-        };
-        write_file(
-            &out.join(format!("{}.svg", p.stem)),
-            xy_svg(&labels, &p.series),
-        )?;
+        p.write(out, p.stem == "dcqcn_rate")?;
     }
     Ok(plots)
 }
@@ -182,10 +158,10 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Vec<Plot>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use softrnic::proto::CcStates;
 
     fn qp(qpn: u32, rc_mbps: u64, alpha: f64, cuts: u64) -> QpCcState {
-        QpCcState {
-            qpn,
+        let state = nic::cc::RpState {
             enabled: true,
             limited: rc_mbps < 10_000,
             rc_bps: rc_mbps * 1_000_000,
@@ -193,7 +169,8 @@ mod tests {
             alpha,
             cuts,
             cnps_handled: cuts,
-        }
+        };
+        QpCcState { qpn, state }
     }
 
     fn snap(t: f64, h1: Vec<QpCcState>, h2: Vec<QpCcState>) -> Snapshot {

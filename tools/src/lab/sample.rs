@@ -2,13 +2,15 @@
 //! (through its control socket, as `rnic stats --daemon` reads them), and
 //! on the switch each egress queue's backlog, drops and bytes (`tc -s -j
 //! qdisc`) and each port's RoCEv2 frames and CE marks (the nftables
-//! counters); the senders' DCQCN state comes from [`super::dcqcn`].
+//! counters), and each sender's QPs' DCQCN state (Rc, Rt, α: [`super::dcqcn`]
+//! writes and draws it).
 
 use super::host::Daemon;
 use super::net::{Fabric, TABLE};
 use super::sys::{in_ns, run};
 use super::LabError;
 use serde_json::Value;
+use softrnic::proto::CcStates;
 use std::collections::BTreeMap;
 
 /// One switch port's egress queue and marking, at one instant.
@@ -37,7 +39,7 @@ pub struct Snapshot {
     /// Each host's switch port (its egress queue toward the host).
     pub ports: Vec<PortStat>,
     /// Each host's QPs' DCQCN state (the senders'; none for the receiver).
-    pub cc: Vec<softrnic::proto::CcStates>,
+    pub cc: Vec<CcStates>,
 }
 
 /// Takes one snapshot of the hosts and the switch.
@@ -46,7 +48,10 @@ pub fn snapshot(t: f64, daemons: &[Daemon], fabric: &Fabric) -> Result<Snapshot,
         .iter()
         .map(Daemon::counters)
         .collect::<Result<Vec<_>, _>>()?;
-    let cc = super::dcqcn::sample(daemons)?;
+    // the senders' DCQCN state; none for h0, the incast's receiver
+    let cc = std::iter::once(Ok(CcStates::default()))
+        .chain(daemons.iter().skip(1).map(Daemon::cc_states))
+        .collect::<Result<Vec<_>, _>>()?;
     let qdisc = run("tc", &["-n", &fabric.switch, "-s", "-j", "qdisc", "show"])?;
     let nft = in_ns(
         &fabric.switch,
