@@ -358,3 +358,49 @@ fn at_most_one_cut_per_monitor_period() {
     assert_eq!(rp.counters().rp_cnp_ignored, 1);
     assert_eq!(rp.rate_bps(), G40);
 }
+
+/// The state snapshot (`ReactionPoint::state`) with NVIDIA's knobs on a
+/// 100 Gb/s port, by hand: α₀ = 1023/1024, so the first cut leaves
+/// RC = 100·(1 − 1023/2048) = 50.048828125 Gb/s with RT = 100 (RT = RC
+/// before the cut), and α₁ = (1019/1024)·(1023/1024) + 5/1024 =
+/// 1047557/1048576, which decays by 1019/1024 per µs (dce_tcp_rtt). The
+/// first timer event (300 µs, T = 1 = F, BC = 0) is additive increase: RT
+/// stays at the line rate, RC = (100 + 50.048828125)/2 Gb/s. RT = line
+/// rate makes RC halve its distance to it on every event: within 16 events
+/// (4.8 ms) it is within 1 Mb/s and the limiter is released.
+#[test]
+fn the_state_snapshot_shows_the_cut_alpha_and_the_recovery() {
+    const G100: u64 = 100_000_000_000;
+    let mut rp = ReactionPoint::new(DcqcnParams::nvidia(), G100);
+    let before = rp.state(us(0));
+    assert!(before.enabled && !before.limited);
+    assert_eq!((before.rc_bps, before.rt_bps), (G100, G100));
+    assert_eq!(before.alpha, 1023.0 / 1024.0);
+    assert_eq!((before.cuts, before.cnps_handled), (0, 0));
+
+    rp.handle_cnp(us(0));
+    let cut = rp.state(us(0));
+    assert!(cut.limited);
+    assert_eq!((cut.rc_bps, cut.rt_bps), (50_048_828_125, G100));
+    let alpha1 = 1_047_557.0 / 1_048_576.0;
+    assert!((cut.alpha - alpha1).abs() < 1e-15, "α {}", cut.alpha);
+    assert_eq!((cut.cuts, cut.cnps_handled), (1, 1));
+
+    // reading ages α only; it changes nothing
+    let later = rp.state(us(10));
+    let decayed = alpha1 * (1019.0f64 / 1024.0).powi(10);
+    assert!((later.alpha - decayed).abs() < 1e-15, "α {}", later.alpha);
+    assert_eq!((later.rc_bps, later.rt_bps), (cut.rc_bps, cut.rt_bps));
+    assert_eq!(rp.state(us(0)), cut);
+
+    rp.handle_timeout(us(300));
+    let up = rp.state(us(300));
+    assert!(up.limited);
+    assert_eq!((up.rc_bps, up.rt_bps), (75_024_414_063, G100));
+
+    rp.handle_timeout(us(300 * 16));
+    let back = rp.state(us(300 * 16));
+    assert!(!back.limited, "{back:?}");
+    assert_eq!((back.rc_bps, back.rt_bps), (G100, G100));
+    assert_eq!((back.cuts, back.cnps_handled), (1, 1));
+}

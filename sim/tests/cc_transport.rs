@@ -16,6 +16,20 @@ fn keys(p: &Pair) -> (u32, u32, u64, u64, u32) {
     (a.qpn, a.lkey, a.base, b.base, b.rkey)
 }
 
+/// Posts a 64 KiB WRITE a→b, work request `id`.
+fn post_write(p: &mut Pair, id: u64) {
+    let (qa, la, ba, bb, rb) = keys(p);
+    let wr = SendWr::new(
+        id,
+        SendOp::Write {
+            remote_addr: bb,
+            rkey: rb,
+        },
+        Sgl::single(ba, 65536, la),
+    );
+    p.sim.nodes[0].post_send(qa, wr).unwrap();
+}
+
 /// Posts `n` 64 KiB WRITEs a→b and runs to completion; returns (virtual
 /// time taken, frames a sent, CNPs b sent).
 fn run(ce_mark: f64, n: u64) -> (Duration, Pair, usize) {
@@ -39,17 +53,8 @@ fn run(ce_mark: f64, n: u64) -> (Duration, Pair, usize) {
             *c.lock().unwrap() += 1;
         }
     }));
-    let (qa, la, ba, bb, rb) = keys(&p);
     for i in 0..n {
-        let wr = SendWr::new(
-            i,
-            SendOp::Write {
-                remote_addr: bb,
-                rkey: rb,
-            },
-            Sgl::single(ba, 65536, la),
-        );
-        p.sim.nodes[0].post_send(qa, wr).unwrap();
+        post_write(&mut p, i);
     }
     let mut done = Vec::new();
     let start = p.sim.now;
@@ -257,4 +262,66 @@ fn read_responses_leave_at_line_rate_and_at_a_limited_qps_rate_not_in_a_burst() 
         clean * 10 < limited,
         "clean {clean:?} vs limited {limited:?}"
     );
+}
+
+/// `Rnic::cc_states`: every QP's reaction point as tools read it. The
+/// sender's QP runs at the line rate until the first CNP, shows the first
+/// cut (NVIDIA's α₀ = 1023/1024: RC = 25·(1 − 1023/2048) Gb/s, RT the line
+/// rate) once one arrived, and is back at the line rate, unlimited, once
+/// the marks stop and its rate-increase timer has run; the receiver's QP
+/// is never cut.
+#[test]
+fn cc_states_show_the_senders_cut_and_its_recovery() {
+    const G25: u64 = 25_000_000_000;
+    let link = LinkConfig {
+        bandwidth_bps: G25,
+        ..LinkConfig::default()
+    };
+    let mut p = Pair::new(PairConfig {
+        mtu: 4096,
+        link,
+        ..PairConfig::default()
+    });
+    let (qa, qb) = (p.sides[0].qpn, p.sides[1].qpn);
+    let now = p.sim.now;
+    let idle: Vec<_> = p.sim.nodes[0].cc_states(now).collect();
+    assert_eq!(idle.len(), 1, "{idle:?}");
+    assert_eq!(idle[0].0, qa);
+    assert!(!idle[0].1.limited && idle[0].1.rc_bps == G25 && idle[0].1.rt_bps == G25);
+
+    p.sim.link_config_mut(0).impair.ce_mark = 1.0;
+    post_write(&mut p, 1);
+    assert!(p.sim.run_until(Duration::from_secs(1), |s| {
+        s.nodes[0].counters().rp_cnp_handled > 0
+    }));
+    let now = p.sim.now;
+    let (q, cut) = p.sim.nodes[0].cc_states(now).next().unwrap();
+    assert_eq!(q, qa);
+    assert!(cut.enabled && cut.limited, "{cut:?}");
+    assert_eq!((cut.cuts, cut.cnps_handled), (1, 1));
+    assert_eq!((cut.rc_bps, cut.rt_bps), (12_512_207_031, G25));
+    let alpha1 = 1_047_557.0 / 1_048_576.0; // (1 − g)·α₀ + g, g = 5/1024
+    assert!(cut.alpha <= alpha1 && cut.alpha > 0.9, "{cut:?}");
+    let (q, b) = p.sim.nodes[1].cc_states(now).next().unwrap();
+    assert_eq!(q, qb);
+    assert!(
+        !b.limited && b.rc_bps == G25 && b.cnps_handled == 0,
+        "{b:?}"
+    );
+
+    p.sim.link_config_mut(0).impair.ce_mark = 0.0;
+    let mut done = Vec::new();
+    assert!(p.sim.run_until(Duration::from_secs(1), |s| {
+        let _ = s.nodes[0].poll_cq(0, 10, &mut done);
+        !done.is_empty()
+    }));
+    assert_eq!(done[0].status, WcStatus::Success);
+    // 16 timer events of 300 µs bring RC within 1 Mb/s of RT (see
+    // nic/tests/cc_dcqcn.rs); 10 ms leaves room for more cuts in flight
+    p.sim.run_until(Duration::from_millis(10), |_| false);
+    let now = p.sim.now;
+    let (_, back) = p.sim.nodes[0].cc_states(now).next().unwrap();
+    assert!(!back.limited, "{back:?}");
+    assert_eq!((back.rc_bps, back.rt_bps), (G25, G25));
+    assert!(back.cnps_handled >= 1);
 }

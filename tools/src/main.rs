@@ -143,8 +143,10 @@ counters to last-run.json in $SOFTRNIC_STATE_DIR, else $XDG_RUNTIME_DIR/softrnic
 <temp dir>/softrnic-$USER, and this prints the last one. With --daemon it asks every running \
 rnicd device (the sockets in --sock-dir, $SOFTRNIC_SOCK_DIR or /run/softrnic) for its RDMA CM \
 counters: messages sent and received by kind (cm_tx_req, cm_rx_rep, ...), cm_retries, \
-cm_timeouts, the reasons of dropped MADs and QP 1's own counters (gsi_*).",
-        after_help = "Examples:\n  rnic stats\n  rnic stats --json | jq '.devices[0].counters'\n  rnic stats --file saved-run.json\n  rnic stats --daemon --sock-dir /run/softrnic"
+cm_timeouts, the reasons of dropped MADs and QP 1's own counters (gsi_*). With --qp it adds a \
+line per QP with its DCQCN reaction point's state: rc_bps (current rate), rt_bps (target rate), \
+alpha, limited (1 while a CNP's cut holds), cuts and rp_cnp_handled.",
+        after_help = "Examples:\n  rnic stats\n  rnic stats --json | jq '.devices[0].counters'\n  rnic stats --file saved-run.json\n  rnic stats --daemon --sock-dir /run/softrnic\n  rnic stats --daemon --qp"
     )]
     Stats(StatsArgs),
     /// Build a RoCE fabric of namespaces, run an ib_write_bw incast through it, and plot what happened.
@@ -153,7 +155,7 @@ cm_timeouts, the reasons of dropped MADs and QP 1's own counters (gsi_*).",
 AF_PACKET, on a veth) around one switch namespace (a bridge; toward each host an egress queue: tbf \
 at the link rate, and nftables CE-marking RoCEv2 frames above a threshold: a PROXY of the queue's \
 depth, see docs/lab.md), runs unmodified ib_write_bw from h1..h(N-1) to h0 at once through the \
-drop-in (rnic exec), samples every host's counters and the switch's queues and marks every \
+drop-in (rnic exec), samples every host's counters, the senders' DCQCN state (Rc, Rt, α per QP) and the switch's queues and marks every \
 100 ms, and writes CSV, SVG plots and index.html into --out. DCQCN is on (rnicd's default). \
 Needs root. Everything it creates carries the prefix rnlab-<pid> and is torn down on exit, on \
 error and on SIGINT/SIGTERM.",
@@ -563,6 +565,10 @@ struct StatsArgs {
     /// else /run/softrnic).
     #[arg(long, value_name = "DIR", requires = "daemon")]
     sock_dir: Option<PathBuf>,
+    /// With --daemon: also each QP's DCQCN reaction-point state (current
+    /// and target rate, α, whether it is rate-limited, cuts, CNPs handled).
+    #[arg(long, requires = "daemon")]
+    qp: bool,
 }
 
 /// `rnic plot`: the CSV's series as an SVG.
@@ -711,7 +717,7 @@ fn main() {
             PcapCmd::Dump { file, roce, count } => tools::pcapcmd::dump(&file, count, roce),
             PcapCmd::Replay { file } => tools::pcapcmd::replay(&file),
         },
-        Cmd::Stats(a) if a.daemon => tools::stats::show_daemons(a.json, a.sock_dir),
+        Cmd::Stats(a) if a.daemon => tools::stats::show_daemons(a.json, a.sock_dir, a.qp),
         Cmd::Stats(a) => tools::stats::show(a.json, a.file),
         Cmd::Plot(a) => plot(&a),
         Cmd::Lab(a) => tools::lab::run(a.file.as_deref(), a.flags(), &a.out),

@@ -181,8 +181,10 @@ pub fn show(as_json: bool, file: Option<PathBuf>) -> Result<(), CliError> {
 /// `link DEV/1 name value ...` line with the transport (`rdma statistic`
 /// names), port and drop counters, and a `cm DEV/1 ...` line with the RDMA
 /// CM's (`cm_tx_*`, `cm_rx_*`, `cm_retries`, `cm_timeouts`, the drop
-/// reasons, `gsi_*`).
-pub fn show_daemons(as_json: bool, dir: Option<PathBuf>) -> Result<(), CliError> {
+/// reasons, `gsi_*`). With `qps`, a `qp DEV/1 lqpn N ...` line per QP with
+/// its DCQCN reaction point's state (`rc_bps`, `rt_bps`, `alpha`,
+/// `limited`, `cuts`, `rp_cnp_handled`).
+pub fn show_daemons(as_json: bool, dir: Option<PathBuf>, qps: bool) -> Result<(), CliError> {
     let dir = dir.unwrap_or_else(softrnic::client::sock_dir);
     let mut socks: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| CliError::new(format!("cannot read {}: {e}", dir.display())))?
@@ -193,16 +195,8 @@ pub fn show_daemons(as_json: bool, dir: Option<PathBuf>) -> Result<(), CliError>
     socks.sort();
     let mut devices = Vec::new();
     for p in &socks {
-        let stats =
-            softrnic::Context::open(p).and_then(|c| Ok((c.device.name.clone(), c.stats()?)));
-        match stats {
-            Ok((name, st)) => devices.push(json!({
-                "name": name,
-                "port": 1,
-                "socket": p.display().to_string(),
-                "cm_counters": st.cm,
-                "counters": st.counters,
-            })),
+        match daemon_device(p, qps) {
+            Ok(d) => devices.push(d),
             Err(e) => eprintln!("rnic: {}: {e}", p.display()),
         }
     }
@@ -221,12 +215,13 @@ pub fn show_daemons(as_json: bool, dir: Option<PathBuf>) -> Result<(), CliError>
     write_or_quit(
         &mut out,
         format_args!(
-            "# counters of the rnicd devices in {} (link: transport, port and drops; cm: RDMA CM and QP 1)\n",
-            dir.display()
+            "# counters of the rnicd devices in {} (link: transport, port and drops; cm: RDMA CM and QP 1{})\n",
+            dir.display(),
+            if qps { "; qp: each QP's DCQCN state" } else { "" }
         ),
     )?;
-    let line = |d: &Value, key: &str| -> String {
-        let pairs: Vec<String> = d[key]
+    let line = |v: &Value| -> String {
+        let pairs: Vec<String> = v
             .as_object()
             .into_iter()
             .flatten()
@@ -240,10 +235,52 @@ pub fn show_daemons(as_json: bool, dir: Option<PathBuf>) -> Result<(), CliError>
             &mut out,
             format_args!(
                 "link {name}/1 {}\ncm {name}/1 {}\n",
-                line(d, "counters"),
-                line(d, "cm_counters")
+                line(&d["counters"]),
+                line(&d["cm_counters"])
             ),
         )?;
+        for q in d["dcqcn"]["qps"].as_array().into_iter().flatten() {
+            write_or_quit(
+                &mut out,
+                format_args!("qp {name}/1 lqpn {} {}\n", q["lqpn"], line(&q["state"])),
+            )?;
+        }
     }
     Ok(())
+}
+
+/// One device's counters (and, with `qps`, its QPs' DCQCN state) as JSON.
+fn daemon_device(sock: &std::path::Path, qps: bool) -> Result<Value, softrnic::Error> {
+    let c = softrnic::Context::open(sock)?;
+    let st = c.stats()?;
+    let mut d = json!({
+        "name": c.device.name,
+        "port": 1,
+        "socket": sock.display().to_string(),
+        "cm_counters": st.cm,
+        "counters": st.counters,
+    });
+    if qps {
+        let cc = c.cc_states()?;
+        let qps: Vec<Value> = cc
+            .qps
+            .iter()
+            .map(|q| {
+                json!({
+                    "lqpn": q.qpn,
+                    "state": {
+                        "rc_bps": q.state.rc_bps,
+                        "rt_bps": q.state.rt_bps,
+                        "alpha": q.state.alpha,
+                        "limited": u8::from(q.state.limited),
+                        "enabled": u8::from(q.state.enabled),
+                        "cuts": q.state.cuts,
+                        "rp_cnp_handled": q.state.cnps_handled,
+                    },
+                })
+            })
+            .collect();
+        d["dcqcn"] = json!({ "now_ns": cc.now_ns, "line_bps": cc.line_bps, "qps": qps });
+    }
+    Ok(d)
 }

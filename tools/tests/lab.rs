@@ -1,9 +1,10 @@
 //! `rnic lab` end to end: a 3-host incast (h1, h2 → h0) through the
 //! switch namespace with ECN marking on, DCQCN on (rnicd's default). The
 //! results folder has per-flow rates above zero for each flow, CE marks at
-//! the switch, CNPs sent by h0 and handled by each sender, and an
-//! index.html that headless Chromium renders with every plot loaded and
-//! no console message; afterwards, and after a SIGINT mid-run, no
+//! the switch, CNPs sent by h0 and handled by each sender, the senders'
+//! DCQCN state for each of their QPs with a rate cut below the line rate
+//! among it, and an index.html that headless Chromium renders with every
+//! plot loaded and no console message; afterwards, and after a SIGINT mid-run, no
 //! namespace, link or process of the lab is left. Without root it refuses
 //! in one line.
 //!
@@ -205,6 +206,53 @@ fn render(dir: &Path) -> (Vec<(String, u64)>, Vec<String>) {
     (imgs, console)
 }
 
+/// `dcqcn.csv` has rows, over several samples, for every QP each sender's
+/// ib_write_bw reports (its `local address: ... QPN 0x...` line), and
+/// some sender's Rc was below the line rate: a CNP's cut, sampled.
+fn dcqcn_rows_cover_every_sender_qp_and_a_cut(out: &Path, sum: &Value) {
+    let csv = read(&out.join("dcqcn.csv"));
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("t_s,host,qpn,rc_mbps,rt_mbps,alpha,limited,cuts")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == 8), "{csv}");
+    for h in ["h1", "h2"] {
+        let log = read(&out.join(format!("logs/ib_write_bw-client-{h}.txt")));
+        let qpns: Vec<u32> = log
+            .lines()
+            .filter(|l| l.contains("local address"))
+            .filter_map(|l| l.split("QPN ").nth(1)?.split_whitespace().next())
+            .map(|q| u32::from_str_radix(q.trim_start_matches("0x"), 16).unwrap())
+            .collect();
+        assert!(
+            !qpns.is_empty(),
+            "no QPN in {h}'s ib_write_bw output: {log}"
+        );
+        for q in qpns {
+            let n = rows
+                .iter()
+                .filter(|r| r[1] == h && r[2] == q.to_string())
+                .count();
+            assert!(n >= 2, "{h} QP {q}: {n} rows in dcqcn.csv\n{csv}");
+        }
+    }
+    let line = sum["dcqcn"]["line_mbps"].as_f64().unwrap();
+    let rc = |r: &Vec<&str>| r[3].parse::<f64>().unwrap();
+    assert!(line > 0.0, "{sum}");
+    assert!(
+        rows.iter()
+            .all(|r| rc(r) <= line && r[4].parse::<f64>().unwrap() <= line),
+        "{csv}"
+    );
+    let lowest = rows.iter().map(rc).fold(f64::INFINITY, f64::min);
+    assert!(
+        lowest < line,
+        "no sender's Rc was ever below the line rate ({line} Mbit/s) though CNPs were handled"
+    );
+}
+
 #[test]
 fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
     let test = "an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind";
@@ -268,6 +316,7 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
             "no CNP handled: {f}"
         );
     }
+    dcqcn_rows_cover_every_sender_qp_and_a_cut(&out, &sum);
     assert!(read(&out.join("samples.csv")).starts_with("t_s,source,name,value\n"));
     assert!(read(&out.join("lab.toml")).contains("rate = \"50mbit\""));
 
@@ -278,7 +327,7 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| n.ends_with(".svg"))
         .collect();
-    assert_eq!(svgs.len(), 4, "{svgs:?}");
+    assert_eq!(svgs.len(), 6, "{svgs:?}");
     let (imgs, console) = render(&out);
     for s in &svgs {
         assert!(

@@ -1,6 +1,7 @@
 //! `rnic stats --daemon`: the counters of running rnicd devices
 //! (an `rnicd --mem-pair` of the test's own), named as the daemon counts
-//! them, one `link DEV/1 ...` line per device, and as JSON.
+//! them, one `link DEV/1 ...` line per device, and as JSON; with `--qp`,
+//! each QP's DCQCN state (`qp DEV/1 lqpn N ...`), also across pages.
 
 mod common;
 
@@ -25,6 +26,32 @@ fn event(ch: &EventChannel) -> softrnic::client::cm::CmEventMsg {
     ch.next(true).unwrap().expect("readable: an event")
 }
 
+/// `rnic stats --daemon` with `flags` over the sockets in `dir`: its
+/// output, once it succeeded.
+fn stats_daemon(state: &std::path::Path, dir: &std::path::Path, flags: &[&str]) -> String {
+    let out = rnic(state)
+        .args(["stats", "--daemon"])
+        .args(flags)
+        .arg("--sock-dir")
+        .arg(dir)
+        .assert()
+        .success();
+    String::from_utf8(out.get_output().stdout.clone()).unwrap()
+}
+
+/// An RC QP on `cq` with room for 4 work requests each way.
+fn rc_on(cq: u32) -> QpInitAttr {
+    QpInitAttr {
+        qp_type: QpKind::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        sq_sig_all: true,
+        srq: None,
+    }
+}
+
 #[test]
 fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
     let state = tempfile::tempdir().unwrap();
@@ -35,17 +62,7 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
     let ctx = Context::open(sock).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            qp_type: QpKind::Rc,
-            send_cq: cq.handle,
-            recv_cq: cq.handle,
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            sq_sig_all: true,
-            srq: None,
-        })
-        .unwrap();
+    let qp = pd.create_qp(&rc_on(cq.handle)).unwrap();
     let cm = CmClient::open(sock).unwrap();
     let ch = EventChannel::open(sock).unwrap();
     let id = cm
@@ -65,12 +82,7 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
     cm.connect(id, &param).unwrap();
     assert_eq!(event(&ch).kind, CmEventKind::REJECTED);
 
-    let out = rnic(state.path())
-        .args(["stats", "--daemon", "--sock-dir"])
-        .arg(dir)
-        .assert()
-        .success();
-    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let text = stats_daemon(state.path(), dir, &[]);
     let line = |kind: &str, dev: &str| {
         text.lines()
             .find(|l| l.starts_with(&format!("{kind} {dev}/1 ")))
@@ -99,12 +111,8 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
         assert!(st1.contains(needle), "{needle}: {st1}");
     }
 
-    let out = rnic(state.path())
-        .args(["stats", "--daemon", "--json", "--sock-dir"])
-        .arg(dir)
-        .assert()
-        .success();
-    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&stats_daemon(state.path(), dir, &["--json"])).unwrap();
     let devs = doc["devices"].as_array().unwrap();
     assert_eq!(devs.len(), 2, "{doc}");
     assert_eq!(devs[1]["cm_counters"]["cm_tx_rej"], 1, "{doc}");
@@ -123,4 +131,67 @@ fn stats_daemon_shows_each_devices_transport_and_cm_counters() {
         .code(1);
     let err = String::from_utf8(out.get_output().stderr.clone()).unwrap();
     assert!(err.contains("no running rnicd device"), "{err}");
+}
+
+#[test]
+fn stats_daemon_qp_shows_each_qps_dcqcn_state() {
+    let state = tempfile::tempdir().unwrap();
+    let daemon = testkit::rnicd::Daemon::start();
+    let dir = daemon.sock_dir();
+    let ctx = Context::open(dir.join("t0.sock")).unwrap();
+    let line_bps = ctx.query_port(1).unwrap().link_speed_bps;
+    assert!(line_bps > 0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let init = rc_on(cq.handle);
+    let qps = [pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap()];
+
+    // through the client API: both QPs, never cut, at the line rate
+    let cc = ctx.cc_states().unwrap();
+    assert_eq!(cc.line_bps, line_bps);
+    let got: Vec<u32> = cc.qps.iter().map(|q| q.qpn).collect();
+    assert_eq!(got, [qps[0].qpn, qps[1].qpn]);
+    for q in &cc.qps {
+        assert!(q.state.enabled && !q.state.limited, "{q:?}");
+        assert_eq!(
+            (q.state.rc_bps, q.state.rt_bps),
+            (line_bps, line_bps),
+            "{q:?}"
+        );
+        assert_eq!((q.state.cuts, q.state.cnps_handled), (0, 0), "{q:?}");
+        // before any CNP: the α a first CNP starts from (NVIDIA: 1023/1024)
+        assert_eq!(q.state.alpha, 1023.0 / 1024.0, "{q:?}");
+    }
+
+    let text = stats_daemon(state.path(), dir, &["--qp"]);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("qp t0/1 ")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (l, qp) in lines.iter().zip(&qps) {
+        let want = format!(
+            "qp t0/1 lqpn {} rc_bps {line_bps} rt_bps {line_bps} alpha 0.9990234375 limited 0 enabled 1 cuts 0 rp_cnp_handled 0",
+            qp.qpn
+        );
+        assert_eq!(*l, want, "{text}");
+    }
+    assert!(!text.contains("qp t1/1 "), "t1 has no QP: {text}");
+
+    let doc: serde_json::Value =
+        serde_json::from_str(&stats_daemon(state.path(), dir, &["--qp", "--json"])).unwrap();
+    let cc = &doc["devices"][0]["dcqcn"];
+    assert_eq!(cc["line_bps"], line_bps, "{doc}");
+    assert_eq!(cc["qps"][1]["lqpn"], qps[1].qpn, "{doc}");
+    assert_eq!(cc["qps"][1]["state"]["rc_bps"], line_bps, "{doc}");
+
+    // without --qp: no QP lines
+    let text = stats_daemon(state.path(), dir, &[]);
+    assert!(!text.lines().any(|l| l.starts_with("qp ")), "{text}");
+
+    // more QPs than one answer carries: the client joins the pages
+    let more: Vec<_> = (0..softrnic::proto::CC_STATES_PER_PAGE)
+        .map(|_| pd.create_qp(&init).unwrap())
+        .collect();
+    let all = ctx.cc_states().unwrap();
+    let want: Vec<u32> = qps.iter().chain(&more).map(|q| q.qpn).collect();
+    let got: Vec<u32> = all.qps.iter().map(|q| q.qpn).collect();
+    assert_eq!(got, want);
 }

@@ -3,7 +3,8 @@
 //! states travel as the verbs types themselves (`nic`'s `serde` feature);
 //! what arrives is checked by its receiver (`AhAttr::check`).
 
-use super::{AsyncEventMsg, PortInfo, QpKind};
+use super::{AsyncEventMsg, PortInfo, QpCcState, QpKind};
+use nic::cc::RpState;
 use nic::device::PortAttr;
 use nic::verbs::AsyncEvent;
 use nic::verbs::QpType;
@@ -74,6 +75,13 @@ impl AsyncEventMsg {
     }
 }
 
+impl From<(u32, RpState)> for QpCcState {
+    /// QP `qpn`'s reaction point as the device reports it.
+    fn from((qpn, state): (u32, RpState)) -> QpCcState {
+        QpCcState { qpn, state }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +113,45 @@ mod tests {
         // the SRQ event's wire form: its tag and field names
         let srq = serde_json::to_string(&AsyncEventMsg::SrqLimitReached { srq: 3 }).unwrap();
         assert_eq!(srq, r#"{"type":"srq_limit_reached","srq":3}"#);
+    }
+
+    #[test]
+    fn a_full_page_of_cc_states_fits_one_message_at_the_widest_values() {
+        let widest = RpState {
+            enabled: true,
+            limited: false,
+            rc_bps: u64::MAX,
+            rt_bps: u64::MAX,
+            alpha: 0.123_456_789_012_345_68,
+            cuts: u64::MAX,
+            cnps_handled: u64::MAX,
+        };
+        let page = crate::proto::CcStates {
+            now_ns: u64::MAX,
+            line_bps: u64::MAX,
+            qps: (0..crate::proto::CC_STATES_PER_PAGE)
+                .map(|i| QpCcState::from((u32::MAX - i as u32, widest)))
+                .collect(),
+            next_qpn: Some(u32::MAX),
+        };
+        let m = RespMsg {
+            v: 1,
+            resp: Response::CcStates(page.clone()),
+        };
+        let bytes = crate::proto::encode(&m);
+        assert!(bytes.len() <= crate::shm::MAX_MSG, "{} bytes", bytes.len());
+        let back: RespMsg = serde_json::from_slice(&bytes).unwrap();
+        let Response::CcStates(got) = back.resp else {
+            panic!("{:?}", back.resp)
+        };
+        assert_eq!(got, page);
+        // a request without a start asks from the first QPN
+        let r: crate::proto::ReqMsg =
+            serde_json::from_str(r#"{"v":1,"req":{"op":"cc_states"}}"#).unwrap();
+        assert!(matches!(
+            r.req,
+            crate::proto::Request::CcStates { from_qpn: 0 }
+        ));
     }
 
     #[test]

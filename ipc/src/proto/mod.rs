@@ -173,6 +173,13 @@ pub enum Request {
     },
     /// The RDMA CM (`cm::CmRequest`).
     Cm(cm::CmRequest),
+    /// Every QP's DCQCN reaction-point state (administration and tools,
+    /// daemon-wide as `Stats`), a page of at most [`CC_STATES_PER_PAGE`]
+    /// QPs from QPN `from_qpn` on; the answer's `next_qpn` continues it.
+    CcStates {
+        #[serde(default)]
+        from_qpn: u32,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -251,6 +258,40 @@ pub enum Response {
     Stats(Stats),
     /// `ibv_query_port`'s answer.
     Port(PortInfo),
+    /// `CcStates`' answer: one page of QPs.
+    CcStates(CcStates),
+}
+
+/// Most QPs one `CcStates` answer carries: at the widest values each
+/// takes under 200 bytes of JSON, so a page stays well inside
+/// [`crate::shm::MAX_MSG`].
+pub const CC_STATES_PER_PAGE: usize = 200;
+
+/// One page of the device's per-QP DCQCN state (`nic::cc::RpState`), as
+/// of one instant of the device's clock.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct CcStates {
+    /// The device clock's instant the states are of (nanoseconds since
+    /// the engine started).
+    pub now_ns: u64,
+    /// The port's line rate, bits per second: RC and RT of a QP DCQCN
+    /// does not limit.
+    pub line_bps: u64,
+    /// The QPs, by QPN in ascending order.
+    pub qps: Vec<QpCcState>,
+    /// More QPs follow: ask again from this QPN.
+    #[serde(default)]
+    pub next_qpn: Option<u32>,
+}
+
+/// One QP's DCQCN reaction point at one instant; on the wire its
+/// state's fields sit beside `qpn`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct QpCcState {
+    pub qpn: u32,
+    /// RC, RT, α (its decay up to `now_ns` included), cuts, CNPs handled.
+    #[serde(flatten)]
+    pub state: nic::cc::RpState,
 }
 
 /// What `query_port` reports (`struct ibv_port_attr`, the fields a RoCE

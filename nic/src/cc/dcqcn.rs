@@ -250,6 +250,29 @@ pub struct Increase {
     pub current_bps: f64,
 }
 
+/// What a reaction point's state is at one instant: what tools plot as
+/// "DCQCN state per QP over time". Taking it changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct RpState {
+    /// DCQCN is on for the QP (else CNPs are ignored and nothing is paced).
+    pub enabled: bool,
+    /// A rate limiter is allocated: a CNP arrived and RC has not come back
+    /// to the maximum yet.
+    pub limited: bool,
+    /// The current rate RC, bits per second (the line rate when unlimited).
+    pub rc_bps: u64,
+    /// The target rate RT, bits per second (the line rate when unlimited).
+    pub rt_bps: u64,
+    /// α at the instant (its decay included); while unlimited, the α the
+    /// next first CNP starts from.
+    pub alpha: f64,
+    /// Rate cuts so far (a first-CNP rate counts as one).
+    pub cuts: u64,
+    /// CNPs the RP processed (`rp_cnp_handled`).
+    pub cnps_handled: u64,
+}
+
 /// The DCQCN state of one QP.
 #[derive(Clone, Debug)]
 pub struct ReactionPoint {
@@ -374,6 +397,20 @@ impl ReactionPoint {
 
     pub fn counters(&self) -> &RpCounters {
         &self.counters
+    }
+
+    /// The state at `now` ([`RpState`]): RC, RT, α with its decay to
+    /// `now`, and the cut and CNP counts. Read-only; `now` only ages α.
+    pub fn state(&self, now: Instant) -> RpState {
+        RpState {
+            enabled: self.enabled,
+            limited: self.limited,
+            rc_bps: self.rate_bps(),
+            rt_bps: self.target_rate().round() as u64,
+            alpha: self.alpha(now),
+            cuts: self.cuts,
+            cnps_handled: self.counters.rp_cnp_handled,
+        }
     }
 
     fn max_rate(&self) -> f64 {

@@ -10,7 +10,8 @@
 //!   QP: rate cut on CNP, α estimator, rate increase by timer and byte
 //!   counter through fast recovery, additive and hyper increase. Knobs carry
 //!   NVIDIA's names ([`DcqcnParams`]), with two presets: NVIDIA firmware
-//!   defaults and the SIGCOMM 2015 paper's values.
+//!   defaults and the SIGCOMM 2015 paper's values. [`RpState`] is its
+//!   state at one instant (RC, RT, α), for tools.
 //! - [`np`]: the *notification point* (NP): a CE-marked RoCE packet makes a
 //!   CNP, at most one per QP per `min_time_between_cnps` ([`CnpLimiter`]),
 //!   with its own DSCP / 802.1p priority ([`NpParams`]).
@@ -41,7 +42,7 @@ pub mod pacer;
 pub mod pfc;
 pub mod qos;
 
-pub use dcqcn::{DcqcnParams, Increase, Phase, ReactionPoint, RpCounters, Trigger};
+pub use dcqcn::{DcqcnParams, Increase, Phase, ReactionPoint, RpCounters, RpState, Trigger};
 pub use np::{CnpLimiter, NpCounters, NpParams};
 pub use pacer::{Pacer, SharedRate};
 pub use pfc::{PfcCounters, PfcRx, PfcTx, PfcTxParams, PRIORITIES};

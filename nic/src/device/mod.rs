@@ -192,6 +192,17 @@ impl Rnic {
         c
     }
 
+    /// Every QP's DCQCN reaction-point state at `now` (RC, RT, α: see
+    /// [`RpState`](crate::cc::RpState)), by QPN in ascending order. Reading
+    /// it allocates nothing and changes nothing; callers without the
+    /// driver's clock pass [`Self::last_now`].
+    pub fn cc_states(&self, now: Instant) -> impl Iterator<Item = (u32, crate::cc::RpState)> + '_ {
+        self.qps
+            .iter()
+            .flatten()
+            .map(move |qp| (qp.qpn, qp.cc.rp.state(now)))
+    }
+
     /// Received frames dropped before reaching a QP, by reason name.
     pub fn drops(&self) -> BTreeMap<&'static str, u64> {
         self.drops.iter().map(|(r, &n)| (r.name(), n)).collect()

@@ -1,8 +1,8 @@
 //! Requests about the device as a whole: its attributes, its port, the
-//! engine's bell, asynchronous events.
+//! engine's bell, asynchronous events, its QPs' congestion state.
 
 use super::{event_fd, ok, one_fd, Attach, Reply, RequestError, Shared, MAX_CQE, MAX_QP_WR};
-use ipc::proto::{PortInfo, Response};
+use ipc::proto::{CcStates, PortInfo, QpCcState, Response, CC_STATES_PER_PAGE};
 use nic::verbs::MAX_SGE;
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -33,6 +33,29 @@ pub(super) fn query_port(sh: &Shared, port: u8) -> Result<Reply, RequestError> {
     }
     let p = super::call(sh, |r| r.port_attr())?;
     Ok((Response::Port(PortInfo::from(&p)), None))
+}
+
+/// `CcStates`: the DCQCN state of the device's QPs from QPN `from_qpn`
+/// on, one page, as of the device's latest instant.
+pub(super) fn cc_states(sh: &Shared, from_qpn: u32) -> Result<Reply, RequestError> {
+    let mut page = super::call(sh, move |r| {
+        let now = r.last_now();
+        CcStates {
+            now_ns: now.as_nanos(),
+            line_bps: r.config().link_bps,
+            qps: r
+                .cc_states(now)
+                .filter(|(qpn, _)| *qpn >= from_qpn)
+                .take(CC_STATES_PER_PAGE + 1)
+                .map(QpCcState::from)
+                .collect(),
+            next_qpn: None,
+        }
+    })?;
+    if page.qps.len() > CC_STATES_PER_PAGE {
+        page.next_qpn = page.qps.pop().map(|q| q.qpn);
+    }
+    Ok((Response::CcStates(page), None))
 }
 
 /// `Bell`: a duplicate of the engine's eventfd.

@@ -520,6 +520,7 @@ fn handle(sh: &Shared, id: u64, req: Request, fds: Vec<OwnedFd>) -> Result<Reply
         Request::AsyncEventFd => device::async_event_fd(sh, id, fds),
         Request::GetAsyncEvents => device::get_async_events(sh, id),
         Request::Stats => Ok((Response::Stats(registry::stats(sh)), None)),
+        Request::CcStates { from_qpn } => device::cc_states(sh, from_qpn),
         Request::AllocPd => memory::alloc_pd(sh, id),
         Request::DeallocPd { pd } => memory::dealloc_pd(sh, id, pd),
         Request::RegMr {

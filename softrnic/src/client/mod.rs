@@ -22,7 +22,7 @@ pub use device::*;
 pub use memory::*;
 pub use qp::*;
 
-use crate::proto::{self, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
+use crate::proto::{self, CcStates, QpKind, ReqMsg, Request, RespMsg, Response, Stats};
 use crate::ring::{self, CqeRaw, Ring, WqeRaw, CQE_SIZE, WQE_SIZE};
 use crate::shm::{Mapping, SeqPacket};
 use nic::verbs::{access, AhAttr, MwType, QpAttr, QpState, RecvWr, SendWr, Wc};
@@ -402,6 +402,34 @@ impl Context {
         match self.request(Request::Stats, None)?.0 {
             Response::Stats(s) => Ok(s),
             r => Err(unexpected(r)),
+        }
+    }
+
+    /// Every QP's DCQCN reaction-point state (RC, RT, α), daemon-wide: the
+    /// daemon's pages joined, by QPN. `now_ns` is the last page's; each
+    /// page is of its own instant.
+    pub fn cc_states(&self) -> Result<CcStates> {
+        let mut all = CcStates::default();
+        let mut from_qpn = 0;
+        loop {
+            let page = match self.request(Request::CcStates { from_qpn }, None)?.0 {
+                Response::CcStates(p) => p,
+                r => return Err(unexpected(r)),
+            };
+            all.now_ns = page.now_ns;
+            all.line_bps = page.line_bps;
+            all.qps.extend(page.qps);
+            match page.next_qpn {
+                None => return Ok(all),
+                // a page that does not move on would never end
+                Some(n) if n > from_qpn && all.qps.last().is_none_or(|q| q.qpn < n) => from_qpn = n,
+                Some(n) => {
+                    return Err(ProtocolError::Unexpected(format!(
+                        "cc_states page from QPN {from_qpn} continues at {n}"
+                    ))
+                    .into())
+                }
+            }
         }
     }
 }

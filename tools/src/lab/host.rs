@@ -142,6 +142,20 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Its QPs' DCQCN reaction-point state now.
+    pub fn cc_states(&self) -> Result<softrnic::proto::CcStates, LabError> {
+        let ctx = self
+            .ctx
+            .as_ref()
+            .ok_or_else(|| self.gone("not connected"))?;
+        ctx.cc_states().map_err(|source| LabError::Stats {
+            host: self.net.name.clone(),
+            source,
+        })
+    }
+}
+
 /// The backend rnicd's log names for `iface` (`rnicd: IFACE: AfXdp`).
 pub fn backend_of(log: &str, iface: &str) -> Option<String> {
     let key = format!("rnicd: {iface}: ");

@@ -13,11 +13,13 @@
 //! | [`net`] | namespaces, bridge, veths, tbf queues, the nftables marking |
 //! | [`host`] | each host's rnicd |
 //! | [`incast`] | the ib_write_bw workload |
-//! | [`sample`] | the counters of hosts and switch at one instant |
+//! | [`sample`] | the counters of hosts and switch, and the senders' DCQCN state, at one instant |
+//! | [`dcqcn`] | the senders' DCQCN state (Rc, Rt, α per QP) over time: `dcqcn.csv`, its plots |
 //! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
 //! | [`sys`] | running tools and children, signals, waiting |
 
 pub mod config;
+pub mod dcqcn;
 mod error;
 pub mod host;
 pub mod incast;

@@ -99,8 +99,9 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
     let _ = write!(
         s,
         "<p>Hosts {} → {} through one switch; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
-         <p>DCQCN rate (Rc, Rt, α): not plotted; rnicd's counters do not expose the reaction point's state. \
-         CNPs handled (rp_cnp_handled) show when the senders' rates were cut.</p>\n",
+         <p>DCQCN: each sender QP's reaction point (current rate Rc, target rate Rt, α) is read from its rnicd \
+         every sample (<a href=\"dcqcn.csv\">dcqcn.csv</a>); a CNP cuts Rc, and Rc climbs back toward Rt while \
+         none arrives.</p>\n",
         esc(&info.hosts[1..].join(", ")),
         esc(&info.hosts[0]),
         esc(&backends.join(", ")),

@@ -6,7 +6,7 @@
 use super::run_info::{Plot, RunInfo};
 use super::sample::{counter, Snapshot};
 use super::LabError;
-use crate::report::{write_file, xy_svg, Labels, Series};
+use crate::report::{write_file, Series};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -118,17 +118,6 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
     ]
 }
 
-/// `series,x,y` rows of a plot's series.
-fn plot_csv(p: &Plot) -> String {
-    let mut s = String::from("series,time_s,value\n");
-    for ser in &p.series {
-        for (x, y) in &ser.points {
-            let _ = writeln!(s, "{},{x:.3},{y:.3}", ser.name);
-        }
-    }
-    s
-}
-
 /// Every sample in long form: `t_s,source,name,value` (sources: the hosts
 /// and `switch:to_<host>`).
 fn samples_csv(info: &RunInfo, snaps: &[Snapshot]) -> String {
@@ -199,28 +188,18 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
             "np_ecn_marked_roce_packets": d(0, "np_ecn_marked_roce_packets"),
             "np_cnp_sent": d(0, "np_cnp_sent"),
         },
-        "dcqcn_rate": "not sampled: rnicd's counters do not expose the reaction point's Rc, Rt, α",
+        "dcqcn": super::dcqcn::summary(info, snaps),
     })
 }
 
 /// Writes the CSVs, the SVGs, `summary.json` and `index.html` into `out`.
 pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, LabError> {
     write_file(&out.join("samples.csv"), samples_csv(info, snaps))?;
-    let plots = plots(info, snaps);
+    let mut plots = plots(info, snaps);
     for p in &plots {
-        write_file(&out.join(format!("{}.csv", p.stem)), plot_csv(p))?;
-        let labels = Labels {
-            title: p.title,
-            x: "time [s]",
-            y: p.y,
-            log_y: false,
-            log_x: false,
-        };
-        write_file(
-            &out.join(format!("{}.svg", p.stem)),
-            xy_svg(&labels, &p.series),
-        )?;
+        p.write(out, false)?;
     }
+    plots.extend(super::dcqcn::write(out, info, snaps)?);
     let sum = summary(info, snaps);
     let text = serde_json::to_string_pretty(&sum).expect("JSON of plain values");
     write_file(&out.join("summary.json"), text + "\n")?;
@@ -257,6 +236,7 @@ mod tests {
                 },
                 PortStat::default(),
             ],
+            cc: Vec::new(),
         }
     }
 
@@ -300,7 +280,7 @@ mod tests {
         assert_eq!(s["flows"][0]["ib_write_bw_gbits"], 0.05);
         let avg = s["flows"][0]["mbits_average"].as_f64().unwrap();
         assert!((avg - 50.0).abs() < 1e-6, "{avg}");
-        let csv = plot_csv(&p[0]);
+        let csv = p[0].csv();
         assert!(
             csv.starts_with("series,time_s,value\nh1→h0,0.100,100.000\n"),
             "{csv}"

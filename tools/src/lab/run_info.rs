@@ -1,8 +1,11 @@
-//! What a run was ([`RunInfo`]) and the plots drawn of it ([`Plot`]):
-//! what the results folder ([`super::results`]) and its page
-//! ([`super::page`]) are written from.
+//! What a run was ([`RunInfo`]) and the plots drawn of it ([`Plot`], and
+//! their CSV and SVG files): what the results folder ([`super::results`])
+//! and its page ([`super::page`]) are written from.
 
-use crate::report::Series;
+use super::LabError;
+use crate::report::{write_file, xy_svg, Labels, Series};
+use std::fmt::Write as _;
+use std::path::Path;
 
 /// What the run was, for the summary and the page.
 pub struct RunInfo<'a> {
@@ -23,4 +26,33 @@ pub struct Plot {
     pub title: &'static str,
     pub y: &'static str,
     pub series: Vec<Series>,
+}
+
+impl Plot {
+    /// Its series as `series,time_s,value` rows (what `rnic plot` reads).
+    pub fn csv(&self) -> String {
+        let mut s = String::from("series,time_s,value\n");
+        for ser in &self.series {
+            for (x, y) in &ser.points {
+                let _ = writeln!(s, "{},{x:.3},{y:.3}", ser.name);
+            }
+        }
+        s
+    }
+
+    /// Writes `<stem>.csv` ([`Self::csv`]) and `<stem>.svg` (over time;
+    /// `log_y`: y on a log scale) into `out`.
+    pub fn write(&self, out: &Path, log_y: bool) -> Result<(), LabError> {
+        write_file(&out.join(format!("{}.csv", self.stem)), self.csv())?;
+        let labels = Labels {
+            title: self.title,
+            x: "time [s]",
+            y: self.y,
+            log_y,
+            log_x: false,
+        };
+        let svg = xy_svg(&labels, &self.series);
+        write_file(&out.join(format!("{}.svg", self.stem)), svg)?;
+        Ok(())
+    }
 }

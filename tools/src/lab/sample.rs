@@ -2,13 +2,15 @@
 //! (through its control socket, as `rnic stats --daemon` reads them), and
 //! on the switch each egress queue's backlog, drops and bytes (`tc -s -j
 //! qdisc`) and each port's RoCEv2 frames and CE marks (the nftables
-//! counters).
+//! counters), and each sender's QPs' DCQCN state (Rc, Rt, α: [`super::dcqcn`]
+//! writes and draws it).
 
 use super::host::Daemon;
 use super::net::{Fabric, TABLE};
 use super::sys::{in_ns, run};
 use super::LabError;
 use serde_json::Value;
+use softrnic::proto::CcStates;
 use std::collections::BTreeMap;
 
 /// One switch port's egress queue and marking, at one instant.
@@ -36,6 +38,8 @@ pub struct Snapshot {
     pub hosts: Vec<BTreeMap<String, u64>>,
     /// Each host's switch port (its egress queue toward the host).
     pub ports: Vec<PortStat>,
+    /// Each host's QPs' DCQCN state (the senders'; none for the receiver).
+    pub cc: Vec<CcStates>,
 }
 
 /// Takes one snapshot of the hosts and the switch.
@@ -43,6 +47,10 @@ pub fn snapshot(t: f64, daemons: &[Daemon], fabric: &Fabric) -> Result<Snapshot,
     let hosts = daemons
         .iter()
         .map(Daemon::counters)
+        .collect::<Result<Vec<_>, _>>()?;
+    // the senders' DCQCN state; none for h0, the incast's receiver
+    let cc = std::iter::once(Ok(CcStates::default()))
+        .chain(daemons.iter().skip(1).map(Daemon::cc_states))
         .collect::<Result<Vec<_>, _>>()?;
     let qdisc = run("tc", &["-n", &fabric.switch, "-s", "-j", "qdisc", "show"])?;
     let nft = in_ns(
@@ -54,7 +62,12 @@ pub fn snapshot(t: f64, daemons: &[Daemon], fabric: &Fabric) -> Result<Snapshot,
         .iter()
         .map(|h| port_stat(&qdisc, &nft, &h.port, &h.name))
         .collect();
-    Ok(Snapshot { t, hosts, ports })
+    Ok(Snapshot {
+        t,
+        hosts,
+        ports,
+        cc,
+    })
 }
 
 fn json(text: &str) -> Value {
