@@ -544,7 +544,7 @@ impl Context {
         }
     }
 
-    /// Pays the wake a post left owed ([`ring_doorbell`]), if the engine
+    /// Pays the wake a post left owed (`ring_doorbell`), if the engine
     /// still parks: before polling or waiting for completions.
     #[inline]
     pub fn pay_owed_wake(&self) {
