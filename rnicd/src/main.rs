@@ -73,6 +73,14 @@ struct Args {
     /// that would preempt it after every single post. 0: never.
     #[arg(long, default_value_t = DAEMON_SELF_WAKE_US)]
     self_wake_us: u64,
+    /// Engine: after running this long (µs) without a park — sustained
+    /// load — step aside for --busy-pause-us, so that a real-time engine
+    /// leaves the programs it serves some CPU. 0: never.
+    #[arg(long, default_value_t = 1000)]
+    busy_max_us: u64,
+    /// Engine: how long it steps aside (µs).
+    #[arg(long, default_value_t = 100)]
+    busy_pause_us: u64,
     /// Engine scheduling: normal (the kernel's default) | auto (SCHED_FIFO
     /// 1 where permitted, else a 100 µs slice) | realtime (SCHED_FIFO 1) |
     /// slice (SCHED_OTHER with a 100 µs slice): what lets a woken engine
@@ -390,6 +398,8 @@ fn main() {
         spin: a.spin,
         park: Duration::from_micros(a.park_us),
         self_wake: Duration::from_micros(a.self_wake_us),
+        busy_max: Duration::from_micros(a.busy_max_us),
+        busy_pause: Duration::from_micros(a.busy_pause_us),
         ..Default::default()
     };
     let (ports, cable) = if a.mem_pair {

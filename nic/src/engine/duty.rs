@@ -1,8 +1,9 @@
 //! An engine's duty cycle under sustained load. A SCHED_FIFO engine that
 //! always has work never leaves the CPU: on a small machine the programs
 //! it serves then get only what the kernel's real-time throttling leaves
-//! them (5 %), and 64 busy-polling clients of one rnicd moved a sixth of
-//! what one client alone did. After `busy_max` of running without a park
+//! them (5 %): 64 busy-polling clients of one rnicd (benches/tenants.sh)
+//! had not all brought their QPs up after 5 minutes. After `busy_max` of
+//! running without a park
 //! the engine steps aside for `busy_pause` (a plain sleep: no bell, so no
 //! client wakes it early), as NAPI hands a softirq that keeps finding work
 //! over to ksoftirqd.

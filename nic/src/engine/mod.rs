@@ -23,6 +23,7 @@
 //! application turns the same loop from its own thread ([`Device::turn`]),
 //! run to completion — one busy thread per device instead of two.
 
+mod duty;
 mod sched;
 mod turn;
 
@@ -92,6 +93,11 @@ pub struct EngineConfig {
     /// timer soon ([`Park::self_wake`]), which the hook tells those who
     /// ring. Zero: none does.
     pub self_wake: Duration,
+    /// Running this long without a park under sustained load, the engine
+    /// steps aside for `busy_pause` (see `duty.rs`). Zero: never.
+    pub busy_max: Duration,
+    /// How long it steps aside.
+    pub busy_pause: Duration,
     /// Posts that may wait for the engine.
     pub post_queue: usize,
     pub name: String,
@@ -106,6 +112,8 @@ impl Default for EngineConfig {
             spin: 300,
             park: LINK_POLL,
             self_wake: Duration::ZERO,
+            busy_max: Duration::ZERO,
+            busy_pause: Duration::ZERO,
             post_queue: 16384,
             name: "rnic-engine".into(),
         }
@@ -251,6 +259,9 @@ pub struct EngineStats {
     /// Frames the device sent to its own address and took back without
     /// the wire (counted once, when received).
     pub looped_frames: u64,
+    /// Times the engine stepped aside after running `busy_max` without
+    /// a park.
+    pub pauses: u64,
 }
 
 /// The running engine.

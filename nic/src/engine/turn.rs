@@ -2,6 +2,7 @@
 //! batch, runs due timers, builds and sends a batch and moves completions
 //! out; between turns the idle backoff (spin, then park on the bell).
 
+use super::duty::Duty;
 use super::*;
 
 /// The loop's state: everything a turn needs.
@@ -302,9 +303,14 @@ pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
     setup_thread(&lp.cfg, &[&sh]);
     *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
     let mut idle = 0u32;
+    let mut duty = Duty::new(lp.cfg.busy_max, lp.cfg.busy_pause);
     while !sh.stop.load(Ordering::Acquire) {
         if lp.turn(&sh) > 0 {
             idle = 0;
+            if let Some(p) = duty.worked(std::time::Instant::now()) {
+                lp.stats.pauses += 1;
+                std::thread::sleep(p);
+            }
             continue;
         }
         idle = idle.saturating_add(1);
@@ -312,6 +318,7 @@ pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
             std::hint::spin_loop();
         } else {
             lp.park(&sh);
+            duty.parked();
         }
     }
     lp.stats
@@ -324,6 +331,7 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
         *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
     }
     let mut idle = 0u32;
+    let mut duty = Duty::new(cfg.busy_max, cfg.busy_pause);
     while !members.is_empty() {
         // a stopped member leaves its statistics and its loop (and port) goes
         members.retain(|(lp, sh)| {
@@ -339,6 +347,12 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
         }
         if work > 0 {
             idle = 0;
+            if let Some(p) = duty.worked(std::time::Instant::now()) {
+                if let Some((lp, _)) = members.first_mut() {
+                    lp.stats.pauses += 1;
+                }
+                std::thread::sleep(p);
+            }
             continue;
         }
         idle = idle.saturating_add(1);
@@ -386,6 +400,7 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
                     std::thread::park_timeout(until);
                 }
             }
+            duty.parked();
         }
     }
 }
