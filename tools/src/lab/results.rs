@@ -200,6 +200,7 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, La
         p.write(out, false)?;
     }
     plots.extend(super::dcqcn::write(out, info, snaps)?);
+    plots.extend(super::pfc::write(out, info, snaps)?);
     let sum = summary(info, snaps);
     let text = serde_json::to_string_pretty(&sum).expect("JSON of plain values");
     write_file(&out.join("summary.json"), text + "\n")?;
@@ -222,6 +223,7 @@ mod tests {
             pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
         };
         Snapshot {
+            pfc_sent: Vec::new(),
             t,
             hosts: vec![
                 host(&[("rx_bytes", rx0), ("np_cnp_sent", cnps)]),
