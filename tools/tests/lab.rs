@@ -6,9 +6,13 @@
 //! among it, and an index.html that headless Chromium renders with every
 //! plot loaded and no console message; afterwards, and after a SIGINT mid-run, no
 //! namespace, link or process of the lab is left. Without root it refuses
-//! in one line.
+//! in one line. With `--pfc` and no ECN marking, the switch's PFC stage
+//! pauses both senders: it counts PFC frames sent toward each, each
+//! sender counts them received and a paused time, the page shows the PFC
+//! plots, and every link's pcap holds those frames and decodes in tshark
+//! with no malformed frame.
 //!
-//! Needs root, tc, nft, ib_write_bw (perftest) and chromium: a loud
+//! Needs root, tc, nft, ib_write_bw (perftest), tcpdump, tshark and chromium: a loud
 //! SKIPPED line without them, a failure under CI.
 
 mod common;
@@ -35,9 +39,11 @@ fn runs_here(test: &str, chromium: bool) -> bool {
         ("tc", "-V", "iproute2"),
         ("nft", "--version", "nftables"),
         ("ib_write_bw", "--version", "perftest"),
+        ("tcpdump", "--version", "tcpdump"),
+        ("tshark", "--version", "tshark"),
         ("chromium", "--version", "chromium"),
     ];
-    for (tool, flag, package) in tools.iter().take(if chromium { 4 } else { 3 }) {
+    for (tool, flag, package) in tools.iter().take(if chromium { 6 } else { 5 }) {
         let there = Command::new(tool)
             .arg(flag)
             .stdout(Stdio::null())
@@ -206,6 +212,44 @@ fn render(dir: &Path) -> (Vec<(String, u64)>, Vec<String>) {
     (imgs, console)
 }
 
+/// Every `link-hI.pcap` in `out` decodes in tshark with no malformed
+/// frame; the senders' links hold 802.1Qbb frames (the switch's pauses)
+/// and h0's link holds RoCEv2 frames.
+fn pcaps_are_clean(out: &Path, pfc: bool) {
+    let count = |f: &Path, filter: &str| {
+        let o = Command::new("tshark")
+            .arg("-r")
+            .arg(f)
+            .args(["-Y", filter])
+            .output()
+            .expect("run tshark");
+        assert!(
+            o.status.success(),
+            "tshark {}: {}",
+            f.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).lines().count()
+    };
+    for h in ["h0", "h1", "h2"] {
+        let f = out.join(format!("link-{h}.pcap"));
+        assert!(f.is_file(), "no {}", f.display());
+        assert_eq!(
+            count(&f, "_ws.malformed"),
+            0,
+            "malformed frames in {h}'s pcap"
+        );
+        if h == "h0" {
+            assert!(count(&f, "infiniband") > 0, "no RoCEv2 frame toward h0");
+        } else if pfc {
+            assert!(
+                count(&f, "macc.opcode == 0x0101") > 0,
+                "no PFC frame toward {h}"
+            );
+        }
+    }
+}
+
 /// `dcqcn.csv` has rows, over several samples, for every QP each sender's
 /// ib_write_bw reports (its `local address: ... QPN 0x...` line), and
 /// some sender's Rc was below the line rate: a CNP's cut, sampled.
@@ -317,18 +361,25 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
         );
     }
     dcqcn_rows_cover_every_sender_qp_and_a_cut(&out, &sum);
+    pcaps_are_clean(&out, false);
     assert!(read(&out.join("samples.csv")).starts_with("t_s,source,name,value\n"));
     assert!(read(&out.join("lab.toml")).contains("rate = \"50mbit\""));
 
+    let svgs = every_svg_is_shown(&out);
+    assert_eq!(svgs.len(), 6, "{svgs:?}");
+}
+
+/// Every SVG of the results folder is on the page and Chromium shows it,
+/// with no console message; returns their names.
+fn every_svg_is_shown(out: &Path) -> Vec<String> {
     let html = read(&out.join("index.html"));
-    let svgs: Vec<String> = std::fs::read_dir(&out)
+    let svgs: Vec<String> = std::fs::read_dir(out)
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| n.ends_with(".svg"))
         .collect();
-    assert_eq!(svgs.len(), 6, "{svgs:?}");
-    let (imgs, console) = render(&out);
+    let (imgs, console) = render(out);
     for s in &svgs {
         assert!(
             html.contains(&format!("src=\"{s}\"")),
@@ -338,6 +389,77 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
         assert!(w.is_some_and(|w| w > 0), "{s} not shown: {imgs:?}");
     }
     assert!(console.is_empty(), "console messages: {console:?}");
+    svgs
+}
+
+/// The last value of column `name` of `pfc.csv`.
+fn pfc_last(csv: &str, name: &str) -> u64 {
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = head
+        .iter()
+        .position(|h| *h == name)
+        .unwrap_or_else(|| panic!("no column {name} in pfc.csv"));
+    let last = lines.last().expect("pfc.csv has rows");
+    last.split(',').nth(col).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean() {
+    let test = "a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, true) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
+    let args = [
+        "--hosts",
+        "3",
+        "--rate",
+        "50mbit",
+        "--ecn-kb",
+        "0",
+        "--pfc",
+        "--xoff-kb",
+        "40",
+        "--xon-kb",
+        "20",
+        "--duration",
+        "3",
+    ];
+    let lab = start(&args, &out, &err);
+    let pid = lab.id();
+    let st = finish(lab, &err);
+    let said = read(&err);
+    eprintln!("{said}");
+    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert_eq!(
+        leftovers(pid),
+        Vec::<String>::new(),
+        "left behind after the run"
+    );
+    let csv = read(&out.join("pfc.csv"));
+    // h0, the receiver, feeds no congested queue: never paused
+    assert_eq!(pfc_last(&csv, "switch_to_h0_prio3_pause_sent"), 0, "{csv}");
+    for h in ["h1", "h2"] {
+        let sent = pfc_last(&csv, &format!("switch_to_{h}_prio3_pause_sent"));
+        let got = pfc_last(&csv, &format!("{h}_rx_prio3_pause"));
+        let paused = pfc_last(&csv, &format!("{h}_rx_prio3_pause_duration_us"));
+        assert!(sent > 0, "the switch sent {h} no PFC frame\n{csv}");
+        // the frames arrive (a veth loses none) and none is counted twice
+        assert!(
+            got > 0 && got <= sent,
+            "{h}: {got} received of {sent}\n{csv}"
+        );
+        assert!(paused > 0, "{h} was never paused\n{csv}");
+    }
+    assert!(read(&out.join("lab.toml")).contains("pfc = true"));
+    let svgs = every_svg_is_shown(&out);
+    for s in ["pfc_frames.svg", "pfc_paused.svg"] {
+        assert!(svgs.iter().any(|x| x == s), "no {s}: {svgs:?}");
+    }
+    pcaps_are_clean(&out, true);
 }
 
 #[test]
