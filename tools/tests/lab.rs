@@ -22,6 +22,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// The tests' incast: h1, h2 → h0 at 50 Mbit/s for 3 s.
+const INCAST: [&str; 6] = ["--hosts", "3", "--rate", "50mbit", "--duration", "3"];
+
 /// One lab at a time: each is five busy processes on a small machine.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -84,6 +87,27 @@ fn finish(mut c: Child, err: &Path) -> std::process::ExitStatus {
             panic!("rnic lab did not end: {}", read(err));
         }
     }
+}
+
+/// Runs `rnic lab` with `args` to its end in a fresh folder: it
+/// succeeds and leaves no namespace, link or process behind. The folder
+/// (kept while the first value lives), the results folder and what the
+/// lab said.
+fn run_to_the_end(args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
+    let lab = start(args, &out, &err);
+    let pid = lab.id();
+    let st = finish(lab, &err);
+    let said = read(&err);
+    eprintln!("{said}");
+    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert_eq!(
+        leftovers(pid),
+        Vec::<String>::new(),
+        "left behind after the run"
+    );
+    (dir, out, said)
 }
 
 fn read(p: &Path) -> String {
@@ -304,29 +328,8 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
     if !runs_here(test, true) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
-    let args = [
-        "--hosts",
-        "3",
-        "--rate",
-        "50mbit",
-        "--ecn-kb",
-        "30",
-        "--duration",
-        "3",
-    ];
-    let lab = start(&args, &out, &err);
-    let pid = lab.id();
-    let st = finish(lab, &err);
-    let said = read(&err);
-    eprintln!("{said}");
-    assert!(st.success(), "rnic lab: {st}\n{said}");
-    assert_eq!(
-        leftovers(pid),
-        Vec::<String>::new(),
-        "left behind after the run"
-    );
+    let args = [&INCAST[..], &["--ecn-kb", "30"]].concat();
+    let (_dir, out, said) = run_to_the_end(&args);
     assert!(
         said.contains("rnicd on AfXdp") || said.contains("rnicd on AfPacket"),
         "{said}"
@@ -411,13 +414,7 @@ fn a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean() {
     if !runs_here(test, true) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
-    let args = [
-        "--hosts",
-        "3",
-        "--rate",
-        "50mbit",
+    let pfc = [
         "--ecn-kb",
         "0",
         "--pfc",
@@ -425,19 +422,11 @@ fn a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean() {
         "40",
         "--xon-kb",
         "20",
-        "--duration",
-        "3",
     ];
-    let lab = start(&args, &out, &err);
-    let pid = lab.id();
-    let st = finish(lab, &err);
-    let said = read(&err);
-    eprintln!("{said}");
-    assert!(st.success(), "rnic lab: {st}\n{said}");
-    assert_eq!(
-        leftovers(pid),
-        Vec::<String>::new(),
-        "left behind after the run"
+    let (_dir, out, said) = run_to_the_end(&[&INCAST[..], &pfc].concat());
+    assert!(
+        said.contains("PFC from the switch: priority 3 paused above 40 KB"),
+        "{said}"
     );
     let csv = read(&out.join("pfc.csv"));
     // h0, the receiver, feeds no congested queue: never paused

@@ -430,8 +430,9 @@ mod tests {
     fn the_loopback_root_qdisc_reads_as_a_queue() {
         let mut nl = Rtnl::open().unwrap();
         let qs = nl.root_qdisc_queues().unwrap();
-        // lo's root is noqueue, which the kernel lists with parent ROOT
-        // only when it has one; every entry names a real interface
+        // lo's root qdisc (noqueue) is listed, and holds nothing
+        let lo = qs.iter().find(|q| q.ifindex == 1);
+        assert_eq!(lo.map(|q| (q.backlog, q.qlen)), Some((0, 0)), "{qs:?}");
         assert!(qs.iter().all(|q| q.ifindex > 0), "{qs:?}");
     }
 }

@@ -282,7 +282,13 @@ pub fn start(
         .max()
         .filter(|&b| b > 0)
         .unwrap_or(cfg.rate_bps);
-    PfcStage::start(&fabric.switch, ports, th.xoff_bytes, th.xon_bytes, link_bps).map(Some)
+    let stage = PfcStage::start(&fabric.switch, ports, th.xoff_bytes, th.xon_bytes, link_bps)?;
+    super::say(&format!(
+        "PFC from the switch: priority {ROCE_PRIORITY} paused above {} KB of a queue, resumed at {} KB",
+        th.xoff_bytes / 1000,
+        th.xon_bytes / 1000
+    ));
+    Ok(Some(stage))
 }
 
 /// `s` with the stage's sent counts as of now.
