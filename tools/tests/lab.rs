@@ -444,6 +444,12 @@ fn a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean() {
         assert!(paused > 0, "{h} was never paused\n{csv}");
     }
     assert!(read(&out.join("lab.toml")).contains("pfc = true"));
+    let sum: Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
+    for h in 1..3 {
+        let t = &sum["pfc"]["hosts"][h];
+        assert!(t["switch_sent"].as_u64().unwrap() > 0, "{sum}");
+        assert!(t["paused_ms"].as_f64().unwrap() > 0.0, "{sum}");
+    }
     let svgs = every_svg_is_shown(&out);
     for s in ["pfc_frames.svg", "pfc_paused.svg"] {
         assert!(svgs.iter().any(|x| x == s), "no {s}: {svgs:?}");

@@ -312,6 +312,7 @@ fn report(sum: &serde_json::Value, out: &Path) {
         r["np_ecn_marked_roce_packets"],
         r["np_cnp_sent"]
     ));
+    pfc::report(sum);
     say(&format!("results: {}", out.join("index.html").display()));
 }
 

@@ -189,6 +189,7 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
             "np_cnp_sent": d(0, "np_cnp_sent"),
         },
         "dcqcn": super::dcqcn::summary(info, snaps),
+        "pfc": super::pfc::summary(info, snaps),
     })
 }
 
