@@ -188,7 +188,7 @@ fn workload(
     let mut snaps = vec![pfc::with_sent(
         sample::snapshot(0.0, daemons, fabric)?,
         stage,
-    )];
+    )?];
     let t0 = Instant::now();
     let mut flows = incast::start(rnic, daemons, cfg, logs)?;
     say(&format!(
@@ -253,7 +253,7 @@ fn sample_until_done(
         snaps.push(pfc::with_sent(
             sample::snapshot(t0.elapsed().as_secs_f64(), daemons, fabric)?,
             stage,
-        ));
+        )?);
         progress.draw(snaps);
         if done {
             return Ok(());

@@ -59,6 +59,8 @@ pub type SentCounts = Vec<[u64; PRIORITIES]>;
 /// The running stage: stopped and joined on drop.
 pub struct PfcStage {
     stop: Arc<AtomicBool>,
+    /// Why the thread ended early, once it has.
+    failed: Arc<Mutex<Option<String>>>,
     sent: Arc<Mutex<SentCounts>>,
     thread: Option<JoinHandle<Result<(), LabError>>>,
 }
@@ -83,7 +85,8 @@ impl PfcStage {
         let netns = std::fs::File::open(&path).map_err(io(path))?;
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(Mutex::new(vec![[0u64; PRIORITIES]; ports.len()]));
-        let (s, c) = (stop.clone(), sent.clone());
+        let failed = Arc::new(Mutex::new(None));
+        let (s, c, f) = (stop.clone(), sent.clone(), failed.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("lab-pfc".into())
@@ -94,14 +97,17 @@ impl PfcStage {
                     Err(e) => (None, Err(e)),
                 };
                 let _ = tx.send(said);
-                match stage {
-                    Some(mut st) => st.run(&s, &c),
-                    None => Ok(()),
+                let Some(mut st) = stage else { return Ok(()) };
+                let ran = st.run(&s, &c);
+                if let (Err(e), Ok(mut slot)) = (&ran, f.lock()) {
+                    *slot = Some(e.to_string());
                 }
+                ran
             })
             .map_err(io("the PFC stage's thread"))?;
         let mut stage = PfcStage {
             stop,
+            failed,
             sent,
             thread: Some(thread),
         };
@@ -115,9 +121,13 @@ impl PfcStage {
         }
     }
 
-    /// The PFC frames sent so far, per port and priority.
-    pub fn sent(&self) -> SentCounts {
-        self.sent.lock().map(|g| g.clone()).unwrap_or_default()
+    /// The PFC frames sent so far, per port and priority; an error once
+    /// the stage has stopped on one (the run would go on without PFC).
+    pub fn sent(&self) -> Result<SentCounts, LabError> {
+        if let Some(why) = self.failed.lock().ok().and_then(|g| g.clone()) {
+            return Err(LabError::PfcStage(why));
+        }
+        Ok(self.sent.lock().map(|g| g.clone()).unwrap_or_default())
     }
 
     /// Stops the thread; its error, if it ended on one.
@@ -165,10 +175,7 @@ impl Stage {
                 std::io::Error::last_os_error(),
             ));
         }
-        let rtnl = Rtnl::open().map_err(|e| LabError::Io {
-            what: format!("rtnetlink in the switch namespace: {e}"),
-            source: std::io::ErrorKind::Other.into(),
-        })?;
+        let rtnl = Rtnl::open()?;
         let mut st = Stage {
             rtnl,
             ports: Vec::new(),
@@ -178,7 +185,7 @@ impl Stage {
             t0: std::time::Instant::now(),
         };
         for p in ports {
-            let idx = st.rtnl.link_index(&p.iface).ok().flatten().ok_or_else(|| {
+            let idx = st.rtnl.link_index(&p.iface)?.ok_or_else(|| {
                 io(format!("switch port {}", p.iface))(std::io::ErrorKind::NotFound.into())
             })?;
             st.sockets.push(
@@ -199,10 +206,7 @@ impl Stage {
 
     fn run(&mut self, stop: &AtomicBool, sent: &Mutex<SentCounts>) -> Result<(), LabError> {
         while !stop.load(Ordering::Acquire) {
-            let queues = self.rtnl.root_qdisc_queues().map_err(|e| LabError::Io {
-                what: format!("the switch's qdiscs: {e}"),
-                source: std::io::ErrorKind::Other.into(),
-            })?;
+            let queues = self.rtnl.root_qdisc_queues()?;
             let backlog: Vec<u64> = self
                 .ifindex
                 .iter()
@@ -291,12 +295,13 @@ pub fn start(
     Ok(Some(stage))
 }
 
-/// `s` with the stage's sent counts as of now.
-pub fn with_sent(mut s: Snapshot, stage: Option<&PfcStage>) -> Snapshot {
+/// `s` with the stage's sent counts as of now; an error once the stage
+/// has stopped on one.
+pub fn with_sent(mut s: Snapshot, stage: Option<&PfcStage>) -> Result<Snapshot, LabError> {
     if let Some(st) = stage {
-        s.pfc_sent = st.sent();
+        s.pfc_sent = st.sent()?;
     }
-    s
+    Ok(s)
 }
 
 /// Host counters drawn per priority [`ROCE_PRIORITY`].
