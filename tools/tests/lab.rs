@@ -236,25 +236,27 @@ fn render(dir: &Path) -> (Vec<(String, u64)>, Vec<String>) {
     (imgs, console)
 }
 
+/// The frames of pcap `f` that tshark's display filter `filter` matches.
+fn count(f: &Path, filter: &str) -> usize {
+    let o = Command::new("tshark")
+        .arg("-r")
+        .arg(f)
+        .args(["-Y", filter])
+        .output()
+        .expect("run tshark");
+    assert!(
+        o.status.success(),
+        "tshark {}: {}",
+        f.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
 /// Every `link-hI.pcap` in `out` decodes in tshark with no malformed
 /// frame; the senders' links hold 802.1Qbb frames (the switch's pauses)
 /// and h0's link holds RoCEv2 frames.
 fn pcaps_are_clean(out: &Path, pfc: bool) {
-    let count = |f: &Path, filter: &str| {
-        let o = Command::new("tshark")
-            .arg("-r")
-            .arg(f)
-            .args(["-Y", filter])
-            .output()
-            .expect("run tshark");
-        assert!(
-            o.status.success(),
-            "tshark {}: {}",
-            f.display(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).lines().count()
-    };
     for h in ["h0", "h1", "h2"] {
         let f = out.join(format!("link-{h}.pcap"));
         assert!(f.is_file(), "no {}", f.display());
@@ -442,6 +444,14 @@ fn a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean() {
             "{h}: {got} received of {sent}\n{csv}"
         );
         assert!(paused > 0, "{h} was never paused\n{csv}");
+        // the capture runs from before the stage to after it: it holds
+        // every frame the samples counted
+        let f = out.join(format!("link-{h}.pcap"));
+        let in_pcap = count(&f, "macc.opcode == 0x0101 && macc.cbfc.enbv.c3 == 1") as u64;
+        assert!(
+            in_pcap >= sent,
+            "{h}: {in_pcap} PFC frames in its pcap, {sent} sent"
+        );
     }
     assert!(read(&out.join("lab.toml")).contains("pfc = true"));
     let sum: Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
@@ -474,7 +484,8 @@ fn sigint_mid_run_tears_everything_down() {
         }
         // the progress line: the workload is sampled, so every process
         // of the lab is up
-        read(&err).contains("CE marks").then_some(())
+        // (its `queue→h0`; the first line says "CE marks above" too)
+        read(&err).contains("queue→h0").then_some(())
     });
     assert!(running.is_some(), "no workload: {}", read(&err));
     assert!(

@@ -30,6 +30,9 @@ pub fn start(fabric: &Fabric, out: &Path, logs: &Path) -> Result<Vec<Proc>, LabE
             h.port.as_ref(),
             "-n".as_ref(),
             "-U".as_ref(),
+            // frames reach tcpdump as they come, not in blocks the kernel
+            // retires on a timeout: the SIGTERM at teardown loses none
+            "--immediate-mode".as_ref(),
             "-s".as_ref(),
             snap.as_ref(),
             "-c".as_ref(),
