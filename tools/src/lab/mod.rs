@@ -15,7 +15,8 @@
 //! | [`incast`] | the ib_write_bw workload |
 //! | [`sample`] | the counters of hosts and switch, and the senders' DCQCN state, at one instant |
 //! | [`capture`] | a pcap per link (tcpdump on each switch port) |
-//! | [`pfc`] | the switch's PFC stage (802.1Qbb from the egress backlogs), `pfc.csv`, its plots |
+//! | [`pfc`] | the switch's PFC stage (802.1Qbb from the egress backlogs) |
+//! | [`pfc_results`] | its `pfc.csv`, plots and totals |
 //! | [`dcqcn`] | the senders' DCQCN state (Rc, Rt, α per QP) over time: `dcqcn.csv`, its plots |
 //! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
 //! | [`sys`] | running tools and children, signals, waiting |
@@ -29,6 +30,7 @@ pub mod incast;
 pub mod net;
 pub mod page;
 pub mod pfc;
+pub mod pfc_results;
 pub mod results;
 pub mod run_info;
 pub mod sample;
@@ -312,7 +314,7 @@ fn report(sum: &serde_json::Value, out: &Path) {
         r["np_ecn_marked_roce_packets"],
         r["np_cnp_sent"]
     ));
-    pfc::report(sum);
+    pfc_results::report(sum);
     say(&format!("results: {}", out.join("index.html").display()));
 }
 

@@ -189,7 +189,7 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
             "np_cnp_sent": d(0, "np_cnp_sent"),
         },
         "dcqcn": super::dcqcn::summary(info, snaps),
-        "pfc": super::pfc::summary(info, snaps),
+        "pfc": super::pfc_results::summary(info, snaps),
     })
 }
 
@@ -201,7 +201,7 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, La
         p.write(out, false)?;
     }
     plots.extend(super::dcqcn::write(out, info, snaps)?);
-    plots.extend(super::pfc::write(out, info, snaps)?);
+    plots.extend(super::pfc_results::write(out, info, snaps)?);
     let sum = summary(info, snaps);
     let text = serde_json::to_string_pretty(&sum).expect("JSON of plain values");
     write_file(&out.join("summary.json"), text + "\n")?;
