@@ -197,6 +197,15 @@ struct LabArgs {
     /// The links' MTU [default: 1500].
     #[arg(long)]
     mtu: Option<u32>,
+    /// The switch sends 802.1Qbb PFC toward the senders when a queue passes --xoff-kb.
+    #[arg(long)]
+    pfc: bool,
+    /// PFC: pause the senders when a queue holds this many KB [default: 300].
+    #[arg(long, value_name = "KB")]
+    xoff_kb: Option<u32>,
+    /// PFC: resume them when it falls to this many KB [default: 250].
+    #[arg(long, value_name = "KB")]
+    xon_kb: Option<u32>,
     /// The workload's length in seconds (ib_write_bw -D) [default: 10].
     #[arg(long, value_name = "SECONDS")]
     duration: Option<u32>,
@@ -223,6 +232,9 @@ impl LabArgs {
                 ecn_kb: self.ecn_kb,
                 queue_kb: self.queue_kb,
                 mtu: self.mtu,
+                pfc: self.pfc.then_some(true),
+                xoff_kb: self.xoff_kb,
+                xon_kb: self.xon_kb,
             },
             workload: WorkloadFile {
                 kind: None,

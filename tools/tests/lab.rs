@@ -6,9 +6,13 @@
 //! among it, and an index.html that headless Chromium renders with every
 //! plot loaded and no console message; afterwards, and after a SIGINT mid-run, no
 //! namespace, link or process of the lab is left. Without root it refuses
-//! in one line.
+//! in one line. With `--pfc` and no ECN marking, the switch's PFC stage
+//! pauses both senders: it counts PFC frames sent toward each, each
+//! sender counts them received and a paused time, the page shows the PFC
+//! plots, and every link's pcap holds those frames and decodes in tshark
+//! with no malformed frame.
 //!
-//! Needs root, tc, nft, ib_write_bw (perftest) and chromium: a loud
+//! Needs root, tc, nft, ib_write_bw (perftest), tcpdump, tshark and chromium: a loud
 //! SKIPPED line without them, a failure under CI.
 
 mod common;
@@ -17,6 +21,9 @@ use common::{poll_within, STUCK};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+/// The tests' incast: h1, h2 → h0 at 50 Mbit/s for 3 s.
+const INCAST: [&str; 6] = ["--hosts", "3", "--rate", "50mbit", "--duration", "3"];
 
 /// One lab at a time: each is five busy processes on a small machine.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -35,9 +42,11 @@ fn runs_here(test: &str, chromium: bool) -> bool {
         ("tc", "-V", "iproute2"),
         ("nft", "--version", "nftables"),
         ("ib_write_bw", "--version", "perftest"),
+        ("tcpdump", "--version", "tcpdump"),
+        ("tshark", "--version", "tshark"),
         ("chromium", "--version", "chromium"),
     ];
-    for (tool, flag, package) in tools.iter().take(if chromium { 4 } else { 3 }) {
+    for (tool, flag, package) in tools.iter().take(if chromium { 6 } else { 5 }) {
         let there = Command::new(tool)
             .arg(flag)
             .stdout(Stdio::null())
@@ -78,6 +87,27 @@ fn finish(mut c: Child, err: &Path) -> std::process::ExitStatus {
             panic!("rnic lab did not end: {}", read(err));
         }
     }
+}
+
+/// Runs `rnic lab` with `args` to its end in a fresh folder: it
+/// succeeds and leaves no namespace, link or process behind. The folder
+/// (kept while the first value lives), the results folder and what the
+/// lab said.
+fn run_to_the_end(args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
+    let lab = start(args, &out, &err);
+    let pid = lab.id();
+    let st = finish(lab, &err);
+    let said = read(&err);
+    eprintln!("{said}");
+    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert_eq!(
+        leftovers(pid),
+        Vec::<String>::new(),
+        "left behind after the run"
+    );
+    (dir, out, said)
 }
 
 fn read(p: &Path) -> String {
@@ -206,6 +236,46 @@ fn render(dir: &Path) -> (Vec<(String, u64)>, Vec<String>) {
     (imgs, console)
 }
 
+/// The frames of pcap `f` that tshark's display filter `filter` matches.
+fn count(f: &Path, filter: &str) -> usize {
+    let o = Command::new("tshark")
+        .arg("-r")
+        .arg(f)
+        .args(["-Y", filter])
+        .output()
+        .expect("run tshark");
+    assert!(
+        o.status.success(),
+        "tshark {}: {}",
+        f.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
+/// Every `link-hI.pcap` in `out` decodes in tshark with no malformed
+/// frame; the senders' links hold 802.1Qbb frames (the switch's pauses)
+/// and h0's link holds RoCEv2 frames.
+fn pcaps_are_clean(out: &Path, pfc: bool) {
+    for h in ["h0", "h1", "h2"] {
+        let f = out.join(format!("link-{h}.pcap"));
+        assert!(f.is_file(), "no {}", f.display());
+        assert_eq!(
+            count(&f, "_ws.malformed"),
+            0,
+            "malformed frames in {h}'s pcap"
+        );
+        if h == "h0" {
+            assert!(count(&f, "infiniband") > 0, "no RoCEv2 frame toward h0");
+        } else if pfc {
+            assert!(
+                count(&f, "macc.opcode == 0x0101") > 0,
+                "no PFC frame toward {h}"
+            );
+        }
+    }
+}
+
 /// `dcqcn.csv` has rows, over several samples, for every QP each sender's
 /// ib_write_bw reports (its `local address: ... QPN 0x...` line), and
 /// some sender's Rc was below the line rate: a CNP's cut, sampled.
@@ -260,29 +330,8 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
     if !runs_here(test, true) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
-    let args = [
-        "--hosts",
-        "3",
-        "--rate",
-        "50mbit",
-        "--ecn-kb",
-        "30",
-        "--duration",
-        "3",
-    ];
-    let lab = start(&args, &out, &err);
-    let pid = lab.id();
-    let st = finish(lab, &err);
-    let said = read(&err);
-    eprintln!("{said}");
-    assert!(st.success(), "rnic lab: {st}\n{said}");
-    assert_eq!(
-        leftovers(pid),
-        Vec::<String>::new(),
-        "left behind after the run"
-    );
+    let args = [&INCAST[..], &["--ecn-kb", "30"]].concat();
+    let (_dir, out, said) = run_to_the_end(&args);
     assert!(
         said.contains("rnicd on AfXdp") || said.contains("rnicd on AfPacket"),
         "{said}"
@@ -317,18 +366,25 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
         );
     }
     dcqcn_rows_cover_every_sender_qp_and_a_cut(&out, &sum);
+    pcaps_are_clean(&out, false);
     assert!(read(&out.join("samples.csv")).starts_with("t_s,source,name,value\n"));
     assert!(read(&out.join("lab.toml")).contains("rate = \"50mbit\""));
 
+    let svgs = every_svg_is_shown(&out);
+    assert_eq!(svgs.len(), 6, "{svgs:?}");
+}
+
+/// Every SVG of the results folder is on the page and Chromium shows it,
+/// with no console message; returns their names.
+fn every_svg_is_shown(out: &Path) -> Vec<String> {
     let html = read(&out.join("index.html"));
-    let svgs: Vec<String> = std::fs::read_dir(&out)
+    let svgs: Vec<String> = std::fs::read_dir(out)
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| n.ends_with(".svg"))
         .collect();
-    assert_eq!(svgs.len(), 6, "{svgs:?}");
-    let (imgs, console) = render(&out);
+    let (imgs, console) = render(out);
     for s in &svgs {
         assert!(
             html.contains(&format!("src=\"{s}\"")),
@@ -338,6 +394,77 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
         assert!(w.is_some_and(|w| w > 0), "{s} not shown: {imgs:?}");
     }
     assert!(console.is_empty(), "console messages: {console:?}");
+    svgs
+}
+
+/// The last value of column `name` of `pfc.csv`.
+fn pfc_last(csv: &str, name: &str) -> u64 {
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = head
+        .iter()
+        .position(|h| *h == name)
+        .unwrap_or_else(|| panic!("no column {name} in pfc.csv"));
+    let last = lines.last().expect("pfc.csv has rows");
+    last.split(',').nth(col).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean() {
+    let test = "a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, true) {
+        return;
+    }
+    let pfc = [
+        "--ecn-kb",
+        "0",
+        "--pfc",
+        "--xoff-kb",
+        "40",
+        "--xon-kb",
+        "20",
+    ];
+    let (_dir, out, said) = run_to_the_end(&[&INCAST[..], &pfc].concat());
+    assert!(
+        said.contains("PFC from the switch: priority 3 paused above 40 KB"),
+        "{said}"
+    );
+    let csv = read(&out.join("pfc.csv"));
+    // h0, the receiver, feeds no congested queue: never paused
+    assert_eq!(pfc_last(&csv, "switch_to_h0_prio3_pause_sent"), 0, "{csv}");
+    for h in ["h1", "h2"] {
+        let sent = pfc_last(&csv, &format!("switch_to_{h}_prio3_pause_sent"));
+        let got = pfc_last(&csv, &format!("{h}_rx_prio3_pause"));
+        let paused = pfc_last(&csv, &format!("{h}_rx_prio3_pause_duration_us"));
+        assert!(sent > 0, "the switch sent {h} no PFC frame\n{csv}");
+        // the frames arrive (a veth loses none) and none is counted twice
+        assert!(
+            got > 0 && got <= sent,
+            "{h}: {got} received of {sent}\n{csv}"
+        );
+        assert!(paused > 0, "{h} was never paused\n{csv}");
+        // the capture runs from before the stage to after it: it holds
+        // every frame the samples counted
+        let f = out.join(format!("link-{h}.pcap"));
+        let in_pcap = count(&f, "macc.opcode == 0x0101 && macc.cbfc.enbv.c3 == 1") as u64;
+        assert!(
+            in_pcap >= sent,
+            "{h}: {in_pcap} PFC frames in its pcap, {sent} sent"
+        );
+    }
+    assert!(read(&out.join("lab.toml")).contains("pfc = true"));
+    let sum: Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
+    for h in 1..3 {
+        let t = &sum["pfc"]["hosts"][h];
+        assert!(t["switch_sent"].as_u64().unwrap() > 0, "{sum}");
+        assert!(t["paused_ms"].as_f64().unwrap() > 0.0, "{sum}");
+    }
+    let svgs = every_svg_is_shown(&out);
+    for s in ["pfc_frames.svg", "pfc_paused.svg"] {
+        assert!(svgs.iter().any(|x| x == s), "no {s}: {svgs:?}");
+    }
+    pcaps_are_clean(&out, true);
 }
 
 #[test]
@@ -357,7 +484,8 @@ fn sigint_mid_run_tears_everything_down() {
         }
         // the progress line: the workload is sampled, so every process
         // of the lab is up
-        read(&err).contains("CE marks").then_some(())
+        // (its `queue→h0`; the first line says "CE marks above" too)
+        read(&err).contains("queue→h0").then_some(())
     });
     assert!(running.is_some(), "no workload: {}", read(&err));
     assert!(

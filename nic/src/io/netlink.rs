@@ -19,6 +19,7 @@ use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteVia};
+use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcStats2};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::io;
@@ -111,6 +112,17 @@ pub struct InterfaceAddress {
     pub addr: IpAddr,
     pub prefix_len: u8,
     pub scope: AddressScope,
+}
+
+/// A root qdisc's queue at one instant (RTM_GETQDISC, the numbers
+/// `tc -s qdisc show` prints as `backlog`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QdiscQueue {
+    pub ifindex: u32,
+    /// Bytes queued.
+    pub backlog: u64,
+    /// Frames queued.
+    pub qlen: u64,
 }
 
 /// A route netlink socket in the calling thread's network namespace.
@@ -264,6 +276,49 @@ impl Rtnl {
         Ok(out)
     }
 
+    /// Every root qdisc's backlog in this namespace (one RTM_GETQDISC
+    /// dump: TCA_STATS2's queue statistics, else the older TCA_STATS).
+    pub fn root_qdisc_queues(&mut self) -> Result<Vec<QdiscQueue>, NetlinkError> {
+        let msgs = self.ask(
+            "the qdiscs",
+            RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()),
+            true,
+        )?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewQueueDiscipline(q) if q.header.parent == TcHandle::ROOT => {
+                    Some(q)
+                }
+                _ => None,
+            })
+            .map(|q| {
+                let mut out = QdiscQueue {
+                    ifindex: u32::try_from(q.header.index).unwrap_or(0),
+                    ..QdiscQueue::default()
+                };
+                for a in &q.attributes {
+                    match a {
+                        TcAttribute::Stats2(v) => {
+                            for st in v {
+                                if let TcStats2::Queue(sq) = st {
+                                    out.backlog = u64::from(sq.backlog);
+                                    out.qlen = u64::from(sq.qlen);
+                                }
+                            }
+                        }
+                        TcAttribute::Stats(st) if out.backlog == 0 && out.qlen == 0 => {
+                            out.backlog = u64::from(st.backlog);
+                            out.qlen = u64::from(st.qlen);
+                        }
+                        _ => {}
+                    }
+                }
+                out
+            })
+            .collect())
+    }
+
     /// The index of interface `name`; `None` when there is no such
     /// interface in this namespace.
     pub fn link_index(&mut self, name: &str) -> Result<Option<u32>, NetlinkError> {
@@ -370,5 +425,14 @@ mod tests {
                 .any(|a| a.addr == "127.0.0.1".parse::<IpAddr>().unwrap() && a.prefix_len == 8),
             "{v4:?}"
         );
+    }
+    #[test]
+    fn the_loopback_root_qdisc_reads_as_a_queue() {
+        let mut nl = Rtnl::open().unwrap();
+        let qs = nl.root_qdisc_queues().unwrap();
+        // lo's root qdisc (noqueue) is listed, and holds nothing
+        let lo = qs.iter().find(|q| q.ifindex == 1);
+        assert_eq!(lo.map(|q| (q.backlog, q.qlen)), Some((0, 0)), "{qs:?}");
+        assert!(qs.iter().all(|q| q.ifindex > 0), "{qs:?}");
     }
 }

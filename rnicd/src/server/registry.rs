@@ -244,6 +244,8 @@ pub(super) fn stats(sh: &Shared) -> Stats {
         let mut transport: Vec<(String, u64)> =
             r.counters().iter().map(|(k, v)| (k.into(), v)).collect();
         transport.extend(drops);
+        // 802.1Qbb: rx/tx_prio{p}_pause and _pause_duration (µs)
+        transport.extend(r.pfc_counters(r.last_now()).iter());
         (gsi, transport)
     })
     .unwrap_or_default();

@@ -10,6 +10,9 @@
 //! ecn_kb = 30             # CE-mark above this many KB (0: no marking)
 //! queue_kb = 1000         # the queue's capacity: tail drop beyond it
 //! mtu = 1500
+//! pfc = false             # 802.1Qbb PFC from the switch toward the senders
+//! xoff_kb = 300           # PFC: pause when a queue holds this many KB
+//! xon_kb = 250            # PFC: resume when it falls to this many KB
 //!
 //! [workload]
 //! kind = "incast"         # ib_write_bw h1..h(N-1) → h0
@@ -42,6 +45,9 @@ pub struct SwitchFile {
     pub ecn_kb: Option<u32>,
     pub queue_kb: Option<u32>,
     pub mtu: Option<u32>,
+    pub pfc: Option<bool>,
+    pub xoff_kb: Option<u32>,
+    pub xon_kb: Option<u32>,
 }
 
 /// The `[workload]` table.
@@ -77,6 +83,9 @@ impl LabFile {
                 ecn_kb: over.switch.ecn_kb.or(self.switch.ecn_kb),
                 queue_kb: over.switch.queue_kb.or(self.switch.queue_kb),
                 mtu: over.switch.mtu.or(self.switch.mtu),
+                pfc: over.switch.pfc.or(self.switch.pfc),
+                xoff_kb: over.switch.xoff_kb.or(self.switch.xoff_kb),
+                xon_kb: over.switch.xon_kb.or(self.switch.xon_kb),
             },
             workload: WorkloadFile {
                 kind: over.workload.kind.or(self.workload.kind),
@@ -121,10 +130,22 @@ pub struct LabConfig {
     /// Each egress queue's capacity in bytes.
     pub queue_bytes: u64,
     pub mtu: u32,
+    /// The switch's PFC stage: XOFF and XON in bytes ([`super::pfc`]);
+    /// `None`: no PFC.
+    pub pfc: Option<PfcThresholds>,
     pub duration_s: u32,
     /// ib_write_bw's message size.
     pub size: u32,
     pub sample_ms: u32,
+}
+
+/// The switch's PFC thresholds on each egress queue's backlog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PfcThresholds {
+    /// Pause the senders when the queue holds this many bytes.
+    pub xoff_bytes: u64,
+    /// Resume them when it falls to this many bytes (below XOFF).
+    pub xon_bytes: u64,
 }
 
 /// The most hosts: their addresses are 192.0.2.1 .. 192.0.2.N.
@@ -177,6 +198,7 @@ impl LabConfig {
         if !(1280..=9000).contains(&mtu) {
             return Err(setting("switch.mtu", format!("{mtu}: want 1280 to 9000")));
         }
+        let pfc = pfc_thresholds(&f.switch, queue_kb)?;
         let duration_s = f.workload.duration_s.unwrap_or(10);
         let size = f.workload.size.unwrap_or(65536);
         let sample_ms = f.workload.sample_ms.unwrap_or(100);
@@ -193,6 +215,7 @@ impl LabConfig {
             ecn_bytes: u64::from(ecn_kb) * 1000,
             queue_bytes: u64::from(queue_kb) * 1000,
             mtu,
+            pfc,
             duration_s,
             size,
             sample_ms,
@@ -210,6 +233,9 @@ impl LabConfig {
                 ecn_kb: Some((self.ecn_bytes / 1000) as u32),
                 queue_kb: Some((self.queue_bytes / 1000) as u32),
                 mtu: Some(self.mtu),
+                pfc: Some(self.pfc.is_some()),
+                xoff_kb: self.pfc.map(|p| (p.xoff_bytes / 1000) as u32),
+                xon_kb: self.pfc.map(|p| (p.xon_bytes / 1000) as u32),
             },
             workload: WorkloadFile {
                 kind: Some("incast".into()),
@@ -220,6 +246,26 @@ impl LabConfig {
         };
         toml::to_string(&f).unwrap_or_default()
     }
+}
+
+/// The PFC thresholds of `[switch]`: XON < XOFF < the queue's capacity
+/// (a queue that tail-drops before XOFF would never pause anyone).
+fn pfc_thresholds(s: &SwitchFile, queue_kb: u32) -> Result<Option<PfcThresholds>, LabError> {
+    if s.pfc != Some(true) {
+        return Ok(None);
+    }
+    let xoff_kb = s.xoff_kb.unwrap_or(300);
+    let xon_kb = s.xon_kb.unwrap_or(xoff_kb.saturating_sub(50));
+    if xon_kb >= xoff_kb || xoff_kb >= queue_kb {
+        return Err(setting(
+            "switch",
+            format!("xon_kb {xon_kb} < xoff_kb {xoff_kb} < queue_kb {queue_kb} does not hold"),
+        ));
+    }
+    Ok(Some(PfcThresholds {
+        xoff_bytes: u64::from(xoff_kb) * 1000,
+        xon_bytes: u64::from(xon_kb) * 1000,
+    }))
 }
 
 /// A rate in bits per second in tc's words, the largest unit that keeps
@@ -305,6 +351,18 @@ mod tests {
         let c = LabConfig::from_file(LabFile::default()).unwrap();
         let again: LabFile = toml::from_str(&c.to_toml()).unwrap();
         assert_eq!(LabConfig::from_file(again).unwrap(), c);
+        let mut f = LabFile::default();
+        (f.switch.pfc, f.switch.xoff_kb) = (Some(true), Some(200));
+        let c = LabConfig::from_file(f).unwrap();
+        assert_eq!(
+            c.pfc,
+            Some(PfcThresholds {
+                xoff_bytes: 200_000,
+                xon_bytes: 150_000
+            })
+        );
+        let again: LabFile = toml::from_str(&c.to_toml()).unwrap();
+        assert_eq!(LabConfig::from_file(again).unwrap(), c);
     }
 
     #[test]
@@ -323,5 +381,11 @@ mod tests {
         let mut f = LabFile::default();
         f.workload.kind = Some("allreduce".into());
         assert!(bad(f).contains("only incast"));
+        let mut f = LabFile::default();
+        (f.switch.pfc, f.switch.xoff_kb, f.switch.xon_kb) = (Some(true), Some(100), Some(100));
+        assert!(bad(f).contains("xon_kb"));
+        let mut f = LabFile::default();
+        (f.switch.pfc, f.switch.xoff_kb) = (Some(true), Some(1000));
+        assert!(bad(f).contains("queue_kb"));
     }
 }

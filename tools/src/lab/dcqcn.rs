@@ -180,6 +180,7 @@ mod tests {
             ..CcStates::default()
         };
         Snapshot {
+            pfc_sent: Vec::new(),
             t,
             hosts: vec![Default::default(); 3],
             ports: vec![Default::default(); 3],

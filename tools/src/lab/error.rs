@@ -64,6 +64,12 @@ pub enum LabError {
         host: String,
         source: softrnic::Error,
     },
+    /// The switch's PFC stage could not read the qdiscs or its ports.
+    #[error("the switch's PFC stage: {0}")]
+    Netlink(#[from] nic::io::netlink::NetlinkError),
+    /// The switch's PFC stage ended before the run did.
+    #[error("the switch's PFC stage stopped: {0}")]
+    PfcStage(String),
     #[error(transparent)]
     Write(#[from] WriteError),
     #[error("{what}: {source}")]

@@ -14,10 +14,14 @@
 //! | [`host`] | each host's rnicd |
 //! | [`incast`] | the ib_write_bw workload |
 //! | [`sample`] | the counters of hosts and switch, and the senders' DCQCN state, at one instant |
+//! | [`capture`] | a pcap per link (tcpdump on each switch port) |
+//! | [`pfc`] | the switch's PFC stage (802.1Qbb from the egress backlogs) |
+//! | [`pfc_results`] | its `pfc.csv`, plots and totals |
 //! | [`dcqcn`] | the senders' DCQCN state (Rc, Rt, α per QP) over time: `dcqcn.csv`, its plots |
 //! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
 //! | [`sys`] | running tools and children, signals, waiting |
 
+pub mod capture;
 pub mod config;
 pub mod dcqcn;
 mod error;
@@ -25,6 +29,8 @@ pub mod host;
 pub mod incast;
 pub mod net;
 pub mod page;
+pub mod pfc;
+pub mod pfc_results;
 pub mod results;
 pub mod run_info;
 pub mod sample;
@@ -159,7 +165,11 @@ fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Resu
     }
     let frame = daemons[0].data_frame_bytes()?;
     fabric.shape(cfg, frame)?;
-    let result = workload(rnic, cfg, &fabric, &mut daemons, out, &logs);
+    let captures = capture::start(&fabric, out, &logs)?;
+    let stage = pfc::start(cfg, &fabric, &daemons)?;
+    let result = workload(rnic, cfg, &fabric, &mut daemons, out, &logs, stage.as_ref());
+    drop(stage);
+    drop(captures);
     drop(daemons);
     drop(fabric);
     drop(run_dir);
@@ -175,8 +185,12 @@ fn workload(
     daemons: &mut [Daemon],
     out: &Path,
     logs: &Path,
+    stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
-    let mut snaps = vec![sample::snapshot(0.0, daemons, fabric)?];
+    let mut snaps = vec![pfc::with_sent(
+        sample::snapshot(0.0, daemons, fabric)?,
+        stage,
+    )?];
     let t0 = Instant::now();
     let mut flows = incast::start(rnic, daemons, cfg, logs)?;
     say(&format!(
@@ -184,7 +198,7 @@ fn workload(
         cfg.hosts - 1,
         cfg.duration_s
     ));
-    let ran = sample_until_done(cfg, fabric, daemons, &mut flows, &mut snaps, t0);
+    let ran = sample_until_done(cfg, fabric, daemons, &mut flows, &mut snaps, t0, stage);
     drop(flows);
     let info = run_info::RunInfo {
         hosts: &fabric
@@ -222,6 +236,7 @@ fn sample_until_done(
     flows: &mut [incast::Flow],
     snaps: &mut Vec<Snapshot>,
     t0: Instant,
+    stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
     let period = Duration::from_millis(u64::from(cfg.sample_ms));
     let limit = Duration::from_secs(u64::from(cfg.duration_s) + 60);
@@ -237,10 +252,9 @@ fn sample_until_done(
             std::thread::sleep(wait);
         }
         next += period;
-        snaps.push(sample::snapshot(
-            t0.elapsed().as_secs_f64(),
-            daemons,
-            fabric,
+        snaps.push(pfc::with_sent(
+            sample::snapshot(t0.elapsed().as_secs_f64(), daemons, fabric)?,
+            stage,
         )?);
         progress.draw(snaps);
         if done {
@@ -300,6 +314,7 @@ fn report(sum: &serde_json::Value, out: &Path) {
         r["np_ecn_marked_roce_packets"],
         r["np_cnp_sent"]
     ));
+    pfc_results::report(sum);
     say(&format!("results: {}", out.join("index.html").display()));
 }
 

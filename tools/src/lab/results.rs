@@ -189,6 +189,7 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
             "np_cnp_sent": d(0, "np_cnp_sent"),
         },
         "dcqcn": super::dcqcn::summary(info, snaps),
+        "pfc": super::pfc_results::summary(info, snaps),
     })
 }
 
@@ -200,6 +201,7 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, La
         p.write(out, false)?;
     }
     plots.extend(super::dcqcn::write(out, info, snaps)?);
+    plots.extend(super::pfc_results::write(out, info, snaps)?);
     let sum = summary(info, snaps);
     let text = serde_json::to_string_pretty(&sum).expect("JSON of plain values");
     write_file(&out.join("summary.json"), text + "\n")?;
@@ -222,6 +224,7 @@ mod tests {
             pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
         };
         Snapshot {
+            pfc_sent: Vec::new(),
             t,
             hosts: vec![
                 host(&[("rx_bytes", rx0), ("np_cnp_sent", cnps)]),

@@ -40,6 +40,9 @@ pub struct Snapshot {
     pub ports: Vec<PortStat>,
     /// Each host's QPs' DCQCN state (the senders'; none for the receiver).
     pub cc: Vec<CcStates>,
+    /// PFC frames the switch sent out of each port so far, per priority
+    /// ([`super::pfc`]; empty without PFC).
+    pub pfc_sent: super::pfc::SentCounts,
 }
 
 /// Takes one snapshot of the hosts and the switch.
@@ -67,6 +70,7 @@ pub fn snapshot(t: f64, daemons: &[Daemon], fabric: &Fabric) -> Result<Snapshot,
         hosts,
         ports,
         cc,
+        pfc_sent: Vec::new(),
     })
 }
 
