@@ -187,10 +187,7 @@ fn workload(
     logs: &Path,
     stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
-    let mut snaps = vec![pfc::with_sent(
-        sample::snapshot(0.0, daemons, fabric)?,
-        stage,
-    )?];
+    let mut snaps = vec![sample::snapshot(0.0, daemons, fabric, stage)?];
     let t0 = Instant::now();
     let mut flows = incast::start(rnic, daemons, cfg, logs)?;
     say(&format!(
@@ -252,10 +249,8 @@ fn sample_until_done(
             std::thread::sleep(wait);
         }
         next += period;
-        snaps.push(pfc::with_sent(
-            sample::snapshot(t0.elapsed().as_secs_f64(), daemons, fabric)?,
-            stage,
-        )?);
+        let t = t0.elapsed().as_secs_f64();
+        snaps.push(sample::snapshot(t, daemons, fabric, stage)?);
         progress.draw(snaps);
         if done {
             return Ok(());

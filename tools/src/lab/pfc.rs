@@ -22,7 +22,6 @@
 use super::config::LabConfig;
 use super::host::Daemon;
 use super::net::Fabric;
-use super::sample::Snapshot;
 use super::sys::ip;
 use super::LabError;
 use nic::cc::{PfcTx, PfcTxParams, PRIORITIES};
@@ -289,15 +288,6 @@ pub fn start(
         th.xon_bytes / 1000
     ));
     Ok(Some(stage))
-}
-
-/// `s` with the stage's sent counts as of now; an error once the stage
-/// has stopped on one.
-pub fn with_sent(mut s: Snapshot, stage: Option<&PfcStage>) -> Result<Snapshot, LabError> {
-    if let Some(st) = stage {
-        s.pfc_sent = st.sent()?;
-    }
-    Ok(s)
 }
 
 /// The backlog port `j`'s ingress is taken to hold: the deepest egress

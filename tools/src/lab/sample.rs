@@ -7,6 +7,7 @@
 
 use super::host::Daemon;
 use super::net::{Fabric, TABLE};
+use super::pfc::PfcStage;
 use super::sys::{in_ns, run};
 use super::LabError;
 use serde_json::Value;
@@ -46,7 +47,14 @@ pub struct Snapshot {
 }
 
 /// Takes one snapshot of the hosts and the switch.
-pub fn snapshot(t: f64, daemons: &[Daemon], fabric: &Fabric) -> Result<Snapshot, LabError> {
+/// With a PFC stage, its sent counts as of now too (an error once the
+/// stage has stopped on one).
+pub fn snapshot(
+    t: f64,
+    daemons: &[Daemon],
+    fabric: &Fabric,
+    pfc: Option<&PfcStage>,
+) -> Result<Snapshot, LabError> {
     let hosts = daemons
         .iter()
         .map(Daemon::counters)
@@ -70,7 +78,7 @@ pub fn snapshot(t: f64, daemons: &[Daemon], fabric: &Fabric) -> Result<Snapshot,
         hosts,
         ports,
         cc,
-        pfc_sent: Vec::new(),
+        pfc_sent: pfc.map(PfcStage::sent).transpose()?.unwrap_or_default(),
     })
 }
 
