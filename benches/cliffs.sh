@@ -24,11 +24,8 @@ ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-200}
 CLIFF=${CLIFF:-20}
 OUT=${1:-target/cliffs-bench}
-BIN=$PWD/target/release
 DOC=${DOC:-docs/perf/cliffs-$(date +%Y%m%d)-$MODE}
-mkdir -p "$OUT" "$(dirname "$DOC")"
-OUT=$(cd "$OUT" && pwd)
-rm -f "$OUT/idle.txt"
+mkdir -p "$(dirname "$DOC")"
 . benches/common.sh
 
 for t in ib_write_bw ib_read_bw ib_send_bw; do

@@ -9,6 +9,13 @@
 # Results: `add KEY VALUE` collects one round's figure; `m KEY` prints the
 # median of the rounds, `all KEY` every round.
 
+# Sourced with $OUT set: makes $OUT, absolute, with no idle.txt of an
+# earlier run; $BIN is the release build's folder.
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+rm -f "$OUT/idle.txt"
+BIN=${BIN:-$PWD/target/release}
+
 QUIET_IDLE=${QUIET_IDLE:-90}
 QUIET_WAIT=${QUIET_WAIT:-600}
 

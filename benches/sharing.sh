@@ -35,10 +35,6 @@ SPINS=${SPINS:-300}
 SELF_WAKES=${SELF_WAKES:-50}
 IDLE_SECS=${IDLE_SECS:-3}
 OUT=${1:-target/sharing-bench}
-BIN=$PWD/target/release
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-rm -f "$OUT/idle.txt"
 . benches/common.sh
 
 for t in ip ib_write_lat ib_send_lat sockperf; do

@@ -29,10 +29,6 @@ WINDOW=${WINDOW:-10}
 STARTUP=${STARTUP:-300}
 RNICD_ARGS=${RNICD_ARGS:-}
 OUT=${1:-target/tenants-bench}
-BIN=$PWD/target/release
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-rm -f "$OUT/idle.txt"
 . benches/common.sh
 
 command -v ib_write_bw >/dev/null || { echo "tenants.sh: ib_write_bw is missing (apt-get install perftest)" >&2; exit 1; }

@@ -40,9 +40,6 @@ RPS=${RPS:-0}
 AFPACKET_ONLY=${AFPACKET_ONLY:-0}
 OUT=${1:-target/veth-bench}
 RNIC=${RNIC:-$PWD/target/release/rnic}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-rm -f "$OUT/idle.txt"
 # quiet-machine wait (QUIET_IDLE, QUIET_WAIT), the namespaces, the medians
 . benches/common.sh
 
