@@ -44,6 +44,15 @@ impl Duty {
         Some(self.pause)
     }
 
+    /// A turn did work: sleeps the pause [`Duty::worked`] gives, if any,
+    /// and counts it in `pauses`.
+    pub(super) fn after_work(&mut self, pauses: &mut u64) {
+        if let Some(p) = self.worked(Instant::now()) {
+            *pauses += 1;
+            std::thread::sleep(p);
+        }
+    }
+
     /// The engine parked: the next work starts a new stretch.
     pub(super) fn parked(&mut self) {
         self.since = None;

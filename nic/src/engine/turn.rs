@@ -307,10 +307,7 @@ pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
     while !sh.stop.load(Ordering::Acquire) {
         if lp.turn(&sh) > 0 {
             idle = 0;
-            if let Some(p) = duty.worked(std::time::Instant::now()) {
-                lp.stats.pauses += 1;
-                std::thread::sleep(p);
-            }
+            duty.after_work(&mut lp.stats.pauses);
             continue;
         }
         idle = idle.saturating_add(1);
@@ -347,11 +344,11 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
         }
         if work > 0 {
             idle = 0;
-            if let Some(p) = duty.worked(std::time::Instant::now()) {
-                if let Some((lp, _)) = members.first_mut() {
-                    lp.stats.pauses += 1;
-                }
-                std::thread::sleep(p);
+            // a group's pauses count on its first member
+            let mut pauses = 0;
+            duty.after_work(&mut pauses);
+            if let Some((lp, _)) = members.first_mut() {
+                lp.stats.pauses += pauses;
             }
             continue;
         }

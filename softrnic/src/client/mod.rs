@@ -155,8 +155,8 @@ pub struct Context {
     /// A wake of the engine owed by a post made on the CPU the engine
     /// parked on (paid by the next poll or wait).
     owed: std::sync::atomic::AtomicBool,
-    /// Wakes of the engine since the last poll: a second one means a
-    /// batch handed over one post at a time.
+    /// Wakes of the engine since the last poll: [`BATCH_WAKES`] of them
+    /// mean a batch handed over one post at a time.
     wakes: std::sync::atomic::AtomicU32,
 }
 
@@ -523,9 +523,8 @@ fn ring_doorbell(r: &Ring, ctx: &Context) {
     }
     let cpu = nic::engine::current_cpu();
     let (what, near) = knock(parked, cpu, ctx.wakes.load(Ordering::Relaxed));
-    if near {
-        let c = cpu.map_or(0, |c| c.saturating_add(1));
-        db.near().store(c, Ordering::Relaxed);
+    if let (true, Some(c)) = (near, cpu) {
+        db.near().store(c.saturating_add(1), Ordering::Relaxed);
     }
     match what {
         Knock::Owe => ctx.owed.store(true, Ordering::Relaxed),
