@@ -27,6 +27,9 @@ pub(super) struct Loop {
     /// A completion queue of the application was full at the last turn:
     /// its room comes back without a doorbell.
     cq_backlog: bool,
+    /// The last turn stopped making frames at a full transmit queue
+    /// ([`Port::tx_room`]).
+    tx_backlog: bool,
 }
 
 impl Loop {
@@ -54,6 +57,7 @@ impl Loop {
             stats: EngineStats::default(),
             link_check: Instant::ZERO + LINK_POLL,
             cq_backlog: false,
+            tx_backlog: false,
             cfg,
         }
     }
@@ -152,7 +156,15 @@ impl Loop {
         // address back to it without the wire (as rxe loops a packet
         // whose destination is local); the port may record or impair them
         self.tx.clear();
+        let room = self.port.tx_room(self.tx.capacity());
+        self.tx_backlog = false;
         while !self.looped.is_full() {
+            if self.tx.len() >= room {
+                // the port's queue is full: the rest waits in the send
+                // queues, and the engine looks again soon
+                self.tx_backlog = true;
+                break;
+            }
             let Some(slot) = self.tx.next_slot() else {
                 break;
             };
@@ -196,14 +208,15 @@ impl Loop {
 
     /// How long to park: until the next timer (the device's, the link
     /// check's, the hook's), at most `cfg.park`, and at most
-    /// [`BACKLOG_PARK`] while a completion queue is full ([`park_plan`]).
+    /// [`BACKLOG_PARK`] while a completion queue or the port's transmit
+    /// queue is full ([`park_plan`]).
     fn park_time(&mut self) -> Park {
         let hook = self.hook.as_mut().and_then(|h| h.poll_timeout(&self.rnic));
         let next = [self.rnic.poll_timeout(), Some(self.link_check), hook]
             .into_iter()
             .flatten()
             .min();
-        let cap = if self.cq_backlog {
+        let cap = if self.cq_backlog || self.tx_backlog {
             self.cfg.park.min(BACKLOG_PARK)
         } else {
             self.cfg.park

@@ -232,6 +232,16 @@ impl Port for MemPort {
         n
     }
 
+    /// The buffers free toward the peer: the wire is lossless, as an
+    /// InfiniBand link whose sender spends the receiver's credits (IBA
+    /// vol. 1 §7.9, link-level flow control): a frame waits in its send queue
+    /// until the peer's engine has taken the ones before it.
+    fn tx_room(&mut self, want: usize) -> usize {
+        let lane = &self.tx;
+        want.min(lane.free.len())
+            .min(lane.full.capacity() - lane.full.len())
+    }
+
     fn send(&mut self, batch: &FrameBatch) -> usize {
         // a prefix of the batch (see `Port::send`)
         let sent = batch.iter().take_while(|f| self.transmit(f)).count();

@@ -267,6 +267,16 @@ pub trait Port: Send {
     /// it and all behind it, and counts them), so a wrapper knows exactly
     /// which frames reached the wire. Never blocks.
     fn send(&mut self, batch: &FrameBatch) -> usize;
+    /// How many of the next `want` frames (each up to the MTU) the port
+    /// can take now without dropping one: its free transmit descriptors.
+    /// The engine makes no more frames than that in a turn. A frame the
+    /// transport made counts as sent, so a full transmit queue holds the
+    /// rest back in the send queues, as a NIC's scheduler stops at a full
+    /// ring, instead of dropping them into a retransmission (the port may
+    /// take back what the kernel finished, or kick it, to answer).
+    fn tx_room(&mut self, want: usize) -> usize {
+        want
+    }
     fn mac(&self) -> EthernetAddress;
     /// Largest IP datagram (the interface MTU).
     fn mtu(&self) -> usize;
@@ -353,6 +363,11 @@ macro_rules! forward_port {
             $crate::forward_port!(@w self $how).send(batch)
         }
     };
+    (@one $how:tt tx_room) => {
+        fn tx_room(&mut self, want: usize) -> usize {
+            $crate::forward_port!(@w self $how).tx_room(want)
+        }
+    };
     (@one $how:tt mac) => {
         fn mac(&self) -> $crate::wire::EthernetAddress {
             $crate::forward_port!(@r self $how).mac()
@@ -421,6 +436,9 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn send(&mut self, batch: &FrameBatch) -> usize {
         (**self).send(batch)
+    }
+    fn tx_room(&mut self, want: usize) -> usize {
+        (**self).tx_room(want)
     }
     fn mac(&self) -> EthernetAddress {
         (**self).mac()

@@ -361,6 +361,10 @@ impl Port for AfPacketPort {
             .send(&self.fd, self.base.mtu, &mut self.base.counters, batch)
     }
 
+    fn tx_room(&mut self, want: usize) -> usize {
+        self.tx.room(&self.fd, &mut self.base.counters, want)
+    }
+
     crate::forward_port!(field base: mac, mtu, link_speed_bps);
     crate::forward_port!(field iface: link_up);
 

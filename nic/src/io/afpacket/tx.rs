@@ -108,6 +108,26 @@ impl Tx {
         queued
     }
 
+    /// How many of the next `want` ring frames are free (the kernel sent
+    /// them); when the next is still taken, the owed kick is made first.
+    pub(super) fn room(&mut self, fd: &OwnedFd, counters: &mut PortCounters, want: usize) -> usize {
+        if self.kick_owed && !self.free_at(self.next) {
+            self.kick(fd, counters);
+        }
+        let want = want.min(self.frames as usize) as u32;
+        (0..want)
+            .take_while(|k| self.free_at((self.next + k) % self.frames))
+            .count()
+    }
+
+    /// Whether ring frame `i` (< frames) is free to fill.
+    fn free_at(&self, i: u32) -> bool {
+        // SAFETY: i < frames: tp_status of a frame inside the mapped TX
+        // ring, aligned (as in `send`); the kernel writes it concurrently.
+        let status = unsafe { read_volatile(self.field(i, self.layout.status)) };
+        status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) == 0
+    }
+
     /// sendto(2) with no data: the kernel takes the ring's pending frames
     /// in order until one fails (send buffer full, device busy). If the
     /// frame queued last is still pending afterwards, the kick is owed.

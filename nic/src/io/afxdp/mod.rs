@@ -500,6 +500,20 @@ impl Port for AfXdpPort {
         n
     }
 
+    /// Free TX descriptors and frames, as whole frames of the MTU; when
+    /// none is free, the kernel is kicked and what it finished taken back
+    /// first (copy mode sends only when kicked).
+    fn tx_room(&mut self, want: usize) -> usize {
+        let per = (self.base.mtu + L2_OVERHEAD).div_ceil(FRAME_SIZE as usize);
+        let room = |p: &Self| p.tx_free.len().min(p.xsk.tx.free() as usize) / per.max(1);
+        self.reclaim();
+        if room(self) == 0 {
+            self.kick_tx();
+            self.reclaim();
+        }
+        want.min(room(self))
+    }
+
     fn send(&mut self, batch: &FrameBatch) -> usize {
         self.reclaim();
         let mut room = self.xsk.tx.free();
