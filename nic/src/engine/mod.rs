@@ -35,7 +35,7 @@ use crate::verbs::VerbsError;
 use crate::verbs::{RecvWr, SendWr, Wc, WcOpcode, WcStatus};
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::ArrayQueue;
-pub use sched::{Granted, Priority, SchedError, SHORT_SLICE};
+pub use sched::{apply as apply_priority, Granted, Priority, SchedError, SHORT_SLICE};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, Thread};
