@@ -119,6 +119,12 @@ struct Args {
     /// counts as unreachable (IBA 12.6.5 Max CM Retries, 0..=15).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(0..=15))]
     cm_retries: u8,
+    /// The DCQCN reaction point (mlx5's `ecn/roce_rp/enable`): on | off.
+    /// Off, the device's QPs send at the line rate whatever CNPs come: a
+    /// CNP is counted in `rp_cnp_ignored` and cuts no rate. The
+    /// notification point (CNPs for CE-marked packets) stays on.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    dcqcn_rp: String,
     /// A file of `key = value` lines with the same names as the flags
     /// (flags on the command line win).
     #[arg(long)]
@@ -198,6 +204,8 @@ fn parse() -> Result<Args, ArgsError> {
             .split_once('=')
             .map(|(k, v)| (k.trim(), v.trim()))
             .unwrap_or((line, ""));
+        // the flags' names, with `_` or `-` between words
+        let k = k.replace('_', "-");
         if k == "config" {
             return Err(ArgsError::NestedConfig {
                 path: path.clone(),
@@ -447,6 +455,7 @@ fn main() {
                         response_timeout: a.cm_response_timeout,
                         max_retries: a.cm_retries,
                     },
+                    dcqcn_rp: a.dcqcn_rp == "on",
                 };
                 (port, cfg)
             },

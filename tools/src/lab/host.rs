@@ -43,7 +43,7 @@ impl Daemon {
         })?;
         let log = logs.join(format!("rnicd-{}.log", net.name));
         let addr = net.addr.to_string();
-        let args: Vec<&OsStr> = vec![
+        let mut args: Vec<&OsStr> = vec![
             rnicd.as_os_str(),
             "--iface".as_ref(),
             net.iface.as_ref(),
@@ -56,6 +56,9 @@ impl Daemon {
             "--sock-dir".as_ref(),
             sock_dir.as_os_str(),
         ];
+        if !cfg.dcqcn {
+            args.extend([OsStr::new("--dcqcn-rp"), OsStr::new("off")]);
+        }
         let proc = Proc::spawn(&net.ns, &args, &log, format!("rnicd {}", net.name))?;
         let mut d = Daemon {
             net: net.clone(),
