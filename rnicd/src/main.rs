@@ -125,6 +125,12 @@ struct Args {
     /// notification point (CNPs for CE-marked packets) stays on.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     dcqcn_rp: String,
+    /// With --iface: the port's line rate (bits per second: 100m, 25g,
+    /// 1000000) instead of the interface's (veth: 10 Gbit/s). DCQCN's
+    /// ceiling and rate steps and the PFC pause quanta are relative to
+    /// it; it paces nothing by itself.
+    #[arg(long, value_name = "RATE", value_parser = rnicd::line_rate::parse_rate)]
+    line_rate: Option<u64>,
     /// A file of `key = value` lines with the same names as the flags
     /// (flags on the command line win).
     #[arg(long)]
@@ -357,6 +363,10 @@ fn iface_port(a: &Args, ifname: &str) -> DevicePort {
                         std::process::exit(1)
                     }
                 },
+                None => p,
+            };
+            let p: Box<dyn Port> = match a.line_rate {
+                Some(bps) => Box::new(rnicd::line_rate::LineRate::new(p, bps)),
                 None => p,
             };
             DevicePort {
