@@ -13,10 +13,14 @@
 //! - **DCQCN-limited**: a cut of the senders' reaction points held in at
 //!   least half the sender QPs' samples: then the fabric's congestion
 //!   control explains the slack;
-//! - **saturated**: the machine's CPUs at least 90 % busy.
+//! - **saturated**: the machine's CPUs at least 90 % busy;
+//! - **starved**: the lab's own sampling fell behind, a gap between two
+//!   samples longer than [`STARVED_S`] or ten periods (the engines run
+//!   SCHED_FIFO; the lab, its `tc` and `nft` and the programs do not): the
+//!   time series are no longer what happened.
 //!
-//! Underfed and saturated, or underfed and not DCQCN-limited: the hosts
-//! are the bottleneck, the run is **untrustworthy**. Saturated alone: the
+//! Starved, underfed and saturated, or underfed and not DCQCN-limited:
+//! the run is **untrustworthy**. Saturated alone: the
 //! queue built, so the switch is a bottleneck, but the rates and
 //! latencies also carry the hosts' own queueing: **caution**.
 
@@ -118,9 +122,17 @@ impl CpuWatch {
     }
 }
 
+/// A gap between samples longer than this (or ten periods) is a
+/// starved sampler, seconds.
+pub const STARVED_S: f64 = 2.0;
+
 /// What the verdict is drawn from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
+    /// The sampling period asked for and the longest gap between two
+    /// samples in the window, seconds.
+    pub period_s: f64,
+    pub longest_gap_s: f64,
     pub cpus: usize,
     /// The machine's CPUs busy, share of all of them (0..=1).
     pub machine_busy: f64,
@@ -175,7 +187,14 @@ pub fn assess(e: &Evidence) -> (Level, String) {
         e.drain_bps / 1e6,
         e.median_queue as f64 / 1e3
     );
-    if underfed && (saturated || !dcqcn) {
+    if e.longest_gap_s > STARVED_S.max(10.0 * e.period_s) {
+        let text = format!(
+            "the lab's own sampling was starved (a gap of {:.1} s between samples, every {:.0} ms asked), with {cpu}: the hosts' processes outnumber the CPUs; results untrustworthy (fewer hosts)",
+            e.longest_gap_s,
+            e.period_s * 1e3
+        );
+        (Level::Untrustworthy, text)
+    } else if underfed && (saturated || !dcqcn) {
         let text = format!(
             "the hosts, not the fabric, are the bottleneck: {load}, with {cpu}{}: results untrustworthy (fewer hosts, a lower rate or more CPUs)",
             if dcqcn { "" } else { " and no DCQCN cut holding the senders back" }
@@ -230,6 +249,11 @@ pub fn evidence(cfg: &LabConfig, frame: u64, snaps: &[Snapshot], cpu: &[CpuSampl
         .flat_map(|c| c.qps.iter().map(|q| q.state.limited))
         .collect();
     Evidence {
+        period_s: f64::from(cfg.sample_ms) / 1e3,
+        longest_gap_s: window
+            .iter()
+            .map(|&i| snaps[i].t - snaps[i - 1].t)
+            .fold(0.0, f64::max),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         machine_busy: share(|c| c.busy),
         engines: share(|c| c.engines),
@@ -259,6 +283,7 @@ pub fn summary(e: &Evidence) -> Value {
         "offered_mbits_median": e.offered_bps / 1e6,
         "drain_mbits": e.drain_bps / 1e6,
         "queue_to_h0_median_kb": e.median_queue as f64 / 1e3,
+        "longest_sample_gap_s": e.longest_gap_s,
         "dcqcn_limited_share": e.dcqcn_limited,
     })
 }
@@ -271,6 +296,8 @@ mod tests {
 
     fn ev(offered_mbits: f64, queue: u64, busy: f64, limited: f64) -> Evidence {
         Evidence {
+            period_s: 0.1,
+            longest_gap_s: 0.15,
             cpus: 2,
             machine_busy: busy,
             engines: busy / 2.0,
@@ -306,6 +333,14 @@ mod tests {
         assert_eq!(assess(&ev(60.0, 1000, 0.5, 0.8)).0, Level::Ok);
         // ... unless the CPUs are full too
         assert_eq!(assess(&ev(60.0, 1000, 0.95, 0.8)).0, Level::Untrustworthy);
+        // a sampler that fell 3 s behind: whatever else holds
+        let starved = Evidence {
+            longest_gap_s: 3.0,
+            ..ev(120.0, 300_000, 0.6, 0.0)
+        };
+        let (l, why) = assess(&starved);
+        assert_eq!(l, Level::Untrustworthy);
+        assert!(why.contains("a gap of 3.0 s"), "{why}");
         let s = summary(&ev(40.0, 0, 0.99, 0.0));
         assert_eq!(s["level"], "untrustworthy");
         assert_eq!(s["drain_mbits"], 100.0);
@@ -375,6 +410,8 @@ mod tests {
         assert!((e.machine_busy - 0.9).abs() < 1e-9, "{e:?}");
         assert!((e.engines - 0.4).abs() < 1e-9, "{e:?}");
         assert_eq!(e.dcqcn_limited, 1.0);
+        assert!((e.longest_gap_s - 0.1).abs() < 1e-9, "{e:?}");
+        assert_eq!(e.period_s, 0.1);
         assert_eq!(e.drain_bps, 100e6);
     }
 
