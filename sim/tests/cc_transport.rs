@@ -155,6 +155,72 @@ fn a_pfc_frame_pauses_the_data_priority_for_exactly_its_time() {
     assert_eq!(c.rx_pause.iter().sum::<u64>(), 1);
 }
 
+#[test]
+fn a_resume_frame_lets_the_paused_priority_send_at_once() {
+    let link = LinkConfig {
+        latency: Duration::from_micros(1),
+        bandwidth_bps: 100_000_000_000,
+        ..LinkConfig::default()
+    };
+    let mut p = Pair::new(PairConfig {
+        mtu: 4096,
+        link,
+        ..PairConfig::default()
+    });
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let s2 = sent.clone();
+    p.sim.tap = Some(Box::new(move |t, dir, _| {
+        if dir == 0 {
+            s2.lock().unwrap().push(t);
+        }
+    }));
+    let pfc = |q: u16| {
+        let mut f = [0u8; 64];
+        let mut quanta = [0u16; 8];
+        quanta[3] = q;
+        let n = MacControlRepr::pfc(EthernetAddress([2, 0, 0, 0, 0, 9]), 1 << 3, quanta)
+            .emit(&mut f)
+            .unwrap();
+        f[..n].to_vec()
+    };
+    // paused for 0xFFFF quanta (335.54 us at 100 Gb/s), a WRITE posted,
+    // and 50 us later a PFC frame with pause time 0 for priority 3
+    p.sim.inject(1, &pfc(0xFFFF));
+    p.sim.now = p.sim.now + Duration::from_micros(1);
+    p.sim.step();
+    let (qa, la, ba, bb, rb) = keys(&p);
+    let wr = SendWr::new(
+        1,
+        SendOp::Write {
+            remote_addr: bb,
+            rkey: rb,
+        },
+        Sgl::single(ba, 4096, la),
+    );
+    p.sim.nodes[0].post_send(qa, wr).unwrap();
+    p.sim.step();
+    p.sim.now = p.sim.now + Duration::from_micros(50);
+    p.sim.step();
+    assert!(sent.lock().unwrap().is_empty(), "sent while paused");
+    p.sim.inject(1, &pfc(0));
+    let resumed = p.sim.now + Duration::from_micros(1);
+    p.sim.now = resumed;
+    p.sim.step();
+    let mut done = Vec::new();
+    assert!(p.sim.run_until(Duration::from_millis(10), |s| {
+        let _ = s.nodes[0].poll_cq(0, 10, &mut done);
+        !done.is_empty()
+    }));
+    let first = sent.lock().unwrap()[0];
+    assert!(
+        first - resumed < Duration::from_micros(10),
+        "the WRITE left {:?} after the resume, not at once",
+        first - resumed
+    );
+    let c = p.sim.nodes[0].pfc_counters(p.sim.now);
+    assert_eq!(c.rx_pause[3], 2);
+}
+
 /// One 8 MiB READ a←b over 25 Gb/s with IB MTU 4096. With `marked`,
 /// every READ response b sends is CE-marked on the way, so a's
 /// notification point sends CNPs and b's reaction point limits the QP:
