@@ -50,7 +50,7 @@ fn rate(s: &str) -> Option<u64> {
     };
     let v: f64 = num.parse().ok()?;
     let bps = (v * scale).round();
-    (bps >= 1e3 && bps <= 1e12).then_some(bps as u64)
+    (1e3..=1e12).contains(&bps).then_some(bps as u64)
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 /// The probe's message size, bytes.
 pub const SIZE: u32 = 64;
 /// How long a round should take, seconds.
-const ROUND_S: f64 = 0.5;
+pub const ROUND_S: f64 = 0.5;
 /// The iterations of the first round.
 const FIRST_ITERS: u32 = 20;
 /// The fewest and the most iterations of a round (perftest wants 5 or
@@ -51,7 +51,7 @@ pub const ITERS: (u32, u32) = (5, 50);
 const RECENT: usize = 5;
 /// How long the last round may run on after the incast's end before it is
 /// stopped (its samples are then lost: perftest prints them at its end).
-const GRACE: Duration = Duration::from_secs(10);
+pub const GRACE: Duration = Duration::from_secs(10);
 /// The probe's servers listen on this many ports above the incast's.
 const PORTS: u16 = 100;
 
