@@ -533,6 +533,12 @@ fn a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean() {
         assert!(t["switch_sent"].as_u64().unwrap() > 0, "{sum}");
         assert!(t["paused_ms"].as_f64().unwrap() > 0.0, "{sum}");
     }
+    // paused and resumed, every sender's ib_write_bw still completed
+    // writes (a resume that left the QPs unscheduled stalled them)
+    for f in sum["flows"].as_array().unwrap() {
+        let gbits = f["ib_write_bw_gbits"].as_f64();
+        assert!(gbits.is_some_and(|g| g > 0.0), "no write completed: {f}");
+    }
     let svgs = every_svg_is_shown(&out);
     for s in ["pfc_frames.svg", "pfc_paused.svg"] {
         assert!(svgs.iter().any(|x| x == s), "no {s}: {svgs:?}");
