@@ -22,7 +22,7 @@ impl Port for LineRate {
     fn link_speed_bps(&self) -> u64 {
         self.bps
     }
-    nic::forward_port!(field inner: recv, send, mac, mtu, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, link_up, loop_back);
+    nic::forward_port!(field inner: recv, send, tx_room, mac, mtu, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, link_up, loop_back);
 }
 
 /// A rate that [`parse_rate`] refuses.
@@ -76,8 +76,11 @@ mod tests {
             wire::EthernetAddress([2, 0, 0, 0, 0, 2]),
         ];
         let (a, _b) = nic::io::mem::pair(macs, 16);
-        let p = LineRate::new(Box::new(a), 100_000_000);
+        let mut p = LineRate::new(Box::new(a), 100_000_000);
         assert_eq!(p.link_speed_bps(), 100_000_000);
         assert_eq!(p.mac(), macs[0]);
+        // the wire's 16 buffers, not the 64 asked for: the engine must
+        // not make frames the port would drop
+        assert_eq!(p.tx_room(64), 16);
     }
 }
