@@ -125,8 +125,9 @@ struct Args {
     /// notification point (CNPs for CE-marked packets) stays on.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     dcqcn_rp: String,
-    /// With --iface: the port's line rate (bits per second: 100m, 25g,
-    /// 1000000) instead of the interface's (veth: 10 Gbit/s). DCQCN's
+    /// The port's line rate (bits per second: 100m, 25g, 1000000)
+    /// instead of the interface's (veth: 10 Gbit/s; an in-memory wire:
+    /// 100 Gbit/s). DCQCN's
     /// ceiling and rate steps and the PFC pause quanta are relative to
     /// it; it paces nothing by itself.
     #[arg(long, value_name = "RATE", value_parser = rnicd::line_rate::parse_rate)]
@@ -297,6 +298,14 @@ fn loopback_netdev(ip: std::net::Ipv4Addr) -> Option<String> {
     ip.is_loopback().then(|| "lo".to_string())
 }
 
+/// `port` at `--line-rate`, if given.
+fn with_line_rate(port: Box<dyn Port>, a: &Args) -> Box<dyn Port> {
+    match a.line_rate {
+        Some(bps) => Box::new(rnicd::line_rate::LineRate::new(port, bps)),
+        None => port,
+    }
+}
+
 /// The two devices of `--mem-pair` on the two ends of an in-memory wire,
 /// and the wire's cable (SIGUSR1 / SIGUSR2 pull and plug it).
 fn mem_pair_ports(a: &Args) -> (Vec<DevicePort>, nic::io::mem::MemLink) {
@@ -322,13 +331,13 @@ fn mem_pair_ports(a: &Args) -> (Vec<DevicePort>, nic::io::mem::MemLink) {
     let ports = vec![
         DevicePort {
             name: format!("{}0", a.name),
-            port: Box::new(p0),
+            port: with_line_rate(Box::new(p0), a),
             gid: Gid::from_ipv4(ip0),
             netdev: loopback_netdev(ip0),
         },
         DevicePort {
             name: format!("{}1", a.name),
-            port: Box::new(p1),
+            port: with_line_rate(Box::new(p1), a),
             gid: Gid::from_ipv4(ip1),
             netdev: loopback_netdev(ip1),
         },
@@ -365,13 +374,9 @@ fn iface_port(a: &Args, ifname: &str) -> DevicePort {
                 },
                 None => p,
             };
-            let p: Box<dyn Port> = match a.line_rate {
-                Some(bps) => Box::new(rnicd::line_rate::LineRate::new(p, bps)),
-                None => p,
-            };
             DevicePort {
                 name: a.name.clone(),
-                port: p,
+                port: with_line_rate(p, a),
                 gid: Gid::from_ip(gid),
                 netdev: Some(ifname.to_string()),
             }
