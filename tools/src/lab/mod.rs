@@ -367,7 +367,12 @@ fn report(sum: &serde_json::Value, out: &Path) {
     ));
     pfc_results::report(sum);
     let p = &sum["probe"];
-    if !p.is_null() {
+    if p["samples"] == 0 {
+        say(&format!(
+            "latency probe: no sample within the incast ({} in all)",
+            p["samples_all"]
+        ));
+    } else if !p.is_null() {
         say(&format!(
             "latency probe {}→{} ({} samples, half round trip): p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs",
             p["from"].as_str().unwrap_or("?"),
