@@ -119,6 +119,19 @@ struct Args {
     /// counts as unreachable (IBA 12.6.5 Max CM Retries, 0..=15).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u8).range(0..=15))]
     cm_retries: u8,
+    /// The DCQCN reaction point (mlx5's `ecn/roce_rp/enable`): on | off.
+    /// Off, the device's QPs send at the line rate whatever CNPs come: a
+    /// CNP is counted in `rp_cnp_ignored` and cuts no rate. The
+    /// notification point (CNPs for CE-marked packets) stays on.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    dcqcn_rp: String,
+    /// The port's line rate (bits per second: 100m, 25g, 1000000)
+    /// instead of the interface's (veth: 10 Gbit/s; an in-memory wire:
+    /// 100 Gbit/s). DCQCN's
+    /// ceiling and rate steps and the PFC pause quanta are relative to
+    /// it; it paces nothing by itself.
+    #[arg(long, value_name = "RATE", value_parser = rnicd::line_rate::parse_rate)]
+    line_rate: Option<u64>,
     /// A file of `key = value` lines with the same names as the flags
     /// (flags on the command line win).
     #[arg(long)]
@@ -198,6 +211,8 @@ fn parse() -> Result<Args, ArgsError> {
             .split_once('=')
             .map(|(k, v)| (k.trim(), v.trim()))
             .unwrap_or((line, ""));
+        // the flags' names, with `_` or `-` between words
+        let k = k.replace('_', "-");
         if k == "config" {
             return Err(ArgsError::NestedConfig {
                 path: path.clone(),
@@ -283,6 +298,14 @@ fn loopback_netdev(ip: std::net::Ipv4Addr) -> Option<String> {
     ip.is_loopback().then(|| "lo".to_string())
 }
 
+/// `port` at `--line-rate`, if given.
+fn with_line_rate(port: Box<dyn Port>, a: &Args) -> Box<dyn Port> {
+    match a.line_rate {
+        Some(bps) => Box::new(rnicd::line_rate::LineRate::new(port, bps)),
+        None => port,
+    }
+}
+
 /// The two devices of `--mem-pair` on the two ends of an in-memory wire,
 /// and the wire's cable (SIGUSR1 / SIGUSR2 pull and plug it).
 fn mem_pair_ports(a: &Args) -> (Vec<DevicePort>, nic::io::mem::MemLink) {
@@ -308,13 +331,13 @@ fn mem_pair_ports(a: &Args) -> (Vec<DevicePort>, nic::io::mem::MemLink) {
     let ports = vec![
         DevicePort {
             name: format!("{}0", a.name),
-            port: Box::new(p0),
+            port: with_line_rate(Box::new(p0), a),
             gid: Gid::from_ipv4(ip0),
             netdev: loopback_netdev(ip0),
         },
         DevicePort {
             name: format!("{}1", a.name),
-            port: Box::new(p1),
+            port: with_line_rate(Box::new(p1), a),
             gid: Gid::from_ipv4(ip1),
             netdev: loopback_netdev(ip1),
         },
@@ -353,7 +376,7 @@ fn iface_port(a: &Args, ifname: &str) -> DevicePort {
             };
             DevicePort {
                 name: a.name.clone(),
-                port: p,
+                port: with_line_rate(p, a),
                 gid: Gid::from_ip(gid),
                 netdev: Some(ifname.to_string()),
             }
@@ -447,6 +470,7 @@ fn main() {
                         response_timeout: a.cm_response_timeout,
                         max_retries: a.cm_retries,
                     },
+                    dcqcn_rp: a.dcqcn_rp == "on",
                 };
                 (port, cfg)
             },

@@ -1,7 +1,8 @@
 //! Congestion control inside the transport, on the simulator's virtual
 //! clock: CE marks become CNPs (notification point), CNPs cut the sender's
 //! rate (reaction point) and its packets are paced; a PFC frame silences
-//! the paused priority for exactly its pause time.
+//! the paused priority for exactly its pause time, and one with pause time
+//! 0 lets it send again at once.
 
 use nic::io::impair::Impairments;
 use nic::verbs::{SendOp, SendWr, Sgl, WcStatus};
@@ -95,8 +96,8 @@ fn ce_marks_make_cnps_which_slow_the_sender_down() {
     );
 }
 
-#[test]
-fn a_pfc_frame_pauses_the_data_priority_for_exactly_its_time() {
+/// A pair on a 100 Gb/s link, and the times of the frames a sends.
+fn tapped_pair() -> (Pair, Arc<Mutex<Vec<nic::time::Instant>>>) {
     let link = LinkConfig {
         latency: Duration::from_micros(1),
         bandwidth_bps: 100_000_000_000,
@@ -114,37 +115,42 @@ fn a_pfc_frame_pauses_the_data_priority_for_exactly_its_time() {
             s2.lock().unwrap().push(t);
         }
     }));
-    // data is DSCP 26 → priority 3; pause it for 0xFFFF quanta (335.54 us at 100 Gb/s)
-    let mut pfc = [0u8; 64];
-    let mut quanta = [0u16; 8];
-    quanta[3] = 0xFFFF;
-    let n = MacControlRepr::pfc(EthernetAddress([2, 0, 0, 0, 0, 9]), 1 << 3, quanta)
-        .emit(&mut pfc)
+    (p, sent)
+}
+
+/// A PFC frame of pause time `quanta` for priority 3 (data is DSCP 26 →
+/// priority 3), toward a; at `p.sim.now` plus the link's latency.
+fn inject_pfc(p: &mut Pair, quanta: u16) -> nic::time::Instant {
+    let mut f = [0u8; 64];
+    let mut q = [0u16; 8];
+    q[3] = quanta;
+    let n = MacControlRepr::pfc(EthernetAddress([2, 0, 0, 0, 0, 9]), 1 << 3, q)
+        .emit(&mut f)
         .unwrap();
-    p.sim.inject(1, &pfc[..n]);
+    p.sim.inject(1, &f[..n]);
     let arrival = p.sim.now + Duration::from_micros(1);
     p.sim.now = arrival;
     p.sim.step();
-    let (qa, la, ba, bb, rb) = keys(&p);
-    p.sim.nodes[0]
-        .post_send(
-            qa,
-            SendWr::new(
-                1,
-                SendOp::Write {
-                    remote_addr: bb,
-                    rkey: rb,
-                },
-                Sgl::single(ba, 4096, la),
-            ),
-        )
-        .unwrap();
+    arrival
+}
+
+/// Runs until a's first WRITE completes; the time a's first frame left.
+fn first_sent(p: &mut Pair, sent: &Mutex<Vec<nic::time::Instant>>) -> nic::time::Instant {
     let mut done = Vec::new();
     assert!(p.sim.run_until(Duration::from_millis(10), |s| {
         let _ = s.nodes[0].poll_cq(0, 10, &mut done);
         !done.is_empty()
     }));
-    let first = sent.lock().unwrap()[0];
+    sent.lock().unwrap()[0]
+}
+
+#[test]
+fn a_pfc_frame_pauses_the_data_priority_for_exactly_its_time() {
+    let (mut p, sent) = tapped_pair();
+    // 0xFFFF quanta: 335.54 us at 100 Gb/s
+    let arrival = inject_pfc(&mut p, 0xFFFF);
+    post_write(&mut p, 1);
+    let first = first_sent(&mut p, &sent);
     assert_eq!(
         first - arrival,
         Duration::from_nanos(335_540),
@@ -153,6 +159,28 @@ fn a_pfc_frame_pauses_the_data_priority_for_exactly_its_time() {
     let c = p.sim.nodes[0].pfc_counters(p.sim.now);
     assert_eq!(c.rx_pause[3], 1);
     assert_eq!(c.rx_pause.iter().sum::<u64>(), 1);
+}
+
+#[test]
+fn a_resume_frame_lets_the_paused_priority_send_at_once() {
+    let (mut p, sent) = tapped_pair();
+    // paused for 0xFFFF quanta, a WRITE posted, and 50 us later a PFC
+    // frame with pause time 0 for priority 3
+    inject_pfc(&mut p, 0xFFFF);
+    post_write(&mut p, 1);
+    p.sim.step();
+    p.sim.now = p.sim.now + Duration::from_micros(50);
+    p.sim.step();
+    assert!(sent.lock().unwrap().is_empty(), "sent while paused");
+    let resumed = inject_pfc(&mut p, 0);
+    let first = first_sent(&mut p, &sent);
+    assert!(
+        first - resumed < Duration::from_micros(10),
+        "the WRITE left {:?} after the resume, not at once",
+        first - resumed
+    );
+    let c = p.sim.nodes[0].pfc_counters(p.sim.now);
+    assert_eq!(c.rx_pause[3], 2);
 }
 
 /// One 8 MiB READ a←b over 25 Gb/s with IB MTU 4096. With `marked`,

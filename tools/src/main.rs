@@ -218,6 +218,12 @@ struct LabArgs {
     /// Sampling period of the counters in ms [default: 100].
     #[arg(long, value_name = "MS")]
     sample_ms: Option<u32>,
+    /// The hosts' DCQCN reaction points: on | off (rnicd --dcqcn-rp) [default: on].
+    #[arg(long, value_parser = ["on", "off"])]
+    dcqcn: Option<String>,
+    /// Also measure latency: ib_send_lat h1 → h0 through the same switch queue.
+    #[arg(long)]
+    probe: bool,
 }
 
 impl LabArgs {
@@ -227,6 +233,7 @@ impl LabArgs {
         LabFile {
             hosts: self.hosts,
             backend: self.backend.clone(),
+            dcqcn: self.dcqcn.as_deref().map(|d| d == "on"),
             switch: SwitchFile {
                 rate: self.rate.clone(),
                 ecn_kb: self.ecn_kb,
@@ -241,6 +248,7 @@ impl LabArgs {
                 duration_s: self.duration,
                 size: self.size,
                 sample_ms: self.sample_ms,
+                probe: self.probe.then_some(true),
             },
         }
     }

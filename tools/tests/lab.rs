@@ -10,7 +10,10 @@
 //! pauses both senders: it counts PFC frames sent toward each, each
 //! sender counts them received and a paused time, the page shows the PFC
 //! plots, and every link's pcap holds those frames and decodes in tshark
-//! with no malformed frame.
+//! with no malformed frame. With `--dcqcn off --probe`, the senders count
+//! every CNP as ignored and none as handled, no QP's rate is ever cut, and
+//! the latency probe's percentiles are in summary.json, the output and the
+//! page.
 //!
 //! Needs root, tc, nft, ib_write_bw (perftest), tcpdump, tshark and chromium: a loud
 //! SKIPPED line without them, a failure under CI.
@@ -374,6 +377,76 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
     assert_eq!(svgs.len(), 6, "{svgs:?}");
 }
 
+#[test]
+fn dcqcn_off_ignores_cnps_and_the_probe_measures_latency() {
+    let test = "dcqcn_off_ignores_cnps_and_the_probe_measures_latency";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, true) {
+        return;
+    }
+    let args = [
+        &INCAST[..],
+        &["--ecn-kb", "30", "--dcqcn", "off", "--probe"],
+    ]
+    .concat();
+    let (_dir, out, said) = run_to_the_end(&args);
+    let sum: Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
+    // h0's notification point still answers the marks with CNPs, and the
+    // senders' reaction points, off, count every one as ignored
+    assert!(
+        sum["receiver"]["np_cnp_sent"].as_u64().unwrap() > 0,
+        "{sum}"
+    );
+    let samples = read(&out.join("samples.csv"));
+    let last = |host: &str, name: &str| -> u64 {
+        let key = format!(",{host},{name},");
+        let l = samples.lines().rfind(|l| l.contains(&key));
+        l.unwrap_or_else(|| panic!("no {name} of {host} in samples.csv"))
+            .rsplit(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    for h in ["h1", "h2"] {
+        assert_eq!(last(h, "rp_cnp_handled"), 0, "{h} handled a CNP");
+        assert!(last(h, "rp_cnp_ignored") > 0, "{h} ignored no CNP");
+    }
+    assert_eq!(sum["dcqcn"]["reaction_point"], "off", "{sum}");
+    // no cut, ever: every sampled Rc is the line rate
+    let line = sum["dcqcn"]["line_mbps"].as_f64().unwrap();
+    let csv = read(&out.join("dcqcn.csv"));
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert!(rows.iter().any(|r| r[1] != "h0"), "{csv}");
+    for r in &rows {
+        assert_eq!((r[6], r[7]), ("0", "0"), "a cut: {r:?}");
+        assert_eq!(r[3].parse::<f64>().unwrap(), line, "{r:?}");
+    }
+    // the probe: percentiles of the samples within the incast, in order,
+    // in the output and on the page
+    let p = &sum["probe"];
+    let n = p["samples"].as_u64().unwrap();
+    assert!(n > 0 && n <= p["samples_all"].as_u64().unwrap(), "{p}");
+    let q: Vec<f64> = ["p50_us", "p99_us", "p999_us", "max_us"]
+        .iter()
+        .map(|k| p[*k].as_f64().unwrap())
+        .collect();
+    assert!(q[0] > 0.0 && q.windows(2).all(|w| w[0] <= w[1]), "{p}");
+    assert!(said.contains("latency probe h1→h0"), "{said}");
+    assert!(read(&out.join("lab.toml")).contains("probe = true"));
+    assert!(read(&out.join("lab.toml")).contains("dcqcn = false"));
+    // the run says how far it can be trusted
+    let level = sum["trust"]["level"].as_str().unwrap();
+    assert!(["ok", "caution", "untrustworthy"].contains(&level), "{sum}");
+    assert!(said.contains("lab: trust: "), "{said}");
+    let svgs = every_svg_is_shown(&out);
+    assert!(svgs.iter().any(|s| s == "probe.svg"), "{svgs:?}");
+}
+
 /// Every SVG of the results folder is on the page and Chromium shows it,
 /// with no console message; returns their names.
 fn every_svg_is_shown(out: &Path) -> Vec<String> {
@@ -459,6 +532,12 @@ fn a_pfc_incast_pauses_the_senders_and_every_link_pcap_is_clean() {
         let t = &sum["pfc"]["hosts"][h];
         assert!(t["switch_sent"].as_u64().unwrap() > 0, "{sum}");
         assert!(t["paused_ms"].as_f64().unwrap() > 0.0, "{sum}");
+    }
+    // paused and resumed, every sender's ib_write_bw still completed
+    // writes (a resume that left the QPs unscheduled stalled them)
+    for f in sum["flows"].as_array().unwrap() {
+        let gbits = f["ib_write_bw_gbits"].as_f64();
+        assert!(gbits.is_some_and(|g| g > 0.0), "no write completed: {f}");
     }
     let svgs = every_svg_is_shown(&out);
     for s in ["pfc_frames.svg", "pfc_paused.svg"] {

@@ -18,7 +18,18 @@ impl Rnic {
             if eth.ethertype() == wire::ethernet::ethertype::MAC_CONTROL {
                 // 802.1Qbb / 802.3x: pause the named priorities.
                 match wire::MacControlRepr::parse(frame) {
-                    Ok(m) => self.res.pfc.handle(now, &m.control),
+                    Ok(m) => {
+                        let paused = self.res.pfc.paused_mask(now);
+                        self.res.pfc.handle(now, &m.control);
+                        // 802.1Qbb: a pause time of 0 resumes the
+                        // priority at once, before its pause would end:
+                        // every QP held back by it may send again
+                        if paused & !self.res.pfc.paused_mask(now) != 0 {
+                            for idx in 0..self.qps.len() {
+                                self.schedule(idx);
+                            }
+                        }
+                    }
                     Err(e) => self.drop_frame(DropReason::Wire(e.kind())),
                 }
                 return;

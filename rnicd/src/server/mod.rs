@@ -64,6 +64,10 @@ pub struct ServerConfig {
     pub bell: bool,
     /// The CM's timers (`rnicd --cm-response-timeout`, `--cm-retries`).
     pub cm: CmTimers,
+    /// The DCQCN reaction point of the device's QPs (`rnicd --dcqcn-rp`,
+    /// mlx5's `ecn/roce_rp/enable`): off, a received CNP is counted in
+    /// `rp_cnp_ignored` and cuts no rate.
+    pub dcqcn_rp: bool,
 }
 
 /// The CM timers of a device's REQs (IBA 12.6.5): how long each side
@@ -273,6 +277,9 @@ impl Server {
             let mtu = port.mtu() as u32;
             let mut rc = RnicConfig::new(mac, cfg.gid);
             rc.seed = rand::random();
+            if !cfg.dcqcn_rp {
+                rc.cc.dcqcn = None;
+            }
             let rnic = Rnic::new(rc);
             let dp = Arc::new(Mutex::new(DataPlane::default()));
             let ipv6 = cfg.gid.to_ipv4().is_none();

@@ -188,6 +188,7 @@ pub fn pair_with(
         engine: nic::engine::EngineConfig::default(),
         bell: true,
         cm,
+        dcqcn_rp: true,
     };
     Server::start_many(vec![(p0, cfg(0)), (p1, cfg(1))], false).unwrap()
 }

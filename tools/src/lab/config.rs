@@ -4,6 +4,7 @@
 //! ```toml
 //! hosts = 3               # h0 receives, h1..h(N-1) send (incast N-1 → 1)
 //! backend = "auto"        # rnicd's port: auto (AF_XDP, else AF_PACKET) | afxdp | afpacket
+//! dcqcn = true            # the hosts' DCQCN reaction points (rnicd --dcqcn-rp on|off)
 //!
 //! [switch]
 //! rate = "100mbit"        # each egress queue's link rate (tc: bit, kbit, mbit, gbit)
@@ -19,6 +20,7 @@
 //! duration_s = 10
 //! size = 65536            # ib_write_bw -s
 //! sample_ms = 100         # counter sampling period
+//! probe = false           # ib_send_lat h1 → h0 through the same queue ([`super::probe`])
 //! ```
 
 use super::LabError;
@@ -31,6 +33,7 @@ use std::path::Path;
 pub struct LabFile {
     pub hosts: Option<usize>,
     pub backend: Option<String>,
+    pub dcqcn: Option<bool>,
     #[serde(default)]
     pub switch: SwitchFile,
     #[serde(default)]
@@ -58,6 +61,7 @@ pub struct WorkloadFile {
     pub duration_s: Option<u32>,
     pub size: Option<u32>,
     pub sample_ms: Option<u32>,
+    pub probe: Option<bool>,
 }
 
 impl LabFile {
@@ -78,6 +82,7 @@ impl LabFile {
         LabFile {
             hosts: over.hosts.or(self.hosts),
             backend: over.backend.or(self.backend),
+            dcqcn: over.dcqcn.or(self.dcqcn),
             switch: SwitchFile {
                 rate: over.switch.rate.or(self.switch.rate),
                 ecn_kb: over.switch.ecn_kb.or(self.switch.ecn_kb),
@@ -92,6 +97,7 @@ impl LabFile {
                 duration_s: over.workload.duration_s.or(self.workload.duration_s),
                 size: over.workload.size.or(self.workload.size),
                 sample_ms: over.workload.sample_ms.or(self.workload.sample_ms),
+                probe: over.workload.probe.or(self.workload.probe),
             },
         }
     }
@@ -123,6 +129,9 @@ pub struct LabConfig {
     /// Hosts h0..h(N-1); h0 receives.
     pub hosts: usize,
     pub backend: PortBackend,
+    /// The hosts' DCQCN reaction points (`rnicd --dcqcn-rp`): off, the
+    /// senders ignore CNPs and send at the line rate.
+    pub dcqcn: bool,
     /// Each egress queue's rate, bits per second.
     pub rate_bps: u64,
     /// The CE-marking threshold in bytes (0: no marking).
@@ -137,6 +146,9 @@ pub struct LabConfig {
     /// ib_write_bw's message size.
     pub size: u32,
     pub sample_ms: u32,
+    /// The latency probe: ib_send_lat h1 → h0 alongside the incast
+    /// ([`super::probe`]).
+    pub probe: bool,
 }
 
 /// The switch's PFC thresholds on each egress queue's backlog.
@@ -211,6 +223,7 @@ impl LabConfig {
         Ok(LabConfig {
             hosts,
             backend,
+            dcqcn: f.dcqcn.unwrap_or(true),
             rate_bps,
             ecn_bytes: u64::from(ecn_kb) * 1000,
             queue_bytes: u64::from(queue_kb) * 1000,
@@ -219,6 +232,7 @@ impl LabConfig {
             duration_s,
             size,
             sample_ms,
+            probe: f.workload.probe.unwrap_or(false),
         })
     }
 
@@ -228,6 +242,7 @@ impl LabConfig {
         let f = LabFile {
             hosts: Some(self.hosts),
             backend: Some(self.backend.arg().into()),
+            dcqcn: Some(self.dcqcn),
             switch: SwitchFile {
                 rate: Some(rate_text(self.rate_bps)),
                 ecn_kb: Some((self.ecn_bytes / 1000) as u32),
@@ -242,6 +257,7 @@ impl LabConfig {
                 duration_s: Some(self.duration_s),
                 size: Some(self.size),
                 sample_ms: Some(self.sample_ms),
+                probe: Some(self.probe),
             },
         };
         toml::to_string(&f).unwrap_or_default()
@@ -344,6 +360,12 @@ mod tests {
         );
         assert_eq!((c.duration_s, c.size, c.sample_ms), (3, 65536, 100));
         assert_eq!(c.backend, PortBackend::Auto);
+        assert!(c.dcqcn && !c.probe);
+        let f: LabFile = toml::from_str("dcqcn = false\n[workload]\nprobe = true\n").unwrap();
+        let c = LabConfig::from_file(f).unwrap();
+        assert!(!c.dcqcn && c.probe);
+        let again: LabFile = toml::from_str(&c.to_toml()).unwrap();
+        assert_eq!(LabConfig::from_file(again).unwrap(), c);
     }
 
     #[test]

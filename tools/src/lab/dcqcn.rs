@@ -141,7 +141,16 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
             })
         })
         .collect();
-    json!({ "line_mbps": line_bps as f64 / MBIT, "qps": qps })
+    // off (rnicd --dcqcn-rp off) when no sender QP's reaction point is on
+    let on = snaps
+        .iter()
+        .flat_map(|s| s.cc.iter().flat_map(|c| c.qps.iter()))
+        .any(|q| q.state.enabled);
+    json!({
+        "line_mbps": line_bps as f64 / MBIT,
+        "reaction_point": if on { "on" } else { "off" },
+        "qps": qps,
+    })
 }
 
 /// Writes `dcqcn.csv`, each plot's `series,time_s,value` CSV and SVG;
@@ -202,6 +211,8 @@ mod tests {
             config_toml: String::new(),
             marking: String::new(),
             reported_gbits: vec![None, None],
+            probe: None,
+            trust: None,
         };
         let snaps = [
             snap(2.0, vec![qp(17, 10_000, 0.999, 0)], vec![]),
@@ -255,6 +266,7 @@ mod tests {
 
         let s = summary(&info, &snaps);
         assert_eq!(s["line_mbps"], 10_000.0);
+        assert_eq!(s["reaction_point"], "on");
         assert_eq!(s["qps"][0]["min_rc_mbps"], 5000.0);
         assert_eq!(s["qps"][0]["max_alpha_limited"], 0.9);
         assert_eq!(s["qps"][0]["cuts"], 1);

@@ -43,7 +43,10 @@ impl Daemon {
         })?;
         let log = logs.join(format!("rnicd-{}.log", net.name));
         let addr = net.addr.to_string();
-        let args: Vec<&OsStr> = vec![
+        // a NIC's line rate is its link's: the switch's rate, not the
+        // veth's 10 Gbit/s (DCQCN's ceiling and steps, PFC's quanta)
+        let line_rate = cfg.rate_bps.to_string();
+        let mut args: Vec<&OsStr> = vec![
             rnicd.as_os_str(),
             "--iface".as_ref(),
             net.iface.as_ref(),
@@ -55,7 +58,12 @@ impl Daemon {
             cfg.backend.arg().as_ref(),
             "--sock-dir".as_ref(),
             sock_dir.as_os_str(),
+            "--line-rate".as_ref(),
+            line_rate.as_ref(),
         ];
+        if !cfg.dcqcn {
+            args.extend([OsStr::new("--dcqcn-rp"), OsStr::new("off")]);
+        }
         let proc = Proc::spawn(&net.ns, &args, &log, format!("rnicd {}", net.name))?;
         let mut d = Daemon {
             net: net.clone(),

@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// perftest's default TCP port; sender i's server listens on BASE + i.
-const BASE_PORT: u16 = 18515;
+pub const BASE_PORT: u16 = 18515;
 
 /// One flow: sender `from` → h0.
 pub struct Flow {
@@ -21,9 +21,8 @@ pub struct Flow {
     pub client_log: PathBuf,
 }
 
-/// The ib_write_bw command line through `rnic exec` (`rnic` is this
-/// program) for host `d`: `-D` seconds of `-s` byte writes on port
-/// `port`, to `peer` when a client.
+/// The ib_write_bw command line of host `d`: `-D` seconds of `-s` byte
+/// writes on port `port`, to `peer` when a client.
 fn perftest(
     rnic: &Path,
     d: &Daemon,
@@ -31,31 +30,55 @@ fn perftest(
     port: u16,
     peer: Option<&str>,
 ) -> Vec<String> {
-    let mut a = vec![
-        rnic.display().to_string(),
-        "exec".into(),
-        "--sock-dir".into(),
-        d.sock_dir.display().to_string(),
-        "--".into(),
-        "ib_write_bw".into(),
-        "-d".into(),
-        d.net.name.clone(),
-        "-x".into(),
-        "3".into(),
-        "-F".into(),
-        "--report_gbits".into(),
+    let args = [
+        "--report_gbits".to_string(),
         "-D".into(),
         cfg.duration_s.to_string(),
         "-s".into(),
         cfg.size.to_string(),
-        "-p".into(),
-        port.to_string(),
     ];
+    perftest_argv(
+        rnic,
+        (&d.sock_dir, &d.net.name),
+        "ib_write_bw",
+        &args,
+        port,
+        peer,
+    )
+}
+
+/// A perftest program's command line through `rnic exec` (`rnic` is this
+/// program) against the rnicd of socket folder `sock_dir` and device
+/// `dev`: `prog -d DEV -x 3 -F ARGS -p PORT [PEER]` (GID index 3: the
+/// RoCEv2 GID of the host's address).
+pub fn perftest_argv(
+    rnic: &Path,
+    (sock_dir, dev): (&Path, &str),
+    prog: &str,
+    args: &[String],
+    port: u16,
+    peer: Option<&str>,
+) -> Vec<String> {
+    let mut a = vec![
+        rnic.display().to_string(),
+        "exec".into(),
+        "--sock-dir".into(),
+        sock_dir.display().to_string(),
+        "--".into(),
+        prog.into(),
+        "-d".into(),
+        dev.into(),
+        "-x".into(),
+        "3".into(),
+        "-F".into(),
+    ];
+    a.extend(args.iter().cloned());
+    a.extend(["-p".into(), port.to_string()]);
     a.extend(peer.map(String::from));
     a
 }
 
-fn spawn(ns: &str, argv: &[String], log: &Path, name: String) -> Result<Proc, LabError> {
+pub fn spawn(ns: &str, argv: &[String], log: &Path, name: String) -> Result<Proc, LabError> {
     let args: Vec<&OsStr> = argv.iter().map(OsStr::new).collect();
     Proc::spawn(ns, &args, log, name)
 }
@@ -117,7 +140,12 @@ pub fn start(
     Ok(flows)
 }
 
-fn failed(what: &'static str, host: &str, st: std::process::ExitStatus, log: &Path) -> LabError {
+pub fn failed(
+    what: &'static str,
+    host: &str,
+    st: std::process::ExitStatus,
+    log: &Path,
+) -> LabError {
     LabError::Workload {
         what,
         host: host.into(),

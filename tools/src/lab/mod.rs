@@ -18,6 +18,8 @@
 //! | [`pfc`] | the switch's PFC stage (802.1Qbb from the egress backlogs) |
 //! | [`pfc_results`] | its `pfc.csv`, plots and totals |
 //! | [`dcqcn`] | the senders' DCQCN state (Rc, Rt, α per QP) over time: `dcqcn.csv`, its plots |
+//! | [`probe`] | the latency probe: ib_send_lat h1 → h0 in rounds alongside the incast |
+//! | [`scale`] | the CPU time of the machine, the engines and the programs; whether the hosts, not the fabric, were the bottleneck |
 //! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
 //! | [`sys`] | running tools and children, signals, waiting |
 
@@ -31,9 +33,11 @@ pub mod net;
 pub mod page;
 pub mod pfc;
 pub mod pfc_results;
+pub mod probe;
 pub mod results;
 pub mod run_info;
 pub mod sample;
+pub mod scale;
 pub mod sys;
 
 pub use config::{LabConfig, LabFile};
@@ -187,16 +191,42 @@ fn workload(
     logs: &Path,
     stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
-    let mut snaps = vec![sample::snapshot(0.0, daemons, fabric, stage)?];
+    let mut rec = Record {
+        snaps: Vec::new(),
+        cpu: Vec::new(),
+        watch: scale::CpuWatch::new(daemons.iter().map(|d| d.proc.child.id()).collect()),
+    };
+    rec.take(0.0, daemons, fabric, stage)?;
     let t0 = Instant::now();
     let mut flows = incast::start(rnic, daemons, cfg, logs)?;
+    rec.watch.add_programs(flows.iter().flat_map(|f| {
+        std::iter::once(f.server.child.id()).chain(f.client.as_ref().map(|c| c.child.id()))
+    }));
     say(&format!(
-        "workload running: ib_write_bw h1..h{} → h0 for {} s",
+        "workload running: ib_write_bw h1..h{} → h0 for {} s{}",
         cfg.hosts - 1,
-        cfg.duration_s
+        cfg.duration_s,
+        if cfg.probe {
+            "; latency probe ib_send_lat h1 → h0"
+        } else {
+            ""
+        }
     ));
-    let ran = sample_until_done(cfg, fabric, daemons, &mut flows, &mut snaps, t0, stage);
+    let probe = cfg
+        .probe
+        .then(|| probe::Probe::start(rnic, &daemons[0], &daemons[1], logs, t0));
+    let mut ran = sample_until_done(cfg, fabric, daemons, &mut flows, &mut rec, t0, stage);
     drop(flows);
+    let rounds = match probe.map(probe::Probe::finish) {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => {
+            ran = ran.and(Err(e));
+            None
+        }
+        None => None,
+    };
+    let frame = daemons[0].data_frame_bytes()?;
+    let snaps = rec.snaps;
     let info = run_info::RunInfo {
         hosts: &fabric
             .hosts
@@ -208,13 +238,15 @@ fn workload(
             .map(|d| d.backend.clone())
             .collect::<Vec<_>>(),
         config_toml: cfg.to_toml(),
-        marking: marking(cfg, daemons[0].data_frame_bytes()?),
+        marking: marking(cfg, frame),
         reported_gbits: (1..cfg.hosts)
             .map(|i| {
                 let f = logs.join(format!("ib_write_bw-client-h{i}.txt"));
                 incast::reported_gbits(&std::fs::read_to_string(f).unwrap_or_default())
             })
             .collect(),
+        probe: rounds.as_deref(),
+        trust: Some(scale::evidence(cfg, frame, &snaps, &rec.cpu)),
     };
     if snaps.len() >= 2 {
         let sum = results::write(out, &info, &snaps)?;
@@ -231,7 +263,7 @@ fn sample_until_done(
     fabric: &Fabric,
     daemons: &mut [Daemon],
     flows: &mut [incast::Flow],
-    snaps: &mut Vec<Snapshot>,
+    rec: &mut Record,
     t0: Instant,
     stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
@@ -250,8 +282,8 @@ fn sample_until_done(
         }
         next += period;
         let t = t0.elapsed().as_secs_f64();
-        snaps.push(sample::snapshot(t, daemons, fabric, stage)?);
-        progress.draw(snaps);
+        rec.take(t, daemons, fabric, stage)?;
+        progress.draw(&rec.snaps);
         if done {
             return Ok(());
         }
@@ -261,6 +293,30 @@ fn sample_until_done(
                 secs: limit.as_secs(),
             });
         }
+    }
+}
+
+/// The samples of a run: the counters and, at the same instants, the CPU
+/// times.
+struct Record {
+    snaps: Vec<Snapshot>,
+    cpu: Vec<scale::CpuSample>,
+    watch: scale::CpuWatch,
+}
+
+impl Record {
+    /// One sample at `t`.
+    fn take(
+        &mut self,
+        t: f64,
+        daemons: &[Daemon],
+        fabric: &Fabric,
+        stage: Option<&pfc::PfcStage>,
+    ) -> Result<(), LabError> {
+        self.snaps
+            .push(sample::snapshot(t, daemons, fabric, stage)?);
+        self.cpu.push(self.watch.sample());
+        Ok(())
     }
 }
 
@@ -310,6 +366,36 @@ fn report(sum: &serde_json::Value, out: &Path) {
         r["np_cnp_sent"]
     ));
     pfc_results::report(sum);
+    let p = &sum["probe"];
+    if p["samples"] == 0 {
+        say(&format!(
+            "latency probe: no sample within the incast ({} in all)",
+            p["samples_all"]
+        ));
+    } else if !p.is_null() {
+        say(&format!(
+            "latency probe {}→{} ({} samples, half round trip): p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs",
+            p["from"].as_str().unwrap_or("?"),
+            p["to"].as_str().unwrap_or("?"),
+            p["samples"],
+            p["p50_us"],
+            p["p99_us"],
+            p["p999_us"],
+            p["max_us"]
+        ));
+    }
+    let t = &sum["trust"];
+    if let Some(level) = t["level"].as_str() {
+        let level = if level == "untrustworthy" {
+            "UNTRUSTWORTHY"
+        } else {
+            level
+        };
+        say(&format!(
+            "trust: {level}: {}",
+            t["why"].as_str().unwrap_or("")
+        ));
+    }
     say(&format!("results: {}", out.join("index.html").display()));
 }
 

@@ -81,6 +81,43 @@ fn totals(sum: &Value) -> String {
     )
 }
 
+/// The run's trustworthiness ([`super::scale`]) as a box: red when the
+/// hosts were the bottleneck, yellow for caution.
+fn trust(sum: &Value) -> String {
+    let t = &sum["trust"];
+    let Some(level) = t["level"].as_str() else {
+        return String::new();
+    };
+    let class = match level {
+        "untrustworthy" => "untrusted",
+        "caution" => "proxy",
+        _ => "ok",
+    };
+    format!(
+        "<p class=\"{class}\"><b>Trust: {}.</b> {}</p>\n",
+        esc(level),
+        esc(t["why"].as_str().unwrap_or(""))
+    )
+}
+
+/// The latency probe's percentiles ([`super::probe`]), when it ran.
+fn probe(sum: &Value) -> String {
+    let p = &sum["probe"];
+    if p.is_null() {
+        return String::new();
+    }
+    let cols = ["samples", "rounds", "p50_us", "p99_us", "p999_us", "max_us"];
+    let row = vec![cols.iter().map(|c| num(&p[*c])).collect()];
+    format!(
+        "<h2>Latency probe ({} {} → {}, {} B, half round trip)</h2>\n{}",
+        esc(p["program"].as_str().unwrap_or("?")),
+        esc(p["from"].as_str().unwrap_or("?")),
+        esc(p["to"].as_str().unwrap_or("?")),
+        num(&p["size"]),
+        table(&cols, &row)
+    )
+}
+
 /// The page.
 pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
     let mut s = String::from(
@@ -88,6 +125,8 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
          <style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}\
          table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}\
          .proxy{background:#fff3cd;border:2px solid #e0a800;padding:.5em 1em}img{max-width:100%}\
+         .untrusted{background:#f8d7da;border:2px solid #c82333;padding:.5em 1em}\
+         .ok{border:1px solid #ccc;padding:.5em 1em}\
          pre{background:#f4f4f4;padding:.5em}</style>\n</head>\n<body>\n<h1>rnic lab: ib_write_bw incast</h1>\n",
     );
     let backends: Vec<String> = info
@@ -100,14 +139,21 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
         s,
         "<p>Hosts {} → {} through one switch; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
          <p>DCQCN: each sender QP's reaction point (current rate Rc, target rate Rt, α) is read from its rnicd \
-         every sample (<a href=\"dcqcn.csv\">dcqcn.csv</a>); a CNP cuts Rc, and Rc climbs back toward Rt while \
-         none arrives.</p>\n",
+         every sample (<a href=\"dcqcn.csv\">dcqcn.csv</a>); {}</p>\n",
         esc(&info.hosts[1..].join(", ")),
         esc(&info.hosts[0]),
         esc(&backends.join(", ")),
-        esc(&info.marking)
+        esc(&info.marking),
+        if sum["dcqcn"]["reaction_point"] == "off" {
+            "the reaction points are <b>off</b> (rnicd --dcqcn-rp off): the senders count CNPs as \
+             ignored (rp_cnp_ignored) and never cut their rate."
+        } else {
+            "a CNP cuts Rc, and Rc climbs back toward Rt while none arrives."
+        }
     );
+    s += &trust(sum);
     s += &totals(sum);
+    s += &probe(sum);
     for p in plots {
         let (stem, title) = (p.stem, esc(p.title));
         let _ = write!(

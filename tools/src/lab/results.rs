@@ -190,6 +190,11 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
         },
         "dcqcn": super::dcqcn::summary(info, snaps),
         "pfc": super::pfc_results::summary(info, snaps),
+        "probe": info.probe.map(|r| {
+            let window = super::probe::incast_window(snaps);
+            super::probe::summary(r, window, &info.hosts[1], &info.hosts[0])
+        }),
+        "trust": info.trust.as_ref().map(super::scale::summary),
     })
 }
 
@@ -202,6 +207,11 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, La
     }
     plots.extend(super::dcqcn::write(out, info, snaps)?);
     plots.extend(super::pfc_results::write(out, info, snaps)?);
+    if let Some(rounds) = info.probe {
+        let p = super::probe::plot(rounds, &info.hosts[1], &info.hosts[0]);
+        p.write(out, true)?;
+        plots.push(p);
+    }
     let sum = summary(info, snaps);
     let text = serde_json::to_string_pretty(&sum).expect("JSON of plain values");
     write_file(&out.join("summary.json"), text + "\n")?;
@@ -253,6 +263,8 @@ mod tests {
             config_toml: String::new(),
             marking: "proxy".into(),
             reported_gbits: vec![Some(0.05)],
+            probe: None,
+            trust: None,
         };
         // 1.25 MB in 0.1 s: 100 Mbit/s
         let snaps = [

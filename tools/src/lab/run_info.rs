@@ -18,6 +18,10 @@ pub struct RunInfo<'a> {
     pub marking: String,
     /// ib_write_bw's own average per sender, Gbit/s.
     pub reported_gbits: Vec<Option<f64>>,
+    /// The latency probe's rounds ([`super::probe`]), when it ran.
+    pub probe: Option<&'a [super::probe::Round]>,
+    /// What the run's trustworthiness is judged from ([`super::scale`]).
+    pub trust: Option<super::scale::Evidence>,
 }
 
 /// One plot: its file stem, title, y label and series.
