@@ -152,41 +152,9 @@ impl Loop {
             rnic.handle_timeout(now);
             work += 1;
         }
-        // transmit: frames to the wire, and frames to the device's own
-        // address back to it without the wire (as rxe loops a packet
-        // whose destination is local); the port may record or impair them
-        self.tx.clear();
-        let room = self.port.tx_room(self.tx.capacity());
-        self.tx_backlog = false;
-        while !self.looped.is_full() {
-            if self.tx.len() >= room {
-                // the port's queue is full: the rest waits in the send
-                // queues, and the engine looks again soon
-                self.tx_backlog = true;
-                break;
-            }
-            let Some(slot) = self.tx.next_slot() else {
-                break;
-            };
-            let Some(len) = rnic.poll_transmit(now, slot) else {
-                break;
-            };
-            let frame = &mut slot[..len];
-            if !rnic.is_to_self(frame) {
-                self.tx.commit(len);
-            } else {
-                work += 1;
-                if self.port.loop_back(frame) {
-                    self.looped.push(frame);
-                }
-            }
-        }
-        if !self.tx.is_empty() {
-            self.port.send(&self.tx);
-            self.stats.tx_frames += self.tx.len() as u64;
-            work += self.tx.len();
-        }
+        work += self.transmit(now);
         // completions to the application
+        let rnic = &mut self.rnic;
         self.cq_backlog = false;
         for (cqn, q) in &self.cqs {
             let room = q.capacity() - q.len();
@@ -202,6 +170,47 @@ impl Loop {
         }
         if work == 0 {
             self.stats.idle_turns += 1;
+        }
+        work
+    }
+
+    /// The turn's transmit step: frames to the wire, and frames to the
+    /// device's own address back to it without the wire (as rxe loops a
+    /// packet whose destination is local); the port may record or impair
+    /// them. Makes no more wire frames than the port takes
+    /// ([`Port::tx_room`]). Returns the work done.
+    fn transmit(&mut self, now: Instant) -> usize {
+        let mut work = 0;
+        self.tx.clear();
+        let room = self.port.tx_room(self.tx.capacity());
+        self.tx_backlog = false;
+        while !self.looped.is_full() {
+            if self.tx.len() >= room {
+                // the port's queue is full: the rest waits in the send
+                // queues, and the engine looks again soon
+                self.tx_backlog = true;
+                break;
+            }
+            let Some(slot) = self.tx.next_slot() else {
+                break;
+            };
+            let Some(len) = self.rnic.poll_transmit(now, slot) else {
+                break;
+            };
+            let frame = &mut slot[..len];
+            if !self.rnic.is_to_self(frame) {
+                self.tx.commit(len);
+            } else {
+                work += 1;
+                if self.port.loop_back(frame) {
+                    self.looped.push(frame);
+                }
+            }
+        }
+        if !self.tx.is_empty() {
+            self.port.send(&self.tx);
+            self.stats.tx_frames += self.tx.len() as u64;
+            work += self.tx.len();
         }
         work
     }
