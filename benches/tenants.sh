@@ -102,9 +102,12 @@ run() {
     sleep 0.5
   done
   local c0 c1 w0 w1 b0 b1
-  c0=$(ticks "$D"); b0=$(tx_bytes); w0=$EPOCHREALTIME
+  # the CPU and the clock read as soon as rnicd answered (an answer can
+  # take seconds among busy-polling clients): CPU, bytes and time then
+  # cover the same stretch
+  b0=$(tx_bytes); c0=$(ticks "$D"); w0=$EPOCHREALTIME
   sleep "$WINDOW"
-  w1=$EPOCHREALTIME; b1=$(tx_bytes); c1=$(ticks "$D")
+  b1=$(tx_bytes); c1=$(ticks "$D"); w1=$EPOCHREALTIME
   echo "# $tag: all $n running after $((SECONDS - t0)) s; window $(date -u -d "@${w0%.*}" +%T)-$(date -u -d "@${w1%.*}" +%T)" >&2
   kill "${pids[@]}" 2>/dev/null || true
   wait "${pids[@]}" 2>/dev/null || true
