@@ -83,13 +83,24 @@ fn totals(sum: &Value) -> String {
 
 /// The page.
 pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
-    let mut s = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>rnic lab: incast</title>\n\
-         <style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}\
+    let kind = sum["collective"]["kind"].as_str().unwrap_or("incast");
+    let what = match sum["collective"]["kind"].as_str() {
+        Some(k) => format!(
+            "MPI {k} over UCX {}",
+            sum["collective"]["ucx_tls"].as_str().unwrap_or("?")
+        ),
+        None => "ib_write_bw incast".into(),
+    };
+    let mut s = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>rnic lab: {kind}</title>\n"
+    );
+    s += "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}\
          table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}\
          .proxy{background:#fff3cd;border:2px solid #e0a800;padding:.5em 1em}img{max-width:100%}\
-         pre{background:#f4f4f4;padding:.5em}</style>\n</head>\n<body>\n<h1>rnic lab: ib_write_bw incast</h1>\n",
-    );
+         .fallback{background:#f8d7da;border:2px solid #c82333;padding:.5em 1em}\
+         .through{background:#d4edda;border:2px solid #28a745;padding:.5em 1em}\
+         pre{background:#f4f4f4;padding:.5em}</style>\n</head>\n<body>\n";
+    let _ = writeln!(s, "<h1>rnic lab: {}</h1>", esc(&what));
     let backends: Vec<String> = info
         .hosts
         .iter()
@@ -98,15 +109,18 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
         .collect();
     let _ = write!(
         s,
-        "<p>Hosts {} → {} through one switch; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
+        "<p>Hosts {} through one switch; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
          <p>DCQCN: each sender QP's reaction point (current rate Rc, target rate Rt, α) is read from its rnicd \
          every sample (<a href=\"dcqcn.csv\">dcqcn.csv</a>); a CNP cuts Rc, and Rc climbs back toward Rt while \
          none arrives.</p>\n",
-        esc(&info.hosts[1..].join(", ")),
-        esc(&info.hosts[0]),
+        esc(&match info.collective {
+            Some(_) => format!("{}, one MPI rank each,", info.hosts.join(", ")),
+            None => format!("{} → {}", info.hosts[1..].join(", "), info.hosts[0]),
+        }),
         esc(&backends.join(", ")),
         esc(&info.marking)
     );
+    s += &super::collective_results::html(sum, esc);
     s += &totals(sum);
     for p in plots {
         let (stem, title) = (p.stem, esc(p.title));

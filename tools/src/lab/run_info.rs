@@ -18,6 +18,8 @@ pub struct RunInfo<'a> {
     pub marking: String,
     /// ib_write_bw's own average per sender, Gbit/s.
     pub reported_gbits: Vec<Option<f64>>,
+    /// A collective's run (every host sends); `None` for the incast.
+    pub collective: Option<&'a super::collective_results::CollectiveRun>,
 }
 
 /// One plot: its file stem, title, y label and series.
