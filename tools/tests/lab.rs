@@ -54,22 +54,28 @@ fn runs_here(test: &str, chromium: bool) -> bool {
         ("tshark", "--version", "tshark"),
         ("chromium", "--version", "chromium"),
     ];
-    for (tool, flag, package) in tools.iter().take(if chromium { 6 } else { 5 }) {
-        let there = Command::new(tool)
-            .arg(flag)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !there {
-            testkit::skip_or_fail(
-                test,
-                &format!("{tool} is not installed (Debian package {package}; .ci/run installs it)"),
-            );
-            return false;
-        }
+    tools
+        .iter()
+        .take(if chromium { 6 } else { 5 })
+        .all(|&(tool, flag, package)| tool_here(test, tool, flag, package))
+}
+
+/// Whether `tool flag` starts: a loud SKIPPED naming its Debian
+/// `package` (a failure under CI) when not.
+fn tool_here(test: &str, tool: &str, flag: &str, package: &str) -> bool {
+    let there = Command::new(tool)
+        .arg(flag)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !there {
+        testkit::skip_or_fail(
+            test,
+            &format!("{tool} is not installed (Debian package {package}; .ci/run installs it)"),
+        );
     }
-    true
+    there
 }
 
 /// `rnic lab` with `args`, its stderr into `err`.
@@ -504,22 +510,9 @@ const ALLREDUCE: [&str; 10] = [
 /// Whether Open MPI (mpirun, mpicc) is here as well: a loud SKIPPED (a
 /// failure under CI) without it.
 fn mpi_here(test: &str) -> bool {
-    for (tool, package) in [("mpirun", "openmpi-bin"), ("mpicc", "libopenmpi-dev")] {
-        let there = Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !there {
-            testkit::skip_or_fail(
-                test,
-                &format!("{tool} is not installed (Debian package {package})"),
-            );
-            return false;
-        }
-    }
-    true
+    [("mpirun", "openmpi-bin"), ("mpicc", "libopenmpi-dev")]
+        .iter()
+        .all(|&(tool, package)| tool_here(test, tool, "--version", package))
 }
 
 /// `collective.csv` of `out`: its header and a positive time for each of

@@ -129,34 +129,6 @@ pub fn line(c: &Value) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statistics_and_bandwidths_of_the_times() {
-        let run = CollectiveRun {
-            workload: Workload::Allreduce,
-            size: 1_000_000,
-            ucx_tls: UcxTls::Rdma,
-            times_us: (1..=100).rev().map(|i| f64::from(i) * 1000.0).collect(),
-            endpoints: vec!["tcp/a".into(), "tcp/a".into()],
-        };
-        let s = summary(&run, 4);
-        assert_eq!(s["median_us"], 50_000.0);
-        assert_eq!(s["p99_us"], 99_000.0);
-        assert_eq!(
-            (s["min_us"].as_f64(), s["max_us"].as_f64()),
-            (Some(1000.0), Some(100_000.0))
-        );
-        // 8 Mbit in 50 ms: 160 Mbit/s; a 4-rank ring: × 1.5
-        assert_eq!(s["algbw_mbits"], 160.0);
-        assert_eq!(s["busbw_mbits"], 240.0);
-        assert_eq!(s["ucx_endpoints"], json!(["tcp/a"]));
-        assert!(line(&s).contains("median 50000 µs"), "{}", line(&s));
-    }
-}
-
 /// Adds a collective run's plot (first) and its `collective` and
 /// `fallback` entries to the results `write` makes.
 pub fn add(
@@ -197,4 +169,32 @@ pub fn report(sum: &Value) -> Vec<String> {
     let mut v = vec![line(&sum["collective"])];
     v.extend(super::fallback::lines(&sum["fallback"]));
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_and_bandwidths_of_the_times() {
+        let run = CollectiveRun {
+            workload: Workload::Allreduce,
+            size: 1_000_000,
+            ucx_tls: UcxTls::Rdma,
+            times_us: (1..=100).rev().map(|i| f64::from(i) * 1000.0).collect(),
+            endpoints: vec!["tcp/a".into(), "tcp/a".into()],
+        };
+        let s = summary(&run, 4);
+        assert_eq!(s["median_us"], 50_000.0);
+        assert_eq!(s["p99_us"], 99_000.0);
+        assert_eq!(
+            (s["min_us"].as_f64(), s["max_us"].as_f64()),
+            (Some(1000.0), Some(100_000.0))
+        );
+        // 8 Mbit in 50 ms: 160 Mbit/s; a 4-rank ring: × 1.5
+        assert_eq!(s["algbw_mbits"], 160.0);
+        assert_eq!(s["busbw_mbits"], 240.0);
+        assert_eq!(s["ucx_endpoints"], json!(["tcp/a"]));
+        assert!(line(&s).contains("median 50000 µs"), "{}", line(&s));
+    }
 }

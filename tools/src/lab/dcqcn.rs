@@ -202,6 +202,7 @@ mod tests {
             config_toml: String::new(),
             marking: String::new(),
             reported_gbits: vec![None, None],
+            collective: None,
         };
         let snaps = [
             snap(2.0, vec![qp(17, 10_000, 0.999, 0)], vec![]),

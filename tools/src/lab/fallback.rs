@@ -138,11 +138,7 @@ mod tests {
         let hosts = ["h0".to_string(), "h1".to_string()];
         let info = RunInfo {
             hosts: &hosts,
-            backends: &[],
-            config_toml: String::new(),
-            marking: String::new(),
-            reported_gbits: Vec::new(),
-            collective: None,
+            ..RunInfo::default()
         };
         let tcp = signs(
             &info,

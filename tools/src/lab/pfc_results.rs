@@ -183,6 +183,7 @@ mod tests {
             config_toml: String::new(),
             marking: String::new(),
             reported_gbits: Vec::new(),
+            collective: None,
         };
         let snaps = [snap(1.0, 2, 1, 0), snap(1.5, 12, 11, 40_000)];
         let sum = summary(&info, &snaps);

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// What the run was, for the summary and the page.
+#[derive(Default)]
 pub struct RunInfo<'a> {
     pub hosts: &'a [String],
     /// Each host's port backend as rnicd reported it.
