@@ -13,9 +13,9 @@
 //! the RNICs carry nothing — the silent fallback [`super::fallback`]
 //! shows.
 
-use super::collective_results::CollectiveRun;
 use super::host::Daemon;
 use super::mpi::{self, AgentHost};
+use super::run_info::CollectiveRun;
 use super::sys::{self, Proc};
 use super::workload::{UcxTls, Workload};
 use super::{LabConfig, LabError};

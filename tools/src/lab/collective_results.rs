@@ -3,25 +3,13 @@
 //! statistics in `summary.json` (`collective`), on the page and in the
 //! output.
 
-use super::run_info::{Plot, RunInfo};
-use super::workload::{UcxTls, Workload};
+use super::run_info::{CollectiveRun, Plot, RunInfo};
+use super::workload::Workload;
 use super::LabError;
 use crate::report::{write_file, xy_svg, Labels, Series};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
-
-/// What a collective run did.
-pub struct CollectiveRun {
-    pub workload: Workload,
-    /// Its bytes (an allreduce's vector; each rank's alltoall buffer).
-    pub size: u32,
-    pub ucx_tls: UcxTls,
-    /// Each iteration's completion time (the slowest rank's), µs.
-    pub times_us: Vec<f64>,
-    /// The transports UCX reported for its endpoints ([`super::mpi::endpoint_transports`]).
-    pub endpoints: Vec<String>,
-}
 
 /// The `q` quantile of sorted `v` (nearest rank).
 fn quantile(v: &[f64], q: f64) -> f64 {
@@ -174,6 +162,7 @@ pub fn report(sum: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::workload::UcxTls;
 
     #[test]
     fn statistics_and_bandwidths_of_the_times() {

@@ -1,7 +1,8 @@
-//! What a run was ([`RunInfo`]) and the plots drawn of it ([`Plot`], and
+//! What a run was ([`RunInfo`], with a collective's [`CollectiveRun`]) and the plots drawn of it ([`Plot`], and
 //! their CSV and SVG files): what the results folder ([`super::results`])
 //! and its page ([`super::page`]) are written from.
 
+use super::workload::{UcxTls, Workload};
 use super::LabError;
 use crate::report::{write_file, xy_svg, Labels, Series};
 use std::fmt::Write as _;
@@ -20,7 +21,19 @@ pub struct RunInfo<'a> {
     /// ib_write_bw's own average per sender, Gbit/s.
     pub reported_gbits: Vec<Option<f64>>,
     /// A collective's run (every host sends); `None` for the incast.
-    pub collective: Option<&'a super::collective_results::CollectiveRun>,
+    pub collective: Option<&'a CollectiveRun>,
+}
+
+/// What a collective run did.
+pub struct CollectiveRun {
+    pub workload: Workload,
+    /// Its bytes (an allreduce's vector; each rank's alltoall buffer).
+    pub size: u32,
+    pub ucx_tls: UcxTls,
+    /// Each iteration's completion time (the slowest rank's), µs.
+    pub times_us: Vec<f64>,
+    /// The transports UCX reported for its endpoints ([`super::mpi::endpoint_transports`]).
+    pub endpoints: Vec<String>,
 }
 
 /// One plot: its file stem, title, y label and series.
