@@ -615,6 +615,41 @@ fn a_collective_forced_onto_tcp_bypasses_the_rnics_and_says_so() {
 }
 
 #[test]
+fn a_collective_without_open_mpi_refuses_in_one_line() {
+    let test = "a_collective_without_open_mpi_refuses_in_one_line";
+    if !common::netns::can_run(test) {
+        return;
+    }
+    // a PATH with the lab's system tools and no Open MPI
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for tool in ["ip", "tc", "nft"] {
+        let o = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .unwrap();
+        let path = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        assert!(!path.is_empty(), "no {tool}");
+        std::os::unix::fs::symlink(path, bin.join(tool)).unwrap();
+    }
+    let o = Command::new(rnic())
+        .args(["lab", "--workload", "allreduce", "--out"])
+        .arg(dir.path().join("r"))
+        .env("PATH", &bin)
+        .output()
+        .expect("run rnic lab");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("`mpicc` is not installed (libopenmpi-dev)"),
+        "{err}"
+    );
+    assert!(!dir.path().join("r").exists(), "it wrote results");
+}
+
+#[test]
 fn sigint_mid_run_tears_everything_down() {
     let test = "sigint_mid_run_tears_everything_down";
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -34,6 +34,8 @@ pub struct Job {
     pub mpirun: Proc,
     /// Its output (rank 0's lines, UCX's endpoint report).
     pub log: PathBuf,
+    /// The iterations asked for (0: for a duration).
+    pub iterations: u32,
 }
 
 /// Builds the program with `mpicc` in `dir` (the lab's scratch folder);
@@ -145,7 +147,11 @@ pub fn start(
     let args: Vec<&std::ffi::OsStr> = argv.iter().map(OsString::as_os_str).collect();
     let name = format!("mpirun {} on {} hosts", cfg.workload.word(), daemons.len());
     let mpirun = Proc::spawn(&h0.net.ns, &args, &log, name)?;
-    Ok(Job { mpirun, log })
+    Ok(Job {
+        mpirun,
+        log,
+        iterations: cfg.iterations,
+    })
 }
 
 impl Job {
@@ -177,6 +183,16 @@ impl Job {
             ucx_tls: cfg.ucx_tls,
             times_us: iteration_times(&out),
             endpoints: mpi::endpoint_transports(&out),
+        }
+    }
+
+    /// `  iteration I/N` (`I` when run for a duration): the iterations
+    /// rank 0 has reported so far.
+    pub fn progress(&self) -> String {
+        let done = iteration_times(&self.output()).len();
+        match self.iterations {
+            0 => format!("  iteration {done}"),
+            n => format!("  iteration {done}/{n}"),
         }
     }
 

@@ -234,6 +234,14 @@ impl Job {
         Ok(Job::Collective(job))
     }
 
+    /// How far a collective is (`  iteration I/N`), for the progress line.
+    fn progress(&self) -> String {
+        match self {
+            Job::Incast(_) => String::new(),
+            Job::Collective(job) => job.progress(),
+        }
+    }
+
     /// Whether it has ended; an error for a part that failed.
     fn done(&mut self) -> Result<bool, LabError> {
         match self {
@@ -319,7 +327,7 @@ fn sample_until_done(
         next += period;
         let t = t0.elapsed().as_secs_f64();
         snaps.push(sample::snapshot(t, daemons, fabric, stage)?);
-        progress.draw(snaps);
+        progress.draw(snaps, job);
         if done {
             return Ok(());
         }
@@ -404,7 +412,7 @@ impl ProgressLine {
         }
     }
 
-    fn draw(&mut self, snaps: &[Snapshot]) {
+    fn draw(&mut self, snaps: &[Snapshot], job: &Job) {
         let every = if self.tty { 200 } else { 1000 };
         if self
             .last
@@ -430,9 +438,10 @@ impl ProgressLine {
             .sum();
         let cnps = counter(b, 0, "np_cnp_sent").saturating_sub(counter(first, 0, "np_cnp_sent"));
         let line = format!(
-            "lab: {:.1}/{} s  Mbit/s: {}  queue→h0 {:.0} KB  CE marks {marks}  CNPs {cnps}",
+            "lab: {:.1}/{} s{}  Mbit/s: {}  queue→h0 {:.0} KB  CE marks {marks}  CNPs {cnps}",
             b.t,
             self.total,
+            job.progress(),
             rates.join(" "),
             b.ports[0].backlog as f64 / 1e3
         );
