@@ -571,6 +571,14 @@ fn an_allreduce_runs_over_every_hosts_rnic_and_its_page_shows_the_times() {
         said.contains("the traffic went through the RNICs"),
         "{said}"
     );
+    // every host sends: every host's QPs' DCQCN state is sampled
+    let dcqcn = read(&out.join("dcqcn.csv"));
+    for h in ["h0", "h1", "h2"] {
+        assert!(
+            dcqcn.lines().any(|l| l.split(',').nth(1) == Some(h)),
+            "no DCQCN row of {h}\n{dcqcn}"
+        );
+    }
     assert!(read(&out.join("lab.toml")).contains("kind = \"allreduce\""));
     let svgs = every_svg_is_shown(&out);
     assert!(svgs.iter().any(|s| s == "collective.svg"), "{svgs:?}");

@@ -263,7 +263,8 @@ fn workload(
     stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
     let logs = &out.join("logs");
-    let mut snaps = vec![sample::snapshot(0.0, daemons, fabric, stage)?];
+    let from = cfg.workload.first_sender();
+    let mut snaps = vec![sample::snapshot(0.0, daemons, fabric, stage, from)?];
     let t0 = Instant::now();
     let mut job = Job::start(rnic, daemons, cfg, scratch, logs)?;
     let ran = sample_until_done(cfg, fabric, daemons, &mut job, &mut snaps, t0, stage);
@@ -326,7 +327,8 @@ fn sample_until_done(
         }
         next += period;
         let t = t0.elapsed().as_secs_f64();
-        snaps.push(sample::snapshot(t, daemons, fabric, stage)?);
+        let from = cfg.workload.first_sender();
+        snaps.push(sample::snapshot(t, daemons, fabric, stage, from)?);
         progress.draw(snaps, job);
         if done {
             return Ok(());
@@ -406,7 +408,7 @@ impl ProgressLine {
     fn new(cfg: &LabConfig) -> ProgressLine {
         ProgressLine {
             tty: std::io::stderr().is_terminal(),
-            from: usize::from(!cfg.workload.is_collective()),
+            from: cfg.workload.first_sender(),
             total: cfg.duration_s,
             last: None,
         }

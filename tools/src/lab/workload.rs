@@ -38,6 +38,12 @@ impl Workload {
         self != Workload::Incast
     }
 
+    /// The first host that sends: h1 in the incast (h0 only receives),
+    /// h0 in a collective (every host sends).
+    pub fn first_sender(self) -> usize {
+        usize::from(!self.is_collective())
+    }
+
     /// Its message size when the lab file gives none: ib_write_bw's 64 KiB
     /// writes, a collective's 1 MiB.
     pub fn default_size(self) -> u32 {
