@@ -134,7 +134,7 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
         s,
         "<h2>Files</h2>\n<p><a href=\"samples.csv\">samples.csv</a> (every sample: t_s,source,name,value), \
          <a href=\"summary.json\">summary.json</a>, <a href=\"lab.toml\">lab.toml</a> (run it again with \
-         <code>rnic lab --file lab.toml</code>), logs/ (rnicd and ib_write_bw output).</p>\n<h2>Settings</h2>\n<pre>{}</pre>\n</body>\n</html>\n",
+         <code>rnic lab --file lab.toml</code>), logs/ (rnicd and the workload: ib_write_bw, or mpirun).</p>\n<h2>Settings</h2>\n<pre>{}</pre>\n</body>\n</html>\n",
         esc(&info.config_toml)
     );
     s
