@@ -149,17 +149,19 @@ alpha, limited (1 while a CNP's cut holds), cuts and rp_cnp_handled.",
         after_help = "Examples:\n  rnic stats\n  rnic stats --json | jq '.devices[0].counters'\n  rnic stats --file saved-run.json\n  rnic stats --daemon --sock-dir /run/softrnic\n  rnic stats --daemon --qp"
     )]
     Stats(StatsArgs),
-    /// Build a RoCE fabric of namespaces, run an ib_write_bw incast through it, and plot what happened.
+    /// Build a RoCE fabric of namespaces, run an ib_write_bw incast or an MPI collective through it, and plot what happened.
     #[command(
         long_about = "Builds N hosts (network namespaces, each with its own rnicd on AF_XDP, else \
 AF_PACKET, on a veth) around one switch namespace (a bridge; toward each host an egress queue: tbf \
 at the link rate, and nftables CE-marking RoCEv2 frames above a threshold: a PROXY of the queue's \
 depth, see docs/lab.md), runs unmodified ib_write_bw from h1..h(N-1) to h0 at once through the \
 drop-in (rnic exec), samples every host's counters, the senders' DCQCN state (Rc, Rt, α per QP) and the switch's queues and marks every \
-100 ms, and writes CSV, SVG plots and index.html into --out. DCQCN is on (rnicd's default). \
+100 ms, and writes CSV, SVG plots and index.html into --out. --workload allreduce|alltoall runs an MPI \
+collective of ours instead (Open MPI over UCX, one rank per host; --ucx-tls tcp forces UCX onto TCP \
+sockets, the RNIC bypassed) and plots each iteration's completion time. DCQCN is on (rnicd's default). \
 Needs root. Everything it creates carries the prefix rnlab-<pid> and is torn down on exit, on \
 error and on SIGINT/SIGTERM.",
-        after_help = "Examples:\n  sudo rnic lab --hosts 3 --rate 100mbit --ecn-kb 30 --duration 10 --out /tmp/lab\n  sudo rnic lab --file incast.toml --out /tmp/lab\n  sudo rnic lab --hosts 5 --ecn-kb 0 --out /tmp/no-ecn      # no marking: no CNPs"
+        after_help = "Examples:\n  sudo rnic lab --hosts 3 --rate 100mbit --ecn-kb 30 --duration 10 --out /tmp/lab\n  sudo rnic lab --file incast.toml --out /tmp/lab\n  sudo rnic lab --hosts 5 --ecn-kb 0 --out /tmp/no-ecn      # no marking: no CNPs\n  sudo rnic lab --hosts 4 --workload allreduce --size 1048576 --out /tmp/ar\n  sudo rnic lab --hosts 4 --workload allreduce --ucx-tls tcp --out /tmp/ar-tcp   # the TCP fallback"
     )]
     Lab(LabArgs),
     /// Draw an SVG line plot of a CSV of `series,x,y` rows (x: message sizes, log2 axis).
@@ -224,6 +226,15 @@ struct LabArgs {
     /// Also measure latency: ib_send_lat h1 → h0 through the same switch queue.
     #[arg(long)]
     probe: bool,
+    /// The workload: incast (ib_write_bw) | allreduce | alltoall (MPI over UCX, a rank per host) [default: incast].
+    #[arg(long, value_name = "KIND")]
+    workload: Option<String>,
+    /// A collective's iterations (0: as many as --duration holds) [default: 0].
+    #[arg(long, value_name = "N")]
+    iterations: Option<u32>,
+    /// A collective's UCX transports: rdma (the verbs of each host's rnicd) | tcp (sockets: the RNIC bypassed) [default: rdma].
+    #[arg(long, value_name = "TLS")]
+    ucx_tls: Option<String>,
 }
 
 impl LabArgs {
@@ -244,11 +255,13 @@ impl LabArgs {
                 xon_kb: self.xon_kb,
             },
             workload: WorkloadFile {
-                kind: None,
+                kind: self.workload.clone(),
                 duration_s: self.duration,
                 size: self.size,
                 sample_ms: self.sample_ms,
                 probe: self.probe.then_some(true),
+                iterations: self.iterations,
+                ucx_tls: self.ucx_tls.clone(),
             },
         }
     }

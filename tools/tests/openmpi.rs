@@ -32,6 +32,7 @@ use testkit::netns;
 use testkit::proc::{Finished, Running};
 use testkit::rnicd::{built, counter, counters, have, STUCK};
 use testkit::switched::{host_addr, Switched};
+use tools::lab::mpi::{self, AgentHost};
 
 /// How long one MPI job may run.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -74,41 +75,30 @@ fn mpi_check(dir: &Path) -> PathBuf {
     bin
 }
 
-/// Writes the launcher agent into `dir`: `agent HOST COMMAND...` runs
-/// the command (Open MPI's `orted` line, as ssh would run it: through a
-/// shell) in HOST's namespace through `rnic exec` on HOST's rnicd, with a
-/// session folder of HOST's own (`orte_tmpdir_base`): the namespaces share
-/// one file system and one host name, and orteds sharing a session folder
-/// collide in it (mkdir "File exists", the hwloc topology file).
+/// Writes the launcher agent into `dir` (`tools::lab::mpi`, as `rnic
+/// lab` launches its collectives): `agent HOST COMMAND...` runs the
+/// command in HOST's namespace through `rnic exec` on HOST's rnicd, with
+/// a session folder of HOST's own.
 fn agent(dir: &Path, net: &Switched) -> PathBuf {
-    let rnic = profile_dir().join("rnic");
-    let mut cases = String::new();
-    for (i, h) in net.hosts.iter().enumerate() {
-        let tmp = dir.join(format!("session-{i}"));
-        std::fs::create_dir_all(&tmp).expect("a session folder");
-        cases.push_str(&format!(
-            "  {}) ns={}; dir={}; export OMPI_MCA_orte_tmpdir_base={} ;;\n",
-            host_addr(i),
-            h.ns,
-            h.rnicd.sock_dir().display(),
-            tmp.display()
-        ));
-    }
-    let script = format!(
-        "#!/bin/sh\n# Open MPI's plm_rsh_agent: HOST COMMAND...\nhost=$1; shift\ncase \"$host\" in\n{cases}  *) echo \"agent: no host $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" {} exec --sock-dir \"$dir\" -- sh -c \"$*\"\n",
-        rnic.display()
-    );
-    let path = dir.join("agent.sh");
-    std::fs::write(&path, script).expect("write the agent");
-    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
-    std::fs::set_permissions(&path, mode).expect("chmod the agent");
-    path
+    let hosts: Vec<AgentHost> = net
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| AgentHost {
+            addr: host_addr(i),
+            ns: &h.ns,
+            sock_dir: h.rnicd.sock_dir(),
+            session: dir.join(format!("session-{i}")),
+            env: Vec::new(),
+        })
+        .collect();
+    mpi::write_agent(dir, &profile_dir().join("rnic"), &hosts).expect("write the agent")
 }
 
 /// `mpirun` of `bin ARGS` on the first `ranks` hosts, one rank each,
-/// started in host 0 through `rnic exec`.
+/// started in host 0 through `rnic exec`, UCX on the verbs transports.
 fn mpirun(net: &Switched, agent: &Path, ranks: usize, bin: &Path, args: &[&str]) -> Command {
-    let hosts: Vec<String> = (0..ranks).map(|i| host_addr(i).to_string()).collect();
+    let hosts: Vec<_> = (0..ranks).map(host_addr).collect();
     let h0 = &net.hosts[0];
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &h0.ns])
@@ -116,26 +106,16 @@ fn mpirun(net: &Switched, agent: &Path, ranks: usize, bin: &Path, args: &[&str])
         .arg("exec")
         .arg("--sock-dir")
         .arg(h0.rnicd.sock_dir())
-        .args(["--", "mpirun", "--allow-run-as-root", "-np"])
-        .arg(ranks.to_string())
-        .args(["--host", &hosts.join(",")])
-        .args(["--mca", "plm_rsh_agent"])
-        .arg(agent)
-        .args([
-            "--mca", "pml", "ucx", "--mca", "btl", "self", "--mca", "osc", "ucx",
-        ])
-        .args(["--mca", "oob_tcp_if_include", "192.0.2.0/24"])
-        .args(["-x", "UCX_TLS=rc_verbs,ud_verbs,self"])
-        .args([
-            "-x",
-            "UCX_LOG_LEVEL=info",
-            "-x",
-            "UCX_WARN_UNUSED_ENV_VARS=n",
-        ])
+        .arg("--")
+        .args(mpi::mpirun_args(
+            &hosts,
+            agent,
+            "192.0.2.0/24",
+            "rc_verbs,ud_verbs,self",
+        ))
         .arg(bin)
         .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .envs(mpi::AS_ROOT)
         .stdin(Stdio::null());
     c
 }

@@ -16,13 +16,16 @@
 //! xon_kb = 250            # PFC: resume when it falls to this many KB
 //!
 //! [workload]
-//! kind = "incast"         # ib_write_bw h1..h(N-1) → h0
+//! kind = "incast"         # ib_write_bw h1..h(N-1) → h0 | allreduce | alltoall (MPI)
 //! duration_s = 10
-//! size = 65536            # ib_write_bw -s
+//! size = 65536            # ib_write_bw -s; a collective's bytes (default 1 MiB)
+//! iterations = 0          # a collective's iterations (0: as many as duration_s holds)
+//! ucx_tls = "rdma"        # a collective's UCX transports: rdma (verbs) | tcp (sockets)
 //! sample_ms = 100         # counter sampling period
 //! probe = false           # ib_send_lat h1 → h0 through the same queue ([`super::probe`])
 //! ```
 
+use super::workload::{UcxTls, Workload};
 use super::LabError;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -62,6 +65,8 @@ pub struct WorkloadFile {
     pub size: Option<u32>,
     pub sample_ms: Option<u32>,
     pub probe: Option<bool>,
+    pub iterations: Option<u32>,
+    pub ucx_tls: Option<String>,
 }
 
 impl LabFile {
@@ -98,6 +103,8 @@ impl LabFile {
                 size: over.workload.size.or(self.workload.size),
                 sample_ms: over.workload.sample_ms.or(self.workload.sample_ms),
                 probe: over.workload.probe.or(self.workload.probe),
+                iterations: over.workload.iterations.or(self.workload.iterations),
+                ucx_tls: over.workload.ucx_tls.or(self.workload.ucx_tls),
             },
         }
     }
@@ -143,12 +150,17 @@ pub struct LabConfig {
     /// `None`: no PFC.
     pub pfc: Option<PfcThresholds>,
     pub duration_s: u32,
-    /// ib_write_bw's message size.
+    /// ib_write_bw's message size; a collective's bytes.
     pub size: u32,
     pub sample_ms: u32,
     /// The latency probe: ib_send_lat h1 → h0 alongside the incast
     /// ([`super::probe`]).
     pub probe: bool,
+    pub workload: Workload,
+    /// A collective's iterations (0: as many as `duration_s` holds).
+    pub iterations: u32,
+    /// A collective's UCX transports.
+    pub ucx_tls: UcxTls,
 }
 
 /// The switch's PFC thresholds on each egress queue's backlog.
@@ -191,13 +203,7 @@ impl LabConfig {
             }
         };
         let rate_bps = parse_rate(f.switch.rate.as_deref().unwrap_or("100mbit"))?;
-        let kind = f.workload.kind.as_deref().unwrap_or("incast");
-        if kind != "incast" {
-            return Err(setting(
-                "workload.kind",
-                format!("{kind}: only incast so far"),
-            ));
-        }
+        let (workload, ucx_tls) = workload_of(&f.workload)?;
         let ecn_kb = f.switch.ecn_kb.unwrap_or(30);
         let queue_kb = f.switch.queue_kb.unwrap_or(1000);
         if queue_kb == 0 || (ecn_kb >= queue_kb) {
@@ -212,7 +218,7 @@ impl LabConfig {
         }
         let pfc = pfc_thresholds(&f.switch, queue_kb)?;
         let duration_s = f.workload.duration_s.unwrap_or(10);
-        let size = f.workload.size.unwrap_or(65536);
+        let size = f.workload.size.unwrap_or(workload.default_size());
         let sample_ms = f.workload.sample_ms.unwrap_or(100);
         if duration_s == 0 || size == 0 || !(10..=10_000).contains(&sample_ms) {
             return Err(setting(
@@ -233,6 +239,9 @@ impl LabConfig {
             size,
             sample_ms,
             probe: f.workload.probe.unwrap_or(false),
+            workload,
+            iterations: f.workload.iterations.unwrap_or(0),
+            ucx_tls,
         })
     }
 
@@ -253,15 +262,42 @@ impl LabConfig {
                 xon_kb: self.pfc.map(|p| (p.xon_bytes / 1000) as u32),
             },
             workload: WorkloadFile {
-                kind: Some("incast".into()),
+                kind: Some(self.workload.word().into()),
                 duration_s: Some(self.duration_s),
                 size: Some(self.size),
                 sample_ms: Some(self.sample_ms),
                 probe: Some(self.probe),
+                iterations: self.workload.is_collective().then_some(self.iterations),
+                ucx_tls: self
+                    .workload
+                    .is_collective()
+                    .then(|| self.ucx_tls.word().into()),
             },
         };
         toml::to_string(&f).unwrap_or_default()
     }
+}
+
+/// The workload's kind and UCX transports (`tcp` only for a collective:
+/// ib_write_bw has no UCX).
+fn workload_of(w: &WorkloadFile) -> Result<(Workload, UcxTls), LabError> {
+    let kind = w.kind.as_deref().unwrap_or("incast");
+    let workload = Workload::parse(kind).ok_or_else(|| {
+        setting(
+            "workload.kind",
+            format!("{kind}: want incast, allreduce or alltoall"),
+        )
+    })?;
+    let tls = w.ucx_tls.as_deref().unwrap_or("rdma");
+    let ucx_tls = UcxTls::parse(tls)
+        .ok_or_else(|| setting("workload.ucx_tls", format!("{tls}: want rdma or tcp")))?;
+    if ucx_tls == UcxTls::Tcp && !workload.is_collective() {
+        return Err(setting(
+            "workload.ucx_tls",
+            "tcp is for the MPI collectives (allreduce, alltoall); the incast has no UCX",
+        ));
+    }
+    Ok((workload, ucx_tls))
 }
 
 /// The PFC thresholds of `[switch]`: XON < XOFF < the queue's capacity
@@ -385,6 +421,16 @@ mod tests {
         );
         let again: LabFile = toml::from_str(&c.to_toml()).unwrap();
         assert_eq!(LabConfig::from_file(again).unwrap(), c);
+        let mut f = LabFile::default();
+        (f.workload.kind, f.workload.ucx_tls) = (Some("alltoall".into()), Some("tcp".into()));
+        f.workload.iterations = Some(20);
+        let c = LabConfig::from_file(f).unwrap();
+        assert_eq!(
+            (c.workload, c.ucx_tls, c.iterations, c.size),
+            (Workload::Alltoall, UcxTls::Tcp, 20, 1 << 20)
+        );
+        let again: LabFile = toml::from_str(&c.to_toml()).unwrap();
+        assert_eq!(LabConfig::from_file(again).unwrap(), c);
     }
 
     #[test]
@@ -401,8 +447,14 @@ mod tests {
         f.switch.ecn_kb = Some(2000);
         assert!(bad(f).contains("ecn_kb"));
         let mut f = LabFile::default();
-        f.workload.kind = Some("allreduce".into());
-        assert!(bad(f).contains("only incast"));
+        f.workload.kind = Some("allgather".into());
+        assert!(bad(f).contains("want incast, allreduce or alltoall"));
+        let mut f = LabFile::default();
+        f.workload.ucx_tls = Some("tcp".into());
+        assert!(bad(f).contains("collectives"));
+        let mut f = LabFile::default();
+        (f.workload.kind, f.workload.ucx_tls) = (Some("allreduce".into()), Some("ib".into()));
+        assert!(bad(f).contains("want rdma or tcp"));
         let mut f = LabFile::default();
         (f.switch.pfc, f.switch.xoff_kb, f.switch.xon_kb) = (Some(true), Some(100), Some(100));
         assert!(bad(f).contains("xon_kb"));

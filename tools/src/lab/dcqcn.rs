@@ -213,6 +213,7 @@ mod tests {
             reported_gbits: vec![None, None],
             probe: None,
             trust: None,
+            collective: None,
         };
         let snaps = [
             snap(2.0, vec![qp(17, 10_000, 0.999, 0)], vec![]),

@@ -12,7 +12,10 @@
 //! | [`config`] | the lab file (TOML), flags over it, the checks |
 //! | [`net`] | namespaces, bridge, veths, tbf queues, the nftables marking |
 //! | [`host`] | each host's rnicd |
+//! | [`workload`] | what a lab runs: the kind, a collective's UCX transports |
 //! | [`incast`] | the ib_write_bw workload |
+//! | [`mpi`], [`collective`] | Open MPI across the hosts; the allreduce and alltoall workloads |
+//! | [`collective_results`], [`fallback`] | a collective's completion times; the signs of a fallback to TCP |
 //! | [`sample`] | the counters of hosts and switch, and the senders' DCQCN state, at one instant |
 //! | [`capture`] | a pcap per link (tcpdump on each switch port) |
 //! | [`pfc`] | the switch's PFC stage (802.1Qbb from the egress backlogs) |
@@ -24,11 +27,15 @@
 //! | [`sys`] | running tools and children, signals, waiting |
 
 pub mod capture;
+pub mod collective;
+pub mod collective_results;
 pub mod config;
 pub mod dcqcn;
 mod error;
+pub mod fallback;
 pub mod host;
 pub mod incast;
+pub mod mpi;
 pub mod net;
 pub mod page;
 pub mod pfc;
@@ -39,6 +46,7 @@ pub mod run_info;
 pub mod sample;
 pub mod scale;
 pub mod sys;
+pub mod workload;
 
 pub use config::{LabConfig, LabFile};
 pub use error::LabError;
@@ -110,13 +118,13 @@ fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> 
         None => LabFile::default(),
     };
     let cfg = LabConfig::from_file(base.overridden_by(flags))?;
-    for (prog, flag) in [
-        ("ip", "-V"),
-        ("tc", "-V"),
-        ("nft", "--version"),
-        ("ib_write_bw", "--version"),
-    ] {
+    for (prog, flag) in [("ip", "-V"), ("tc", "-V"), ("nft", "--version")] {
         sys::require(prog, flag)?;
+    }
+    if cfg.workload.is_collective() {
+        collective::require()?;
+    } else {
+        sys::require("ib_write_bw", "--version")?;
     }
     let rnicd = rnicd_path()?;
     let rnic = std::env::current_exe().map_err(io("this program's path"))?;
@@ -171,7 +179,15 @@ fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Resu
     fabric.shape(cfg, frame)?;
     let captures = capture::start(&fabric, out, &logs)?;
     let stage = pfc::start(cfg, &fabric, &daemons)?;
-    let result = workload(rnic, cfg, &fabric, &mut daemons, out, &logs, stage.as_ref());
+    let result = workload(
+        rnic,
+        cfg,
+        &fabric,
+        &mut daemons,
+        out,
+        &run_dir.0,
+        stage.as_ref(),
+    );
     drop(stage);
     drop(captures);
     drop(daemons);
@@ -180,7 +196,81 @@ fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Resu
     result
 }
 
-/// The incast with its sampling; writes the results (also of a run cut
+/// A running workload.
+enum Job {
+    Incast(Vec<incast::Flow>),
+    Collective(collective::Job),
+}
+
+impl Job {
+    /// Starts the workload of `cfg` (a collective's program built in
+    /// `scratch` first).
+    fn start(
+        rnic: &Path,
+        daemons: &[Daemon],
+        cfg: &LabConfig,
+        scratch: &Path,
+        logs: &Path,
+    ) -> Result<Job, LabError> {
+        if !cfg.workload.is_collective() {
+            let flows = incast::start(rnic, daemons, cfg, logs)?;
+            say(&format!(
+                "workload running: ib_write_bw h1..h{} → h0 for {} s",
+                cfg.hosts - 1,
+                cfg.duration_s
+            ));
+            return Ok(Job::Incast(flows));
+        }
+        let bin = collective::build(scratch)?;
+        let job = collective::start(rnic, daemons, cfg, (bin, scratch), logs)?;
+        let length = match cfg.iterations {
+            0 => format!("for {} s", cfg.duration_s),
+            n => format!("{n} iterations"),
+        };
+        say(&format!(
+            "workload running: MPI {} of {} B on h0..h{} over UCX {} ({}), {length}",
+            cfg.workload.word(),
+            cfg.size,
+            cfg.hosts - 1,
+            cfg.ucx_tls.word(),
+            cfg.ucx_tls.tls()
+        ));
+        Ok(Job::Collective(job))
+    }
+
+    /// How far a collective is (`  iteration I/N`), for the progress line.
+    fn progress(&self) -> String {
+        match self {
+            Job::Incast(_) => String::new(),
+            Job::Collective(job) => job.progress(),
+        }
+    }
+
+    /// The programs it runs (their CPU time is sampled): the perftest
+    /// servers and clients, or `mpirun`.
+    fn pids(&self) -> Vec<u32> {
+        match self {
+            Job::Incast(flows) => flows
+                .iter()
+                .flat_map(|f| {
+                    std::iter::once(f.server.child.id())
+                        .chain(f.client.as_ref().map(|c| c.child.id()))
+                })
+                .collect(),
+            Job::Collective(job) => vec![job.mpirun.child.id()],
+        }
+    }
+
+    /// Whether it has ended; an error for a part that failed.
+    fn done(&mut self) -> Result<bool, LabError> {
+        match self {
+            Job::Incast(flows) => incast::all_done(flows),
+            Job::Collective(job) => job.done(),
+        }
+    }
+}
+
+/// The workload with its sampling; writes the results (also of a run cut
 /// short by a signal, as far as it went).
 fn workload(
     rnic: &Path,
@@ -188,35 +278,32 @@ fn workload(
     fabric: &Fabric,
     daemons: &mut [Daemon],
     out: &Path,
-    logs: &Path,
+    scratch: &Path,
     stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
+    let logs = &out.join("logs");
+    let from = cfg.workload.first_sender();
     let mut rec = Record {
         snaps: Vec::new(),
         cpu: Vec::new(),
         watch: scale::CpuWatch::new(daemons.iter().map(|d| d.proc.child.id()).collect()),
     };
-    rec.take(0.0, daemons, fabric, stage)?;
+    rec.take(0.0, daemons, fabric, stage, from)?;
     let t0 = Instant::now();
-    let mut flows = incast::start(rnic, daemons, cfg, logs)?;
-    rec.watch.add_programs(flows.iter().flat_map(|f| {
-        std::iter::once(f.server.child.id()).chain(f.client.as_ref().map(|c| c.child.id()))
-    }));
-    say(&format!(
-        "workload running: ib_write_bw h1..h{} → h0 for {} s{}",
-        cfg.hosts - 1,
-        cfg.duration_s,
-        if cfg.probe {
-            "; latency probe ib_send_lat h1 → h0"
-        } else {
-            ""
-        }
-    ));
+    let mut job = Job::start(rnic, daemons, cfg, scratch, logs)?;
+    rec.watch.add_programs(job.pids());
+    if cfg.probe {
+        say("latency probe ib_send_lat h1 → h0");
+    }
     let probe = cfg
         .probe
         .then(|| probe::Probe::start(rnic, &daemons[0], &daemons[1], logs, t0));
-    let mut ran = sample_until_done(cfg, fabric, daemons, &mut flows, &mut rec, t0, stage);
-    drop(flows);
+    let mut ran = sample_until_done(cfg, fabric, daemons, &mut job, &mut rec, t0, stage);
+    let collective = match &job {
+        Job::Collective(j) => Some(j.run(cfg)),
+        Job::Incast(_) => None,
+    };
+    drop(job);
     let rounds = match probe.map(probe::Probe::finish) {
         Some(Ok(r)) => Some(r),
         Some(Err(e)) => {
@@ -246,7 +333,9 @@ fn workload(
             })
             .collect(),
         probe: rounds.as_deref(),
-        trust: Some(scale::evidence(cfg, frame, &snaps, &rec.cpu)),
+        // the verdict's rules read an incast (senders toward h0's queue)
+        trust: (collective.is_none()).then(|| scale::evidence(cfg, frame, &snaps, &rec.cpu)),
+        collective: collective.as_ref(),
     };
     if snaps.len() >= 2 {
         let sum = results::write(out, &info, &snaps)?;
@@ -262,13 +351,13 @@ fn sample_until_done(
     cfg: &LabConfig,
     fabric: &Fabric,
     daemons: &mut [Daemon],
-    flows: &mut [incast::Flow],
+    job: &mut Job,
     rec: &mut Record,
     t0: Instant,
     stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
     let period = Duration::from_millis(u64::from(cfg.sample_ms));
-    let limit = Duration::from_secs(u64::from(cfg.duration_s) + 60);
+    let limit = collective::time_limit(cfg);
     let mut progress = ProgressLine::new(cfg);
     let mut next = t0 + period;
     loop {
@@ -276,14 +365,14 @@ fn sample_until_done(
         for d in daemons.iter_mut() {
             d.check_alive()?;
         }
-        let done = incast::all_done(flows)?;
+        let done = job.done()?;
         if let Some(wait) = next.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
         next += period;
         let t = t0.elapsed().as_secs_f64();
-        rec.take(t, daemons, fabric, stage)?;
-        progress.draw(&rec.snaps);
+        rec.take(t, daemons, fabric, stage, cfg.workload.first_sender())?;
+        progress.draw(&rec.snaps, job);
         if done {
             return Ok(());
         }
@@ -305,16 +394,17 @@ struct Record {
 }
 
 impl Record {
-    /// One sample at `t`.
+    /// One sample at `t`; the senders' DCQCN state from host `from` on.
     fn take(
         &mut self,
         t: f64,
         daemons: &[Daemon],
         fabric: &Fabric,
         stage: Option<&pfc::PfcStage>,
+        from: usize,
     ) -> Result<(), LabError> {
         self.snaps
-            .push(sample::snapshot(t, daemons, fabric, stage)?);
+            .push(sample::snapshot(t, daemons, fabric, stage, from)?);
         self.cpu.push(self.watch.sample());
         Ok(())
     }
@@ -396,6 +486,9 @@ fn report(sum: &serde_json::Value, out: &Path) {
             t["why"].as_str().unwrap_or("")
         ));
     }
+    for l in collective_results::report(sum) {
+        say(&l);
+    }
     say(&format!("results: {}", out.join("index.html").display()));
 }
 
@@ -403,6 +496,8 @@ fn report(sum: &serde_json::Value, out: &Path) {
 /// a line a second otherwise.
 struct ProgressLine {
     tty: bool,
+    /// The first sending host: h1 in the incast, h0 in a collective.
+    from: usize,
     total: u32,
     last: Option<Instant>,
 }
@@ -411,12 +506,13 @@ impl ProgressLine {
     fn new(cfg: &LabConfig) -> ProgressLine {
         ProgressLine {
             tty: std::io::stderr().is_terminal(),
+            from: cfg.workload.first_sender(),
             total: cfg.duration_s,
             last: None,
         }
     }
 
-    fn draw(&mut self, snaps: &[Snapshot]) {
+    fn draw(&mut self, snaps: &[Snapshot], job: &Job) {
         let every = if self.tty { 200 } else { 1000 };
         if self
             .last
@@ -427,7 +523,7 @@ impl ProgressLine {
         let [.., a, b] = snaps else { return };
         self.last = Some(Instant::now());
         let dt = (b.t - a.t).max(1e-6);
-        let rates: Vec<String> = (1..b.hosts.len())
+        let rates: Vec<String> = (self.from..b.hosts.len())
             .map(|i| {
                 let bytes = counter(b, i, "tx_bytes").saturating_sub(counter(a, i, "tx_bytes"));
                 format!("h{i} {:.0}", bytes as f64 * 8.0 / dt / 1e6)
@@ -442,9 +538,10 @@ impl ProgressLine {
             .sum();
         let cnps = counter(b, 0, "np_cnp_sent").saturating_sub(counter(first, 0, "np_cnp_sent"));
         let line = format!(
-            "lab: {:.1}/{} s  Mbit/s: {}  queue→h0 {:.0} KB  CE marks {marks}  CNPs {cnps}",
+            "lab: {:.1}/{} s{}  Mbit/s: {}  queue→h0 {:.0} KB  CE marks {marks}  CNPs {cnps}",
             b.t,
             self.total,
+            job.progress(),
             rates.join(" "),
             b.ports[0].backlog as f64 / 1e3
         );

@@ -120,15 +120,26 @@ fn probe(sum: &Value) -> String {
 
 /// The page.
 pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
-    let mut s = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>rnic lab: incast</title>\n\
-         <style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}\
+    let kind = sum["collective"]["kind"].as_str().unwrap_or("incast");
+    let what = match sum["collective"]["kind"].as_str() {
+        Some(k) => format!(
+            "MPI {k} over UCX {}",
+            sum["collective"]["ucx_tls"].as_str().unwrap_or("?")
+        ),
+        None => "ib_write_bw incast".into(),
+    };
+    let mut s = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>rnic lab: {kind}</title>\n"
+    );
+    s += "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}\
          table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}\
          .proxy{background:#fff3cd;border:2px solid #e0a800;padding:.5em 1em}img{max-width:100%}\
          .untrusted{background:#f8d7da;border:2px solid #c82333;padding:.5em 1em}\
          .ok{border:1px solid #ccc;padding:.5em 1em}\
-         pre{background:#f4f4f4;padding:.5em}</style>\n</head>\n<body>\n<h1>rnic lab: ib_write_bw incast</h1>\n",
-    );
+         .fallback{background:#f8d7da;border:2px solid #c82333;padding:.5em 1em}\
+         .through{background:#d4edda;border:2px solid #28a745;padding:.5em 1em}\
+         pre{background:#f4f4f4;padding:.5em}</style>\n</head>\n<body>\n";
+    let _ = writeln!(s, "<h1>rnic lab: {}</h1>", esc(&what));
     let backends: Vec<String> = info
         .hosts
         .iter()
@@ -137,11 +148,13 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
         .collect();
     let _ = write!(
         s,
-        "<p>Hosts {} → {} through one switch; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
+        "<p>Hosts {} through one switch; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
          <p>DCQCN: each sender QP's reaction point (current rate Rc, target rate Rt, α) is read from its rnicd \
          every sample (<a href=\"dcqcn.csv\">dcqcn.csv</a>); {}</p>\n",
-        esc(&info.hosts[1..].join(", ")),
-        esc(&info.hosts[0]),
+        esc(&match info.collective {
+            Some(_) => format!("{}, one MPI rank each,", info.hosts.join(", ")),
+            None => format!("{} → {}", info.hosts[1..].join(", "), info.hosts[0]),
+        }),
         esc(&backends.join(", ")),
         esc(&info.marking),
         if sum["dcqcn"]["reaction_point"] == "off" {
@@ -152,6 +165,7 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
         }
     );
     s += &trust(sum);
+    s += &super::collective_results::html(sum, esc);
     s += &totals(sum);
     s += &probe(sum);
     for p in plots {
@@ -166,7 +180,7 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
         s,
         "<h2>Files</h2>\n<p><a href=\"samples.csv\">samples.csv</a> (every sample: t_s,source,name,value), \
          <a href=\"summary.json\">summary.json</a>, <a href=\"lab.toml\">lab.toml</a> (run it again with \
-         <code>rnic lab --file lab.toml</code>), logs/ (rnicd and ib_write_bw output).</p>\n<h2>Settings</h2>\n<pre>{}</pre>\n</body>\n</html>\n",
+         <code>rnic lab --file lab.toml</code>), logs/ (rnicd and the workload: ib_write_bw, or mpirun).</p>\n<h2>Settings</h2>\n<pre>{}</pre>\n</body>\n</html>\n",
         esc(&info.config_toml)
     );
     s

@@ -185,6 +185,7 @@ mod tests {
             reported_gbits: Vec::new(),
             probe: None,
             trust: None,
+            collective: None,
         };
         let snaps = [snap(1.0, 2, 1, 0), snap(1.5, 12, 11, 40_000)];
         let sum = summary(&info, &snaps);

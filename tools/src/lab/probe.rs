@@ -28,7 +28,7 @@
 
 use super::host::Daemon;
 use super::incast::{failed, perftest_argv, spawn, BASE_PORT};
-use super::run_info::Plot;
+use super::run_info::{Plot, Round};
 use super::sample::{counter, Snapshot};
 use super::{config::MAX_HOSTS, sys, LabError};
 use crate::report::Series;
@@ -54,34 +54,6 @@ const RECENT: usize = 5;
 pub const GRACE: Duration = Duration::from_secs(10);
 /// The probe's servers listen on this many ports above the incast's.
 const PORTS: u16 = 100;
-
-/// One round: its end (seconds since the workload's start) and each
-/// ping-pong's half round trip, µs, in order.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Round {
-    pub end_s: f64,
-    pub samples_us: Vec<f64>,
-}
-
-impl Round {
-    /// Each sample with its time: reckoned back from the round's end, a
-    /// round trip per ping-pong.
-    pub fn timed(&self) -> Vec<(f64, f64)> {
-        let mut t = self.end_s;
-        let mut v: Vec<(f64, f64)> = self
-            .samples_us
-            .iter()
-            .rev()
-            .map(|&us| {
-                let at = t;
-                t -= 2.0 * us / 1e6;
-                (at, us)
-            })
-            .collect();
-        v.reverse();
-        v
-    }
-}
 
 /// A host as the probe's rounds need it.
 #[derive(Clone)]

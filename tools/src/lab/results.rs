@@ -38,13 +38,15 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
     let since = |s: &Snapshot, i: usize, name: &str| {
         counter(s, i, name).saturating_sub(first.map_or(0, |f| counter(f, i, name))) as f64
     };
-    let mut rate: Vec<Series> = (1..n)
+    // a collective's every host sends; the incast's h1..h(N-1)
+    let from = usize::from(info.collective.is_none());
+    let mut rate: Vec<Series> = (from..n)
         .map(|i| {
-            over_time(
-                format!("{}→{}", info.hosts[i], info.hosts[0]),
-                snaps,
-                |a, b| mbits(a, b, i, "tx_bytes"),
-            )
+            let name = match info.collective {
+                Some(_) => format!("{} sent", info.hosts[i]),
+                None => format!("{}→{}", info.hosts[i], info.hosts[0]),
+            };
+            over_time(name, snaps, |a, b| mbits(a, b, i, "tx_bytes"))
         })
         .collect();
     rate.push(over_time(
@@ -83,7 +85,14 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
             since(b, 0, "np_cnp_sent")
         }),
     ];
-    for i in 1..n {
+    for i in from..n {
+        if info.collective.is_some() && i > 0 {
+            cnp.push(over_time(
+                format!("{} np_cnp_sent", info.hosts[i]),
+                snaps,
+                |_, b| since(b, i, "np_cnp_sent"),
+            ));
+        }
         cnp.push(over_time(
             format!("{} rp_cnp_handled", info.hosts[i]),
             snaps,
@@ -155,12 +164,14 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
     };
     let d = |i: usize, k: &str| counter(b, i, k).saturating_sub(counter(a, i, k));
     let secs = (b.t - a.t).max(1e-6);
-    let flows: Vec<Value> = (1..info.hosts.len())
+    let from = usize::from(info.collective.is_none());
+    let flows: Vec<Value> = (from..info.hosts.len())
         .map(|i| {
             json!({
-                "from": info.hosts[i], "to": info.hosts[0],
+                "from": info.hosts[i],
+                "to": if info.collective.is_some() { "all" } else { &info.hosts[0] },
                 "mbits_average": d(i, "tx_bytes") as f64 * 8.0 / secs / 1e6,
-                "ib_write_bw_gbits": info.reported_gbits.get(i - 1).copied().flatten(),
+                "ib_write_bw_gbits": i.checked_sub(1).and_then(|j| info.reported_gbits.get(j)).copied().flatten(),
                 "rp_cnp_handled": d(i, "rp_cnp_handled"),
                 "retransmitted_pkts": d(i, "retransmitted_pkts"),
             })
@@ -212,7 +223,8 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, La
         p.write(out, true)?;
         plots.push(p);
     }
-    let sum = summary(info, snaps);
+    let mut sum = summary(info, snaps);
+    super::collective_results::add(out, info, snaps, &mut plots, &mut sum)?;
     let text = serde_json::to_string_pretty(&sum).expect("JSON of plain values");
     write_file(&out.join("summary.json"), text + "\n")?;
     write_file(&out.join("lab.toml"), &info.config_toml)?;
@@ -265,6 +277,7 @@ mod tests {
             reported_gbits: vec![Some(0.05)],
             probe: None,
             trust: None,
+            collective: None,
         };
         // 1.25 MB in 0.1 s: 100 Mbit/s
         let snaps = [

@@ -1,13 +1,15 @@
-//! What a run was ([`RunInfo`]) and the plots drawn of it ([`Plot`], and
+//! What a run was ([`RunInfo`], with a collective's [`CollectiveRun`]) and the plots drawn of it ([`Plot`], and
 //! their CSV and SVG files): what the results folder ([`super::results`])
 //! and its page ([`super::page`]) are written from.
 
+use super::workload::{UcxTls, Workload};
 use super::LabError;
 use crate::report::{write_file, xy_svg, Labels, Series};
 use std::fmt::Write as _;
 use std::path::Path;
 
 /// What the run was, for the summary and the page.
+#[derive(Default)]
 pub struct RunInfo<'a> {
     pub hosts: &'a [String],
     /// Each host's port backend as rnicd reported it.
@@ -19,9 +21,23 @@ pub struct RunInfo<'a> {
     /// ib_write_bw's own average per sender, Gbit/s.
     pub reported_gbits: Vec<Option<f64>>,
     /// The latency probe's rounds ([`super::probe`]), when it ran.
-    pub probe: Option<&'a [super::probe::Round]>,
+    pub probe: Option<&'a [Round]>,
     /// What the run's trustworthiness is judged from ([`super::scale`]).
     pub trust: Option<super::scale::Evidence>,
+    /// A collective's run (every host sends); `None` for the incast.
+    pub collective: Option<&'a CollectiveRun>,
+}
+
+/// What a collective run did.
+pub struct CollectiveRun {
+    pub workload: Workload,
+    /// Its bytes (an allreduce's vector; each rank's alltoall buffer).
+    pub size: u32,
+    pub ucx_tls: UcxTls,
+    /// Each iteration's completion time (the slowest rank's), µs.
+    pub times_us: Vec<f64>,
+    /// The transports UCX reported for its endpoints ([`super::mpi::endpoint_transports`]).
+    pub endpoints: Vec<String>,
 }
 
 /// One plot: its file stem, title, y label and series.
@@ -58,5 +74,33 @@ impl Plot {
         let svg = xy_svg(&labels, &self.series);
         write_file(&out.join(format!("{}.svg", self.stem)), svg)?;
         Ok(())
+    }
+}
+
+/// One round of the latency probe ([`super::probe`]): its end (seconds since the workload's start) and each
+/// ping-pong's half round trip, µs, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Round {
+    pub end_s: f64,
+    pub samples_us: Vec<f64>,
+}
+
+impl Round {
+    /// Each sample with its time: reckoned back from the round's end, a
+    /// round trip per ping-pong.
+    pub fn timed(&self) -> Vec<(f64, f64)> {
+        let mut t = self.end_s;
+        let mut v: Vec<(f64, f64)> = self
+            .samples_us
+            .iter()
+            .rev()
+            .map(|&us| {
+                let at = t;
+                t -= 2.0 * us / 1e6;
+                (at, us)
+            })
+            .collect();
+        v.reverse();
+        v
     }
 }

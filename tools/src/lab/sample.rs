@@ -46,7 +46,9 @@ pub struct Snapshot {
     pub pfc_sent: super::pfc::SentCounts,
 }
 
-/// Takes one snapshot of the hosts and the switch.
+/// Takes one snapshot of the hosts and the switch, the DCQCN state of
+/// the senders from host `first_sender` on (h1 in the incast, every host
+/// in a collective).
 /// With a PFC stage, its sent counts as of now too (an error once the
 /// stage has stopped on one).
 pub fn snapshot(
@@ -54,14 +56,23 @@ pub fn snapshot(
     daemons: &[Daemon],
     fabric: &Fabric,
     pfc: Option<&PfcStage>,
+    first_sender: usize,
 ) -> Result<Snapshot, LabError> {
     let hosts = daemons
         .iter()
         .map(Daemon::counters)
         .collect::<Result<Vec<_>, _>>()?;
-    // the senders' DCQCN state; none for h0, the incast's receiver
-    let cc = std::iter::once(Ok(CcStates::default()))
-        .chain(daemons.iter().skip(1).map(Daemon::cc_states))
+    // the senders' DCQCN state; none for the incast's receiver h0
+    let cc = daemons
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if i < first_sender {
+                Ok(CcStates::default())
+            } else {
+                d.cc_states()
+            }
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let qdisc = run("tc", &["-n", &fabric.switch, "-s", "-j", "qdisc", "show"])?;
     let nft = in_ns(

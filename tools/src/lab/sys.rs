@@ -17,6 +17,8 @@ fn package(prog: &str) -> &'static str {
         "tc" => "iproute2",
         "nft" => "nftables",
         "ib_write_bw" => "perftest",
+        "mpirun" => "openmpi-bin",
+        "mpicc" => "libopenmpi-dev",
         _ => "see docs/lab.md",
     }
 }
