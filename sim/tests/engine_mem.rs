@@ -21,10 +21,11 @@ fn macs() -> [EthernetAddress; 2] {
     ]
 }
 
-#[test]
-fn every_verb_between_two_engine_threads() {
-    let (a, b) = pair(macs(), 1024);
-    let nodes = start(
+/// Two engine threads on an in-memory wire `depth` frames deep, RC QPs
+/// of MTU 4096 connected.
+fn on_wire(depth: usize) -> Vec<enginecommon::Node> {
+    let (a, b) = pair(macs(), depth);
+    start(
         vec![Box::new(a), Box::new(b)],
         PairConfig {
             mtu: 4096,
@@ -32,7 +33,12 @@ fn every_verb_between_two_engine_threads() {
             timeout: 14,
             ..PairConfig::default()
         },
-    );
+    )
+}
+
+#[test]
+fn every_verb_between_two_engine_threads() {
+    let nodes = on_wire(1024);
     every_verb(&nodes[0], &nodes[1]);
     let pc = nodes[0].dev.port_counters().unwrap();
     assert!(pc.tx_packets > 50 && pc.rx_packets > 50, "{pc:?}");
@@ -187,16 +193,7 @@ fn a_stalled_receiver_pauses_the_sender_with_pfc_and_resumes_it() {
 /// full ring. Every byte arrives, nothing is dropped or sent twice.
 #[test]
 fn a_full_wire_holds_frames_back_instead_of_dropping_them() {
-    let (a, b) = pair(macs(), 8);
-    let nodes = start(
-        vec![Box::new(a), Box::new(b)],
-        PairConfig {
-            mtu: 4096,
-            // 67 ms a try: nothing is lost, only a stalled thread retries
-            timeout: 14,
-            ..PairConfig::default()
-        },
-    );
+    let nodes = on_wire(8);
     let (na, nb) = (&nodes[0], &nodes[1]);
     const LEN: u32 = 64 * 1024;
     const N: u64 = 32;
