@@ -402,6 +402,37 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
     assert_eq!(svgs.len(), 6, "{svgs:?}");
 }
 
+/// With `--dcqcn off --probe`: the reaction points off and no QP ever cut
+/// (every sampled Rc the line rate, a sender other than h0 among them),
+/// and the probe's percentiles of the samples while the workload ran, in
+/// order, in the output; `lab.toml` repeats both settings.
+fn no_cut_and_the_probe_measured(out: &Path, sum: &Value, said: &str) {
+    assert_eq!(sum["dcqcn"]["reaction_point"], "off", "{sum}");
+    let line = sum["dcqcn"]["line_mbps"].as_f64().unwrap();
+    let csv = read(&out.join("dcqcn.csv"));
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert!(rows.iter().any(|r| r[1] != "h0"), "{csv}");
+    for r in &rows {
+        assert_eq!((r[6], r[7]), ("0", "0"), "a cut: {r:?}");
+        assert_eq!(r[3].parse::<f64>().unwrap(), line, "{r:?}");
+    }
+    let p = &sum["probe"];
+    let n = p["samples"].as_u64().unwrap();
+    assert!(n > 0 && n <= p["samples_all"].as_u64().unwrap(), "{p}");
+    let q: Vec<f64> = ["p50_us", "p99_us", "p999_us", "max_us"]
+        .iter()
+        .map(|k| p[*k].as_f64().unwrap())
+        .collect();
+    assert!(q[0] > 0.0 && q.windows(2).all(|w| w[0] <= w[1]), "{p}");
+    assert!(said.contains("latency probe h1→h0"), "{said}");
+    let toml = read(&out.join("lab.toml"));
+    assert!(toml.contains("probe = true") && toml.contains("dcqcn = false"), "{toml}");
+}
+
 #[test]
 fn dcqcn_off_ignores_cnps_and_the_probe_measures_latency() {
     let test = "dcqcn_off_ignores_cnps_and_the_probe_measures_latency";
@@ -437,33 +468,7 @@ fn dcqcn_off_ignores_cnps_and_the_probe_measures_latency() {
         assert_eq!(last(h, "rp_cnp_handled"), 0, "{h} handled a CNP");
         assert!(last(h, "rp_cnp_ignored") > 0, "{h} ignored no CNP");
     }
-    assert_eq!(sum["dcqcn"]["reaction_point"], "off", "{sum}");
-    // no cut, ever: every sampled Rc is the line rate
-    let line = sum["dcqcn"]["line_mbps"].as_f64().unwrap();
-    let csv = read(&out.join("dcqcn.csv"));
-    let rows: Vec<Vec<&str>> = csv
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').collect())
-        .collect();
-    assert!(rows.iter().any(|r| r[1] != "h0"), "{csv}");
-    for r in &rows {
-        assert_eq!((r[6], r[7]), ("0", "0"), "a cut: {r:?}");
-        assert_eq!(r[3].parse::<f64>().unwrap(), line, "{r:?}");
-    }
-    // the probe: percentiles of the samples within the incast, in order,
-    // in the output and on the page
-    let p = &sum["probe"];
-    let n = p["samples"].as_u64().unwrap();
-    assert!(n > 0 && n <= p["samples_all"].as_u64().unwrap(), "{p}");
-    let q: Vec<f64> = ["p50_us", "p99_us", "p999_us", "max_us"]
-        .iter()
-        .map(|k| p[*k].as_f64().unwrap())
-        .collect();
-    assert!(q[0] > 0.0 && q.windows(2).all(|w| w[0] <= w[1]), "{p}");
-    assert!(said.contains("latency probe h1→h0"), "{said}");
-    assert!(read(&out.join("lab.toml")).contains("probe = true"));
-    assert!(read(&out.join("lab.toml")).contains("dcqcn = false"));
+    no_cut_and_the_probe_measured(&out, &sum, &said);
     // the run says how far it can be trusted
     let level = sum["trust"]["level"].as_str().unwrap();
     assert!(["ok", "caution", "untrustworthy"].contains(&level), "{sum}");
@@ -620,9 +625,16 @@ fn an_allreduce_runs_over_every_hosts_rnic_and_its_page_shows_the_times() {
     if !runs_here(test, true) || !mpi_here(test) {
         return;
     }
-    let (_dir, out, said) = run_to_the_end(&ALLREDUCE);
+    // with DCQCN's reaction points off and the probe beside it
+    let args = [&ALLREDUCE[..], &["--dcqcn", "off", "--probe"]].concat();
+    let (_dir, out, said) = run_to_the_end(&args);
     collective_times(&out, 8);
     let sum: Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
+    no_cut_and_the_probe_measured(&out, &sum, &said);
+    // no trust verdict for a collective, and the output and page say why
+    assert!(sum["trust"].is_null(), "{sum}");
+    assert!(said.contains("lab: trust: no verdict for a collective"), "{said}");
+    assert!(read(&out.join("index.html")).contains("no verdict for a collective"));
     let c = &sum["collective"];
     assert_eq!(
         (c["kind"].as_str(), c["ranks"].as_u64()),
@@ -661,6 +673,7 @@ fn an_allreduce_runs_over_every_hosts_rnic_and_its_page_shows_the_times() {
     assert!(read(&out.join("lab.toml")).contains("kind = \"allreduce\""));
     let svgs = every_svg_is_shown(&out);
     assert!(svgs.iter().any(|s| s == "collective.svg"), "{svgs:?}");
+    assert!(svgs.iter().any(|s| s == "probe.svg"), "{svgs:?}");
     pcaps_are_clean(&out, false);
 }
 

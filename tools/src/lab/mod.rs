@@ -459,7 +459,7 @@ fn report(sum: &serde_json::Value, out: &Path) {
     let p = &sum["probe"];
     if p["samples"] == 0 {
         say(&format!(
-            "latency probe: no sample within the incast ({} in all)",
+            "latency probe: no sample while the workload ran ({} in all)",
             p["samples_all"]
         ));
     } else if !p.is_null() {
@@ -485,6 +485,8 @@ fn report(sum: &serde_json::Value, out: &Path) {
             "trust: {level}: {}",
             t["why"].as_str().unwrap_or("")
         ));
+    } else if !sum["collective"].is_null() {
+        say(&format!("trust: {}", scale::NO_VERDICT));
     }
     for l in collective_results::report(sum) {
         say(&l);

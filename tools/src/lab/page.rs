@@ -82,11 +82,15 @@ fn totals(sum: &Value) -> String {
 }
 
 /// The run's trustworthiness ([`super::scale`]) as a box: red when the
-/// hosts were the bottleneck, yellow for caution.
+/// hosts were the bottleneck, yellow for caution; for a collective, why it
+/// has none.
 fn trust(sum: &Value) -> String {
     let t = &sum["trust"];
     let Some(level) = t["level"].as_str() else {
-        return String::new();
+        if sum["collective"].is_null() {
+            return String::new();
+        }
+        return format!("<p><b>Trust:</b> {}.</p>\n", esc(super::scale::NO_VERDICT));
     };
     let class = match level {
         "untrustworthy" => "untrusted",

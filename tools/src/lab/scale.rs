@@ -126,6 +126,10 @@ impl CpuWatch {
 /// starved sampler, seconds.
 pub const STARVED_S: f64 = 2.0;
 
+/// What a collective's run says in place of a verdict.
+pub const NO_VERDICT: &str = "no verdict for a collective: the verdict's rules read an incast's \
+senders filling the queue toward h0, and in a collective every host sends";
+
 /// What the verdict is drawn from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
