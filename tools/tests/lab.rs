@@ -430,7 +430,10 @@ fn no_cut_and_the_probe_measured(out: &Path, sum: &Value, said: &str) {
     assert!(q[0] > 0.0 && q.windows(2).all(|w| w[0] <= w[1]), "{p}");
     assert!(said.contains("latency probe h1→h0"), "{said}");
     let toml = read(&out.join("lab.toml"));
-    assert!(toml.contains("probe = true") && toml.contains("dcqcn = false"), "{toml}");
+    assert!(
+        toml.contains("probe = true") && toml.contains("dcqcn = false"),
+        "{toml}"
+    );
 }
 
 #[test]
@@ -633,7 +636,10 @@ fn an_allreduce_runs_over_every_hosts_rnic_and_its_page_shows_the_times() {
     no_cut_and_the_probe_measured(&out, &sum, &said);
     // no trust verdict for a collective, and the output and page say why
     assert!(sum["trust"].is_null(), "{sum}");
-    assert!(said.contains("lab: trust: no verdict for a collective"), "{said}");
+    assert!(
+        said.contains("lab: trust: no verdict for a collective"),
+        "{said}"
+    );
     assert!(read(&out.join("index.html")).contains("no verdict for a collective"));
     let c = &sum["collective"];
     assert_eq!(
