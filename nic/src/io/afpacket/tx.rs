@@ -61,11 +61,7 @@ impl Tx {
         let mut queued = 0;
         for (i, f) in batch.iter().enumerate() {
             let status_p = self.field(self.next, l.status);
-            // SAFETY: next < frames: tp_status of a frame inside the
-            // mapped TX ring, 4-byte aligned (frames are 16-byte aligned,
-            // the field's offset a multiple of 4); the kernel writes it
-            // concurrently, hence the volatile read.
-            let status = unsafe { read_volatile(status_p) };
+            let status = self.status(self.next);
             let full = status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) != 0;
             // the longest frame the kernel sends: the MTU, the Ethernet
             // header and one VLAN tag
@@ -122,10 +118,17 @@ impl Tx {
 
     /// Whether ring frame `i` (< frames) is free to fill.
     fn free_at(&self, i: u32) -> bool {
+        self.status(i) & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) == 0
+    }
+
+    /// Ring frame `i`'s tp_status (`i < frames`).
+    fn status(&self, i: u32) -> u32 {
+        debug_assert!(i < self.frames);
         // SAFETY: i < frames: tp_status of a frame inside the mapped TX
-        // ring, aligned (as in `send`); the kernel writes it concurrently.
-        let status = unsafe { read_volatile(self.field(i, self.layout.status)) };
-        status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) == 0
+        // ring, 4-byte aligned (frames are 16-byte aligned, the field's
+        // offset a multiple of 4); the kernel writes it concurrently,
+        // hence the volatile read.
+        unsafe { read_volatile(self.field(i, self.layout.status)) }
     }
 
     /// sendto(2) with no data: the kernel takes the ring's pending frames
@@ -138,8 +141,6 @@ impl Tx {
             }
         }
         let last = (self.next + self.frames - 1) % self.frames;
-        // SAFETY: tp_status of a frame inside the ring (as in `send`).
-        let status = unsafe { read_volatile(self.field(last, self.layout.status)) };
-        self.kick_owed = status & TP_STATUS_SEND_REQUEST != 0;
+        self.kick_owed = self.status(last) & TP_STATUS_SEND_REQUEST != 0;
     }
 }
