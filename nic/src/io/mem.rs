@@ -1,16 +1,17 @@
 //! An in-memory pair of ports: what one sends the other receives, through
-//! bounded lock-free queues of pre-allocated buffers. Wrap a port in
+//! bounded lock-free queues of pre-allocated buffers. Frames are not
+//! copied on the way: the sender exchanges its batch's slot for a free
+//! buffer of the lane and queues the slot; the receiver puts the queued
+//! slot into its batch and frees the one it replaced. Wrap a port in
 //! [`super::impair::Impaired`] to drop, reorder, duplicate, corrupt or
 //! CE-mark what it sends.
 
-use super::{Bell, FrameBatch, Port, PortBase, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
+use super::{new_slot, Bell, FrameBatch, Port, PortBase, PortCounters, RxBacklog, RxClasses, Slot};
 use crossbeam::queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use wire::EthernetAddress;
-
-type Buf = Box<[u8; SLOT_LEN]>;
 
 /// A queued frame's class for the backlog accounting: bit 15 set when it
 /// was counted, bit 12 when VLAN-tagged, bits 8..11 the PCP, 0..6 the DSCP.
@@ -86,8 +87,8 @@ impl Backlog {
 
 /// One direction of the wire.
 struct Lane {
-    full: ArrayQueue<(Buf, u16, Tag)>,
-    free: ArrayQueue<Buf>,
+    full: ArrayQueue<(Slot, u16, Tag)>,
+    free: ArrayQueue<Slot>,
     /// Whom to wake when a frame arrives: the receiving engine's thread,
     /// or its bell once it parks on one.
     waiter: Mutex<Option<Waiter>>,
@@ -99,7 +100,7 @@ impl Lane {
     fn new(depth: usize) -> Lane {
         let free = ArrayQueue::new(depth);
         for _ in 0..depth {
-            let _ = free.push(Box::new([0u8; SLOT_LEN]));
+            let _ = free.push(new_slot());
         }
         Lane {
             full: ArrayQueue::new(depth),
@@ -110,17 +111,24 @@ impl Lane {
         }
     }
 
-    fn put(&self, frame: &[u8]) -> bool {
+    /// Queues frame `i` of `batch`, taking its slot and leaving a free
+    /// buffer of the lane in its place; false (and counted) when the lane
+    /// has no free buffer.
+    fn put(&self, batch: &mut FrameBatch, i: usize) -> bool {
         let Some(mut b) = self.free.pop() else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         };
-        b[..frame.len()].copy_from_slice(frame);
+        let frame = batch.get(i);
         let (len, tag) = (frame.len() as u16, self.backlog.tag(frame));
+        batch.exchange(i, &mut b);
         // counted before it can be popped, so the sum never goes below zero
         self.backlog.account(tag, len, true);
-        if let Err((b, _, _)) = self.full.push((b, len, tag)) {
+        if let Err((mut b, _, _)) = self.full.push((b, len, tag)) {
+            // cannot happen while the lane's buffers are `depth` in all
+            // (its full queue, as deep, has room for each); undone anyway
             self.backlog.account(tag, len, false);
+            batch.exchange(i, &mut b);
             let _ = self.free.push(b);
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -200,10 +208,11 @@ impl MemPort {
         self.base.speed = bps;
     }
 
-    fn transmit(&mut self, frame: &[u8]) -> bool {
-        let ok = self.tx.put(frame);
+    fn transmit(&mut self, batch: &mut FrameBatch, i: usize) -> bool {
+        let len = batch.get(i).len();
+        let ok = self.tx.put(batch, i);
         if ok {
-            self.base.counters.sent(frame.len());
+            self.base.counters.sent(len);
         } else {
             self.base.counters.tx_dropped += 1;
         }
@@ -224,8 +233,9 @@ impl Port for MemPort {
                 break;
             };
             self.rx.backlog.account(tag, len, false);
-            batch.push(&buf[..len as usize]);
-            let _ = self.rx.free.push(buf);
+            // the batch is not full, and a queued frame fits a slot
+            let freed = batch.push_slot(buf, len as usize).unwrap_or_else(|b| b);
+            let _ = self.rx.free.push(freed);
             self.base.counters.received(len as usize);
             n += 1;
         }
@@ -242,9 +252,11 @@ impl Port for MemPort {
         want.min(self.tx.free.len())
     }
 
-    fn send(&mut self, batch: &FrameBatch) -> usize {
+    fn send(&mut self, batch: &mut FrameBatch) -> usize {
         // a prefix of the batch (see `Port::send`)
-        let sent = batch.iter().take_while(|f| self.transmit(f)).count();
+        let sent = (0..batch.len())
+            .take_while(|&i| self.transmit(batch, i))
+            .count();
         // the frame that failed is counted by `transmit`; those behind it here
         self.base.counters.tx_dropped += batch.len().saturating_sub(sent + 1) as u64;
         if sent > 0 {
@@ -306,7 +318,7 @@ mod tests {
         for i in 0..8u8 {
             tx.push(&[i; 60]);
         }
-        assert_eq!(a.send(&tx), 8);
+        assert_eq!(a.send(&mut tx), 8);
         let mut rx = FrameBatch::new(16);
         assert_eq!(b.recv(&mut rx), 8);
         assert_eq!(rx.get(3), &[3u8; 60][..]);
@@ -320,7 +332,7 @@ mod tests {
                 1,
             )),
         );
-        assert_eq!(a.send(&tx), 0);
+        assert_eq!(a.send(&mut tx), 0);
         rx.clear();
         assert_eq!(b.recv(&mut rx), 0);
         assert_eq!(a.counters().tx_packets, 8);
@@ -334,9 +346,54 @@ mod tests {
         for _ in 0..8 {
             tx.push(&[1; 60]);
         }
-        assert_eq!(a.send(&tx), 4);
+        assert_eq!(a.send(&mut tx), 4);
         assert_eq!(a.counters().tx_dropped, 4);
         let mut rx = FrameBatch::new(8);
         assert_eq!(b.recv(&mut rx), 4);
+    }
+
+    #[test]
+    fn slots_change_hands_without_loss_or_mixing() {
+        // more frames than the lane has buffers, in rounds: every frame
+        // arrives as sent, and the lane's buffers are all free again after
+        // each round (none kept by a batch, none lost)
+        let (mut a, mut b) = pair([EthernetAddress::default(); 2], 8);
+        let (mut tx, mut rx) = (FrameBatch::new(8), FrameBatch::new(8));
+        for round in 0..5u8 {
+            tx.clear();
+            for i in 0..8u8 {
+                tx.push(&[round * 8 + i; 72][..60 + i as usize]);
+            }
+            assert_eq!(a.tx_room(64), 8, "round {round}: all buffers free");
+            assert_eq!(a.send(&mut tx), 8);
+            assert_eq!(a.tx_room(64), 0);
+            rx.clear();
+            assert_eq!(b.recv(&mut rx), 8);
+            for i in 0..8u8 {
+                assert_eq!(rx.get(i as usize), &[round * 8 + i; 72][..60 + i as usize]);
+            }
+        }
+        assert_eq!(a.tx_room(64), 8);
+        assert_eq!(a.counters().tx_dropped, 0);
+    }
+
+    #[test]
+    fn a_tap_records_what_the_wire_took_before_it_takes_the_slots() {
+        let path = std::env::temp_dir().join(format!("mem-tap-{}.pcap", std::process::id()));
+        let (a, mut b) = pair([EthernetAddress::default(); 2], 2);
+        let mut a = crate::io::pcap::PcapTap::new(a, &path).expect("pcap file");
+        let mut tx = FrameBatch::new(4);
+        for i in 0..4u8 {
+            tx.push(&[i + 1; 60]);
+        }
+        // two go out, two are dropped: only the two are recorded
+        assert_eq!(a.send(&mut tx), 2);
+        drop(a);
+        let mut rx = FrameBatch::new(4);
+        assert_eq!(b.recv(&mut rx), 2);
+        let frames = crate::io::pcap::read_pcap(&path).expect("readable");
+        let _ = std::fs::remove_file(&path);
+        let frames: Vec<Vec<u8>> = frames.into_iter().map(|(_, f)| f).collect();
+        assert_eq!(frames, vec![vec![1u8; 60], vec![2u8; 60]]);
     }
 }

@@ -66,19 +66,31 @@ pub use open::{open_best, open_port, Backend, OpenError};
 /// Largest frame a slot holds: a 9000-byte MTU plus Ethernet and VLAN headers.
 pub const SLOT_LEN: usize = 9018 + 4;
 
+/// One slot's storage. A port that moves frames between threads (the
+/// in-memory wire) exchanges whole slots with a batch instead of copying
+/// their bytes ([`FrameBatch::exchange`], [`FrameBatch::push_slot`]).
+pub type Slot = Box<[u8; SLOT_LEN]>;
+
+/// A new, zeroed slot (allocated on the heap directly, not built on the
+/// stack and moved).
+pub fn new_slot() -> Slot {
+    vec![0u8; SLOT_LEN]
+        .into_boxed_slice()
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("a vector of SLOT_LEN bytes"))
+}
+
 /// A batch of frames in pre-allocated slots.
 pub struct FrameBatch {
-    data: Box<[u8]>,
+    slots: Vec<Slot>,
     lens: Vec<u16>,
-    cap: usize,
 }
 
 impl FrameBatch {
     pub fn new(cap: usize) -> FrameBatch {
         FrameBatch {
-            data: vec![0u8; cap * SLOT_LEN].into_boxed_slice(),
+            slots: (0..cap).map(|_| new_slot()).collect(),
             lens: Vec::with_capacity(cap),
-            cap,
         }
     }
 
@@ -91,11 +103,11 @@ impl FrameBatch {
     }
 
     pub fn is_full(&self) -> bool {
-        self.lens.len() == self.cap
+        self.lens.len() == self.slots.len()
     }
 
     pub fn capacity(&self) -> usize {
-        self.cap
+        self.slots.len()
     }
 
     pub fn clear(&mut self) {
@@ -104,12 +116,12 @@ impl FrameBatch {
 
     /// The `i`th frame.
     pub fn get(&self, i: usize) -> &[u8] {
-        &self.data[i * SLOT_LEN..i * SLOT_LEN + self.lens[i] as usize]
+        &self.slots[i][..self.lens[i] as usize]
     }
 
     pub fn get_mut(&mut self, i: usize) -> &mut [u8] {
         let len = self.lens[i] as usize;
-        &mut self.data[i * SLOT_LEN..i * SLOT_LEN + len]
+        &mut self.slots[i][..len]
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
@@ -122,7 +134,7 @@ impl FrameBatch {
             return None;
         }
         let i = self.lens.len();
-        Some(&mut self.data[i * SLOT_LEN..(i + 1) * SLOT_LEN])
+        Some(&mut self.slots[i][..])
     }
 
     /// Keeps the first `len` bytes of the slot `next_slot` returned.
@@ -144,6 +156,27 @@ impl FrameBatch {
             }
             None => false,
         }
+    }
+
+    /// Appends a frame of `len` bytes held in `slot` without copying it:
+    /// the slot takes the place of the batch's next one, which is handed
+    /// back (to be reused by whoever gave `slot`). `Err(slot)` when the
+    /// batch is full or `len` is longer than a slot.
+    pub fn push_slot(&mut self, slot: Slot, len: usize) -> Result<Slot, Slot> {
+        if self.is_full() || len > SLOT_LEN {
+            return Err(slot);
+        }
+        let i = self.lens.len();
+        let old = std::mem::replace(&mut self.slots[i], slot);
+        self.lens.push(len as u16);
+        Ok(old)
+    }
+
+    /// Exchanges the storage of frame `i` with `slot`: afterwards `slot`
+    /// holds the frame and the batch's slot `i` holds what `slot` held
+    /// (its length is kept, its bytes are not the frame's any more).
+    pub fn exchange(&mut self, i: usize, slot: &mut Slot) {
+        std::mem::swap(&mut self.slots[i], slot);
     }
 }
 
@@ -265,8 +298,11 @@ pub trait Port: Send {
     /// Sends the frames of `batch` in order and returns how many went out:
     /// always a prefix of the batch (a port that cannot take a frame drops
     /// it and all behind it, and counts them), so a wrapper knows exactly
-    /// which frames reached the wire. Never blocks.
-    fn send(&mut self, batch: &FrameBatch) -> usize;
+    /// which frames reached the wire. Never blocks. The port may take the
+    /// slots of the frames it sent and leave others in their place
+    /// ([`FrameBatch::exchange`]): what was sent is read before `send`,
+    /// not after.
+    fn send(&mut self, batch: &mut FrameBatch) -> usize;
     /// How many of the next `want` frames (each up to the MTU) the port
     /// can take now without dropping one: its free transmit descriptors.
     /// The engine makes no more frames than that in a turn. A frame the
@@ -359,7 +395,7 @@ macro_rules! forward_port {
         }
     };
     (@one $how:tt send) => {
-        fn send(&mut self, batch: &$crate::io::FrameBatch) -> usize {
+        fn send(&mut self, batch: &mut $crate::io::FrameBatch) -> usize {
             $crate::forward_port!(@w self $how).send(batch)
         }
     };
@@ -434,7 +470,7 @@ impl<P: Port + ?Sized> Port for Box<P> {
     fn recv(&mut self, batch: &mut FrameBatch) -> usize {
         (**self).recv(batch)
     }
-    fn send(&mut self, batch: &FrameBatch) -> usize {
+    fn send(&mut self, batch: &mut FrameBatch) -> usize {
         (**self).send(batch)
     }
     fn tx_room(&mut self, want: usize) -> usize {
