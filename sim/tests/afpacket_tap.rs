@@ -98,7 +98,7 @@ fn a_full_tx_ring_drains_once_the_device_takes_frames_again() {
     // nobody reads the tap: offer frames until the ring refuses them
     let mut refused = 0;
     wait_until(STUCK, "the ring refused 50 batches", || {
-        if port.send(&mut batch) == 0 {
+        if port.send(&batch) == 0 {
             refused += 1;
         }
         refused >= 50
@@ -110,7 +110,7 @@ fn a_full_tx_ring_drains_once_the_device_takes_frames_again() {
         STUCK,
         "the TX ring sending again after the tap was read",
         || {
-            sent += port.send(&mut batch);
+            sent += port.send(&batch);
             read += drain(&tun);
             if sent > 0 && read >= 64 + 16 {
                 Ok(())
@@ -135,7 +135,7 @@ fn a_frame_too_long_for_the_device_is_dropped_and_the_rest_goes_out() {
     long.push(&frame(1500 + 14 + 200));
     long.push(&frame(100));
     // the long frame and the one behind it are dropped (a prefix is sent)
-    assert_eq!(port.send(&mut long), 0);
+    assert_eq!(port.send(&long), 0);
     assert_eq!(port.counters().tx_dropped, before + 2);
     // 200 ordinary frames, three times the ring, all reach the tap
     let mut batch = FrameBatch::new(10);
@@ -145,7 +145,7 @@ fn a_frame_too_long_for_the_device_is_dropped_and_the_rest_goes_out() {
     let (mut sent, mut read) = (0, 0);
     wait_for(STUCK, "200 frames through the tap", || {
         if sent < 200 {
-            sent += port.send(&mut batch);
+            sent += port.send(&batch);
         }
         read += drain(&tun);
         if read >= 200 {

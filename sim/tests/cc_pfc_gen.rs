@@ -211,7 +211,7 @@ fn backlog_of(frames: &[Vec<u8>]) -> RxBacklog {
     for f in frames {
         assert!(batch.push(f));
     }
-    assert_eq!(a.send(&mut batch), frames.len());
+    assert_eq!(a.send(&batch), frames.len());
     let bl = b.rx_backlog().unwrap();
     assert_eq!(bl.frames, frames.len() as u64);
     assert_eq!(bl.bytes, frames.iter().map(|f| f.len() as u64).sum::<u64>());
@@ -277,7 +277,7 @@ fn the_backlog_priority_comes_from_dscp_or_pcp() {
     let mut batch = FrameBatch::new(4);
     batch.push(&frames[0]);
     batch.push(&frames[1]);
-    a.send(&mut batch);
+    a.send(&batch);
     let mut rx = FrameBatch::new(1);
     assert_eq!(b.recv(&mut rx), 1);
     let bl = b.rx_backlog().unwrap();

@@ -123,7 +123,7 @@ fn send_all(p: &mut AfPacketPort, frames: &[Vec<u8>]) {
         for f in chunk {
             assert!(b.push(f));
         }
-        assert_eq!(p.send(&mut b), chunk.len(), "the TX ring takes the batch");
+        assert_eq!(p.send(&b), chunk.len(), "the TX ring takes the batch");
     }
 }
 

@@ -308,7 +308,7 @@ fn the_afxdp_rx_backlog_counts_waiting_frames_by_dscp() {
             assert!(batch.push(&f));
         }
     }
-    assert_eq!(pa.send(&mut batch), batch.len(), "{:?}", pa.counters());
+    assert_eq!(pa.send(&batch), batch.len(), "{:?}", pa.counters());
     // nobody receives on pb: its RX ring holds them all
     let b = backlog_of(&pb, frames);
     assert_eq!((b.frames, b.bytes), (frames, bytes), "{b:?}");
@@ -339,7 +339,7 @@ fn the_afxdp_rx_backlog_counts_waiting_frames_by_dscp() {
         while (batch.len() as u64) < (extra - sent).min(16) {
             batch.push(&f);
         }
-        sent += pa.send(&mut batch) as u64;
+        sent += pa.send(&batch) as u64;
         if sent >= extra {
             Ok(())
         } else {

@@ -208,7 +208,7 @@ impl Loop {
             }
         }
         if !self.tx.is_empty() {
-            self.port.send(&mut self.tx);
+            self.port.send(&self.tx);
             self.stats.tx_frames += self.tx.len() as u64;
             work += self.tx.len();
         }
@@ -466,7 +466,7 @@ mod tests {
         // not rung: the engine has not announced a park)
         let mut b = FrameBatch::new(1);
         b.push(&[0u8; 60]);
-        assert_eq!(peer.send(&mut b), 1);
+        assert_eq!(peer.send(&b), 1);
         assert_eq!(sh.bell.as_ref().expect("bell").drain(), 0, "no ring");
         // announcing the park now must find the frame, not sleep on it
         assert!(!lp.may_park(&sh, &LONG), "the park must be called off");

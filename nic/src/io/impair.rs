@@ -6,7 +6,7 @@
 //! ([`Chances::apply`]) and only decide, on their virtual clock, when a
 //! duplicated or reordered frame arrives.
 
-use super::{FrameBatch, Port, Slot, SLOT_LEN};
+use super::{FrameBatch, Port, SLOT_LEN};
 use rand::distributions::{Bernoulli, Distribution};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -128,7 +128,7 @@ pub struct Impaired<P: Port> {
     inner: P,
     interceptor: Box<dyn Interceptor>,
     out: FrameBatch,
-    held: Option<(Slot, usize)>,
+    held: Option<(Box<[u8; SLOT_LEN]>, usize)>,
 }
 
 impl<P: Port> Impaired<P> {
@@ -147,7 +147,7 @@ impl<P: Port> Impaired<P> {
 }
 
 impl<P: Port> Port for Impaired<P> {
-    fn send(&mut self, batch: &mut FrameBatch) -> usize {
+    fn send(&mut self, batch: &FrameBatch) -> usize {
         let mut out = std::mem::replace(&mut self.out, FrameBatch::new(0));
         out.clear();
         let mut scratch = [0u8; SLOT_LEN];
@@ -157,7 +157,7 @@ impl<P: Port> Port for Impaired<P> {
             frame.copy_from_slice(f);
             let fate = self.interceptor.on_send(frame);
             if out.capacity() - out.len() < 3 {
-                sent += self.inner.send(&mut out);
+                sent += self.inner.send(&out);
                 out.clear();
             }
             if fate.lost {
@@ -168,7 +168,7 @@ impl<P: Port> Port for Impaired<P> {
             }
             if fate.reordered {
                 // held behind the next frame; the one held before goes now
-                let mut b = super::new_slot();
+                let mut b = Box::new([0u8; SLOT_LEN]);
                 b[..frame.len()].copy_from_slice(frame);
                 if let Some((old, len)) = self.held.replace((b, frame.len())) {
                     out.push(&old[..len]);
@@ -181,7 +181,7 @@ impl<P: Port> Port for Impaired<P> {
             }
         }
         if !out.is_empty() {
-            sent += self.inner.send(&mut out);
+            sent += self.inner.send(&out);
         }
         self.out = out;
         sent

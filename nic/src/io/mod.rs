@@ -66,9 +66,9 @@ pub use open::{open_best, open_port, Backend, OpenError};
 /// Largest frame a slot holds: a 9000-byte MTU plus Ethernet and VLAN headers.
 pub const SLOT_LEN: usize = 9018 + 4;
 
-/// One slot's storage. A port that moves frames between threads (the
-/// in-memory wire) exchanges whole slots with a batch instead of copying
-/// their bytes ([`FrameBatch::exchange`], [`FrameBatch::push_slot`]).
+/// One slot's storage. A port that receives frames in buffers of its own
+/// (the in-memory wire) hands them to a batch whole instead of copying
+/// their bytes ([`FrameBatch::push_slot`]).
 pub type Slot = Box<[u8; SLOT_LEN]>;
 
 /// A new, zeroed slot (allocated on the heap directly, not built on the
@@ -170,13 +170,6 @@ impl FrameBatch {
         let old = std::mem::replace(&mut self.slots[i], slot);
         self.lens.push(len as u16);
         Ok(old)
-    }
-
-    /// Exchanges the storage of frame `i` with `slot`: afterwards `slot`
-    /// holds the frame and the batch's slot `i` holds what `slot` held
-    /// (its length is kept, its bytes are not the frame's any more).
-    pub fn exchange(&mut self, i: usize, slot: &mut Slot) {
-        std::mem::swap(&mut self.slots[i], slot);
     }
 }
 
@@ -298,11 +291,8 @@ pub trait Port: Send {
     /// Sends the frames of `batch` in order and returns how many went out:
     /// always a prefix of the batch (a port that cannot take a frame drops
     /// it and all behind it, and counts them), so a wrapper knows exactly
-    /// which frames reached the wire. Never blocks. The port may take the
-    /// slots of the frames it sent and leave others in their place
-    /// ([`FrameBatch::exchange`]): what was sent is read before `send`,
-    /// not after.
-    fn send(&mut self, batch: &mut FrameBatch) -> usize;
+    /// which frames reached the wire. Never blocks.
+    fn send(&mut self, batch: &FrameBatch) -> usize;
     /// How many of the next `want` frames (each up to the MTU) the port
     /// can take now without dropping one: its free transmit descriptors.
     /// The engine makes no more frames than that in a turn. A frame the
@@ -395,7 +385,7 @@ macro_rules! forward_port {
         }
     };
     (@one $how:tt send) => {
-        fn send(&mut self, batch: &mut $crate::io::FrameBatch) -> usize {
+        fn send(&mut self, batch: &$crate::io::FrameBatch) -> usize {
             $crate::forward_port!(@w self $how).send(batch)
         }
     };
@@ -470,7 +460,7 @@ impl<P: Port + ?Sized> Port for Box<P> {
     fn recv(&mut self, batch: &mut FrameBatch) -> usize {
         (**self).recv(batch)
     }
-    fn send(&mut self, batch: &mut FrameBatch) -> usize {
+    fn send(&mut self, batch: &FrameBatch) -> usize {
         (**self).send(batch)
     }
     fn tx_room(&mut self, want: usize) -> usize {

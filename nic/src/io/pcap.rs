@@ -126,7 +126,7 @@ impl Port for ReplayPort {
         n
     }
 
-    fn send(&mut self, batch: &mut FrameBatch) -> usize {
+    fn send(&mut self, batch: &FrameBatch) -> usize {
         let mut sent = self.sent.lock().expect("not poisoned");
         for f in batch.iter() {
             self.base.counters.sent(f.len());
@@ -146,10 +146,6 @@ pub struct PcapTap<P: Port> {
     pub errors: u64,
     /// Frames still to record.
     left: u64,
-    /// The frames of the batch being sent, recorded before the port may
-    /// take their slots ([`Port::send`]); written for those that went out.
-    staged: Vec<(Duration, std::ops::Range<usize>)>,
-    staged_bytes: Vec<u8>,
 }
 
 impl<P: Port> PcapTap<P> {
@@ -174,8 +170,6 @@ impl<P: Port> PcapTap<P> {
             writer: Some(writer),
             errors: 0,
             left: u64::MAX,
-            staged: Vec::new(),
-            staged_bytes: Vec::new(),
         })
     }
 
@@ -187,14 +181,13 @@ impl<P: Port> PcapTap<P> {
     }
 
     fn record(&mut self, frame: &[u8]) {
-        self.record_at(now(), frame);
-    }
-
-    fn record_at(&mut self, ts: Duration, frame: &[u8]) {
         if self.left == 0 {
             return;
         }
         self.left -= 1;
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         let pkt = PcapPacket::new(ts, frame.len() as u32, frame);
         match self.writer.as_mut().map(|w| w.write_packet(&pkt)) {
             Some(Ok(_)) => {}
@@ -225,13 +218,6 @@ impl<P: Port> PcapTap<P> {
     }
 }
 
-/// The time since the Unix epoch, as a capture stamps its packets.
-fn now() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-}
-
 impl<P: Port> Drop for PcapTap<P> {
     fn drop(&mut self) {
         self.finish();
@@ -248,27 +234,12 @@ impl<P: Port> Port for PcapTap<P> {
         n
     }
 
-    fn send(&mut self, batch: &mut FrameBatch) -> usize {
-        // staged first (the port may take the slots), and only what went
-        // out (a prefix, see `Port::send`) is recorded: it is on the wire
-        self.staged.clear();
-        self.staged_bytes.clear();
-        let ts = now();
-        let take = batch.len().min(self.left.try_into().unwrap_or(usize::MAX));
-        for f in batch.iter().take(take) {
-            let at = self.staged_bytes.len();
-            self.staged_bytes.extend_from_slice(f);
-            self.staged.push((ts, at..self.staged_bytes.len()));
-        }
+    fn send(&mut self, batch: &FrameBatch) -> usize {
+        // only what went out (a prefix, see `Port::send`) is on the wire
         let n = self.port_mut().send(batch);
-        let (staged, bytes) = (
-            std::mem::take(&mut self.staged),
-            std::mem::take(&mut self.staged_bytes),
-        );
-        for (ts, r) in staged.iter().take(n) {
-            self.record_at(*ts, &bytes[r.clone()]);
+        for i in 0..n {
+            self.record(batch.get(i));
         }
-        (self.staged, self.staged_bytes) = (staged, bytes);
         n
     }
     fn loop_back(&mut self, frame: &mut [u8]) -> bool {

@@ -456,16 +456,13 @@ impl<P: Port> Port for Logged<P> {
         }
         n
     }
-    fn send(&mut self, batch: &mut nic::io::FrameBatch) -> usize {
-        // read before the port may take the slots; logged if sent
-        let data: Vec<bool> = batch
-            .iter()
-            .map(|f| wire::RoceRepr::parse(f).is_ok())
-            .collect();
+    fn send(&mut self, batch: &nic::io::FrameBatch) -> usize {
         let n = self.inner.send(batch);
         let mut log = self.log.lock().unwrap();
-        for _ in data.iter().take(n).filter(|&&d| d) {
-            log.push(Seen::Data);
+        for f in batch.iter().take(n) {
+            if wire::RoceRepr::parse(f).is_ok() {
+                log.push(Seen::Data);
+            }
         }
         n
     }

@@ -356,7 +356,7 @@ impl Port for AfPacketPort {
         }
     }
 
-    fn send(&mut self, batch: &mut FrameBatch) -> usize {
+    fn send(&mut self, batch: &FrameBatch) -> usize {
         self.tx
             .send(&self.fd, self.base.mtu, &mut self.base.counters, batch)
     }

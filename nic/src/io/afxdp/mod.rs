@@ -514,7 +514,7 @@ impl Port for AfXdpPort {
         want.min(room(self))
     }
 
-    fn send(&mut self, batch: &mut FrameBatch) -> usize {
+    fn send(&mut self, batch: &FrameBatch) -> usize {
         self.reclaim();
         let mut room = self.xsk.tx.free();
         let (mut queued, mut sent) = (0u32, 0usize);
