@@ -73,6 +73,13 @@ pub enum LabError {
     /// The switch's PFC stage ended before the run did.
     #[error("the switch's PFC stage stopped: {0}")]
     PfcStage(String),
+    /// A trace file that does not parse ([`super::trace`]).
+    #[error("{}:{line}: {why}", .path.display())]
+    Trace {
+        path: PathBuf,
+        line: usize,
+        why: super::trace::TraceError,
+    },
     #[error(transparent)]
     Write(#[from] WriteError),
     #[error("{what}: {source}")]

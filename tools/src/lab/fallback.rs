@@ -130,6 +130,7 @@ mod tests {
             ports: vec![port.clone(), port],
             cc: Vec::new(),
             pfc_sent: Vec::new(),
+            pfc_held: Vec::new(),
         }
     }
 
