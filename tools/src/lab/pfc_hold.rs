@@ -1,7 +1,8 @@
 //! A switch honouring the PFC frames it receives on a trunk port: the
 //! stage ([`super::pfc`]) reads the MAC control frames arriving on the
-//! port (AF_PACKET, EtherType 0x8808; the bridge drops 01:80:C2:00:00:01,
-//! so they reach no one else), keeps the pause state of priority
+//! port (an AF_PACKET socket of every protocol, as the bridge consumes
+//! 01:80:C2:00:00:01 before a socket of EtherType 0x8808 would see it,
+//! with a classic BPF filter that keeps only EtherType 0x8808), keeps the pause state of priority
 //! [`ROCE_PRIORITY`] in nic's [`PfcRx`] (802.1Qbb: a pause lasts its
 //! quanta × 512 bit times at the link's speed, a zero quanta resumes), and
 //! while it is paused holds the port's egress queue: its tbf's rate drops
@@ -144,9 +145,11 @@ pub fn nudge(src: EthernetAddress) -> MacControlRepr {
 }
 
 /// A non-blocking AF_PACKET socket receiving the MAC control frames of
-/// interface `ifindex`.
+/// interface `ifindex`: it taps every protocol (a protocol's own sockets
+/// are served after the bridge, which drops the frame) and filters in
+/// the kernel.
 fn control_socket(ifindex: u32) -> std::io::Result<OwnedFd> {
-    let proto = ETH_P_MAC_CONTROL.to_be();
+    let proto = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: socket(2) with constant arguments; the fd is owned below.
     let fd = unsafe {
         libc::socket(
@@ -160,6 +163,51 @@ fn control_socket(ifindex: u32) -> std::io::Result<OwnedFd> {
     }
     // SAFETY: `fd` is a new socket that nothing else owns.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // ldh [12]; jeq #0x8808, keep, drop; keep: ret #128; drop: ret #0
+    let mut code = [
+        libc::sock_filter {
+            code: 0x28,
+            jt: 0,
+            jf: 0,
+            k: 12,
+        },
+        libc::sock_filter {
+            code: 0x15,
+            jt: 0,
+            jf: 1,
+            k: u32::from(ETH_P_MAC_CONTROL),
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 128,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: code.len() as u16,
+        filter: code.as_mut_ptr(),
+    };
+    // SAFETY: setsockopt(2) with a sock_fprog pointing at `code`, which
+    // outlives the call (the kernel copies the program).
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            std::ptr::addr_of!(prog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
