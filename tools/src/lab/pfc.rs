@@ -282,9 +282,9 @@ impl Stage {
                 self.tx[j].on_backlog(ROCE_PRIORITY, ingress_backlog(&own, j));
                 let now = self.now();
                 while let Some(control) = self.tx[j].poll_transmit(now) {
-                    self.send(j, control)?;
-                    if let (Ok(mut c), MacControl::Pfc { class_enable, .. }) =
-                        (counts.lock(), control)
+                    let sent = self.send(j, control)?;
+                    if let (true, Ok(mut c), MacControl::Pfc { class_enable, .. }) =
+                        (sent, counts.lock(), control)
                     {
                         for (p, n) in c.sent[j].iter_mut().enumerate() {
                             *n += u64::from(class_enable >> p & 1);
@@ -314,19 +314,22 @@ impl Stage {
             c.held[j] = h.held(now);
         }
         if released {
+            // dropped by a full queue, the attempt still ran the qdisc
             self.send(j, nudge(self.ports[j].mac).control)?;
         }
         Ok(())
     }
 
-    /// Sends `control` out of port `j` (only `wire` writes its bytes).
-    fn send(&self, j: usize, control: MacControl) -> Result<(), LabError> {
+    /// Sends `control` out of port `j` (only `wire` writes its bytes);
+    /// whether it left: the frame goes through the port's tbf like any
+    /// other, and a full queue (a held trunk's) drops it (ENOBUFS).
+    fn send(&self, j: usize, control: MacControl) -> Result<bool, LabError> {
         let MacControl::Pfc {
             class_enable,
             quanta,
         } = control
         else {
-            return Ok(());
+            return Ok(false);
         };
         let repr = MacControlRepr::pfc(self.ports[j].mac, class_enable, quanta);
         let mut buf = [0u8; 64];
@@ -335,11 +338,13 @@ impl Stage {
         // AF_PACKET socket, bound to the port.
         let n = unsafe { libc::send(self.sockets[j].as_raw_fd(), buf.as_ptr().cast(), len, 0) };
         if n < 0 {
-            return Err(io(format!("a PFC frame out of {}", self.ports[j].iface))(
-                std::io::Error::last_os_error(),
-            ));
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOBUFS) {
+                return Ok(false);
+            }
+            return Err(io(format!("a PFC frame out of {}", self.ports[j].iface))(e));
         }
-        Ok(())
+        Ok(true)
     }
 }
 
