@@ -187,7 +187,7 @@ struct LabArgs {
     /// Hosts h0..h(N-1): h1..h(N-1) send to h0 [default: 3].
     #[arg(long, value_name = "N")]
     hosts: Option<usize>,
-    /// Switches: 1, or 2 joined by a trunk (h0..h(N/2-1) on switch 0; [trunk] in the file) [default: 1].
+    /// Switches: 1, or 2 joined by a trunk (h0..h(N/2-1) on switch 0; the trunk table of the file sets more) [default: 1].
     #[arg(long, value_name = "N")]
     switches: Option<usize>,
     /// Each switch egress queue's rate (tc units: kbit, mbit, gbit) [default: 100mbit].
@@ -238,7 +238,7 @@ struct LabArgs {
     /// A collective's UCX transports: rdma (the verbs of each host's rnicd) | tcp (sockets: the RNIC bypassed) [default: rdma].
     #[arg(long, value_name = "TLS")]
     ucx_tls: Option<String>,
-    /// The trace to replay with --workload trace: start_ms,src,dst,bytes[,op] a line (docs/lab.md).
+    /// The trace to replay with --workload trace: a line of start_ms,src,dst,bytes and an optional op (docs/lab.md).
     #[arg(long, value_name = "CSV")]
     trace: Option<String>,
 }

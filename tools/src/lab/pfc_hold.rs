@@ -17,11 +17,12 @@
 //! process) takes a few milliseconds: the pause takes hold that late.
 
 use super::net::tbf_args;
+use super::pfc::packet_socket_with;
 use super::pfc::ROCE_PRIORITY;
 use super::sys::run;
 use super::LabError;
 use nic::cc::PfcRx;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use wire::{EthernetAddress, MacControlRepr};
 
 /// The rate of a held queue: a 1500-byte frame every 12 s.
@@ -100,7 +101,7 @@ impl Holder {
                 break;
             }
             // our own frames out of the port come back as PACKET_OUTGOING
-            if from.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if from.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             if let Ok(m) = MacControlRepr::parse(&buf[..n as usize]) {
@@ -149,20 +150,16 @@ pub fn nudge(src: EthernetAddress) -> MacControlRepr {
 /// are served after the bridge, which drops the frame) and filters in
 /// the kernel.
 fn control_socket(ifindex: u32) -> std::io::Result<OwnedFd> {
-    let proto = (libc::ETH_P_ALL as u16).to_be();
-    // SAFETY: socket(2) with constant arguments; the fd is owned below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            i32::from(proto),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new socket that nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    packet_socket_with(
+        ifindex,
+        libc::ETH_P_ALL as u16,
+        libc::SOCK_NONBLOCK,
+        keep_mac_control,
+    )
+}
+
+/// Attaches to `fd` the classic BPF program that keeps EtherType 0x8808.
+fn keep_mac_control(fd: &OwnedFd) -> std::io::Result<()> {
     // ldh [12]; jeq #0x8808, keep, drop; keep: ret #128; drop: ret #0
     let mut code = [
         libc::sock_filter {
@@ -198,7 +195,7 @@ fn control_socket(ifindex: u32) -> std::io::Result<OwnedFd> {
     // outlives the call (the kernel copies the program).
     let r = unsafe {
         libc::setsockopt(
-            fd,
+            fd.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_ATTACH_FILTER,
             std::ptr::addr_of!(prog).cast(),
@@ -208,21 +205,5 @@ fn control_socket(ifindex: u32) -> std::io::Result<OwnedFd> {
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = proto;
-    sll.sll_ifindex = ifindex as i32;
-    // SAFETY: bind(2) with a sockaddr_ll of the length we pass.
-    let r = unsafe {
-        libc::bind(
-            fd,
-            std::ptr::addr_of!(sll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(owned)
+    Ok(())
 }

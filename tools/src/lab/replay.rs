@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 /// Flow k's server listens on BASE_PORT + k.
 pub const BASE_PORT: u16 = 19515;
 /// perftest's fewest iterations.
-const MIN_ITERS: u64 = 5;
+pub const MIN_ITERS: u64 = 5;
 
 /// How a flow's bytes are sent: `-s` bytes, `-n` times (at least
 /// [`MIN_ITERS`]; messages of at most `max_size`).
