@@ -243,6 +243,9 @@ impl LabConfig {
         }
         let pfc = pfc_thresholds(&f.switch, queue_kb)?;
         let trunk = TrunkConfig::from_file(&f, hosts, (rate_bps, ecn_kb, queue_kb))?;
+        if workload != Workload::Trace && f.workload.trace.is_some() {
+            return Err(setting("workload.trace", "a trace is for kind = \"trace\""));
+        }
         let trace = (workload == Workload::Trace)
             .then(|| Trace::of_setting(f.workload.trace.as_deref(), hosts))
             .transpose()?;
@@ -486,6 +489,12 @@ mod tests {
         let mut f = LabFile::default();
         f.workload.ucx_tls = Some("tcp".into());
         assert!(bad(f).contains("collectives"));
+        let mut f = LabFile::default();
+        f.workload.trace = Some("t.csv".into());
+        assert!(bad(f).contains("kind = \"trace\""));
+        let mut f = LabFile::default();
+        f.workload.kind = Some("trace".into());
+        assert!(bad(f).contains("needs trace"));
         let mut f = LabFile::default();
         (f.workload.kind, f.workload.ucx_tls) = (Some("allreduce".into()), Some("ib".into()));
         assert!(bad(f).contains("want rdma or tcp"));

@@ -80,6 +80,15 @@ struct Running {
     client_log: PathBuf,
 }
 
+/// What the launcher needs of a host: its name (also its device's), its
+/// namespace, its rnicd's socket folder and its address.
+struct Endpoint {
+    name: String,
+    ns: String,
+    sock_dir: PathBuf,
+    addr: String,
+}
+
 /// The running replay: its launcher thread.
 pub struct Replay {
     stop: Arc<AtomicBool>,
@@ -172,15 +181,13 @@ impl Replay {
                 Ok(sys::listening(pid, BASE_PORT + k as u16).then_some(()))
             })?;
         }
-        let hosts: Vec<(String, String, PathBuf, String)> = daemons
+        let hosts: Vec<Endpoint> = daemons
             .iter()
-            .map(|d| {
-                (
-                    d.net.name.clone(),
-                    d.net.ns.clone(),
-                    d.sock_dir.clone(),
-                    d.net.addr.to_string(),
-                )
+            .map(|d| Endpoint {
+                name: d.net.name.clone(),
+                ns: d.net.ns.clone(),
+                sock_dir: d.sock_dir.clone(),
+                addr: d.net.addr.to_string(),
             })
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
@@ -259,10 +266,11 @@ impl Drop for Replay {
 
 /// The launcher: starts each client at its time after `launch` (times
 /// reported from `t0`), notes each end, and returns once all ended (or
-/// `stop`, or a signal); the processes stop when it returns.
+/// on `stop`: those that ended so far), or on a failed flow or a signal;
+/// the processes stop when it returns.
 fn launch(
     rnic: &Path,
-    hosts: &[(String, String, PathBuf, String)],
+    hosts: &[Endpoint],
     mut flows: Vec<Running>,
     (t0, launch): (Instant, Instant),
     (stop, ended): (&AtomicBool, &AtomicUsize),
@@ -270,7 +278,7 @@ fn launch(
     let mut next = 0;
     loop {
         if stop.load(Ordering::Acquire) {
-            return Err(LabError::Interrupted(0));
+            break;
         }
         sys::stopped()?;
         while next < flows.len()
@@ -289,7 +297,7 @@ fn launch(
                 continue;
             };
             if let Some(st) = c.ended() {
-                let host = &hosts[r.flow.src].0;
+                let host = &hosts[r.flow.src].name;
                 if !st.success() {
                     return Err(failed("perftest client", host, st, &r.client_log));
                 }
@@ -303,22 +311,31 @@ fn launch(
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    Ok(flows.iter().map(|r| result(r, hosts, t0)).collect())
+    Ok(flows
+        .iter()
+        .filter(|r| r.end.is_some())
+        .map(|r| result(r, hosts, t0))
+        .collect())
 }
 
 fn start_client(
     rnic: &Path,
-    hosts: &[(String, String, PathBuf, String)],
+    hosts: &[Endpoint],
     r: &mut Running,
     k: usize,
 ) -> Result<(), LabError> {
     let f = &r.flow;
-    let (name, ns, sock, _) = &hosts[f.src];
-    let peer = &hosts[f.dst].3;
-    let a = argv(rnic, (sock, name), (f, r.size, r.iterations), k, Some(peer));
+    let (src, peer) = (&hosts[f.src], &hosts[f.dst].addr);
+    let a = argv(
+        rnic,
+        (&src.sock_dir, &src.name),
+        (f, r.size, r.iterations),
+        k,
+        Some(peer),
+    );
     let at = Instant::now();
     let p = spawn(
-        ns,
+        &src.ns,
         &a,
         &r.client_log,
         format!("{} flow {k}", f.op.program()),
@@ -327,12 +344,12 @@ fn start_client(
     Ok(())
 }
 
-fn result(r: &Running, hosts: &[(String, String, PathBuf, String)], t0: Instant) -> FlowResult {
+fn result(r: &Running, hosts: &[Endpoint], t0: Instant) -> FlowResult {
     let at = r.client.as_ref().map(|c| c.1).unwrap_or(t0);
     let end = r.end.unwrap_or(at);
     FlowResult {
-        src: hosts[r.flow.src].0.clone(),
-        dst: hosts[r.flow.dst].0.clone(),
+        src: hosts[r.flow.src].name.clone(),
+        dst: hosts[r.flow.dst].name.clone(),
         op: r.flow.op,
         bytes: r.flow.bytes,
         size: r.size,
