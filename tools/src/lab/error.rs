@@ -73,8 +73,9 @@ pub enum LabError {
     /// The switch's PFC stage ended before the run did.
     #[error("the switch's PFC stage stopped: {0}")]
     PfcStage(String),
-    /// A trace file that does not parse ([`super::trace`]).
-    #[error("{}:{line}: {why}", .path.display())]
+    /// A trace file that does not parse ([`super::trace`]): the line's
+    /// number from 1, 0 for the whole file.
+    #[error("{}{}: {why}", .path.display(), super::trace::line_suffix(*.line))]
     Trace {
         path: PathBuf,
         line: usize,

@@ -119,6 +119,14 @@ impl Trace {
     }
 }
 
+/// `:N` for line N of a file, nothing for the whole file (0).
+pub fn line_suffix(line: usize) -> String {
+    match line {
+        0 => String::new(),
+        n => format!(":{n}"),
+    }
+}
+
 /// The flows of `text` for `hosts` hosts, in time order (a stable sort:
 /// flows of one instant keep the file's order); the first bad line's
 /// number (from 1) and what is wrong with it.
@@ -297,6 +305,16 @@ mod tests {
             format!("{}:2: host \"h9\": want h0 to h2", file.display())
         );
         assert_eq!(Trace::resolve("t.csv", &dir), file.display().to_string());
+        let gone = dir.join("none.csv");
+        let e = Trace::of_setting(Some(&gone.display().to_string()), 3).unwrap_err();
+        let said = e.to_string();
+        assert!(
+            said.starts_with(&format!("{}: cannot read it: ", gone.display())),
+            "{said}"
+        );
+        std::fs::write(&file, "# only a comment\n").unwrap();
+        let e = Trace::of_setting(Some(&file.display().to_string()), 3).unwrap_err();
+        assert_eq!(e.to_string(), format!("{}: no flow", file.display()));
         assert_eq!(Trace::resolve("/x/t.csv", &dir), "/x/t.csv");
         std::fs::remove_dir_all(&dir).unwrap();
     }
