@@ -842,12 +842,13 @@ fn port_samples(out: &Path, port: &str, name: &str) -> Vec<u64> {
 /// its trunk queue, which builds until switch 1 pauses h1 and h2 — the
 /// pause spread. Bytes arrive at h0, both switches' queues and counters
 /// are sampled, the trunk's pcap holds the pauses and decodes cleanly,
-/// and nothing of the lab is left.
+/// the page shows every plot (the trunk's queues and held time among
+/// them), and nothing of the lab is left.
 #[test]
 fn two_switches_spread_a_pfc_pause_across_the_trunk() {
     let test = "two_switches_spread_a_pfc_pause_across_the_trunk";
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !runs_here(test, false) {
+    if !runs_here(test, true) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -924,6 +925,17 @@ fn two_switches_spread_a_pfc_pause_across_the_trunk() {
     );
     assert!(count(&pcap, "infiniband") > 0, "no RoCEv2 on the trunk");
     pcaps_are_clean(&out, true);
+    // the page draws both switches' queues, the trunk's held time among
+    // the PFC plots
+    let queue = read(&out.join("queue.csv"));
+    assert!(
+        queue.contains("\nto sw0,") && queue.contains("\nto sw1,"),
+        "{queue}"
+    );
+    let paused = read(&out.join("pfc_paused.csv"));
+    assert!(paused.contains("queue to sw0 (trunk) held,"), "{paused}");
+    let svgs = every_svg_is_shown(&out);
+    assert!(svgs.iter().any(|s| s == "pfc_paused.svg"), "{svgs:?}");
 }
 
 /// A trace of four flows (writes and a send, two starting later, one the
