@@ -187,6 +187,9 @@ struct LabArgs {
     /// Hosts h0..h(N-1): h1..h(N-1) send to h0 [default: 3].
     #[arg(long, value_name = "N")]
     hosts: Option<usize>,
+    /// Switches: 1, or 2 joined by a trunk (h0..h(N/2-1) on switch 0; the trunk table of the file sets more) [default: 1].
+    #[arg(long, value_name = "N")]
+    switches: Option<usize>,
     /// Each switch egress queue's rate (tc units: kbit, mbit, gbit) [default: 100mbit].
     #[arg(long)]
     rate: Option<String>,
@@ -226,7 +229,7 @@ struct LabArgs {
     /// Also measure latency: ib_send_lat h1 → h0 through the same switch queue.
     #[arg(long)]
     probe: bool,
-    /// The workload: incast (ib_write_bw) | allreduce | alltoall (MPI over UCX, a rank per host) [default: incast].
+    /// The workload: incast (ib_write_bw) | allreduce | alltoall (MPI over UCX, a rank per host) | trace (--trace) [default: incast].
     #[arg(long, value_name = "KIND")]
     workload: Option<String>,
     /// A collective's iterations (0: as many as --duration holds) [default: 0].
@@ -235,6 +238,9 @@ struct LabArgs {
     /// A collective's UCX transports: rdma (the verbs of each host's rnicd) | tcp (sockets: the RNIC bypassed) [default: rdma].
     #[arg(long, value_name = "TLS")]
     ucx_tls: Option<String>,
+    /// The trace to replay with --workload trace: a line of start_ms,src,dst,bytes and an optional op (docs/lab.md).
+    #[arg(long, value_name = "CSV")]
+    trace: Option<String>,
 }
 
 impl LabArgs {
@@ -245,6 +251,8 @@ impl LabArgs {
             hosts: self.hosts,
             backend: self.backend.clone(),
             dcqcn: self.dcqcn.as_deref().map(|d| d == "on"),
+            switches: self.switches,
+            trunk: Default::default(),
             switch: SwitchFile {
                 rate: self.rate.clone(),
                 ecn_kb: self.ecn_kb,
@@ -262,6 +270,7 @@ impl LabArgs {
                 probe: self.probe.then_some(true),
                 iterations: self.iterations,
                 ucx_tls: self.ucx_tls.clone(),
+                trace: self.trace.clone(),
             },
         }
     }

@@ -821,3 +821,183 @@ fn without_root_it_refuses_in_one_line() {
         "it wrote results without root"
     );
 }
+
+/// The sampled rows of `samples.csv` of switch port `port` (`t_s,source,
+/// name,value`, source `switch:to_<port>`) named `name`: their values.
+fn port_samples(out: &Path, port: &str, name: &str) -> Vec<u64> {
+    let src = format!("switch:to_{port}");
+    read(&out.join("samples.csv"))
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f.len() == 4 && f[1] == src && f[2] == name).then(|| f[3].parse().unwrap())
+        })
+        .collect()
+}
+
+/// Two switches: h0 on switch 0, h1 and h2 on switch 1, a trunk twice
+/// the hosts' rate between them, PFC on, no marking. The incast crosses
+/// the trunk; h0's queue passes XOFF, so switch 0 pauses its ingress
+/// ports, the trunk's among them; switch 1 honours the pauses by holding
+/// its trunk queue, which builds until switch 1 pauses h1 and h2 — the
+/// pause spread. Bytes arrive at h0, both switches' queues and counters
+/// are sampled, the trunk's pcap holds the pauses and decodes cleanly,
+/// the page shows every plot (the trunk's queues and held time among
+/// them), and nothing of the lab is left.
+#[test]
+fn two_switches_spread_a_pfc_pause_across_the_trunk() {
+    let test = "two_switches_spread_a_pfc_pause_across_the_trunk";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, true) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("two.toml");
+    std::fs::write(
+        &file,
+        "hosts = 3\nswitches = 2\n[switch]\nrate = \"50mbit\"\necn_kb = 0\npfc = true\n\
+         xoff_kb = 40\nxon_kb = 20\n[trunk]\nsplit = 1\nrate = \"100mbit\"\n\
+         [workload]\nduration_s = 3\n",
+    )
+    .unwrap();
+    let (_d, out, said) = run_to_the_end(&["--file", file.to_str().unwrap()]);
+    assert!(
+        said.contains("two switches (h0..h0 | h1..h2; trunk 100mbit"),
+        "{said}"
+    );
+    assert!(said.contains("the trunk's pauses honoured"), "{said}");
+    let sum: Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
+    for f in sum["flows"].as_array().unwrap() {
+        let gbits = f["ib_write_bw_gbits"].as_f64();
+        assert!(gbits.is_some_and(|g| g > 0.0), "no write arrived: {f}");
+    }
+    // every port of both switches sampled: the hosts' and the trunk's
+    let ports: Vec<&str> = sum["switch_ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(ports, ["h0", "h1", "h2", "sw1", "sw0"]);
+    for p in ["h0", "sw0", "sw1"] {
+        assert!(
+            port_samples(&out, p, "backlog_bytes").len() > 2,
+            "{p} unsampled"
+        );
+    }
+    // the RoCE data crossed switch 1's trunk queue toward switch 0
+    let seen = port_samples(&out, "sw0", "roce_frames");
+    assert!(seen.last().is_some_and(|&n| n > 0), "{seen:?}");
+    assert!(
+        port_samples(&out, "h0", "backlog_bytes")
+            .iter()
+            .any(|&b| b > 0),
+        "h0's queue never held a byte"
+    );
+    let csv = read(&out.join("pfc.csv"));
+    // switch 0 paused the trunk; switch 1 received and honoured it ...
+    assert!(
+        pfc_last(&csv, "switch_to_sw1_prio3_pause_sent") > 0,
+        "{csv}"
+    );
+    assert!(pfc_last(&csv, "trunk_to_sw0_pause_received") > 0, "{csv}");
+    assert!(pfc_last(&csv, "trunk_to_sw0_held_us") > 0, "{csv}");
+    // ... and its held queue made it pause its own senders
+    for h in ["h1", "h2"] {
+        assert!(
+            pfc_last(&csv, &format!("switch_to_{h}_prio3_pause_sent")) > 0,
+            "{csv}"
+        );
+        assert!(pfc_last(&csv, &format!("{h}_rx_prio3_pause")) > 0, "{csv}");
+    }
+    let trunk = &sum["pfc"]["trunk"];
+    assert_eq!(trunk[1]["to"], "sw0", "{sum}");
+    assert!(trunk[1]["held_ms"].as_f64().unwrap() > 0.0, "{sum}");
+    let pcap = out.join("link-trunk.pcap");
+    assert_eq!(
+        count(&pcap, "_ws.malformed"),
+        0,
+        "malformed frames on the trunk"
+    );
+    assert!(
+        count(&pcap, "macc.cbfc.enbv.c3 == 1") > 0,
+        "no pause on the trunk"
+    );
+    assert!(count(&pcap, "infiniband") > 0, "no RoCEv2 on the trunk");
+    pcaps_are_clean(&out, true);
+    // the page draws both switches' queues, the trunk's held time among
+    // the PFC plots
+    let queue = read(&out.join("queue.csv"));
+    assert!(
+        queue.contains("\nto sw0,") && queue.contains("\nto sw1,"),
+        "{queue}"
+    );
+    let paused = read(&out.join("pfc_paused.csv"));
+    assert!(paused.contains("queue to sw0 (trunk) held,"), "{paused}");
+    let svgs = every_svg_is_shown(&out);
+    assert!(svgs.iter().any(|s| s == "pfc_paused.svg"), "{svgs:?}");
+}
+
+/// A trace of four flows (writes and a send, two starting later, one the
+/// other way) replays: each flow's completion time and perftest's rate
+/// in `flows.csv` and `summary.json`, the FCT plot on the page, and
+/// nothing of the lab left.
+#[test]
+fn a_replayed_trace_records_each_flows_completion() {
+    let test = "a_replayed_trace_records_each_flows_completion";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, true) || !tool_here(test, "ib_send_bw", "--version", "perftest") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(
+        &trace,
+        "start_ms,src,dst,bytes,op\n0,h1,h0,2000000\n0,h2,h0,1000000,send\n\
+         300,h0,h2,300000\n500,h1,h2,65536\n",
+    )
+    .unwrap();
+    let args = [
+        "--hosts",
+        "3",
+        "--rate",
+        "50mbit",
+        "--workload",
+        "trace",
+        "--trace",
+        trace.to_str().unwrap(),
+    ];
+    let (_d, out, said) = run_to_the_end(&args);
+    assert!(said.contains("workload running: 4 flows of"), "{said}");
+    let csv = read(&out.join("flows.csv"));
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    let want = [
+        ("h1", "h0", "write", "2000000"),
+        ("h2", "h0", "send", "1000000"),
+        ("h0", "h2", "write", "300000"),
+        ("h1", "h2", "write", "65536"),
+    ];
+    for (r, w) in rows.iter().zip(want) {
+        assert_eq!((r[0], r[1], r[2], r[3]), w, "{csv}");
+        let fct: f64 = r[7].parse().unwrap();
+        let rate: f64 = r[9].parse().unwrap_or(0.0);
+        assert!(fct > 0.0 && rate > 0.0, "{csv}");
+    }
+    // the later flows started later
+    let start = |i: usize| rows[i][6].parse::<f64>().unwrap();
+    assert!(
+        start(2) >= 0.3 && start(3) >= 0.5 && start(0) < 0.3,
+        "{csv}"
+    );
+    let sum: Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
+    assert_eq!(sum["trace"].as_array().map(Vec::len), Some(4), "{sum}");
+    assert!(read(&out.join("lab.toml")).contains("kind = \"trace\""));
+    let svgs = every_svg_is_shown(&out);
+    assert!(svgs.iter().any(|s| s == "fct.svg"), "{svgs:?}");
+    assert!(read(&out.join("index.html")).contains("Replayed flows"));
+}

@@ -1,5 +1,6 @@
-//! A pcap per link: `tcpdump` on each switch port, in the switch
-//! namespace, into `link-hI.pcap` in the results folder. Bounded: frames
+//! A pcap per link: `tcpdump` on each host's switch port, in its switch's
+//! namespace, into `link-hI.pcap` in the results folder, and with two
+//! switches on switch 0's end of the trunk into `link-trunk.pcap`. Bounded: frames
 //! are cut at [`SNAPLEN`] bytes (the headers through the BTH and more) and
 //! a capture stops after [`MAX_FRAMES`] frames (at most about 30 MB a
 //! link). Each tcpdump is a [`Proc`]: SIGTERM at teardown, which makes it
@@ -16,18 +17,29 @@ pub const SNAPLEN: u32 = 128;
 /// Frames a link's capture keeps at most.
 pub const MAX_FRAMES: u32 = 200_000;
 
-/// Starts one tcpdump per switch port and waits until each listens.
+/// Starts one tcpdump per link and waits until each listens.
 pub fn start(fabric: &Fabric, out: &Path, logs: &Path) -> Result<Vec<Proc>, LabError> {
     sys::require("tcpdump", "--version")?;
     let mut procs = Vec::new();
-    for h in &fabric.hosts {
-        let file = out.join(format!("link-{}.pcap", h.name));
-        let log = logs.join(format!("tcpdump-{}.txt", h.name));
+    let links = fabric
+        .hosts
+        .iter()
+        .map(|h| (h.name.as_str(), h.switch.as_str(), h.port.as_str()))
+        .chain(fabric.trunk.iter().map(|t| {
+            (
+                "trunk",
+                t.ports[0].switch.as_str(),
+                t.ports[0].iface.as_str(),
+            )
+        }));
+    for (name, switch, port) in links {
+        let file = out.join(format!("link-{name}.pcap"));
+        let log = logs.join(format!("tcpdump-{name}.txt"));
         let (snap, count) = (SNAPLEN.to_string(), MAX_FRAMES.to_string());
         let args: Vec<&OsStr> = vec![
             "tcpdump".as_ref(),
             "-i".as_ref(),
-            h.port.as_ref(),
+            port.as_ref(),
             "-n".as_ref(),
             "-U".as_ref(),
             // frames reach tcpdump as they come, not in blocks the kernel
@@ -40,13 +52,8 @@ pub fn start(fabric: &Fabric, out: &Path, logs: &Path) -> Result<Vec<Proc>, LabE
             "-w".as_ref(),
             file.as_os_str(),
         ];
-        procs.push(Proc::spawn(
-            &fabric.switch,
-            &args,
-            &log,
-            format!("tcpdump {}", h.port),
-        )?);
-        sys::wait(&format!("tcpdump on {}", h.port), 10, || {
+        procs.push(Proc::spawn(switch, &args, &log, format!("tcpdump {port}"))?);
+        sys::wait(&format!("tcpdump on {port}"), 10, || {
             Ok(std::fs::read_to_string(&log)
                 .is_ok_and(|t| t.contains("listening on"))
                 .then_some(()))

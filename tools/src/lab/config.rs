@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! hosts = 3               # h0 receives, h1..h(N-1) send (incast N-1 → 1)
+//! switches = 1           # 1, or 2 joined by a trunk ([`super::trunk`])
 //! backend = "auto"        # rnicd's port: auto (AF_XDP, else AF_PACKET) | afxdp | afpacket
 //! dcqcn = true            # the hosts' DCQCN reaction points (rnicd --dcqcn-rp on|off)
 //!
@@ -15,6 +16,12 @@
 //! xoff_kb = 300           # PFC: pause when a queue holds this many KB
 //! xon_kb = 250            # PFC: resume when it falls to this many KB
 //!
+//! [trunk]                 # with switches = 2: the link between them
+//! split = 1               # h0..h(split-1) on switch 0, the rest on switch 1
+//! rate = "100mbit"        # each direction's egress queue (default: [switch]'s)
+//! ecn_kb = 30             # (default: [switch]'s)
+//! queue_kb = 1000         # (default: [switch]'s)
+//!
 //! [workload]
 //! kind = "incast"         # ib_write_bw h1..h(N-1) → h0 | allreduce | alltoall (MPI)
 //! duration_s = 10
@@ -25,6 +32,8 @@
 //! probe = false           # ib_send_lat h1 → h0 through the same queue ([`super::probe`])
 //! ```
 
+pub use super::trace::Trace;
+pub use super::trunk::{TrunkConfig, TrunkFile};
 use super::workload::{UcxTls, Workload};
 use super::LabError;
 use serde::{Deserialize, Serialize};
@@ -37,8 +46,11 @@ pub struct LabFile {
     pub hosts: Option<usize>,
     pub backend: Option<String>,
     pub dcqcn: Option<bool>,
+    pub switches: Option<usize>,
     #[serde(default)]
     pub switch: SwitchFile,
+    #[serde(default, skip_serializing_if = "TrunkFile::is_empty")]
+    pub trunk: TrunkFile,
     #[serde(default)]
     pub workload: WorkloadFile,
 }
@@ -67,6 +79,8 @@ pub struct WorkloadFile {
     pub probe: Option<bool>,
     pub iterations: Option<u32>,
     pub ucx_tls: Option<String>,
+    /// `kind = "trace"`: the trace file ([`super::trace`]).
+    pub trace: Option<String>,
 }
 
 impl LabFile {
@@ -76,10 +90,14 @@ impl LabFile {
             path: path.to_path_buf(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| LabError::File {
+        let mut f: LabFile = toml::from_str(&text).map_err(|e| LabError::File {
             path: path.to_path_buf(),
             source: Box::new(e),
-        })
+        })?;
+        // a trace's path is relative to the lab file's folder
+        let dir = path.parent().unwrap_or(Path::new("."));
+        f.workload.trace = f.workload.trace.map(|t| Trace::resolve(&t, dir));
+        Ok(f)
     }
 
     /// `over`'s keys where it has them, this file's elsewhere.
@@ -88,6 +106,8 @@ impl LabFile {
             hosts: over.hosts.or(self.hosts),
             backend: over.backend.or(self.backend),
             dcqcn: over.dcqcn.or(self.dcqcn),
+            switches: over.switches.or(self.switches),
+            trunk: self.trunk.overridden_by(over.trunk),
             switch: SwitchFile {
                 rate: over.switch.rate.or(self.switch.rate),
                 ecn_kb: over.switch.ecn_kb.or(self.switch.ecn_kb),
@@ -105,6 +125,7 @@ impl LabFile {
                 probe: over.workload.probe.or(self.workload.probe),
                 iterations: over.workload.iterations.or(self.workload.iterations),
                 ucx_tls: over.workload.ucx_tls.or(self.workload.ucx_tls),
+                trace: over.workload.trace.or(self.workload.trace),
             },
         }
     }
@@ -161,6 +182,10 @@ pub struct LabConfig {
     pub iterations: u32,
     /// A collective's UCX transports.
     pub ucx_tls: UcxTls,
+    /// The second switch and the trunk to it; `None`: one switch.
+    pub trunk: Option<TrunkConfig>,
+    /// `kind = "trace"`: the flows to replay.
+    pub trace: Option<Trace>,
 }
 
 /// The switch's PFC thresholds on each egress queue's backlog.
@@ -175,7 +200,7 @@ pub struct PfcThresholds {
 /// The most hosts: their addresses are 192.0.2.1 .. 192.0.2.N.
 pub const MAX_HOSTS: usize = 64;
 
-fn setting(what: &'static str, why: impl Into<String>) -> LabError {
+pub(super) fn setting(what: &'static str, why: impl Into<String>) -> LabError {
     LabError::Setting {
         what,
         why: why.into(),
@@ -217,6 +242,13 @@ impl LabConfig {
             return Err(setting("switch.mtu", format!("{mtu}: want 1280 to 9000")));
         }
         let pfc = pfc_thresholds(&f.switch, queue_kb)?;
+        let trunk = TrunkConfig::from_file(&f, hosts, (rate_bps, ecn_kb, queue_kb))?;
+        if workload != Workload::Trace && f.workload.trace.is_some() {
+            return Err(setting("workload.trace", "a trace is for kind = \"trace\""));
+        }
+        let trace = (workload == Workload::Trace)
+            .then(|| Trace::of_setting(f.workload.trace.as_deref(), hosts))
+            .transpose()?;
         let duration_s = f.workload.duration_s.unwrap_or(10);
         let size = f.workload.size.unwrap_or(workload.default_size());
         let sample_ms = f.workload.sample_ms.unwrap_or(100);
@@ -242,6 +274,8 @@ impl LabConfig {
             workload,
             iterations: f.workload.iterations.unwrap_or(0),
             ucx_tls,
+            trunk,
+            trace,
         })
     }
 
@@ -252,6 +286,8 @@ impl LabConfig {
             hosts: Some(self.hosts),
             backend: Some(self.backend.arg().into()),
             dcqcn: Some(self.dcqcn),
+            switches: Some(1 + usize::from(self.trunk.is_some())),
+            trunk: self.trunk.map(|t| t.to_file()).unwrap_or_default(),
             switch: SwitchFile {
                 rate: Some(rate_text(self.rate_bps)),
                 ecn_kb: Some((self.ecn_bytes / 1000) as u32),
@@ -272,6 +308,7 @@ impl LabConfig {
                     .workload
                     .is_collective()
                     .then(|| self.ucx_tls.word().into()),
+                trace: self.trace.as_ref().map(|t| t.path.display().to_string()),
             },
         };
         toml::to_string(&f).unwrap_or_default()
@@ -285,7 +322,7 @@ fn workload_of(w: &WorkloadFile) -> Result<(Workload, UcxTls), LabError> {
     let workload = Workload::parse(kind).ok_or_else(|| {
         setting(
             "workload.kind",
-            format!("{kind}: want incast, allreduce or alltoall"),
+            format!("{kind}: want incast, allreduce, alltoall or trace"),
         )
     })?;
     let tls = w.ucx_tls.as_deref().unwrap_or("rdma");
@@ -448,10 +485,16 @@ mod tests {
         assert!(bad(f).contains("ecn_kb"));
         let mut f = LabFile::default();
         f.workload.kind = Some("allgather".into());
-        assert!(bad(f).contains("want incast, allreduce or alltoall"));
+        assert!(bad(f).contains("want incast, allreduce, alltoall or trace"));
         let mut f = LabFile::default();
         f.workload.ucx_tls = Some("tcp".into());
         assert!(bad(f).contains("collectives"));
+        let mut f = LabFile::default();
+        f.workload.trace = Some("t.csv".into());
+        assert!(bad(f).contains("kind = \"trace\""));
+        let mut f = LabFile::default();
+        f.workload.kind = Some("trace".into());
+        assert!(bad(f).contains("needs trace"));
         let mut f = LabFile::default();
         (f.workload.kind, f.workload.ucx_tls) = (Some("allreduce".into()), Some("ib".into()));
         assert!(bad(f).contains("want rdma or tcp"));

@@ -190,6 +190,7 @@ mod tests {
         };
         Snapshot {
             pfc_sent: Vec::new(),
+            pfc_held: Vec::new(),
             t,
             hosts: vec![Default::default(); 3],
             ports: vec![Default::default(); 3],
@@ -214,6 +215,8 @@ mod tests {
             probe: None,
             trust: None,
             collective: None,
+            trunk: &[],
+            trace: None,
         };
         let snaps = [
             snap(2.0, vec![qp(17, 10_000, 0.999, 0)], vec![]),

@@ -73,6 +73,14 @@ pub enum LabError {
     /// The switch's PFC stage ended before the run did.
     #[error("the switch's PFC stage stopped: {0}")]
     PfcStage(String),
+    /// A trace file that does not parse ([`super::trace`]): the line's
+    /// number from 1, 0 for the whole file.
+    #[error("{}{}: {why}", .path.display(), super::trace::line_suffix(*.line))]
+    Trace {
+        path: PathBuf,
+        line: usize,
+        why: super::trace::TraceError,
+    },
     #[error(transparent)]
     Write(#[from] WriteError),
     #[error("{what}: {source}")]

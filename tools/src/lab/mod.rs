@@ -18,9 +18,12 @@
 //! | [`collective_results`], [`fallback`] | a collective's completion times; the signs of a fallback to TCP |
 //! | [`sample`] | the counters of hosts and switch, and the senders' DCQCN state, at one instant |
 //! | [`capture`] | a pcap per link (tcpdump on each switch port) |
-//! | [`pfc`] | the switch's PFC stage (802.1Qbb from the egress backlogs) |
+//! | [`trunk`] | two switches: the second switch and the trunk between them |
+//! | [`pfc`] | the switches' PFC stage (802.1Qbb from the egress backlogs) |
+//! | [`pfc_hold`] | a trunk port honouring the pauses it receives: its queue held |
 //! | [`pfc_results`] | its `pfc.csv`, plots and totals |
 //! | [`dcqcn`] | the senders' DCQCN state (Rc, Rt, α per QP) over time: `dcqcn.csv`, its plots |
+//! | [`trace`], [`replay`] | a trace of flows: its format; replaying it (perftest per flow), FCTs |
 //! | [`probe`] | the latency probe: ib_send_lat h1 → h0 in rounds alongside the incast |
 //! | [`scale`] | the CPU time of the machine, the engines and the programs; whether the hosts, not the fabric, were the bottleneck |
 //! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
@@ -39,13 +42,17 @@ pub mod mpi;
 pub mod net;
 pub mod page;
 pub mod pfc;
+pub mod pfc_hold;
 pub mod pfc_results;
 pub mod probe;
+pub mod replay;
 pub mod results;
 pub mod run_info;
 pub mod sample;
 pub mod scale;
 pub mod sys;
+pub mod trace;
+pub mod trunk;
 pub mod workload;
 
 pub use config::{LabConfig, LabFile};
@@ -123,6 +130,12 @@ fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> 
     }
     if cfg.workload.is_collective() {
         collective::require()?;
+    } else if let Some(t) = &cfg.trace {
+        for op in [trace::Op::Write, trace::Op::Send] {
+            if t.flows.iter().any(|f| f.op == op) {
+                sys::require(op.program(), "--version")?;
+            }
+        }
     } else {
         sys::require("ib_write_bw", "--version")?;
     }
@@ -151,8 +164,19 @@ fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Resu
     let run_dir = RunDir(std::env::temp_dir().join(net::lab_id()));
     std::fs::create_dir_all(&run_dir.0).map_err(io(run_dir.0.display().to_string()))?;
     say(&format!(
-        "{} hosts on one switch ({} queues of {} KB, {}), namespaces {}-*",
+        "{} hosts on {} ({} queues of {} KB, {}), namespaces {}-*",
         cfg.hosts,
+        match &cfg.trunk {
+            None => "one switch".to_string(),
+            Some(t) => format!(
+                "two switches (h0..h{} | h{}..h{}; trunk {}, {} KB queues)",
+                t.split - 1,
+                t.split,
+                cfg.hosts - 1,
+                config::rate_text(t.rate_bps),
+                t.queue_bytes / 1000
+            ),
+        },
         config::rate_text(cfg.rate_bps),
         cfg.queue_bytes / 1000,
         if cfg.ecn_bytes > 0 {
@@ -176,7 +200,7 @@ fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Resu
         daemons.push(d);
     }
     let frame = daemons[0].data_frame_bytes()?;
-    fabric.shape(cfg, frame)?;
+    fabric.shape(frame, cfg.mtu)?;
     let captures = capture::start(&fabric, out, &logs)?;
     let stage = pfc::start(cfg, &fabric, &daemons)?;
     let result = workload(
@@ -200,6 +224,7 @@ fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Resu
 enum Job {
     Incast(Vec<incast::Flow>),
     Collective(collective::Job),
+    Trace(replay::Replay),
 }
 
 impl Job {
@@ -211,7 +236,17 @@ impl Job {
         cfg: &LabConfig,
         scratch: &Path,
         logs: &Path,
+        t0: Instant,
     ) -> Result<Job, LabError> {
+        if let Some(trace) = &cfg.trace {
+            let r = replay::Replay::start(rnic, daemons, cfg, trace, logs, t0)?;
+            say(&format!(
+                "workload running: {} flows of {}",
+                trace.flows.len(),
+                trace.path.display()
+            ));
+            return Ok(Job::Trace(r));
+        }
         if !cfg.workload.is_collective() {
             let flows = incast::start(rnic, daemons, cfg, logs)?;
             say(&format!(
@@ -243,6 +278,7 @@ impl Job {
         match self {
             Job::Incast(_) => String::new(),
             Job::Collective(job) => job.progress(),
+            Job::Trace(r) => r.progress(),
         }
     }
 
@@ -258,6 +294,7 @@ impl Job {
                 })
                 .collect(),
             Job::Collective(job) => vec![job.mpirun.child.id()],
+            Job::Trace(r) => r.pids(),
         }
     }
 
@@ -266,6 +303,7 @@ impl Job {
         match self {
             Job::Incast(flows) => incast::all_done(flows),
             Job::Collective(job) => job.done(),
+            Job::Trace(r) => r.done(),
         }
     }
 }
@@ -290,7 +328,7 @@ fn workload(
     };
     rec.take(0.0, daemons, fabric, stage, from)?;
     let t0 = Instant::now();
-    let mut job = Job::start(rnic, daemons, cfg, scratch, logs)?;
+    let mut job = Job::start(rnic, daemons, cfg, scratch, logs, t0)?;
     rec.watch.add_programs(job.pids());
     if cfg.probe {
         say("latency probe ib_send_lat h1 → h0");
@@ -301,7 +339,11 @@ fn workload(
     let mut ran = sample_until_done(cfg, fabric, daemons, &mut job, &mut rec, t0, stage);
     let collective = match &job {
         Job::Collective(j) => Some(j.run(cfg)),
-        Job::Incast(_) => None,
+        _ => None,
+    };
+    let trace = match &job {
+        Job::Trace(r) => Some(r.results()),
+        _ => None,
     };
     drop(job);
     let rounds = match probe.map(probe::Probe::finish) {
@@ -334,8 +376,15 @@ fn workload(
             .collect(),
         probe: rounds.as_deref(),
         // the verdict's rules read an incast (senders toward h0's queue)
-        trust: (collective.is_none()).then(|| scale::evidence(cfg, frame, &snaps, &rec.cpu)),
+        trust: (cfg.workload == workload::Workload::Incast)
+            .then(|| scale::evidence(cfg, frame, &snaps, &rec.cpu)),
         collective: collective.as_ref(),
+        trunk: &fabric
+            .trunk
+            .as_ref()
+            .map(|t| t.ports.iter().map(|p| p.name.clone()).collect::<Vec<_>>())
+            .unwrap_or_default(),
+        trace: trace.as_deref(),
     };
     if snaps.len() >= 2 {
         let sum = results::write(out, &info, &snaps)?;
@@ -488,7 +537,10 @@ fn report(sum: &serde_json::Value, out: &Path) {
     } else if !sum["collective"].is_null() {
         say(&format!("trust: {}", scale::NO_VERDICT));
     }
-    for l in collective_results::report(sum) {
+    for l in collective_results::report(sum)
+        .into_iter()
+        .chain(replay::report(sum))
+    {
         say(&l);
     }
     say(&format!("results: {}", out.join("index.html").display()));

@@ -1,8 +1,9 @@
-//! The fabric: a switch namespace with a bridge, N host namespaces each
-//! joined to it by a veth pair, and on each switch port (the egress
-//! toward a host) a tbf queue of the link rate, with nftables CE-marking
-//! the RoCEv2 frames that exceed the rate by more than the ECN threshold
-//! (a proxy of the queue's depth: see [`ruleset`]).
+//! The fabric: a switch namespace with a bridge (two, joined by a trunk:
+//! [`super::trunk`]), N host namespaces each joined to its switch by a
+//! veth pair, and on each switch port (the egress toward a host or across
+//! the trunk) a tbf queue of the link rate, with nftables CE-marking the
+//! RoCEv2 frames that exceed the rate by more than the ECN threshold (a
+//! proxy of the queue's depth: see [`ruleset`]).
 //!
 //! Every name carries the lab's prefix `rnlab-<pid>` (interfaces:
 //! `rnl<pid>h<i>` in host i, `rnl<pid>s<i>` its switch port), so a lab
@@ -33,12 +34,34 @@ pub struct HostNet {
     /// this host.
     pub port: String,
     pub addr: Ipv4Addr,
+    /// The namespace of its switch.
+    pub switch: String,
+}
+
+/// A switch's egress port and its queue: toward a host (named after it)
+/// or across the trunk (named after the switch at the other end).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    /// `h0`.. or `sw0`/`sw1`: the nftables counters' suffix, the plots'.
+    pub name: String,
+    /// The namespace of the switch it belongs to.
+    pub switch: String,
+    pub iface: String,
+    pub rate_bps: u64,
+    /// The CE-marking threshold (0: no marking).
+    pub ecn_bytes: u64,
+    pub queue_bytes: u64,
 }
 
 /// The namespaces and links of one lab; deleted on drop.
 pub struct Fabric {
+    /// Switch 0's namespace (h0's switch).
     pub switch: String,
     pub hosts: Vec<HostNet>,
+    /// The second switch and the trunk, when there is one.
+    pub trunk: Option<super::trunk::Trunk>,
+    /// Every egress port: the hosts' in their order, then the trunk's.
+    pub ports: Vec<Port>,
     /// The namespaces made so far, deleted on drop.
     made: Vec<String>,
 }
@@ -62,20 +85,27 @@ impl Fabric {
         let mut f = Fabric {
             switch: format!("{id}-sw"),
             hosts: Vec::new(),
+            trunk: None,
+            ports: Vec::new(),
             made: Vec::new(),
         };
-        f.add_ns(&f.switch.clone())?;
-        let sw = f.switch.clone();
-        ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
-        ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        f.add_switch(&f.switch.clone())?;
+        if let Some(t) = &cfg.trunk {
+            f.trunk = Some(super::trunk::Trunk::build(&mut f, t, cfg.mtu)?);
+        }
         let mtu = cfg.mtu.to_string();
         for i in 0..cfg.hosts {
+            let sw = match (&f.trunk, &cfg.trunk) {
+                (Some(t), Some(c)) if i >= c.split => t.ns.clone(),
+                _ => f.switch.clone(),
+            };
             let h = HostNet {
                 name: format!("h{i}"),
                 ns: format!("{id}-h{i}"),
                 iface: format!("rnl{pid}h{i}"),
                 port: format!("rnl{pid}s{i}"),
                 addr: host_addr(i),
+                switch: sw.clone(),
             };
             f.add_ns(&h.ns)?;
             ip(&[
@@ -96,9 +126,35 @@ impl Fabric {
                 &h.iface,
             ])?;
             ip(&["-n", &h.ns, "link", "set", &h.iface, "up"])?;
+            f.ports.push(Port {
+                name: h.name.clone(),
+                switch: sw,
+                iface: h.port.clone(),
+                rate_bps: cfg.rate_bps,
+                ecn_bytes: cfg.ecn_bytes,
+                queue_bytes: cfg.queue_bytes,
+            });
             f.hosts.push(h);
         }
+        if let Some(t) = &f.trunk {
+            f.ports.extend(t.ports.iter().cloned());
+        }
         Ok(f)
+    }
+
+    /// The switches' namespaces: switch 0's, then switch 1's.
+    pub fn switches(&self) -> Vec<String> {
+        std::iter::once(self.switch.clone())
+            .chain(self.trunk.as_ref().map(|t| t.ns.clone()))
+            .collect()
+    }
+
+    /// A switch namespace with its bridge `br0`, up.
+    pub(super) fn add_switch(&mut self, name: &str) -> Result<(), LabError> {
+        self.add_ns(name)?;
+        ip(&["-n", name, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", name, "link", "set", "br0", "up"])?;
+        Ok(())
     }
 
     fn add_ns(&mut self, name: &str) -> Result<(), LabError> {
@@ -116,63 +172,72 @@ impl Fabric {
         })
     }
 
-    /// The queues: on each switch port a tbf of the link rate holding
-    /// `queue_bytes`, and (with a threshold) the nftables table that
-    /// CE-marks the RoCEv2 frames toward that port beyond a token bucket
-    /// of the link rate with the threshold as its depth, counted in data
-    /// frames of `frame` bytes (see [`ruleset`]).
-    pub fn shape(&self, cfg: &LabConfig, frame: u64) -> Result<(), LabError> {
-        let rate = format!("{}bit", cfg.rate_bps);
-        // tbf's bucket: at least two frames, at least 1 ms of the rate
-        let burst = (2 * u64::from(cfg.mtu) + 64).max(cfg.rate_bps / 8 / 1000);
-        for h in &self.hosts {
-            run(
-                "tc",
-                &[
-                    "-n",
-                    &self.switch,
-                    "qdisc",
-                    "add",
-                    "dev",
-                    &h.port,
-                    "root",
-                    "tbf",
-                    "rate",
-                    &rate,
-                    "burst",
-                    &burst.to_string(),
-                    "limit",
-                    &cfg.queue_bytes.to_string(),
-                ],
-            )?;
+    /// The queues: on each switch port a tbf of its link rate holding its
+    /// `queue_bytes` ([`tbf_args`]), and in each switch (with a threshold)
+    /// the nftables table that CE-marks the RoCEv2 frames toward a port
+    /// beyond a token bucket of its rate with the threshold as its depth,
+    /// counted in data frames of `frame` bytes (see [`ruleset`]).
+    pub fn shape(&self, frame: u64, mtu: u32) -> Result<(), LabError> {
+        for p in &self.ports {
+            let mut a = vec!["-n", &p.switch, "qdisc", "add", "dev", &p.iface, "root"];
+            let tbf = tbf_args(p.rate_bps, p.queue_bytes, mtu);
+            a.extend(tbf.iter().map(String::as_str));
+            run("tc", &a)?;
         }
-        let rules = ruleset(&self.hosts, cfg, frame);
-        let file = std::env::temp_dir().join(format!("{}.nft", lab_id()));
-        std::fs::write(&file, rules).map_err(|source| LabError::Io {
-            what: file.display().to_string(),
-            source,
-        })?;
-        let loaded = in_ns(&self.switch, &["nft", "-f", &file.to_string_lossy()]);
-        let _ = std::fs::remove_file(&file);
-        loaded.map(|_| ())
+        for (k, sw) in self.switches().iter().enumerate() {
+            let ports: Vec<Port> = self
+                .ports
+                .iter()
+                .filter(|p| p.switch == *sw)
+                .cloned()
+                .collect();
+            let file = std::env::temp_dir().join(format!("{}-{k}.nft", lab_id()));
+            std::fs::write(&file, ruleset(&ports, frame)).map_err(|source| LabError::Io {
+                what: file.display().to_string(),
+                source,
+            })?;
+            let loaded = in_ns(sw, &["nft", "-f", &file.to_string_lossy()]);
+            let _ = std::fs::remove_file(&file);
+            loaded?;
+        }
+        Ok(())
     }
+}
+
+/// A port's tbf (after `tc qdisc add|change dev D root`): `rate` bits per
+/// second, a bucket of at least two frames of `mtu` and at least 1 ms of
+/// the rate, `limit` bytes of queue.
+pub fn tbf_args(rate_bps: u64, limit: u64, mtu: u32) -> Vec<String> {
+    let burst = (2 * u64::from(mtu) + 64).max(rate_bps / 8 / 1000);
+    [
+        "tbf".to_string(),
+        "rate".into(),
+        format!("{rate_bps}bit"),
+        "burst".into(),
+        burst.to_string(),
+        "limit".into(),
+        limit.to_string(),
+    ]
+    .to_vec()
 }
 
 /// The marking's token bucket in frames of `frame` bytes: the link rate
 /// in frames per second and the threshold in frames (at least one each).
 pub fn bucket(cfg: &LabConfig, frame: u64) -> (u64, u64) {
-    let frame = frame.max(1);
-    (
-        (cfg.rate_bps / 8 / frame).max(1),
-        (cfg.ecn_bytes / frame).max(1),
-    )
+    port_bucket(cfg.rate_bps, cfg.ecn_bytes, frame)
 }
 
-/// The switch's nftables table (family `bridge`, hook `forward`): per
-/// port, a named counter `seen_hI` of the RoCEv2 frames (UDP 4791) toward
-/// host I and, with a threshold, a rule that sets CE on those beyond
-/// `limit rate over <link rate> burst <threshold>` and counts them in
-/// `marked_hI`.
+/// [`bucket`] of a port of `rate_bps` marking above `ecn_bytes`.
+fn port_bucket(rate_bps: u64, ecn_bytes: u64, frame: u64) -> (u64, u64) {
+    let frame = frame.max(1);
+    ((rate_bps / 8 / frame).max(1), (ecn_bytes / frame).max(1))
+}
+
+/// A switch's nftables table (family `bridge`, hook `forward`): per
+/// port P of `ports` (that switch's), a named counter `seen_P` of the
+/// RoCEv2 frames (UDP 4791) toward it and, with a threshold, a rule that
+/// sets CE on those beyond `limit rate over <link rate> burst
+/// <threshold>` and counts them in `marked_P`.
 ///
 /// The token bucket stands in for the queue: it runs dry when more than
 /// the threshold has arrived above the link rate, which is when a queue
@@ -184,22 +249,22 @@ pub fn bucket(cfg: &LabConfig, frame: u64) -> (u64, u64) {
 /// second of its rate on top of the burst (the kernel's `nft_limit`:
 /// tokens_max = unit × (rate + burst) / rate), far too deep for a queue
 /// threshold; its packet limit is a bucket of exactly `burst` frames.
-pub fn ruleset(hosts: &[HostNet], cfg: &LabConfig, frame: u64) -> String {
-    let (pps, burst) = bucket(cfg, frame);
+pub fn ruleset(ports: &[Port], frame: u64) -> String {
     let mut s = format!("table bridge {TABLE} {{\n");
-    for h in hosts {
+    for h in ports {
         s += &format!(
             "  counter seen_{0} {{ }}\n  counter marked_{0} {{ }}\n",
             h.name
         );
     }
     s += "  chain forward {\n    type filter hook forward priority 0; policy accept;\n";
-    for h in hosts {
+    for h in ports {
+        let (pps, burst) = port_bucket(h.rate_bps, h.ecn_bytes, frame);
         s += &format!(
             "    oifname \"{}\" udp dport 4791 counter name \"seen_{}\"",
-            h.port, h.name
+            h.iface, h.name
         );
-        if cfg.ecn_bytes > 0 {
+        if h.ecn_bytes > 0 {
             s += &format!(
                 " limit rate over {pps}/second burst {burst} packets counter name \"marked_{}\" ip ecn set ce",
                 h.name
@@ -262,22 +327,23 @@ mod tests {
     #[test]
     fn the_ruleset_counts_every_port_and_marks_over_the_threshold() {
         let cfg = LabConfig::from_file(LabFile::default()).unwrap();
-        let hosts: Vec<HostNet> = (0..2)
-            .map(|i| HostNet {
-                name: format!("h{i}"),
-                ns: String::new(),
-                iface: String::new(),
-                port: format!("p{i}"),
-                addr: host_addr(i),
-            })
-            .collect();
+        let ports = |ecn_bytes| -> Vec<Port> {
+            (0..2)
+                .map(|i| Port {
+                    name: format!("h{i}"),
+                    switch: String::new(),
+                    iface: format!("p{i}"),
+                    rate_bps: cfg.rate_bps,
+                    ecn_bytes,
+                    queue_bytes: cfg.queue_bytes,
+                })
+                .collect()
+        };
         // 100 Mbit/s of 1082-byte frames, 30 KB of them
         assert_eq!(bucket(&cfg, 1082), (11552, 27));
-        let r = ruleset(&hosts, &cfg, 1082);
+        let r = ruleset(&ports(cfg.ecn_bytes), 1082);
         assert!(r.contains("oifname \"p1\" udp dport 4791 counter name \"seen_h1\" limit rate over 11552/second burst 27 packets counter name \"marked_h1\" ip ecn set ce"), "{r}");
-        let mut off = cfg.clone();
-        off.ecn_bytes = 0;
-        let r = ruleset(&hosts, &off, 1082);
+        let r = ruleset(&ports(0), 1082);
         assert!(
             r.contains("counter name \"seen_h0\"\n") && !r.contains("ecn set ce"),
             "{r}"

@@ -124,12 +124,18 @@ fn probe(sum: &Value) -> String {
 
 /// The page.
 pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
-    let kind = sum["collective"]["kind"].as_str().unwrap_or("incast");
+    let traced = sum["trace"].is_array();
+    let kind = match sum["collective"]["kind"].as_str() {
+        Some(k) => k,
+        None if traced => "trace",
+        None => "incast",
+    };
     let what = match sum["collective"]["kind"].as_str() {
         Some(k) => format!(
             "MPI {k} over UCX {}",
             sum["collective"]["ucx_tls"].as_str().unwrap_or("?")
         ),
+        None if traced => "a replayed trace of perftest flows".into(),
         None => "ib_write_bw incast".into(),
     };
     let mut s = format!(
@@ -152,13 +158,19 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
         .collect();
     let _ = write!(
         s,
-        "<p>Hosts {} through one switch; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
+        "<p>Hosts {} through {}; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
          <p>DCQCN: each sender QP's reaction point (current rate Rc, target rate Rt, α) is read from its rnicd \
          every sample (<a href=\"dcqcn.csv\">dcqcn.csv</a>); {}</p>\n",
-        esc(&match info.collective {
-            Some(_) => format!("{}, one MPI rank each,", info.hosts.join(", ")),
-            None => format!("{} → {}", info.hosts[1..].join(", "), info.hosts[0]),
+        esc(&match (info.collective, info.trace) {
+            (Some(_), _) => format!("{}, one MPI rank each,", info.hosts.join(", ")),
+            (_, Some(_)) => format!("{} (a replayed trace)", info.hosts.join(", ")),
+            _ => format!("{} → {}", info.hosts[1..].join(", "), info.hosts[0]),
         }),
+        if info.trunk.is_empty() {
+            "one switch"
+        } else {
+            "two switches joined by a trunk (its egress queues: the ports to sw0 and sw1)"
+        },
         esc(&backends.join(", ")),
         esc(&info.marking),
         if sum["dcqcn"]["reaction_point"] == "off" {
@@ -170,6 +182,7 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
     );
     s += &trust(sum);
     s += &super::collective_results::html(sum, esc);
+    s += &super::replay::html(sum, esc);
     s += &totals(sum);
     s += &probe(sum);
     for p in plots {

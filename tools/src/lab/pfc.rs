@@ -1,15 +1,18 @@
-//! The switch's PFC stage: 802.1Qbb pause generation where the kernel's
-//! bridge has none. A thread of `rnic lab` enters the switch namespace,
-//! reads every egress tbf queue's backlog each [`POLL`] and, per switch
-//! port, feeds a [`PfcTx`] (the NIC's XOFF/XON hysteresis and refresh) the
-//! backlog that port's ingress feeds; the PFC frames it asks for leave that
-//! port with AF_PACKET, toward the host behind it (a bridge does not
-//! forward 01:80:C2:00:00:01, so the stage sends them itself).
+//! The switches' PFC stage: 802.1Qbb pause generation where the kernel's
+//! bridge has none. A thread of `rnic lab` enters each switch namespace
+//! (opening its sockets there), reads every egress tbf queue's backlog
+//! each [`POLL`] and, per switch port, feeds a [`PfcTx`] (the NIC's
+//! XOFF/XON hysteresis and refresh) the backlog that port's ingress feeds;
+//! the PFC frames it asks for leave that port with AF_PACKET, toward the
+//! host or the switch behind it (a bridge does not forward
+//! 01:80:C2:00:00:01, so the stage sends them itself). On a trunk port it
+//! also honours the pauses the other switch sends, holding that egress
+//! queue ([`super::pfc_hold`]): so a pause spreads from switch to switch.
 //!
 //! What is a proxy: a real switch accounts its buffer per ingress port and
 //! priority; here the bridge keeps no such account, so a port's ingress is
 //! taken to hold the deepest egress queue other than its own (the queue its
-//! traffic can be in). The whole tbf queue counts as priority
+//! traffic can be in), among the ports of the same switch. The whole tbf queue counts as priority
 //! [`ROCE_PRIORITY`]: the RoCEv2 data and ACKs leave the hosts at DSCP 26,
 //! priority 26 >> 3 = 3 under rnicd's default DSCP trust; CNPs (priority 6)
 //! are never paused.
@@ -22,6 +25,7 @@
 use super::config::LabConfig;
 use super::host::Daemon;
 use super::net::Fabric;
+use super::pfc_hold::{nudge, Held, Holder};
 use super::sys::ip;
 use super::LabError;
 use nic::cc::{PfcTx, PfcTxParams, PRIORITIES};
@@ -46,17 +50,32 @@ pub struct StagePort {
     pub iface: String,
     /// Its MAC address: the source of the PFC frames it sends.
     pub mac: EthernetAddress,
+    /// Its switch: an index into the stage's namespaces.
+    pub switch: usize,
+    /// The speed its pause quanta count in.
+    pub link_bps: u64,
+    /// A trunk port: it honours the pauses it receives, holding its tbf
+    /// of `link_bps` (limit bytes, frames of MTU).
+    pub hold: Option<(u64, u32)>,
 }
 
-/// PFC frames the switch sent out of each port, per priority named.
+/// PFC frames the switches sent out of each port, per priority named.
 pub type SentCounts = Vec<[u64; PRIORITIES]>;
+
+/// What the stage counted, per port (in the fabric's port order).
+#[derive(Debug, Clone, Default)]
+pub struct StageCounts {
+    pub sent: SentCounts,
+    /// The pauses each trunk port honoured (zero elsewhere).
+    pub held: Vec<Held>,
+}
 
 /// The running stage: stopped and joined on drop.
 pub struct PfcStage {
     stop: Arc<AtomicBool>,
     /// Why the thread ended early, once it has.
     failed: Arc<Mutex<Option<String>>>,
-    sent: Arc<Mutex<SentCounts>>,
+    counts: Arc<Mutex<StageCounts>>,
     thread: Option<JoinHandle<Result<(), LabError>>>,
 }
 
@@ -66,27 +85,35 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
 }
 
 impl PfcStage {
-    /// Starts the stage in namespace `ns` on `ports` (index i: the port
-    /// toward host i), pausing at `xoff` bytes and resuming at `xon`, with
-    /// pause times in quanta of the hosts' link speed `link_bps`.
+    /// Starts the stage in the switch namespaces `switches` on `ports`
+    /// (in the fabric's port order), pausing at `xoff` bytes and resuming
+    /// at `xon`.
     pub fn start(
-        ns: &str,
+        switches: &[String],
         ports: Vec<StagePort>,
         xoff: u64,
         xon: u64,
-        link_bps: u64,
     ) -> Result<PfcStage, LabError> {
-        let path = format!("/run/netns/{ns}");
-        let netns = std::fs::File::open(&path).map_err(io(path))?;
+        let netns = switches
+            .iter()
+            .map(|ns| {
+                let path = format!("/run/netns/{ns}");
+                std::fs::File::open(&path).map_err(io(path))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(Mutex::new(vec![[0u64; PRIORITIES]; ports.len()]));
+        let counts = Arc::new(Mutex::new(StageCounts {
+            sent: vec![[0u64; PRIORITIES]; ports.len()],
+            held: vec![Held::default(); ports.len()],
+        }));
         let failed = Arc::new(Mutex::new(None));
-        let (s, c, f) = (stop.clone(), sent.clone(), failed.clone());
+        let (s, c, f) = (stop.clone(), counts.clone(), failed.clone());
         let (tx, rx) = std::sync::mpsc::channel();
+        let names = switches.to_vec();
         let thread = std::thread::Builder::new()
             .name("lab-pfc".into())
             .spawn(move || {
-                let ready = Stage::open(&netns, ports, xoff, xon, link_bps);
+                let ready = Stage::open(&netns, &names, ports, (xoff, xon));
                 let (stage, said) = match ready {
                     Ok(st) => (Some(st), Ok(())),
                     Err(e) => (None, Err(e)),
@@ -103,7 +130,7 @@ impl PfcStage {
         let mut stage = PfcStage {
             stop,
             failed,
-            sent,
+            counts,
             thread: Some(thread),
         };
         match rx.recv() {
@@ -116,13 +143,14 @@ impl PfcStage {
         }
     }
 
-    /// The PFC frames sent so far, per port and priority; an error once
-    /// the stage has stopped on one (the run would go on without PFC).
-    pub fn sent(&self) -> Result<SentCounts, LabError> {
+    /// The PFC frames sent so far, per port and priority, and the pauses
+    /// honoured; an error once the stage has stopped on one (the run
+    /// would go on without PFC).
+    pub fn counts(&self) -> Result<StageCounts, LabError> {
         if let Some(why) = self.failed.lock().ok().and_then(|g| g.clone()) {
             return Err(LabError::PfcStage(why));
         }
-        Ok(self.sent.lock().map(|g| g.clone()).unwrap_or_default())
+        Ok(self.counts.lock().map(|g| g.clone()).unwrap_or_default())
     }
 
     /// Stops the thread; its error, if it ended on one.
@@ -145,100 +173,163 @@ impl Drop for PfcStage {
     }
 }
 
-/// The stage's state, on its own thread inside the switch namespace.
+/// The stage's state, on its own thread (in the last switch's namespace,
+/// its sockets in each switch's).
 struct Stage {
-    rtnl: Rtnl,
+    /// Each switch's rtnetlink socket.
+    rtnl: Vec<Rtnl>,
     ports: Vec<StagePort>,
     ifindex: Vec<u32>,
     sockets: Vec<OwnedFd>,
     tx: Vec<PfcTx>,
+    holders: Vec<Option<Holder>>,
     t0: std::time::Instant,
 }
 
 impl Stage {
     fn open(
-        netns: &std::fs::File,
+        netns: &[std::fs::File],
+        names: &[String],
         ports: Vec<StagePort>,
-        xoff: u64,
-        xon: u64,
-        link_bps: u64,
+        (xoff, xon): (u64, u64),
     ) -> Result<Stage, LabError> {
-        // SAFETY: setns(2) on an open namespace file; it moves only this
-        // thread (not the process) into the switch's network namespace.
-        if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(io("entering the switch namespace")(
-                std::io::Error::last_os_error(),
-            ));
-        }
-        let rtnl = Rtnl::open()?;
         let mut st = Stage {
-            rtnl,
+            rtnl: Vec::new(),
             ports: Vec::new(),
             ifindex: Vec::new(),
             sockets: Vec::new(),
             tx: Vec::new(),
+            holders: Vec::new(),
             t0: std::time::Instant::now(),
         };
+        for ns in netns {
+            enter(ns)?;
+            st.rtnl.push(Rtnl::open()?);
+        }
         for p in ports {
-            let idx = st.rtnl.link_index(&p.iface)?.ok_or_else(|| {
-                io(format!("switch port {}", p.iface))(std::io::ErrorKind::NotFound.into())
-            })?;
-            st.sockets.push(
-                packet_socket(idx).map_err(io(format!("an AF_PACKET socket on {}", p.iface)))?,
-            );
-            let mut params = PfcTxParams::new(link_bps, xoff, xon);
-            params.enabled = 1 << ROCE_PRIORITY;
-            st.tx.push(PfcTx::new(params));
-            st.ifindex.push(idx);
-            st.ports.push(p);
+            // its sockets are made in its switch's namespace
+            enter(&netns[p.switch])?;
+            st.add_port(p.clone(), &names[p.switch], (xoff, xon))?;
         }
         Ok(st)
+    }
+
+    /// Port `p` of the switch whose namespace (`ns`) this thread is in.
+    fn add_port(
+        &mut self,
+        p: StagePort,
+        ns: &str,
+        (xoff, xon): (u64, u64),
+    ) -> Result<(), LabError> {
+        let idx = self.rtnl[p.switch].link_index(&p.iface)?.ok_or_else(|| {
+            io(format!("switch port {}", p.iface))(std::io::ErrorKind::NotFound.into())
+        })?;
+        self.sockets
+            .push(packet_socket(idx).map_err(io(format!("an AF_PACKET socket on {}", p.iface)))?);
+        let mut params = PfcTxParams::new(p.link_bps, xoff, xon);
+        params.enabled = 1 << ROCE_PRIORITY;
+        self.tx.push(PfcTx::new(params));
+        let holder = match p.hold {
+            Some((limit, mtu)) => Some(
+                Holder::open(idx, (ns, &p.iface), p.link_bps, limit, mtu)
+                    .map_err(io(format!("a MAC control socket on {}", p.iface)))?,
+            ),
+            None => None,
+        };
+        self.holders.push(holder);
+        self.ifindex.push(idx);
+        self.ports.push(p);
+        Ok(())
     }
 
     fn now(&self) -> nic::Instant {
         nic::Instant::from_nanos(self.t0.elapsed().as_nanos() as u64)
     }
 
-    fn run(&mut self, stop: &AtomicBool, sent: &Mutex<SentCounts>) -> Result<(), LabError> {
+    /// Each port's egress backlog now.
+    fn backlogs(&mut self) -> Result<Vec<u64>, LabError> {
+        let mut queues = Vec::new();
+        for r in &mut self.rtnl {
+            queues.push(r.root_qdisc_queues()?);
+        }
+        Ok(self
+            .ports
+            .iter()
+            .zip(&self.ifindex)
+            .map(|(p, i)| {
+                queues[p.switch]
+                    .iter()
+                    .find(|q| q.ifindex == *i)
+                    .map_or(0, |q| q.backlog)
+            })
+            .collect())
+    }
+
+    fn run(&mut self, stop: &AtomicBool, counts: &Mutex<StageCounts>) -> Result<(), LabError> {
         while !stop.load(Ordering::Acquire) {
-            let queues = self.rtnl.root_qdisc_queues()?;
-            let backlog: Vec<u64> = self
-                .ifindex
-                .iter()
-                .map(|i| {
-                    queues
-                        .iter()
-                        .find(|q| q.ifindex == *i)
-                        .map_or(0, |q| q.backlog)
-                })
-                .collect();
+            let backlog = self.backlogs()?;
             for j in 0..self.tx.len() {
-                self.tx[j].on_backlog(ROCE_PRIORITY, ingress_backlog(&backlog, j));
+                let own: Vec<u64> = (0..backlog.len())
+                    .map(|i| {
+                        let same = self.ports[i].switch == self.ports[j].switch;
+                        if same {
+                            backlog[i]
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                self.tx[j].on_backlog(ROCE_PRIORITY, ingress_backlog(&own, j));
                 let now = self.now();
                 while let Some(control) = self.tx[j].poll_transmit(now) {
-                    self.send(j, control)?;
-                    if let (Ok(mut c), MacControl::Pfc { class_enable, .. }) =
-                        (sent.lock(), control)
+                    let sent = self.send(j, control)?;
+                    if let (true, Ok(mut c), MacControl::Pfc { class_enable, .. }) =
+                        (sent, counts.lock(), control)
                     {
-                        for (p, n) in c[j].iter_mut().enumerate() {
+                        for (p, n) in c.sent[j].iter_mut().enumerate() {
                             *n += u64::from(class_enable >> p & 1);
                         }
                     }
                 }
+                self.honour(j, now, counts)?;
             }
             std::thread::sleep(POLL);
         }
         Ok(())
     }
 
-    /// Sends `control` out of port `j` (only `wire` writes its bytes).
-    fn send(&self, j: usize, control: MacControl) -> Result<(), LabError> {
+    /// Port `j`'s received pauses (a trunk port's): holds or releases its
+    /// queue, and wakes it on release.
+    fn honour(
+        &mut self,
+        j: usize,
+        now: nic::Instant,
+        counts: &Mutex<StageCounts>,
+    ) -> Result<(), LabError> {
+        let Some(h) = self.holders[j].as_mut() else {
+            return Ok(());
+        };
+        let released = h.poll(now)? == Some(true);
+        if let Ok(mut c) = counts.lock() {
+            c.held[j] = h.held(now);
+        }
+        if released {
+            // dropped by a full queue, the attempt still ran the qdisc
+            self.send(j, nudge(self.ports[j].mac).control)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `control` out of port `j` (only `wire` writes its bytes);
+    /// whether it left: the frame goes through the port's tbf like any
+    /// other, and a full queue (a held trunk's) drops it (ENOBUFS).
+    fn send(&self, j: usize, control: MacControl) -> Result<bool, LabError> {
         let MacControl::Pfc {
             class_enable,
             quanta,
         } = control
         else {
-            return Ok(());
+            return Ok(false);
         };
         let repr = MacControlRepr::pfc(self.ports[j].mac, class_enable, quanta);
         let mut buf = [0u8; 64];
@@ -247,47 +338,69 @@ impl Stage {
         // AF_PACKET socket, bound to the port.
         let n = unsafe { libc::send(self.sockets[j].as_raw_fd(), buf.as_ptr().cast(), len, 0) };
         if n < 0 {
-            return Err(io(format!("a PFC frame out of {}", self.ports[j].iface))(
-                std::io::Error::last_os_error(),
-            ));
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOBUFS) {
+                return Ok(false);
+            }
+            return Err(io(format!("a PFC frame out of {}", self.ports[j].iface))(e));
         }
-        Ok(())
+        Ok(true)
     }
 }
 
-/// Starts the stage when `cfg` asks for PFC: the switch's ports with
-/// their MACs, pause times in quanta of the hosts' link speed (what a
-/// switch port and its peer agree on; rnicd's `line_bps`).
+/// Starts the stage when `cfg` asks for PFC: every switch port with its
+/// MAC, pause times in quanta of its link's speed (the hosts' ports: the
+/// speed a port and its host agree on, rnicd's `line_bps`; the trunk's:
+/// its rate), the trunk's ports honouring the pauses they receive.
 pub fn start(
     cfg: &LabConfig,
     fabric: &Fabric,
     daemons: &[Daemon],
 ) -> Result<Option<PfcStage>, LabError> {
     let Some(th) = cfg.pfc else { return Ok(None) };
-    let mut ports = Vec::new();
-    for h in &fabric.hosts {
-        let link = ip(&["-n", &fabric.switch, "-o", "link", "show", "dev", &h.port])?;
-        let mac = mac_of(&link).ok_or_else(|| {
-            io(format!("{}'s MAC in: {link}", h.port))(std::io::ErrorKind::InvalidData.into())
-        })?;
-        ports.push(StagePort {
-            iface: h.port.clone(),
-            mac,
-        });
-    }
-    let link_bps = daemons
+    let host_bps = daemons
         .iter()
         .filter_map(|d| d.cc_states().ok().map(|c| c.line_bps))
         .max()
         .filter(|&b| b > 0)
         .unwrap_or(cfg.rate_bps);
-    let stage = PfcStage::start(&fabric.switch, ports, th.xoff_bytes, th.xon_bytes, link_bps)?;
+    let switches = fabric.switches();
+    let mut ports = Vec::new();
+    for (i, p) in fabric.ports.iter().enumerate() {
+        let link = ip(&["-n", &p.switch, "-o", "link", "show", "dev", &p.iface])?;
+        let mac = mac_of(&link).ok_or_else(|| {
+            io(format!("{}'s MAC in: {link}", p.iface))(std::io::ErrorKind::InvalidData.into())
+        })?;
+        let trunk = i >= fabric.hosts.len();
+        ports.push(StagePort {
+            iface: p.iface.clone(),
+            mac,
+            switch: switches.iter().position(|s| *s == p.switch).unwrap_or(0),
+            link_bps: if trunk { p.rate_bps } else { host_bps },
+            hold: trunk.then_some((p.queue_bytes, cfg.mtu)),
+        });
+    }
+    let stage = PfcStage::start(&switches, ports, th.xoff_bytes, th.xon_bytes)?;
     super::say(&format!(
-        "PFC from the switch: priority {ROCE_PRIORITY} paused above {} KB of a queue, resumed at {} KB",
+        "PFC from the switch{}: priority {ROCE_PRIORITY} paused above {} KB of a queue, resumed at {} KB{}",
+        if switches.len() > 1 { "es" } else { "" },
         th.xoff_bytes / 1000,
-        th.xon_bytes / 1000
+        th.xon_bytes / 1000,
+        if switches.len() > 1 { "; the trunk's pauses honoured" } else { "" },
     ));
     Ok(Some(stage))
+}
+
+/// Moves this thread (not the process) into the namespace `ns` opens.
+fn enter(ns: &std::fs::File) -> Result<(), LabError> {
+    // SAFETY: setns(2) on an open namespace file; it moves only the
+    // calling thread into that network namespace.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io("entering a switch namespace")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
 }
 
 /// The backlog port `j`'s ingress is taken to hold: the deepest egress
@@ -305,16 +418,37 @@ pub fn ingress_backlog(backlog: &[u64], j: usize) -> u64 {
 /// An AF_PACKET socket that sends on interface `ifindex` and receives
 /// nothing (protocol 0).
 fn packet_socket(ifindex: u32) -> std::io::Result<OwnedFd> {
+    packet_socket_with(ifindex, 0, 0, |_| Ok(()))
+}
+
+/// An AF_PACKET socket (`extra` flags beside SOCK_RAW | SOCK_CLOEXEC)
+/// bound to interface `ifindex` for protocol `proto` (host order; 0:
+/// receives nothing), `prepare`d before the bind (a filter, say).
+pub(super) fn packet_socket_with(
+    ifindex: u32,
+    proto: u16,
+    extra: i32,
+    prepare: impl FnOnce(&OwnedFd) -> std::io::Result<()>,
+) -> std::io::Result<OwnedFd> {
+    let proto = proto.to_be();
     // SAFETY: socket(2) with constant arguments; the fd is owned below.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | extra,
+            i32::from(proto),
+        )
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: `fd` is a new socket that nothing else owns.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    prepare(&owned)?;
     // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
     sll.sll_ifindex = ifindex as i32;
     // SAFETY: bind(2) with a sockaddr_ll of the length we pass.
     let r = unsafe {

@@ -19,13 +19,15 @@ fn rx_names() -> (String, String) {
     )
 }
 
-/// `pfc.csv`: per sample, each port's PFC frames sent (every priority)
-/// and each host's PFC frames received and paused time (µs) on
-/// [`ROCE_PRIORITY`].
+/// `pfc.csv`: per sample, each port's PFC frames sent (every priority),
+/// each host's PFC frames received and paused time (µs) on
+/// [`ROCE_PRIORITY`], and each trunk port's pause frames received and
+/// the time its queue was held (µs).
 pub fn csv(info: &RunInfo, snaps: &[Snapshot]) -> String {
     let (frames, paused) = rx_names();
+    let ports = info.port_names();
     let mut s = String::from("time_s");
-    for h in info.hosts {
+    for h in &ports {
         for p in 0..PRIORITIES {
             let _ = write!(s, ",switch_to_{h}_prio{p}_pause_sent");
         }
@@ -33,11 +35,14 @@ pub fn csv(info: &RunInfo, snaps: &[Snapshot]) -> String {
     for h in info.hosts {
         let _ = write!(s, ",{h}_{frames},{h}_{paused}_us");
     }
+    for t in info.trunk {
+        let _ = write!(s, ",trunk_to_{t}_pause_received,trunk_to_{t}_held_us");
+    }
     s.push('\n');
     let t0 = snaps.first().map_or(0.0, |x| x.t);
     for snap in snaps {
         let _ = write!(s, "{:.3}", snap.t - t0);
-        for i in 0..info.hosts.len() {
+        for i in 0..ports.len() {
             for p in 0..PRIORITIES {
                 let n = snap.pfc_sent.get(i).map_or(0, |c| c[p]);
                 let _ = write!(s, ",{n}");
@@ -50,6 +55,10 @@ pub fn csv(info: &RunInfo, snaps: &[Snapshot]) -> String {
                 counter(snap, i, &frames),
                 counter(snap, i, &paused)
             );
+        }
+        for j in info.hosts.len()..ports.len() {
+            let h = snap.pfc_held.get(j).copied().unwrap_or_default();
+            let _ = write!(s, ",{},{}", h.frames, h.paused_us);
         }
         s.push('\n');
     }
@@ -66,9 +75,10 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
         points: snaps.iter().map(|s| (s.t - t0, f(s))).collect(),
     };
     let p = ROCE_PRIORITY as usize;
-    let mut sent: Vec<Series> = (0..info.hosts.len())
+    let ports = info.port_names();
+    let mut sent: Vec<Series> = (0..ports.len())
         .map(|i| {
-            over(format!("switch → {}", info.hosts[i]), &|s| {
+            over(format!("switch → {}", ports[i]), &|s| {
                 s.pfc_sent.get(i).map_or(0, |c| c[p]) as f64
             })
         })
@@ -78,13 +88,18 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
             counter(s, i, &frames) as f64
         })
     }));
-    let held = (0..info.hosts.len())
+    let mut held: Vec<Series> = (0..info.hosts.len())
         .map(|i| {
             over(info.hosts[i].clone(), &|s| {
                 counter(s, i, &paused) as f64 / 1e3
             })
         })
         .collect();
+    held.extend((info.hosts.len()..ports.len()).map(|j| {
+        over(format!("queue to {} (trunk) held", ports[j]), &|s| {
+            s.pfc_held.get(j).map_or(0, |h| h.paused_us) as f64 / 1e3
+        })
+    }));
     vec![
         Plot {
             stem: "pfc_frames",
@@ -94,7 +109,7 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
         },
         Plot {
             stem: "pfc_paused",
-            title: "Time each host's priority 3 was paused by PFC",
+            title: "Time each host's priority 3 was paused by PFC (and each trunk queue held)",
             y: "paused [ms]",
             series: held,
         },
@@ -125,7 +140,20 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> serde_json::Value {
             })
         })
         .collect();
-    serde_json::json!({ "priority": ROCE_PRIORITY, "hosts": hosts })
+    let ports = info.port_names();
+    let trunk: Vec<serde_json::Value> = (info.hosts.len()..ports.len())
+        .map(|j| {
+            let sent = |s: &Snapshot| s.pfc_sent.get(j).map_or(0, |c| c[p]);
+            let held = |s: &Snapshot| s.pfc_held.get(j).copied().unwrap_or_default();
+            serde_json::json!({
+                "to": ports[j],
+                "switch_sent": sent(b).saturating_sub(sent(a)),
+                "received": held(b).frames.saturating_sub(held(a).frames),
+                "held_ms": held(b).paused_us.saturating_sub(held(a).paused_us) as f64 / 1e3,
+            })
+        })
+        .collect();
+    serde_json::json!({ "priority": ROCE_PRIORITY, "hosts": hosts, "trunk": trunk })
 }
 
 /// With PFC: one line per host of the totals of [`summary`].
@@ -137,6 +165,15 @@ pub fn report(sum: &serde_json::Value) {
             h["switch_sent"],
             h["received"],
             h["paused_ms"].as_f64().unwrap_or(0.0)
+        ));
+    }
+    for t in sum["pfc"]["trunk"].as_array().into_iter().flatten() {
+        super::say(&format!(
+            "PFC trunk queue to {}: switch sent {}, received {}, held {:.0} ms",
+            t["to"].as_str().unwrap_or("?"),
+            t["switch_sent"],
+            t["received"],
+            t["held_ms"].as_f64().unwrap_or(0.0)
         ));
     }
 }
@@ -171,6 +208,7 @@ mod tests {
             ports: vec![Default::default(); 2],
             cc: Vec::new(),
             pfc_sent: vec![[0; PRIORITIES], to_h1],
+            pfc_held: Vec::new(),
         }
     }
 
@@ -186,6 +224,8 @@ mod tests {
             probe: None,
             trust: None,
             collective: None,
+            trunk: &[],
+            trace: None,
         };
         let snaps = [snap(1.0, 2, 1, 0), snap(1.5, 12, 11, 40_000)];
         let sum = summary(&info, &snaps);

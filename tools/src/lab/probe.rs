@@ -341,6 +341,7 @@ mod tests {
             ports: Vec::new(),
             cc: Vec::new(),
             pfc_sent: Vec::new(),
+            pfc_held: Vec::new(),
         };
         let snaps = [
             snap(5.0, [0, 0]),

@@ -38,13 +38,13 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
     let since = |s: &Snapshot, i: usize, name: &str| {
         counter(s, i, name).saturating_sub(first.map_or(0, |f| counter(f, i, name))) as f64
     };
-    // a collective's every host sends; the incast's h1..h(N-1)
-    let from = usize::from(info.collective.is_none());
+    // a collective's or a trace's every host sends; the incast's h1..h(N-1)
+    let from = usize::from(info.incast());
     let mut rate: Vec<Series> = (from..n)
         .map(|i| {
-            let name = match info.collective {
-                Some(_) => format!("{} sent", info.hosts[i]),
-                None => format!("{}→{}", info.hosts[i], info.hosts[0]),
+            let name = match info.incast() {
+                false => format!("{} sent", info.hosts[i]),
+                true => format!("{}→{}", info.hosts[i], info.hosts[0]),
             };
             over_time(name, snaps, |a, b| mbits(a, b, i, "tx_bytes"))
         })
@@ -54,26 +54,26 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
         snaps,
         |a, b| mbits(a, b, 0, "rx_bytes"),
     ));
-    let queue = (0..n)
+    let names = info.port_names();
+    let queue = (0..names.len())
         .map(|i| {
-            over_time(format!("to {}", info.hosts[i]), snaps, |_, b| {
-                b.ports[i].backlog as f64 / 1e3
+            over_time(format!("to {}", names[i]), snaps, |_, b| {
+                b.ports.get(i).map_or(0, |p| p.backlog) as f64 / 1e3
             })
         })
         .collect();
     let mut marks: Vec<Series> = Vec::new();
-    for i in 0..n {
-        let p0 = first.map(|f| f.ports[i].clone()).unwrap_or_default();
-        marks.push(over_time(
-            format!("CE marks to {}", info.hosts[i]),
-            snaps,
-            |_, b| b.ports[i].marked.saturating_sub(p0.marked) as f64,
-        ));
-        marks.push(over_time(
-            format!("drops to {}", info.hosts[i]),
-            snaps,
-            |_, b| b.ports[i].drops.saturating_sub(p0.drops) as f64,
-        ));
+    for (i, name) in names.iter().enumerate() {
+        let p0 = first
+            .and_then(|f| f.ports.get(i).cloned())
+            .unwrap_or_default();
+        let port = move |b: &Snapshot| b.ports.get(i).cloned().unwrap_or_default();
+        marks.push(over_time(format!("CE marks to {name}"), snaps, |_, b| {
+            port(b).marked.saturating_sub(p0.marked) as f64
+        }));
+        marks.push(over_time(format!("drops to {name}"), snaps, |_, b| {
+            port(b).drops.saturating_sub(p0.drops) as f64
+        }));
     }
     let mut cnp = vec![
         over_time(
@@ -86,7 +86,7 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
         }),
     ];
     for i in from..n {
-        if info.collective.is_some() && i > 0 {
+        if !info.incast() && i > 0 {
             cnp.push(over_time(
                 format!("{} np_cnp_sent", info.hosts[i]),
                 snaps,
@@ -128,9 +128,11 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
 }
 
 /// Every sample in long form: `t_s,source,name,value` (sources: the hosts
-/// and `switch:to_<host>`).
+/// and `switch:to_<port>`, the ports named after a host or, across the
+/// trunk, the switch at the other end).
 fn samples_csv(info: &RunInfo, snaps: &[Snapshot]) -> String {
     let t0 = snaps.first().map_or(0.0, |s| s.t);
+    let names = info.port_names();
     let mut s = String::from("t_s,source,name,value\n");
     for snap in snaps {
         let t = snap.t - t0;
@@ -140,7 +142,7 @@ fn samples_csv(info: &RunInfo, snaps: &[Snapshot]) -> String {
             }
         }
         for (i, p) in snap.ports.iter().enumerate() {
-            let src = format!("switch:to_{}", info.hosts[i]);
+            let src = format!("switch:to_{}", names.get(i).map_or("?", |n| n));
             for (k, v) in [
                 ("backlog_bytes", p.backlog),
                 ("qlen_frames", p.qlen),
@@ -164,12 +166,12 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
     };
     let d = |i: usize, k: &str| counter(b, i, k).saturating_sub(counter(a, i, k));
     let secs = (b.t - a.t).max(1e-6);
-    let from = usize::from(info.collective.is_none());
+    let from = usize::from(info.incast());
     let flows: Vec<Value> = (from..info.hosts.len())
         .map(|i| {
             json!({
                 "from": info.hosts[i],
-                "to": if info.collective.is_some() { "all" } else { &info.hosts[0] },
+                "to": if info.incast() { &info.hosts[0] } else { "all" },
                 "mbits_average": d(i, "tx_bytes") as f64 * 8.0 / secs / 1e6,
                 "ib_write_bw_gbits": i.checked_sub(1).and_then(|j| info.reported_gbits.get(j)).copied().flatten(),
                 "rp_cnp_handled": d(i, "rp_cnp_handled"),
@@ -177,12 +179,13 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
             })
         })
         .collect();
-    let ports: Vec<Value> = (0..info.hosts.len())
+    let names = info.port_names();
+    let ports: Vec<Value> = (0..names.len().min(a.ports.len()).min(b.ports.len()))
         .map(|i| {
             let (p, q) = (&a.ports[i], &b.ports[i]);
-            let max = snaps.iter().map(|s| s.ports[i].backlog).max().unwrap_or(0);
+            let max = snaps.iter().filter_map(|s| s.ports.get(i)).map(|p| p.backlog).max().unwrap_or(0);
             json!({
-                "to": info.hosts[i], "roce_frames": q.seen - p.seen.min(q.seen),
+                "to": names[i], "roce_frames": q.seen - p.seen.min(q.seen),
                 "ce_marked": q.marked.saturating_sub(p.marked), "drops": q.drops.saturating_sub(p.drops),
                 "max_backlog_bytes": max,
             })
@@ -225,6 +228,7 @@ pub fn write(out: &Path, info: &RunInfo, snaps: &[Snapshot]) -> Result<Value, La
     }
     let mut sum = summary(info, snaps);
     super::collective_results::add(out, info, snaps, &mut plots, &mut sum)?;
+    super::replay::add(out, info, &mut plots, &mut sum)?;
     let text = serde_json::to_string_pretty(&sum).expect("JSON of plain values");
     write_file(&out.join("summary.json"), text + "\n")?;
     write_file(&out.join("lab.toml"), &info.config_toml)?;
@@ -247,6 +251,7 @@ mod tests {
         };
         Snapshot {
             pfc_sent: Vec::new(),
+            pfc_held: Vec::new(),
             t,
             hosts: vec![
                 host(&[("rx_bytes", rx0), ("np_cnp_sent", cnps)]),
@@ -278,6 +283,8 @@ mod tests {
             probe: None,
             trust: None,
             collective: None,
+            trunk: &[],
+            trace: None,
         };
         // 1.25 MB in 0.1 s: 100 Mbit/s
         let snaps = [

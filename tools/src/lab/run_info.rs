@@ -26,6 +26,26 @@ pub struct RunInfo<'a> {
     pub trust: Option<super::scale::Evidence>,
     /// A collective's run (every host sends); `None` for the incast.
     pub collective: Option<&'a CollectiveRun>,
+    /// The trunk's egress ports (`sw1`: switch 0's toward switch 1,
+    /// `sw0`), after the hosts' in the snapshots' port order; empty with
+    /// one switch.
+    pub trunk: &'a [String],
+    /// A replayed trace's flows ([`super::replay`]).
+    pub trace: Option<&'a [super::replay::FlowResult]>,
+}
+
+impl RunInfo<'_> {
+    /// The switch ports' names in the snapshots' order: the hosts', then
+    /// the trunk's.
+    pub fn port_names(&self) -> Vec<String> {
+        self.hosts.iter().chain(self.trunk).cloned().collect()
+    }
+
+    /// Whether the run is the incast (h1..h(N-1) → h0), not a collective
+    /// or a trace, where any host sends.
+    pub fn incast(&self) -> bool {
+        self.collective.is_none() && self.trace.is_none()
+    }
 }
 
 /// What a collective run did.

@@ -1,6 +1,6 @@
 //! What the lab measures, every `sample_ms`: each host's rnicd counters
 //! (through its control socket, as `rnic stats --daemon` reads them), and
-//! on the switch each egress queue's backlog, drops and bytes (`tc -s -j
+//! on each switch each egress queue's backlog, drops and bytes (`tc -s -j
 //! qdisc`) and each port's RoCEv2 frames and CE marks (the nftables
 //! counters), and each sender's QPs' DCQCN state (Rc, Rt, α: [`super::dcqcn`]
 //! writes and draws it).
@@ -37,13 +37,16 @@ pub struct Snapshot {
     pub t: f64,
     /// Each host's device counters (`rdma statistic` and port names).
     pub hosts: Vec<BTreeMap<String, u64>>,
-    /// Each host's switch port (its egress queue toward the host).
+    /// Each switch port's egress queue, in the fabric's order
+    /// ([`Fabric::ports`]): toward each host, then across the trunk.
     pub ports: Vec<PortStat>,
     /// Each host's QPs' DCQCN state (the senders'; none for the receiver).
     pub cc: Vec<CcStates>,
-    /// PFC frames the switch sent out of each port so far, per priority
+    /// PFC frames the switches sent out of each port so far, per priority
     /// ([`super::pfc`]; empty without PFC).
     pub pfc_sent: super::pfc::SentCounts,
+    /// The pauses each trunk port honoured so far (empty without PFC).
+    pub pfc_held: Vec<super::pfc_hold::Held>,
 }
 
 /// Takes one snapshot of the hosts and the switch, the DCQCN state of
@@ -74,22 +77,27 @@ pub fn snapshot(
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let qdisc = run("tc", &["-n", &fabric.switch, "-s", "-j", "qdisc", "show"])?;
-    let nft = in_ns(
-        &fabric.switch,
-        &["nft", "-j", "list", "counters", "table", "bridge", TABLE],
-    )?;
-    let ports = fabric
-        .hosts
-        .iter()
-        .map(|h| port_stat(&qdisc, &nft, &h.port, &h.name))
-        .collect();
+    let mut ports = vec![PortStat::default(); fabric.ports.len()];
+    for sw in fabric.switches() {
+        let qdisc = run("tc", &["-n", &sw, "-s", "-j", "qdisc", "show"])?;
+        let nft = in_ns(
+            &sw,
+            &["nft", "-j", "list", "counters", "table", "bridge", TABLE],
+        )?;
+        for (p, stat) in fabric.ports.iter().zip(&mut ports) {
+            if p.switch == sw {
+                *stat = port_stat(&qdisc, &nft, &p.iface, &p.name);
+            }
+        }
+    }
+    let counts = pfc.map(PfcStage::counts).transpose()?.unwrap_or_default();
     Ok(Snapshot {
         t,
         hosts,
         ports,
         cc,
-        pfc_sent: pfc.map(PfcStage::sent).transpose()?.unwrap_or_default(),
+        pfc_sent: counts.sent,
+        pfc_held: counts.held,
     })
 }
 

@@ -380,6 +380,7 @@ mod tests {
             ],
             cc: vec![CcStates::default(), cc(17), cc(18)],
             pfc_sent: Vec::new(),
+            pfc_held: Vec::new(),
         }
     }
 

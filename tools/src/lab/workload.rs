@@ -11,6 +11,8 @@ pub enum Workload {
     Allreduce,
     /// MPI_Alltoall over every host, one rank each.
     Alltoall,
+    /// A replayed trace of flows ([`super::trace`], [`super::replay`]).
+    Trace,
 }
 
 impl Workload {
@@ -20,6 +22,7 @@ impl Workload {
             "incast" => Some(Workload::Incast),
             "allreduce" => Some(Workload::Allreduce),
             "alltoall" => Some(Workload::Alltoall),
+            "trace" => Some(Workload::Trace),
             _ => None,
         }
     }
@@ -30,25 +33,26 @@ impl Workload {
             Workload::Incast => "incast",
             Workload::Allreduce => "allreduce",
             Workload::Alltoall => "alltoall",
+            Workload::Trace => "trace",
         }
     }
 
     /// Whether it is an MPI collective, where every host sends and receives.
     pub fn is_collective(self) -> bool {
-        self != Workload::Incast
+        matches!(self, Workload::Allreduce | Workload::Alltoall)
     }
 
     /// The first host that sends: h1 in the incast (h0 only receives),
-    /// h0 in a collective (every host sends).
+    /// h0 in a collective or a trace (any host may send).
     pub fn first_sender(self) -> usize {
-        usize::from(!self.is_collective())
+        usize::from(self == Workload::Incast)
     }
 
     /// Its message size when the lab file gives none: ib_write_bw's 64 KiB
     /// writes, a collective's 1 MiB.
     pub fn default_size(self) -> u32 {
         match self {
-            Workload::Incast => 65536,
+            Workload::Incast | Workload::Trace => 65536,
             _ => 1 << 20,
         }
     }
