@@ -125,11 +125,13 @@ struct Args {
     /// notification point (CNPs for CE-marked packets) stays on.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     dcqcn_rp: String,
-    /// The port's line rate (bits per second: 100m, 25g, 1000000)
+    /// The port's line rate in tc's bit-rate words (100mbit, 25gbit, or
+    /// short 100m, 25g; `bps` units are refused: tc reads them as bytes)
     /// instead of the interface's (veth: 10 Gbit/s; an in-memory wire:
-    /// 100 Gbit/s). DCQCN's
-    /// ceiling and rate steps and the PFC pause quanta are relative to
-    /// it; it paces nothing by itself.
+    /// 100 Gbit/s). The port paces its frames to it (a token bucket of a
+    /// few frames, Ethernet's 24 bytes of preamble, FCS and gap counted
+    /// per frame), and DCQCN's ceiling and rate steps and the PFC pause
+    /// quanta are relative to it.
     #[arg(long, value_name = "RATE", value_parser = rnicd::line_rate::parse_rate)]
     line_rate: Option<u64>,
     /// A file of `key = value` lines with the same names as the flags

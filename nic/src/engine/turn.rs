@@ -218,18 +218,26 @@ impl Loop {
     /// How long to park: until the next timer (the device's, the link
     /// check's, the hook's), at most `cfg.park`, and at most
     /// [`BACKLOG_PARK`] while a completion queue or the port's transmit
-    /// queue is full ([`park_plan`]).
+    /// queue is full, or until the port takes frames again when it says
+    /// ([`Port::tx_ready_in`]; [`park_plan`]).
     fn park_time(&mut self) -> Park {
         let hook = self.hook.as_mut().and_then(|h| h.poll_timeout(&self.rnic));
         let next = [self.rnic.poll_timeout(), Some(self.link_check), hook]
             .into_iter()
             .flatten()
             .min();
-        let cap = if self.cq_backlog || self.tx_backlog {
+        let mut cap = if self.cq_backlog || self.tx_backlog {
             self.cfg.park.min(BACKLOG_PARK)
         } else {
             self.cfg.park
         };
+        if self.tx_backlog {
+            // a pacing port says when it takes frames again: wake then,
+            // not a whole BACKLOG_PARK later (the rate would sag)
+            if let Some(t) = self.port.tx_ready_in() {
+                cap = cap.min(t);
+            }
+        }
         park_plan(&self.cfg, self.clock(), next, cap)
     }
 

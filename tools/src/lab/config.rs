@@ -7,7 +7,7 @@
 //! dcqcn = true            # the hosts' DCQCN reaction points (rnicd --dcqcn-rp on|off)
 //!
 //! [switch]
-//! rate = "100mbit"        # each egress queue's link rate (tc: bit, kbit, mbit, gbit)
+//! rate = "100mbit"        # each egress queue's link rate (tc's bits: kbit, mbit, gbit; nic::rate)
 //! ecn_kb = 30             # CE-mark above this many KB (0: no marking)
 //! queue_kb = 1000         # the queue's capacity: tail drop beyond it
 //! mtu = 1500
@@ -320,41 +320,12 @@ fn pfc_thresholds(s: &SwitchFile, queue_kb: u32) -> Result<Option<PfcThresholds>
     }))
 }
 
-/// A rate in bits per second in tc's words, the largest unit that keeps
-/// it whole (`100mbit`, `2500mbit`, `1gbit`).
-pub fn rate_text(bps: u64) -> String {
-    match bps {
-        b if b % 1_000_000_000 == 0 => format!("{}gbit", b / 1_000_000_000),
-        b if b % 1_000_000 == 0 => format!("{}mbit", b / 1_000_000),
-        b if b % 1_000 == 0 => format!("{}kbit", b / 1_000),
-        b => format!("{b}bit"),
-    }
-}
+pub use nic::rate::rate_text;
 
-/// A rate in tc's words: a number and `bit`, `kbit`, `mbit` or `gbit`
-/// (powers of 1000), in bits per second.
+/// A rate in tc's bit-rate words ([`nic::rate`]: the grammar rnicd's
+/// `--line-rate` reads too), 100kbit to 100gbit.
 pub fn parse_rate(s: &str) -> Result<u64, LabError> {
-    let t = s.trim().to_ascii_lowercase();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let scale = match unit {
-        "bit" => 1.0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        _ => {
-            return Err(setting(
-                "rate",
-                format!("{s:?}: want e.g. 100mbit or 1gbit"),
-            ))
-        }
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| setting("rate", format!("{s:?}: no number")))?;
-    let bps = (v * scale).round() as u64;
+    let bps = nic::rate::parse_rate(s).map_err(|e| setting("rate", e.to_string()))?;
     if !(100_000..=100_000_000_000).contains(&bps) {
         return Err(setting("rate", format!("{s:?}: want 100kbit to 100gbit")));
     }
@@ -377,6 +348,10 @@ mod tests {
         for bad in ["1gbps", "fast", "mbit", "10bit", "1000gbit"] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }
+        assert!(parse_rate("1gbps")
+            .unwrap_err()
+            .to_string()
+            .contains("BYTES per second"));
     }
 
     #[test]
