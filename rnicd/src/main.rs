@@ -134,6 +134,14 @@ struct Args {
     /// quanta are relative to it.
     #[arg(long, value_name = "RATE", value_parser = rnicd::line_rate::parse_rate)]
     line_rate: Option<u64>,
+    /// The link rate DCQCN's values (NVIDIA's, made for 25-100 Gbit/s
+    /// links) are taken to be made for, e.g. 25gbit: on a port of another
+    /// line rate (--line-rate) the reaction point's timers are stretched
+    /// and its rate steps shrunk by s = reference / line rate, and the
+    /// CNP interval stretched alike, so the control loop keeps its shape
+    /// on a slow emulated link. Unset: the values as they are.
+    #[arg(long, value_name = "RATE", value_parser = rnicd::line_rate::parse_rate)]
+    dcqcn_reference: Option<u64>,
     /// A file of `key = value` lines with the same names as the flags
     /// (flags on the command line win).
     #[arg(long)]
@@ -473,6 +481,7 @@ fn main() {
                         max_retries: a.cm_retries,
                     },
                     dcqcn_rp: a.dcqcn_rp == "on",
+                    dcqcn_reference_bps: a.dcqcn_reference,
                 };
                 (port, cfg)
             },

@@ -245,6 +245,7 @@ impl LabArgs {
             hosts: self.hosts,
             backend: self.backend.clone(),
             dcqcn: self.dcqcn.as_deref().map(|d| d == "on"),
+            dcqcn_reference: None,
             switch: SwitchFile {
                 rate: self.rate.clone(),
                 ecn_kb: self.ecn_kb,

@@ -5,6 +5,7 @@
 //! hosts = 3               # h0 receives, h1..h(N-1) send (incast N-1 → 1)
 //! backend = "auto"        # rnicd's port: auto (AF_XDP, else AF_PACKET) | afxdp | afpacket
 //! dcqcn = true            # the hosts' DCQCN reaction points (rnicd --dcqcn-rp on|off)
+//! dcqcn_reference = "25gbit" # the link rate DCQCN's values are scaled from (rnicd --dcqcn-reference)
 //!
 //! [switch]
 //! rate = "100mbit"        # each egress queue's link rate (tc's bits: kbit, mbit, gbit; nic::rate)
@@ -37,6 +38,7 @@ pub struct LabFile {
     pub hosts: Option<usize>,
     pub backend: Option<String>,
     pub dcqcn: Option<bool>,
+    pub dcqcn_reference: Option<String>,
     #[serde(default)]
     pub switch: SwitchFile,
     #[serde(default)]
@@ -88,6 +90,7 @@ impl LabFile {
             hosts: over.hosts.or(self.hosts),
             backend: over.backend.or(self.backend),
             dcqcn: over.dcqcn.or(self.dcqcn),
+            dcqcn_reference: over.dcqcn_reference.or(self.dcqcn_reference),
             switch: SwitchFile {
                 rate: over.switch.rate.or(self.switch.rate),
                 ecn_kb: over.switch.ecn_kb.or(self.switch.ecn_kb),
@@ -139,6 +142,10 @@ pub struct LabConfig {
     /// The hosts' DCQCN reaction points (`rnicd --dcqcn-rp`): off, the
     /// senders ignore CNPs and send at the line rate.
     pub dcqcn: bool,
+    /// The link rate the hosts' DCQCN values are made for (`rnicd
+    /// --dcqcn-reference`): at the lab's rate they run scaled by
+    /// reference / rate (default 25 Gbit/s, NVIDIA's slowest ConnectX).
+    pub dcqcn_reference_bps: u64,
     /// Each egress queue's rate, bits per second.
     pub rate_bps: u64,
     /// The CE-marking threshold in bytes (0: no marking).
@@ -230,6 +237,7 @@ impl LabConfig {
             hosts,
             backend,
             dcqcn: f.dcqcn.unwrap_or(true),
+            dcqcn_reference_bps: parse_rate(f.dcqcn_reference.as_deref().unwrap_or("25gbit"))?,
             rate_bps,
             ecn_bytes: u64::from(ecn_kb) * 1000,
             queue_bytes: u64::from(queue_kb) * 1000,
@@ -252,6 +260,7 @@ impl LabConfig {
             hosts: Some(self.hosts),
             backend: Some(self.backend.arg().into()),
             dcqcn: Some(self.dcqcn),
+            dcqcn_reference: Some(rate_text(self.dcqcn_reference_bps)),
             switch: SwitchFile {
                 rate: Some(rate_text(self.rate_bps)),
                 ecn_kb: Some((self.ecn_bytes / 1000) as u32),
@@ -375,6 +384,9 @@ mod tests {
         let f: LabFile = toml::from_str("dcqcn = false\n[workload]\nprobe = true\n").unwrap();
         let c = LabConfig::from_file(f).unwrap();
         assert!(!c.dcqcn && c.probe);
+        assert_eq!(c.dcqcn_reference_bps, 25_000_000_000);
+        let f: LabFile = toml::from_str("dcqcn_reference = \"100gbit\"\n").unwrap();
+        assert_eq!(LabConfig::from_file(f).unwrap().dcqcn_reference_bps, 100_000_000_000);
         let again: LabFile = toml::from_str(&c.to_toml()).unwrap();
         assert_eq!(LabConfig::from_file(again).unwrap(), c);
     }
