@@ -16,7 +16,9 @@
 pub enum BadRate {
     #[error("{0:?}: tc reads `bps` units as BYTES per second; write bits: e.g. 100mbit, 25gbit")]
     Bytes(String),
-    #[error("{0:?}: want a number and bit, kbit, mbit, gbit or tbit (or k, m, g, t): e.g. 100mbit, 25g")]
+    #[error(
+        "{0:?}: want a number and bit, kbit, mbit, gbit or tbit (or k, m, g, t): e.g. 100mbit, 25g"
+    )]
     Unit(String),
     #[error("{0:?}: want 1kbit to 10tbit")]
     Range(String),
@@ -97,7 +99,9 @@ mod tests {
 
     #[test]
     fn other_units_numbers_and_ranges_are_refused() {
-        for s in ["", "fast", "mbit", "1kibit", "2x", "25gbit/s", "-1g", "1.2.3m"] {
+        for s in [
+            "", "fast", "mbit", "1kibit", "2x", "25gbit/s", "-1g", "1.2.3m",
+        ] {
             assert_eq!(parse_rate(s), Err(BadRate::Unit(s.into())), "{s}");
         }
         for s in ["10", "999bit", "11tbit"] {

@@ -181,7 +181,10 @@ mod tests {
                 sent += frame_cost(len as u64);
             }
             let allowed = u128::from(bps) * u128::from(now) / 8_000_000_000 + u128::from(burst);
-            assert!(u128::from(sent) <= allowed, "{sent} > {allowed} at {now} ns");
+            assert!(
+                u128::from(sent) <= allowed,
+                "{sent} > {allowed} at {now} ns"
+            );
         }
         sent
     }

@@ -715,7 +715,10 @@ mod tests {
         assert_eq!(p.rpg_hai_rate_kbps, 200);
         assert_eq!(p.rpg_min_rate_kbps, 4);
         assert_eq!(p.rate_granularity_kbps, 4);
-        assert_eq!((p.rpg_max_rate_kbps, p.rate_to_set_on_first_cnp_kbps), (0, 0));
+        assert_eq!(
+            (p.rpg_max_rate_kbps, p.rate_to_set_on_first_cnp_kbps),
+            (0, 0)
+        );
         // bytes and ratios stay
         let n = DcqcnParams::nvidia();
         assert_eq!(

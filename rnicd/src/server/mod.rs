@@ -694,4 +694,3 @@ mod tests {
         assert_eq!(bell.drain(), 1);
     }
 }
-

@@ -386,7 +386,10 @@ mod tests {
         assert!(!c.dcqcn && c.probe);
         assert_eq!(c.dcqcn_reference_bps, 25_000_000_000);
         let f: LabFile = toml::from_str("dcqcn_reference = \"100gbit\"\n").unwrap();
-        assert_eq!(LabConfig::from_file(f).unwrap().dcqcn_reference_bps, 100_000_000_000);
+        assert_eq!(
+            LabConfig::from_file(f).unwrap().dcqcn_reference_bps,
+            100_000_000_000
+        );
         let again: LabFile = toml::from_str(&c.to_toml()).unwrap();
         assert_eq!(LabConfig::from_file(again).unwrap(), c);
     }

@@ -1,7 +1,9 @@
-//! The switch's PFC stage: 802.1Qbb pause generation where the kernel's
-//! bridge has none. A thread of `rnic lab` enters the switch namespace,
-//! reads every egress tbf queue's backlog each [`POLL`] and, per switch
-//! port, feeds a [`PfcTx`] (the NIC's XOFF/XON hysteresis and refresh) the
+//! The switch stage: 802.1Qbb pause generation where the kernel's bridge
+//! has none, and CE marking on the queues' depth. A thread of `rnic lab`
+//! enters the switch namespace and reads every egress tbf queue's backlog
+//! each [`POLL`]. With an ECN threshold it marks the ports whose queue is
+//! above it ([`super::mark::Marking`]). With PFC, per switch port, it feeds
+//! a [`PfcTx`] (the NIC's XOFF/XON hysteresis and refresh) the
 //! backlog that port's ingress feeds; the PFC frames it asks for leave that
 //! port with AF_PACKET, toward the host behind it (a bridge does not
 //! forward 01:80:C2:00:00:01, so the stage sends them itself).
@@ -19,9 +21,10 @@
 //! `tc -s qdisc` each time: a process per poll costs milliseconds, longer
 //! than the poll period.
 
-use super::config::LabConfig;
+use super::config::{LabConfig, PfcThresholds};
 use super::host::Daemon;
-use super::net::Fabric;
+use super::mark::Marking;
+use super::net::{Fabric, TABLE};
 use super::sys::ip;
 use super::LabError;
 use nic::cc::{PfcTx, PfcTxParams, PRIORITIES};
@@ -48,7 +51,8 @@ pub struct StagePort {
     pub mac: EthernetAddress,
 }
 
-/// PFC frames the switch sent out of each port, per priority named.
+/// PFC frames the switch sent out of each port, per priority named (empty
+/// without PFC).
 pub type SentCounts = Vec<[u64; PRIORITIES]>;
 
 /// The running stage: stopped and joined on drop.
@@ -67,26 +71,29 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
 
 impl PfcStage {
     /// Starts the stage in namespace `ns` on `ports` (index i: the port
-    /// toward host i), pausing at `xoff` bytes and resuming at `xon`, with
-    /// pause times in quanta of the hosts' link speed `link_bps`.
+    /// toward host i): with `pfc`, pausing at its XOFF and resuming at its
+    /// XON, pause times in quanta of the hosts' link speed `link_bps`;
+    /// with `ecn_bytes` > 0, CE-marking toward the ports whose queue holds
+    /// more.
     pub fn start(
         ns: &str,
         ports: Vec<StagePort>,
-        xoff: u64,
-        xon: u64,
+        pfc: Option<PfcThresholds>,
         link_bps: u64,
+        ecn_bytes: u64,
     ) -> Result<PfcStage, LabError> {
         let path = format!("/run/netns/{ns}");
         let netns = std::fs::File::open(&path).map_err(io(path))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(Mutex::new(vec![[0u64; PRIORITIES]; ports.len()]));
+        let n = if pfc.is_some() { ports.len() } else { 0 };
+        let sent = Arc::new(Mutex::new(vec![[0u64; PRIORITIES]; n]));
         let failed = Arc::new(Mutex::new(None));
         let (s, c, f) = (stop.clone(), sent.clone(), failed.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
-            .name("lab-pfc".into())
+            .name("lab-switch".into())
             .spawn(move || {
-                let ready = Stage::open(&netns, ports, xoff, xon, link_bps);
+                let ready = Stage::open(&netns, ports, pfc, link_bps, ecn_bytes);
                 let (stage, said) = match ready {
                     Ok(st) => (Some(st), Ok(())),
                     Err(e) => (None, Err(e)),
@@ -150,8 +157,10 @@ struct Stage {
     rtnl: Rtnl,
     ports: Vec<StagePort>,
     ifindex: Vec<u32>,
+    /// PFC's sockets and generators, one per port (empty: no PFC).
     sockets: Vec<OwnedFd>,
     tx: Vec<PfcTx>,
+    marking: Option<Marking>,
     t0: std::time::Instant,
 }
 
@@ -159,9 +168,9 @@ impl Stage {
     fn open(
         netns: &std::fs::File,
         ports: Vec<StagePort>,
-        xoff: u64,
-        xon: u64,
+        pfc: Option<PfcThresholds>,
         link_bps: u64,
+        ecn_bytes: u64,
     ) -> Result<Stage, LabError> {
         // SAFETY: setns(2) on an open namespace file; it moves only this
         // thread (not the process) into the switch's network namespace.
@@ -177,20 +186,27 @@ impl Stage {
             ifindex: Vec::new(),
             sockets: Vec::new(),
             tx: Vec::new(),
+            marking: None,
             t0: std::time::Instant::now(),
         };
         for p in ports {
             let idx = st.rtnl.link_index(&p.iface)?.ok_or_else(|| {
                 io(format!("switch port {}", p.iface))(std::io::ErrorKind::NotFound.into())
             })?;
-            st.sockets.push(
-                packet_socket(idx).map_err(io(format!("an AF_PACKET socket on {}", p.iface)))?,
-            );
-            let mut params = PfcTxParams::new(link_bps, xoff, xon);
-            params.enabled = 1 << ROCE_PRIORITY;
-            st.tx.push(PfcTx::new(params));
+            if let Some(th) = pfc {
+                st.sockets.push(
+                    packet_socket(idx)
+                        .map_err(io(format!("an AF_PACKET socket on {}", p.iface)))?,
+                );
+                let mut params = PfcTxParams::new(link_bps, th.xoff_bytes, th.xon_bytes);
+                params.enabled = 1 << ROCE_PRIORITY;
+                st.tx.push(PfcTx::new(params));
+            }
             st.ifindex.push(idx);
             st.ports.push(p);
+        }
+        if ecn_bytes > 0 {
+            st.marking = Some(Marking::open(TABLE, &st.ifindex, ecn_bytes)?);
         }
         Ok(st)
     }
@@ -212,6 +228,11 @@ impl Stage {
                         .map_or(0, |q| q.backlog)
                 })
                 .collect();
+            if let Some(m) = self.marking.as_mut() {
+                for (j, b) in backlog.iter().enumerate() {
+                    m.follow(j, *b)?;
+                }
+            }
             for j in 0..self.tx.len() {
                 self.tx[j].on_backlog(ROCE_PRIORITY, ingress_backlog(&backlog, j));
                 let now = self.now();
@@ -255,15 +276,17 @@ impl Stage {
     }
 }
 
-/// Starts the stage when `cfg` asks for PFC: the switch's ports with
-/// their MACs, pause times in quanta of the hosts' link speed (what a
-/// switch port and its peer agree on; rnicd's `line_bps`).
+/// Starts the stage when `cfg` asks for PFC or CE marking: the switch's
+/// ports with their MACs, pause times in quanta of the hosts' link speed
+/// (what a switch port and its peer agree on; rnicd's `line_bps`).
 pub fn start(
     cfg: &LabConfig,
     fabric: &Fabric,
     daemons: &[Daemon],
 ) -> Result<Option<PfcStage>, LabError> {
-    let Some(th) = cfg.pfc else { return Ok(None) };
+    if cfg.pfc.is_none() && cfg.ecn_bytes == 0 {
+        return Ok(None);
+    }
     let mut ports = Vec::new();
     for h in &fabric.hosts {
         let link = ip(&["-n", &fabric.switch, "-o", "link", "show", "dev", &h.port])?;
@@ -281,12 +304,21 @@ pub fn start(
         .max()
         .filter(|&b| b > 0)
         .unwrap_or(cfg.rate_bps);
-    let stage = PfcStage::start(&fabric.switch, ports, th.xoff_bytes, th.xon_bytes, link_bps)?;
-    super::say(&format!(
-        "PFC from the switch: priority {ROCE_PRIORITY} paused above {} KB of a queue, resumed at {} KB",
-        th.xoff_bytes / 1000,
-        th.xon_bytes / 1000
-    ));
+    let stage = PfcStage::start(&fabric.switch, ports, cfg.pfc, link_bps, cfg.ecn_bytes)?;
+    if let Some(th) = cfg.pfc {
+        super::say(&format!(
+            "PFC from the switch: priority {ROCE_PRIORITY} paused above {} KB of a queue, resumed at {} KB",
+            th.xoff_bytes / 1000,
+            th.xon_bytes / 1000
+        ));
+    }
+    if cfg.ecn_bytes > 0 {
+        super::say(&format!(
+            "CE marking toward a port while its queue holds more than {} KB (read every {} µs)",
+            cfg.ecn_bytes / 1000,
+            POLL.as_micros()
+        ));
+    }
     Ok(Some(stage))
 }
 
