@@ -179,6 +179,11 @@ impl Stage {
                 std::io::Error::last_os_error(),
             ));
         }
+        // a switch reacts in hardware: the stage asks for the CPU first
+        // (SCHED_FIFO 1 where permitted, else a short EEVDF slice; it
+        // sleeps between polls), so a busy machine does not hold a pause
+        // or a mark back by other threads' time slices.
+        let _ = nic::engine::apply_priority(nic::engine::Priority::Auto);
         let rtnl = Rtnl::open()?;
         let mut st = Stage {
             rtnl,
