@@ -191,8 +191,14 @@ impl DcqcnParams {
     /// these values were made for (`s` = reference rate / line rate; the
     /// lab's 100 Mbit/s against 25 Gbit/s is s = 250): every time × s
     /// (rate-increase timer, monitor period, α decay period), every rate ÷
-    /// s (the increase steps, the bounds, the first-CNP rate, the
-    /// granularity; a nonzero one stays at least 1 kb/s). The byte counter
+    /// s (the increase steps, the maximum, the first-CNP rate, the
+    /// granularity; a nonzero one stays at least 1 kb/s) but the minimum
+    /// rate. `rpg_min_rate_kbps` keeps its value: it is the floor that
+    /// keeps a cut QP within its transport's timers (the local ACK
+    /// timeout, IBA 9.7.6.1.3), which are the application's and are not
+    /// scaled; 1 Mb/s ÷ 250 would send one 1 KB frame in 2 s, past any
+    /// ACK timeout perftest sets, and end the QP in retry-exceeded. The
+    /// byte counter
     /// keeps its bytes: at 1/s of the rate they take s times as long, as
     /// the timer does. g, F, the cut's gd and floor are ratios and stay.
     /// `s` ≤ 0 or not finite leaves the values as they are.
@@ -211,7 +217,6 @@ impl DcqcnParams {
             rpg_ai_rate_kbps: rate(self.rpg_ai_rate_kbps),
             rpg_hai_rate_kbps: rate(self.rpg_hai_rate_kbps),
             rpg_max_rate_kbps: rate(self.rpg_max_rate_kbps),
-            rpg_min_rate_kbps: rate(self.rpg_min_rate_kbps),
             rate_to_set_on_first_cnp_kbps: rate(self.rate_to_set_on_first_cnp_kbps),
             rate_granularity_kbps: rate(self.rate_granularity_kbps),
             ..*self
@@ -713,7 +718,8 @@ mod tests {
         assert_eq!(p.dce_tcp_rtt, Duration::from_micros(250));
         assert_eq!(p.rpg_ai_rate_kbps, 20);
         assert_eq!(p.rpg_hai_rate_kbps, 200);
-        assert_eq!(p.rpg_min_rate_kbps, 4);
+        // the floor stays: transport timers are not scaled
+        assert_eq!(p.rpg_min_rate_kbps, 1_000);
         assert_eq!(p.rate_granularity_kbps, 4);
         assert_eq!(
             (p.rpg_max_rate_kbps, p.rate_to_set_on_first_cnp_kbps),
