@@ -187,10 +187,10 @@ struct LabArgs {
     /// Hosts h0..h(N-1): h1..h(N-1) send to h0 [default: 3].
     #[arg(long, value_name = "N")]
     hosts: Option<usize>,
-    /// Each switch egress queue's rate (tc units: kbit, mbit, gbit) [default: 100mbit].
+    /// Each switch egress queue's rate (tc's bit rates: kbit, mbit, gbit; also 100m) [default: 100mbit].
     #[arg(long)]
     rate: Option<String>,
-    /// CE-mark RoCEv2 frames above this many KB (a proxy of the queue's depth; 0: none) [default: 30].
+    /// CE-mark RoCEv2 frames while a queue holds more than this many KB (0: none) [default: 30].
     #[arg(long, value_name = "KB")]
     ecn_kb: Option<u32>,
     /// Each egress queue's capacity in KB (tail drop beyond) [default: 1000].
