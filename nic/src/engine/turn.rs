@@ -507,4 +507,47 @@ mod tests {
             assert!(!park_plan(&off, now, next, cap).self_wake);
         }
     }
+
+    /// A port that takes nothing now and says it takes frames again in
+    /// `ready`: a pacer with an empty bucket.
+    struct Held {
+        inner: mem::MemPort,
+        ready: Option<Duration>,
+    }
+
+    impl Port for Held {
+        fn tx_room(&mut self, _want: usize) -> usize {
+            0
+        }
+        fn tx_ready_in(&self) -> Option<Duration> {
+            self.ready
+        }
+        crate::forward_port!(field inner: recv, send, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, link_up, loop_back);
+    }
+
+    #[test]
+    fn an_engine_held_by_a_pacing_port_parks_until_the_port_takes_frames() {
+        let park_with = |ready: Option<Duration>| {
+            let macs = [
+                EthernetAddress([2, 0, 0, 0, 0, 1]),
+                EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ];
+            let (inner, _peer) = mem::pair(macs, 16);
+            let rnic = Rnic::new(RnicConfig::new(
+                macs[0],
+                Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+            ));
+            let held = Held { inner, ready };
+            let mut lp = Loop::new(rnic, Box::new(held), EngineConfig::default(), None, None);
+            // the turn's transmit step finds no room: a backlog
+            lp.transmit(Instant::ZERO);
+            assert!(lp.tx_backlog);
+            lp.park_time().time
+        };
+        // the port says 50 µs: the engine parks no longer
+        assert!(park_with(Some(Duration::from_micros(50))) <= Duration::from_micros(50));
+        // it does not know: a whole BACKLOG_PARK at most, not less
+        let t = park_with(None);
+        assert!(t <= BACKLOG_PARK && t > Duration::from_micros(50), "{t:?}");
+    }
 }
