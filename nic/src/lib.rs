@@ -14,6 +14,7 @@ pub mod cm;
 pub mod device;
 pub mod engine;
 pub mod io;
+pub mod rate;
 pub mod replay;
 pub mod time;
 pub mod transport;

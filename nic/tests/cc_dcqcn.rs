@@ -214,7 +214,7 @@ fn alpha_decays_without_cnps() {
 
 #[test]
 fn clamping_to_min_and_max_rate() {
-    // Repeated cuts stop at rpg_min_rate (100 Mb/s): 40 G / 2^9 = 78 Mb/s.
+    // Repeated cuts stop at rpg_min_rate_kbps (100 Mb/s): 40 G / 2^9 = 78 Mb/s.
     let p = DcqcnParams {
         rpg_time_reset: Duration::ZERO,
         rpg_byte_reset: 0,
@@ -227,10 +227,10 @@ fn clamping_to_min_and_max_rate() {
     }
     assert_eq!(rp.rate_bps(), 100_000_000);
 
-    // rpg_max_rate 30 Gb/s on a 40 Gb/s port: RT never above it; when RC
+    // rpg_max_rate_kbps 30 Gb/s on a 40 Gb/s port: RT never above it; when RC
     // reaches it, the limiter is released and the QP runs at line rate.
     let p = DcqcnParams {
-        rpg_max_rate: 30_000,
+        rpg_max_rate_kbps: 30_000_000,
         ..DcqcnParams::sigcomm15()
     };
     let mut rp = ReactionPoint::new(p, G40);

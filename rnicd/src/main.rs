@@ -125,13 +125,23 @@ struct Args {
     /// notification point (CNPs for CE-marked packets) stays on.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     dcqcn_rp: String,
-    /// The port's line rate (bits per second: 100m, 25g, 1000000)
+    /// The port's line rate in tc's bit-rate words (100mbit, 25gbit, or
+    /// short 100m, 25g; `bps` units are refused: tc reads them as bytes)
     /// instead of the interface's (veth: 10 Gbit/s; an in-memory wire:
-    /// 100 Gbit/s). DCQCN's
-    /// ceiling and rate steps and the PFC pause quanta are relative to
-    /// it; it paces nothing by itself.
+    /// 100 Gbit/s). The port paces its frames to it (a token bucket of a
+    /// few frames, Ethernet's 24 bytes of preamble, FCS and gap counted
+    /// per frame), and DCQCN's ceiling and rate steps and the PFC pause
+    /// quanta are relative to it.
     #[arg(long, value_name = "RATE", value_parser = rnicd::line_rate::parse_rate)]
     line_rate: Option<u64>,
+    /// The link rate DCQCN's values (NVIDIA's, made for 25-100 Gbit/s
+    /// links) are taken to be made for, e.g. 25gbit: on a port of another
+    /// line rate (--line-rate) the reaction point's timers are stretched
+    /// and its rate steps shrunk by s = reference / line rate, and the
+    /// CNP interval stretched alike, so the control loop keeps its shape
+    /// on a slow emulated link. Unset: the values as they are.
+    #[arg(long, value_name = "RATE", value_parser = rnicd::line_rate::parse_rate)]
+    dcqcn_reference: Option<u64>,
     /// A file of `key = value` lines with the same names as the flags
     /// (flags on the command line win).
     #[arg(long)]
@@ -471,6 +481,7 @@ fn main() {
                         max_retries: a.cm_retries,
                     },
                     dcqcn_rp: a.dcqcn_rp == "on",
+                    dcqcn_reference_bps: a.dcqcn_reference,
                 };
                 (port, cfg)
             },

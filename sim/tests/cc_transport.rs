@@ -193,7 +193,7 @@ fn a_resume_frame_lets_the_paused_priority_send_at_once() {
 fn read_8mib(marked: bool) -> (Duration, Vec<(nic::time::Instant, usize)>, u64) {
     let mut cc = nic::transport::CcConfig::default();
     cc.dcqcn = Some(nic::cc::DcqcnParams {
-        rate_to_set_on_first_cnp: 1000,
+        rate_to_set_on_first_cnp_kbps: 1_000_000,
         rpg_time_reset: Duration::ZERO,
         rpg_byte_reset: 0,
         rate_reduce_monitor_period: Duration::from_secs(1),

@@ -190,10 +190,10 @@ struct LabArgs {
     /// Switches: 1, or 2 joined by a trunk (h0..h(N/2-1) on switch 0; the trunk table of the file sets more) [default: 1].
     #[arg(long, value_name = "N")]
     switches: Option<usize>,
-    /// Each switch egress queue's rate (tc units: kbit, mbit, gbit) [default: 100mbit].
+    /// Each switch egress queue's rate (tc's bit rates: kbit, mbit, gbit; also 100m) [default: 100mbit].
     #[arg(long)]
     rate: Option<String>,
-    /// CE-mark RoCEv2 frames above this many KB (a proxy of the queue's depth; 0: none) [default: 30].
+    /// CE-mark RoCEv2 frames while a queue holds more than this many KB (0: none) [default: 30].
     #[arg(long, value_name = "KB")]
     ecn_kb: Option<u32>,
     /// Each egress queue's capacity in KB (tail drop beyond) [default: 1000].
@@ -253,6 +253,7 @@ impl LabArgs {
             dcqcn: self.dcqcn.as_deref().map(|d| d == "on"),
             switches: self.switches,
             trunk: Default::default(),
+            dcqcn_reference: None,
             switch: SwitchFile {
                 rate: self.rate.clone(),
                 ecn_kb: self.ecn_kb,

@@ -402,6 +402,49 @@ fn an_ecn_incast_marks_sends_cnps_plots_and_leaves_nothing_behind() {
     assert_eq!(svgs.len(), 6, "{svgs:?}");
 }
 
+/// One sender alone (h1 → h0): its rnicd paces it to the line rate, so
+/// the queue toward h0 never nears the ECN threshold and the switch marks
+/// nothing, though every frame is ECN-capable and counted; the marking
+/// follows the queue, not the traffic (the incast above, whose queue is
+/// deep, is marked).
+#[test]
+fn a_lone_paced_sender_builds_no_queue_and_is_never_marked() {
+    let test = "a_lone_paced_sender_builds_no_queue_and_is_never_marked";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, false) {
+        return;
+    }
+    let args = [
+        "--hosts",
+        "2",
+        "--rate",
+        "50mbit",
+        "--duration",
+        "3",
+        "--ecn-kb",
+        "30",
+    ];
+    let (_dir, out, said) = run_to_the_end(&args);
+    assert!(
+        said.contains("CE marking toward a port while its queue holds more than 30 KB"),
+        "{said}"
+    );
+    let sum: Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
+    let to_h0 = &sum["switch_ports"][0];
+    assert!(to_h0["roce_frames"].as_u64().unwrap() > 1000, "{sum}");
+    assert!(
+        to_h0["max_backlog_bytes"].as_u64().unwrap() < 30_000,
+        "{sum}"
+    );
+    assert_eq!(to_h0["ce_marked"].as_u64(), Some(0), "{sum}");
+    assert_eq!(to_h0["drops"].as_u64(), Some(0), "{sum}");
+    assert_eq!(sum["receiver"]["np_cnp_sent"].as_u64(), Some(0), "{sum}");
+    // paced: never above the line rate on average
+    let f = &sum["flows"][0];
+    let mbits = f["mbits_average"].as_f64().unwrap();
+    assert!(mbits > 0.0 && mbits <= 50.5, "{f}");
+}
+
 /// With `--dcqcn off --probe`: the reaction points off and no QP ever cut
 /// (every sampled Rc the line rate, a sender other than h0 among them),
 /// and the probe's percentiles of the samples while the workload ran, in

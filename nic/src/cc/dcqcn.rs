@@ -17,7 +17,7 @@
 //!     max(T, BC) <  F   fast recovery       RC = (RT + RC)/2
 //!     min(T, BC) >  F   hyper increase      RT += (min(T, BC) − F)·R_HAI; RC = (RT + RC)/2
 //!     otherwise         additive increase   RT += R_AI;                   RC = (RT + RC)/2
-//! RC, RT are clamped to [rpg_min_rate, rpg_max_rate or line rate]; when RC
+//! RC, RT are clamped to [rpg_min_rate_kbps, rpg_max_rate_kbps or line rate]; when RC
 //! comes back to the maximum the rate limiter is released (the QP runs
 //! unlimited until its next CNP).
 //! ```
@@ -51,11 +51,13 @@
 use crate::time::Instant;
 use std::time::Duration;
 
-const MBPS: f64 = 1e6;
+const KBPS: f64 = 1e3;
 
 /// The DCQCN knobs of one RP, under NVIDIA's names (mlx5 sysfs
 /// `/sys/class/net/<if>/ecn/roce_rp/*`, mlxconfig `RPG_*`, `DCE_TCP_*`, ...)
-/// and in NVIDIA's units, except that times are [`Duration`]s. The NP's
+/// and in NVIDIA's units, except that times are [`Duration`]s and rates
+/// kb/s (fine enough for the steps of [`DcqcnParams::scaled`] to a slow
+/// link). The NP's
 /// knobs (`min_time_between_cnps`, `cnp_dscp`, `cnp_802p_prio`) are in
 /// [`super::NpParams`].
 ///
@@ -73,24 +75,25 @@ pub struct DcqcnParams {
     /// `F`: how many timer / byte-counter events before the RP leaves fast
     /// recovery (and, past it, enters hyper increase).
     pub rpg_threshold: u32,
-    /// Additive increase step of the target rate, Mb/s.
-    pub rpg_ai_rate: u32,
-    /// Hyper increase step of the target rate, Mb/s.
-    pub rpg_hai_rate: u32,
-    /// Maximum rate while limited, Mb/s; 0 = line rate. When the current
+    /// Additive increase step of the target rate, kb/s (NVIDIA's
+    /// RPG_AI_RATE is in Mb/s: 5 there is 5000 here).
+    pub rpg_ai_rate_kbps: u32,
+    /// Hyper increase step of the target rate, kb/s.
+    pub rpg_hai_rate_kbps: u32,
+    /// Maximum rate while limited, kb/s; 0 = line rate. When the current
     /// rate reaches it, the rate limiter is released.
-    pub rpg_max_rate: u32,
-    /// Minimum rate, Mb/s.
-    pub rpg_min_rate: u32,
+    pub rpg_max_rate_kbps: u32,
+    /// Minimum rate, kb/s.
+    pub rpg_min_rate_kbps: u32,
     /// Largest single cut, as the percentage of the current rate that must
     /// remain (50: never below half; 100: never cut; 0: no bound).
     pub rpg_min_dec_fac: u8,
     /// log2 of the divisor of α in the cut: RC·(1 − α·2^10/2^rpg_gd);
     /// 11 gives the paper's RC·(1 − α/2).
     pub rpg_gd: u8,
-    /// Current and target rate set on the first CNP of a flow, Mb/s; 0 =
+    /// Current and target rate set on the first CNP of a flow, kb/s; 0 =
     /// cut from the line rate as on any other CNP.
-    pub rate_to_set_on_first_cnp: u32,
+    pub rate_to_set_on_first_cnp_kbps: u32,
     /// Minimum time between two rate cuts of one QP.
     pub rate_reduce_monitor_period: Duration,
     /// α gain as NVIDIA encodes it: g = (1024 − dce_tcp_g) / 1024
@@ -105,6 +108,9 @@ pub struct DcqcnParams {
     /// On a cut, RT = RC also when the timer (not only the byte counter)
     /// increased the rate since the last cut.
     pub clamp_tgt_rate_after_time_inc: bool,
+    /// The rate limiter's granularity, kb/s: it is released when RC is
+    /// within this of the maximum (NVIDIA's 1 Mb/s; not a firmware knob).
+    pub rate_granularity_kbps: u32,
 }
 
 impl DcqcnParams {
@@ -114,7 +120,7 @@ impl DcqcnParams {
     /// <https://networking-docs.nvidia.com/doca/archive/3-4-0/dcqcn-cc-parameters>,
     /// formerly Mellanox community DOC-2790 "DCQCN Parameters"): dce_tcp_g
     /// 1019, dce_tcp_rtt 1 µs, initial_alpha_value 1023,
-    /// rate_to_set_on_first_cnp 0, rpg_min_dec_fac 50 %, rpg_min_rate
+    /// rate_to_set_on_first_cnp_kbps 0, rpg_min_dec_fac 50 %, rpg_min_rate_kbps
     /// 1 Mb/s, rpg_gd 11, rate_reduce_monitor_period 4 µs. The rate-increase
     /// defaults as `mlxconfig -q` prints them on a ConnectX
     /// (CLAMP_TGT_RATE False, CLAMP_TGT_RATE_AFTER_TIME_INC True,
@@ -129,19 +135,20 @@ impl DcqcnParams {
             rpg_time_reset: Duration::from_micros(300),
             rpg_byte_reset: 32767,
             rpg_threshold: 1,
-            rpg_ai_rate: 5,
-            rpg_hai_rate: 50,
-            rpg_max_rate: 0,
-            rpg_min_rate: 1,
+            rpg_ai_rate_kbps: 5_000,
+            rpg_hai_rate_kbps: 50_000,
+            rpg_max_rate_kbps: 0,
+            rpg_min_rate_kbps: 1_000,
             rpg_min_dec_fac: 50,
             rpg_gd: 11,
-            rate_to_set_on_first_cnp: 0,
+            rate_to_set_on_first_cnp_kbps: 0,
             rate_reduce_monitor_period: Duration::from_micros(4),
             dce_tcp_g: 1019,
             dce_tcp_rtt: Duration::from_micros(1),
             initial_alpha_value: 1023,
             clamp_tgt_rate: false,
             clamp_tgt_rate_after_time_inc: true,
+            rate_granularity_kbps: 1_000,
         }
     }
 
@@ -163,19 +170,56 @@ impl DcqcnParams {
             rpg_time_reset: Duration::from_micros(55),
             rpg_byte_reset: 10_000_000,
             rpg_threshold: 5,
-            rpg_ai_rate: 40,
-            rpg_hai_rate: 200,
-            rpg_max_rate: 0,
-            rpg_min_rate: 100,
+            rpg_ai_rate_kbps: 40_000,
+            rpg_hai_rate_kbps: 200_000,
+            rpg_max_rate_kbps: 0,
+            rpg_min_rate_kbps: 100_000,
             rpg_min_dec_fac: 0,
             rpg_gd: 11,
-            rate_to_set_on_first_cnp: 0,
+            rate_to_set_on_first_cnp_kbps: 0,
             rate_reduce_monitor_period: Duration::ZERO,
             dce_tcp_g: 1020,
             dce_tcp_rtt: Duration::from_micros(55),
             initial_alpha_value: 1024,
             clamp_tgt_rate: true,
             clamp_tgt_rate_after_time_inc: false,
+            rate_granularity_kbps: 1_000,
+        }
+    }
+
+    /// The same control loop for a link `s` times slower than the one
+    /// these values were made for (`s` = reference rate / line rate; the
+    /// lab's 100 Mbit/s against 25 Gbit/s is s = 250): every time × s
+    /// (rate-increase timer, monitor period, α decay period), every rate ÷
+    /// s (the increase steps, the maximum, the first-CNP rate, the
+    /// granularity; a nonzero one stays at least 1 kb/s) but the minimum
+    /// rate. `rpg_min_rate_kbps` keeps its value: it is the floor that
+    /// keeps a cut QP within its transport's timers (the local ACK
+    /// timeout, IBA 9.7.6.1.3), which are the application's and are not
+    /// scaled; 1 Mb/s ÷ 250 would send one 1 KB frame in 2 s, past any
+    /// ACK timeout perftest sets, and end the QP in retry-exceeded. The
+    /// byte counter
+    /// keeps its bytes: at 1/s of the rate they take s times as long, as
+    /// the timer does. g, F, the cut's gd and floor are ratios and stay.
+    /// `s` ≤ 0 or not finite leaves the values as they are.
+    pub fn scaled(&self, s: f64) -> DcqcnParams {
+        if !(s.is_finite() && s > 0.0) {
+            return *self;
+        }
+        let rate = |kbps: u32| match kbps {
+            0 => 0,
+            r => ((r as f64 / s).round() as u32).max(1),
+        };
+        DcqcnParams {
+            rpg_time_reset: scale_time(self.rpg_time_reset, s),
+            rate_reduce_monitor_period: scale_time(self.rate_reduce_monitor_period, s),
+            dce_tcp_rtt: scale_time(self.dce_tcp_rtt, s),
+            rpg_ai_rate_kbps: rate(self.rpg_ai_rate_kbps),
+            rpg_hai_rate_kbps: rate(self.rpg_hai_rate_kbps),
+            rpg_max_rate_kbps: rate(self.rpg_max_rate_kbps),
+            rate_to_set_on_first_cnp_kbps: rate(self.rate_to_set_on_first_cnp_kbps),
+            rate_granularity_kbps: rate(self.rate_granularity_kbps),
+            ..*self
         }
     }
 
@@ -188,6 +232,11 @@ impl DcqcnParams {
     pub fn initial_alpha(&self) -> f64 {
         self.initial_alpha_value.min(1024) as f64 / 1024.0
     }
+}
+
+/// `d` × `s`, saturating (to the ns).
+pub fn scale_time(d: Duration, s: f64) -> Duration {
+    Duration::try_from_secs_f64(d.as_secs_f64() * s).unwrap_or(Duration::MAX)
 }
 
 impl Default for DcqcnParams {
@@ -414,7 +463,7 @@ impl ReactionPoint {
     }
 
     fn max_rate(&self) -> f64 {
-        let m = self.p.rpg_max_rate as f64 * MBPS;
+        let m = self.p.rpg_max_rate_kbps as f64 * KBPS;
         if m > 0.0 && m < self.line_bps {
             m
         } else {
@@ -423,7 +472,7 @@ impl ReactionPoint {
     }
 
     fn min_rate(&self) -> f64 {
-        (self.p.rpg_min_rate as f64 * MBPS).min(self.max_rate())
+        (self.p.rpg_min_rate_kbps as f64 * KBPS).min(self.max_rate())
     }
 
     fn clamp(&self, r: f64) -> f64 {
@@ -458,7 +507,7 @@ impl ReactionPoint {
             self.last_cut = now;
             self.rc = self.line_bps;
             self.rt = self.line_bps;
-            let first = self.p.rate_to_set_on_first_cnp as f64 * MBPS;
+            let first = self.p.rate_to_set_on_first_cnp_kbps as f64 * KBPS;
             if first > 0.0 {
                 self.rc = self.clamp(first);
                 self.rt = self.rc;
@@ -551,9 +600,9 @@ impl ReactionPoint {
         };
         match phase {
             Phase::FastRecovery => {}
-            Phase::AdditiveIncrease => self.rt += self.p.rpg_ai_rate as f64 * MBPS,
+            Phase::AdditiveIncrease => self.rt += self.p.rpg_ai_rate_kbps as f64 * KBPS,
             Phase::HyperIncrease => {
-                self.rt += (lo - f) as f64 * self.p.rpg_hai_rate as f64 * MBPS;
+                self.rt += (lo - f) as f64 * self.p.rpg_hai_rate_kbps as f64 * KBPS;
             }
         }
         self.rt = self.clamp(self.rt);
@@ -566,8 +615,8 @@ impl ReactionPoint {
             target_bps: self.rt,
             current_bps: self.rc,
         });
-        // Back at the maximum (to NVIDIA's 1 Mb/s granularity): release.
-        if self.rc + MBPS >= self.max_rate() {
+        // Back at the maximum (to the limiter's granularity): release.
+        if self.rc + self.p.rate_granularity_kbps.max(1) as f64 * KBPS >= self.max_rate() {
             self.release();
         }
     }
@@ -661,9 +710,64 @@ mod tests {
     }
 
     #[test]
+    fn scaling_stretches_times_and_shrinks_rates_by_s() {
+        // NVIDIA's values made for 25 Gbit/s, run at 100 Mbit/s: s = 250
+        let p = DcqcnParams::nvidia().scaled(250.0);
+        assert_eq!(p.rpg_time_reset, Duration::from_millis(75));
+        assert_eq!(p.rate_reduce_monitor_period, Duration::from_millis(1));
+        assert_eq!(p.dce_tcp_rtt, Duration::from_micros(250));
+        assert_eq!(p.rpg_ai_rate_kbps, 20);
+        assert_eq!(p.rpg_hai_rate_kbps, 200);
+        // the floor stays: transport timers are not scaled
+        assert_eq!(p.rpg_min_rate_kbps, 1_000);
+        assert_eq!(p.rate_granularity_kbps, 4);
+        assert_eq!(
+            (p.rpg_max_rate_kbps, p.rate_to_set_on_first_cnp_kbps),
+            (0, 0)
+        );
+        // bytes and ratios stay
+        let n = DcqcnParams::nvidia();
+        assert_eq!(
+            (p.rpg_byte_reset, p.rpg_threshold, p.dce_tcp_g, p.rpg_gd),
+            (n.rpg_byte_reset, n.rpg_threshold, n.dce_tcp_g, n.rpg_gd)
+        );
+        // a tiny rate keeps 1 kb/s; s = 1 and nonsense change nothing
+        let q = DcqcnParams {
+            rpg_ai_rate_kbps: 3,
+            ..n
+        };
+        assert_eq!(q.scaled(1000.0).rpg_ai_rate_kbps, 1);
+        for s in [1.0, 0.0, -2.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(n.scaled(s), n, "{s}");
+        }
+        let np = crate::cc::NpParams::nvidia().scaled(250.0);
+        assert_eq!(np.min_time_between_cnps, Duration::from_millis(1));
+    }
+
+    #[test]
+    fn a_scaled_rp_runs_the_same_loop_s_times_slower() {
+        // the same CNP and timer sequence at 25 Gbit/s and at 100 Mbit/s
+        // with s = 250 and times × 250: every rate ÷ 250
+        let fast = DcqcnParams::nvidia();
+        let mut a = ReactionPoint::new(fast, 25_000_000_000);
+        let mut b = ReactionPoint::new(fast.scaled(250.0), 100_000_000);
+        for k in 0..3 {
+            a.handle_cnp(us(k * 10));
+            b.handle_cnp(us(k * 10 * 250));
+        }
+        for k in 1..=40 {
+            a.handle_timeout(us(30 + k * 300));
+            b.handle_timeout(us((30 + k * 300) * 250));
+            assert_eq!(a.is_limited(), b.is_limited(), "step {k}");
+            let (ra, rb) = (a.current_rate(), b.current_rate() * 250.0);
+            assert!((ra - rb).abs() <= ra * 1e-9, "step {k}: {ra} against {rb}");
+        }
+    }
+
+    #[test]
     fn first_cnp_rate_and_degenerate_knobs_do_not_panic() {
         let p = DcqcnParams {
-            rate_to_set_on_first_cnp: 10_000,
+            rate_to_set_on_first_cnp_kbps: 10_000_000,
             ..DcqcnParams::nvidia()
         };
         let mut rp = ReactionPoint::new(p, G100);
@@ -675,8 +779,8 @@ mod tests {
             rpg_min_dec_fac: 255,
             dce_tcp_g: u16::MAX,
             initial_alpha_value: u16::MAX,
-            rpg_min_rate: u32::MAX,
-            rpg_max_rate: 1,
+            rpg_min_rate_kbps: u32::MAX,
+            rpg_max_rate_kbps: 1,
             rpg_threshold: 0,
             ..DcqcnParams::nvidia()
         };

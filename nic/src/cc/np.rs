@@ -52,6 +52,20 @@ impl NpParams {
     }
 }
 
+impl NpParams {
+    /// For a link `s` times slower than these values were made for: the
+    /// CNP interval × s (see [`super::DcqcnParams::scaled`]).
+    pub fn scaled(&self, s: f64) -> NpParams {
+        if !(s.is_finite() && s > 0.0) {
+            return *self;
+        }
+        NpParams {
+            min_time_between_cnps: super::dcqcn::scale_time(self.min_time_between_cnps, s),
+            ..*self
+        }
+    }
+}
+
 impl Default for NpParams {
     fn default() -> NpParams {
         NpParams::nvidia()

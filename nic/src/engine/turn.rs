@@ -218,18 +218,26 @@ impl Loop {
     /// How long to park: until the next timer (the device's, the link
     /// check's, the hook's), at most `cfg.park`, and at most
     /// [`BACKLOG_PARK`] while a completion queue or the port's transmit
-    /// queue is full ([`park_plan`]).
+    /// queue is full, or until the port takes frames again when it says
+    /// ([`Port::tx_ready_in`]; [`park_plan`]).
     fn park_time(&mut self) -> Park {
         let hook = self.hook.as_mut().and_then(|h| h.poll_timeout(&self.rnic));
         let next = [self.rnic.poll_timeout(), Some(self.link_check), hook]
             .into_iter()
             .flatten()
             .min();
-        let cap = if self.cq_backlog || self.tx_backlog {
+        let mut cap = if self.cq_backlog || self.tx_backlog {
             self.cfg.park.min(BACKLOG_PARK)
         } else {
             self.cfg.park
         };
+        if self.tx_backlog {
+            // a pacing port says when it takes frames again: wake then,
+            // not a whole BACKLOG_PARK later (the rate would sag)
+            if let Some(t) = self.port.tx_ready_in() {
+                cap = cap.min(t);
+            }
+        }
         park_plan(&self.cfg, self.clock(), next, cap)
     }
 
@@ -498,5 +506,48 @@ mod tests {
         for next in [Some(now + Duration::from_micros(30)), Some(now), None] {
             assert!(!park_plan(&off, now, next, cap).self_wake);
         }
+    }
+
+    /// A port that takes nothing now and says it takes frames again in
+    /// `ready`: a pacer with an empty bucket.
+    struct Held {
+        inner: mem::MemPort,
+        ready: Option<Duration>,
+    }
+
+    impl Port for Held {
+        fn tx_room(&mut self, _want: usize) -> usize {
+            0
+        }
+        fn tx_ready_in(&self) -> Option<Duration> {
+            self.ready
+        }
+        crate::forward_port!(field inner: recv, send, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, link_up, loop_back);
+    }
+
+    #[test]
+    fn an_engine_held_by_a_pacing_port_parks_until_the_port_takes_frames() {
+        let park_with = |ready: Option<Duration>| {
+            let macs = [
+                EthernetAddress([2, 0, 0, 0, 0, 1]),
+                EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ];
+            let (inner, _peer) = mem::pair(macs, 16);
+            let rnic = Rnic::new(RnicConfig::new(
+                macs[0],
+                Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+            ));
+            let held = Held { inner, ready };
+            let mut lp = Loop::new(rnic, Box::new(held), EngineConfig::default(), None, None);
+            // the turn's transmit step finds no room: a backlog
+            lp.transmit(Instant::ZERO);
+            assert!(lp.tx_backlog);
+            lp.park_time().time
+        };
+        // the port says 50 µs: the engine parks no longer
+        assert!(park_with(Some(Duration::from_micros(50))) <= Duration::from_micros(50));
+        // it does not know: a whole BACKLOG_PARK at most, not less
+        let t = park_with(None);
+        assert!(t <= BACKLOG_PARK && t > Duration::from_micros(50), "{t:?}");
     }
 }

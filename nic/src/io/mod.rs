@@ -303,6 +303,15 @@ pub trait Port: Send {
     fn tx_room(&mut self, want: usize) -> usize {
         want
     }
+    /// When [`Port::tx_room`] said too little: how long until the port
+    /// takes a batch again, if it holds transmissions back by time (a
+    /// pacer: `rnicd --line-rate`). The engine with a transmit backlog
+    /// parks no longer than that. `None`: the port does not know (a full
+    /// descriptor ring), and the engine looks again after
+    /// [`crate::engine::BACKLOG_PARK`].
+    fn tx_ready_in(&self) -> Option<Duration> {
+        None
+    }
     fn mac(&self) -> EthernetAddress;
     /// Largest IP datagram (the interface MTU).
     fn mtu(&self) -> usize;
@@ -394,6 +403,11 @@ macro_rules! forward_port {
             $crate::forward_port!(@w self $how).tx_room(want)
         }
     };
+    (@one $how:tt tx_ready_in) => {
+        fn tx_ready_in(&self) -> Option<::std::time::Duration> {
+            $crate::forward_port!(@r self $how).tx_ready_in()
+        }
+    };
     (@one $how:tt mac) => {
         fn mac(&self) -> $crate::wire::EthernetAddress {
             $crate::forward_port!(@r self $how).mac()
@@ -465,6 +479,9 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn tx_room(&mut self, want: usize) -> usize {
         (**self).tx_room(want)
+    }
+    fn tx_ready_in(&self) -> Option<Duration> {
+        (**self).tx_ready_in()
     }
     fn mac(&self) -> EthernetAddress {
         (**self).mac()

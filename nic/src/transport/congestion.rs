@@ -86,6 +86,17 @@ impl Default for CcConfig {
 }
 
 impl CcConfig {
+    /// DCQCN (reaction and notification points) for a link `s` times
+    /// slower than its values were made for ([`DcqcnParams::scaled`],
+    /// [`NpParams::scaled`]); QoS and PFC as they are.
+    pub fn scaled(&self, s: f64) -> CcConfig {
+        CcConfig {
+            dcqcn: self.dcqcn.map(|d| d.scaled(s)),
+            np: self.np.scaled(s),
+            ..*self
+        }
+    }
+
     /// No congestion control at all (what Linux rxe does).
     pub fn off() -> CcConfig {
         let qos = Qos {

@@ -68,6 +68,11 @@ pub struct ServerConfig {
     /// mlx5's `ecn/roce_rp/enable`): off, a received CNP is counted in
     /// `rp_cnp_ignored` and cuts no rate.
     pub dcqcn_rp: bool,
+    /// The link rate DCQCN's values were made for (`rnicd
+    /// --dcqcn-reference`): on a port of another line rate they are
+    /// scaled by s = reference / line rate (`CcConfig::scaled`: times ×
+    /// s, rates ÷ s). `None`: used as they are.
+    pub dcqcn_reference_bps: Option<u64>,
 }
 
 /// The CM timers of a device's REQs (IBA 12.6.5): how long each side
@@ -277,6 +282,9 @@ impl Server {
             let mtu = port.mtu() as u32;
             let mut rc = RnicConfig::new(mac, cfg.gid);
             rc.seed = rand::random();
+            if let Some(s) = dcqcn_scale(cfg.dcqcn_reference_bps, port.link_speed_bps()) {
+                rc.cc = rc.cc.scaled(s);
+            }
             if !cfg.dcqcn_rp {
                 rc.cc.dcqcn = None;
             }
@@ -593,6 +601,13 @@ fn one_fd(
     }
 }
 
+/// s = reference / line rate for [`ServerConfig::dcqcn_reference_bps`]
+/// (`None`: no reference, or a port that reports no speed).
+pub fn dcqcn_scale(reference_bps: Option<u64>, line_bps: u64) -> Option<f64> {
+    let r = reference_bps?;
+    (line_bps > 0 && r > 0).then(|| r as f64 / line_bps as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -617,6 +632,13 @@ mod tests {
             self_wake: std::time::Duration::from_micros(50),
         };
         (h, dp, Rnic::new(RnicConfig::new(mac, gid)))
+    }
+
+    #[test]
+    fn dcqcn_scales_by_the_reference_over_the_line_rate() {
+        assert_eq!(dcqcn_scale(Some(25_000_000_000), 100_000_000), Some(250.0));
+        assert_eq!(dcqcn_scale(None, 100_000_000), None);
+        assert_eq!(dcqcn_scale(Some(25_000_000_000), 0), None);
     }
 
     #[test]

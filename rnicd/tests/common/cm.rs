@@ -189,6 +189,7 @@ pub fn pair_with(
         bell: true,
         cm,
         dcqcn_rp: true,
+        dcqcn_reference_bps: None,
     };
     Server::start_many(vec![(p0, cfg(0)), (p1, cfg(1))], false).unwrap()
 }

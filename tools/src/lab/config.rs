@@ -6,9 +6,10 @@
 //! switches = 1           # 1, or 2 joined by a trunk ([`super::trunk`])
 //! backend = "auto"        # rnicd's port: auto (AF_XDP, else AF_PACKET) | afxdp | afpacket
 //! dcqcn = true            # the hosts' DCQCN reaction points (rnicd --dcqcn-rp on|off)
+//! dcqcn_reference = "25gbit" # the link rate DCQCN's values are scaled from (rnicd --dcqcn-reference)
 //!
 //! [switch]
-//! rate = "100mbit"        # each egress queue's link rate (tc: bit, kbit, mbit, gbit)
+//! rate = "100mbit"        # each egress queue's link rate (tc's bits: kbit, mbit, gbit; nic::rate)
 //! ecn_kb = 30             # CE-mark above this many KB (0: no marking)
 //! queue_kb = 1000         # the queue's capacity: tail drop beyond it
 //! mtu = 1500
@@ -47,6 +48,7 @@ pub struct LabFile {
     pub backend: Option<String>,
     pub dcqcn: Option<bool>,
     pub switches: Option<usize>,
+    pub dcqcn_reference: Option<String>,
     #[serde(default)]
     pub switch: SwitchFile,
     #[serde(default, skip_serializing_if = "TrunkFile::is_empty")]
@@ -108,6 +110,7 @@ impl LabFile {
             dcqcn: over.dcqcn.or(self.dcqcn),
             switches: over.switches.or(self.switches),
             trunk: self.trunk.overridden_by(over.trunk),
+            dcqcn_reference: over.dcqcn_reference.or(self.dcqcn_reference),
             switch: SwitchFile {
                 rate: over.switch.rate.or(self.switch.rate),
                 ecn_kb: over.switch.ecn_kb.or(self.switch.ecn_kb),
@@ -160,6 +163,10 @@ pub struct LabConfig {
     /// The hosts' DCQCN reaction points (`rnicd --dcqcn-rp`): off, the
     /// senders ignore CNPs and send at the line rate.
     pub dcqcn: bool,
+    /// The link rate the hosts' DCQCN values are made for (`rnicd
+    /// --dcqcn-reference`): at the lab's rate they run scaled by
+    /// reference / rate (default 25 Gbit/s, NVIDIA's slowest ConnectX).
+    pub dcqcn_reference_bps: u64,
     /// Each egress queue's rate, bits per second.
     pub rate_bps: u64,
     /// The CE-marking threshold in bytes (0: no marking).
@@ -262,6 +269,7 @@ impl LabConfig {
             hosts,
             backend,
             dcqcn: f.dcqcn.unwrap_or(true),
+            dcqcn_reference_bps: parse_rate(f.dcqcn_reference.as_deref().unwrap_or("25gbit"))?,
             rate_bps,
             ecn_bytes: u64::from(ecn_kb) * 1000,
             queue_bytes: u64::from(queue_kb) * 1000,
@@ -288,6 +296,7 @@ impl LabConfig {
             dcqcn: Some(self.dcqcn),
             switches: Some(1 + usize::from(self.trunk.is_some())),
             trunk: self.trunk.map(|t| t.to_file()).unwrap_or_default(),
+            dcqcn_reference: Some(rate_text(self.dcqcn_reference_bps)),
             switch: SwitchFile {
                 rate: Some(rate_text(self.rate_bps)),
                 ecn_kb: Some((self.ecn_bytes / 1000) as u32),
@@ -357,41 +366,12 @@ fn pfc_thresholds(s: &SwitchFile, queue_kb: u32) -> Result<Option<PfcThresholds>
     }))
 }
 
-/// A rate in bits per second in tc's words, the largest unit that keeps
-/// it whole (`100mbit`, `2500mbit`, `1gbit`).
-pub fn rate_text(bps: u64) -> String {
-    match bps {
-        b if b % 1_000_000_000 == 0 => format!("{}gbit", b / 1_000_000_000),
-        b if b % 1_000_000 == 0 => format!("{}mbit", b / 1_000_000),
-        b if b % 1_000 == 0 => format!("{}kbit", b / 1_000),
-        b => format!("{b}bit"),
-    }
-}
+pub use nic::rate::rate_text;
 
-/// A rate in tc's words: a number and `bit`, `kbit`, `mbit` or `gbit`
-/// (powers of 1000), in bits per second.
+/// A rate in tc's bit-rate words ([`nic::rate`]: the grammar rnicd's
+/// `--line-rate` reads too), 100kbit to 100gbit.
 pub fn parse_rate(s: &str) -> Result<u64, LabError> {
-    let t = s.trim().to_ascii_lowercase();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let scale = match unit {
-        "bit" => 1.0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        _ => {
-            return Err(setting(
-                "rate",
-                format!("{s:?}: want e.g. 100mbit or 1gbit"),
-            ))
-        }
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| setting("rate", format!("{s:?}: no number")))?;
-    let bps = (v * scale).round() as u64;
+    let bps = nic::rate::parse_rate(s).map_err(|e| setting("rate", e.to_string()))?;
     if !(100_000..=100_000_000_000).contains(&bps) {
         return Err(setting("rate", format!("{s:?}: want 100kbit to 100gbit")));
     }
@@ -414,6 +394,10 @@ mod tests {
         for bad in ["1gbps", "fast", "mbit", "10bit", "1000gbit"] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }
+        assert!(parse_rate("1gbps")
+            .unwrap_err()
+            .to_string()
+            .contains("BYTES per second"));
     }
 
     #[test]
@@ -437,6 +421,12 @@ mod tests {
         let f: LabFile = toml::from_str("dcqcn = false\n[workload]\nprobe = true\n").unwrap();
         let c = LabConfig::from_file(f).unwrap();
         assert!(!c.dcqcn && c.probe);
+        assert_eq!(c.dcqcn_reference_bps, 25_000_000_000);
+        let f: LabFile = toml::from_str("dcqcn_reference = \"100gbit\"\n").unwrap();
+        assert_eq!(
+            LabConfig::from_file(f).unwrap().dcqcn_reference_bps,
+            100_000_000_000
+        );
         let again: LabFile = toml::from_str(&c.to_toml()).unwrap();
         assert_eq!(LabConfig::from_file(again).unwrap(), c);
     }

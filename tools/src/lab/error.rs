@@ -64,14 +64,14 @@ pub enum LabError {
         host: String,
         source: softrnic::Error,
     },
-    /// The switch's PFC stage could not read the qdiscs or its ports.
-    #[error("the switch's PFC stage: {0}")]
+    /// The switch stage could not read the qdiscs or its ports.
+    #[error("the switch stage: {0}")]
     Netlink(#[from] nic::io::netlink::NetlinkError),
     /// The latency probe's thread panicked.
     #[error("the latency probe's thread ended abnormally")]
     ProbeThread,
-    /// The switch's PFC stage ended before the run did.
-    #[error("the switch's PFC stage stopped: {0}")]
+    /// The switch stage ended before the run did.
+    #[error("the switch stage stopped: {0}")]
     PfcStage(String),
     /// A trace file that does not parse ([`super::trace`]): the line's
     /// number from 1, 0 for the whole file.

@@ -46,6 +46,8 @@ impl Daemon {
         // a NIC's line rate is its link's: the switch's rate, not the
         // veth's 10 Gbit/s (DCQCN's ceiling and steps, PFC's quanta)
         let line_rate = cfg.rate_bps.to_string();
+        // DCQCN's timers and steps scaled from the reference to that rate
+        let reference = cfg.dcqcn_reference_bps.to_string();
         let mut args: Vec<&OsStr> = vec![
             rnicd.as_os_str(),
             "--iface".as_ref(),
@@ -60,6 +62,8 @@ impl Daemon {
             sock_dir.as_os_str(),
             "--line-rate".as_ref(),
             line_rate.as_ref(),
+            "--dcqcn-reference".as_ref(),
+            reference.as_ref(),
         ];
         if !cfg.dcqcn {
             args.extend([OsStr::new("--dcqcn-rp"), OsStr::new("off")]);

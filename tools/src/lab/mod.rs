@@ -19,8 +19,9 @@
 //! | [`sample`] | the counters of hosts and switch, and the senders' DCQCN state, at one instant |
 //! | [`capture`] | a pcap per link (tcpdump on each switch port) |
 //! | [`trunk`] | two switches: the second switch and the trunk between them |
-//! | [`pfc`] | the switches' PFC stage (802.1Qbb from the egress backlogs) |
+//! | [`pfc`] | the switches' stage: PFC (802.1Qbb) and CE marking from the egress backlogs |
 //! | [`pfc_hold`] | a trunk port honouring the pauses it receives: its queue held |
+//! | [`mark`] | CE marking on a queue's depth: the nftables set of deep ports, changed over nfnetlink |
 //! | [`pfc_results`] | its `pfc.csv`, plots and totals |
 //! | [`dcqcn`] | the senders' DCQCN state (Rc, Rt, α per QP) over time: `dcqcn.csv`, its plots |
 //! | [`trace`], [`replay`] | a trace of flows: its format; replaying it (perftest per flow), FCTs |
@@ -38,6 +39,7 @@ mod error;
 pub mod fallback;
 pub mod host;
 pub mod incast;
+pub mod mark;
 pub mod mpi;
 pub mod net;
 pub mod page;
@@ -180,7 +182,7 @@ fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Resu
         config::rate_text(cfg.rate_bps),
         cfg.queue_bytes / 1000,
         if cfg.ecn_bytes > 0 {
-            format!("CE marks above {} KB (proxy)", cfg.ecn_bytes / 1000)
+            format!("CE marks above {} KB of queue", cfg.ecn_bytes / 1000)
         } else {
             "no marking".into()
         },
@@ -199,8 +201,7 @@ fn build_and_run(cfg: &LabConfig, rnicd: &Path, rnic: &Path, out: &Path) -> Resu
         ));
         daemons.push(d);
     }
-    let frame = daemons[0].data_frame_bytes()?;
-    fabric.shape(frame, cfg.mtu)?;
+    fabric.shape(cfg.mtu)?;
     let captures = capture::start(&fabric, out, &logs)?;
     let stage = pfc::start(cfg, &fabric, &daemons)?;
     let result = workload(
@@ -367,7 +368,7 @@ fn workload(
             .map(|d| d.backend.clone())
             .collect::<Vec<_>>(),
         config_toml: cfg.to_toml(),
-        marking: marking(cfg, frame),
+        marking: marking(cfg),
         reported_gbits: (1..cfg.hosts)
             .map(|i| {
                 let f = logs.join(format!("ib_write_bw-client-h{i}.txt"));
@@ -459,23 +460,19 @@ impl Record {
     }
 }
 
-/// What the CE marking is, for the output and the page, with data frames
-/// of `frame` bytes.
-pub fn marking(cfg: &LabConfig, frame: u64) -> String {
+/// What the CE marking is, for the output and the page.
+pub fn marking(cfg: &LabConfig) -> String {
     if cfg.ecn_bytes == 0 {
         return "off: nothing is marked".into();
     }
-    let (pps, burst) = net::bucket(cfg, frame);
     format!(
-        "a PROXY of the queue's depth, not its real backlog. nftables CE-marks the RoCEv2 frames \
-         toward a port once more than {burst} frames of {frame} B (the {} KB threshold) have \
-         arrived above the link rate ({} = {pps} such frames/s): a token bucket of the \
-         link rate, {burst} frames deep, runs dry when a queue drained at that rate would hold \
-         more than the threshold. This kernel has no RED (nor fq, codel, pie or tc's police action) \
-         and nftables cannot read a qdisc's backlog; the tbf queue's real depth is sampled and \
-         plotted separately (queue.svg).",
+        "on the queue's real depth, sampled: the switch stage reads each tbf queue's backlog every \
+         {} µs and, while a queue holds more than {} KB, nftables CE-marks the ECN-capable RoCEv2 \
+         frames toward that port (one threshold, as DCTCP's K). This kernel has no RED, codel or \
+         pie qdisc, so the marking follows the sampled backlog; the queue's depth is plotted too \
+         (queue.svg).",
+        pfc::POLL.as_micros(),
         cfg.ecn_bytes / 1000,
-        config::rate_text(cfg.rate_bps),
     )
 }
 

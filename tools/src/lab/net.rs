@@ -2,8 +2,9 @@
 //! [`super::trunk`]), N host namespaces each joined to its switch by a
 //! veth pair, and on each switch port (the egress toward a host or across
 //! the trunk) a tbf queue of the link rate, with nftables CE-marking the
-//! RoCEv2 frames that exceed the rate by more than the ECN threshold (a
-//! proxy of the queue's depth: see [`ruleset`]).
+//! RoCEv2 frames toward a port while its queue is deeper than the ECN
+//! threshold (the switch stage follows the tbf backlog: [`ruleset`],
+//! [`super::mark`]).
 //!
 //! Every name carries the lab's prefix `rnlab-<pid>` (interfaces:
 //! `rnl<pid>h<i>` in host i, `rnl<pid>s<i>` its switch port), so a lab
@@ -13,6 +14,7 @@
 //! process is gone).
 
 use super::config::LabConfig;
+use super::mark::DEEP_SET;
 use super::sys::{in_ns, ip, run};
 use super::LabError;
 use std::net::Ipv4Addr;
@@ -173,11 +175,11 @@ impl Fabric {
     }
 
     /// The queues: on each switch port a tbf of its link rate holding its
-    /// `queue_bytes` ([`tbf_args`]), and in each switch (with a threshold)
-    /// the nftables table that CE-marks the RoCEv2 frames toward a port
-    /// beyond a token bucket of its rate with the threshold as its depth,
-    /// counted in data frames of `frame` bytes (see [`ruleset`]).
-    pub fn shape(&self, frame: u64, mtu: u32) -> Result<(), LabError> {
+    /// `queue_bytes` ([`tbf_args`]), and in each switch the nftables table
+    /// that counts the RoCEv2 frames toward each port and (with a
+    /// threshold) CE-marks them while the port is in the set of deep
+    /// queues (see [`ruleset`]).
+    pub fn shape(&self, mtu: u32) -> Result<(), LabError> {
         for p in &self.ports {
             let mut a = vec!["-n", &p.switch, "qdisc", "add", "dev", &p.iface, "root"];
             let tbf = tbf_args(p.rate_bps, p.queue_bytes, mtu);
@@ -192,7 +194,7 @@ impl Fabric {
                 .cloned()
                 .collect();
             let file = std::env::temp_dir().join(format!("{}-{k}.nft", lab_id()));
-            std::fs::write(&file, ruleset(&ports, frame)).map_err(|source| LabError::Io {
+            std::fs::write(&file, ruleset(&ports)).map_err(|source| LabError::Io {
                 what: file.display().to_string(),
                 source,
             })?;
@@ -221,36 +223,22 @@ pub fn tbf_args(rate_bps: u64, limit: u64, mtu: u32) -> Vec<String> {
     .to_vec()
 }
 
-/// The marking's token bucket in frames of `frame` bytes: the link rate
-/// in frames per second and the threshold in frames (at least one each).
-pub fn bucket(cfg: &LabConfig, frame: u64) -> (u64, u64) {
-    port_bucket(cfg.rate_bps, cfg.ecn_bytes, frame)
-}
-
-/// [`bucket`] of a port of `rate_bps` marking above `ecn_bytes`.
-fn port_bucket(rate_bps: u64, ecn_bytes: u64, frame: u64) -> (u64, u64) {
-    let frame = frame.max(1);
-    ((rate_bps / 8 / frame).max(1), (ecn_bytes / frame).max(1))
-}
-
-/// A switch's nftables table (family `bridge`, hook `forward`): per
-/// port P of `ports` (that switch's), a named counter `seen_P` of the
-/// RoCEv2 frames (UDP 4791) toward it and, with a threshold, a rule that
-/// sets CE on those beyond `limit rate over <link rate> burst
-/// <threshold>` and counts them in `marked_P`.
+/// A switch's nftables table (family `bridge`, hook `forward`): the set
+/// [`DEEP_SET`] of the ports (interface indexes) whose queue is above
+/// their ECN threshold, and per port P of `ports` (that switch's) a named
+/// counter `seen_P` of the RoCEv2 frames (UDP 4791) toward it and, with a
+/// threshold, a rule that sets CE on the ECN-capable ones while that port
+/// is in the set and counts them in `marked_P`.
 ///
-/// The token bucket stands in for the queue: it runs dry when more than
-/// the threshold has arrived above the link rate, which is when a queue
-/// drained at that rate holds more than the threshold — a PROXY of the
-/// queue's depth, not the tbf's real backlog: this kernel has no RED (nor
-/// fq, codel, pie or tc's police action), and nftables cannot see a
-/// qdisc. The bucket counts frames of `frame` bytes (the RoCE data frames
-/// of the hosts' path MTU), because nftables' byte limit always holds a
-/// second of its rate on top of the burst (the kernel's `nft_limit`:
-/// tokens_max = unit × (rate + burst) / rate), far too deep for a queue
-/// threshold; its packet limit is a bucket of exactly `burst` frames.
-pub fn ruleset(ports: &[Port], frame: u64) -> String {
-    let mut s = format!("table bridge {TABLE} {{\n");
+/// The set is the queue's depth as the switch stage reads it: the stage
+/// ([`super::pfc`]) reads every tbf backlog each 0.5 ms and adds a port
+/// when its backlog is above the threshold, removes it when it is not
+/// ([`super::mark::Marking`]). Marking is instantaneous-queue marking at
+/// one threshold (DCTCP's K; a ConnectX-era switch's RED with Kmin = Kmax
+/// and Pmax 100 %), sampled every 0.5 ms: this kernel has no RED (nor
+/// codel or pie), and nftables cannot read a qdisc.
+pub fn ruleset(ports: &[Port]) -> String {
+    let mut s = format!("table bridge {TABLE} {{\n  set {DEEP_SET} {{ type iface_index; }}\n");
     for h in ports {
         s += &format!(
             "  counter seen_{0} {{ }}\n  counter marked_{0} {{ }}\n",
@@ -259,14 +247,13 @@ pub fn ruleset(ports: &[Port], frame: u64) -> String {
     }
     s += "  chain forward {\n    type filter hook forward priority 0; policy accept;\n";
     for h in ports {
-        let (pps, burst) = port_bucket(h.rate_bps, h.ecn_bytes, frame);
         s += &format!(
             "    oifname \"{}\" udp dport 4791 counter name \"seen_{}\"",
             h.iface, h.name
         );
         if h.ecn_bytes > 0 {
             s += &format!(
-                " limit rate over {pps}/second burst {burst} packets counter name \"marked_{}\" ip ecn set ce",
+                " oif @{DEEP_SET} ip ecn != not-ect counter name \"marked_{}\" ip ecn set ce",
                 h.name
             );
         }
@@ -325,7 +312,7 @@ mod tests {
     use crate::lab::config::{LabConfig, LabFile};
 
     #[test]
-    fn the_ruleset_counts_every_port_and_marks_over_the_threshold() {
+    fn the_ruleset_counts_every_port_and_marks_the_deep_ones() {
         let cfg = LabConfig::from_file(LabFile::default()).unwrap();
         let ports = |ecn_bytes| -> Vec<Port> {
             (0..2)
@@ -339,11 +326,10 @@ mod tests {
                 })
                 .collect()
         };
-        // 100 Mbit/s of 1082-byte frames, 30 KB of them
-        assert_eq!(bucket(&cfg, 1082), (11552, 27));
-        let r = ruleset(&ports(cfg.ecn_bytes), 1082);
-        assert!(r.contains("oifname \"p1\" udp dport 4791 counter name \"seen_h1\" limit rate over 11552/second burst 27 packets counter name \"marked_h1\" ip ecn set ce"), "{r}");
-        let r = ruleset(&ports(0), 1082);
+        let r = ruleset(&ports(cfg.ecn_bytes));
+        assert!(r.contains("set deep { type iface_index; }"), "{r}");
+        assert!(r.contains("oifname \"p1\" udp dport 4791 counter name \"seen_h1\" oif @deep ip ecn != not-ect counter name \"marked_h1\" ip ecn set ce"), "{r}");
+        let r = ruleset(&ports(0));
         assert!(
             r.contains("counter name \"seen_h0\"\n") && !r.contains("ecn set ce"),
             "{r}"

@@ -1,7 +1,10 @@
-//! The switches' PFC stage: 802.1Qbb pause generation where the kernel's
-//! bridge has none. A thread of `rnic lab` enters each switch namespace
-//! (opening its sockets there), reads every egress tbf queue's backlog
-//! each [`POLL`] and, per switch port, feeds a [`PfcTx`] (the NIC's
+//! The switches' stage: 802.1Qbb pause generation where the kernel's
+//! bridge has none, and CE marking on the queues' depth. A thread of
+//! `rnic lab` enters each switch namespace (opening its sockets there) and
+//! reads every egress tbf queue's backlog each [`POLL`]. With an ECN
+//! threshold it marks the ports whose queue is above it
+//! ([`super::mark::Marking`]). With PFC, per switch port, it feeds a
+//! [`PfcTx`] (the NIC's
 //! XOFF/XON hysteresis and refresh) the backlog that port's ingress feeds;
 //! the PFC frames it asks for leave that port with AF_PACKET, toward the
 //! host or the switch behind it (a bridge does not forward
@@ -22,9 +25,10 @@
 //! `tc -s qdisc` each time: a process per poll costs milliseconds, longer
 //! than the poll period.
 
-use super::config::LabConfig;
+use super::config::{LabConfig, PfcThresholds};
 use super::host::Daemon;
-use super::net::Fabric;
+use super::mark::Marking;
+use super::net::{Fabric, TABLE};
 use super::pfc_hold::{nudge, Held, Holder};
 use super::sys::ip;
 use super::LabError;
@@ -57,9 +61,12 @@ pub struct StagePort {
     /// A trunk port: it honours the pauses it receives, holding its tbf
     /// of `link_bps` (limit bytes, frames of MTU).
     pub hold: Option<(u64, u32)>,
+    /// CE-mark toward the port while its queue holds more (0: never).
+    pub ecn_bytes: u64,
 }
 
-/// PFC frames the switches sent out of each port, per priority named.
+/// PFC frames the switches sent out of each port, per priority named
+/// (empty without PFC).
 pub type SentCounts = Vec<[u64; PRIORITIES]>;
 
 /// What the stage counted, per port (in the fabric's port order).
@@ -86,13 +93,13 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
 
 impl PfcStage {
     /// Starts the stage in the switch namespaces `switches` on `ports`
-    /// (in the fabric's port order), pausing at `xoff` bytes and resuming
-    /// at `xon`.
+    /// (in the fabric's port order): with `pfc`, pausing at its XOFF and
+    /// resuming at its XON; CE-marking toward the ports with an ECN
+    /// threshold while their queue holds more.
     pub fn start(
         switches: &[String],
         ports: Vec<StagePort>,
-        xoff: u64,
-        xon: u64,
+        pfc: Option<PfcThresholds>,
     ) -> Result<PfcStage, LabError> {
         let netns = switches
             .iter()
@@ -102,18 +109,19 @@ impl PfcStage {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let n = if pfc.is_some() { ports.len() } else { 0 };
         let counts = Arc::new(Mutex::new(StageCounts {
-            sent: vec![[0u64; PRIORITIES]; ports.len()],
-            held: vec![Held::default(); ports.len()],
+            sent: vec![[0u64; PRIORITIES]; n],
+            held: vec![Held::default(); n],
         }));
         let failed = Arc::new(Mutex::new(None));
         let (s, c, f) = (stop.clone(), counts.clone(), failed.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let names = switches.to_vec();
         let thread = std::thread::Builder::new()
-            .name("lab-pfc".into())
+            .name("lab-switch".into())
             .spawn(move || {
-                let ready = Stage::open(&netns, &names, ports, (xoff, xon));
+                let ready = Stage::open(&netns, &names, ports, pfc);
                 let (stage, said) = match ready {
                     Ok(st) => (Some(st), Ok(())),
                     Err(e) => (None, Err(e)),
@@ -126,7 +134,7 @@ impl PfcStage {
                 }
                 ran
             })
-            .map_err(io("the PFC stage's thread"))?;
+            .map_err(io("the switch stage's thread"))?;
         let mut stage = PfcStage {
             stop,
             failed,
@@ -180,9 +188,14 @@ struct Stage {
     rtnl: Vec<Rtnl>,
     ports: Vec<StagePort>,
     ifindex: Vec<u32>,
+    /// PFC's sockets and generators, one per port (empty: no PFC).
     sockets: Vec<OwnedFd>,
     tx: Vec<PfcTx>,
     holders: Vec<Option<Holder>>,
+    /// Each switch's marking (none without a port that marks).
+    marking: Vec<Option<Marking>>,
+    /// Each port's place in its switch's marking.
+    mark_slot: Vec<usize>,
     t0: std::time::Instant,
 }
 
@@ -191,8 +204,13 @@ impl Stage {
         netns: &[std::fs::File],
         names: &[String],
         ports: Vec<StagePort>,
-        (xoff, xon): (u64, u64),
+        pfc: Option<PfcThresholds>,
     ) -> Result<Stage, LabError> {
+        // a switch reacts in hardware: the stage asks for the CPU first
+        // (SCHED_FIFO 1 where permitted, else a short EEVDF slice; it
+        // sleeps between polls), so a busy machine does not hold a pause
+        // or a mark back by other threads' time slices.
+        let _ = nic::engine::apply_priority(nic::engine::Priority::Auto);
         let mut st = Stage {
             rtnl: Vec::new(),
             ports: Vec::new(),
@@ -200,6 +218,8 @@ impl Stage {
             sockets: Vec::new(),
             tx: Vec::new(),
             holders: Vec::new(),
+            marking: Vec::new(),
+            mark_slot: Vec::new(),
             t0: std::time::Instant::now(),
         };
         for ns in netns {
@@ -209,7 +229,20 @@ impl Stage {
         for p in ports {
             // its sockets are made in its switch's namespace
             enter(&netns[p.switch])?;
-            st.add_port(p.clone(), &names[p.switch], (xoff, xon))?;
+            st.add_port(p.clone(), &names[p.switch], pfc)?;
+        }
+        for (k, ns) in netns.iter().enumerate() {
+            let of_k: Vec<(u32, u64)> = (st.ports.iter().zip(&st.ifindex))
+                .filter(|(p, _)| p.switch == k)
+                .map(|(p, &i)| (i, p.ecn_bytes))
+                .collect();
+            let marks = of_k.iter().any(|&(_, e)| e > 0);
+            enter(ns)?;
+            st.marking.push(if marks {
+                Some(Marking::open(TABLE, &of_k)?)
+            } else {
+                None
+            });
         }
         Ok(st)
     }
@@ -219,24 +252,29 @@ impl Stage {
         &mut self,
         p: StagePort,
         ns: &str,
-        (xoff, xon): (u64, u64),
+        pfc: Option<PfcThresholds>,
     ) -> Result<(), LabError> {
         let idx = self.rtnl[p.switch].link_index(&p.iface)?.ok_or_else(|| {
             io(format!("switch port {}", p.iface))(std::io::ErrorKind::NotFound.into())
         })?;
-        self.sockets
-            .push(packet_socket(idx).map_err(io(format!("an AF_PACKET socket on {}", p.iface)))?);
-        let mut params = PfcTxParams::new(p.link_bps, xoff, xon);
-        params.enabled = 1 << ROCE_PRIORITY;
-        self.tx.push(PfcTx::new(params));
-        let holder = match p.hold {
-            Some((limit, mtu)) => Some(
-                Holder::open(idx, (ns, &p.iface), p.link_bps, limit, mtu)
-                    .map_err(io(format!("a MAC control socket on {}", p.iface)))?,
-            ),
-            None => None,
-        };
-        self.holders.push(holder);
+        self.mark_slot
+            .push(self.ports.iter().filter(|q| q.switch == p.switch).count());
+        if let Some(th) = pfc {
+            self.sockets.push(
+                packet_socket(idx).map_err(io(format!("an AF_PACKET socket on {}", p.iface)))?,
+            );
+            let mut params = PfcTxParams::new(p.link_bps, th.xoff_bytes, th.xon_bytes);
+            params.enabled = 1 << ROCE_PRIORITY;
+            self.tx.push(PfcTx::new(params));
+            let holder = match p.hold {
+                Some((limit, mtu)) => Some(
+                    Holder::open(idx, (ns, &p.iface), p.link_bps, limit, mtu)
+                        .map_err(io(format!("a MAC control socket on {}", p.iface)))?,
+                ),
+                None => None,
+            };
+            self.holders.push(holder);
+        }
         self.ifindex.push(idx);
         self.ports.push(p);
         Ok(())
@@ -268,6 +306,12 @@ impl Stage {
     fn run(&mut self, stop: &AtomicBool, counts: &Mutex<StageCounts>) -> Result<(), LabError> {
         while !stop.load(Ordering::Acquire) {
             let backlog = self.backlogs()?;
+            for (j, b) in backlog.iter().enumerate() {
+                let (k, slot) = (self.ports[j].switch, self.mark_slot[j]);
+                if let Some(m) = self.marking.get_mut(k).and_then(Option::as_mut) {
+                    m.follow(slot, *b)?;
+                }
+            }
             for j in 0..self.tx.len() {
                 let own: Vec<u64> = (0..backlog.len())
                     .map(|i| {
@@ -348,7 +392,7 @@ impl Stage {
     }
 }
 
-/// Starts the stage when `cfg` asks for PFC: every switch port with its
+/// Starts the stage when `cfg` asks for PFC or CE marking: every switch port with its
 /// MAC, pause times in quanta of its link's speed (the hosts' ports: the
 /// speed a port and its host agree on, rnicd's `line_bps`; the trunk's:
 /// its rate), the trunk's ports honouring the pauses they receive.
@@ -357,7 +401,9 @@ pub fn start(
     fabric: &Fabric,
     daemons: &[Daemon],
 ) -> Result<Option<PfcStage>, LabError> {
-    let Some(th) = cfg.pfc else { return Ok(None) };
+    if cfg.pfc.is_none() && fabric.ports.iter().all(|p| p.ecn_bytes == 0) {
+        return Ok(None);
+    }
     let host_bps = daemons
         .iter()
         .filter_map(|d| d.cc_states().ok().map(|c| c.line_bps))
@@ -378,16 +424,26 @@ pub fn start(
             switch: switches.iter().position(|s| *s == p.switch).unwrap_or(0),
             link_bps: if trunk { p.rate_bps } else { host_bps },
             hold: trunk.then_some((p.queue_bytes, cfg.mtu)),
+            ecn_bytes: p.ecn_bytes,
         });
     }
-    let stage = PfcStage::start(&switches, ports, th.xoff_bytes, th.xon_bytes)?;
-    super::say(&format!(
-        "PFC from the switch{}: priority {ROCE_PRIORITY} paused above {} KB of a queue, resumed at {} KB{}",
-        if switches.len() > 1 { "es" } else { "" },
-        th.xoff_bytes / 1000,
-        th.xon_bytes / 1000,
-        if switches.len() > 1 { "; the trunk's pauses honoured" } else { "" },
-    ));
+    let stage = PfcStage::start(&switches, ports, cfg.pfc)?;
+    if let Some(th) = cfg.pfc {
+        super::say(&format!(
+            "PFC from the switch{}: priority {ROCE_PRIORITY} paused above {} KB of a queue, resumed at {} KB{}",
+            if switches.len() > 1 { "es" } else { "" },
+            th.xoff_bytes / 1000,
+            th.xon_bytes / 1000,
+            if switches.len() > 1 { "; the trunk's pauses honoured" } else { "" },
+        ));
+    }
+    if cfg.ecn_bytes > 0 {
+        super::say(&format!(
+            "CE marking toward a port while its queue holds more than {} KB (read every {} µs)",
+            cfg.ecn_bytes / 1000,
+            POLL.as_micros()
+        ));
+    }
     Ok(Some(stage))
 }
 
