@@ -263,6 +263,7 @@ impl LabArgs {
                 iterations: self.iterations,
                 ucx_tls: self.ucx_tls.clone(),
             },
+            machine: Vec::new(),
         }
     }
 }

@@ -24,7 +24,11 @@
 //! sample_ms = 100         # counter sampling period
 //! probe = false           # ib_send_lat h1 → h0 through the same queue ([`super::probe`])
 //! ```
+//!
+//! `[[machine]]` tables instead of the lab's own fabric: one rnicd per real
+//! host, started through a launcher ([`super::machines`]).
 
+use super::machines::{self, Machine, MachineFile};
 use super::workload::{UcxTls, Workload};
 use super::LabError;
 use serde::{Deserialize, Serialize};
@@ -41,6 +45,9 @@ pub struct LabFile {
     pub switch: SwitchFile,
     #[serde(default)]
     pub workload: WorkloadFile,
+    /// Real hosts instead of the lab's namespaces ([`super::machines`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machine: Vec<MachineFile>,
 }
 
 /// The `[switch]` table.
@@ -106,6 +113,11 @@ impl LabFile {
                 iterations: over.workload.iterations.or(self.workload.iterations),
                 ucx_tls: over.workload.ucx_tls.or(self.workload.ucx_tls),
             },
+            machine: if over.machine.is_empty() {
+                self.machine
+            } else {
+                over.machine
+            },
         }
     }
 }
@@ -161,6 +173,9 @@ pub struct LabConfig {
     pub iterations: u32,
     /// A collective's UCX transports.
     pub ucx_tls: UcxTls,
+    /// The real hosts of a lab across machines; empty: the lab's own
+    /// namespaces and switch.
+    pub machines: Vec<Machine>,
 }
 
 /// The switch's PFC thresholds on each egress queue's backlog.
@@ -187,7 +202,18 @@ impl LabConfig {
     /// above 30 KB, a 1000 KB queue, MTU 1500, 10 s of 64 KiB writes,
     /// sampled every 100 ms).
     pub fn from_file(f: LabFile) -> Result<LabConfig, LabError> {
-        let hosts = f.hosts.unwrap_or(3);
+        let machines = machines::check(
+            &f.machine,
+            f.hosts,
+            &f.switch,
+            f.workload.kind.as_deref().is_some_and(|k| k != "incast"),
+            f.workload.probe == Some(true),
+        )?;
+        let hosts = f.hosts.unwrap_or(if machines.is_empty() {
+            3
+        } else {
+            machines.len()
+        });
         if !(2..=MAX_HOSTS).contains(&hosts) {
             return Err(setting("hosts", format!("{hosts}: want 2 to {MAX_HOSTS}")));
         }
@@ -242,6 +268,7 @@ impl LabConfig {
             workload,
             iterations: f.workload.iterations.unwrap_or(0),
             ucx_tls,
+            machines,
         })
     }
 
@@ -252,14 +279,18 @@ impl LabConfig {
             hosts: Some(self.hosts),
             backend: Some(self.backend.arg().into()),
             dcqcn: Some(self.dcqcn),
-            switch: SwitchFile {
-                rate: Some(rate_text(self.rate_bps)),
-                ecn_kb: Some((self.ecn_bytes / 1000) as u32),
-                queue_kb: Some((self.queue_bytes / 1000) as u32),
-                mtu: Some(self.mtu),
-                pfc: Some(self.pfc.is_some()),
-                xoff_kb: self.pfc.map(|p| (p.xoff_bytes / 1000) as u32),
-                xon_kb: self.pfc.map(|p| (p.xon_bytes / 1000) as u32),
+            switch: if !self.machines.is_empty() {
+                SwitchFile::default()
+            } else {
+                SwitchFile {
+                    rate: Some(rate_text(self.rate_bps)),
+                    ecn_kb: Some((self.ecn_bytes / 1000) as u32),
+                    queue_kb: Some((self.queue_bytes / 1000) as u32),
+                    mtu: Some(self.mtu),
+                    pfc: Some(self.pfc.is_some()),
+                    xoff_kb: self.pfc.map(|p| (p.xoff_bytes / 1000) as u32),
+                    xon_kb: self.pfc.map(|p| (p.xon_bytes / 1000) as u32),
+                }
             },
             workload: WorkloadFile {
                 kind: Some(self.workload.word().into()),
@@ -273,6 +304,7 @@ impl LabConfig {
                     .is_collective()
                     .then(|| self.ucx_tls.word().into()),
             },
+            machine: self.machines.iter().map(Machine::to_file).collect(),
         };
         toml::to_string(&f).unwrap_or_default()
     }

@@ -25,7 +25,9 @@
 //! | [`scale`] | the CPU time of the machine, the engines and the programs; whether the hosts, not the fabric, were the bottleneck |
 //! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
 //! | [`sys`] | running tools and children, signals, waiting |
+//! | [`machines`], [`remote`], [`across`] | a lab across machines: the `[[machine]]` tables and their launchers; each machine's rnicd and programs; the incast over the real network |
 
+pub mod across;
 pub mod capture;
 pub mod collective;
 pub mod collective_results;
@@ -35,12 +37,14 @@ mod error;
 pub mod fallback;
 pub mod host;
 pub mod incast;
+pub mod machines;
 pub mod mpi;
 pub mod net;
 pub mod page;
 pub mod pfc;
 pub mod pfc_results;
 pub mod probe;
+pub mod remote;
 pub mod results;
 pub mod run_info;
 pub mod sample;
@@ -109,15 +113,20 @@ fn rnicd_path() -> Result<PathBuf, LabError> {
 }
 
 fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(LabError::NotRoot);
-    }
     let base = match file {
         Some(f) => LabFile::read(f)?,
         None => LabFile::default(),
     };
     let cfg = LabConfig::from_file(base.overridden_by(flags))?;
+    if !cfg.machines.is_empty() {
+        let rnic = std::env::current_exe().map_err(io("this program's path"))?;
+        sys::catch_signals();
+        return across::run(&cfg, &rnic, out);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(LabError::NotRoot);
+    }
     for (prog, flag) in [("ip", "-V"), ("tc", "-V"), ("nft", "--version")] {
         sys::require(prog, flag)?;
     }
@@ -326,12 +335,13 @@ fn workload(
             .collect::<Vec<_>>(),
         config_toml: cfg.to_toml(),
         marking: marking(cfg, frame),
-        reported_gbits: (1..cfg.hosts)
-            .map(|i| {
-                let f = logs.join(format!("ib_write_bw-client-h{i}.txt"));
-                incast::reported_gbits(&std::fs::read_to_string(f).unwrap_or_default())
-            })
-            .collect(),
+        reported_gbits: incast::reported_all(
+            logs,
+            &fabric.hosts[1..]
+                .iter()
+                .map(|h| h.name.clone())
+                .collect::<Vec<_>>(),
+        ),
         probe: rounds.as_deref(),
         // the verdict's rules read an incast (senders toward h0's queue)
         trust: (collective.is_none()).then(|| scale::evidence(cfg, frame, &snaps, &rec.cpu)),
@@ -449,8 +459,12 @@ fn report(sum: &serde_json::Value, out: &Path) {
         .flatten()
         .filter_map(|p| p["ce_marked"].as_u64())
         .sum();
+    let marks = match sum["switch"].as_str() {
+        Some(_) => "switch CE marks not observable (the real network's)".to_string(),
+        None => format!("switch CE marks {marks}"),
+    };
     say(&format!(
-        "switch CE marks {marks}; {} received {} marked packets, sent {} CNPs",
+        "{marks}; {} received {} marked packets, sent {} CNPs",
         r["host"].as_str().unwrap_or("?"),
         r["np_ecn_marked_roce_packets"],
         r["np_cnp_sent"]
@@ -539,13 +553,19 @@ impl ProgressLine {
             .map(|(p, q)| p.marked - q.marked.min(p.marked))
             .sum();
         let cnps = counter(b, 0, "np_cnp_sent").saturating_sub(counter(first, 0, "np_cnp_sent"));
+        let queue = match b.ports.first() {
+            Some(p) => format!(
+                "queue→h0 {:.0} KB  CE marks {marks}",
+                p.backlog as f64 / 1e3
+            ),
+            None => "switch not observable".into(),
+        };
         let line = format!(
-            "lab: {:.1}/{} s{}  Mbit/s: {}  queue→h0 {:.0} KB  CE marks {marks}  CNPs {cnps}",
+            "lab: {:.1}/{} s{}  Mbit/s: {}  {queue}  CNPs {cnps}",
             b.t,
             self.total,
             job.progress(),
             rates.join(" "),
-            b.ports[0].backlog as f64 / 1e3
         );
         let mut err = std::io::stderr().lock();
         let _ = if self.tty {

@@ -71,10 +71,14 @@ fn totals(sum: &Value) -> String {
         "max_backlog_bytes",
     ];
     let r = &sum["receiver"];
+    let switch = match sum["switch"].as_str() {
+        Some(why) => format!("<p class=\"proxy\">{}</p>\n", esc(why)),
+        None => table(&ports, &rows("switch_ports", &ports)),
+    };
     format!(
         "<h2>Flows</h2>\n{}<h2>Switch egress queues</h2>\n{}<h2>Receiver ({})</h2>\n<p>np_ecn_marked_roce_packets {} · np_cnp_sent {}</p>\n",
         table(&flows, &rows("flows", &flows)),
-        table(&ports, &rows("switch_ports", &ports)),
+        switch,
         esc(r["host"].as_str().unwrap_or("?")),
         num(&r["np_ecn_marked_roce_packets"]),
         num(&r["np_cnp_sent"]),
@@ -152,13 +156,18 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
         .collect();
     let _ = write!(
         s,
-        "<p>Hosts {} through one switch; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
+        "<p>Hosts {} through {}; rnicd ports: {}.</p>\n<p class=\"proxy\"><b>ECN marking:</b> {}</p>\n\
          <p>DCQCN: each sender QP's reaction point (current rate Rc, target rate Rt, α) is read from its rnicd \
          every sample (<a href=\"dcqcn.csv\">dcqcn.csv</a>); {}</p>\n",
         esc(&match info.collective {
             Some(_) => format!("{}, one MPI rank each,", info.hosts.join(", ")),
             None => format!("{} → {}", info.hosts[1..].join(", "), info.hosts[0]),
         }),
+        if sum["switch"].is_string() {
+            "the real network"
+        } else {
+            "one switch"
+        },
         esc(&backends.join(", ")),
         esc(&info.marking),
         if sum["dcqcn"]["reaction_point"] == "off" {

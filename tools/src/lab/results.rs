@@ -55,6 +55,7 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
         |a, b| mbits(a, b, 0, "rx_bytes"),
     ));
     let queue = (0..n)
+        .filter(|_| switch_seen(snaps))
         .map(|i| {
             over_time(format!("to {}", info.hosts[i]), snaps, |_, b| {
                 b.ports[i].backlog as f64 / 1e3
@@ -62,7 +63,7 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
         })
         .collect();
     let mut marks: Vec<Series> = Vec::new();
-    for i in 0..n {
+    for i in (0..n).filter(|_| switch_seen(snaps)) {
         let p0 = first.map(|f| f.ports[i].clone()).unwrap_or_default();
         marks.push(over_time(
             format!("CE marks to {}", info.hosts[i]),
@@ -99,13 +100,23 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
             |_, b| since(b, i, "rp_cnp_handled"),
         ));
     }
+    let flows = Plot {
+        stem: "flows",
+        title: "Per-flow rate (sender's transmitted bytes)",
+        y: "Mbit/s",
+        series: rate,
+    };
+    let cnp = Plot {
+        stem: "cnp",
+        title: "ECN-marked packets received, CNPs sent and handled (cumulative)",
+        y: "packets",
+        series: cnp,
+    };
+    if !switch_seen(snaps) {
+        return vec![flows, cnp];
+    }
     vec![
-        Plot {
-            stem: "flows",
-            title: "Per-flow rate (sender's transmitted bytes)",
-            y: "Mbit/s",
-            series: rate,
-        },
+        flows,
         Plot {
             stem: "queue",
             title: "Switch egress queue depth (tbf backlog)",
@@ -118,13 +129,14 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
             y: "frames",
             series: marks,
         },
-        Plot {
-            stem: "cnp",
-            title: "ECN-marked packets received, CNPs sent and handled (cumulative)",
-            y: "packets",
-            series: cnp,
-        },
+        cnp,
     ]
+}
+
+/// Whether the run sampled a switch: the lab's own, not a real network's
+/// ([`super::across`]), whose queues and marks the hosts cannot see.
+pub fn switch_seen(snaps: &[Snapshot]) -> bool {
+    snaps.first().is_some_and(|s| !s.ports.is_empty())
 }
 
 /// Every sample in long form: `t_s,source,name,value` (sources: the hosts
@@ -178,6 +190,7 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
         })
         .collect();
     let ports: Vec<Value> = (0..info.hosts.len())
+        .filter(|_| switch_seen(snaps))
         .map(|i| {
             let (p, q) = (&a.ports[i], &b.ports[i]);
             let max = snaps.iter().map(|s| s.ports[i].backlog).max().unwrap_or(0);
@@ -194,6 +207,7 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
         "marking": info.marking,
         "flows": flows,
         "switch_ports": ports,
+        "switch": (!switch_seen(snaps)).then_some("not observable: the real network's"),
         "receiver": {
             "host": info.hosts[0],
             "np_ecn_marked_roce_packets": d(0, "np_ecn_marked_roce_packets"),
