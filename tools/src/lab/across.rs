@@ -94,7 +94,7 @@ fn start_flows(cfg: &LabConfig, st: &[Station], logs: &Path) -> Result<Vec<Flow>
                     &f.server_log,
                 ));
             }
-            let t = remote::run_on(&sink.machine, &table)?;
+            let t = remote::run_on(&sink.machine, "reading its TCP sockets", &table)?;
             Ok(sys::listens_in(&t, port).then_some(()))
         })?;
     }

@@ -38,10 +38,11 @@ pub enum LabError {
         source: std::io::Error,
     },
     /// A command through a machine's launcher failed ([`super::machines`]).
-    #[error("machine {machine}: `{cmd}` failed: {why}")]
+    #[error("machine {machine}: {what} through `{launcher}` failed: {why}")]
     Machine {
         machine: String,
-        cmd: String,
+        what: &'static str,
+        launcher: String,
         why: String,
     },
     /// An rnicd ended before or during the run.

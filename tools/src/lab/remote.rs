@@ -15,22 +15,31 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// What reads a station's counters.
+const STATS: &str = "rnic stats --daemon";
+
 /// How long a daemon may take to be READY with its port active.
 const START_S: u64 = 60;
 
-/// The error of a command through `m`'s launcher, in one line naming it.
-pub fn failed(m: &Machine, argv: &[String], why: impl Into<String>) -> LabError {
+/// The error of `what`, a command through `m`'s launcher, in one line
+/// naming the machine.
+pub fn failed(m: &Machine, what: &'static str, why: impl Into<String>) -> LabError {
     LabError::Machine {
         machine: m.name.clone(),
-        cmd: argv.join(" "),
+        what,
+        launcher: m.launcher.join(" "),
         why: why.into(),
     }
 }
 
-/// Its output once `argv` (a command through `m`'s launcher) has ended,
+/// Its output once `what` (a command through `m`'s launcher) has ended,
 /// an error naming `m` unless it succeeded.
-fn checked(m: &Machine, argv: &[String], out: std::io::Result<Output>) -> Result<String, LabError> {
-    let out = out.map_err(|e| failed(m, argv, e.to_string()))?;
+fn checked(
+    m: &Machine,
+    what: &'static str,
+    out: std::io::Result<Output>,
+) -> Result<String, LabError> {
+    let out = out.map_err(|e| failed(m, what, e.to_string()))?;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
@@ -38,7 +47,7 @@ fn checked(m: &Machine, argv: &[String], out: std::io::Result<Output>) -> Result
     let last = err.lines().rev().find(|l| !l.trim().is_empty());
     Err(failed(
         m,
-        argv,
+        what,
         format!("{} ({})", last.unwrap_or("no message").trim(), out.status),
     ))
 }
@@ -49,10 +58,10 @@ fn command(argv: &[String]) -> Command {
     c
 }
 
-/// Runs `cmd` on `m` to its end; its stdout.
-pub fn run_on(m: &Machine, cmd: &[String]) -> Result<String, LabError> {
+/// Runs `cmd` (doing `what`) on `m` to its end; its stdout.
+pub fn run_on(m: &Machine, what: &'static str, cmd: &[String]) -> Result<String, LabError> {
     let argv = m.argv(cmd);
-    checked(m, &argv, command(&argv).output())
+    checked(m, what, command(&argv).output())
 }
 
 /// Words from string slices.
@@ -96,7 +105,7 @@ impl Station {
             super::machines::quote(&rnicd),
             super::machines::quote(&rnic)
         );
-        run_on(m, &words(&["sh", "-c", &check]))?;
+        run_on(m, "looking for its programs", &words(&["sh", "-c", &check]))?;
         let scratch = m.scratch(lab_id);
         let mut st = Station {
             machine: m.clone(),
@@ -196,14 +205,9 @@ impl Station {
     /// Its device as `rnic stats --daemon --json --qp` reports it.
     fn device(&self) -> Result<Value, LabError> {
         let argv = self.stats_argv();
-        let out = checked(&self.machine, &argv, command(&argv).output())?;
-        device_of(&out, &self.machine.name).ok_or_else(|| {
-            failed(
-                &self.machine,
-                &argv,
-                format!("no device {} in its answer", self.machine.name),
-            )
-        })
+        let out = checked(&self.machine, STATS, command(&argv).output())?;
+        device_of(&out, &self.machine.name)
+            .ok_or_else(|| failed(&self.machine, STATS, "no device of that name in its answer"))
     }
 
     /// The wire size of a full RoCEv2 data frame at its port's MTU (as
@@ -218,7 +222,7 @@ impl Drop for Station {
     /// its scratch folder) and removes the folder, through the launcher.
     fn drop(&mut self) {
         let cmd = words(&["sh", "-c", &teardown_script(&self.scratch)]);
-        if let Err(e) = run_on(&self.machine, &cmd) {
+        if let Err(e) = run_on(&self.machine, "ending the lab's programs", &cmd) {
             super::say(&format!("teardown: {e}"));
         }
     }
@@ -281,21 +285,19 @@ pub fn sample(
     let asks = stations
         .iter()
         .map(|s| {
-            let argv = s.stats_argv();
-            let child = command(&argv)
+            command(&s.stats_argv())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
-                .spawn();
-            (argv, child)
+                .spawn()
         })
         .collect::<Vec<_>>();
     let mut all = Vec::new();
-    for (s, (argv, child)) in stations.iter_mut().zip(asks) {
+    for (s, child) in stations.iter_mut().zip(asks) {
         let out = child.and_then(|c| c.wait_with_output());
-        let text = checked(&s.machine, &argv, out);
+        let text = checked(&s.machine, STATS, out);
         s.check_alive()?;
         let d = device_of(&text?, &s.machine.name)
-            .ok_or_else(|| failed(&s.machine, &argv, "no device in its answer"))?;
+            .ok_or_else(|| failed(&s.machine, STATS, "no device of that name in its answer"))?;
         all.push(counters_of(&d));
     }
     Ok(all)
