@@ -5,7 +5,8 @@
 //! `ib_write_bw` incast N-1 → 1 through the drop-in, the hosts' and the
 //! switch's counters sampled while it runs, and a results folder of CSV,
 //! SVG and one HTML page. Everything it made is torn down on exit, on
-//! error, and on SIGINT/SIGTERM.
+//! error, and on SIGINT/SIGTERM. With `[[machine]]` tables the same
+//! incast runs across real hosts instead ([`across`]).
 //!
 //! | module | job |
 //! |---|---|
