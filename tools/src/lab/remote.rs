@@ -228,6 +228,9 @@ impl Drop for Station {
     }
 }
 
+/// A host's counters and its QPs' DCQCN state at one instant.
+pub type HostSample = (BTreeMap<String, u64>, CcStates);
+
 /// Device `name` of `rnic stats --daemon --json` output.
 fn device_of(out: &str, name: &str) -> Option<Value> {
     let doc: Value = serde_json::from_str(out).ok()?;
@@ -240,7 +243,7 @@ fn device_of(out: &str, name: &str) -> Option<Value> {
 
 /// A device's counters and its QPs' DCQCN state from its `rnic stats
 /// --daemon --json --qp` entry.
-pub fn counters_of(d: &Value) -> (BTreeMap<String, u64>, CcStates) {
+pub fn counters_of(d: &Value) -> HostSample {
     let counters = d["counters"]
         .as_object()
         .into_iter()
@@ -281,7 +284,7 @@ pub fn counters_of(d: &Value) -> (BTreeMap<String, u64>, CcStates) {
 /// Every station's counters and DCQCN state now, asked of all at once.
 pub fn sample(
     stations: &mut [Station],
-) -> Result<Vec<(BTreeMap<String, u64>, CcStates)>, LabError> {
+) -> Result<Vec<HostSample>, LabError> {
     let asks = stations
         .iter()
         .map(|s| {
