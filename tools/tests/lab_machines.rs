@@ -75,26 +75,18 @@ fn runs_here(test: &str) -> bool {
     if !common::netns::can_run(test) {
         return false;
     }
-    [
-        ("ib_write_bw", "--version", "perftest"),
-        ("setsid", "--version", "util-linux"),
-    ]
-    .iter()
-    .all(|&(tool, flag, package)| {
-        let there = Command::new(tool)
-            .arg(flag)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !there {
-            testkit::skip_or_fail(
-                test,
-                &format!("{tool} is not installed (Debian package {package})"),
-            );
-        }
-        there
-    })
+    [("ib_write_bw", "perftest"), ("setsid", "util-linux")]
+        .iter()
+        .all(|&(tool, package)| {
+            let there = testkit::rnicd::have(tool);
+            if !there {
+                testkit::skip_or_fail(
+                    test,
+                    &format!("{tool} is not installed (Debian package {package})"),
+                );
+            }
+            there
+        })
 }
 
 /// Runs `rnic lab --file` with `text` into `dir/results`: its exit

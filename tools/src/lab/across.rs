@@ -10,9 +10,9 @@
 use super::incast::{self, Flow, BASE_PORT};
 use super::remote::{self, Station};
 use super::sample::Snapshot;
-use super::{io, say, sys, Job, LabConfig, LabError, ProgressLine};
+use super::{io, say, sys, Job, LabConfig, LabError};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Why the switch is missing from the results, for the page and the
 /// output.
@@ -160,29 +160,12 @@ fn sample_until_done(
     snaps: &mut Vec<Snapshot>,
     t0: Instant,
 ) -> Result<(), LabError> {
-    let period = Duration::from_millis(u64::from(cfg.sample_ms));
-    let limit = Duration::from_secs(u64::from(cfg.duration_s) + 60);
-    let mut progress = ProgressLine::new(cfg);
-    let mut next = t0 + period;
-    loop {
-        sys::stopped()?;
-        let done = job.done()?;
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        next += period;
-        snaps.push(snapshot(t0.elapsed().as_secs_f64(), st)?);
+    let limit = super::collective::time_limit(cfg);
+    super::every_sample(cfg, job, (t0, limit), |t, job, progress| {
+        snaps.push(snapshot(t, st)?);
         progress.draw(snaps, job);
-        if done {
-            return Ok(());
-        }
-        if t0.elapsed() > limit {
-            return Err(LabError::Timeout {
-                what: "the workload's end".into(),
-                secs: limit.as_secs(),
-            });
-        }
-    }
+        Ok(())
+    })
 }
 
 /// The hosts' counters and DCQCN state at `t`; no switch port (none is

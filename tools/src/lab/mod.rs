@@ -367,23 +367,37 @@ fn sample_until_done(
     t0: Instant,
     stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
-    let period = Duration::from_millis(u64::from(cfg.sample_ms));
     let limit = collective::time_limit(cfg);
+    every_sample(cfg, job, (t0, limit), |t, job, progress| {
+        for d in daemons.iter_mut() {
+            d.check_alive()?;
+        }
+        rec.take(t, daemons, fabric, stage, cfg.workload.first_sender())?;
+        progress.draw(&rec.snaps, job);
+        Ok(())
+    })
+}
+
+/// Calls `sample` (with the time since `t0`, the job and the progress
+/// line) every `sample_ms` until the job has ended, a signal came, or
+/// `limit` has passed since `t0`.
+fn every_sample(
+    cfg: &LabConfig,
+    job: &mut Job,
+    (t0, limit): (Instant, Duration),
+    mut sample: impl FnMut(f64, &Job, &mut ProgressLine) -> Result<(), LabError>,
+) -> Result<(), LabError> {
+    let period = Duration::from_millis(u64::from(cfg.sample_ms));
     let mut progress = ProgressLine::new(cfg);
     let mut next = t0 + period;
     loop {
         sys::stopped()?;
-        for d in daemons.iter_mut() {
-            d.check_alive()?;
-        }
         let done = job.done()?;
         if let Some(wait) = next.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
         next += period;
-        let t = t0.elapsed().as_secs_f64();
-        rec.take(t, daemons, fabric, stage, cfg.workload.first_sender())?;
-        progress.draw(&rec.snaps, job);
+        sample(t0.elapsed().as_secs_f64(), job, &mut progress)?;
         if done {
             return Ok(());
         }

@@ -282,9 +282,7 @@ pub fn counters_of(d: &Value) -> HostSample {
 }
 
 /// Every station's counters and DCQCN state now, asked of all at once.
-pub fn sample(
-    stations: &mut [Station],
-) -> Result<Vec<HostSample>, LabError> {
+pub fn sample(stations: &mut [Station]) -> Result<Vec<HostSample>, LabError> {
     let asks = stations
         .iter()
         .map(|s| {
