@@ -7,7 +7,8 @@
 //! nothing the lab started is left: no process naming its scratch
 //! folders, no folder, no namespace but the test's own. A machine whose
 //! launcher fails is refused in one line naming it, and what the lab had
-//! started on the others is gone too.
+//! started on the others is gone too. A SIGINT mid-run tears it all down
+//! (exit status 130).
 //!
 //! Needs root, ip, setsid and ib_write_bw (perftest): a loud SKIPPED line
 //! without them, a failure under CI.
@@ -16,8 +17,8 @@ mod common;
 
 use common::{poll_within, STUCK};
 use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use testkit::netns::{ip, Namespaces};
 
 /// The stand-in machines and their network.
@@ -53,10 +54,10 @@ fn machines() -> Machines {
     Machines { _ns: ns }
 }
 
-/// The lab file: machines h0..h2, the launcher of `h<bad>` a namespace
-/// that does not exist when given.
-fn lab_file(bad: Option<usize>) -> String {
-    let mut s = String::from("[workload]\nduration_s = 3\nsample_ms = 200\n");
+/// The lab file: machines h0..h2, an incast of `secs`, the launcher of
+/// `h<bad>` a namespace that does not exist when given.
+fn lab_file(secs: u32, bad: Option<usize>) -> String {
+    let mut s = format!("[workload]\nduration_s = {secs}\nsample_ms = 200\n");
     for i in 0..3 {
         let ns = match bad {
             Some(b) if b == i => "labremote-nowhere".to_string(),
@@ -89,13 +90,13 @@ fn runs_here(test: &str) -> bool {
         })
 }
 
-/// Runs `rnic lab --file` with `text` into `dir/results`: its exit
-/// status, what it said and its pid.
-fn lab(dir: &Path, text: &str) -> (std::process::ExitStatus, String, u32) {
+/// Starts `rnic lab --file` with `text` into `dir/results`, its stderr
+/// into `dir/lab.err`.
+fn start(dir: &Path, text: &str) -> (Child, PathBuf) {
     let file = dir.join("lab.toml");
     std::fs::write(&file, text).unwrap();
     let err = dir.join("lab.err");
-    let mut c = Command::new(assert_cmd::cargo::cargo_bin("rnic"))
+    let c = Command::new(assert_cmd::cargo::cargo_bin("rnic"))
         .arg("lab")
         .arg("--file")
         .arg(&file)
@@ -106,9 +107,21 @@ fn lab(dir: &Path, text: &str) -> (std::process::ExitStatus, String, u32) {
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .unwrap();
+    (c, err)
+}
+
+/// Runs `rnic lab --file` with `text` into `dir/results`: its exit
+/// status, what it said and its pid.
+fn lab(dir: &Path, text: &str) -> (std::process::ExitStatus, String, u32) {
+    let (c, err) = start(dir, text);
+    finish(c, &err)
+}
+
+/// Waits for lab `c` to end: its exit status, what it said and its pid.
+fn finish(mut c: Child, err: &Path) -> (std::process::ExitStatus, String, u32) {
     let pid = c.id();
     let st = poll_within(STUCK, || c.try_wait().ok().flatten());
-    let said = std::fs::read_to_string(&err).unwrap();
+    let said = std::fs::read_to_string(err).unwrap();
     let Some(st) = st else {
         let _ = c.kill();
         let _ = c.wait();
@@ -167,7 +180,7 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     assert_eq!(made.len(), 4, "{made:?}");
 
     let dir = tempfile::tempdir().unwrap();
-    let (st, said, pid) = lab(dir.path(), &lab_file(None));
+    let (st, said, pid) = lab(dir.path(), &lab_file(3, None));
     assert!(st.success(), "rnic lab: {st}\n{said}");
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(our_namespaces(), made, "namespaces other than the test's");
@@ -215,14 +228,38 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     // a launcher that fails: refused in one line naming the machine, and
     // h0's rnicd, already started, is ended with the rest
     let dir = tempfile::tempdir().unwrap();
-    let (st, said, pid) = lab(dir.path(), &lab_file(Some(1)));
+    let (st, said, pid) = lab(dir.path(), &lab_file(3, Some(1)));
     assert_eq!(st.code(), Some(1), "{said}");
     let last = said.lines().rev().find(|l| !l.is_empty()).unwrap_or("");
     assert!(
         last.contains("machine h1") && last.contains("labremote-nowhere"),
         "{said}"
     );
+    assert!(said.contains("torn down"), "{said}");
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
+    assert_eq!(our_namespaces(), made);
+
+    // SIGINT mid-run: torn down on every machine, status 130
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, err) = start(dir.path(), &lab_file(120, None));
+    let pid = c.id();
+    let running = poll_within(STUCK, || {
+        if let Ok(Some(st)) = c.try_wait() {
+            panic!("rnic lab ended ({st}) before its workload");
+        }
+        // the progress line: the workload is sampled, every program is up
+        let said = std::fs::read_to_string(&err).unwrap_or_default();
+        said.contains("Mbit/s: h1").then_some(())
+    });
+    assert!(running.is_some(), "no workload");
+    assert!(!leftovers(pid).is_empty(), "the probe sees no lab running");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    let (st, said, _) = finish(c, &err);
+    assert_eq!(st.code(), Some(130), "{said}");
+    assert!(said.contains("interrupted by signal 2"), "{said}");
+    assert!(said.contains("torn down"), "{said}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "left after SIGINT");
     assert_eq!(our_namespaces(), made);
     drop(m);
     assert_eq!(our_namespaces(), Vec::<String>::new());

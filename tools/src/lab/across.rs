@@ -32,8 +32,24 @@ pub fn run(cfg: &LabConfig, rnic: &Path, out: &Path) -> Result<(), LabError> {
         cfg.machines.len()
     ));
     let mut stations: Vec<Station> = Vec::new();
+    let result = start_all(cfg, (&id, rnic, &logs), &mut stations)
+        .and_then(|()| workload(cfg, &mut stations, out));
+    // the flows went with the workload; now every machine's rnicd
+    drop(stations);
+    say(&format!(
+        "torn down: every program {id} started on the machines is ended and its scratch folder gone"
+    ));
+    result
+}
+
+/// Starts each machine's rnicd, in order, into `stations`.
+fn start_all(
+    cfg: &LabConfig,
+    (id, rnic, logs): (&str, &Path, &Path),
+    stations: &mut Vec<Station>,
+) -> Result<(), LabError> {
     for m in &cfg.machines {
-        let st = Station::start(m, cfg, &id, rnic, &logs)?;
+        let st = Station::start(m, cfg, id, rnic, logs)?;
         say(&format!(
             "{} {} rnicd on {} ({}) via `{}`",
             m.name,
@@ -44,13 +60,7 @@ pub fn run(cfg: &LabConfig, rnic: &Path, out: &Path) -> Result<(), LabError> {
         ));
         stations.push(st);
     }
-    let result = workload(cfg, &mut stations, out);
-    // the flows went with the workload; now every machine's rnicd
-    drop(stations);
-    say(&format!(
-        "torn down: every program {id} started on the machines is ended and its scratch folder gone"
-    ));
-    result
+    Ok(())
 }
 
 /// Starts the first station's servers, one per sender, waits until each

@@ -12,6 +12,7 @@ use serde_json::Value;
 use softrnic::proto::{CcStates, QpCcState};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -52,9 +53,11 @@ fn checked(
     ))
 }
 
+/// `argv` to run, in a process group of its own (a Ctrl-C on the
+/// terminal reaches the lab alone, which tears down in order).
 fn command(argv: &[String]) -> Command {
     let mut c = Command::new(&argv[0]);
-    c.args(&argv[1..]).stdin(Stdio::null());
+    c.args(&argv[1..]).stdin(Stdio::null()).process_group(0);
     c
 }
 
