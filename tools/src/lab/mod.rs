@@ -529,6 +529,8 @@ struct ProgressLine {
     tty: bool,
     /// The first sending host: h1 in the incast, h0 in a collective.
     from: usize,
+    /// The hosts' names: h0.., or the machines'.
+    names: Vec<String>,
     total: u32,
     last: Option<Instant>,
 }
@@ -538,6 +540,10 @@ impl ProgressLine {
         ProgressLine {
             tty: std::io::stderr().is_terminal(),
             from: cfg.workload.first_sender(),
+            names: match &cfg.machines[..] {
+                [] => (0..cfg.hosts).map(|i| format!("h{i}")).collect(),
+                m => m.iter().map(|m| m.name.clone()).collect(),
+            },
             total: cfg.duration_s,
             last: None,
         }
@@ -557,7 +563,8 @@ impl ProgressLine {
         let rates: Vec<String> = (self.from..b.hosts.len())
             .map(|i| {
                 let bytes = counter(b, i, "tx_bytes").saturating_sub(counter(a, i, "tx_bytes"));
-                format!("h{i} {:.0}", bytes as f64 * 8.0 / dt / 1e6)
+                let name = self.names.get(i).map_or("?", String::as_str);
+                format!("{name} {:.0}", bytes as f64 * 8.0 / dt / 1e6)
             })
             .collect();
         let first = &snaps[0];
