@@ -54,28 +54,6 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
         snaps,
         |a, b| mbits(a, b, 0, "rx_bytes"),
     ));
-    let queue = (0..n)
-        .filter(|_| switch_seen(snaps))
-        .map(|i| {
-            over_time(format!("to {}", info.hosts[i]), snaps, |_, b| {
-                b.ports[i].backlog as f64 / 1e3
-            })
-        })
-        .collect();
-    let mut marks: Vec<Series> = Vec::new();
-    for i in (0..n).filter(|_| switch_seen(snaps)) {
-        let p0 = first.map(|f| f.ports[i].clone()).unwrap_or_default();
-        marks.push(over_time(
-            format!("CE marks to {}", info.hosts[i]),
-            snaps,
-            |_, b| b.ports[i].marked.saturating_sub(p0.marked) as f64,
-        ));
-        marks.push(over_time(
-            format!("drops to {}", info.hosts[i]),
-            snaps,
-            |_, b| b.ports[i].drops.saturating_sub(p0.drops) as f64,
-        ));
-    }
     let mut cnp = vec![
         over_time(
             format!("{} np_ecn_marked_roce_packets", info.hosts[0]),
@@ -100,23 +78,52 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
             |_, b| since(b, i, "rp_cnp_handled"),
         ));
     }
-    let flows = Plot {
+    let mut plots = vec![Plot {
         stem: "flows",
         title: "Per-flow rate (sender's transmitted bytes)",
         y: "Mbit/s",
         series: rate,
-    };
-    let cnp = Plot {
+    }];
+    plots.extend(switch_plots(info, snaps));
+    plots.push(Plot {
         stem: "cnp",
         title: "ECN-marked packets received, CNPs sent and handled (cumulative)",
         y: "packets",
         series: cnp,
-    };
+    });
+    plots
+}
+
+/// The switch's plots: each egress queue's depth, its CE marks and
+/// drops; none when no switch was sampled ([`switch_seen`]).
+fn switch_plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
     if !switch_seen(snaps) {
-        return vec![flows, cnp];
+        return Vec::new();
+    }
+    let n = info.hosts.len();
+    let first = snaps.first();
+    let queue = (0..n)
+        .map(|i| {
+            over_time(format!("to {}", info.hosts[i]), snaps, |_, b| {
+                b.ports[i].backlog as f64 / 1e3
+            })
+        })
+        .collect();
+    let mut marks: Vec<Series> = Vec::new();
+    for i in 0..n {
+        let p0 = first.map(|f| f.ports[i].clone()).unwrap_or_default();
+        marks.push(over_time(
+            format!("CE marks to {}", info.hosts[i]),
+            snaps,
+            |_, b| b.ports[i].marked.saturating_sub(p0.marked) as f64,
+        ));
+        marks.push(over_time(
+            format!("drops to {}", info.hosts[i]),
+            snaps,
+            |_, b| b.ports[i].drops.saturating_sub(p0.drops) as f64,
+        ));
     }
     vec![
-        flows,
         Plot {
             stem: "queue",
             title: "Switch egress queue depth (tbf backlog)",
@@ -129,7 +136,6 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
             y: "frames",
             series: marks,
         },
-        cnp,
     ]
 }
 
@@ -327,5 +333,22 @@ mod tests {
             csv.starts_with("series,time_s,value\nh1→h0,0.100,100.000\n"),
             "{csv}"
         );
+        assert_eq!(s["switch"], Value::Null);
+        // no switch sampled (a lab across machines): no queue or mark
+        // plot, no port, and the summary says why
+        let unseen: Vec<Snapshot> = snaps
+            .iter()
+            .cloned()
+            .map(|mut s| {
+                s.ports.clear();
+                s
+            })
+            .collect();
+        let stems: Vec<&str> = plots(&info, &unseen).iter().map(|p| p.stem).collect();
+        assert_eq!(stems, ["flows", "cnp"]);
+        let s = summary(&info, &unseen);
+        assert!(s["switch"].as_str().unwrap().contains("not observable"));
+        assert_eq!(s["switch_ports"], json!([]));
+        assert_eq!(s["receiver"]["np_cnp_sent"], 3);
     }
 }
