@@ -275,22 +275,18 @@ impl LabConfig {
     /// The settings as a lab file (written into the results folder, so
     /// the run can be repeated with `--file`).
     pub fn to_toml(&self) -> String {
-        let f = LabFile {
+        let mut f = LabFile {
             hosts: Some(self.hosts),
             backend: Some(self.backend.arg().into()),
             dcqcn: Some(self.dcqcn),
-            switch: if !self.machines.is_empty() {
-                SwitchFile::default()
-            } else {
-                SwitchFile {
-                    rate: Some(rate_text(self.rate_bps)),
-                    ecn_kb: Some((self.ecn_bytes / 1000) as u32),
-                    queue_kb: Some((self.queue_bytes / 1000) as u32),
-                    mtu: Some(self.mtu),
-                    pfc: Some(self.pfc.is_some()),
-                    xoff_kb: self.pfc.map(|p| (p.xoff_bytes / 1000) as u32),
-                    xon_kb: self.pfc.map(|p| (p.xon_bytes / 1000) as u32),
-                }
+            switch: SwitchFile {
+                rate: Some(rate_text(self.rate_bps)),
+                ecn_kb: Some((self.ecn_bytes / 1000) as u32),
+                queue_kb: Some((self.queue_bytes / 1000) as u32),
+                mtu: Some(self.mtu),
+                pfc: Some(self.pfc.is_some()),
+                xoff_kb: self.pfc.map(|p| (p.xoff_bytes / 1000) as u32),
+                xon_kb: self.pfc.map(|p| (p.xon_bytes / 1000) as u32),
             },
             workload: WorkloadFile {
                 kind: Some(self.workload.word().into()),
@@ -306,6 +302,10 @@ impl LabConfig {
             },
             machine: self.machines.iter().map(Machine::to_file).collect(),
         };
+        if !self.machines.is_empty() {
+            // across machines there is no switch of the lab's
+            f.switch = SwitchFile::default();
+        }
         toml::to_string(&f).unwrap_or_default()
     }
 }

@@ -61,20 +61,12 @@ fn setting(what: &'static str, why: impl Into<String>) -> LabError {
     }
 }
 
-/// The switch keys a lab file gives, by name.
-fn switch_keys(s: &SwitchFile) -> Vec<&'static str> {
-    [
-        ("rate", s.rate.is_some()),
-        ("ecn_kb", s.ecn_kb.is_some()),
-        ("queue_kb", s.queue_kb.is_some()),
-        ("mtu", s.mtu.is_some()),
-        ("pfc", s.pfc.is_some()),
-        ("xoff_kb", s.xoff_kb.is_some()),
-        ("xon_kb", s.xon_kb.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(k, given)| given.then_some(k))
-    .collect()
+/// The `[switch]` keys a lab file (or a flag) gives, by name.
+fn switch_keys(s: &SwitchFile) -> Vec<String> {
+    toml::Value::try_from(s)
+        .ok()
+        .and_then(|v| v.as_table().map(|t| t.keys().cloned().collect()))
+        .unwrap_or_default()
 }
 
 /// Checks the `[[machine]]` tables against the rest of the file: no
