@@ -1,7 +1,8 @@
 //! `rnic lab` across machines, with namespaces standing in for them: three
 //! namespaces `labremote-m0..m2` on a bridge (a fourth namespace, the
 //! "real network"), a lab file whose `[[machine]]` launchers are `ip
-//! netns exec labremote-mN`. The incast h1, h2 → h0 runs through the
+//! netns exec labremote-mN`, and for m2 a stand-in for `ssh` that, as
+//! ssh does, hands its words to a shell there as one line. The incast h1, h2 → h0 runs through the
 //! launchers; the results folder has each flow's rate with bytes moved
 //! and says the switch is not observable (no queue plot), and afterwards
 //! nothing the lab started is left: no process naming its scratch
@@ -54,17 +55,39 @@ fn machines() -> Machines {
     Machines { _ns: ns }
 }
 
-/// The lab file: machines h0..h2, an incast of `secs`, the launcher of
-/// `h<bad>` a namespace that does not exist when given.
-fn lab_file(secs: u32, bad: Option<usize>) -> String {
+/// A stand-in for `ssh` in `dir`: `ssh HOST WORDS...` runs the words
+/// joined by blanks in a shell in namespace HOST, as ssh hands them to
+/// the remote user's shell (so the lab must quote them).
+fn fake_ssh(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let ssh = bin.join("ssh");
+    std::fs::write(
+        &ssh,
+        "#!/bin/sh\nhost=$1; shift\nexec ip netns exec \"$host\" sh -c \"$*\"\n",
+    )
+    .unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&ssh, mode).unwrap();
+    ssh
+}
+
+/// The lab file: machines h0..h2 (h2 through `ssh`, [`fake_ssh`]), an
+/// incast of `secs`, the launcher of `h<bad>` a namespace that does not
+/// exist when given.
+fn lab_file(secs: u32, ssh: &Path, bad: Option<usize>) -> String {
     let mut s = format!("[workload]\nduration_s = {secs}\nsample_ms = 200\n");
     for i in 0..3 {
         let ns = match bad {
             Some(b) if b == i => "labremote-nowhere".to_string(),
             _ => machine_ns(i),
         };
+        let launcher = match i {
+            2 => format!("{} {ns}", ssh.display()),
+            _ => format!("ip netns exec {ns}"),
+        };
         s += &format!(
-            "\n[[machine]]\nname = \"h{i}\"\nlauncher = \"ip netns exec {ns}\"\niface = \"lrm{i}\"\n\
+            "\n[[machine]]\nname = \"h{i}\"\nlauncher = \"{launcher}\"\niface = \"lrm{i}\"\n\
              ip = \"10.77.0.{}\"\nrate = \"200mbit\"\n",
             i + 1
         );
@@ -179,8 +202,10 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     let made = our_namespaces();
     assert_eq!(made.len(), 4, "{made:?}");
 
+    let tools = tempfile::tempdir().unwrap();
+    let ssh = fake_ssh(tools.path());
     let dir = tempfile::tempdir().unwrap();
-    let (st, said, pid) = lab(dir.path(), &lab_file(3, None));
+    let (st, said, pid) = lab(dir.path(), &lab_file(3, &ssh, None));
     assert!(st.success(), "rnic lab: {st}\n{said}");
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(our_namespaces(), made, "namespaces other than the test's");
@@ -221,14 +246,14 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     assert!(page.contains("not observable"), "the page hides it");
     let again = std::fs::read_to_string(out.join("lab.toml")).unwrap();
     assert!(
-        again.contains("[[machine]]") && again.contains("ip netns exec labremote-m2"),
+        again.contains("[[machine]]") && again.contains("ip netns exec labremote-m1"),
         "{again}"
     );
 
     // a launcher that fails: refused in one line naming the machine, and
     // h0's rnicd, already started, is ended with the rest
     let dir = tempfile::tempdir().unwrap();
-    let (st, said, pid) = lab(dir.path(), &lab_file(3, Some(1)));
+    let (st, said, pid) = lab(dir.path(), &lab_file(3, &ssh, Some(1)));
     assert_eq!(st.code(), Some(1), "{said}");
     let last = said.lines().rev().find(|l| !l.is_empty()).unwrap_or("");
     assert!(
@@ -241,7 +266,7 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
 
     // SIGINT mid-run: torn down on every machine, status 130
     let dir = tempfile::tempdir().unwrap();
-    let (mut c, err) = start(dir.path(), &lab_file(120, None));
+    let (mut c, err) = start(dir.path(), &lab_file(120, &ssh, None));
     let pid = c.id();
     let running = poll_within(STUCK, || {
         if let Ok(Some(st)) = c.try_wait() {
