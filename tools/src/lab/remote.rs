@@ -86,8 +86,6 @@ pub struct Station {
     pub log: PathBuf,
     /// The port backend rnicd reports.
     pub backend: String,
-    /// Its port's active MTU, bytes.
-    pub active_mtu: u64,
 }
 
 impl Station {
@@ -118,7 +116,6 @@ impl Station {
             rnicd: None,
             log: logs.join(format!("rnicd-{}.log", m.name)),
             backend: String::new(),
-            active_mtu: 0,
         };
         let mut cmd = vec![
             rnicd,
@@ -167,13 +164,11 @@ impl Station {
         })?;
         self.backend = super::host::backend_of(&self.said(), &self.machine.iface)
             .unwrap_or_else(|| "unknown".into());
-        let dev = super::sys::wait(&format!("{name}: port active"), START_S, || {
+        super::sys::wait(&format!("{name}: port active"), START_S, || {
             self.check_alive()?;
-            let d = self.device()?;
-            Ok((d["port_state"] == 4).then_some(d))
-        })?;
-        self.active_mtu = dev["active_mtu"].as_u64().unwrap_or(0);
-        Ok(())
+            // IBV_PORT_ACTIVE
+            Ok((self.device()?["port_state"] == 4).then_some(()))
+        })
     }
 
     fn said(&self) -> String {
@@ -211,12 +206,6 @@ impl Station {
         let out = checked(&self.machine, STATS, command(&argv).output())?;
         device_of(&out, &self.machine.name)
             .ok_or_else(|| failed(&self.machine, STATS, "no device of that name in its answer"))
-    }
-
-    /// The wire size of a full RoCEv2 data frame at its port's MTU (as
-    /// [`super::host::Daemon::data_frame_bytes`]).
-    pub fn data_frame_bytes(&self) -> u64 {
-        self.active_mtu + 14 + 20 + 8 + 12 + 4
     }
 }
 
