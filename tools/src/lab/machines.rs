@@ -11,7 +11,7 @@
 //! iface = "eth1"                              # its RoCE interface
 //! ip = "10.0.0.1"                             # that interface's IPv4 address (its GID)
 //! bin_dir = "/opt/softrnic/bin"               # rnicd and rnic there (default: this rnic's folder)
-//! rate = "25gbit"                             # rnicd --line-rate (default: the interface's speed)
+//! rate = "25gbit"                             # rnicd --line-rate, DCQCN's ceiling (default: the interface's speed)
 //! ```
 //!
 //! Every program the lab starts on a machine runs in a session of its
@@ -50,7 +50,8 @@ pub struct Machine {
     /// The folder of `rnicd` and `rnic` there; `None`: this rnic's own
     /// folder (the same path on every machine).
     pub bin_dir: Option<PathBuf>,
-    /// rnicd's `--line-rate`, bits per second; `None`: the interface's.
+    /// rnicd's `--line-rate` (DCQCN's ceiling and steps; it paces
+    /// nothing), bits per second; `None`: the interface's speed.
     pub rate_bps: Option<u64>,
 }
 
