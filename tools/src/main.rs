@@ -160,8 +160,10 @@ drop-in (rnic exec), samples every host's counters, the senders' DCQCN state (Rc
 collective of ours instead (Open MPI over UCX, one rank per host; --ucx-tls tcp forces UCX onto TCP \
 sockets, the RNIC bypassed) and plots each iteration's completion time. DCQCN is on (rnicd's default). \
 Needs root. Everything it creates carries the prefix rnlab-<pid> and is torn down on exit, on \
-error and on SIGINT/SIGTERM.",
-        after_help = "Examples:\n  sudo rnic lab --hosts 3 --rate 100mbit --ecn-kb 30 --duration 10 --out /tmp/lab\n  sudo rnic lab --file incast.toml --out /tmp/lab\n  sudo rnic lab --hosts 5 --ecn-kb 0 --out /tmp/no-ecn      # no marking: no CNPs\n  sudo rnic lab --hosts 4 --workload allreduce --size 1048576 --out /tmp/ar\n  sudo rnic lab --hosts 4 --workload allreduce --ucx-tls tcp --out /tmp/ar-tcp   # the TCP fallback"
+error and on SIGINT/SIGTERM. With [[machine]] tables in --file, the incast runs across real hosts \
+instead, one rnicd each, every program started through each machine's launcher (ssh, kubectl exec, \
+srun...): docs/lab.md, \"Across machines\".",
+        after_help = "Examples:\n  sudo rnic lab --hosts 3 --rate 100mbit --ecn-kb 30 --duration 10 --out /tmp/lab\n  sudo rnic lab --file incast.toml --out /tmp/lab\n  sudo rnic lab --hosts 5 --ecn-kb 0 --out /tmp/no-ecn      # no marking: no CNPs\n  sudo rnic lab --hosts 4 --workload allreduce --size 1048576 --out /tmp/ar\n  sudo rnic lab --hosts 4 --workload allreduce --ucx-tls tcp --out /tmp/ar-tcp   # the TCP fallback\n  rnic lab --file machines.toml --out /tmp/across   # across real hosts over SSH"
     )]
     Lab(LabArgs),
     /// Draw an SVG line plot of a CSV of `series,x,y` rows (x: message sizes, log2 axis).
@@ -273,6 +275,7 @@ impl LabArgs {
                 ucx_tls: self.ucx_tls.clone(),
                 trace: self.trace.clone(),
             },
+            machine: Vec::new(),
         }
     }
 }

@@ -253,9 +253,12 @@ pub fn show_daemons(as_json: bool, dir: Option<PathBuf>, qps: bool) -> Result<()
 fn daemon_device(sock: &std::path::Path, qps: bool) -> Result<Value, softrnic::Error> {
     let c = softrnic::Context::open(sock)?;
     let st = c.stats()?;
+    let p = c.query_port(1)?;
     let mut d = json!({
         "name": c.device.name,
         "port": 1,
+        "port_state": p.state,
+        "active_mtu": p.active_mtu,
         "socket": sock.display().to_string(),
         "cm_counters": st.cm,
         "counters": st.counters,

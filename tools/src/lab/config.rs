@@ -32,7 +32,11 @@
 //! sample_ms = 100         # counter sampling period
 //! probe = false           # ib_send_lat h1 → h0 through the same queue ([`super::probe`])
 //! ```
+//!
+//! `[[machine]]` tables instead of the lab's own fabric: one rnicd per real
+//! host, started through a launcher ([`super::machines`]).
 
+use super::machines::{self, Machine, MachineFile};
 pub use super::trace::Trace;
 pub use super::trunk::{TrunkConfig, TrunkFile};
 use super::workload::{UcxTls, Workload};
@@ -55,6 +59,9 @@ pub struct LabFile {
     pub trunk: TrunkFile,
     #[serde(default)]
     pub workload: WorkloadFile,
+    /// Real hosts instead of the lab's namespaces ([`super::machines`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machine: Vec<MachineFile>,
 }
 
 /// The `[switch]` table.
@@ -130,6 +137,11 @@ impl LabFile {
                 ucx_tls: over.workload.ucx_tls.or(self.workload.ucx_tls),
                 trace: over.workload.trace.or(self.workload.trace),
             },
+            machine: if over.machine.is_empty() {
+                self.machine
+            } else {
+                over.machine
+            },
         }
     }
 }
@@ -193,6 +205,9 @@ pub struct LabConfig {
     pub trunk: Option<TrunkConfig>,
     /// `kind = "trace"`: the flows to replay.
     pub trace: Option<Trace>,
+    /// The real hosts of a lab across machines; empty: the lab's own
+    /// namespaces and switch.
+    pub machines: Vec<Machine>,
 }
 
 /// The switch's PFC thresholds on each egress queue's backlog.
@@ -219,7 +234,24 @@ impl LabConfig {
     /// above 30 KB, a 1000 KB queue, MTU 1500, 10 s of 64 KiB writes,
     /// sampled every 100 ms).
     pub fn from_file(f: LabFile) -> Result<LabConfig, LabError> {
-        let hosts = f.hosts.unwrap_or(3);
+        let machines = machines::check(
+            &f.machine,
+            f.hosts,
+            &f.switch,
+            f.workload.kind.as_deref().is_some_and(|k| k != "incast"),
+            f.workload.probe == Some(true),
+        )?;
+        if !machines.is_empty() && (f.switches.is_some_and(|n| n != 1) || !f.trunk.is_empty()) {
+            return Err(setting(
+                "switches",
+                "a lab across machines builds no switch, nor a trunk between two",
+            ));
+        }
+        let hosts = f.hosts.unwrap_or(if machines.is_empty() {
+            3
+        } else {
+            machines.len()
+        });
         if !(2..=MAX_HOSTS).contains(&hosts) {
             return Err(setting("hosts", format!("{hosts}: want 2 to {MAX_HOSTS}")));
         }
@@ -284,13 +316,14 @@ impl LabConfig {
             ucx_tls,
             trunk,
             trace,
+            machines,
         })
     }
 
     /// The settings as a lab file (written into the results folder, so
     /// the run can be repeated with `--file`).
     pub fn to_toml(&self) -> String {
-        let f = LabFile {
+        let mut f = LabFile {
             hosts: Some(self.hosts),
             backend: Some(self.backend.arg().into()),
             dcqcn: Some(self.dcqcn),
@@ -319,7 +352,12 @@ impl LabConfig {
                     .then(|| self.ucx_tls.word().into()),
                 trace: self.trace.as_ref().map(|t| t.path.display().to_string()),
             },
+            machine: self.machines.iter().map(Machine::to_file).collect(),
         };
+        if !self.machines.is_empty() {
+            // across machines there is no switch of the lab's
+            f.switch = SwitchFile::default();
+        }
         toml::to_string(&f).unwrap_or_default()
     }
 }

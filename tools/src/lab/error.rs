@@ -37,6 +37,14 @@ pub enum LabError {
         prog: String,
         source: std::io::Error,
     },
+    /// A command through a machine's launcher failed ([`super::machines`]).
+    #[error("machine {machine}: {what} through `{launcher}` failed: {why}")]
+    Machine {
+        machine: String,
+        what: &'static str,
+        launcher: String,
+        why: String,
+    },
     /// An rnicd ended before or during the run.
     #[error("rnicd of {host} ended ({status}): {log}")]
     Rnicd {

@@ -30,13 +30,7 @@ fn perftest(
     port: u16,
     peer: Option<&str>,
 ) -> Vec<String> {
-    let args = [
-        "--report_gbits".to_string(),
-        "-D".into(),
-        cfg.duration_s.to_string(),
-        "-s".into(),
-        cfg.size.to_string(),
-    ];
+    let args = perftest_args(cfg);
     perftest_argv(
         rnic,
         (&d.sock_dir, &d.net.name),
@@ -45,6 +39,18 @@ fn perftest(
         port,
         peer,
     )
+}
+
+/// ib_write_bw's arguments of the incast: `-D` seconds of `-s` byte
+/// writes, its average in Gbit/s.
+pub fn perftest_args(cfg: &LabConfig) -> Vec<String> {
+    vec![
+        "--report_gbits".to_string(),
+        "-D".into(),
+        cfg.duration_s.to_string(),
+        "-s".into(),
+        cfg.size.to_string(),
+    ]
 }
 
 /// A perftest program's command line through `rnic exec` (`rnic` is this
@@ -171,6 +177,18 @@ pub fn all_done(flows: &mut [Flow]) -> Result<bool, LabError> {
         }
     }
     Ok(done)
+}
+
+/// The average rate each sender's ib_write_bw reported, Gbit/s, from
+/// their outputs in `logs`.
+pub fn reported_all(logs: &Path, senders: &[String]) -> Vec<Option<f64>> {
+    senders
+        .iter()
+        .map(|h| {
+            let f = logs.join(format!("ib_write_bw-client-{h}.txt"));
+            reported_gbits(&std::fs::read_to_string(f).unwrap_or_default())
+        })
+        .collect()
 }
 
 /// The average rate ib_write_bw reported (its `BW average[Gb/sec]`

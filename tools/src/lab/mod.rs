@@ -5,7 +5,8 @@
 //! `ib_write_bw` incast N-1 → 1 through the drop-in, the hosts' and the
 //! switch's counters sampled while it runs, and a results folder of CSV,
 //! SVG and one HTML page. Everything it made is torn down on exit, on
-//! error, and on SIGINT/SIGTERM.
+//! error, and on SIGINT/SIGTERM. With `[[machine]]` tables the same
+//! incast runs across real hosts instead ([`across`]).
 //!
 //! | module | job |
 //! |---|---|
@@ -29,7 +30,9 @@
 //! | [`scale`] | the CPU time of the machine, the engines and the programs; whether the hosts, not the fabric, were the bottleneck |
 //! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
 //! | [`sys`] | running tools and children, signals, waiting |
+//! | [`machines`], [`remote`], [`across`] | a lab across machines: the `[[machine]]` tables and their launchers; each machine's rnicd and programs; the incast over the real network |
 
+pub mod across;
 pub mod capture;
 pub mod collective;
 pub mod collective_results;
@@ -39,6 +42,7 @@ mod error;
 pub mod fallback;
 pub mod host;
 pub mod incast;
+pub mod machines;
 pub mod mark;
 pub mod mpi;
 pub mod net;
@@ -47,6 +51,7 @@ pub mod pfc;
 pub mod pfc_hold;
 pub mod pfc_results;
 pub mod probe;
+pub mod remote;
 pub mod replay;
 pub mod results;
 pub mod run_info;
@@ -118,15 +123,20 @@ fn rnicd_path() -> Result<PathBuf, LabError> {
 }
 
 fn lab(file: Option<&Path>, flags: LabFile, out: &Path) -> Result<(), LabError> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(LabError::NotRoot);
-    }
     let base = match file {
         Some(f) => LabFile::read(f)?,
         None => LabFile::default(),
     };
     let cfg = LabConfig::from_file(base.overridden_by(flags))?;
+    if !cfg.machines.is_empty() {
+        let rnic = std::env::current_exe().map_err(io("this program's path"))?;
+        sys::catch_signals();
+        return across::run(&cfg, &rnic, out);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(LabError::NotRoot);
+    }
     for (prog, flag) in [("ip", "-V"), ("tc", "-V"), ("nft", "--version")] {
         sys::require(prog, flag)?;
     }
@@ -369,12 +379,13 @@ fn workload(
             .collect::<Vec<_>>(),
         config_toml: cfg.to_toml(),
         marking: marking(cfg),
-        reported_gbits: (1..cfg.hosts)
-            .map(|i| {
-                let f = logs.join(format!("ib_write_bw-client-h{i}.txt"));
-                incast::reported_gbits(&std::fs::read_to_string(f).unwrap_or_default())
-            })
-            .collect(),
+        reported_gbits: incast::reported_all(
+            logs,
+            &fabric.hosts[1..]
+                .iter()
+                .map(|h| h.name.clone())
+                .collect::<Vec<_>>(),
+        ),
         probe: rounds.as_deref(),
         // the verdict's rules read an incast (senders toward h0's queue)
         trust: (cfg.workload == workload::Workload::Incast)
@@ -406,23 +417,37 @@ fn sample_until_done(
     t0: Instant,
     stage: Option<&pfc::PfcStage>,
 ) -> Result<(), LabError> {
-    let period = Duration::from_millis(u64::from(cfg.sample_ms));
     let limit = collective::time_limit(cfg);
+    every_sample(cfg, job, (t0, limit), |t, job, progress| {
+        for d in daemons.iter_mut() {
+            d.check_alive()?;
+        }
+        rec.take(t, daemons, fabric, stage, cfg.workload.first_sender())?;
+        progress.draw(&rec.snaps, job);
+        Ok(())
+    })
+}
+
+/// Calls `sample` (with the time since `t0`, the job and the progress
+/// line) every `sample_ms` until the job has ended, a signal came, or
+/// `limit` has passed since `t0`.
+fn every_sample(
+    cfg: &LabConfig,
+    job: &mut Job,
+    (t0, limit): (Instant, Duration),
+    mut sample: impl FnMut(f64, &Job, &mut ProgressLine) -> Result<(), LabError>,
+) -> Result<(), LabError> {
+    let period = Duration::from_millis(u64::from(cfg.sample_ms));
     let mut progress = ProgressLine::new(cfg);
     let mut next = t0 + period;
     loop {
         sys::stopped()?;
-        for d in daemons.iter_mut() {
-            d.check_alive()?;
-        }
         let done = job.done()?;
         if let Some(wait) = next.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
         next += period;
-        let t = t0.elapsed().as_secs_f64();
-        rec.take(t, daemons, fabric, stage, cfg.workload.first_sender())?;
-        progress.draw(&rec.snaps, job);
+        sample(t0.elapsed().as_secs_f64(), job, &mut progress)?;
         if done {
             return Ok(());
         }
@@ -495,8 +520,12 @@ fn report(sum: &serde_json::Value, out: &Path) {
         .flatten()
         .filter_map(|p| p["ce_marked"].as_u64())
         .sum();
+    let marks = match sum["switch"].as_str() {
+        Some(_) => "switch CE marks not observable (the real network's)".to_string(),
+        None => format!("switch CE marks {marks}"),
+    };
     say(&format!(
-        "switch CE marks {marks}; {} received {} marked packets, sent {} CNPs",
+        "{marks}; {} received {} marked packets, sent {} CNPs",
         r["host"].as_str().unwrap_or("?"),
         r["np_ecn_marked_roce_packets"],
         r["np_cnp_sent"]
@@ -549,6 +578,8 @@ struct ProgressLine {
     tty: bool,
     /// The first sending host: h1 in the incast, h0 in a collective.
     from: usize,
+    /// The hosts' names: h0.., or the machines'.
+    names: Vec<String>,
     total: u32,
     last: Option<Instant>,
 }
@@ -558,6 +589,10 @@ impl ProgressLine {
         ProgressLine {
             tty: std::io::stderr().is_terminal(),
             from: cfg.workload.first_sender(),
+            names: match &cfg.machines[..] {
+                [] => (0..cfg.hosts).map(|i| format!("h{i}")).collect(),
+                m => m.iter().map(|m| m.name.clone()).collect(),
+            },
             total: cfg.duration_s,
             last: None,
         }
@@ -577,7 +612,8 @@ impl ProgressLine {
         let rates: Vec<String> = (self.from..b.hosts.len())
             .map(|i| {
                 let bytes = counter(b, i, "tx_bytes").saturating_sub(counter(a, i, "tx_bytes"));
-                format!("h{i} {:.0}", bytes as f64 * 8.0 / dt / 1e6)
+                let name = self.names.get(i).map_or("?", String::as_str);
+                format!("{name} {:.0}", bytes as f64 * 8.0 / dt / 1e6)
             })
             .collect();
         let first = &snaps[0];
@@ -588,13 +624,19 @@ impl ProgressLine {
             .map(|(p, q)| p.marked - q.marked.min(p.marked))
             .sum();
         let cnps = counter(b, 0, "np_cnp_sent").saturating_sub(counter(first, 0, "np_cnp_sent"));
+        let queue = match b.ports.first() {
+            Some(p) => format!(
+                "queue→h0 {:.0} KB  CE marks {marks}",
+                p.backlog as f64 / 1e3
+            ),
+            None => "switch not observable".into(),
+        };
         let line = format!(
-            "lab: {:.1}/{} s{}  Mbit/s: {}  queue→h0 {:.0} KB  CE marks {marks}  CNPs {cnps}",
+            "lab: {:.1}/{} s{}  Mbit/s: {}  {queue}  CNPs {cnps}",
             b.t,
             self.total,
             job.progress(),
             rates.join(" "),
-            b.ports[0].backlog as f64 / 1e3
         );
         let mut err = std::io::stderr().lock();
         let _ = if self.tty {

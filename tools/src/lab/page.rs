@@ -71,10 +71,14 @@ fn totals(sum: &Value) -> String {
         "max_backlog_bytes",
     ];
     let r = &sum["receiver"];
+    let switch = match sum["switch"].as_str() {
+        Some(why) => format!("<p class=\"proxy\">{}</p>\n", esc(why)),
+        None => table(&ports, &rows("switch_ports", &ports)),
+    };
     format!(
         "<h2>Flows</h2>\n{}<h2>Switch egress queues</h2>\n{}<h2>Receiver ({})</h2>\n<p>np_ecn_marked_roce_packets {} · np_cnp_sent {}</p>\n",
         table(&flows, &rows("flows", &flows)),
-        table(&ports, &rows("switch_ports", &ports)),
+        switch,
         esc(r["host"].as_str().unwrap_or("?")),
         num(&r["np_ecn_marked_roce_packets"]),
         num(&r["np_cnp_sent"]),
@@ -166,7 +170,9 @@ pub fn html(info: &RunInfo, plots: &[Plot], sum: &Value) -> String {
             (_, Some(_)) => format!("{} (a replayed trace)", info.hosts.join(", ")),
             _ => format!("{} → {}", info.hosts[1..].join(", "), info.hosts[0]),
         }),
-        if info.trunk.is_empty() {
+        if sum["switch"].is_string() {
+            "the real network"
+        } else if info.trunk.is_empty() {
             "one switch"
         } else {
             "two switches joined by a trunk (its egress queues: the ports to sw0 and sw1)"

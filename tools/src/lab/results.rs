@@ -54,27 +54,6 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
         snaps,
         |a, b| mbits(a, b, 0, "rx_bytes"),
     ));
-    let names = info.port_names();
-    let queue = (0..names.len())
-        .map(|i| {
-            over_time(format!("to {}", names[i]), snaps, |_, b| {
-                b.ports.get(i).map_or(0, |p| p.backlog) as f64 / 1e3
-            })
-        })
-        .collect();
-    let mut marks: Vec<Series> = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let p0 = first
-            .and_then(|f| f.ports.get(i).cloned())
-            .unwrap_or_default();
-        let port = move |b: &Snapshot| b.ports.get(i).cloned().unwrap_or_default();
-        marks.push(over_time(format!("CE marks to {name}"), snaps, |_, b| {
-            port(b).marked.saturating_sub(p0.marked) as f64
-        }));
-        marks.push(over_time(format!("drops to {name}"), snaps, |_, b| {
-            port(b).drops.saturating_sub(p0.drops) as f64
-        }));
-    }
     let mut cnp = vec![
         over_time(
             format!("{} np_ecn_marked_roce_packets", info.hosts[0]),
@@ -99,13 +78,51 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
             |_, b| since(b, i, "rp_cnp_handled"),
         ));
     }
+    let mut plots = vec![Plot {
+        stem: "flows",
+        title: "Per-flow rate (sender's transmitted bytes)",
+        y: "Mbit/s",
+        series: rate,
+    }];
+    plots.extend(switch_plots(info, snaps));
+    plots.push(Plot {
+        stem: "cnp",
+        title: "ECN-marked packets received, CNPs sent and handled (cumulative)",
+        y: "packets",
+        series: cnp,
+    });
+    plots
+}
+
+/// The switch's plots: each egress queue's depth, its CE marks and
+/// drops; none when no switch was sampled ([`switch_seen`]).
+fn switch_plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
+    if !switch_seen(snaps) {
+        return Vec::new();
+    }
+    let first = snaps.first();
+    let names = info.port_names();
+    let queue = (0..names.len())
+        .map(|i| {
+            over_time(format!("to {}", names[i]), snaps, |_, b| {
+                b.ports.get(i).map_or(0, |p| p.backlog) as f64 / 1e3
+            })
+        })
+        .collect();
+    let mut marks: Vec<Series> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let p0 = first
+            .and_then(|f| f.ports.get(i).cloned())
+            .unwrap_or_default();
+        let port = move |b: &Snapshot| b.ports.get(i).cloned().unwrap_or_default();
+        marks.push(over_time(format!("CE marks to {name}"), snaps, |_, b| {
+            port(b).marked.saturating_sub(p0.marked) as f64
+        }));
+        marks.push(over_time(format!("drops to {name}"), snaps, |_, b| {
+            port(b).drops.saturating_sub(p0.drops) as f64
+        }));
+    }
     vec![
-        Plot {
-            stem: "flows",
-            title: "Per-flow rate (sender's transmitted bytes)",
-            y: "Mbit/s",
-            series: rate,
-        },
         Plot {
             stem: "queue",
             title: "Switch egress queue depth (tbf backlog)",
@@ -118,13 +135,13 @@ pub fn plots(info: &RunInfo, snaps: &[Snapshot]) -> Vec<Plot> {
             y: "frames",
             series: marks,
         },
-        Plot {
-            stem: "cnp",
-            title: "ECN-marked packets received, CNPs sent and handled (cumulative)",
-            y: "packets",
-            series: cnp,
-        },
     ]
+}
+
+/// Whether the run sampled a switch: the lab's own, not a real network's
+/// ([`super::across`]), whose queues and marks the hosts cannot see.
+pub fn switch_seen(snaps: &[Snapshot]) -> bool {
+    snaps.first().is_some_and(|s| !s.ports.is_empty())
 }
 
 /// Every sample in long form: `t_s,source,name,value` (sources: the hosts
@@ -197,6 +214,7 @@ pub fn summary(info: &RunInfo, snaps: &[Snapshot]) -> Value {
         "marking": info.marking,
         "flows": flows,
         "switch_ports": ports,
+        "switch": (!switch_seen(snaps)).then_some("not observable: the real network's"),
         "receiver": {
             "host": info.hosts[0],
             "np_ecn_marked_roce_packets": d(0, "np_ecn_marked_roce_packets"),
@@ -320,5 +338,22 @@ mod tests {
             csv.starts_with("series,time_s,value\nh1→h0,0.100,100.000\n"),
             "{csv}"
         );
+        assert_eq!(s["switch"], Value::Null);
+        // no switch sampled (a lab across machines): no queue or mark
+        // plot, no port, and the summary says why
+        let unseen: Vec<Snapshot> = snaps
+            .iter()
+            .cloned()
+            .map(|mut s| {
+                s.ports.clear();
+                s
+            })
+            .collect();
+        let stems: Vec<&str> = plots(&info, &unseen).iter().map(|p| p.stem).collect();
+        assert_eq!(stems, ["flows", "cnp"]);
+        let s = summary(&info, &unseen);
+        assert!(s["switch"].as_str().unwrap().contains("not observable"));
+        assert_eq!(s["switch_ports"], json!([]));
+        assert_eq!(s["receiver"]["np_cnp_sent"], 3);
     }
 }

@@ -95,15 +95,30 @@ impl Proc {
         log: &Path,
         name: String,
     ) -> Result<Proc, LabError> {
+        let mut argv: Vec<&std::ffi::OsStr> = ["ip", "netns", "exec", ns]
+            .into_iter()
+            .map(std::ffi::OsStr::new)
+            .collect();
+        argv.extend_from_slice(cmd);
+        Proc::spawn_via(&argv, log, name)
+    }
+
+    /// Starts the command line `argv` (a program and its arguments), its
+    /// stdout and stderr into `log`.
+    pub fn spawn_via(
+        argv: &[&std::ffi::OsStr],
+        log: &Path,
+        name: String,
+    ) -> Result<Proc, LabError> {
         let io = |source| LabError::Io {
             what: format!("{}", log.display()),
             source,
         };
         let out = std::fs::File::create(log).map_err(io)?;
         let err = out.try_clone().map_err(io)?;
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns])
-            .args(cmd)
+        let prog = argv[0].to_string_lossy().into_owned();
+        let mut c = Command::new(argv[0]);
+        c.args(&argv[1..])
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -118,7 +133,7 @@ impl Proc {
                 Ok(())
             });
         }
-        let child = c.spawn().map_err(|source| missing("ip", source))?;
+        let child = c.spawn().map_err(|source| missing(&prog, source))?;
         Ok(Proc { child, name })
     }
 
@@ -199,13 +214,17 @@ pub fn wait<T>(
 /// Whether some socket of process `pid`'s network namespace listens on
 /// TCP `port` (its /proc/PID/net/tcp and tcp6, state 0A).
 pub fn listening(pid: u32, port: u16) -> bool {
-    let want = format!(":{port:04X}");
     ["tcp", "tcp6"].iter().any(|f| {
-        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| {
-            t.lines().any(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
-            })
-        })
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| listens_in(&t, port))
+    })
+}
+
+/// Whether the socket table `t` (of /proc/net/tcp or tcp6) has a socket
+/// listening (state 0A) on TCP `port`.
+pub fn listens_in(t: &str, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    t.lines().any(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
     })
 }

@@ -1,0 +1,329 @@
+//! The rnicd of each machine of a lab across machines
+//! ([`super::machines`]): started through the machine's launcher in a
+//! session of its own, its output into the results folder's `logs/`
+//! through the launcher's pipe, its counters read with `rnic stats
+//! --daemon --json --qp` run there, and every program the lab started
+//! there ended on drop by one teardown command through the launcher.
+
+use super::machines::{teardown_script, Machine};
+use super::sys::Proc;
+use super::{LabConfig, LabError};
+use serde_json::Value;
+use softrnic::proto::{CcStates, QpCcState};
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// What reads a station's counters.
+const STATS: &str = "rnic stats --daemon";
+
+/// How long a daemon may take to be READY with its port active.
+const START_S: u64 = 60;
+
+/// The error of `what`, a command through `m`'s launcher, in one line
+/// naming the machine.
+pub fn failed(m: &Machine, what: &'static str, why: impl Into<String>) -> LabError {
+    LabError::Machine {
+        machine: m.name.clone(),
+        what,
+        launcher: m.launcher.join(" "),
+        why: why.into(),
+    }
+}
+
+/// Its output once `what` (a command through `m`'s launcher) has ended,
+/// an error naming `m` unless it succeeded.
+fn checked(
+    m: &Machine,
+    what: &'static str,
+    out: std::io::Result<Output>,
+) -> Result<String, LabError> {
+    let out = out.map_err(|e| failed(m, what, e.to_string()))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().rev().find(|l| !l.trim().is_empty());
+    Err(failed(
+        m,
+        what,
+        format!("{} ({})", last.unwrap_or("no message").trim(), out.status),
+    ))
+}
+
+/// `argv` to run, in a process group of its own (a Ctrl-C on the
+/// terminal reaches the lab alone, which tears down in order).
+fn command(argv: &[String]) -> Command {
+    let mut c = Command::new(&argv[0]);
+    c.args(&argv[1..]).stdin(Stdio::null()).process_group(0);
+    c
+}
+
+/// Runs `cmd` (doing `what`) on `m` to its end; its stdout.
+pub fn run_on(m: &Machine, what: &'static str, cmd: &[String]) -> Result<String, LabError> {
+    let argv = m.argv(cmd);
+    checked(m, what, command(&argv).output())
+}
+
+/// Words from string slices.
+pub fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| s.to_string()).collect()
+}
+
+/// A machine's programs as the lab runs them there.
+pub struct Station {
+    pub machine: Machine,
+    /// Its scratch folder there ([`Machine::scratch`]).
+    pub scratch: String,
+    /// rnicd's socket folder there.
+    pub sock_dir: String,
+    /// `rnic` there.
+    pub rnic: String,
+    /// The launcher's local end of its rnicd.
+    pub rnicd: Option<Proc>,
+    pub log: PathBuf,
+    /// The port backend rnicd reports.
+    pub backend: String,
+}
+
+impl Station {
+    /// Checks that `m` runs commands and has rnicd, rnic, ib_write_bw and
+    /// setsid; starts its rnicd and waits for its READY and an active port.
+    pub fn start(
+        m: &Machine,
+        cfg: &LabConfig,
+        lab_id: &str,
+        local_rnic: &Path,
+        logs: &Path,
+    ) -> Result<Station, LabError> {
+        let rnicd = m.program("rnicd", local_rnic);
+        let rnic = m.program("rnic", local_rnic);
+        let check = format!(
+            "for p in {} {}; do [ -x \"$p\" ] || {{ echo \"$p: not there (set bin_dir)\" >&2; exit 1; }}; done; \
+             for p in ib_write_bw setsid; do command -v $p >/dev/null || {{ echo \"$p: not installed\" >&2; exit 1; }}; done",
+            super::machines::quote(&rnicd),
+            super::machines::quote(&rnic)
+        );
+        run_on(m, "looking for its programs", &words(&["sh", "-c", &check]))?;
+        let scratch = m.scratch(lab_id);
+        let mut st = Station {
+            machine: m.clone(),
+            sock_dir: format!("{scratch}/sock"),
+            scratch,
+            rnic,
+            rnicd: None,
+            log: logs.join(format!("rnicd-{}.log", m.name)),
+            backend: String::new(),
+        };
+        let mut cmd = vec![
+            rnicd,
+            "--iface".into(),
+            m.iface.clone(),
+            "--gid".into(),
+            m.addr.to_string(),
+            "--name".into(),
+            m.name.clone(),
+            "--sock-dir".into(),
+            st.sock_dir.clone(),
+            "--backend".into(),
+            cfg.backend.arg().into(),
+        ];
+        if !cfg.dcqcn {
+            cmd.extend(["--dcqcn-rp".into(), "off".into()]);
+        }
+        if let Some(r) = m.rate_bps {
+            cmd.extend(["--line-rate".into(), r.to_string()]);
+        }
+        st.rnicd = Some(st.spawn("rnicd", &cmd, &st.log.clone(), "rnicd")?);
+        st.wait_ready()?;
+        Ok(st)
+    }
+
+    /// Starts `cmd` there in a session of its own recorded as `tag`, its
+    /// output into `log`.
+    pub fn spawn(
+        &self,
+        tag: &str,
+        cmd: &[String],
+        log: &Path,
+        what: &str,
+    ) -> Result<Proc, LabError> {
+        let argv = self.machine.session(&self.scratch, tag, cmd);
+        let args: Vec<&OsStr> = argv.iter().map(OsStr::new).collect();
+        Proc::spawn_via(&args, log, format!("{what} on {}", self.machine.name))
+    }
+
+    /// Waits for rnicd's READY and its port active.
+    fn wait_ready(&mut self) -> Result<(), LabError> {
+        let name = self.machine.name.clone();
+        super::sys::wait(&format!("rnicd of {name} READY"), START_S, || {
+            self.check_alive()?;
+            Ok(self.said().contains("READY").then_some(()))
+        })?;
+        self.backend = super::host::backend_of(&self.said(), &self.machine.iface)
+            .unwrap_or_else(|| "unknown".into());
+        super::sys::wait(&format!("{name}: port active"), START_S, || {
+            self.check_alive()?;
+            // IBV_PORT_ACTIVE
+            Ok((self.device()?["port_state"] == 4).then_some(()))
+        })
+    }
+
+    fn said(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// An error with its log's last line once its rnicd has ended.
+    pub fn check_alive(&mut self) -> Result<(), LabError> {
+        match self.rnicd.as_mut().and_then(Proc::ended) {
+            None => Ok(()),
+            Some(st) => Err(LabError::Rnicd {
+                host: self.machine.name.clone(),
+                status: st.to_string(),
+                log: self.said().lines().last().unwrap_or("").to_string(),
+            }),
+        }
+    }
+
+    /// The command line of `rnic stats --daemon --json --qp` there.
+    fn stats_argv(&self) -> Vec<String> {
+        self.machine.argv(&[
+            self.rnic.clone(),
+            "stats".into(),
+            "--daemon".into(),
+            "--json".into(),
+            "--qp".into(),
+            "--sock-dir".into(),
+            self.sock_dir.clone(),
+        ])
+    }
+
+    /// Its device as `rnic stats --daemon --json --qp` reports it.
+    fn device(&self) -> Result<Value, LabError> {
+        let argv = self.stats_argv();
+        let out = checked(&self.machine, STATS, command(&argv).output())?;
+        device_of(&out, &self.machine.name)
+            .ok_or_else(|| failed(&self.machine, STATS, "no device of that name in its answer"))
+    }
+}
+
+impl Drop for Station {
+    /// Ends every program the lab started there (the sessions recorded in
+    /// its scratch folder) and removes the folder, through the launcher.
+    fn drop(&mut self) {
+        let cmd = words(&["sh", "-c", &teardown_script(&self.scratch)]);
+        if let Err(e) = run_on(&self.machine, "ending the lab's programs", &cmd) {
+            super::say(&format!("teardown: {e}"));
+        }
+    }
+}
+
+/// A host's counters and its QPs' DCQCN state at one instant.
+pub type HostSample = (BTreeMap<String, u64>, CcStates);
+
+/// Device `name` of `rnic stats --daemon --json` output.
+fn device_of(out: &str, name: &str) -> Option<Value> {
+    let doc: Value = serde_json::from_str(out).ok()?;
+    doc["devices"]
+        .as_array()?
+        .iter()
+        .find(|d| d["name"] == name)
+        .cloned()
+}
+
+/// A device's counters and its QPs' DCQCN state from its `rnic stats
+/// --daemon --json --qp` entry.
+pub fn counters_of(d: &Value) -> HostSample {
+    let counters = d["counters"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+        .collect();
+    let cc = &d["dcqcn"];
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let qps = cc["qps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|q| {
+            let s = &q["state"];
+            QpCcState {
+                qpn: n(q, "lqpn") as u32,
+                state: nic::cc::RpState {
+                    enabled: n(s, "enabled") != 0,
+                    limited: n(s, "limited") != 0,
+                    rc_bps: n(s, "rc_bps"),
+                    rt_bps: n(s, "rt_bps"),
+                    alpha: s["alpha"].as_f64().unwrap_or(0.0),
+                    cuts: n(s, "cuts"),
+                    cnps_handled: n(s, "rp_cnp_handled"),
+                },
+            }
+        })
+        .collect();
+    let states = CcStates {
+        now_ns: n(cc, "now_ns"),
+        line_bps: n(cc, "line_bps"),
+        qps,
+        next_qpn: None,
+    };
+    (counters, states)
+}
+
+/// Every station's counters and DCQCN state now, asked of all at once.
+pub fn sample(stations: &mut [Station]) -> Result<Vec<HostSample>, LabError> {
+    let asks = stations
+        .iter()
+        .map(|s| {
+            command(&s.stats_argv())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Vec<_>>();
+    let mut all = Vec::new();
+    for (s, child) in stations.iter_mut().zip(asks) {
+        let out = child.and_then(|c| c.wait_with_output());
+        let text = checked(&s.machine, STATS, out);
+        s.check_alive()?;
+        let d = device_of(&text?, &s.machine.name)
+            .ok_or_else(|| failed(&s.machine, STATS, "no device of that name in its answer"))?;
+        all.push(counters_of(&d));
+    }
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counters_and_dcqcn_state_come_from_rnic_stats_json() {
+        let out = r#"{"devices":[{"name":"h9","counters":{"tx_bytes":1}},
+            {"name":"h1","port":1,"port_state":4,"active_mtu":1024,
+             "counters":{"tx_bytes":5000,"rp_cnp_handled":3},
+             "dcqcn":{"now_ns":7,"line_bps":100,"qps":[{"lqpn":17,"state":{"rc_bps":50,
+               "rt_bps":60,"alpha":0.5,"limited":1,"enabled":1,"cuts":2,"rp_cnp_handled":3}}]}}]}"#;
+        let d = super::device_of(out, "h1").unwrap();
+        assert_eq!(d["active_mtu"], 1024);
+        let (c, cc) = super::counters_of(&d);
+        assert_eq!((c["tx_bytes"], c["rp_cnp_handled"]), (5000, 3));
+        assert_eq!((cc.now_ns, cc.line_bps, cc.qps.len()), (7, 100, 1));
+        let q = cc.qps[0];
+        assert_eq!(q.qpn, 17);
+        assert!(q.state.limited && q.state.enabled);
+        assert_eq!(
+            (
+                q.state.rc_bps,
+                q.state.rt_bps,
+                q.state.cuts,
+                q.state.cnps_handled
+            ),
+            (50, 60, 2, 3)
+        );
+        assert_eq!(q.state.alpha, 0.5);
+        assert!(super::device_of(out, "h2").is_none());
+        assert!(super::device_of("garbage", "h1").is_none());
+    }
+}

@@ -1,0 +1,291 @@
+//! `rnic lab` across machines, with namespaces standing in for them: three
+//! namespaces `labremote-m0..m2` on a bridge (a fourth namespace, the
+//! "real network"), a lab file whose `[[machine]]` launchers are `ip
+//! netns exec labremote-mN`, and for m2 a stand-in for `ssh` that, as
+//! ssh does, hands its words to a shell there as one line. The incast h1, h2 → h0 runs through the
+//! launchers; the results folder has each flow's rate with bytes moved
+//! and says the switch is not observable (no queue plot), and afterwards
+//! nothing the lab started is left: no process naming its scratch
+//! folders, no folder, no namespace but the test's own. A machine whose
+//! launcher fails is refused in one line naming it, and what the lab had
+//! started on the others is gone too. A SIGINT mid-run tears it all down
+//! (exit status 130).
+//!
+//! Needs root, ip, setsid and ib_write_bw (perftest): a loud SKIPPED line
+//! without them, a failure under CI.
+
+mod common;
+
+use common::{poll_within, STUCK};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use testkit::netns::{ip, Namespaces};
+
+/// The stand-in machines and their network.
+struct Machines {
+    _ns: Namespaces,
+}
+
+const NET: &str = "labremote-net";
+
+fn machine_ns(i: usize) -> String {
+    format!("labremote-m{i}")
+}
+
+/// Namespaces m0..m2, each with `lrm<i>` (10.77.0.(i+1)/24) on a veth to
+/// a bridge in `labremote-net`.
+fn machines() -> Machines {
+    let mut names: Vec<String> = (0..3).map(machine_ns).collect();
+    names.push(NET.into());
+    let ns = Namespaces::create(&names).expect("namespaces");
+    ip(&["-n", NET, "link", "add", "br0", "type", "bridge"]).unwrap();
+    ip(&["-n", NET, "link", "set", "br0", "up"]).unwrap();
+    for i in 0..3 {
+        let (m, dev, peer) = (machine_ns(i), format!("lrm{i}"), format!("lrm{i}p"));
+        ip(&[
+            "link", "add", &dev, "netns", &m, "type", "veth", "peer", "name", &peer, "netns", NET,
+        ])
+        .unwrap();
+        ip(&["-n", NET, "link", "set", &peer, "master", "br0", "up"]).unwrap();
+        let addr = format!("10.77.0.{}/24", i + 1);
+        ip(&["-n", &m, "addr", "add", &addr, "dev", &dev]).unwrap();
+        ip(&["-n", &m, "link", "set", &dev, "up"]).unwrap();
+    }
+    Machines { _ns: ns }
+}
+
+/// A stand-in for `ssh` in `dir`: `ssh HOST WORDS...` runs the words
+/// joined by blanks in a shell in namespace HOST, as ssh hands them to
+/// the remote user's shell (so the lab must quote them).
+fn fake_ssh(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let ssh = bin.join("ssh");
+    std::fs::write(
+        &ssh,
+        "#!/bin/sh\nhost=$1; shift\nexec ip netns exec \"$host\" sh -c \"$*\"\n",
+    )
+    .unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&ssh, mode).unwrap();
+    ssh
+}
+
+/// The lab file: machines h0..h2 (h2 through `ssh`, [`fake_ssh`]), an
+/// incast of `secs`, the launcher of `h<bad>` a namespace that does not
+/// exist when given.
+fn lab_file(secs: u32, ssh: &Path, bad: Option<usize>) -> String {
+    let mut s = format!("[workload]\nduration_s = {secs}\nsample_ms = 200\n");
+    for i in 0..3 {
+        let ns = match bad {
+            Some(b) if b == i => "labremote-nowhere".to_string(),
+            _ => machine_ns(i),
+        };
+        let launcher = match i {
+            2 => format!("{} {ns}", ssh.display()),
+            _ => format!("ip netns exec {ns}"),
+        };
+        s += &format!(
+            "\n[[machine]]\nname = \"h{i}\"\nlauncher = \"{launcher}\"\niface = \"lrm{i}\"\n\
+             ip = \"10.77.0.{}\"\nrate = \"200mbit\"\n",
+            i + 1
+        );
+    }
+    s
+}
+
+fn runs_here(test: &str) -> bool {
+    if !common::netns::can_run(test) {
+        return false;
+    }
+    [("ib_write_bw", "perftest"), ("setsid", "util-linux")]
+        .iter()
+        .all(|&(tool, package)| {
+            let there = testkit::rnicd::have(tool);
+            if !there {
+                testkit::skip_or_fail(
+                    test,
+                    &format!("{tool} is not installed (Debian package {package})"),
+                );
+            }
+            there
+        })
+}
+
+/// Starts `rnic lab --file` with `text` into `dir/results`, its stderr
+/// into `dir/lab.err`.
+fn start(dir: &Path, text: &str) -> (Child, PathBuf) {
+    let file = dir.join("lab.toml");
+    std::fs::write(&file, text).unwrap();
+    let err = dir.join("lab.err");
+    let c = Command::new(assert_cmd::cargo::cargo_bin("rnic"))
+        .arg("lab")
+        .arg("--file")
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.join("results"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    (c, err)
+}
+
+/// Runs `rnic lab --file` with `text` into `dir/results`: its exit
+/// status, what it said and its pid.
+fn lab(dir: &Path, text: &str) -> (std::process::ExitStatus, String, u32) {
+    let (c, err) = start(dir, text);
+    finish(c, &err)
+}
+
+/// Waits for lab `c` to end: its exit status, what it said and its pid.
+fn finish(mut c: Child, err: &Path) -> (std::process::ExitStatus, String, u32) {
+    let pid = c.id();
+    let st = poll_within(STUCK, || c.try_wait().ok().flatten());
+    let said = std::fs::read_to_string(err).unwrap();
+    let Some(st) = st else {
+        let _ = c.kill();
+        let _ = c.wait();
+        panic!("rnic lab did not end: {said}");
+    };
+    eprintln!("{said}");
+    (st, said, pid)
+}
+
+/// What lab `pid` left: processes naming its scratch folders
+/// (`/tmp/rnlab-<pid>-<machine>`), the folders, namespaces of its own.
+fn leftovers(pid: u32) -> Vec<String> {
+    let scratch = format!("rnlab-{pid}-");
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let b = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&b).contains(&scratch) {
+            left.push(format!("process {}", e.path().display()));
+        }
+    }
+    for e in std::fs::read_dir("/tmp").unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&scratch) {
+            left.push(format!("folder {}", e.path().display()));
+        }
+    }
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    for l in String::from_utf8_lossy(&ns.stdout).lines() {
+        if l.starts_with(&scratch) {
+            left.push(format!("namespace {l}"));
+        }
+    }
+    left
+}
+
+/// The `labremote-` namespaces there are now.
+fn our_namespaces() -> Vec<String> {
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let mut v: Vec<String> = String::from_utf8_lossy(&ns.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("labremote-"))
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
+    let test = "an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing";
+    if !runs_here(test) {
+        return;
+    }
+    let m = machines();
+    let made = our_namespaces();
+    assert_eq!(made.len(), 4, "{made:?}");
+
+    let tools = tempfile::tempdir().unwrap();
+    let ssh = fake_ssh(tools.path());
+    let dir = tempfile::tempdir().unwrap();
+    let (st, said, pid) = lab(dir.path(), &lab_file(3, &ssh, None));
+    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
+    assert_eq!(our_namespaces(), made, "namespaces other than the test's");
+    assert!(said.contains("torn down"), "{said}");
+    assert!(said.contains("not observable"), "{said}");
+
+    let out = dir.path().join("results");
+    let sum: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let flows = sum["flows"].as_array().expect("flows");
+    let from: Vec<&str> = flows.iter().filter_map(|f| f["from"].as_str()).collect();
+    assert_eq!(from, ["h1", "h2"], "{sum}");
+    for f in flows {
+        assert_eq!(f["to"], "h0");
+        let mbits = f["mbits_average"].as_f64().unwrap_or(0.0);
+        assert!(mbits > 0.0, "a flow moved no bytes: {f}");
+        assert!(
+            f["ib_write_bw_gbits"].as_f64().is_some_and(|g| g > 0.0),
+            "ib_write_bw reported no rate: {f}"
+        );
+    }
+    assert!(sum["switch"].is_string(), "{sum}");
+    assert_eq!(sum["switch_ports"], serde_json::json!([]));
+    // the receiver counted what the senders sent
+    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    let rx: Vec<u64> = csv
+        .lines()
+        .filter(|l| l.contains(",h0,rx_bytes,"))
+        .filter_map(|l| l.rsplit(',').next()?.parse().ok())
+        .collect();
+    assert!(
+        rx.len() >= 2 && rx[rx.len() - 1] > rx[0] + 1_000_000,
+        "h0 received too little: {rx:?}"
+    );
+    assert!(out.join("flows.svg").exists() && out.join("cnp.svg").exists());
+    assert!(!out.join("queue.svg").exists(), "a queue plot of no queue");
+    let page = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(page.contains("not observable"), "the page hides it");
+    let again = std::fs::read_to_string(out.join("lab.toml")).unwrap();
+    assert!(
+        again.contains("[[machine]]") && again.contains("ip netns exec labremote-m1"),
+        "{again}"
+    );
+
+    // a launcher that fails: refused in one line naming the machine, and
+    // h0's rnicd, already started, is ended with the rest
+    let dir = tempfile::tempdir().unwrap();
+    let (st, said, pid) = lab(dir.path(), &lab_file(3, &ssh, Some(1)));
+    assert_eq!(st.code(), Some(1), "{said}");
+    let last = said.lines().rev().find(|l| !l.is_empty()).unwrap_or("");
+    assert!(
+        last.contains("machine h1") && last.contains("labremote-nowhere"),
+        "{said}"
+    );
+    assert!(said.contains("torn down"), "{said}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
+    assert_eq!(our_namespaces(), made);
+
+    // SIGINT mid-run: torn down on every machine, status 130
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, err) = start(dir.path(), &lab_file(120, &ssh, None));
+    let pid = c.id();
+    let running = poll_within(STUCK, || {
+        if let Ok(Some(st)) = c.try_wait() {
+            panic!("rnic lab ended ({st}) before its workload");
+        }
+        // the progress line: the workload is sampled, every program is up
+        let said = std::fs::read_to_string(&err).unwrap_or_default();
+        said.contains("Mbit/s: h1").then_some(())
+    });
+    assert!(running.is_some(), "no workload");
+    assert!(!leftovers(pid).is_empty(), "the probe sees no lab running");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    let (st, said, _) = finish(c, &err);
+    assert_eq!(st.code(), Some(130), "{said}");
+    assert!(said.contains("interrupted by signal 2"), "{said}");
+    assert!(said.contains("torn down"), "{said}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "left after SIGINT");
+    assert_eq!(our_namespaces(), made);
+    drop(m);
+    assert_eq!(our_namespaces(), Vec::<String>::new());
+}
