@@ -37,6 +37,7 @@
 //! host, started through a launcher ([`super::machines`]).
 
 use super::machines::{self, Machine, MachineFile};
+pub use super::setting::{parse_rate, rate_text, setting, MAX_HOSTS};
 pub use super::trace::Trace;
 pub use super::trunk::{TrunkConfig, TrunkFile};
 use super::workload::{UcxTls, Workload};
@@ -219,16 +220,6 @@ pub struct PfcThresholds {
     pub xon_bytes: u64,
 }
 
-/// The most hosts: their addresses are 192.0.2.1 .. 192.0.2.N.
-pub const MAX_HOSTS: usize = 64;
-
-pub(super) fn setting(what: &'static str, why: impl Into<String>) -> LabError {
-    LabError::Setting {
-        what,
-        why: why.into(),
-    }
-}
-
 impl LabConfig {
     /// Checks `f` and fills in the defaults (3 hosts, 100 Mbit/s, marking
     /// above 30 KB, a 1000 KB queue, MTU 1500, 10 s of 64 KiB writes,
@@ -237,7 +228,7 @@ impl LabConfig {
         let machines = machines::check(
             &f.machine,
             f.hosts,
-            &f.switch,
+            &switch_keys(&f.switch),
             f.workload.kind.as_deref().is_some_and(|k| k != "incast"),
             f.workload.probe == Some(true),
         )?;
@@ -281,7 +272,12 @@ impl LabConfig {
             return Err(setting("switch.mtu", format!("{mtu}: want 1280 to 9000")));
         }
         let pfc = pfc_thresholds(&f.switch, queue_kb)?;
-        let trunk = TrunkConfig::from_file(&f, hosts, (rate_bps, ecn_kb, queue_kb))?;
+        let trunk = TrunkConfig::from_file(
+            (f.switches, &f.trunk),
+            hosts,
+            (rate_bps, ecn_kb, queue_kb),
+            f.switch.xoff_kb.filter(|_| f.switch.pfc == Some(true)),
+        )?;
         if workload != Workload::Trace && f.workload.trace.is_some() {
             return Err(setting("workload.trace", "a trace is for kind = \"trace\""));
         }
@@ -364,6 +360,14 @@ impl LabConfig {
 
 /// The workload's kind and UCX transports (`tcp` only for a collective:
 /// ib_write_bw has no UCX).
+/// The `[switch]` keys a lab file (or a flag) gives, by name.
+fn switch_keys(s: &SwitchFile) -> Vec<String> {
+    toml::Value::try_from(s)
+        .ok()
+        .and_then(|v| v.as_table().map(|t| t.keys().cloned().collect()))
+        .unwrap_or_default()
+}
+
 fn workload_of(w: &WorkloadFile) -> Result<(Workload, UcxTls), LabError> {
     let kind = w.kind.as_deref().unwrap_or("incast");
     let workload = Workload::parse(kind).ok_or_else(|| {
@@ -402,18 +406,6 @@ fn pfc_thresholds(s: &SwitchFile, queue_kb: u32) -> Result<Option<PfcThresholds>
         xoff_bytes: u64::from(xoff_kb) * 1000,
         xon_bytes: u64::from(xon_kb) * 1000,
     }))
-}
-
-pub use nic::rate::rate_text;
-
-/// A rate in tc's bit-rate words ([`nic::rate`]: the grammar rnicd's
-/// `--line-rate` reads too), 100kbit to 100gbit.
-pub fn parse_rate(s: &str) -> Result<u64, LabError> {
-    let bps = nic::rate::parse_rate(s).map_err(|e| setting("rate", e.to_string()))?;
-    if !(100_000..=100_000_000_000).contains(&bps) {
-        return Err(setting("rate", format!("{s:?}: want 100kbit to 100gbit")));
-    }
-    Ok(bps)
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@
 //! launcher ([`teardown_script`]) ends them all, whatever the launcher
 //! did with its local end.
 
-use super::config::{parse_rate, SwitchFile, MAX_HOSTS};
+use super::setting::{parse_rate, rate_text, setting, MAX_HOSTS};
 use super::LabError;
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -55,21 +55,6 @@ pub struct Machine {
     pub rate_bps: Option<u64>,
 }
 
-fn setting(what: &'static str, why: impl Into<String>) -> LabError {
-    LabError::Setting {
-        what,
-        why: why.into(),
-    }
-}
-
-/// The `[switch]` keys a lab file (or a flag) gives, by name.
-fn switch_keys(s: &SwitchFile) -> Vec<String> {
-    toml::Value::try_from(s)
-        .ok()
-        .and_then(|v| v.as_table().map(|t| t.keys().cloned().collect()))
-        .unwrap_or_default()
-}
-
 /// Checks the `[[machine]]` tables against the rest of the file: no
 /// `[switch]` (the network's own switches queue and mark), `hosts` absent
 /// or the number of machines, and the incast as the workload (the
@@ -78,21 +63,20 @@ fn switch_keys(s: &SwitchFile) -> Vec<String> {
 pub fn check(
     machines: &[MachineFile],
     hosts: Option<usize>,
-    switch: &SwitchFile,
+    switch_keys: &[String],
     collective: bool,
     probe: bool,
 ) -> Result<Vec<Machine>, LabError> {
     if machines.is_empty() {
         return Ok(Vec::new());
     }
-    let keys = switch_keys(switch);
-    if !keys.is_empty() {
+    if !switch_keys.is_empty() {
         return Err(setting(
             "switch",
             format!(
                 "{}: a lab across machines builds no switch (the network's own switches queue and \
                  mark); drop these keys or the [[machine]] tables",
-                keys.join(", ")
+                switch_keys.join(", ")
             ),
         ));
     }
@@ -198,7 +182,7 @@ impl Machine {
             iface: Some(self.iface.clone()),
             ip: Some(self.addr.to_string()),
             bin_dir: self.bin_dir.as_ref().map(|p| p.display().to_string()),
-            rate: self.rate_bps.map(super::config::rate_text),
+            rate: self.rate_bps.map(rate_text),
         }
     }
 
@@ -283,6 +267,7 @@ pub fn quote(w: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::config::SwitchFile;
     use crate::lab::{LabConfig, LabFile};
 
     const TWO: &str = "[[machine]]\nname = \"a\"\nlauncher = \"ssh -o BatchMode=yes node0\"\n\

@@ -21,6 +21,7 @@
 //! | [`capture`] | a pcap per link (tcpdump on each switch port) |
 //! | [`trunk`] | two switches: the second switch and the trunk between them |
 //! | [`pfc`] | the switches' stage: PFC (802.1Qbb) and CE marking from the egress backlogs |
+//! | [`packet`] | the priority PFC pauses; AF_PACKET sockets on a switch port |
 //! | [`pfc_hold`] | a trunk port honouring the pauses it receives: its queue held |
 //! | [`mark`] | CE marking on a queue's depth: the nftables set of deep ports, changed over nfnetlink |
 //! | [`pfc_results`] | its `pfc.csv`, plots and totals |
@@ -46,6 +47,7 @@ pub mod machines;
 pub mod mark;
 pub mod mpi;
 pub mod net;
+pub mod packet;
 pub mod page;
 pub mod pfc;
 pub mod pfc_hold;
@@ -57,6 +59,7 @@ pub mod results;
 pub mod run_info;
 pub mod sample;
 pub mod scale;
+pub mod setting;
 pub mod sys;
 pub mod trace;
 pub mod trunk;

@@ -61,7 +61,7 @@ pub struct Fabric {
     pub switch: String,
     pub hosts: Vec<HostNet>,
     /// The second switch and the trunk, when there is one.
-    pub trunk: Option<super::trunk::Trunk>,
+    pub trunk: Option<Trunk>,
     /// Every egress port: the hosts' in their order, then the trunk's.
     pub ports: Vec<Port>,
     /// The namespaces made so far, deleted on drop.
@@ -93,7 +93,7 @@ impl Fabric {
         };
         f.add_switch(&f.switch.clone())?;
         if let Some(t) = &cfg.trunk {
-            f.trunk = Some(super::trunk::Trunk::build(&mut f, t, cfg.mtu)?);
+            f.trunk = Some(Trunk::build(&mut f, t, cfg.mtu)?);
         }
         let mtu = cfg.mtu.to_string();
         for i in 0..cfg.hosts {
@@ -203,6 +203,60 @@ impl Fabric {
             loaded?;
         }
         Ok(())
+    }
+}
+
+/// Switch 1 and the trunk.
+#[derive(Debug, Clone)]
+pub struct Trunk {
+    /// Switch 1's namespace.
+    pub ns: String,
+    /// Switch 0's egress toward switch 1 (`sw1`), switch 1's toward
+    /// switch 0 (`sw0`).
+    pub ports: [Port; 2],
+}
+
+impl Trunk {
+    /// Makes switch 1 (in `f`, deleted with it) and the veth pair between
+    /// the two bridges, up with `mtu`.
+    pub fn build(
+        f: &mut Fabric,
+        t: &super::trunk::TrunkConfig,
+        mtu: u32,
+    ) -> Result<Trunk, LabError> {
+        let ns = format!("{}-sw1", lab_id());
+        f.add_switch(&ns)?;
+        let pid = std::process::id();
+        let port = |k: usize, switch: &str| Port {
+            name: format!("sw{}", 1 - k),
+            switch: switch.to_string(),
+            iface: format!("rnl{pid}t{k}"),
+            rate_bps: t.rate_bps,
+            ecn_bytes: t.ecn_bytes,
+            queue_bytes: t.queue_bytes,
+        };
+        let ports = [port(0, &f.switch), port(1, &ns)];
+        ip(&[
+            "link",
+            "add",
+            &ports[0].iface,
+            "netns",
+            &ports[0].switch,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &ports[1].iface,
+            "netns",
+            &ports[1].switch,
+        ])?;
+        let mtu = mtu.to_string();
+        for p in &ports {
+            ip(&[
+                "-n", &p.switch, "link", "set", &p.iface, "mtu", &mtu, "master", "br0", "up",
+            ])?;
+        }
+        Ok(Trunk { ns, ports })
     }
 }
 

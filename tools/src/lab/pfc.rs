@@ -29,20 +29,20 @@ use super::config::{LabConfig, PfcThresholds};
 use super::host::Daemon;
 use super::mark::Marking;
 use super::net::{Fabric, TABLE};
+use super::packet::packet_socket;
 use super::pfc_hold::{nudge, Held, Holder};
 use super::sys::ip;
 use super::LabError;
 use nic::cc::{PfcTx, PfcTxParams, PRIORITIES};
 use nic::io::netlink::Rtnl;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use wire::{EthernetAddress, MacControl, MacControlRepr};
 
-/// The priority the stage pauses: rnicd's RoCEv2 data (DSCP 26 → 3).
-pub const ROCE_PRIORITY: u8 = 3;
+pub use super::packet::ROCE_PRIORITY;
 
 /// How often the queues are read.
 pub const POLL: Duration = Duration::from_micros(500);
@@ -469,55 +469,6 @@ pub fn ingress_backlog(backlog: &[u64], j: usize) -> u64 {
         .map(|(_, b)| *b)
         .max()
         .unwrap_or(0)
-}
-
-/// An AF_PACKET socket that sends on interface `ifindex` and receives
-/// nothing (protocol 0).
-fn packet_socket(ifindex: u32) -> std::io::Result<OwnedFd> {
-    packet_socket_with(ifindex, 0, 0, |_| Ok(()))
-}
-
-/// An AF_PACKET socket (`extra` flags beside SOCK_RAW | SOCK_CLOEXEC)
-/// bound to interface `ifindex` for protocol `proto` (host order; 0:
-/// receives nothing), `prepare`d before the bind (a filter, say).
-pub(super) fn packet_socket_with(
-    ifindex: u32,
-    proto: u16,
-    extra: i32,
-    prepare: impl FnOnce(&OwnedFd) -> std::io::Result<()>,
-) -> std::io::Result<OwnedFd> {
-    let proto = proto.to_be();
-    // SAFETY: socket(2) with constant arguments; the fd is owned below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC | extra,
-            i32::from(proto),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new socket that nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    prepare(&owned)?;
-    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = proto;
-    sll.sll_ifindex = ifindex as i32;
-    // SAFETY: bind(2) with a sockaddr_ll of the length we pass.
-    let r = unsafe {
-        libc::bind(
-            fd,
-            std::ptr::addr_of!(sll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(owned)
 }
 
 /// A port's MAC from `ip -o link show` output (`link/ether xx:..`).

@@ -17,8 +17,7 @@
 //! process) takes a few milliseconds: the pause takes hold that late.
 
 use super::net::tbf_args;
-use super::pfc::packet_socket_with;
-use super::pfc::ROCE_PRIORITY;
+use super::packet::{packet_socket_with, ROCE_PRIORITY};
 use super::sys::run;
 use super::LabError;
 use nic::cc::PfcRx;

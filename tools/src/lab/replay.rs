@@ -14,7 +14,7 @@ use super::host::Daemon;
 use super::incast::{failed, perftest_argv, reported_gbits, spawn};
 use super::run_info::{Plot, RunInfo};
 use super::sys::{self, Proc};
-use super::trace::{Op, Trace, TraceFlow};
+use super::trace::{FlowResult, Trace, TraceFlow};
 use super::{LabConfig, LabError};
 use crate::report::{write_file, xy_svg, Labels, Series};
 use serde_json::{json, Value};
@@ -39,32 +39,6 @@ pub fn messages(bytes: u64, max_size: u32) -> (u64, u64) {
         (size, n)
     } else {
         (bytes.div_ceil(MIN_ITERS).max(1), MIN_ITERS)
-    }
-}
-
-/// One replayed flow's outcome.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FlowResult {
-    pub src: String,
-    pub dst: String,
-    pub op: Op,
-    /// The bytes the trace asked for; sent: `size` × `iterations`.
-    pub bytes: u64,
-    pub size: u64,
-    pub iterations: u64,
-    /// When its client started, s after the workload's start.
-    pub start_s: f64,
-    /// From its client's start to its exit, s.
-    pub fct_s: f64,
-    /// perftest's average rate, Gbit/s.
-    pub reported_gbits: Option<f64>,
-}
-
-impl FlowResult {
-    /// The transfer's own time, s: what was sent at perftest's average.
-    pub fn transfer_s(&self) -> Option<f64> {
-        let g = self.reported_gbits.filter(|g| *g > 0.0)?;
-        Some((self.size * self.iterations) as f64 * 8.0 / (g * 1e9))
     }
 }
 
@@ -500,6 +474,7 @@ pub fn report(sum: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::trace::Op;
 
     #[test]
     fn a_flows_bytes_become_messages() {

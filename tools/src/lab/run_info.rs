@@ -30,8 +30,8 @@ pub struct RunInfo<'a> {
     /// `sw0`), after the hosts' in the snapshots' port order; empty with
     /// one switch.
     pub trunk: &'a [String],
-    /// A replayed trace's flows ([`super::replay`]).
-    pub trace: Option<&'a [super::replay::FlowResult]>,
+    /// A replayed trace's flows ([`super::replay`] runs them).
+    pub trace: Option<&'a [super::trace::FlowResult]>,
 }
 
 impl RunInfo<'_> {

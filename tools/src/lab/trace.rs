@@ -93,7 +93,7 @@ impl Trace {
     /// The trace of `[workload] trace` (a path) for `hosts` hosts.
     pub fn of_setting(path: Option<&str>, hosts: usize) -> Result<Trace, LabError> {
         let path = path.ok_or_else(|| {
-            super::config::setting("workload.trace", "kind = \"trace\" needs trace = \"FILE\"")
+            super::setting::setting("workload.trace", "kind = \"trace\" needs trace = \"FILE\"")
         })?;
         let path = PathBuf::from(path);
         let err = |line, why| LabError::Trace {
@@ -194,6 +194,32 @@ fn parse_line(line: &str, hosts: usize) -> Result<TraceFlow, TraceError> {
         bytes,
         op,
     })
+}
+
+/// One replayed flow's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowResult {
+    pub src: String,
+    pub dst: String,
+    pub op: Op,
+    /// The bytes the trace asked for; sent: `size` × `iterations`.
+    pub bytes: u64,
+    pub size: u64,
+    pub iterations: u64,
+    /// When its client started, s after the workload's start.
+    pub start_s: f64,
+    /// From its client's start to its exit, s.
+    pub fct_s: f64,
+    /// perftest's average rate, Gbit/s.
+    pub reported_gbits: Option<f64>,
+}
+
+impl FlowResult {
+    /// The transfer's own time, s: what was sent at perftest's average.
+    pub fn transfer_s(&self) -> Option<f64> {
+        let g = self.reported_gbits.filter(|g| *g > 0.0)?;
+        Some((self.size * self.iterations) as f64 * 8.0 / (g * 1e9))
+    }
 }
 
 #[cfg(test)]

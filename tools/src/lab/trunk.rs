@@ -2,14 +2,14 @@
 //! (h0..h(split-1)) and switch 1 (the rest), whose bridges a trunk joins:
 //! a veth pair with, in each direction, an egress queue of its own (a tbf
 //! of the trunk's rate, marked like a host port: [`super::net::ruleset`]).
+//! This module reads and checks the `[trunk]` table; [`super::net`]
+//! builds the second switch and the trunk ([`super::net::Trunk`]).
 //! The egress of switch 0 toward switch 1 is the port `sw1`, the other
 //! `sw0`. With PFC, each switch's stage pauses its ingress ports, the
 //! trunk's among them, and honours the pauses it receives on the trunk by
 //! holding that egress queue ([`super::pfc`]).
 
-use super::config::{parse_rate, setting, LabFile};
-use super::net::{lab_id, Fabric, Port};
-use super::sys::ip;
+use super::setting::{parse_rate, rate_text, setting};
 use super::LabError;
 use serde::{Deserialize, Serialize};
 
@@ -52,20 +52,22 @@ pub struct TrunkConfig {
 }
 
 impl TrunkConfig {
-    /// The trunk of `f` (`None` with one switch), for `hosts` hosts, its
-    /// defaults the switch's `(rate_bps, ecn_kb, queue_kb)`.
+    /// The trunk of a lab file's `switches` and `[trunk]` table `t`
+    /// (`None` with one switch), for `hosts` hosts, its defaults the
+    /// switch's `(rate_bps, ecn_kb, queue_kb)`; `xoff_kb`: the switch's
+    /// PFC threshold when PFC is on.
     pub fn from_file(
-        f: &LabFile,
+        (switches, t): (Option<usize>, &TrunkFile),
         hosts: usize,
         (rate_bps, ecn_kb, queue_kb): (u64, u32, u32),
+        xoff_kb: Option<u32>,
     ) -> Result<Option<TrunkConfig>, LabError> {
-        match f.switches.unwrap_or(1) {
-            1 if f.trunk.is_empty() => return Ok(None),
+        match switches.unwrap_or(1) {
+            1 if t.is_empty() => return Ok(None),
             1 => return Err(setting("trunk", "a [trunk] needs switches = 2")),
             2 => {}
             n => return Err(setting("switches", format!("{n}: want 1 or 2"))),
         }
-        let t = &f.trunk;
         let split = t.split.unwrap_or((hosts / 2).max(1));
         if !(1..hosts).contains(&split) {
             return Err(setting(
@@ -85,7 +87,7 @@ impl TrunkConfig {
                 format!("ecn_kb {ecn_kb} must be below queue_kb {queue_kb} (and queue_kb > 0)"),
             ));
         }
-        if let Some(xoff) = f.switch.xoff_kb.filter(|_| f.switch.pfc == Some(true)) {
+        if let Some(xoff) = xoff_kb {
             if xoff >= queue_kb {
                 return Err(setting(
                     "trunk",
@@ -105,67 +107,17 @@ impl TrunkConfig {
     pub fn to_file(self) -> TrunkFile {
         TrunkFile {
             split: Some(self.split),
-            rate: Some(super::config::rate_text(self.rate_bps)),
+            rate: Some(rate_text(self.rate_bps)),
             ecn_kb: Some((self.ecn_bytes / 1000) as u32),
             queue_kb: Some((self.queue_bytes / 1000) as u32),
         }
     }
 }
 
-/// Switch 1 and the trunk.
-#[derive(Debug, Clone)]
-pub struct Trunk {
-    /// Switch 1's namespace.
-    pub ns: String,
-    /// Switch 0's egress toward switch 1 (`sw1`), switch 1's toward
-    /// switch 0 (`sw0`).
-    pub ports: [Port; 2],
-}
-
-impl Trunk {
-    /// Makes switch 1 (in `f`, deleted with it) and the veth pair between
-    /// the two bridges, up with `mtu`.
-    pub fn build(f: &mut Fabric, t: &TrunkConfig, mtu: u32) -> Result<Trunk, LabError> {
-        let ns = format!("{}-sw1", lab_id());
-        f.add_switch(&ns)?;
-        let pid = std::process::id();
-        let port = |k: usize, switch: &str| Port {
-            name: format!("sw{}", 1 - k),
-            switch: switch.to_string(),
-            iface: format!("rnl{pid}t{k}"),
-            rate_bps: t.rate_bps,
-            ecn_bytes: t.ecn_bytes,
-            queue_bytes: t.queue_bytes,
-        };
-        let ports = [port(0, &f.switch), port(1, &ns)];
-        ip(&[
-            "link",
-            "add",
-            &ports[0].iface,
-            "netns",
-            &ports[0].switch,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &ports[1].iface,
-            "netns",
-            &ports[1].switch,
-        ])?;
-        let mtu = mtu.to_string();
-        for p in &ports {
-            ip(&[
-                "-n", &p.switch, "link", "set", &p.iface, "mtu", &mtu, "master", "br0", "up",
-            ])?;
-        }
-        Ok(Trunk { ns, ports })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::config::LabConfig;
+    use crate::lab::config::{LabConfig, LabFile};
 
     fn lab(text: &str) -> Result<LabConfig, LabError> {
         LabConfig::from_file(toml::from_str(text).unwrap())
