@@ -837,6 +837,96 @@ fn sigint_mid_run_tears_everything_down() {
     );
 }
 
+/// Starts a 3-host lab of `secs` and waits until its workload is
+/// sampled (every process of it up): the lab, its folder, its stderr.
+fn running_lab(secs: &str) -> (Child, tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
+    let mut lab = start(&["--hosts", "3", "--duration", secs], &out, &err);
+    let running = poll_within(STUCK, || {
+        if let Ok(Some(st)) = lab.try_wait() {
+            panic!("rnic lab ended ({st}) before its workload: {}", read(&err));
+        }
+        read(&err).contains("queue→h0").then_some(())
+    });
+    assert!(running.is_some(), "no workload: {}", read(&err));
+    (lab, dir, err)
+}
+
+/// The pid of the rnicd of host `host` of lab `lab`.
+fn rnicd_of(lab: u32, host: &str) -> Option<libc::pid_t> {
+    let folder = format!("rnlab-{lab}/{host}\0");
+    let name = format!("\0--name\0{host}\0");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        (cmd.contains("rnicd") && cmd.contains(&folder) && cmd.contains(&name))
+            .then(|| e.file_name().to_str()?.parse().ok())
+            .flatten()
+    })
+}
+
+#[test]
+fn a_hosts_rnicd_killed_mid_run_ends_the_lab_and_tears_everything_down() {
+    let test = "a_hosts_rnicd_killed_mid_run_ends_the_lab_and_tears_everything_down";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, false) {
+        return;
+    }
+    let (lab, _dir, err) = running_lab("120");
+    let pid = lab.id();
+    let victim = rnicd_of(pid, "h1").expect("h1's rnicd among the processes");
+    // SAFETY: kill(2) of a process of the lab this test started.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let st = finish(lab, &err);
+    let said = read(&err);
+    assert!(!st.success(), "the lab went on without h1's rnicd: {said}");
+    assert!(said.contains("h1"), "{said}");
+    assert!(said.contains("torn down"), "{said}");
+    assert_eq!(
+        leftovers(pid),
+        Vec::<String>::new(),
+        "left behind after an rnicd crashed"
+    );
+}
+
+#[test]
+fn a_lab_killed_outright_leaves_no_process_and_the_next_lab_removes_its_namespaces() {
+    let test = "a_lab_killed_outright_leaves_no_process_and_the_next_lab_removes_its_namespaces";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !runs_here(test, false) {
+        return;
+    }
+    let (mut lab, _dir, _err) = running_lab("120");
+    let pid = lab.id();
+    lab.kill().expect("SIGKILL the lab");
+    let _ = lab.wait();
+    // its children end by their parent-death signal
+    let procs = poll_within(STUCK, || {
+        let left: Vec<String> = leftovers(pid)
+            .into_iter()
+            .filter(|l| l.starts_with("process"))
+            .collect();
+        left.is_empty().then_some(())
+    });
+    assert!(
+        procs.is_some(),
+        "processes outlived the lab: {:?}",
+        leftovers(pid)
+    );
+    assert!(
+        leftovers(pid).iter().any(|l| l.starts_with("namespace")),
+        "a lab killed outright cannot delete its namespaces; none were seen"
+    );
+    // the next lab deletes the namespaces of a lab whose pid is gone
+    let (_dir2, _out, _said) = run_to_the_end(&["--hosts", "2", "--duration", "1"]);
+    assert_eq!(
+        leftovers(pid),
+        Vec::<String>::new(),
+        "the next lab left the killed lab's namespaces"
+    );
+}
+
 #[test]
 fn without_root_it_refuses_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
