@@ -29,30 +29,89 @@ pub struct AgentHost<'a> {
     pub env: Vec<(String, String)>,
 }
 
-/// The launcher agent (Open MPI's `plm_rsh_agent`): `agent HOST
-/// COMMAND...` runs the command (the orted line, through a shell as ssh
-/// would) in HOST's namespace through `rnic exec` (`rnic`) on HOST's
-/// rnicd, so each rank sees its host's device only.
-pub fn agent_script(rnic: &Path, hosts: &[AgentHost]) -> String {
+/// How the launcher agent starts a command on one host.
+pub struct Route {
+    /// The address `mpirun --host` names the host by.
+    pub addr: Ipv4Addr,
+    /// Shell text (words already quoted) that runs its last argument, a
+    /// command line, on the host: e.g. `ip netns exec NS rnic exec
+    /// --sock-dir DIR -- sh -c`.
+    pub prefix: String,
+    /// Whether that command line reaches a remote shell as text to parse
+    /// once more (ssh): the agent then quotes it for that shell.
+    pub remote_shell: bool,
+    /// Exported before the command runs, on the host.
+    pub env: Vec<(String, String)>,
+}
+
+/// The launcher agent (Open MPI's `plm_rsh_agent`) over `routes`: `agent
+/// HOST COMMAND...` runs the command (the orted line, through a shell as
+/// ssh would) on HOST by its route.
+pub fn routed_agent(routes: &[Route]) -> String {
     let mut cases = String::new();
-    for h in hosts {
-        let _ = write!(
-            cases,
-            "  {}) ns={}; dir={}; export OMPI_MCA_orte_tmpdir_base={}",
-            h.addr,
-            h.ns,
-            h.sock_dir.display(),
-            h.session.display()
-        );
-        for (k, v) in &h.env {
-            let _ = write!(cases, "; export {k}={v}");
+    for r in routes {
+        let mut line = String::new();
+        for (k, v) in &r.env {
+            let _ = write!(line, "export {k}={}; ", super::machines::quote(v));
         }
-        cases += " ;;\n";
+        let arg = if r.remote_shell {
+            "\"$(q \"$line\")\""
+        } else {
+            "\"$line\""
+        };
+        let _ = writeln!(
+            cases,
+            "  {}) line={}\"$*\"; exec {} {arg} ;;",
+            r.addr,
+            super::machines::quote(&line),
+            r.prefix
+        );
     }
     format!(
-        "#!/bin/sh\n# Open MPI's plm_rsh_agent: HOST COMMAND...\nhost=$1; shift\ncase \"$host\" in\n{cases}  *) echo \"agent: no host $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" {} exec --sock-dir \"$dir\" -- sh -c \"$*\"\n",
-        rnic.display()
+        "#!/bin/sh\n# Open MPI's plm_rsh_agent: HOST COMMAND...\nhost=$1; shift\n\
+         q() {{ printf \"'%s'\" \"$(printf %s \"$1\" | sed \"s/'/'\\\\\\\\''/g\")\"; }}\n\
+         case \"$host\" in\n{cases}  *) echo \"agent: no host $host\" >&2; exit 1 ;;\nesac\n"
     )
+}
+
+/// The launcher agent for hosts that are namespaces here: each command
+/// runs in HOST's namespace through `rnic exec` (`rnic`) on HOST's
+/// rnicd, so each rank sees its host's device only.
+pub fn agent_script(rnic: &Path, hosts: &[AgentHost]) -> String {
+    let routes: Vec<Route> = hosts
+        .iter()
+        .map(|h| {
+            let mut env = vec![(
+                "OMPI_MCA_orte_tmpdir_base".to_string(),
+                h.session.display().to_string(),
+            )];
+            env.extend(h.env.iter().cloned());
+            let words = [
+                "ip".to_string(),
+                "netns".into(),
+                "exec".into(),
+                h.ns.into(),
+                rnic.display().to_string(),
+                "exec".into(),
+                "--sock-dir".into(),
+                h.sock_dir.display().to_string(),
+                "--".into(),
+                "sh".into(),
+                "-c".into(),
+            ];
+            Route {
+                addr: h.addr,
+                prefix: words
+                    .iter()
+                    .map(|w| super::machines::quote(w))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                remote_shell: false,
+                env,
+            }
+        })
+        .collect();
+    routed_agent(&routes)
 }
 
 /// Writes [`agent_script`] as `dir/agent.sh`, executable, making each
@@ -153,13 +212,7 @@ mod tests {
             env: vec![("UCX_NET_DEVICES".into(), "v0".into())],
         }];
         let s = agent_script(Path::new("/bin/rnic"), &hosts);
-        assert!(s.contains("  192.0.2.1) ns=lab-h0; dir=/tmp/l/h0; export OMPI_MCA_orte_tmpdir_base=/tmp/l/session-0; export UCX_NET_DEVICES=v0 ;;\n"), "{s}");
-        assert!(
-            s.ends_with(
-                "exec ip netns exec \"$ns\" /bin/rnic exec --sock-dir \"$dir\" -- sh -c \"$*\"\n"
-            ),
-            "{s}"
-        );
+        assert!(s.contains("  192.0.2.1) line='export OMPI_MCA_orte_tmpdir_base=/tmp/l/session-0; export UCX_NET_DEVICES=v0; '\"$*\"; exec ip netns exec lab-h0 /bin/rnic exec --sock-dir /tmp/l/h0 -- sh -c \"$line\" ;;\n"), "{s}");
         let a = mpirun_args(
             &[hosts[0].addr, Ipv4Addr::new(192, 0, 2, 2)],
             Path::new("/a.sh"),
@@ -171,6 +224,29 @@ mod tests {
         assert_eq!(a[at("-np") + 1], "2");
         assert_eq!(a[at("--host") + 1], "192.0.2.1,192.0.2.2");
         assert!(a.contains(&"UCX_TLS=tcp,self".to_string()), "{a:?}");
+    }
+
+    #[test]
+    fn a_route_through_a_remote_shell_gets_the_line_quoted_once_more() {
+        // `ssh` stands in: it joins its words and a shell parses them
+        let ssh = "sh -c 'sh -c \"$*\"' ssh";
+        let routes = [Route {
+            addr: Ipv4Addr::new(192, 0, 2, 7),
+            prefix: format!("{ssh} sh -c"),
+            remote_shell: true,
+            env: vec![("V".into(), "x y".into())],
+        }];
+        let out = std::process::Command::new("sh")
+            .args(["-c", &routed_agent(&routes), "agent", "192.0.2.7"])
+            .args(["echo", "\"$V\"", "'a  b'", "it\\'s"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "x y a  b it's\n");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &routed_agent(&routes), "agent", "192.0.2.8", "true"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
     }
 
     #[test]
