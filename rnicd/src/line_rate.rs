@@ -65,11 +65,17 @@ impl Pacer {
     /// Adds what the line rate gave since the last call (never more than
     /// the bucket holds).
     fn refill(&mut self, now_ns: u64) {
-        let dt = now_ns.saturating_sub(self.last_ns);
+        let add = self.earned(now_ns);
         self.last_ns = self.last_ns.max(now_ns);
+        self.milli_tokens = self.milli_tokens.saturating_add(add).min(self.burst * 1000);
+    }
+
+    /// Thousandths of a byte the line rate gave from the last refill to
+    /// `now_ns`.
+    fn earned(&self, now_ns: u64) -> u64 {
+        let dt = now_ns.saturating_sub(self.last_ns);
         // bytes × 1000 = bits/8 × ns/1e9 × 1000 = bits × ns / 8e6
-        let add = (u128::from(self.bps) * u128::from(dt) / 8_000_000).min(u128::from(u64::MAX));
-        self.milli_tokens = (self.milli_tokens.saturating_add(add as u64)).min(self.burst * 1000);
+        (u128::from(self.bps) * u128::from(dt) / 8_000_000).min(u128::from(u64::MAX)) as u64
     }
 
     /// How many frames of the largest size may leave at `now_ns`.
@@ -88,10 +94,7 @@ impl Pacer {
     /// How long from `now_ns` until half the bucket is full again (zero
     /// when it is).
     pub fn ready_in(&self, now_ns: u64) -> Duration {
-        let have = self.milli_tokens + {
-            let dt = now_ns.saturating_sub(self.last_ns);
-            (u128::from(self.bps) * u128::from(dt) / 8_000_000).min(u128::from(u64::MAX)) as u64
-        };
+        let have = self.milli_tokens.saturating_add(self.earned(now_ns));
         let want = (self.burst / 2).max(self.max_cost) * 1000;
         let short = want.saturating_sub(have);
         // ns = milli-bytes × 8e6 / bps

@@ -805,20 +805,8 @@ fn sigint_mid_run_tears_everything_down() {
     if !runs_here(test, false) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("results"), dir.path().join("lab.err"));
-    let mut lab = start(&["--hosts", "3", "--duration", "120"], &out, &err);
+    let (lab, _dir, err) = running_lab("120");
     let pid = lab.id();
-    let running = poll_within(STUCK, || {
-        if let Ok(Some(st)) = lab.try_wait() {
-            panic!("rnic lab ended ({st}) before its workload: {}", read(&err));
-        }
-        // the progress line: the workload is sampled, so every process
-        // of the lab is up
-        // (its `queue→h0`; the first line says "CE marks above" too)
-        read(&err).contains("queue→h0").then_some(())
-    });
-    assert!(running.is_some(), "no workload: {}", read(&err));
     assert!(
         !leftovers(pid).is_empty(),
         "the probe sees no lab while it runs"
@@ -847,6 +835,8 @@ fn running_lab(secs: &str) -> (Child, tempfile::TempDir, PathBuf) {
         if let Ok(Some(st)) = lab.try_wait() {
             panic!("rnic lab ended ({st}) before its workload: {}", read(&err));
         }
+        // the progress line (its `queue→h0`): the workload is sampled,
+        // so every process of the lab is up
         read(&err).contains("queue→h0").then_some(())
     });
     assert!(running.is_some(), "no workload: {}", read(&err));

@@ -12,6 +12,7 @@
 //! depth reaches the marking this way: sampled, at most 0.5 ms late.
 
 use super::LabError;
+use nldev::msg::{self, NLMSG_ERROR, NLM_F_ACK, NLM_F_REQUEST};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// The set of ports whose queue is above the ECN threshold.
@@ -24,10 +25,7 @@ const NFNL_MSG_BATCH_END: u16 = 0x11;
 const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_DELSETELEM: u16 = 14;
 const NFPROTO_BRIDGE: u8 = 7;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
 const NLM_F_CREATE: u16 = 0x400;
-const NLMSG_ERROR: u16 = 2;
 const NLA_F_NESTED: u16 = 0x8000;
 // nf_tables.h: NFTA_SET_ELEM_LIST_{TABLE, SET, ELEMENTS}, NFTA_LIST_ELEM,
 // NFTA_SET_ELEM_KEY, NFTA_DATA_VALUE
@@ -112,23 +110,13 @@ pub fn set_batch(table: &str, set: &str, ifindex: u32, add: bool, seq: u32) -> V
 }
 
 /// The errno of the first NLMSG_ERROR in `reply` (0: an acknowledgement),
-/// if it holds one.
+/// if it holds one before anything malformed.
 pub fn reply_errno(reply: &[u8]) -> Option<i32> {
-    let mut at = 0;
-    while at + 20 <= reply.len() {
-        let len = u32::from_ne_bytes(reply[at..at + 4].try_into().ok()?) as usize;
-        let kind = u16::from_ne_bytes(reply[at + 4..at + 6].try_into().ok()?);
-        if kind == NLMSG_ERROR {
-            return Some(-i32::from_ne_bytes(
-                reply[at + 16..at + 20].try_into().ok()?,
-            ));
-        }
-        if len < 16 {
-            return None;
-        }
-        at += len.next_multiple_of(4);
-    }
-    None
+    msg::messages(reply)
+        .map_while(Result::ok)
+        .find(|(h, _)| h.ty == NLMSG_ERROR)
+        .and_then(|(_, m)| m.get(msg::HDRLEN..msg::HDRLEN + 4))
+        .map(|e| -i32::from_ne_bytes(e.try_into().unwrap_or_default()))
 }
 
 /// The marking of a switch: which ports are in [`DEEP_SET`], changed as
