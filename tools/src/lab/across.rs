@@ -1,14 +1,17 @@
-//! A lab across machines: the incast of a lab file with `[[machine]]`
-//! tables, one rnicd per real host over the real network. No namespace,
-//! switch or queue is built; each machine's rnicd, the perftest servers
-//! (on the first machine) and clients (on the others) are started through
-//! the machines' launchers ([`super::remote`]), the hosts' counters are
+//! A lab across machines: the incast or a collective of a lab file with
+//! `[[machine]]` tables, one rnicd per real host over the real network.
+//! No namespace, switch or queue is built; each machine's rnicd, the
+//! perftest servers (on the first machine) and clients (on the others),
+//! or a collective's MPI job ([`super::remote_collective`]) are started
+//! through the machines' launchers ([`super::remote`]), the hosts' counters are
 //! sampled through them, and the results folder is the same as on the
 //! lab's own fabric but for the switch, whose queues and marks are not
 //! observable from the hosts (the page and the output say so).
 
+use super::collective;
 use super::incast::{self, Flow, BASE_PORT};
 use super::remote::{self, Station};
+use super::remote_collective;
 use super::sample::Snapshot;
 use super::{io, say, sys, Job, LabConfig, LabError};
 use std::path::Path;
@@ -21,7 +24,7 @@ pub const NETWORK: &str = "the real network's: its switches queue, mark (or not)
     what the hosts count is: the receiver's ECN-marked packets and CNPs, the senders' CNPs \
     handled and their DCQCN state";
 
-/// Runs the incast of `cfg` across its machines, writes the results into
+/// Runs the workload of `cfg` across its machines, writes the results into
 /// `out`, and ends every program it started there, whatever it returns.
 pub fn run(cfg: &LabConfig, rnic: &Path, out: &Path) -> Result<(), LabError> {
     let logs = out.join("logs");
@@ -124,24 +127,43 @@ fn argv(s: &Station, args: &[String], port: u16, peer: Option<&str>) -> Vec<Stri
     incast::perftest_argv(Path::new(&s.rnic), dev, "ib_write_bw", args, port, peer)
 }
 
-/// The incast with its sampling; writes the results (also of a run cut
-/// short, as far as it went).
-fn workload(cfg: &LabConfig, st: &mut [Station], out: &Path) -> Result<(), LabError> {
-    let logs = &out.join("logs");
-    let mut snaps = vec![snapshot(0.0, st)?];
-    let t0 = Instant::now();
-    let mut job = Job::Incast(start_flows(cfg, st, logs)?);
-    say(&format!(
-        "workload running: ib_write_bw {} → {} for {} s",
-        st[1..]
+/// Starts the workload of `cfg`: the incast's flows, or a collective.
+fn start(cfg: &LabConfig, st: &[Station], logs: &Path) -> Result<Job, LabError> {
+    let names = |from: usize| {
+        st[from..]
             .iter()
             .map(|s| s.machine.name.as_str())
             .collect::<Vec<_>>()
-            .join(", "),
+            .join(", ")
+    };
+    if cfg.workload.is_collective() {
+        let job = remote_collective::start(cfg, st, logs)?;
+        let line = collective::running_line(cfg, &names(0));
+        say(&format!("workload running: {line}"));
+        return Ok(Job::Collective(job));
+    }
+    let job = Job::Incast(start_flows(cfg, st, logs)?);
+    say(&format!(
+        "workload running: ib_write_bw {} → {} for {} s",
+        names(1),
         st[0].machine.name,
         cfg.duration_s
     ));
+    Ok(job)
+}
+
+/// The workload with its sampling; writes the results (also of a run cut
+/// short, as far as it went).
+fn workload(cfg: &LabConfig, st: &mut [Station], out: &Path) -> Result<(), LabError> {
+    let logs = &out.join("logs");
+    let mut snaps = vec![snapshot(cfg, 0.0, st)?];
+    let t0 = Instant::now();
+    let mut job = start(cfg, st, logs)?;
     let ran = sample_until_done(cfg, st, &mut job, &mut snaps, t0);
+    let collective = match &job {
+        Job::Collective(j) => Some(j.run(cfg)),
+        _ => None,
+    };
     drop(job);
     let hosts: Vec<String> = st.iter().map(|s| s.machine.name.clone()).collect();
     let backends: Vec<String> = st.iter().map(|s| s.backend.clone()).collect();
@@ -150,7 +172,11 @@ fn workload(cfg: &LabConfig, st: &mut [Station], out: &Path) -> Result<(), LabEr
         backends: &backends,
         config_toml: cfg.to_toml(),
         marking: NETWORK.into(),
-        reported_gbits: incast::reported_all(logs, &hosts[1..]),
+        reported_gbits: match collective {
+            None => incast::reported_all(logs, &hosts[1..]),
+            Some(_) => Vec::new(),
+        },
+        collective: collective.as_ref(),
         ..Default::default()
     };
     if snaps.len() >= 2 {
@@ -172,7 +198,7 @@ fn sample_until_done(
 ) -> Result<(), LabError> {
     let limit = super::collective::time_limit(cfg);
     super::every_sample(cfg, job, (t0, limit), |t, job, progress| {
-        snaps.push(snapshot(t, st)?);
+        snaps.push(snapshot(cfg, t, st)?);
         progress.draw(snaps, job);
         Ok(())
     })
@@ -180,10 +206,12 @@ fn sample_until_done(
 
 /// The hosts' counters and DCQCN state at `t`; no switch port (none is
 /// observable).
-fn snapshot(t: f64, st: &mut [Station]) -> Result<Snapshot, LabError> {
+fn snapshot(cfg: &LabConfig, t: f64, st: &mut [Station]) -> Result<Snapshot, LabError> {
     let (hosts, mut cc): (Vec<_>, Vec<_>) = remote::sample(st)?.into_iter().unzip();
     // the senders' DCQCN state; none for the incast's receiver
-    cc[0] = Default::default();
+    for c in &mut cc[..cfg.workload.first_sender()] {
+        *c = Default::default();
+    }
     Ok(Snapshot {
         t,
         hosts,

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The program's source, written into the scratch folder and built there.
-const SOURCE: &str = include_str!("../../lab/collective.c");
+pub const SOURCE: &str = include_str!("../../lab/collective.c");
 
 /// The hosts' subnet, for Open MPI's out-of-band TCP.
 const OOB_NET: &str = "192.0.2.0/24";
@@ -122,27 +122,9 @@ pub fn start(
     argv.extend([h0.sock_dir.clone().into(), "--".into()]);
     let addrs: Vec<_> = daemons.iter().map(|d| d.net.addr).collect();
     argv.extend(mpi::mpirun_args(&addrs, &agent, OOB_NET, cfg.ucx_tls.tls()));
-    if cfg.workload == Workload::Allreduce {
-        // the ring (Open MPI's tuned algorithm 4), whatever its
-        // decision table would pick for the size and the ranks
-        for w in [
-            "--mca",
-            "coll_tuned_use_dynamic_rules",
-            "1",
-            "--mca",
-            "coll_tuned_allreduce_algorithm",
-            "4",
-        ] {
-            argv.push(w.into());
-        }
-    }
-    argv.extend([
-        bin.into_os_string(),
-        cfg.workload.word().into(),
-        cfg.size.to_string().into(),
-        cfg.iterations.to_string().into(),
-        cfg.duration_s.to_string().into(),
-    ]);
+    argv.extend(algorithm_options(cfg));
+    argv.push(bin.into_os_string());
+    argv.extend(program_args(cfg));
     let log = logs.join("mpirun.txt");
     let args: Vec<&std::ffi::OsStr> = argv.iter().map(OsString::as_os_str).collect();
     let name = format!("mpirun {} on {} hosts", cfg.workload.word(), daemons.len());
@@ -152,6 +134,52 @@ pub fn start(
         log,
         iterations: cfg.iterations,
     })
+}
+
+/// What runs, for the output: `MPI allreduce of S B on HOSTS over UCX
+/// rdma (TLS), N iterations` (or `for D s`).
+pub fn running_line(cfg: &LabConfig, hosts: &str) -> String {
+    let length = match cfg.iterations {
+        0 => format!("for {} s", cfg.duration_s),
+        n => format!("{n} iterations"),
+    };
+    format!(
+        "MPI {} of {} B on {hosts} over UCX {} ({}), {length}",
+        cfg.workload.word(),
+        cfg.size,
+        cfg.ucx_tls.word(),
+        cfg.ucx_tls.tls()
+    )
+}
+
+/// `mpirun`'s options that pick the collective's algorithm: for an
+/// allreduce the ring (Open MPI's tuned algorithm 4), whatever its
+/// decision table would pick for the size and the ranks.
+pub fn algorithm_options(cfg: &LabConfig) -> Vec<OsString> {
+    if cfg.workload != Workload::Allreduce {
+        return Vec::new();
+    }
+    [
+        "--mca",
+        "coll_tuned_use_dynamic_rules",
+        "1",
+        "--mca",
+        "coll_tuned_allreduce_algorithm",
+        "4",
+    ]
+    .map(OsString::from)
+    .to_vec()
+}
+
+/// The program's arguments: the collective, the size, the iterations and
+/// the duration of `cfg`.
+pub fn program_args(cfg: &LabConfig) -> Vec<OsString> {
+    vec![
+        cfg.workload.word().into(),
+        cfg.size.to_string().into(),
+        cfg.iterations.to_string().into(),
+        cfg.duration_s.to_string().into(),
+    ]
 }
 
 impl Job {

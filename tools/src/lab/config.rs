@@ -229,7 +229,7 @@ impl LabConfig {
             &f.machine,
             f.hosts,
             &switch_keys(&f.switch),
-            f.workload.kind.as_deref().is_some_and(|k| k != "incast"),
+            f.workload.kind.as_deref(),
             f.workload.probe == Some(true),
         )?;
         if !machines.is_empty() && (f.switches.is_some_and(|n| n != 1) || !f.trunk.is_empty()) {

@@ -57,14 +57,14 @@ pub struct Machine {
 
 /// Checks the `[[machine]]` tables against the rest of the file: no
 /// `[switch]` (the network's own switches queue and mark), `hosts` absent
-/// or the number of machines, and the incast as the workload (the
-/// collectives and the probe run on the lab's own fabric only). An empty
-/// list is the lab's own fabric.
+/// or the number of machines, and the incast or a collective as the
+/// workload (`kind`; a trace and the probe run on the lab's own fabric
+/// only). An empty list is the lab's own fabric.
 pub fn check(
     machines: &[MachineFile],
     hosts: Option<usize>,
     switch_keys: &[String],
-    collective: bool,
+    kind: Option<&str>,
     probe: bool,
 ) -> Result<Vec<Machine>, LabError> {
     if machines.is_empty() {
@@ -96,10 +96,11 @@ pub fn check(
             ),
         ));
     }
-    if collective || probe {
+    if kind == Some("trace") || probe {
         return Err(setting(
             "workload",
-            "across machines the lab runs the incast only (no collective, no probe yet)",
+            "across machines the lab runs the incast and the collectives only (no trace, no \
+             probe yet)",
         ));
     }
     let list = machines
@@ -382,11 +383,10 @@ mod tests {
         };
         assert!(bad("[switch]\necn_kb = 30\npfc = true").contains("ecn_kb, pfc"));
         assert!(bad("hosts = 3").contains("hosts"));
-        assert!(bad("[workload]\nkind = \"allreduce\"").contains("incast only"));
-        assert!(bad("[workload]\nprobe = true").contains("incast only"));
+        assert!(bad("[workload]\nprobe = true").contains("no trace, no probe"));
         assert!(bad("switches = 2").contains("nor a trunk"));
         assert!(bad("[trunk]\nrate = \"1gbit\"").contains("nor a trunk"));
-        assert!(bad("[workload]\nkind = \"trace\"").contains("incast only"));
+        assert!(bad("[workload]\nkind = \"trace\"").contains("no trace, no probe"));
         let one = "[[machine]]\nlauncher = \"ssh n\"\niface = \"e\"\nip = \"10.0.0.1\"\n";
         let err = |t: &str| LabConfig::from_file(file(t)).unwrap_err().to_string();
         assert!(err(one).contains("1 machines"));

@@ -6,7 +6,7 @@
 //! switch's counters sampled while it runs, and a results folder of CSV,
 //! SVG and one HTML page. Everything it made is torn down on exit, on
 //! error, and on SIGINT/SIGTERM. With `[[machine]]` tables the same
-//! incast runs across real hosts instead ([`across`]).
+//! incast, or a collective, runs across real hosts instead ([`across`]).
 //!
 //! | module | job |
 //! |---|---|
@@ -31,7 +31,7 @@
 //! | [`scale`] | the CPU time of the machine, the engines and the programs; whether the hosts, not the fabric, were the bottleneck |
 //! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
 //! | [`sys`] | running tools and children, signals, waiting |
-//! | [`machines`], [`remote`], [`across`] | a lab across machines: the `[[machine]]` tables and their launchers; each machine's rnicd and programs; the incast over the real network |
+//! | [`machines`], [`remote`], [`across`], [`remote_collective`] | a lab across machines: the `[[machine]]` tables and their launchers; each machine's rnicd and programs; the incast or a collective over the real network; a collective's mpirun, orteds and builds there |
 
 pub mod across;
 pub mod capture;
@@ -54,6 +54,7 @@ pub mod pfc_hold;
 pub mod pfc_results;
 pub mod probe;
 pub mod remote;
+pub mod remote_collective;
 pub mod replay;
 pub mod results;
 pub mod run_info;
@@ -272,17 +273,10 @@ impl Job {
         }
         let bin = collective::build(scratch)?;
         let job = collective::start(rnic, daemons, cfg, (bin, scratch), logs)?;
-        let length = match cfg.iterations {
-            0 => format!("for {} s", cfg.duration_s),
-            n => format!("{n} iterations"),
-        };
+        let hosts = format!("h0..h{}", cfg.hosts - 1);
         say(&format!(
-            "workload running: MPI {} of {} B on h0..h{} over UCX {} ({}), {length}",
-            cfg.workload.word(),
-            cfg.size,
-            cfg.hosts - 1,
-            cfg.ucx_tls.word(),
-            cfg.ucx_tls.tls()
+            "workload running: {}",
+            collective::running_line(cfg, &hosts)
         ));
         Ok(Job::Collective(job))
     }

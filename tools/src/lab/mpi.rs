@@ -128,10 +128,8 @@ pub fn write_agent(dir: &Path, rnic: &Path, hosts: &[AgentHost]) -> std::io::Res
 }
 
 /// `mpirun` and its options for one rank on each of `hosts` (rank i on
-/// `hosts[i]`; run it in the first), launched by `agent`, its out-of-band
-/// TCP on `oob_net` (e.g. `192.0.2.0/24`), UCX held to `ucx_tls`, which
-/// reports each endpoint's transports (`UCX_LOG_LEVEL=info`: the
-/// `ep_cfg[...]` lines). The program and its arguments follow.
+/// `hosts[i]`; run it in the first), launched by `agent`, as
+/// [`mpirun_options`] says. The program and its arguments follow.
 pub fn mpirun_args(
     hosts: &[Ipv4Addr],
     agent: &Path,
@@ -145,7 +143,16 @@ pub fn mpirun_args(
         .collect();
     a.push(hosts.len().to_string().into());
     a.extend(["--host".into(), list.join(",").into()]);
-    a.extend(["--mca".into(), "plm_rsh_agent".into(), agent.into()]);
+    a.extend(mpirun_options(agent, oob_net));
+    a.extend(ucx_env(ucx_tls));
+    a
+}
+
+/// `mpirun`'s global options for any placement of the ranks: launched by
+/// `agent`, its out-of-band TCP on `oob_net` (e.g. `192.0.2.0/24`, or a
+/// list of them), the MPI traffic on the UCX PML alone.
+pub fn mpirun_options(agent: &Path, oob_net: &str) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec!["--mca".into(), "plm_rsh_agent".into(), agent.into()];
     for w in [
         "--mca", "pml", "ucx", "--mca", "btl", "self", "--mca", "osc", "ucx",
     ] {
@@ -164,7 +171,14 @@ pub fn mpirun_args(
     ] {
         a.push(w.into());
     }
-    a.extend(["-x".into(), format!("UCX_TLS={ucx_tls}").into()]);
+    a
+}
+
+/// The ranks' UCX environment, options of one app context (`-x` is
+/// mpirun's per app context): UCX held to `ucx_tls`, reporting each
+/// endpoint's transports (`UCX_LOG_LEVEL=info`: the `ep_cfg[...]` lines).
+pub fn ucx_env(ucx_tls: &str) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec!["-x".into(), format!("UCX_TLS={ucx_tls}").into()];
     for w in [
         "-x",
         "UCX_LOG_LEVEL=info",

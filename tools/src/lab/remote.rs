@@ -67,6 +67,23 @@ pub fn run_on(m: &Machine, what: &'static str, cmd: &[String]) -> Result<String,
     checked(m, what, command(&argv).output())
 }
 
+/// Writes `text` into file `path` on `m` (doing `what`), executable when
+/// `exec`.
+pub fn put_file(
+    m: &Machine,
+    what: &'static str,
+    path: &str,
+    text: &str,
+    exec: bool,
+) -> Result<(), LabError> {
+    let script = if exec {
+        "printf %s \"$1\" > \"$2\" && chmod 755 \"$2\""
+    } else {
+        "printf %s \"$1\" > \"$2\""
+    };
+    run_on(m, what, &words(&["sh", "-c", script, "sh", text, path])).map(drop)
+}
+
 /// Words from string slices.
 pub fn words(w: &[&str]) -> Vec<String> {
     w.iter().map(|s| s.to_string()).collect()
@@ -89,8 +106,9 @@ pub struct Station {
 }
 
 impl Station {
-    /// Checks that `m` runs commands and has rnicd, rnic, ib_write_bw and
-    /// setsid; starts its rnicd and waits for its READY and an active port.
+    /// Checks that `m` runs commands and has rnicd, rnic, setsid and the
+    /// workload's programs (ib_write_bw; for a collective mpirun and
+    /// mpicc); starts its rnicd and waits for its READY and an active port.
     pub fn start(
         m: &Machine,
         cfg: &LabConfig,
@@ -102,9 +120,14 @@ impl Station {
         let rnic = m.program("rnic", local_rnic);
         let check = format!(
             "for p in {} {}; do [ -x \"$p\" ] || {{ echo \"$p: not there (set bin_dir)\" >&2; exit 1; }}; done; \
-             for p in ib_write_bw setsid; do command -v $p >/dev/null || {{ echo \"$p: not installed\" >&2; exit 1; }}; done",
+             for p in {} setsid; do command -v $p >/dev/null || {{ echo \"$p: not installed\" >&2; exit 1; }}; done",
             super::machines::quote(&rnicd),
-            super::machines::quote(&rnic)
+            super::machines::quote(&rnic),
+            if cfg.workload.is_collective() {
+                "mpirun mpicc"
+            } else {
+                "ib_write_bw"
+            }
         );
         run_on(m, "looking for its programs", &words(&["sh", "-c", &check]))?;
         let scratch = m.scratch(lab_id);
