@@ -4,7 +4,6 @@
 //! output.
 
 use super::run_info::{CollectiveRun, Plot, RunInfo};
-use super::workload::Workload;
 use super::LabError;
 use crate::report::{write_file, xy_svg, Labels, Series};
 use serde_json::{json, Value};
@@ -28,11 +27,7 @@ pub fn summary(run: &CollectiveRun, ranks: usize) -> Value {
         return json!({ "kind": run.workload.word(), "iterations": 0 });
     }
     let median = quantile(&v, 0.5);
-    let n = ranks as f64;
-    let factor = match run.workload {
-        Workload::Allreduce => 2.0 * (n - 1.0) / n,
-        _ => (n - 1.0) / n,
-    };
+    let factor = run.bus_factor(ranks);
     let algbw = f64::from(run.size) * 8.0 / median; // bits per µs = Mbit/s
     let mut endpoints = run.endpoints.clone();
     endpoints.sort();
@@ -162,7 +157,7 @@ pub fn report(sum: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::workload::UcxTls;
+    use crate::lab::workload::{UcxTls, Workload};
 
     #[test]
     fn statistics_and_bandwidths_of_the_times() {

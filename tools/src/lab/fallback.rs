@@ -19,7 +19,10 @@ fn bytes(b: u64) -> String {
 }
 
 /// The signs between the first and last snapshot (`fallback` in
-/// `summary.json`).
+/// `summary.json`). Across machines no link is observable: the RNICs'
+/// bytes are weighed against the bytes the collective sent at least
+/// ([`super::run_info::CollectiveRun::bytes_sent`]) instead, and the
+/// link's and the switch's entries are null.
 pub fn signs(info: &RunInfo, snaps: &[Snapshot], endpoints: &Value) -> Value {
     let (Some(a), Some(b)) = (snaps.first(), snaps.last()) else {
         return json!({});
@@ -31,18 +34,29 @@ pub fn signs(info: &RunInfo, snaps: &[Snapshot], endpoints: &Value) -> Value {
             .sum()
     };
     let rdma = d("tx_bytes");
-    // the hosts' ports: a trunk's carry the same bytes again
-    let ports = a.ports.iter().zip(&b.ports).take(n);
-    let link: u64 = ports
-        .clone()
-        .map(|(p, q)| q.sent.saturating_sub(p.sent))
-        .sum();
-    let roce: u64 = ports.map(|(p, q)| q.seen.saturating_sub(p.seen)).sum();
-    let around = link > 0 && rdma.saturating_mul(2) < link;
+    let sent = info.collective.map_or(0, |c| c.bytes_sent(n));
+    let (link, roce, verdict_of) = if a.ports.is_empty() {
+        let ref_text = format!("the collective sent at least {}", bytes(sent));
+        (None, None, (sent, ref_text))
+    } else {
+        // the hosts' ports: a trunk's carry the same bytes again
+        let ports = a.ports.iter().zip(&b.ports).take(n);
+        let link: u64 = ports
+            .clone()
+            .map(|(p, q)| q.sent.saturating_sub(p.sent))
+            .sum();
+        let roce: u64 = ports.map(|(p, q)| q.seen.saturating_sub(p.seen)).sum();
+        (
+            Some(link),
+            Some(roce),
+            (link, format!("the links moved {}", bytes(link))),
+        )
+    };
+    let (reference, ref_text) = verdict_of;
+    let around = reference > 0 && rdma.saturating_mul(2) < reference;
     let verdict = format!(
-        "RDMA moved {}; the links moved {}: {}",
+        "RDMA moved {}; {ref_text}: {}",
         bytes(rdma),
-        bytes(link),
         if around {
             "traffic went around the RNIC"
         } else {
@@ -52,6 +66,7 @@ pub fn signs(info: &RunInfo, snaps: &[Snapshot], endpoints: &Value) -> Value {
     json!({
         "rdma_bytes": rdma,
         "link_bytes": link,
+        "collective_bytes": sent,
         "roce_frames": roce,
         "cnps_sent": d("np_cnp_sent"),
         "ucx_endpoints": endpoints,
@@ -60,12 +75,21 @@ pub fn signs(info: &RunInfo, snaps: &[Snapshot], endpoints: &Value) -> Value {
     })
 }
 
+/// A count of the signs, or `not observable` when null.
+fn seen(v: &Value) -> String {
+    if v.is_null() {
+        "not observable".into()
+    } else {
+        v.to_string()
+    }
+}
+
 /// The signs as output lines.
 pub fn lines(s: &Value) -> Vec<String> {
     let mut v = vec![s["verdict"].as_str().unwrap_or("").to_string()];
     v.push(format!(
         "RoCEv2 frames through the switch {}, CNPs sent {}, UCX endpoints on {}",
-        s["roce_frames"],
+        seen(&s["roce_frames"]),
         s["cnps_sent"],
         endpoint_text(&s["ucx_endpoints"])
     ));
@@ -98,14 +122,14 @@ pub fn html(s: &Value, esc: fn(&str) -> String) -> String {
         if around { "fallback" } else { "through" },
         esc(s["verdict"].as_str().unwrap_or("")),
         s["rdma_bytes"],
-        s["link_bytes"],
-        s["roce_frames"],
+        seen(&s["link_bytes"]),
+        seen(&s["roce_frames"]),
         s["cnps_sent"],
         esc(&endpoint_text(&s["ucx_endpoints"])),
         if around {
             "<p>The job ran and its results were right, but its bytes went over TCP sockets of \
-             the hosts' kernels (the link pcaps hold TCP, not UDP 4791): no RDMA, no ECN \
-             reaction, no CNP.</p>"
+             the hosts' kernels (on the wire TCP, not UDP 4791): no RDMA, no ECN reaction, no \
+             CNP.</p>"
         } else {
             ""
         }
@@ -115,7 +139,9 @@ pub fn html(s: &Value, esc: fn(&str) -> String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::run_info::CollectiveRun;
     use crate::lab::sample::PortStat;
+    use crate::lab::workload::{UcxTls, Workload};
     use std::collections::BTreeMap;
 
     fn snap(tx: u64, sent: u64, seen: u64) -> Snapshot {
@@ -166,5 +192,46 @@ mod tests {
         );
         assert_eq!(rdma["around_the_rnic"], false);
         assert_eq!(rdma["roce_frames"], 8000);
+    }
+
+    #[test]
+    fn across_machines_the_rnics_bytes_are_weighed_against_the_collectives() {
+        let hosts = ["h0".to_string(), "h1".to_string()];
+        // 4 iterations of a 1 MB ring allreduce on 2 ranks: each rank sends
+        // 1 MB an iteration, 8 MB in all
+        let run = CollectiveRun {
+            workload: Workload::Allreduce,
+            size: 1_000_000,
+            ucx_tls: UcxTls::Tcp,
+            times_us: vec![1.0; 4],
+            endpoints: Vec::new(),
+        };
+        let info = RunInfo {
+            hosts: &hosts,
+            collective: Some(&run),
+            ..RunInfo::default()
+        };
+        let unobserved = |tx: u64| {
+            let [a, b] = [snap(0, 0, 0), snap(tx, 0, 0)].map(|mut s| {
+                s.ports.clear();
+                s
+            });
+            signs(&info, &[a, b], &json!([]))
+        };
+        let tcp = unobserved(10_000);
+        assert_eq!(tcp["collective_bytes"], 8_000_000);
+        assert!(tcp["link_bytes"].is_null() && tcp["roce_frames"].is_null());
+        assert_eq!(tcp["around_the_rnic"], true, "{tcp}");
+        assert!(lines(&tcp)[1].contains("switch not observable"));
+        assert!(html(&tcp, str::to_string).contains("egress queues (the links): not observable"));
+        let rdma = unobserved(2_200_000);
+        assert_eq!(rdma["around_the_rnic"], false, "{rdma}");
+        assert!(
+            rdma["verdict"]
+                .as_str()
+                .unwrap()
+                .contains("the collective sent at least 8.0 MB"),
+            "{rdma}"
+        );
     }
 }

@@ -384,6 +384,10 @@ mod tests {
         assert!(bad("[switch]\necn_kb = 30\npfc = true").contains("ecn_kb, pfc"));
         assert!(bad("hosts = 3").contains("hosts"));
         assert!(bad("[workload]\nprobe = true").contains("no trace, no probe"));
+        for kind in ["allreduce", "alltoall"] {
+            let c = LabConfig::from_file(file(&format!("[workload]\nkind = \"{kind}\"\n{TWO}")));
+            assert_eq!(c.map(|c| c.machines.len()).ok(), Some(2), "{kind}");
+        }
         assert!(bad("switches = 2").contains("nor a trunk"));
         assert!(bad("[trunk]\nrate = \"1gbit\"").contains("nor a trunk"));
         assert!(bad("[workload]\nkind = \"trace\"").contains("no trace, no probe"));

@@ -60,6 +60,26 @@ pub struct CollectiveRun {
     pub endpoints: Vec<String>,
 }
 
+impl CollectiveRun {
+    /// What each rank sends per byte of the size, on `ranks` ranks: a ring
+    /// allreduce 2(N−1)/N (each byte twice round the ring but for its own
+    /// share), an alltoall (N−1)/N (all but its own block).
+    pub fn bus_factor(&self, ranks: usize) -> f64 {
+        let n = ranks as f64;
+        match self.workload {
+            Workload::Allreduce => 2.0 * (n - 1.0) / n,
+            _ => (n - 1.0) / n,
+        }
+    }
+
+    /// The bytes all `ranks` sent each other over its completed
+    /// iterations, at least (the collective's own, no header).
+    pub fn bytes_sent(&self, ranks: usize) -> u64 {
+        let per_iteration = f64::from(self.size) * ranks as f64 * self.bus_factor(ranks);
+        (per_iteration * self.times_us.len() as f64) as u64
+    }
+}
+
 /// One plot: its file stem, title, y label and series.
 pub struct Plot {
     pub stem: &'static str,
