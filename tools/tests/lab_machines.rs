@@ -11,8 +11,17 @@
 //! started on the others is gone too. A SIGINT mid-run tears it all down
 //! (exit status 130).
 //!
-//! Needs root, ip, setsid and ib_write_bw (perftest): a loud SKIPPED line
-//! without them, a failure under CI.
+//! On machines of their own (`labmpi2-m0..m2`, the same way) a ring
+//! allreduce runs as one MPI job over the machines' RNICs: each
+//! machine's orted started through its launcher (the ssh stand-in for
+//! m2), every iteration's completion time in the results, UCX's
+//! endpoints on each machine's own device, the RNICs' bytes at least the
+//! collective's; forced onto TCP the same job runs around the RNICs and
+//! the lab says so; and nothing the lab started is left.
+//!
+//! Needs root, ip, setsid and ib_write_bw (perftest), and for the
+//! allreduce Open MPI (mpirun, mpicc): a loud SKIPPED line without them,
+//! a failure under CI.
 
 mod common;
 
@@ -27,28 +36,62 @@ struct Machines {
     _ns: Namespaces,
 }
 
-const NET: &str = "labremote-net";
-
-fn machine_ns(i: usize) -> String {
-    format!("labremote-m{i}")
+/// One test's stand-in machines: namespaces `<prefix>-m0..m2` and
+/// `<prefix>-net`, interfaces `<dev>0..2`, addresses `10.<net>.0.1..3`
+/// (each test its own, as the tests run side by side).
+#[derive(Clone, Copy)]
+struct Site {
+    prefix: &'static str,
+    dev: &'static str,
+    net: u8,
 }
 
-/// Namespaces m0..m2, each with `lrm<i>` (10.77.0.(i+1)/24) on a veth to
-/// a bridge in `labremote-net`.
-fn machines() -> Machines {
-    let mut names: Vec<String> = (0..3).map(machine_ns).collect();
-    names.push(NET.into());
+/// The incast's machines.
+const INCAST: Site = Site {
+    prefix: "labremote",
+    dev: "lrm",
+    net: 77,
+};
+
+/// The collectives' machines.
+const MPI: Site = Site {
+    prefix: "labmpi2",
+    dev: "lmp",
+    net: 78,
+};
+
+impl Site {
+    fn machine_ns(self, i: usize) -> String {
+        format!("{}-m{i}", self.prefix)
+    }
+
+    fn net_ns(self) -> String {
+        format!("{}-net", self.prefix)
+    }
+
+    fn addr(self, i: usize) -> String {
+        format!("10.{}.0.{}", self.net, i + 1)
+    }
+}
+
+/// Namespaces m0..m2, each with `<dev><i>` (its address /24) on a veth
+/// to a bridge in the network's namespace.
+fn machines(site: Site) -> Machines {
+    let net = site.net_ns();
+    let mut names: Vec<String> = (0..3).map(|i| site.machine_ns(i)).collect();
+    names.push(net.clone());
     let ns = Namespaces::create(&names).expect("namespaces");
-    ip(&["-n", NET, "link", "add", "br0", "type", "bridge"]).unwrap();
-    ip(&["-n", NET, "link", "set", "br0", "up"]).unwrap();
+    ip(&["-n", &net, "link", "add", "br0", "type", "bridge"]).unwrap();
+    ip(&["-n", &net, "link", "set", "br0", "up"]).unwrap();
     for i in 0..3 {
-        let (m, dev, peer) = (machine_ns(i), format!("lrm{i}"), format!("lrm{i}p"));
+        let m = site.machine_ns(i);
+        let (dev, peer) = (format!("{}{i}", site.dev), format!("{}{i}p", site.dev));
         ip(&[
-            "link", "add", &dev, "netns", &m, "type", "veth", "peer", "name", &peer, "netns", NET,
+            "link", "add", &dev, "netns", &m, "type", "veth", "peer", "name", &peer, "netns", &net,
         ])
         .unwrap();
-        ip(&["-n", NET, "link", "set", &peer, "master", "br0", "up"]).unwrap();
-        let addr = format!("10.77.0.{}/24", i + 1);
+        ip(&["-n", &net, "link", "set", &peer, "master", "br0", "up"]).unwrap();
+        let addr = format!("{}/24", site.addr(i));
         ip(&["-n", &m, "addr", "add", &addr, "dev", &dev]).unwrap();
         ip(&["-n", &m, "link", "set", &dev, "up"]).unwrap();
     }
@@ -72,45 +115,56 @@ fn fake_ssh(dir: &Path) -> PathBuf {
     ssh
 }
 
-/// The lab file: machines h0..h2 (h2 through `ssh`, [`fake_ssh`]), an
-/// incast of `secs`, the launcher of `h<bad>` a namespace that does not
-/// exist when given.
-fn lab_file(secs: u32, ssh: &Path, bad: Option<usize>) -> String {
-    let mut s = format!("[workload]\nduration_s = {secs}\nsample_ms = 200\n");
+/// An incast of `secs`.
+fn incast(secs: u32) -> String {
+    format!("[workload]\nduration_s = {secs}\nsample_ms = 200\n")
+}
+
+/// The lab file: `workload` on machines h0..h2 of `site` (h2 through
+/// `ssh`, [`fake_ssh`]), the launcher of `h<bad>` a namespace that does
+/// not exist when given.
+fn lab_file(site: Site, workload: &str, ssh: &Path, bad: Option<usize>) -> String {
+    let mut s = workload.to_string();
     for i in 0..3 {
         let ns = match bad {
-            Some(b) if b == i => "labremote-nowhere".to_string(),
-            _ => machine_ns(i),
+            Some(b) if b == i => format!("{}-nowhere", site.prefix),
+            _ => site.machine_ns(i),
         };
         let launcher = match i {
             2 => format!("{} {ns}", ssh.display()),
             _ => format!("ip netns exec {ns}"),
         };
         s += &format!(
-            "\n[[machine]]\nname = \"h{i}\"\nlauncher = \"{launcher}\"\niface = \"lrm{i}\"\n\
-             ip = \"10.77.0.{}\"\nrate = \"200mbit\"\n",
-            i + 1
+            "\n[[machine]]\nname = \"h{i}\"\nlauncher = \"{launcher}\"\niface = \"{}{i}\"\n\
+             ip = \"{}\"\nrate = \"200mbit\"\n",
+            site.dev,
+            site.addr(i)
         );
     }
     s
 }
 
-fn runs_here(test: &str) -> bool {
+const PERFTEST: (&str, &str) = ("ib_write_bw", "perftest");
+const SETSID: (&str, &str) = ("setsid", "util-linux");
+const MPIRUN: (&str, &str) = ("mpirun", "openmpi-bin");
+const MPICC: (&str, &str) = ("mpicc", "libopenmpi-dev");
+
+/// Whether the test can run here with `tools` (program, Debian package)
+/// besides: a loud SKIPPED line (a failure under CI) otherwise.
+fn runs_here(test: &str, tools: &[(&str, &str)]) -> bool {
     if !common::netns::can_run(test) {
         return false;
     }
-    [("ib_write_bw", "perftest"), ("setsid", "util-linux")]
-        .iter()
-        .all(|&(tool, package)| {
-            let there = testkit::rnicd::have(tool);
-            if !there {
-                testkit::skip_or_fail(
-                    test,
-                    &format!("{tool} is not installed (Debian package {package})"),
-                );
-            }
-            there
-        })
+    tools.iter().all(|&(tool, package)| {
+        let there = testkit::rnicd::have(tool);
+        if !there {
+            testkit::skip_or_fail(
+                test,
+                &format!("{tool} is not installed (Debian package {package})"),
+            );
+        }
+        there
+    })
 }
 
 /// Starts `rnic lab --file` with `text` into `dir/results`, its stderr
@@ -179,13 +233,14 @@ fn leftovers(pid: u32) -> Vec<String> {
     left
 }
 
-/// The `labremote-` namespaces there are now.
-fn our_namespaces() -> Vec<String> {
+/// The namespaces of `site` there are now.
+fn our_namespaces(site: Site) -> Vec<String> {
     let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let prefix = format!("{}-", site.prefix);
     let mut v: Vec<String> = String::from_utf8_lossy(&ns.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("labremote-"))
+        .filter(|n| n.starts_with(&prefix))
         .map(String::from)
         .collect();
     v.sort();
@@ -195,20 +250,24 @@ fn our_namespaces() -> Vec<String> {
 #[test]
 fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     let test = "an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing";
-    if !runs_here(test) {
+    if !runs_here(test, &[PERFTEST, SETSID]) {
         return;
     }
-    let m = machines();
-    let made = our_namespaces();
+    let m = machines(INCAST);
+    let made = our_namespaces(INCAST);
     assert_eq!(made.len(), 4, "{made:?}");
 
     let tools = tempfile::tempdir().unwrap();
     let ssh = fake_ssh(tools.path());
     let dir = tempfile::tempdir().unwrap();
-    let (st, said, pid) = lab(dir.path(), &lab_file(3, &ssh, None));
+    let (st, said, pid) = lab(dir.path(), &lab_file(INCAST, &incast(3), &ssh, None));
     assert!(st.success(), "rnic lab: {st}\n{said}");
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
-    assert_eq!(our_namespaces(), made, "namespaces other than the test's");
+    assert_eq!(
+        our_namespaces(INCAST),
+        made,
+        "namespaces other than the test's"
+    );
     assert!(said.contains("torn down"), "{said}");
     assert!(said.contains("not observable"), "{said}");
 
@@ -253,7 +312,7 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     // a launcher that fails: refused in one line naming the machine, and
     // h0's rnicd, already started, is ended with the rest
     let dir = tempfile::tempdir().unwrap();
-    let (st, said, pid) = lab(dir.path(), &lab_file(3, &ssh, Some(1)));
+    let (st, said, pid) = lab(dir.path(), &lab_file(INCAST, &incast(3), &ssh, Some(1)));
     assert_eq!(st.code(), Some(1), "{said}");
     let last = said.lines().rev().find(|l| !l.is_empty()).unwrap_or("");
     assert!(
@@ -262,11 +321,11 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     );
     assert!(said.contains("torn down"), "{said}");
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
-    assert_eq!(our_namespaces(), made);
+    assert_eq!(our_namespaces(INCAST), made);
 
     // SIGINT mid-run: torn down on every machine, status 130
     let dir = tempfile::tempdir().unwrap();
-    let (mut c, err) = start(dir.path(), &lab_file(120, &ssh, None));
+    let (mut c, err) = start(dir.path(), &lab_file(INCAST, &incast(120), &ssh, None));
     let pid = c.id();
     let running = poll_within(STUCK, || {
         if let Ok(Some(st)) = c.try_wait() {
@@ -285,7 +344,131 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     assert!(said.contains("interrupted by signal 2"), "{said}");
     assert!(said.contains("torn down"), "{said}");
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left after SIGINT");
-    assert_eq!(our_namespaces(), made);
+    assert_eq!(our_namespaces(INCAST), made);
     drop(m);
-    assert_eq!(our_namespaces(), Vec::<String>::new());
+    assert_eq!(our_namespaces(INCAST), Vec::<String>::new());
+}
+
+/// `collective.csv` of `out`: its header and a positive time for each of
+/// the `iterations`.
+fn collective_times(out: &Path, iterations: usize) {
+    let csv = std::fs::read_to_string(out.join("collective.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("iteration,time_us"), "{csv}");
+    let times: Vec<f64> = lines
+        .map(|l| {
+            l.split_once(',')
+                .expect("iteration,time_us")
+                .1
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(times.len(), iterations, "{csv}");
+    assert!(times.iter().all(|t| *t > 0.0), "{csv}");
+}
+
+/// Host `h`'s `tx_bytes` samples in `samples.csv` of `out`.
+fn sent(out: &Path, h: &str) -> Vec<u64> {
+    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    let tag = format!(",{h},tx_bytes,");
+    csv.lines()
+        .filter(|l| l.contains(&tag))
+        .filter_map(|l| l.rsplit(',').next()?.parse().ok())
+        .collect()
+}
+
+/// A ring allreduce of 256 KiB, 8 iterations, over UCX `tls`.
+fn allreduce(tls: &str) -> String {
+    format!(
+        "[workload]\nkind = \"allreduce\"\nsize = 262144\niterations = 8\nucx_tls = \"{tls}\"\n\
+         sample_ms = 200\n"
+    )
+}
+
+#[test]
+fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
+    let test = "an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing";
+    if !runs_here(test, &[SETSID, MPIRUN, MPICC]) {
+        return;
+    }
+    let m = machines(MPI);
+    let made = our_namespaces(MPI);
+    assert_eq!(made.len(), 4, "{made:?}");
+    let tools = tempfile::tempdir().unwrap();
+    let ssh = fake_ssh(tools.path());
+
+    let dir = tempfile::tempdir().unwrap();
+    let (st, said, pid) = lab(dir.path(), &lab_file(MPI, &allreduce("rdma"), &ssh, None));
+    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
+    assert_eq!(
+        our_namespaces(MPI),
+        made,
+        "namespaces other than the test's"
+    );
+    assert!(said.contains("torn down"), "{said}");
+    let out = dir.path().join("results");
+    collective_times(&out, 8);
+    let sum: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let c = &sum["collective"];
+    assert_eq!(
+        (c["kind"].as_str(), c["ranks"].as_u64()),
+        (Some("allreduce"), Some(3)),
+        "{c}"
+    );
+    assert!(c["median_us"].as_f64().unwrap() > 0.0, "{c}");
+    // each rank on its own machine's device (h2's orted came through ssh)
+    let eps = c["ucx_endpoints"].to_string();
+    for h in ["h0", "h1", "h2"] {
+        assert!(eps.contains(&format!("rc_verbs/{h}:1")), "{eps}");
+        let tx = sent(&out, h);
+        assert!(
+            tx.len() >= 2 && tx[tx.len() - 1] > tx[0] + 262_144,
+            "{h}'s RNIC sent too little: {tx:?}"
+        );
+    }
+    assert!(!eps.contains("tcp"), "{eps}");
+    // the RNICs carried the collective: its bytes at least; no link seen
+    let fb = &sum["fallback"];
+    let least = fb["collective_bytes"].as_u64().unwrap();
+    assert!(least >= 8 * 262_144, "{fb}");
+    assert!(fb["rdma_bytes"].as_u64().unwrap() >= least, "{fb}");
+    assert!(fb["link_bytes"].is_null(), "{fb}");
+    assert_eq!(fb["around_the_rnic"], false, "{fb}");
+    assert!(
+        said.contains("the traffic went through the RNICs"),
+        "{said}"
+    );
+    let page = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(page.contains("collective.svg"), "the page shows no times");
+    let again = std::fs::read_to_string(out.join("lab.toml")).unwrap();
+    assert!(
+        again.contains("kind = \"allreduce\"") && again.contains("[[machine]]"),
+        "{again}"
+    );
+
+    // forced onto TCP: the job runs, its bytes around the RNICs, and the
+    // lab says so
+    let dir = tempfile::tempdir().unwrap();
+    let (st, said, pid) = lab(dir.path(), &lab_file(MPI, &allreduce("tcp"), &ssh, None));
+    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
+    let out = dir.path().join("results");
+    collective_times(&out, 8);
+    let sum: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let fb = &sum["fallback"];
+    assert!(fb["rdma_bytes"].as_u64().unwrap() < 16 * 1024, "{fb}");
+    assert_eq!(fb["around_the_rnic"], true, "{fb}");
+    let eps = sum["collective"]["ucx_endpoints"].to_string();
+    assert!(
+        eps.contains("tcp/lmp") && !eps.contains("rc_verbs"),
+        "{eps}"
+    );
+    assert!(said.contains("traffic went around the RNIC"), "{said}");
+    assert_eq!(our_namespaces(MPI), made);
+    drop(m);
+    assert_eq!(our_namespaces(MPI), Vec::<String>::new());
 }
