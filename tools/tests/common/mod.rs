@@ -3,6 +3,7 @@
 //! for making damaged copies.
 #![allow(dead_code)]
 
+pub mod lab;
 pub mod netns;
 pub mod view;
 
