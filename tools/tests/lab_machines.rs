@@ -3,8 +3,9 @@
 //! "real network"), a lab file whose `[[machine]]` launchers are `ip
 //! netns exec labremote-mN`, and for m2 a stand-in for `ssh` that, as
 //! ssh does, hands its words to a shell there as one line. The incast h1, h2 → h0 runs through the
-//! launchers; the results folder has each flow's rate with bytes moved
-//! and says the switch is not observable (no queue plot), and afterwards
+//! launchers with the latency probe h1 → h0 beside it; the results
+//! folder has each flow's rate with bytes moved and the probe's
+//! percentiles, and says the switch is not observable (no queue plot), and afterwards
 //! nothing the lab started is left: no process naming its scratch
 //! folders, no folder, no namespace but the test's own. A machine whose
 //! launcher fails is refused in one line naming it, and what the lab had
@@ -261,7 +262,9 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     let tools = tempfile::tempdir().unwrap();
     let ssh = fake_ssh(tools.path());
     let dir = tempfile::tempdir().unwrap();
-    let (st, said, pid) = lab(dir.path(), &lab_file(INCAST, &incast(3), &ssh, None));
+    // with the latency probe h1 → h0 through the launchers too
+    let workload = format!("{}probe = true\n", incast(3));
+    let (st, said, pid) = lab(dir.path(), &lab_file(INCAST, &workload, &ssh, None));
     assert!(st.success(), "rnic lab: {st}\n{said}");
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(
@@ -301,6 +304,15 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
         "h0 received too little: {rx:?}"
     );
     assert!(out.join("flows.svg").exists() && out.join("cnp.svg").exists());
+    let p = &sum["probe"];
+    assert_eq!(
+        (p["from"].as_str(), p["to"].as_str()),
+        (Some("h1"), Some("h0"))
+    );
+    assert!(p["samples"].as_u64().is_some_and(|n| n > 0), "{p}");
+    assert!(p["p50_us"].as_f64().is_some_and(|t| t > 0.0), "{p}");
+    assert!(out.join("probe.svg").exists(), "no probe plot");
+    assert!(said.contains("latency probe h1→h0"), "{said}");
     assert!(!out.join("queue.svg").exists(), "a queue plot of no queue");
     let page = std::fs::read_to_string(out.join("index.html")).unwrap();
     assert!(page.contains("not observable"), "the page hides it");

@@ -10,6 +10,7 @@
 
 use super::collective;
 use super::incast::{self, Flow, BASE_PORT};
+use super::probe;
 use super::remote::{self, Station};
 use super::remote_collective;
 use super::sample::Snapshot;
@@ -86,11 +87,6 @@ fn start_flows(cfg: &LabConfig, st: &[Station], logs: &Path) -> Result<Vec<Flow>
             client_log: logs.join(format!("ib_write_bw-client-{name}.txt")),
         });
     }
-    let table = remote::words(&[
-        "sh",
-        "-c",
-        "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true",
-    ]);
     for (i, f) in flows.iter_mut().enumerate() {
         let port = BASE_PORT + 1 + i as u16;
         let what = format!(
@@ -107,8 +103,7 @@ fn start_flows(cfg: &LabConfig, st: &[Station], logs: &Path) -> Result<Vec<Flow>
                     &f.server_log,
                 ));
             }
-            let t = remote::run_on(&sink.machine, "reading its TCP sockets", &table)?;
-            Ok(sys::listens_in(&t, port).then_some(()))
+            Ok(remote::listens(&sink.machine, port)?.then_some(()))
         })?;
     }
     let peer = sink.machine.addr.to_string();
@@ -159,12 +154,22 @@ fn workload(cfg: &LabConfig, st: &mut [Station], out: &Path) -> Result<(), LabEr
     let mut snaps = vec![snapshot(cfg, 0.0, st)?];
     let t0 = Instant::now();
     let mut job = start(cfg, st, logs)?;
-    let ran = sample_until_done(cfg, st, &mut job, &mut snaps, t0);
+    if cfg.probe {
+        say(&format!(
+            "latency probe ib_send_lat {} → {}",
+            st[1].machine.name, st[0].machine.name
+        ));
+    }
+    let probe = cfg
+        .probe
+        .then(|| probe::Probe::start_across(&st[0], &st[1], logs, t0));
+    let mut ran = sample_until_done(cfg, st, &mut job, &mut snaps, t0);
     let collective = match &job {
         Job::Collective(j) => Some(j.run(cfg)),
         _ => None,
     };
     drop(job);
+    let rounds = probe::Probe::finish_any(probe, &mut ran);
     let hosts: Vec<String> = st.iter().map(|s| s.machine.name.clone()).collect();
     let backends: Vec<String> = st.iter().map(|s| s.backend.clone()).collect();
     let info = super::run_info::RunInfo {
@@ -177,6 +182,7 @@ fn workload(cfg: &LabConfig, st: &mut [Station], out: &Path) -> Result<(), LabEr
             Some(_) => Vec::new(),
         },
         collective: collective.as_ref(),
+        probe: rounds.as_deref(),
         ..Default::default()
     };
     if snaps.len() >= 2 {

@@ -230,7 +230,6 @@ impl LabConfig {
             f.hosts,
             &switch_keys(&f.switch),
             f.workload.kind.as_deref(),
-            f.workload.probe == Some(true),
         )?;
         if !machines.is_empty() && (f.switches.is_some_and(|n| n != 1) || !f.trunk.is_empty()) {
             return Err(setting(

@@ -58,14 +58,12 @@ pub struct Machine {
 /// Checks the `[[machine]]` tables against the rest of the file: no
 /// `[switch]` (the network's own switches queue and mark), `hosts` absent
 /// or the number of machines, and the incast or a collective as the
-/// workload (`kind`; a trace and the probe run on the lab's own fabric
-/// only). An empty list is the lab's own fabric.
+/// workload (`kind`; a trace runs on the lab's own fabric only). An empty list is the lab's own fabric.
 pub fn check(
     machines: &[MachineFile],
     hosts: Option<usize>,
     switch_keys: &[String],
     kind: Option<&str>,
-    probe: bool,
 ) -> Result<Vec<Machine>, LabError> {
     if machines.is_empty() {
         return Ok(Vec::new());
@@ -96,11 +94,10 @@ pub fn check(
             ),
         ));
     }
-    if kind == Some("trace") || probe {
+    if kind == Some("trace") {
         return Err(setting(
             "workload",
-            "across machines the lab runs the incast and the collectives only (no trace, no \
-             probe yet)",
+            "across machines the lab runs the incast and the collectives only (no trace yet)",
         ));
     }
     let list = machines
@@ -383,14 +380,18 @@ mod tests {
         };
         assert!(bad("[switch]\necn_kb = 30\npfc = true").contains("ecn_kb, pfc"));
         assert!(bad("hosts = 3").contains("hosts"));
-        assert!(bad("[workload]\nprobe = true").contains("no trace, no probe"));
-        for kind in ["allreduce", "alltoall"] {
-            let c = LabConfig::from_file(file(&format!("[workload]\nkind = \"{kind}\"\n{TWO}")));
-            assert_eq!(c.map(|c| c.machines.len()).ok(), Some(2), "{kind}");
+
+        for w in [
+            "kind = \"allreduce\"",
+            "kind = \"alltoall\"",
+            "probe = true",
+        ] {
+            let c = LabConfig::from_file(file(&format!("[workload]\n{w}\n{TWO}")));
+            assert_eq!(c.map(|c| c.machines.len()).ok(), Some(2), "{w}");
         }
         assert!(bad("switches = 2").contains("nor a trunk"));
         assert!(bad("[trunk]\nrate = \"1gbit\"").contains("nor a trunk"));
-        assert!(bad("[workload]\nkind = \"trace\"").contains("no trace, no probe"));
+        assert!(bad("[workload]\nkind = \"trace\"").contains("no trace yet"));
         let one = "[[machine]]\nlauncher = \"ssh n\"\niface = \"e\"\nip = \"10.0.0.1\"\n";
         let err = |t: &str| LabConfig::from_file(file(t)).unwrap_err().to_string();
         assert!(err(one).contains("1 machines"));

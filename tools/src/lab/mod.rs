@@ -354,14 +354,7 @@ fn workload(
         _ => None,
     };
     drop(job);
-    let rounds = match probe.map(probe::Probe::finish) {
-        Some(Ok(r)) => Some(r),
-        Some(Err(e)) => {
-            ran = ran.and(Err(e));
-            None
-        }
-        None => None,
-    };
+    let rounds = probe::Probe::finish_any(probe, &mut ran);
     let frame = daemons[0].data_frame_bytes()?;
     let snaps = rec.snaps;
     let info = run_info::RunInfo {

@@ -25,11 +25,20 @@
 //! The probe shares h1's rnicd with h1's incast flow: its QP is another
 //! QP of that engine, paced on its own (DCQCN cuts the rate of the QP
 //! that got the CNP, not the probe's).
+//!
+//! Across machines ([`Probe::start_across`]) each round's server and
+//! client run through the machines' launchers, each in a session
+//! recorded in its machine's scratch folder as every program of the lab
+//! there, and the server is seen listening in the first machine's
+//! `/proc/net/tcp`.
 
 use super::host::Daemon;
 use super::incast::{failed, perftest_argv, spawn, BASE_PORT};
+use super::machines::Machine;
+use super::remote::{self, Station};
 use super::run_info::{Plot, Round};
 use super::sample::{counter, Snapshot};
+use super::sys::Proc;
 use super::{config::MAX_HOSTS, sys, LabError};
 use crate::report::Series;
 use serde_json::{json, Value};
@@ -55,29 +64,81 @@ pub const GRACE: Duration = Duration::from_secs(10);
 /// The probe's servers listen on this many ports above the incast's.
 const PORTS: u16 = 100;
 
+/// Where a host's programs run.
+#[derive(Clone)]
+enum Place {
+    /// A namespace here.
+    Ns(String),
+    /// A machine, through its launcher, in sessions recorded in its
+    /// scratch folder there.
+    Machine { machine: Machine, scratch: String },
+}
+
 /// A host as the probe's rounds need it.
 #[derive(Clone)]
 struct Host {
     name: String,
-    ns: String,
+    place: Place,
+    /// `rnic` there.
+    rnic: PathBuf,
     sock_dir: PathBuf,
     addr: String,
 }
 
 impl Host {
-    fn of(d: &Daemon) -> Host {
+    fn of(rnic: &Path, d: &Daemon) -> Host {
         Host {
             name: d.net.name.clone(),
-            ns: d.net.ns.clone(),
+            place: Place::Ns(d.net.ns.clone()),
+            rnic: rnic.to_path_buf(),
             sock_dir: d.sock_dir.clone(),
             addr: d.net.addr.to_string(),
+        }
+    }
+
+    fn of_station(s: &Station) -> Host {
+        Host {
+            name: s.machine.name.clone(),
+            place: Place::Machine {
+                machine: s.machine.clone(),
+                scratch: s.scratch.clone(),
+            },
+            rnic: PathBuf::from(&s.rnic),
+            sock_dir: PathBuf::from(&s.sock_dir),
+            addr: s.machine.addr.to_string(),
+        }
+    }
+
+    /// Starts `argv` there (recorded as `tag` on a machine), its output
+    /// into `log`.
+    fn spawn(
+        &self,
+        tag: &str,
+        argv: &[String],
+        log: &Path,
+        what: String,
+    ) -> Result<Proc, LabError> {
+        match &self.place {
+            Place::Ns(ns) => spawn(ns, argv, log, what),
+            Place::Machine { machine, scratch } => {
+                let argv = machine.session(scratch, tag, argv);
+                let args: Vec<&std::ffi::OsStr> = argv.iter().map(std::ffi::OsStr::new).collect();
+                Proc::spawn_via(&args, log, what)
+            }
+        }
+    }
+
+    /// Whether `p`, started here, listens on TCP `port`.
+    fn listening(&self, p: &Proc, port: u16) -> Result<bool, LabError> {
+        match &self.place {
+            Place::Ns(_) => Ok(sys::listening(p.child.id(), port)),
+            Place::Machine { machine, .. } => remote::listens(machine, port),
         }
     }
 }
 
 /// What the rounds are run from.
 struct Setup {
-    rnic: PathBuf,
     sink: Host,
     src: Host,
     logs: PathBuf,
@@ -94,17 +155,45 @@ impl Probe {
     /// Starts the rounds from `src` to `sink`; `t0` is the workload's
     /// start.
     pub fn start(rnic: &Path, sink: &Daemon, src: &Daemon, logs: &Path, t0: Instant) -> Probe {
-        let setup = Setup {
-            rnic: rnic.to_path_buf(),
-            sink: Host::of(sink),
-            src: Host::of(src),
+        Probe::run(Setup {
+            sink: Host::of(rnic, sink),
+            src: Host::of(rnic, src),
             logs: logs.to_path_buf(),
             t0,
-        };
+        })
+    }
+
+    /// Starts the rounds from machine `src` to machine `sink`, through
+    /// their launchers; `t0` is the workload's start.
+    pub fn start_across(sink: &Station, src: &Station, logs: &Path, t0: Instant) -> Probe {
+        Probe::run(Setup {
+            sink: Host::of_station(sink),
+            src: Host::of_station(src),
+            logs: logs.to_path_buf(),
+            t0,
+        })
+    }
+
+    fn run(setup: Setup) -> Probe {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || rounds(&setup, &flag));
         Probe { stop, thread }
+    }
+
+    /// The rounds of `probe` if one ran ([`Probe::finish`]); its error,
+    /// if any, joins `ran`'s.
+    pub fn finish_any(probe: Option<Probe>, ran: &mut Result<(), LabError>) -> Option<Vec<Round>> {
+        match probe.map(Probe::finish) {
+            Some(Ok(r)) => Some(r),
+            Some(Err(e)) => {
+                if ran.is_ok() {
+                    *ran = Err(e);
+                }
+                None
+            }
+            None => None,
+        }
     }
 
     /// Starts no other round, lets the one under way end (within
@@ -144,7 +233,7 @@ fn next_iters(samples: &[f64]) -> u32 {
 }
 
 /// The command line of `h`'s side of round `iters` on `port`.
-fn argv(s: &Setup, h: &Host, iters: u32, port: u16, peer: Option<&str>) -> Vec<String> {
+fn argv(h: &Host, iters: u32, port: u16, peer: Option<&str>) -> Vec<String> {
     let args = [
         "-e".to_string(),
         "-U".into(),
@@ -154,7 +243,7 @@ fn argv(s: &Setup, h: &Host, iters: u32, port: u16, peer: Option<&str>) -> Vec<S
         iters.to_string(),
     ];
     let dev = (h.sock_dir.as_path(), h.name.as_str());
-    perftest_argv(&s.rnic, dev, "ib_send_lat", &args, port, peer)
+    perftest_argv(&h.rnic, dev, "ib_send_lat", &args, port, peer)
 }
 
 /// Round `k`: the server on the sink, once it listens the client on the
@@ -164,22 +253,21 @@ fn round(s: &Setup, k: u32, iters: u32, stop: &AtomicBool) -> Result<Option<Vec<
     let port = BASE_PORT + MAX_HOSTS as u16 + (k % u32::from(PORTS)) as u16;
     let log = |role: &str| s.logs.join(format!("ib_send_lat-{role}-{k}.txt"));
     let (slog, clog) = (log("server"), log("client"));
-    let server_argv = argv(s, &s.sink, iters, port, None);
+    let server_argv = argv(&s.sink, iters, port, None);
     let what = format!("ib_send_lat server (probe round {k})");
-    let mut server = spawn(&s.sink.ns, &server_argv, &slog, what)?;
-    let pid = server.child.id();
+    let mut server = s.sink.spawn("probe-server", &server_argv, &slog, what)?;
     sys::wait("the probe's server listening", 60, || {
         if let Some(st) = server.ended() {
             return Err(failed("ib_send_lat server", &s.sink.name, st, &slog));
         }
-        Ok(sys::listening(pid, port).then_some(()))
+        Ok(s.sink.listening(&server, port)?.then_some(()))
     })?;
-    let client_argv = argv(s, &s.src, iters, port, Some(&s.sink.addr));
+    let client_argv = argv(&s.src, iters, port, Some(&s.sink.addr));
     let what = format!(
         "ib_send_lat {} → {} (probe round {k})",
         s.src.name, s.sink.name
     );
-    let mut client = spawn(&s.src.ns, &client_argv, &clog, what)?;
+    let mut client = s.src.spawn("probe-client", &client_argv, &clog, what)?;
     let mut asked: Option<Instant> = None;
     loop {
         sys::stopped()?;

@@ -84,6 +84,29 @@ pub fn put_file(
     run_on(m, what, &words(&["sh", "-c", script, "sh", text, path])).map(drop)
 }
 
+/// Whether a process on `m` listens on TCP `port` (its `/proc/net/tcp`
+/// and `tcp6` read there).
+pub fn listens(m: &Machine, port: u16) -> Result<bool, LabError> {
+    let table = words(&[
+        "sh",
+        "-c",
+        "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true",
+    ]);
+    let t = run_on(m, "reading its TCP sockets", &table)?;
+    Ok(super::sys::listens_in(&t, port))
+}
+
+/// The programs the workload of `cfg` runs on a machine: ib_write_bw,
+/// or for a collective mpirun and mpicc; with the probe ib_send_lat.
+fn programs(cfg: &LabConfig) -> &'static str {
+    match (cfg.workload.is_collective(), cfg.probe) {
+        (false, false) => "ib_write_bw",
+        (false, true) => "ib_write_bw ib_send_lat",
+        (true, false) => "mpirun mpicc",
+        (true, true) => "mpirun mpicc ib_send_lat",
+    }
+}
+
 /// Words from string slices.
 pub fn words(w: &[&str]) -> Vec<String> {
     w.iter().map(|s| s.to_string()).collect()
@@ -107,8 +130,8 @@ pub struct Station {
 
 impl Station {
     /// Checks that `m` runs commands and has rnicd, rnic, setsid and the
-    /// workload's programs (ib_write_bw; for a collective mpirun and
-    /// mpicc); starts its rnicd and waits for its READY and an active port.
+    /// workload's programs ([`programs`]); starts its rnicd and waits for
+    /// its READY and an active port.
     pub fn start(
         m: &Machine,
         cfg: &LabConfig,
@@ -123,11 +146,7 @@ impl Station {
              for p in {} setsid; do command -v $p >/dev/null || {{ echo \"$p: not installed\" >&2; exit 1; }}; done",
             super::machines::quote(&rnicd),
             super::machines::quote(&rnic),
-            if cfg.workload.is_collective() {
-                "mpirun mpicc"
-            } else {
-                "ib_write_bw"
-            }
+            programs(cfg)
         );
         run_on(m, "looking for its programs", &words(&["sh", "-c", &check]))?;
         let scratch = m.scratch(lab_id);
