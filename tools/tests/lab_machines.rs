@@ -62,6 +62,16 @@ const MPI: Site = Site {
     net: 78,
 };
 
+/// The trace's machines.
+const TRACE: Site = Site {
+    prefix: "labmpi2t",
+    dev: "lmt",
+    net: 79,
+};
+
+/// One lab at a time: each runs three rnicds on a machine of few CPUs.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 impl Site {
     fn machine_ns(self, i: usize) -> String {
         format!("{}-m{i}", self.prefix)
@@ -252,6 +262,7 @@ fn our_namespaces(site: Site) -> Vec<String> {
 #[test]
 fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     let test = "an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !runs_here(test, &[PERFTEST, SETSID]) {
         return;
     }
@@ -293,12 +304,7 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     assert!(sum["switch"].is_string(), "{sum}");
     assert_eq!(sum["switch_ports"], serde_json::json!([]));
     // the receiver counted what the senders sent
-    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
-    let rx: Vec<u64> = csv
-        .lines()
-        .filter(|l| l.contains(",h0,rx_bytes,"))
-        .filter_map(|l| l.rsplit(',').next()?.parse().ok())
-        .collect();
+    let rx = received(&out, "h0");
     assert!(
         rx.len() >= 2 && rx[rx.len() - 1] > rx[0] + 1_000_000,
         "h0 received too little: {rx:?}"
@@ -364,8 +370,18 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
 
 /// Host `h`'s `tx_bytes` samples in `samples.csv` of `out`.
 fn sent(out: &Path, h: &str) -> Vec<u64> {
+    counted(out, h, "tx_bytes")
+}
+
+/// Host `h`'s `rx_bytes` samples in `samples.csv` of `out`.
+fn received(out: &Path, h: &str) -> Vec<u64> {
+    counted(out, h, "rx_bytes")
+}
+
+/// Host `h`'s samples of `counter` in `samples.csv` of `out`.
+fn counted(out: &Path, h: &str, counter: &str) -> Vec<u64> {
     let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
-    let tag = format!(",{h},tx_bytes,");
+    let tag = format!(",{h},{counter},");
     csv.lines()
         .filter(|l| l.contains(&tag))
         .filter_map(|l| l.rsplit(',').next()?.parse().ok())
@@ -383,6 +399,7 @@ fn allreduce(tls: &str) -> String {
 #[test]
 fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
     let test = "an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !runs_here(test, &[SETSID, MPIRUN, MPICC]) {
         return;
     }
@@ -456,4 +473,75 @@ fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
     assert_eq!(our_namespaces(MPI), made);
     drop(m);
     assert_eq!(our_namespaces(MPI), Vec::<String>::new());
+}
+
+#[test]
+fn a_trace_across_machines_replays_every_flow_through_the_launchers() {
+    let test = "a_trace_across_machines_replays_every_flow_through_the_launchers";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let send = ("ib_send_bw", "perftest");
+    if !runs_here(test, &[PERFTEST, send, SETSID]) {
+        return;
+    }
+    let m = machines(TRACE);
+    let made = our_namespaces(TRACE);
+    assert_eq!(made.len(), 4, "{made:?}");
+    let tools = tempfile::tempdir().unwrap();
+    let ssh = fake_ssh(tools.path());
+    let dir = tempfile::tempdir().unwrap();
+    // h2 (through ssh) both sends and receives
+    std::fs::write(
+        dir.path().join("t.csv"),
+        "start_ms,src,dst,bytes,op\n0,h1,h0,2000000\n50,h2,h0,1000000,send\n100,h0,h2,500000\n",
+    )
+    .unwrap();
+    let workload = "[workload]\nkind = \"trace\"\ntrace = \"t.csv\"\nsample_ms = 200\n";
+    let (st, said, pid) = lab(dir.path(), &lab_file(TRACE, workload, &ssh, None));
+    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
+    assert_eq!(
+        our_namespaces(TRACE),
+        made,
+        "namespaces other than the test's"
+    );
+    assert!(said.contains("torn down"), "{said}");
+    let out = dir.path().join("results");
+    let sum: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let flows = sum["trace"].as_array().expect("trace");
+    let got: Vec<(&str, &str, &str, u64)> = flows
+        .iter()
+        .map(|f| {
+            (
+                f["src"].as_str().unwrap(),
+                f["dst"].as_str().unwrap(),
+                f["op"].as_str().unwrap(),
+                f["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("h1", "h0", "write", 2_000_000),
+            ("h2", "h0", "send", 1_000_000),
+            ("h0", "h2", "write", 500_000)
+        ],
+        "{sum}"
+    );
+    for f in flows {
+        assert!(f["fct_ms"].as_f64().is_some_and(|t| t > 0.0), "{f}");
+        assert!(f["reported_mbits"].as_f64().is_some_and(|r| r > 0.0), "{f}");
+    }
+    // the receivers counted the flows' bytes
+    for (h, least) in [("h0", 3_000_000), ("h2", 500_000)] {
+        let rx = received(&out, h);
+        assert!(
+            rx.len() >= 2 && rx[rx.len() - 1] >= rx[0] + least,
+            "{h} received too little: {rx:?}"
+        );
+    }
+    assert!(out.join("fct.svg").exists(), "no FCT plot");
+    drop(m);
+    assert_eq!(our_namespaces(TRACE), Vec::<String>::new());
 }

@@ -9,11 +9,14 @@
 //! observable from the hosts (the page and the output say so).
 
 use super::collective;
+use super::endpoint::Endpoint;
 use super::incast::{self, Flow, BASE_PORT};
 use super::probe;
 use super::remote::{self, Station};
 use super::remote_collective;
+use super::replay;
 use super::sample::Snapshot;
+use super::workload::Workload;
 use super::{io, say, sys, Job, LabConfig, LabError};
 use std::path::Path;
 use std::time::Instant;
@@ -122,8 +125,9 @@ fn argv(s: &Station, args: &[String], port: u16, peer: Option<&str>) -> Vec<Stri
     incast::perftest_argv(Path::new(&s.rnic), dev, "ib_write_bw", args, port, peer)
 }
 
-/// Starts the workload of `cfg`: the incast's flows, or a collective.
-fn start(cfg: &LabConfig, st: &[Station], logs: &Path) -> Result<Job, LabError> {
+/// Starts the workload of `cfg`: the incast's flows, a collective, or a
+/// trace's flows (their times from `t0`).
+fn start(cfg: &LabConfig, st: &[Station], logs: &Path, t0: Instant) -> Result<Job, LabError> {
     let names = |from: usize| {
         st[from..]
             .iter()
@@ -131,6 +135,17 @@ fn start(cfg: &LabConfig, st: &[Station], logs: &Path) -> Result<Job, LabError> 
             .collect::<Vec<_>>()
             .join(", ")
     };
+    if let Some(trace) = &cfg.trace {
+        let hosts = st.iter().map(Endpoint::of_station).collect();
+        let r = replay::Replay::start(hosts, cfg, trace, logs, t0)?;
+        say(&format!(
+            "workload running: {} flows of {} on {}",
+            trace.flows.len(),
+            trace.path.display(),
+            names(0)
+        ));
+        return Ok(Job::Trace(r));
+    }
     if cfg.workload.is_collective() {
         let job = remote_collective::start(cfg, st, logs)?;
         let line = collective::running_line(cfg, &names(0));
@@ -153,7 +168,7 @@ fn workload(cfg: &LabConfig, st: &mut [Station], out: &Path) -> Result<(), LabEr
     let logs = &out.join("logs");
     let mut snaps = vec![snapshot(cfg, 0.0, st)?];
     let t0 = Instant::now();
-    let mut job = start(cfg, st, logs)?;
+    let mut job = start(cfg, st, logs, t0)?;
     if cfg.probe {
         say(&format!(
             "latency probe ib_send_lat {} → {}",
@@ -168,6 +183,10 @@ fn workload(cfg: &LabConfig, st: &mut [Station], out: &Path) -> Result<(), LabEr
         Job::Collective(j) => Some(j.run(cfg)),
         _ => None,
     };
+    let trace = match &job {
+        Job::Trace(r) => Some(r.results()),
+        _ => None,
+    };
     drop(job);
     let rounds = probe::Probe::finish_any(probe, &mut ran);
     let hosts: Vec<String> = st.iter().map(|s| s.machine.name.clone()).collect();
@@ -177,11 +196,12 @@ fn workload(cfg: &LabConfig, st: &mut [Station], out: &Path) -> Result<(), LabEr
         backends: &backends,
         config_toml: cfg.to_toml(),
         marking: NETWORK.into(),
-        reported_gbits: match collective {
-            None => incast::reported_all(logs, &hosts[1..]),
-            Some(_) => Vec::new(),
+        reported_gbits: match cfg.workload {
+            Workload::Incast => incast::reported_all(logs, &hosts[1..]),
+            _ => Vec::new(),
         },
         collective: collective.as_ref(),
+        trace: trace.as_deref(),
         probe: rounds.as_deref(),
         ..Default::default()
     };

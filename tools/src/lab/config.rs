@@ -225,12 +225,7 @@ impl LabConfig {
     /// above 30 KB, a 1000 KB queue, MTU 1500, 10 s of 64 KiB writes,
     /// sampled every 100 ms).
     pub fn from_file(f: LabFile) -> Result<LabConfig, LabError> {
-        let machines = machines::check(
-            &f.machine,
-            f.hosts,
-            &switch_keys(&f.switch),
-            f.workload.kind.as_deref(),
-        )?;
+        let machines = machines::check(&f.machine, f.hosts, &switch_keys(&f.switch))?;
         if !machines.is_empty() && (f.switches.is_some_and(|n| n != 1) || !f.trunk.is_empty()) {
             return Err(setting(
                 "switches",

@@ -57,13 +57,13 @@ pub struct Machine {
 
 /// Checks the `[[machine]]` tables against the rest of the file: no
 /// `[switch]` (the network's own switches queue and mark), `hosts` absent
-/// or the number of machines, and the incast or a collective as the
-/// workload (`kind`; a trace runs on the lab's own fabric only). An empty list is the lab's own fabric.
+/// or the number of machines. Every workload runs across machines (a
+/// trace names them h0, h1... in their order). An empty list is the
+/// lab's own fabric.
 pub fn check(
     machines: &[MachineFile],
     hosts: Option<usize>,
     switch_keys: &[String],
-    kind: Option<&str>,
 ) -> Result<Vec<Machine>, LabError> {
     if machines.is_empty() {
         return Ok(Vec::new());
@@ -92,12 +92,6 @@ pub fn check(
                 "{} but {n} [[machine]] tables: leave hosts out",
                 hosts.unwrap_or(0)
             ),
-        ));
-    }
-    if kind == Some("trace") {
-        return Err(setting(
-            "workload",
-            "across machines the lab runs the incast and the collectives only (no trace yet)",
         ));
     }
     let list = machines
@@ -391,7 +385,6 @@ mod tests {
         }
         assert!(bad("switches = 2").contains("nor a trunk"));
         assert!(bad("[trunk]\nrate = \"1gbit\"").contains("nor a trunk"));
-        assert!(bad("[workload]\nkind = \"trace\"").contains("no trace yet"));
         let one = "[[machine]]\nlauncher = \"ssh n\"\niface = \"e\"\nip = \"10.0.0.1\"\n";
         let err = |t: &str| LabConfig::from_file(file(t)).unwrap_err().to_string();
         assert!(err(one).contains("1 machines"));

@@ -39,6 +39,7 @@ pub mod collective;
 pub mod collective_results;
 pub mod config;
 pub mod dcqcn;
+pub mod endpoint;
 mod error;
 pub mod fallback;
 pub mod host;
@@ -254,7 +255,11 @@ impl Job {
         t0: Instant,
     ) -> Result<Job, LabError> {
         if let Some(trace) = &cfg.trace {
-            let r = replay::Replay::start(rnic, daemons, cfg, trace, logs, t0)?;
+            let hosts = daemons
+                .iter()
+                .map(|d| endpoint::Endpoint::of_daemon(rnic, d))
+                .collect();
+            let r = replay::Replay::start(hosts, cfg, trace, logs, t0)?;
             say(&format!(
                 "workload running: {} flows of {}",
                 trace.flows.len(),

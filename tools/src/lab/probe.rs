@@ -32,13 +32,12 @@
 //! there, and the server is seen listening in the first machine's
 //! `/proc/net/tcp`.
 
+use super::endpoint::Endpoint;
 use super::host::Daemon;
-use super::incast::{failed, perftest_argv, spawn, BASE_PORT};
-use super::machines::Machine;
-use super::remote::{self, Station};
+use super::incast::{failed, BASE_PORT};
+use super::remote::Station;
 use super::run_info::{Plot, Round};
 use super::sample::{counter, Snapshot};
-use super::sys::Proc;
 use super::{config::MAX_HOSTS, sys, LabError};
 use crate::report::Series;
 use serde_json::{json, Value};
@@ -64,83 +63,10 @@ pub const GRACE: Duration = Duration::from_secs(10);
 /// The probe's servers listen on this many ports above the incast's.
 const PORTS: u16 = 100;
 
-/// Where a host's programs run.
-#[derive(Clone)]
-enum Place {
-    /// A namespace here.
-    Ns(String),
-    /// A machine, through its launcher, in sessions recorded in its
-    /// scratch folder there.
-    Machine { machine: Machine, scratch: String },
-}
-
-/// A host as the probe's rounds need it.
-#[derive(Clone)]
-struct Host {
-    name: String,
-    place: Place,
-    /// `rnic` there.
-    rnic: PathBuf,
-    sock_dir: PathBuf,
-    addr: String,
-}
-
-impl Host {
-    fn of(rnic: &Path, d: &Daemon) -> Host {
-        Host {
-            name: d.net.name.clone(),
-            place: Place::Ns(d.net.ns.clone()),
-            rnic: rnic.to_path_buf(),
-            sock_dir: d.sock_dir.clone(),
-            addr: d.net.addr.to_string(),
-        }
-    }
-
-    fn of_station(s: &Station) -> Host {
-        Host {
-            name: s.machine.name.clone(),
-            place: Place::Machine {
-                machine: s.machine.clone(),
-                scratch: s.scratch.clone(),
-            },
-            rnic: PathBuf::from(&s.rnic),
-            sock_dir: PathBuf::from(&s.sock_dir),
-            addr: s.machine.addr.to_string(),
-        }
-    }
-
-    /// Starts `argv` there (recorded as `tag` on a machine), its output
-    /// into `log`.
-    fn spawn(
-        &self,
-        tag: &str,
-        argv: &[String],
-        log: &Path,
-        what: String,
-    ) -> Result<Proc, LabError> {
-        match &self.place {
-            Place::Ns(ns) => spawn(ns, argv, log, what),
-            Place::Machine { machine, scratch } => {
-                let argv = machine.session(scratch, tag, argv);
-                let args: Vec<&std::ffi::OsStr> = argv.iter().map(std::ffi::OsStr::new).collect();
-                Proc::spawn_via(&args, log, what)
-            }
-        }
-    }
-
-    /// Whether `p`, started here, listens on TCP `port`.
-    fn listening(&self, p: &Proc, port: u16) -> Result<bool, LabError> {
-        match &self.place {
-            Place::Ns(_) => Ok(sys::listening(p.child.id(), port)),
-            Place::Machine { machine, .. } => remote::listens(machine, port),
-        }
-    }
-}
-
 /// What the rounds are run from.
 struct Setup {
-    sink: Host,
-    src: Host,
+    sink: Endpoint,
+    src: Endpoint,
     logs: PathBuf,
     t0: Instant,
 }
@@ -156,8 +82,8 @@ impl Probe {
     /// start.
     pub fn start(rnic: &Path, sink: &Daemon, src: &Daemon, logs: &Path, t0: Instant) -> Probe {
         Probe::run(Setup {
-            sink: Host::of(rnic, sink),
-            src: Host::of(rnic, src),
+            sink: Endpoint::of_daemon(rnic, sink),
+            src: Endpoint::of_daemon(rnic, src),
             logs: logs.to_path_buf(),
             t0,
         })
@@ -167,8 +93,8 @@ impl Probe {
     /// their launchers; `t0` is the workload's start.
     pub fn start_across(sink: &Station, src: &Station, logs: &Path, t0: Instant) -> Probe {
         Probe::run(Setup {
-            sink: Host::of_station(sink),
-            src: Host::of_station(src),
+            sink: Endpoint::of_station(sink),
+            src: Endpoint::of_station(src),
             logs: logs.to_path_buf(),
             t0,
         })
@@ -233,7 +159,7 @@ fn next_iters(samples: &[f64]) -> u32 {
 }
 
 /// The command line of `h`'s side of round `iters` on `port`.
-fn argv(h: &Host, iters: u32, port: u16, peer: Option<&str>) -> Vec<String> {
+fn argv(h: &Endpoint, iters: u32, port: u16, peer: Option<&str>) -> Vec<String> {
     let args = [
         "-e".to_string(),
         "-U".into(),
@@ -242,8 +168,7 @@ fn argv(h: &Host, iters: u32, port: u16, peer: Option<&str>) -> Vec<String> {
         "-n".into(),
         iters.to_string(),
     ];
-    let dev = (h.sock_dir.as_path(), h.name.as_str());
-    perftest_argv(&h.rnic, dev, "ib_send_lat", &args, port, peer)
+    h.perftest("ib_send_lat", &args, port, peer)
 }
 
 /// Round `k`: the server on the sink, once it listens the client on the

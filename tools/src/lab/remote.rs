@@ -96,15 +96,24 @@ pub fn listens(m: &Machine, port: u16) -> Result<bool, LabError> {
     Ok(super::sys::listens_in(&t, port))
 }
 
-/// The programs the workload of `cfg` runs on a machine: ib_write_bw,
-/// or for a collective mpirun and mpicc; with the probe ib_send_lat.
-fn programs(cfg: &LabConfig) -> &'static str {
-    match (cfg.workload.is_collective(), cfg.probe) {
-        (false, false) => "ib_write_bw",
-        (false, true) => "ib_write_bw ib_send_lat",
-        (true, false) => "mpirun mpicc",
-        (true, true) => "mpirun mpicc ib_send_lat",
+/// The programs the workload of `cfg` runs on a machine: ib_write_bw
+/// (a trace: the perftest programs of its flows), or for a collective
+/// mpirun and mpicc; with the probe ib_send_lat.
+fn programs(cfg: &LabConfig) -> String {
+    let mut p: Vec<&str> = match &cfg.trace {
+        _ if cfg.workload.is_collective() => vec!["mpirun", "mpicc"],
+        Some(t) => {
+            let mut v: Vec<&str> = t.flows.iter().map(|f| f.op.program()).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        }
+        None => vec!["ib_write_bw"],
+    };
+    if cfg.probe {
+        p.push("ib_send_lat");
     }
+    p.join(" ")
 }
 
 /// Words from string slices.

@@ -10,8 +10,8 @@
 //! average rate. The results: `flows.csv`, the FCT-vs-size plot `fct`
 //! and the page's flow table.
 
-use super::host::Daemon;
-use super::incast::{failed, perftest_argv, reported_gbits, spawn};
+use super::endpoint::Endpoint;
+use super::incast::{failed, reported_gbits};
 use super::run_info::{Plot, RunInfo};
 use super::sys::{self, Proc};
 use super::trace::{FlowResult, Trace, TraceFlow};
@@ -54,15 +54,6 @@ struct Running {
     client_log: PathBuf,
 }
 
-/// What the launcher needs of a host: its name (also its device's), its
-/// namespace, its rnicd's socket folder and its address.
-struct Endpoint {
-    name: String,
-    ns: String,
-    sock_dir: PathBuf,
-    addr: String,
-}
-
 /// The running replay: its launcher thread.
 pub struct Replay {
     stop: Arc<AtomicBool>,
@@ -73,11 +64,10 @@ pub struct Replay {
     results: Option<Vec<FlowResult>>,
 }
 
-/// The perftest command line of flow `k` (`size` × `n`) against the
-/// rnicd of socket folder `sock` and device `dev`; to `peer` for a client.
+/// The perftest command line of flow `k` (`size` × `n`) on host `h`;
+/// to `peer` for a client.
 fn argv(
-    rnic: &Path,
-    (sock, dev): (&Path, &str),
+    h: &Endpoint,
     (f, size, n): (&TraceFlow, u64, u64),
     k: usize,
     peer: Option<&str>,
@@ -89,23 +79,15 @@ fn argv(
         "-s".into(),
         size.to_string(),
     ];
-    perftest_argv(
-        rnic,
-        (sock, dev),
-        f.op.program(),
-        &args,
-        BASE_PORT + k as u16,
-        peer,
-    )
+    h.perftest(f.op.program(), &args, BASE_PORT + k as u16, peer)
 }
 
 impl Replay {
-    /// Starts every flow's server, waits until each listens, then starts
-    /// the thread that starts the clients (the flows' times count from
-    /// `t0`, the workload's start).
+    /// Starts every flow's server on `hosts` (h0, h1...), waits until
+    /// each listens, then starts the thread that starts the clients (the
+    /// flows' times count from `t0`, the workload's start).
     pub fn start(
-        rnic: &Path,
-        daemons: &[Daemon],
+        hosts: Vec<Endpoint>,
         cfg: &LabConfig,
         trace: &Trace,
         logs: &Path,
@@ -114,23 +96,17 @@ impl Replay {
         let mut flows = Vec::new();
         for (k, f) in trace.flows.iter().enumerate() {
             let (size, iterations) = messages(f.bytes, cfg.size);
-            let dst = &daemons[f.dst];
+            let dst = &hosts[f.dst];
             let tag = format!(
                 "{}-flow{k}-{}-{}",
                 f.op.program(),
-                daemons[f.src].net.name,
-                dst.net.name
+                hosts[f.src].name,
+                dst.name
             );
             let server_log = logs.join(format!("{tag}-server.txt"));
-            let server = spawn(
-                &dst.net.ns,
-                &argv(
-                    rnic,
-                    (&dst.sock_dir, &dst.net.name),
-                    (f, size, iterations),
-                    k,
-                    None,
-                ),
+            let server = dst.spawn(
+                &format!("flow{k}-server"),
+                &argv(dst, (f, size, iterations), k, None),
                 &server_log,
                 format!("{} server of flow {k}", f.op.program()),
             )?;
@@ -146,32 +122,24 @@ impl Replay {
             });
         }
         for (k, r) in flows.iter_mut().enumerate() {
-            let pid = r.server.child.id();
-            let host = daemons[r.flow.dst].net.name.clone();
+            let host = &hosts[r.flow.dst];
             sys::wait(&format!("the server of flow {k} listening"), 60, || {
                 if let Some(st) = r.server.ended() {
-                    return Err(failed("perftest server", &host, st, &r.server_log));
+                    return Err(failed("perftest server", &host.name, st, &r.server_log));
                 }
-                Ok(sys::listening(pid, BASE_PORT + k as u16).then_some(()))
+                Ok(host
+                    .listening(&r.server, BASE_PORT + k as u16)?
+                    .then_some(()))
             })?;
         }
-        let hosts: Vec<Endpoint> = daemons
-            .iter()
-            .map(|d| Endpoint {
-                name: d.net.name.clone(),
-                ns: d.net.ns.clone(),
-                sock_dir: d.sock_dir.clone(),
-                addr: d.net.addr.to_string(),
-            })
-            .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let ended = Arc::new(AtomicUsize::new(0));
         let server_pids = flows.iter().map(|r| r.server.child.id()).collect();
-        let (s, e, rnic) = (stop.clone(), ended.clone(), rnic.to_path_buf());
+        let (s, e) = (stop.clone(), ended.clone());
         let total = flows.len();
         let thread = std::thread::Builder::new()
             .name("lab-replay".into())
-            .spawn(move || launch(&rnic, &hosts, flows, (t0, Instant::now()), (&s, &e)))
+            .spawn(move || launch(&hosts, flows, (t0, Instant::now()), (&s, &e)))
             .map_err(|source| LabError::Io {
                 what: "the replay's thread".into(),
                 source,
@@ -243,7 +211,6 @@ impl Drop for Replay {
 /// on `stop`: those that ended so far), or on a failed flow or a signal;
 /// the processes stop when it returns.
 fn launch(
-    rnic: &Path,
     hosts: &[Endpoint],
     mut flows: Vec<Running>,
     (t0, launch): (Instant, Instant),
@@ -258,7 +225,7 @@ fn launch(
         while next < flows.len()
             && launch.elapsed() >= Duration::from_millis(flows[next].flow.start_ms)
         {
-            start_client(rnic, hosts, &mut flows[next], next)?;
+            start_client(hosts, &mut flows[next], next)?;
             next += 1;
         }
         let mut done = 0;
@@ -292,24 +259,13 @@ fn launch(
         .collect())
 }
 
-fn start_client(
-    rnic: &Path,
-    hosts: &[Endpoint],
-    r: &mut Running,
-    k: usize,
-) -> Result<(), LabError> {
+fn start_client(hosts: &[Endpoint], r: &mut Running, k: usize) -> Result<(), LabError> {
     let f = &r.flow;
     let (src, peer) = (&hosts[f.src], &hosts[f.dst].addr);
-    let a = argv(
-        rnic,
-        (&src.sock_dir, &src.name),
-        (f, r.size, r.iterations),
-        k,
-        Some(peer),
-    );
+    let a = argv(src, (f, r.size, r.iterations), k, Some(peer));
     let at = Instant::now();
-    let p = spawn(
-        &src.ns,
+    let p = src.spawn(
+        &format!("flow{k}-client"),
         &a,
         &r.client_log,
         format!("{} flow {k}", f.op.program()),
