@@ -287,8 +287,7 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     assert!(said.contains("not observable"), "{said}");
 
     let out = dir.path().join("results");
-    let sum: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let sum: Value = summary(&out);
     let flows = sum["flows"].as_array().expect("flows");
     let from: Vec<&str> = flows.iter().filter_map(|f| f["from"].as_str()).collect();
     assert_eq!(from, ["h1", "h2"], "{sum}");
@@ -320,9 +319,9 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     assert!(out.join("probe.svg").exists(), "no probe plot");
     assert!(said.contains("latency probe h1→h0"), "{said}");
     assert!(!out.join("queue.svg").exists(), "a queue plot of no queue");
-    let page = std::fs::read_to_string(out.join("index.html")).unwrap();
+    let page = read(&out.join("index.html"));
     assert!(page.contains("not observable"), "the page hides it");
-    let again = std::fs::read_to_string(out.join("lab.toml")).unwrap();
+    let again = read(&out.join("lab.toml"));
     assert!(
         again.contains("[[machine]]") && again.contains("ip netns exec labremote-m1"),
         "{again}"
@@ -368,6 +367,16 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     assert_eq!(our_namespaces(INCAST), Vec::<String>::new());
 }
 
+/// The text of file `p`.
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `summary.json` of `out`.
+fn summary(out: &Path) -> Value {
+    serde_json::from_str(&read(&out.join("summary.json"))).unwrap()
+}
+
 /// Host `h`'s `tx_bytes` samples in `samples.csv` of `out`.
 fn sent(out: &Path, h: &str) -> Vec<u64> {
     counted(out, h, "tx_bytes")
@@ -380,7 +389,7 @@ fn received(out: &Path, h: &str) -> Vec<u64> {
 
 /// Host `h`'s samples of `counter` in `samples.csv` of `out`.
 fn counted(out: &Path, h: &str, counter: &str) -> Vec<u64> {
-    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    let csv = read(&out.join("samples.csv"));
     let tag = format!(",{h},{counter},");
     csv.lines()
         .filter(|l| l.contains(&tag))
@@ -421,8 +430,7 @@ fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
     assert!(said.contains("torn down"), "{said}");
     let out = dir.path().join("results");
     collective_times(&out, 8);
-    let sum: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let sum: Value = summary(&out);
     // each rank on its own machine's device (h2's orted came through ssh)
     an_allreduce_on_the_rnics(&sum, &["h0", "h1", "h2"]);
     for h in ["h0", "h1", "h2"] {
@@ -443,9 +451,9 @@ fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
         said.contains("the traffic went through the RNICs"),
         "{said}"
     );
-    let page = std::fs::read_to_string(out.join("index.html")).unwrap();
+    let page = read(&out.join("index.html"));
     assert!(page.contains("collective.svg"), "the page shows no times");
-    let again = std::fs::read_to_string(out.join("lab.toml")).unwrap();
+    let again = read(&out.join("lab.toml"));
     assert!(
         again.contains("kind = \"allreduce\"") && again.contains("[[machine]]"),
         "{again}"
@@ -459,8 +467,7 @@ fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     let out = dir.path().join("results");
     collective_times(&out, 8);
-    let sum: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let sum: Value = summary(&out);
     let fb = &sum["fallback"];
     assert!(fb["rdma_bytes"].as_u64().unwrap() < 16 * 1024, "{fb}");
     assert_eq!(fb["around_the_rnic"], true, "{fb}");
@@ -506,8 +513,7 @@ fn a_trace_across_machines_replays_every_flow_through_the_launchers() {
     );
     assert!(said.contains("torn down"), "{said}");
     let out = dir.path().join("results");
-    let sum: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let sum: Value = summary(&out);
     let flows = sum["trace"].as_array().expect("trace");
     let got: Vec<(&str, &str, &str, u64)> = flows
         .iter()

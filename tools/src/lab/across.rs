@@ -1,9 +1,10 @@
-//! A lab across machines: the incast or a collective of a lab file with
-//! `[[machine]]` tables, one rnicd per real host over the real network.
-//! No namespace, switch or queue is built; each machine's rnicd, the
-//! perftest servers (on the first machine) and clients (on the others),
-//! or a collective's MPI job ([`super::remote_collective`]) are started
-//! through the machines' launchers ([`super::remote`]), the hosts' counters are
+//! A lab across machines: the workload of a lab file with `[[machine]]`
+//! tables, one rnicd per real host over the real network. No namespace,
+//! switch or queue is built; each machine's rnicd, the incast's perftest
+//! servers (on the first machine) and clients (on the others), a
+//! collective's MPI job ([`super::remote_collective`]), a trace's flows
+//! or the probe's rounds ([`super::endpoint`]) are started through the
+//! machines' launchers ([`super::remote`]), the hosts' counters are
 //! sampled through them, and the results folder is the same as on the
 //! lab's own fabric but for the switch, whose queues and marks are not
 //! observable from the hosts (the page and the output say so).
@@ -179,15 +180,7 @@ fn workload(cfg: &LabConfig, st: &mut [Station], out: &Path) -> Result<(), LabEr
         .probe
         .then(|| probe::Probe::start_across(&st[0], &st[1], logs, t0));
     let mut ran = sample_until_done(cfg, st, &mut job, &mut snaps, t0);
-    let collective = match &job {
-        Job::Collective(j) => Some(j.run(cfg)),
-        _ => None,
-    };
-    let trace = match &job {
-        Job::Trace(r) => Some(r.results()),
-        _ => None,
-    };
-    drop(job);
+    let (collective, trace) = job.finish(cfg);
     let rounds = probe::Probe::finish_any(probe, &mut ran);
     let hosts: Vec<String> = st.iter().map(|s| s.machine.name.clone()).collect();
     let backends: Vec<String> = st.iter().map(|s| s.backend.clone()).collect();

@@ -6,7 +6,7 @@
 //! switch's counters sampled while it runs, and a results folder of CSV,
 //! SVG and one HTML page. Everything it made is torn down on exit, on
 //! error, and on SIGINT/SIGTERM. With `[[machine]]` tables the same
-//! incast, or a collective, runs across real hosts instead ([`across`]).
+//! workload runs across real hosts instead ([`across`]).
 //!
 //! | module | job |
 //! |---|---|
@@ -28,10 +28,11 @@
 //! | [`dcqcn`] | the senders' DCQCN state (Rc, Rt, α per QP) over time: `dcqcn.csv`, its plots |
 //! | [`trace`], [`replay`] | a trace of flows: its format; replaying it (perftest per flow), FCTs |
 //! | [`probe`] | the latency probe: ib_send_lat h1 → h0 in rounds alongside the incast |
+//! | [`endpoint`] | a host as the probe's and a trace's perftest programs need it: a namespace here, or a machine through its launcher |
 //! | [`scale`] | the CPU time of the machine, the engines and the programs; whether the hosts, not the fabric, were the bottleneck |
 //! | [`run_info`], [`results`], [`page`] | what a run was and drew; the results folder |
 //! | [`sys`] | running tools and children, signals, waiting |
-//! | [`machines`], [`remote`], [`across`], [`remote_collective`] | a lab across machines: the `[[machine]]` tables and their launchers; each machine's rnicd and programs; the incast or a collective over the real network; a collective's mpirun, orteds and builds there |
+//! | [`machines`], [`remote`], [`across`], [`remote_collective`] | a lab across machines: the `[[machine]]` tables and their launchers; each machine's rnicd and programs; any workload over the real network; a collective's mpirun, orteds and builds there |
 
 pub mod across;
 pub mod capture;
@@ -311,6 +312,21 @@ impl Job {
         }
     }
 
+    /// Ends what is left of it; what a collective or a trace did.
+    fn finish(
+        self,
+        cfg: &LabConfig,
+    ) -> (
+        Option<run_info::CollectiveRun>,
+        Option<Vec<trace::FlowResult>>,
+    ) {
+        match &self {
+            Job::Incast(_) => (None, None),
+            Job::Collective(j) => (Some(j.run(cfg)), None),
+            Job::Trace(r) => (None, Some(r.results())),
+        }
+    }
+
     /// Whether it has ended; an error for a part that failed.
     fn done(&mut self) -> Result<bool, LabError> {
         match self {
@@ -350,15 +366,7 @@ fn workload(
         .probe
         .then(|| probe::Probe::start(rnic, &daemons[0], &daemons[1], logs, t0));
     let mut ran = sample_until_done(cfg, fabric, daemons, &mut job, &mut rec, t0, stage);
-    let collective = match &job {
-        Job::Collective(j) => Some(j.run(cfg)),
-        _ => None,
-    };
-    let trace = match &job {
-        Job::Trace(r) => Some(r.results()),
-        _ => None,
-    };
-    drop(job);
+    let (collective, trace) = job.finish(cfg);
     let rounds = probe::Probe::finish_any(probe, &mut ran);
     let frame = daemons[0].data_frame_bytes()?;
     let snaps = rec.snaps;

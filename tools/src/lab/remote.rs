@@ -139,8 +139,9 @@ pub struct Station {
 
 impl Station {
     /// Checks that `m` runs commands and has rnicd, rnic, setsid and the
-    /// workload's programs ([`programs`]); starts its rnicd and waits for
-    /// its READY and an active port.
+    /// programs the workload runs there (ib_write_bw; mpirun and mpicc;
+    /// ib_send_lat...); starts its rnicd and waits for its READY and an
+    /// active port.
     pub fn start(
         m: &Machine,
         cfg: &LabConfig,
