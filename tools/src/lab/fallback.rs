@@ -57,10 +57,10 @@ pub fn signs(info: &RunInfo, snaps: &[Snapshot], endpoints: &Value) -> Value {
     let verdict = format!(
         "RDMA moved {}; {ref_text}: {}",
         bytes(rdma),
-        if around {
-            "traffic went around the RNIC"
-        } else {
-            "the traffic went through the RNICs"
+        match (reference, around) {
+            (0, _) => "no traffic to judge",
+            (_, true) => "traffic went around the RNIC",
+            (_, false) => "the traffic went through the RNICs",
         }
     );
     json!({
@@ -224,6 +224,11 @@ mod tests {
         assert_eq!(tcp["around_the_rnic"], true, "{tcp}");
         assert!(lines(&tcp)[1].contains("switch not observable"));
         assert!(html(&tcp, str::to_string).contains("egress queues (the links): not observable"));
+        let none = signs(&info, &[snap(0, 0, 0), snap(0, 0, 0)], &json!([]));
+        assert!(none["verdict"]
+            .as_str()
+            .unwrap()
+            .ends_with("no traffic to judge"));
         let rdma = unobserved(2_200_000);
         assert_eq!(rdma["around_the_rnic"], false, "{rdma}");
         assert!(

@@ -105,8 +105,12 @@ fn mpirun_argv(cfg: &LabConfig, st: &[Station], agent: &str) -> Vec<String> {
         .map(|s| format!("{}/32", s.machine.addr))
         .collect();
     a.extend(text(mpi::mpirun_options(Path::new(agent), &oob.join(","))));
-    // mpirun starts every orted itself: the agent is on its machine only
+    // mpirun starts every orted itself (the agent is on its machine
+    // only), and each stays attached to its launcher (not daemonized, as
+    // Open MPI does without a tree spawn): in its session, which the
+    // teardown ends, its output back through the launcher
     a.extend(words(&["--mca", "plm_rsh_no_tree_spawn", "1"]));
+    a.extend(words(&["--mca", "orte_leave_session_attached", "1"]));
     a.extend(text(collective::algorithm_options(cfg)));
     for (i, s) in st.iter().enumerate() {
         if i > 0 {
