@@ -207,13 +207,19 @@ fn lab(dir: &Path, text: &str) -> (std::process::ExitStatus, String, u32) {
 }
 
 /// Waits for lab `c` to end: its exit status, what it said and its pid.
+/// A lab stuck that long is sent SIGTERM (it tears down what it started
+/// on the machines, which SIGKILL would leave), then SIGKILL.
 fn finish(mut c: Child, err: &Path) -> (std::process::ExitStatus, String, u32) {
     let pid = c.id();
     let st = poll_within(STUCK, || c.try_wait().ok().flatten());
     let said = std::fs::read_to_string(err).unwrap();
     let Some(st) = st else {
-        let _ = c.kill();
-        let _ = c.wait();
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        if poll_within(STUCK, || c.try_wait().ok().flatten()).is_none() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         panic!("rnic lab did not end: {said}");
     };
     eprintln!("{said}");
