@@ -125,3 +125,105 @@ fn mpirun_argv(cfg: &LabConfig, st: &[Station], agent: &str) -> Vec<String> {
     }
     a
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::{LabConfig, LabFile};
+
+    /// Stations of `cfg`'s machines as the lab would have them (no
+    /// rnicd); their launchers run nothing (`true`) or reach no machine
+    /// (`/nonexistent/ssh`), so their teardown on drop touches nothing.
+    fn stations(cfg: &LabConfig) -> Vec<Station> {
+        cfg.machines
+            .iter()
+            .map(|m| {
+                let scratch = m.scratch("rnlab-1");
+                Station {
+                    machine: m.clone(),
+                    sock_dir: format!("{scratch}/sock"),
+                    scratch,
+                    rnic: "/opt/bin/rnic".into(),
+                    rnicd: None,
+                    log: "/dev/null".into(),
+                    backend: String::new(),
+                }
+            })
+            .collect()
+    }
+
+    fn config(tls: &str) -> LabConfig {
+        let text = format!(
+            "[workload]\nkind = \"allreduce\"\nucx_tls = \"{tls}\"\niterations = 3\n\
+             [[machine]]\nname = \"a\"\nlauncher = \"true\"\niface = \"eth1\"\nip = \"10.0.0.1\"\n\
+             [[machine]]\nname = \"b\"\nlauncher = \"/nonexistent/ssh -p 22 b\"\niface = \"eth2\"\n\
+             ip = \"10.0.0.2\"\n"
+        );
+        LabConfig::from_file(toml::from_str::<LabFile>(&text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn mpirun_runs_one_app_context_per_machine_with_its_build_and_ucx() {
+        let cfg = config("rdma");
+        let st = stations(&cfg);
+        let a = mpirun_argv(&cfg, &st, "/tmp/rnlab-1-a/agent.sh");
+        let at = |w: &str| a.iter().position(|x| x == w).unwrap();
+        assert_eq!(a[at("mpirun") - 1], "--");
+        assert_eq!(a[at("--sock-dir") + 1], "/tmp/rnlab-1-a/sock");
+        assert_eq!(a[at("plm_rsh_agent") + 1], "/tmp/rnlab-1-a/agent.sh");
+        assert_eq!(a[at("oob_tcp_if_include") + 1], "10.0.0.1/32,10.0.0.2/32");
+        assert_eq!(a[at("orte_leave_session_attached") + 1], "1");
+        assert_eq!(a[at("coll_tuned_allreduce_algorithm") + 1], "4");
+        let contexts: Vec<&[String]> = a[at("-np")..].split(|w| w == ":").collect();
+        assert_eq!(contexts.len(), 2, "{a:?}");
+        for (c, (ip, m)) in contexts.iter().zip([("10.0.0.1", "a"), ("10.0.0.2", "b")]) {
+            assert_eq!(&c[..4], ["-np", "1", "--host", ip]);
+            assert!(
+                c.contains(&"UCX_TLS=rc_verbs,ud_verbs,self".to_string()),
+                "{c:?}"
+            );
+            let bin = format!("/tmp/rnlab-1-{m}/collective");
+            let i = c.iter().position(|w| *w == bin).expect("its own build");
+            assert_eq!(c[i + 1..], ["allreduce", "1048576", "3", "10"]);
+        }
+        // ssh passes no environment on: the agent exports it
+        assert!(a.contains(&"OMPI_MCA_orte_tmpdir_base=/tmp/rnlab-1-a/session".to_string()));
+    }
+
+    #[test]
+    fn each_route_is_its_machines_launcher_in_a_session_under_rnic_exec() {
+        let cfg = config("tcp");
+        let st = stations(&cfg);
+        let (a, b) = (route(&cfg, &st[0]), route(&cfg, &st[1]));
+        assert!(!a.remote_shell && b.remote_shell);
+        assert!(
+            a.prefix.starts_with("true setsid -w sh -c "),
+            "{}",
+            a.prefix
+        );
+        assert!(
+            a.prefix.contains("/tmp/rnlab-1-a/orted.pid"),
+            "{}",
+            a.prefix
+        );
+        assert!(
+            a.prefix
+                .ends_with(" sh /opt/bin/rnic exec --sock-dir /tmp/rnlab-1-a/sock -- sh -c"),
+            "{}",
+            a.prefix
+        );
+        assert!(
+            b.prefix.starts_with("/nonexistent/ssh -p 22 b setsid"),
+            "{}",
+            b.prefix
+        );
+        let env = |r: &Route, k: &str| r.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(env(&b, "UCX_NET_DEVICES").as_deref(), Some("eth2"));
+        assert_eq!(env(&b, "OMPI_ALLOW_RUN_AS_ROOT").as_deref(), Some("1"));
+        assert_eq!(
+            env(&a, "OMPI_MCA_orte_tmpdir_base").as_deref(),
+            Some("/tmp/rnlab-1-a/session")
+        );
+        assert!(env(&route(&config("rdma"), &st[0]), "UCX_NET_DEVICES").is_none());
+    }
+}
