@@ -18,7 +18,8 @@
 //! m2), every iteration's completion time in the results, UCX's
 //! endpoints on each machine's own device, the RNICs' bytes at least the
 //! collective's; forced onto TCP the same job runs around the RNICs and
-//! the lab says so; and nothing the lab started is left.
+//! the lab says so; a SIGINT mid-job ends it on every machine; and
+//! nothing the lab started is left.
 //!
 //! Needs root, ip, setsid and ib_write_bw (perftest), and for the
 //! allreduce Open MPI (mpirun, mpicc): a loud SKIPPED line without them,
@@ -226,6 +227,30 @@ fn finish(mut c: Child, err: &Path) -> (std::process::ExitStatus, String, u32) {
     (st, said, pid)
 }
 
+/// Starts the lab of `text`, sends it SIGINT once what it said is
+/// `running`, and checks it ended with status 130, torn down, leaving
+/// nothing.
+fn interrupted(text: &str, running: impl Fn(&str) -> bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, err) = start(dir.path(), text);
+    let pid = c.id();
+    let up = poll_within(STUCK, || {
+        if let Ok(Some(st)) = c.try_wait() {
+            panic!("rnic lab ended ({st}) before its workload");
+        }
+        running(&std::fs::read_to_string(&err).unwrap_or_default()).then_some(())
+    });
+    assert!(up.is_some(), "no workload");
+    assert!(!leftovers(pid).is_empty(), "the probe sees no lab running");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    let (st, said, _) = finish(c, &err);
+    assert_eq!(st.code(), Some(130), "{said}");
+    assert!(said.contains("interrupted by signal 2"), "{said}");
+    assert!(said.contains("torn down"), "{said}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "left after SIGINT");
+}
+
 /// What lab `pid` left: processes naming its scratch folders
 /// (`/tmp/rnlab-<pid>-<machine>`), the folders, namespaces of its own.
 fn leftovers(pid: u32) -> Vec<String> {
@@ -347,27 +372,10 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(our_namespaces(INCAST), made);
 
-    // SIGINT mid-run: torn down on every machine, status 130
-    let dir = tempfile::tempdir().unwrap();
-    let (mut c, err) = start(dir.path(), &lab_file(INCAST, &incast(120), &ssh, None));
-    let pid = c.id();
-    let running = poll_within(STUCK, || {
-        if let Ok(Some(st)) = c.try_wait() {
-            panic!("rnic lab ended ({st}) before its workload");
-        }
-        // the progress line: the workload is sampled, every program is up
-        let said = std::fs::read_to_string(&err).unwrap_or_default();
-        said.contains("Mbit/s: h1").then_some(())
-    });
-    assert!(running.is_some(), "no workload");
-    assert!(!leftovers(pid).is_empty(), "the probe sees no lab running");
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
-    let (st, said, _) = finish(c, &err);
-    assert_eq!(st.code(), Some(130), "{said}");
-    assert!(said.contains("interrupted by signal 2"), "{said}");
-    assert!(said.contains("torn down"), "{said}");
-    assert_eq!(leftovers(pid), Vec::<String>::new(), "left after SIGINT");
+    // SIGINT mid-run: torn down on every machine, status 130; the
+    // progress line says the workload is sampled, every program is up
+    let text = lab_file(INCAST, &incast(120), &ssh, None);
+    interrupted(&text, |said| said.contains("Mbit/s: h1"));
     assert_eq!(our_namespaces(INCAST), made);
     drop(m);
     assert_eq!(our_namespaces(INCAST), Vec::<String>::new());
@@ -483,6 +491,16 @@ fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
         "{eps}"
     );
     assert!(said.contains("traffic went around the RNIC"), "{said}");
+
+    // SIGINT mid-job (for a duration, so it runs until then): mpirun,
+    // every orted and rank ended on every machine, status 130
+    let job = "[workload]\nkind = \"allreduce\"\nsize = 262144\niterations = 0\n\
+               duration_s = 120\nsample_ms = 200\n";
+    interrupted(&lab_file(MPI, job, &ssh, None), |said| {
+        // the progress line's `iteration N`: rank 0 reported one
+        said.lines()
+            .any(|l| l.contains(" iteration ") && !l.contains(" iteration 0 "))
+    });
     assert_eq!(our_namespaces(MPI), made);
     drop(m);
     assert_eq!(our_namespaces(MPI), Vec::<String>::new());
