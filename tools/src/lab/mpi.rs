@@ -4,7 +4,9 @@
 //! agent of ours in place of ssh ([`agent_script`]), the MPI traffic on
 //! the UCX PML alone (`--mca btl self`), UCX held to the transports asked
 //! for ([`mpirun_args`]). `rnic lab`'s collectives and
-//! tools/tests/openmpi.rs both launch this way.
+//! tools/tests/openmpi.rs both launch this way. Across machines the
+//! agent's route to each host is that machine's launcher instead
+//! ([`routed_agent`], used by [`super::remote_collective`]).
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
