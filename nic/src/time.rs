@@ -21,6 +21,17 @@ impl Instant {
     pub fn saturating_since(self, earlier: Instant) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
+
+    /// The earlier of two optional deadlines (`None`: no deadline), in
+    /// straight-line code: the datapath asks after every frame.
+    #[inline]
+    pub fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, None) => a,
+            (None, b) => b,
+        }
+    }
 }
 
 impl Add<Duration> for Instant {

@@ -6,6 +6,8 @@
 pub const HDRLEN: usize = 16;
 /// `struct nlattr`'s size.
 pub const ATTR_HDRLEN: usize = 4;
+/// An attribute type's flag: its payload is attributes.
+pub const NLA_F_NESTED: u16 = 0x8000;
 
 /// `NLMSG_ERROR`: an error, or an ACK when the error is 0.
 pub const NLMSG_ERROR: u16 = 2;
@@ -196,6 +198,24 @@ impl Builder {
         self.attr(ty, &b)
     }
 
+    /// An attribute holding `payload` as is (padded to the alignment).
+    pub fn bytes(&mut self, ty: u16, payload: &[u8]) -> &mut Self {
+        self.attr(ty, payload)
+    }
+
+    /// A nested attribute (`nla_nest_start` / `nla_nest_end`): the
+    /// attributes `inner` adds, under a header of type `ty` with
+    /// `NLA_F_NESTED` set and their whole length.
+    pub fn nested(&mut self, ty: u16, inner: impl FnOnce(&mut Self)) -> &mut Self {
+        let at = self.buf.len();
+        self.buf.extend_from_slice(&[0; ATTR_HDRLEN]);
+        inner(self);
+        let len = (self.buf.len() - at) as u16;
+        self.buf[at..at + 2].copy_from_slice(&len.to_ne_bytes());
+        self.buf[at + 2..at + 4].copy_from_slice(&(ty | NLA_F_NESTED).to_ne_bytes());
+        self
+    }
+
     /// The message with its length filled in.
     pub fn finish(mut self) -> Vec<u8> {
         let len = self.buf.len() as u32;
@@ -261,6 +281,31 @@ mod tests {
         assert_eq!(a[1], (2, &b"t0\0"[..]));
         assert_eq!(a[2], (14, &[1u8][..]));
         assert_eq!(a[3].1, 0x0053_52ff_fe00_0001u64.to_ne_bytes());
+    }
+
+    #[test]
+    fn a_nested_attribute_holds_its_attributes() {
+        let mut b = Builder::new(1, 0, 0, 0);
+        b.raw(&[7, 0, 0, 10])
+            .nested(3, |b| {
+                b.nested(1, |b| {
+                    b.u32(1, 9);
+                });
+            })
+            .str(2, "s");
+        let m = b.finish();
+        let body = &m[HDRLEN + 4..];
+        // the flag on the wire (`attrs` reads types without it)
+        assert_eq!(u16_at(body, 2), 3 | NLA_F_NESTED);
+        assert_eq!(u16_at(body, 6), 1 | NLA_F_NESTED);
+        let outer = attrs(body).unwrap();
+        assert_eq!(outer.len(), 2);
+        assert_eq!(outer[0].0, 3);
+        let mid = attrs(outer[0].1).unwrap();
+        assert_eq!(mid.len(), 1);
+        assert_eq!(mid[0].0, 1);
+        assert_eq!(attrs(mid[0].1).unwrap(), vec![(1, &9u32.to_ne_bytes()[..])]);
+        assert_eq!(outer[1], (2, &b"s\0"[..]));
     }
 
     #[test]

@@ -28,12 +28,18 @@
 //!   16 bytes from a zero register, and `crc32fast` finishes V and the
 //!   last < 16 bytes. No Barrett reduction is needed here.
 //!
+//! A short message (`fold_short`, at most 256 bytes: a frame's headers,
+//! a small datagram) is laid out from the front of a multiple of 64 bytes
+//! instead, zeros before it (leading zeros change no CRC from a zero
+//! register), loaded straight into four lanes with masked loads and
+//! folded there: no staging copy, and the blocks fold four at a time.
+//!
 //! Every bulk byte is loaded once and that register is both stored to
 //! `dst` and folded; the tail is copied first and its CRC taken from `dst`.
 //! So the CRC always covers the bytes that landed in `dst`, even if the
 //! source changes during the copy (registered memory behaves like DMA).
 //!
-//! Length: About 190 of its lines are tests; the SIMD kernels stay beside the
+//! Length: About 230 of its lines are tests; the SIMD kernels stay beside the
 //! portable path they must agree with.
 
 use core::sync::atomic::{AtomicU8, Ordering};
@@ -164,6 +170,53 @@ pub fn update(crc: &mut Hasher, data: &[u8]) {
         return;
     }
     crc.update(data);
+}
+
+/// Longest message (lead and data) [`fold_short`] takes.
+pub const SHORT_MAX: usize = 256;
+/// Length of [`fold_short`]'s table.
+pub const SHORT_TABLE: usize = 192;
+
+/// Whether `fold_short` runs here (AVX-512BW and VPCLMULQDQ; detected
+/// once): 0 not yet known, 1 no, 2 yes.
+static SHORT: AtomicU8 = AtomicU8::new(0);
+
+fn short_available() -> bool {
+    match SHORT.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            #[cfg(target_arch = "x86_64")]
+            let yes = Kernel::Avx512.available() && is_x86_feature_detected!("avx512bw");
+            #[cfg(not(target_arch = "x86_64"))]
+            let yes = false;
+            SHORT.store(1 + yes as u8, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+/// A short message folded to V in registers, the CRC-32 register starting
+/// at zero: the message is `table[64..64 + lead]` followed by `data`, with
+/// `table[64 + lead..]` OR-ed into `data` from its start (a mask over the
+/// message's first 64 bytes: `table[128..]` must be zero). `table`'s
+/// first 64 bytes must be zero. Returns V, whose CRC from a zero register
+/// is the message's (module docs), or `None` when this CPU lacks the
+/// kernel or the message is longer than [`SHORT_MAX`] (or `lead` over 64,
+/// or `data` empty): one pass with no staging copy, where `crc32fast`
+/// folds a short input one 16-byte block after another.
+#[inline]
+pub fn fold_short(table: &[u8; SHORT_TABLE], lead: usize, data: &[u8]) -> Option<[u8; 16]> {
+    if data.is_empty() || lead > 64 || lead + data.len() > SHORT_MAX || !short_available() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the features were detected and the lengths checked above.
+        Some(unsafe { x86::fold_short(table, lead, data) })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
 }
 
 /// The CRC of everything before `done` is the CRC of V from a zero
@@ -524,26 +577,83 @@ mod x86 {
                 z = fold512(z, k512, d);
                 at += 64;
             }
-            // The four 16-byte lanes onto the last: by 384, 256 and 128 bits.
-            let (a3, b3) = lane(K384);
-            let (a2, b2) = lane(K256);
-            let (a1, b1) = lane(K128);
-            let k = _mm512_set_epi64(0, 0, b1, a1, b2, a2, b3, a3);
-            let p = _mm512_xor_si512(
-                _mm512_clmulepi64_epi128::<0x00>(z, k),
-                _mm512_clmulepi64_epi128::<0x11>(z, k),
-            );
-            let x = _mm_xor_si128(
-                _mm_xor_si128(
-                    _mm512_extracti32x4_epi32::<0>(p),
-                    _mm512_extracti32x4_epi32::<1>(p),
-                ),
-                _mm_xor_si128(
-                    _mm512_extracti32x4_epi32::<2>(p),
-                    _mm512_extracti32x4_epi32::<3>(z),
-                ),
-            );
-            finish_blocks::<COPY>(x, src, dst, at, len)
+            finish_blocks::<COPY>(onto_last_lane(z), src, dst, at, len)
+        }
+    }
+
+    /// The four 16-byte lanes of `z` folded onto the last: by 384, 256
+    /// and 128 bits, XOR-ed together.
+    #[inline]
+    #[target_feature(enable = "avx512f,vpclmulqdq,sse2")]
+    fn onto_last_lane(z: __m512i) -> __m128i {
+        let (a3, b3) = lane(K384);
+        let (a2, b2) = lane(K256);
+        let (a1, b1) = lane(K128);
+        let k = _mm512_set_epi64(0, 0, b1, a1, b2, a2, b3, a3);
+        let p = _mm512_xor_si512(
+            _mm512_clmulepi64_epi128::<0x00>(z, k),
+            _mm512_clmulepi64_epi128::<0x11>(z, k),
+        );
+        _mm_xor_si128(
+            _mm_xor_si128(
+                _mm512_extracti32x4_epi32::<0>(p),
+                _mm512_extracti32x4_epi32::<1>(p),
+            ),
+            _mm_xor_si128(
+                _mm512_extracti32x4_epi32::<2>(p),
+                _mm512_extracti32x4_epi32::<3>(z),
+            ),
+        )
+    }
+
+    /// `super::fold_short` on this CPU: the message laid out from the
+    /// front of a multiple of 64 bytes, zeros before it (which change no
+    /// CRC from a zero register), each 64-byte block a masked load of
+    /// `data` (the mask keeps out every byte before `data`, which is
+    /// neither read nor faulted on) OR-ed with the table's lead and
+    /// mask bytes, folded as `bulk_avx512`'s last loop does.
+    ///
+    /// # Safety
+    /// AVX-512F, AVX-512BW and VPCLMULQDQ present; `lead + data.len()`
+    /// at most `SHORT_MAX`, `lead` at most 64, and `data` not empty.
+    #[target_feature(enable = "avx512f,avx512bw,vpclmulqdq,sse2")]
+    pub(super) unsafe fn fold_short(
+        table: &[u8; super::SHORT_TABLE],
+        lead: usize,
+        data: &[u8],
+    ) -> [u8; 16] {
+        // SAFETY: every unmasked byte a load below reads is inside `data`
+        // (block j holds message bytes 64j - pad .. 64j + 64 - pad, the
+        // message ends where `data` does, and the mask drops the bytes
+        // before `data`'s start); the table loads stay inside its
+        // SHORT_TABLE bytes (64 + 64 × 1 - pad + 64 <= 192); the caller
+        // guarantees the CPU features. The table's mask covers the
+        // message's first 64 bytes, which lie in blocks 0 and 1.
+        unsafe {
+            let total = lead + data.len();
+            let n = total.div_ceil(64) * 64;
+            let pad = n - total;
+            let mut z = _mm512_setzero_si512();
+            for j in 0..n / 64 {
+                // bytes of this block before `data` starts
+                let before = (pad + lead).saturating_sub(64 * j);
+                let keep: u64 = if before >= 64 { 0 } else { !0 << before };
+                let from = data.as_ptr().wrapping_add(64 * j).wrapping_sub(pad + lead);
+                let mut block = _mm512_maskz_loadu_epi8(keep, from as *const i8);
+                if j < 2 {
+                    let t = table.as_ptr().add(64 + 64 * j - pad);
+                    block = _mm512_or_si512(block, _mm512_loadu_si512(t as *const __m512i));
+                }
+                z = if j == 0 {
+                    block
+                } else {
+                    let (a, b) = lane(K512);
+                    fold512(z, _mm512_broadcast_i32x4(_mm_set_epi64x(b, a)), block)
+                };
+            }
+            let mut v = [0u8; 16];
+            _mm_storeu_si128(v.as_mut_ptr() as *mut __m128i, onto_last_lane(z));
+            v
         }
     }
 }
@@ -566,6 +676,51 @@ mod tests {
             }
         }
         raw
+    }
+
+    /// `fold_short` against the definition: every lead up to 8 bytes and
+    /// every length, a mask over the first bytes, random contents.
+    #[test]
+    fn fold_short_folds_lead_masked_data() {
+        if !short_available() {
+            eprintln!("fold_short_folds_lead_masked_data: no AVX-512BW + VPCLMULQDQ here, fold_short returns None");
+            assert!(fold_short(&[0; SHORT_TABLE], 4, &[1; 64]).is_none());
+            return;
+        }
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        };
+        for lead in 0..=8usize {
+            for mask_len in [0usize, 40, 56 - lead, 64 - lead] {
+                let mut table = [0u8; SHORT_TABLE];
+                for b in &mut table[64..64 + lead + mask_len] {
+                    *b = next();
+                }
+                for len in 1..=SHORT_MAX - lead {
+                    let data: Vec<u8> = (0..len).map(|_| next()).collect();
+                    let mut message = table[64..64 + lead].to_vec();
+                    message.extend(data.iter().enumerate().map(|(i, &d)| {
+                        d | if lead + i < 64 {
+                            table[64 + lead + i]
+                        } else {
+                            0
+                        }
+                    }));
+                    let v = fold_short(&table, lead, &data).expect("available");
+                    assert_eq!(
+                        bitwise(0, &v),
+                        bitwise(0, &message),
+                        "lead {lead} mask {mask_len} len {len}"
+                    );
+                }
+            }
+        }
+        assert!(fold_short(&[0; SHORT_TABLE], 4, &[1; SHORT_MAX - 3]).is_none());
+        assert!(fold_short(&[0; SHORT_TABLE], 4, &[]).is_none());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! BTH byte 4 with FECN, BECN and Resv6), then everything after the BTH up to
 //! the ICRC itself. It is sent least-significant byte first.
 
+use crate::crc_copy::SHORT_TABLE;
 use crate::{bth, ipv4, ipv6, udp};
 use std::sync::LazyLock;
 
@@ -56,6 +57,20 @@ struct Masks {
     lrh_ones: crc32fast::Hasher,
     v4: [u8; V4_PREFIX],
     v6: [u8; V6_PREFIX],
+    /// `crc_copy::fold_short`'s tables, one per IP version: the LRH ones
+    /// and the CRC register's initial ones cancel in the first 4 bytes,
+    /// so the message from a zero register is 4 bytes of ones, then the
+    /// datagram with the mask OR-ed in.
+    short_v4: [u8; SHORT_TABLE],
+    short_v6: [u8; SHORT_TABLE],
+}
+
+/// `fold_short`'s table: 64 zeros, the 4 bytes of ones, the mask.
+fn short_table(mask: &[u8]) -> [u8; SHORT_TABLE] {
+    let mut t = [0u8; SHORT_TABLE];
+    t[64..68].fill(0xFF);
+    t[68..68 + mask.len()].copy_from_slice(mask);
+    t
 }
 
 static MASKS: LazyLock<Masks> = LazyLock::new(|| {
@@ -69,6 +84,8 @@ static MASKS: LazyLock<Masks> = LazyLock::new(|| {
     bth::icrc_mask(&mut v6[ipv6::HEADER_LEN + udp::HEADER_LEN..]);
     Masks {
         lrh_ones: crc32fast::Hasher::new_with_initial(crc32fast::hash(&[0xFF; 8])),
+        short_v4: short_table(&v4),
+        short_v6: short_table(&v6),
         v4,
         v6,
     }
@@ -160,6 +177,16 @@ impl Icrc {
             "ICRC over a datagram shorter than its IP, UDP and BTH headers"
         );
         let masks = &*MASKS;
+        let table = match version {
+            IpVersion::V4 => &masks.short_v4,
+            IpVersion::V6 => &masks.short_v6,
+        };
+        if let Some(v) = crate::crc_copy::fold_short(table, 4, front) {
+            // V stands for the LRH ones and `front` (8 + len bytes)
+            let mut h = crc32fast::Hasher::new_with_initial_len(!0, (front.len() + 8 - 16) as u64);
+            h.update(&v);
+            return Icrc { h };
+        }
         let mut h = masks.lrh_ones.clone();
         match version {
             IpVersion::V4 => masked_update(&mut h, front, &masks.v4),

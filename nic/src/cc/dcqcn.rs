@@ -642,10 +642,7 @@ impl ReactionPoint {
         if !self.limited {
             return None;
         }
-        match (self.pending_cut, self.next_increase) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        Instant::earliest(self.pending_cut, self.next_increase)
     }
 
     /// Runs every timer event due at or before `now`, each at its own

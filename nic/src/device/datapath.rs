@@ -159,10 +159,10 @@ impl Rnic {
     /// deadline index, O(1)) and PFC's.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let pfc_tx = self.res.pfc_tx.as_ref().and_then(|t| t.poll_timeout());
-        [self.deadlines.first(), self.res.pfc.poll_timeout(), pfc_tx]
-            .into_iter()
-            .flatten()
-            .min()
+        Instant::earliest(
+            self.deadlines.first(),
+            Instant::earliest(self.res.pfc.poll_timeout(), pfc_tx),
+        )
     }
 
     /// What [`Self::poll_timeout`] returns, found by visiting every QP

@@ -44,10 +44,10 @@ impl Duty {
         Some(self.pause)
     }
 
-    /// A turn did work: sleeps the pause [`Duty::worked`] gives, if any,
-    /// and counts it in `pauses`.
-    pub(super) fn after_work(&mut self, pauses: &mut u64) {
-        if let Some(p) = self.worked(Instant::now()) {
+    /// A turn that read the clock at `now` did work: sleeps the pause
+    /// [`Duty::worked`] gives, if any, and counts it in `pauses`.
+    pub(super) fn after_work(&mut self, now: Instant, pauses: &mut u64) {
+        if let Some(p) = self.worked(now) {
             *pauses += 1;
             std::thread::sleep(p);
         }

@@ -14,6 +14,9 @@ pub(super) struct Loop {
     calls: Option<Receiver<Call>>,
     hook: Option<TurnHook>,
     start: std::time::Instant,
+    /// The clock's last reading (the engine's duty cycle uses it after a
+    /// turn instead of reading the clock again).
+    last_wall: std::time::Instant,
     rx: FrameBatch,
     tx: FrameBatch,
     /// Frames the device sent to its own address (internal loopback),
@@ -49,6 +52,7 @@ impl Loop {
             calls,
             hook,
             start,
+            last_wall: start,
             rx: FrameBatch::new(cfg.batch),
             tx: FrameBatch::new(cfg.batch),
             looped: FrameBatch::new(cfg.batch),
@@ -74,8 +78,10 @@ impl Loop {
         self.rnic.set_link_up(up)
     }
 
-    fn clock(&self) -> Instant {
-        Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
+    fn clock(&mut self) -> Instant {
+        let wall = std::time::Instant::now();
+        self.last_wall = wall;
+        Instant::from_nanos(wall.duration_since(self.start).as_nanos() as u64)
     }
 
     /// One turn: control calls, doorbells, receive, timers, transmit,
@@ -238,7 +244,8 @@ impl Loop {
                 cap = cap.min(t);
             }
         }
-        park_plan(&self.cfg, self.clock(), next, cap)
+        let now = self.clock();
+        park_plan(&self.cfg, now, next, cap)
     }
 
     /// Announces a park to the device's ringers; false: work arrived.
@@ -337,7 +344,7 @@ pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
     while !sh.stop.load(Ordering::Acquire) {
         if lp.turn(&sh) > 0 {
             idle = 0;
-            duty.after_work(&mut lp.stats.pauses);
+            duty.after_work(lp.last_wall, &mut lp.stats.pauses);
             continue;
         }
         idle = idle.saturating_add(1);
@@ -376,7 +383,10 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
             idle = 0;
             // a group's pauses count on its first member
             let mut pauses = 0;
-            duty.after_work(&mut pauses);
+            let wall = members
+                .last()
+                .map_or_else(std::time::Instant::now, |(lp, _)| lp.last_wall);
+            duty.after_work(wall, &mut pauses);
             if let Some((lp, _)) = members.first_mut() {
                 lp.stats.pauses += pauses;
             }

@@ -65,10 +65,7 @@ impl Completer {
 
     /// The earliest of the completer's timers.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.ack_deadline, self.rnr_deadline) {
-            (Some(a), Some(r)) => Some(a.min(r)),
-            (a, r) => a.or(r),
-        }
+        Instant::earliest(self.ack_deadline, self.rnr_deadline)
     }
 
     /// Oldest PSN not yet acknowledged.

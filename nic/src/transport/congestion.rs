@@ -248,10 +248,7 @@ impl QpCc {
         let read = self
             .read_blocked
             .then(|| self.read_pacer.next_send_ahead(self.read_burst_ps));
-        [self.rp.poll_timeout(), pace, read]
-            .into_iter()
-            .flatten()
-            .min()
+        Instant::earliest(self.rp.poll_timeout(), Instant::earliest(pace, read))
     }
 }
 

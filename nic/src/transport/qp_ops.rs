@@ -319,10 +319,7 @@ impl Qp {
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        [self.comp.poll_timeout(), self.cc.next_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        Instant::earliest(self.comp.poll_timeout(), self.cc.next_deadline())
     }
 
     /// Moves the QP to ERR and flushes both queues (IBA 10.3.1.2, 11.2.4.7).

@@ -26,7 +26,6 @@ const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_DELSETELEM: u16 = 14;
 const NFPROTO_BRIDGE: u8 = 7;
 const NLM_F_CREATE: u16 = 0x400;
-const NLA_F_NESTED: u16 = 0x8000;
 // nf_tables.h: NFTA_SET_ELEM_LIST_{TABLE, SET, ELEMENTS}, NFTA_LIST_ELEM,
 // NFTA_SET_ELEM_KEY, NFTA_DATA_VALUE
 const LIST_TABLE: u16 = 1;
@@ -41,71 +40,47 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
     move |source| LabError::Io { what, source }
 }
 
-/// An attribute: length, type, payload padded to 4 bytes.
-fn attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-    buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(payload);
-    buf.resize(buf.len().next_multiple_of(4), 0);
-}
-
-fn nested(kind: u16, inner: &[u8]) -> Vec<u8> {
-    let mut b = Vec::new();
-    attr(&mut b, kind | NLA_F_NESTED, inner);
-    b
-}
-
-/// One netlink message: header, nfgenmsg (family, version 0, res_id
-/// big-endian), attributes.
-fn message(kind: u16, flags: u16, seq: u32, family: u8, res_id: u16, attrs: &[u8]) -> Vec<u8> {
-    let len = 16 + 4 + attrs.len();
-    let mut m = Vec::with_capacity(len);
-    m.extend_from_slice(&(len as u32).to_ne_bytes());
-    m.extend_from_slice(&kind.to_ne_bytes());
-    m.extend_from_slice(&flags.to_ne_bytes());
-    m.extend_from_slice(&seq.to_ne_bytes());
-    m.extend_from_slice(&0u32.to_ne_bytes());
-    m.extend_from_slice(&[family, 0]);
-    m.extend_from_slice(&res_id.to_be_bytes());
-    m.extend_from_slice(attrs);
-    m
+/// One message: header, nfgenmsg (family, version 0, res_id big-endian),
+/// then the attributes `attrs` adds.
+fn message(
+    kind: u16,
+    flags: u16,
+    seq: u32,
+    family: u8,
+    res_id: u16,
+    attrs: impl FnOnce(&mut msg::Builder),
+) -> Vec<u8> {
+    let mut b = msg::Builder::new(kind, flags, seq, 0);
+    let [hi, lo] = res_id.to_be_bytes();
+    b.raw(&[family, 0, hi, lo]);
+    attrs(&mut b);
+    b.finish()
 }
 
 /// The batch that adds (`add`) or deletes interface index `ifindex` in
 /// set `set` of bridge table `table`; the element message asks for an
 /// acknowledgement, with sequence number `seq` + 1.
 pub fn set_batch(table: &str, set: &str, ifindex: u32, add: bool, seq: u32) -> Vec<u8> {
-    let cstr = |s: &str| [s.as_bytes(), &[0]].concat();
-    let mut key = Vec::new();
-    attr(&mut key, DATA_VALUE, &ifindex.to_ne_bytes());
-    let elem = nested(LIST_ELEM, &nested(ELEM_KEY, &key));
-    let mut attrs = Vec::new();
-    attr(&mut attrs, LIST_TABLE, &cstr(table));
-    attr(&mut attrs, LIST_SET, &cstr(set));
-    attrs.extend(nested(LIST_ELEMENTS, &elem));
     let (op, flags) = if add {
         (NFT_MSG_NEWSETELEM, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE)
     } else {
         (NFT_MSG_DELSETELEM, NLM_F_REQUEST | NLM_F_ACK)
     };
     let kind = NFNL_SUBSYS_NFTABLES << 8 | op;
-    let mut b = message(
-        NFNL_MSG_BATCH_BEGIN,
-        NLM_F_REQUEST,
-        seq,
-        0,
-        NFNL_SUBSYS_NFTABLES,
-        &[],
-    );
-    b.extend(message(kind, flags, seq + 1, NFPROTO_BRIDGE, 0, &attrs));
-    b.extend(message(
-        NFNL_MSG_BATCH_END,
-        NLM_F_REQUEST,
-        seq + 2,
-        0,
-        NFNL_SUBSYS_NFTABLES,
-        &[],
-    ));
+    let bracket = |ty, seq| message(ty, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES, |_| {});
+    let mut b = bracket(NFNL_MSG_BATCH_BEGIN, seq);
+    b.extend(message(kind, flags, seq + 1, NFPROTO_BRIDGE, 0, |b| {
+        b.str(LIST_TABLE, table)
+            .str(LIST_SET, set)
+            .nested(LIST_ELEMENTS, |b| {
+                b.nested(LIST_ELEM, |b| {
+                    b.nested(ELEM_KEY, |b| {
+                        b.bytes(DATA_VALUE, &ifindex.to_ne_bytes());
+                    });
+                });
+            });
+    }));
+    b.extend(bracket(NFNL_MSG_BATCH_END, seq + 2));
     b
 }
 
@@ -234,7 +209,7 @@ mod tests {
 
     #[test]
     fn an_acknowledgement_and_a_refusal_read_apart() {
-        let mut ack = message(NLMSG_ERROR, 0, 11, 0, 0, &[]);
+        let mut ack = message(NLMSG_ERROR, 0, 11, 0, 0, |_| {});
         ack.truncate(16);
         ack.extend_from_slice(&0i32.to_ne_bytes());
         ack[0..4].copy_from_slice(&20u32.to_ne_bytes());

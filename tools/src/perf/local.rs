@@ -490,7 +490,7 @@ fn bw_loop(
         }
         wcs.clear();
         lb.poll(0, &mut wcs);
-        let now = meter.now();
+        let now = meter.tick();
         for wc in &wcs {
             check_wc(wc)?;
             let Some(q) = qpns.iter().position(|x| x[0] == wc.qp_num) else {

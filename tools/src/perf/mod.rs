@@ -402,7 +402,10 @@ pub struct BwMeter {
     ring: Vec<u64>,
     peak: f64,
     pub completed: u64,
-    last_progress: Instant,
+    /// Nanoseconds since `start` at the last `tick`: one clock read serves
+    /// a loop's posts, completions, deadline and progress.
+    now: u64,
+    last_progress: u64,
 }
 
 impl BwMeter {
@@ -421,26 +424,35 @@ impl BwMeter {
             ring: vec![0; window],
             peak: 0.0,
             completed: 0,
-            last_progress: now,
+            now: 0,
+            last_progress: 0,
         }
     }
 
-    /// Nanoseconds since the run started.
+    /// Reads the clock: nanoseconds since the run started, which `now`,
+    /// `time_up`, `posted` and `progress` use until the next tick.
+    pub fn tick(&mut self) -> u64 {
+        self.now = self.start.elapsed().as_nanos() as u64;
+        self.now
+    }
+
+    /// Nanoseconds since the run started, at the last `tick`.
     pub fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+        self.now
     }
 
+    /// Whether a timed run's duration had passed at the last `tick`.
     pub fn time_up(&self) -> bool {
-        matches!(self.target, Target::Time(d) if self.start.elapsed() >= d)
+        matches!(self.target, Target::Time(d) if u128::from(self.now) >= d.as_nanos())
     }
 
-    /// Operation number `op` was posted just now.
+    /// Operation number `op` was posted just now (at the last `tick`).
     pub fn posted(&mut self, op: u64) {
         let mask = self.posted_at.len() - 1;
-        self.posted_at[op as usize & mask] = self.now();
+        self.posted_at[op as usize & mask] = self.now;
     }
 
-    /// Operation number `op` completed at `now` (from [`Self::now`]).
+    /// Operation number `op` completed at `now` (from [`Self::tick`]).
     pub fn completed(&mut self, op: u64, now: u64, hist: &mut Histogram<u64>) {
         let mask = self.posted_at.len() - 1;
         hist.saturating_record(
@@ -459,13 +471,14 @@ impl BwMeter {
         self.completed += 1;
     }
 
-    /// Moves the progress bar (at most every 50 ms).
+    /// Moves the progress bar (at most every 50 ms, as of the last `tick`).
     pub fn progress(&mut self, progress: &mut Progress) {
-        if self.last_progress.elapsed() > Duration::from_millis(50) {
-            self.last_progress = Instant::now();
+        const EVERY: u64 = 50_000_000;
+        if self.now.saturating_sub(self.last_progress) > EVERY {
+            self.last_progress = self.now;
             progress.set(match self.target {
                 Target::Ops(n) => self.completed as f64 / n.max(1) as f64,
-                Target::Time(d) => self.start.elapsed().as_secs_f64() / d.as_secs_f64(),
+                Target::Time(d) => self.now as f64 / d.as_nanos().max(1) as f64,
             });
         }
     }

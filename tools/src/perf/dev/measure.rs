@@ -575,12 +575,12 @@ fn bw_loop(
                 }
             }
         }
+        let now = meter.tick();
         if link.poll()? == 0 {
             spin.idle(link, "completions")?;
             continue;
         }
         spin.progress();
-        let now = meter.now();
         for i in 0..link.wcs.len() {
             let wc = link.wcs[i];
             if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
