@@ -20,9 +20,9 @@
 //!   time series are no longer what happened.
 //!
 //! Starved, underfed and saturated, or underfed and not DCQCN-limited:
-//! the run is **untrustworthy**. Saturated alone: the
-//! queue built, so the switch is a bottleneck, but the rates and
-//! latencies also carry the hosts' own queueing: **caution**.
+//! the run is **untrustworthy**. Saturated alone: the queue built or the
+//! senders kept the link full, so the switch is a bottleneck, but the
+//! rates and latencies also carry the hosts' own queueing: **caution**.
 
 use super::sample::{counter, Snapshot};
 use super::LabConfig;
@@ -205,9 +205,21 @@ pub fn assess(e: &Evidence) -> (Level, String) {
         );
         (Level::Untrustworthy, text)
     } else if saturated {
+        // not underfed: the queue built, or the senders kept the link full
+        let bottleneck = if e.median_queue >= 2 * e.frame {
+            format!(
+                "the switch queue built ({:.1} KB median)",
+                e.median_queue as f64 / 1e3
+            )
+        } else {
+            format!(
+                "the senders kept the link full ({:.1} of {:.1} Mbit/s, median)",
+                e.offered_bps / 1e6,
+                e.drain_bps / 1e6
+            )
+        };
         let text = format!(
-            "{cpu}: the switch queue built ({:.1} KB median), so the fabric is a bottleneck, but rates and latencies also carry the hosts' own queueing for CPU",
-            e.median_queue as f64 / 1e3
+            "{cpu}: {bottleneck}, so the fabric is a bottleneck, but rates and latencies also carry the hosts' own queueing for CPU"
         );
         (Level::Caution, text)
     } else {
@@ -323,6 +335,11 @@ mod tests {
         let (l, why) = assess(&ev(110.0, 200_000, 0.97, 0.0));
         assert_eq!(l, Level::Caution, "{why}");
         assert!(why.contains("97 % busy"), "{why}");
+        assert!(why.contains("the switch queue built (200.0 KB"), "{why}");
+        // full CPUs, a short queue, the link kept full: caution, saying so
+        let (l, why) = assess(&ev(95.0, 0, 0.99, 1.0));
+        assert_eq!(l, Level::Caution, "{why}");
+        assert!(why.contains("kept the link full (95.0 of 100.0"), "{why}");
         // a saturated machine whose senders leave the link idle
         let (l, why) = assess(&ev(40.0, 0, 0.99, 0.0));
         assert_eq!(l, Level::Untrustworthy);
