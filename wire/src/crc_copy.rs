@@ -633,6 +633,8 @@ mod x86 {
             let total = lead + data.len();
             let n = total.div_ceil(64) * 64;
             let pad = n - total;
+            let (a, b) = lane(K512);
+            let k512 = _mm512_broadcast_i32x4(_mm_set_epi64x(b, a));
             let mut z = _mm512_setzero_si512();
             for j in 0..n / 64 {
                 // bytes of this block before `data` starts
@@ -647,8 +649,7 @@ mod x86 {
                 z = if j == 0 {
                     block
                 } else {
-                    let (a, b) = lane(K512);
-                    fold512(z, _mm512_broadcast_i32x4(_mm_set_epi64x(b, a)), block)
+                    fold512(z, k512, block)
                 };
             }
             let mut v = [0u8; 16];

@@ -429,15 +429,10 @@ impl BwMeter {
         }
     }
 
-    /// Reads the clock: nanoseconds since the run started, which `now`,
+    /// Reads the clock: nanoseconds since the run started, which
     /// `time_up`, `posted` and `progress` use until the next tick.
     pub fn tick(&mut self) -> u64 {
         self.now = self.start.elapsed().as_nanos() as u64;
-        self.now
-    }
-
-    /// Nanoseconds since the run started, at the last `tick`.
-    pub fn now(&self) -> u64 {
         self.now
     }
 
