@@ -189,7 +189,9 @@ pub fn mark_ce(h: &mut [u8]) -> bool {
     true
 }
 
-fn header_checksum(h: &[u8]) -> u16 {
+/// The checksum the 20-byte header at the start of `h` should carry
+/// (whatever its checksum field holds now).
+pub(crate) fn header_checksum(h: &[u8]) -> u16 {
     header_checksum_of(&crate::bytes::array(h, 0))
 }
 

@@ -16,6 +16,8 @@
 //!   frame while the ICRC folds it in).
 //! - [`roce`]: a whole frame ([`RocePacket`] view, [`RoceRepr`]), CNPs.
 //! - [`emit`]: the one emitter, with the payload written into place.
+//! - [`gso`]: trains of frames sent as one UDP GSO super-frame, and
+//!   super-frames cut back into frames.
 //! - [`sniff`]: a first look at any frame, trusting no length in it.
 //! - [`mac_control`]: 802.3x PAUSE and 802.1Qbb PFC frames.
 //! - [`mad`]: management datagrams to QP1 and the Communication Manager's
@@ -39,6 +41,7 @@ pub mod error;
 pub mod ethernet;
 pub mod ext;
 pub mod gid;
+pub mod gso;
 pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;

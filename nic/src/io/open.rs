@@ -34,12 +34,40 @@ pub enum OpenError {
     },
 }
 
+/// What [`open_port_with`] may choose besides the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// AF_PACKET (TPACKET_V2): trains of frames go out as UDP GSO
+    /// super-frames, where the kernel has it ([`RingConfig::gso`]). A
+    /// capture on the interface (tcpdump) then shows super-frames, not
+    /// the frames segmentation makes of them.
+    pub gso: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { gso: true }
+    }
+}
+
 /// Opens a port on `ifname` (in the calling thread's namespace) with
 /// default geometry; returns it and the backend that opened it.
 pub fn open_port(ifname: &str, backend: Backend) -> Result<(Box<dyn Port>, Backend), OpenError> {
+    open_port_with(ifname, backend, OpenOptions::default())
+}
+
+/// [`open_port`] with `opts`.
+pub fn open_port_with(
+    ifname: &str,
+    backend: Backend,
+    opts: OpenOptions,
+) -> Result<(Box<dyn Port>, Backend), OpenError> {
     let packet = |v: TpacketVersion| {
-        AfPacketPort::open(ifname, RingConfig::with_version(v))
-            .map(|p| Box::new(p) as Box<dyn Port>)
+        let cfg = RingConfig {
+            gso: opts.gso,
+            ..RingConfig::with_version(v)
+        };
+        AfPacketPort::open(ifname, cfg).map(|p| Box::new(p) as Box<dyn Port>)
     };
     match backend {
         Backend::AfXdp => Ok((

@@ -251,7 +251,9 @@ impl Routed {
     }
 
     /// Opens side 0 (A) or 1 (B) with `backend`; returns the port and the
-    /// MAC of its next hop towards the other side.
+    /// MAC of its next hop towards the other side. AF_PACKET sends frame
+    /// by frame (no UDP GSO), so that a capture on the path sees the
+    /// frames themselves.
     pub fn open(
         &self,
         side: usize,
@@ -263,7 +265,8 @@ impl Routed {
             (&self.b, &self.vb, self.ga)
         };
         testkit::netns::run_in(ns, || {
-            let (p, got) = nic::io::open_port(dev, backend).expect("open port");
+            let opts = nic::io::OpenOptions { gso: false };
+            let (p, got) = nic::io::open_port_with(dev, backend, opts).expect("open port");
             assert!(backend == nic::io::Backend::Auto || got == backend);
             let (_, mac) =
                 nic::io::addr::next_hop_mac(std::net::IpAddr::V4(peer), STUCK).expect("next hop");

@@ -27,12 +27,20 @@
 //! counts it (see `v2`); V3 cannot (`None`: no PFC from a device
 //! on V3).
 
+mod gso;
 mod sys;
 mod tx;
 mod v2;
 mod v3;
 
 pub use v2::v2_frame_size;
+
+/// Whether this kernel's packet sockets carry UDP GSO requests in their
+/// virtio-net header (VIRTIO_NET_HDR_GSO_UDP_L4, Linux 6.2 on): what
+/// [`RingConfig::gso`] needs.
+pub fn gso_available() -> bool {
+    sys::kernel_at_least(6, 2)
+}
 
 use super::iface::{IfaceError, Interface};
 use super::{FrameBatch, Port, PortBase, PortCounters, RxBacklog, SLOT_LEN};
@@ -128,6 +136,11 @@ pub struct RingConfig {
     pub rx_frame_size: u32,
     pub tx_frame_size: u32,
     pub tx_frames: u32,
+    /// V2: a virtio-net header on every frame (PACKET_VNET_HDR), trains of
+    /// frames sent as UDP GSO super-frames and super-frames cut on receive
+    /// (`gso`); taken only on kernels whose packet sockets carry UDP GSO
+    /// (6.2 on). A super-frame is at most a TX frame long.
+    pub gso: bool,
 }
 
 impl Default for RingConfig {
@@ -138,8 +151,9 @@ impl Default for RingConfig {
             rx_blocks: 16,
             retire_ms: 1,
             rx_frame_size: 0,
-            tx_frame_size: 16384,
-            tx_frames: 1024,
+            tx_frame_size: 65536,
+            tx_frames: 256,
+            gso: true,
         }
     }
 }
@@ -286,6 +300,12 @@ impl AfPacketPort {
         self.cfg.version
     }
 
+    /// Whether trains of frames go out as UDP GSO super-frames (and
+    /// super-frames are cut on receive).
+    pub fn gso(&self) -> bool {
+        self.cfg.gso
+    }
+
     /// Opens a port on `ifname` in the calling thread's network namespace.
     pub fn open(ifname: &str, cfg: RingConfig) -> Result<AfPacketPort, AfPacketError> {
         if cfg.rx_blocks == 0 || cfg.tx_frames < 4 {
@@ -315,6 +335,16 @@ impl AfPacketPort {
             &one,
             "PACKET_IGNORE_OUTGOING",
         );
+        // The virtio-net header must be asked for before the rings.
+        let vnet = cfg.gso && cfg.version == TpacketVersion::V2 && gso_available();
+        if vnet {
+            setsockopt(&fd, sys::PACKET_VNET_HDR, &one, "PACKET_VNET_HDR")?;
+            // a super-frame longer than an RX slot is queued whole on the
+            // socket, its slot marked TP_STATUS_COPY
+            setsockopt(&fd, sys::PACKET_COPY_THRESH, &one, "PACKET_COPY_THRESH")?;
+            sys::grow_rcvbuf(&fd, 8 << 20);
+        }
+        let cfg = RingConfig { gso: vnet, ..cfg };
         let txg = TxGeometry::of(&cfg);
         let (v2_geometry, rx_len, layout) = match cfg.version {
             TpacketVersion::V2 => {
@@ -326,11 +356,16 @@ impl AfPacketPort {
         let map = Mapping::new(&fd, rx_len + txg.len())?;
         sys::bind(&fd, iface.index)?;
         let rx = match v2_geometry {
-            Some(g) => RxRing::V2(v2::Rx::new(map.at(0), g)),
+            Some(g) => RxRing::V2(v2::Rx::new(map.at(0), g, vnet)),
             None => RxRing::V3(v3::Rx::new(map.at(0), cfg.rx_block_size, cfg.rx_blocks)),
         };
-        let tx = tx::Tx::new(map.at(rx_len), txg.frame_size, txg.frame_nr, layout);
+        let tx = tx::Tx::new(map.at(rx_len), txg.frame_size, txg.frame_nr, layout, vnet);
         let guard = UdpSocket::bind(("0.0.0.0", wire::ROCEV2_PORT)).ok();
+        if let (Some(g), true) = (&guard, vnet) {
+            // takes a super-frame whole instead of cutting it into
+            // datagrams nobody reads
+            sys::udp_gro(g);
+        }
         Ok(AfPacketPort {
             rx,
             tx,
@@ -351,7 +386,7 @@ impl Port for AfPacketPort {
             self.tx.kick(&self.fd, &mut self.base.counters);
         }
         match &mut self.rx {
-            RxRing::V2(rx) => rx.recv(&mut self.base.counters, batch),
+            RxRing::V2(rx) => rx.recv(&self.fd, &mut self.base.counters, batch),
             RxRing::V3(rx) => rx.recv(&mut self.base.counters, batch),
         }
     }

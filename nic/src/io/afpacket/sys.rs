@@ -9,10 +9,12 @@ use std::time::Duration;
 // linux/if_ether.h, linux/if_packet.h
 const ETH_P_ALL: u16 = 0x0003;
 pub(super) const PACKET_RX_RING: libc::c_int = 5;
+pub(super) const PACKET_COPY_THRESH: libc::c_int = 7;
 const PACKET_STATISTICS: libc::c_int = 6;
 pub(super) const PACKET_VERSION: libc::c_int = 10;
 pub(super) const PACKET_TX_RING: libc::c_int = 13;
 pub(super) const PACKET_LOSS: libc::c_int = 14;
+pub(super) const PACKET_VNET_HDR: libc::c_int = 15;
 pub(super) const PACKET_QDISC_BYPASS: libc::c_int = 20;
 pub(super) const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
@@ -87,6 +89,70 @@ pub(super) fn read_kernel_drops(fd: &OwnedFd) -> u64 {
     } else {
         0
     }
+}
+
+/// Whether the running kernel's release is at least `major.minor`.
+pub(super) fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: utsname is plain byte arrays, for which all zeroes is valid;
+    // uname(2) fills the struct it is given.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: u is a live, writable utsname.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    let release: String = u
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect();
+    release_at_least(&release, major, minor)
+}
+
+/// Whether a kernel release string (`6.18.0-foo`) is at least
+/// `major.minor`; false if it does not start with two numbers.
+fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let num = |p: Option<&str>| p.and_then(|s| s.parse::<u32>().ok());
+    match (num(parts.next()), num(parts.next())) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
+/// Raises the socket's receive buffer to `bytes` (SO_RCVBUFFORCE, which
+/// root may set past net.core.rmem_max; else SO_RCVBUF): best effort.
+pub(super) fn grow_rcvbuf(fd: &OwnedFd, bytes: libc::c_int) {
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: the kernel reads one c_int from a live local.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                &bytes as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return;
+        }
+    }
+}
+
+/// UDP_GRO on a UDP socket: it takes UDP GSO packets whole. Best effort.
+pub(super) fn udp_gro(sock: &std::net::UdpSocket) {
+    let one: libc::c_int = 1;
+    // SAFETY: the kernel reads one c_int from a live local.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 /// Binds the socket to interface `ifindex`, every protocol.
@@ -176,5 +242,21 @@ impl Drop for Mapping {
         // SAFETY: ptr/len are the mapping `new` made; the rings' pointers
         // into it are never dereferenced after their port is dropped.
         unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::release_at_least;
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(release_at_least("6.18.0-rc1", 6, 2));
+        assert!(release_at_least("6.2", 6, 2));
+        assert!(!release_at_least("6.1.0-56-amd64", 6, 2));
+        assert!(!release_at_least("5.19.9", 6, 2));
+        assert!(release_at_least("10.0.1", 6, 2));
+        assert!(!release_at_least("", 6, 2));
+        assert!(!release_at_least("six", 6, 2));
     }
 }

@@ -23,14 +23,24 @@ pub(super) struct Tx {
     /// full. The kernel takes ring frames only when kicked, so every
     /// `send` and `recv` kicks again until one succeeds.
     pub kick_owed: bool,
+    /// Every frame starts with a virtio-net header (PACKET_VNET_HDR).
+    vnet: bool,
 }
 
 impl Tx {
     /// The ring at `base`, which the caller keeps mapped for as long as
     /// the `Tx` lives; `frame_size` is a multiple of 16 holding at least
-    /// a header (the kernel refused the ring otherwise).
-    pub(super) fn new(base: *mut u8, frame_size: u32, frames: u32, layout: TxLayout) -> Tx {
+    /// a header (the kernel refused the ring otherwise); `vnet`: the socket
+    /// has PACKET_VNET_HDR.
+    pub(super) fn new(
+        base: *mut u8,
+        frame_size: u32,
+        frames: u32,
+        layout: TxLayout,
+        vnet: bool,
+    ) -> Tx {
         Tx {
+            vnet,
             base,
             frame_size: frame_size as usize,
             frames,
@@ -49,7 +59,9 @@ impl Tx {
 
     /// Queues a prefix of `batch` (frames longer than `mtu` plus an
     /// Ethernet header and one VLAN tag, or than a ring frame, end it) and
-    /// kicks the kernel. Returns how many were queued.
+    /// kicks the kernel. Returns how many were queued. With a virtio-net
+    /// header each ring frame carries one, and a train of frames may share
+    /// a ring frame (`gso::fill`).
     pub(super) fn send(
         &mut self,
         fd: &OwnedFd,
@@ -58,20 +70,18 @@ impl Tx {
         batch: &FrameBatch,
     ) -> usize {
         let l = self.layout;
+        // the longest frame the kernel sends: the MTU, the Ethernet header
+        // and one VLAN tag
+        let longest = mtu + 18;
         let mut queued = 0;
-        for (i, f) in batch.iter().enumerate() {
+        while queued < batch.len() {
             let status_p = self.field(self.next, l.status);
             let status = self.status(self.next);
             let full = status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) != 0;
-            // the longest frame the kernel sends: the MTU, the Ethernet
-            // header and one VLAN tag
-            let too_long = f.len() > mtu + 18;
-            if full || too_long || f.len() + l.data > self.frame_size {
-                // sends a prefix of the batch (see `Port::send`)
-                counters.tx_dropped += (batch.len() - i) as u64;
+            if full {
                 // a ring full of frames the kernel was never kicked for
                 // would stay full for good
-                self.kick_owed |= full;
+                self.kick_owed = true;
                 break;
             }
             if status & TP_STATUS_WRONG_FORMAT != 0 {
@@ -82,26 +92,49 @@ impl Tx {
                 .base
                 .wrapping_add(self.next as usize * self.frame_size + l.data);
             // SAFETY: the frame's status is AVAILABLE, so the kernel does
-            // not touch it until we publish it; l.data + f.len() <=
-            // frame_size keeps the copy inside the frame, and tp_len and
-            // tp_snaplen are aligned u32 fields of its header (as above).
+            // not touch its bytes until we publish it; [l.data, frame_size)
+            // lies inside this ring frame, and the slice is dropped before
+            // the status is written.
+            let out = unsafe { std::slice::from_raw_parts_mut(data, self.frame_size - l.data) };
+            let Some((frames, len)) = self.fill(batch, queued, out, longest) else {
+                break;
+            };
+            // SAFETY: tp_len and tp_snaplen are aligned u32 fields of the
+            // header of the same ring frame.
             unsafe {
-                std::ptr::copy_nonoverlapping(f.as_ptr(), data, f.len());
-                write_volatile(self.field(self.next, l.len), f.len() as u32);
-                write_volatile(self.field(self.next, l.snaplen), f.len() as u32);
+                write_volatile(self.field(self.next, l.len), len as u32);
+                write_volatile(self.field(self.next, l.snaplen), len as u32);
             }
             fence(Ordering::Release);
             // SAFETY: the same status word as above; the Release fence
             // orders the frame's bytes before the kernel can see them.
             unsafe { write_volatile(status_p, TP_STATUS_SEND_REQUEST) };
             self.next = (self.next + 1) % self.frames;
-            counters.sent(f.len());
-            queued += 1;
+            for f in batch.iter().skip(queued).take(frames) {
+                counters.sent(f.len());
+            }
+            queued += frames;
         }
+        // sends a prefix of the batch (see `Port::send`)
+        counters.tx_dropped += (batch.len() - queued) as u64;
         if queued > 0 || self.kick_owed {
             self.kick(fd, counters);
         }
         queued
+    }
+
+    /// Writes `batch[i]` (and, with a virtio-net header, the frames of its
+    /// train) into `out`; `None` when it is longer than `longest` or `out`.
+    fn fill(&self, batch: &FrameBatch, i: usize, out: &mut [u8], longest: usize) -> Option<(usize, usize)> {
+        if self.vnet {
+            return super::gso::fill(batch, i, out, longest);
+        }
+        let f = batch.get(i);
+        if f.len() > longest || f.len() > out.len() {
+            return None;
+        }
+        out[..f.len()].copy_from_slice(f);
+        Some((1, f.len()))
     }
 
     /// How many of the next `want` ring frames are free (the kernel sent

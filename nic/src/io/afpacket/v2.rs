@@ -15,9 +15,10 @@
 //! counted, and taken out of its class again when `recv` hands it over.
 
 use super::sys::{setsockopt, PACKET_RX_RING, PACKET_TX_RING};
+use super::gso::{Pending, VnetHdr, VNET_LEN};
 use super::{
     frame_span, take, tpacket_align, vlan_tag, AfPacketError, RingConfig, TxGeometry, TxLayout,
-    ETH_VLAN_HLEN, TP_STATUS_KERNEL, TP_STATUS_USER,
+    ETH_VLAN_HLEN, TP_STATUS_COPY, TP_STATUS_KERNEL, TP_STATUS_USER,
 };
 use crate::io::{FrameBatch, PortCounters, RxBacklog, RxClasses, SLOT_LEN};
 use std::cell::RefCell;
@@ -64,11 +65,12 @@ pub(super) const TX: TxLayout = TxLayout {
 
 /// The V2 RX slot size for an interface MTU: the kernel puts the MAC
 /// header at TPACKET_ALIGN(TPACKET2_HDRLEN + 16) - 14 (packet_mmap.rst's
-/// frame structure; no reserve), and the longest frame is the MTU plus an
+/// frame structure; no reserve), `vnet` bytes later with a virtio-net
+/// header in front of it, and the longest frame is the MTU plus an
 /// Ethernet header and one VLAN tag — capped at what a batch slot holds.
-pub fn v2_frame_size(mtu: usize) -> u32 {
+pub fn v2_frame_size(mtu: usize, vnet: usize) -> u32 {
     let longest = mtu.saturating_add(ETH_VLAN_HLEN).min(SLOT_LEN);
-    tpacket_align(tpacket_align(TPACKET2_HDRLEN + 16) + longest).max(2048) as u32
+    tpacket_align(tpacket_align(TPACKET2_HDRLEN + 16) + vnet + longest).max(2048) as u32
 }
 
 /// What `backlog` has counted of the ring: slots, their wire bytes, and
@@ -113,6 +115,11 @@ impl Seen {
 
 /// One slot the kernel handed over (TP_STATUS_USER).
 struct Frame<'a> {
+    /// The frame was longer than the slot and the kernel queued it whole
+    /// on the socket (TP_STATUS_COPY; only with a virtio-net header).
+    copied: bool,
+    /// The segment size of a UDP super-frame (virtio-net header).
+    segment: Option<usize>,
     hdr: *mut Tpacket2Hdr,
     /// Wire length as the kernel holds it (without a tag it took out).
     len: usize,
@@ -145,6 +152,11 @@ pub(super) struct Rx {
     /// Slots from `next` on already seen as TP_STATUS_USER by `backlog`
     /// (they stay the user's until `recv` hands them back).
     seen: Box<RefCell<Seen>>,
+    /// With a virtio-net header in front of every frame: the super-frame
+    /// being cut into frames (`gso`).
+    pending: Option<Box<Pending>>,
+    /// Every frame has a virtio-net header in front of it.
+    vnet: bool,
 }
 
 /// Asks the kernel for V2 rings on `fd` (PACKET_VERSION already set): RX
@@ -156,8 +168,9 @@ pub(super) fn request_rings(
     mtu: usize,
     tx: TxGeometry,
 ) -> Result<(RxGeometry, usize), AfPacketError> {
+    let vnet = if cfg.gso { VNET_LEN } else { 0 };
     let frame_size = if cfg.rx_frame_size == 0 {
-        v2_frame_size(mtu)
+        v2_frame_size(mtu, vnet)
     } else {
         cfg.rx_frame_size
     };
@@ -199,9 +212,12 @@ pub(super) struct RxGeometry {
 
 impl Rx {
     /// The ring of `g`'s shape at `base`, which the caller keeps mapped
-    /// for as long as the `Rx` lives.
-    pub(super) fn new(base: *mut u8, g: RxGeometry) -> Rx {
+    /// for as long as the `Rx` lives; `vnet`: the socket has
+    /// PACKET_VNET_HDR (and PACKET_COPY_THRESH).
+    pub(super) fn new(base: *mut u8, g: RxGeometry, vnet: bool) -> Rx {
         Rx {
+            pending: vnet.then(|| Box::new(Pending::new())),
+            vnet,
             base,
             block_size: g.block_size,
             frame_size: g.frame_size,
@@ -245,6 +261,19 @@ impl Rx {
         };
         let tag = vlan_tag(status, tci, tpid);
         let tag_len = if tag.is_some() { 4 } else { 0 };
+        let vnet = self.vnet;
+        let copied = vnet && status & TP_STATUS_COPY != 0;
+        let segment = match mac.checked_sub(VNET_LEN) {
+            Some(at) if vnet && !copied && at >= size_of::<Tpacket2Hdr>() && mac <= self.frame_size => {
+                let mut h = [0u8; VNET_LEN];
+                // SAFETY: [at, mac) lies inside the slot (past its header,
+                // within its frame_size bytes), and the kernel leaves a
+                // USER slot alone.
+                unsafe { std::ptr::copy_nonoverlapping(slot.add(at), h.as_mut_ptr(), VNET_LEN) };
+                VnetHdr::read(&h).udp_segment()
+            }
+            _ => None,
+        };
         let data = frame_span(status, mac, snaplen, len, self.frame_size, tag_len)
             // SAFETY: frame_span kept [off, off + l) inside the slot's
             // frame_size bytes, which the kernel leaves alone while the
@@ -252,6 +281,8 @@ impl Rx {
             // slot is handed back only after its last use.
             .map(|(off, l)| unsafe { std::slice::from_raw_parts(slot.add(off) as *const u8, l) });
         Some(Frame {
+            copied,
+            segment,
             hdr,
             len,
             data,
@@ -260,15 +291,32 @@ impl Rx {
     }
 
     /// Copies the frames the kernel handed over into `batch`, handing
-    /// each slot back.
-    pub(super) fn recv(&mut self, counters: &mut PortCounters, batch: &mut FrameBatch) -> usize {
+    /// each slot back; super-frames (virtio-net header) are cut into their
+    /// frames first, those the kernel queued on the socket read from `fd`.
+    pub(super) fn recv(
+        &mut self,
+        fd: &OwnedFd,
+        counters: &mut PortCounters,
+        batch: &mut FrameBatch,
+    ) -> usize {
+        let mut pending = self.pending.take();
+        let mut n = pending.as_mut().map_or(0, |p| p.drain(counters, batch));
         let mut i = self.next;
-        let mut n = 0;
-        while !batch.is_full() {
+        while !batch.is_full() && !pending.as_ref().is_some_and(|p| p.is_live()) {
             let Some(f) = self.frame(i) else {
                 break;
             };
-            n += take(counters, batch, f.data, f.tag) as usize;
+            match (&mut pending, f.data) {
+                (Some(p), _) if f.copied => {
+                    if let Some(other) = p.recv_copy(fd, counters) {
+                        n += take(counters, batch, Some(other), f.tag) as usize;
+                    }
+                }
+                (Some(p), Some(d)) if f.segment.is_some() => {
+                    p.take_from(counters, d, f.segment.unwrap_or_default());
+                }
+                _ => n += take(counters, batch, f.data, f.tag) as usize,
+            }
             let mut seen = self.seen.borrow_mut();
             // counted only when someone asks for the backlog (PFC on)
             if seen.n > 0 {
@@ -280,8 +328,10 @@ impl Rx {
             // before the kernel can see it handed back.
             unsafe { write_volatile(addr_of_mut!((*f.hdr).status), TP_STATUS_KERNEL) };
             i = (i + 1) % self.frames;
+            n += pending.as_mut().map_or(0, |p| p.drain(counters, batch));
         }
         self.next = i;
+        self.pending = pending;
         n
     }
 
@@ -320,13 +370,16 @@ mod tests {
     #[test]
     fn v2_slots_hold_the_longest_frame_of_the_mtu() {
         for mtu in [1500usize, 4200, 9000, 65535] {
-            let f = v2_frame_size(mtu) as usize;
+            for vnet in [0, VNET_LEN] {
+            let f = v2_frame_size(mtu, vnet) as usize;
             assert_eq!(f % TPACKET_ALIGNMENT, 0);
-            let mac = tpacket_align(TPACKET2_HDRLEN + 16) - 14;
+            let mac = tpacket_align(TPACKET2_HDRLEN + 16) - 14 + vnet;
             let longest = (mtu + ETH_VLAN_HLEN).min(SLOT_LEN);
             assert!(mac + longest <= f, "mtu {mtu}: slot {f}");
             assert!(f <= (1 << 20) / 100, "mtu {mtu}: slot {f}");
+            }
         }
-        assert_eq!(v2_frame_size(1500), 2048);
+        assert_eq!(v2_frame_size(1500, 0), 2048);
+        assert_eq!(v2_frame_size(1500, VNET_LEN), 2048);
     }
 }
