@@ -5,7 +5,7 @@
 use clap::Parser;
 use nic::engine::{EngineConfig, Priority};
 use nic::io::Port;
-use nic::io::{open_port_with, Backend, OpenOptions};
+use nic::io::{gso_wanted, open_port_with, Backend, Gso, OpenOptions};
 use rnicd::server::{Server, ServerConfig};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -46,9 +46,11 @@ struct Args {
     /// AF_PACKET: consecutive frames of one flow go to the kernel as one
     /// UDP GSO super-frame, cut back into the same frames wherever the path
     /// needs it (a veth to another AF_PACKET socket carries it whole, whose
-    /// receiver cuts it): on | off. Needs Linux 6.2 (off before). A capture
-    /// on the interface shows super-frames; `off` sends frame by frame.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    /// receiver cuts it): auto (on a veth) | on | off. Needs Linux 6.2
+    /// (off before). With `auto`, `--backend auto` on a veth opens
+    /// AF_PACKET. A capture on the interface shows super-frames; `off`
+    /// sends frame by frame.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     gso: String,
     /// The device's IP address (its GID); with --mem-pair the first of
     /// two (the second gets the next address), by default 127.0.0.1: two
@@ -378,14 +380,16 @@ fn iface_port(a: &Args, ifname: &str) -> DevicePort {
         eprintln!("rnicd: --iface needs --gid (the interface's address)");
         std::process::exit(2)
     };
-    let opts = OpenOptions {
-        gso: a.gso == "on",
+    let gso = match a.gso.as_str() {
+        "on" => Gso::On,
+        "off" => Gso::Off,
+        _ => Gso::Auto,
     };
+    let opts = OpenOptions { gso };
     match open_port_with(ifname, backend, opts) {
         Ok((p, b)) => {
-            let gso = opts.gso && nic::io::afpacket::gso_available();
-            let gso = if b == Backend::AfPacket && gso { " (UDP GSO)" } else { "" };
-            eprintln!("rnicd: {ifname}: {b:?}{gso}");
+            let gso = b == Backend::AfPacket && gso_wanted(ifname, opts);
+            eprintln!("rnicd: {ifname}: {b:?}{}", if gso { " (UDP GSO)" } else { "" });
             let p: Box<dyn Port> = match &a.pcap {
                 Some(file) => match nic::io::pcap::PcapTap::new(p, file) {
                     Ok(t) => Box::new(t.with_limit(a.pcap_frames.unwrap_or(u64::MAX))),

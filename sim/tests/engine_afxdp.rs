@@ -20,7 +20,7 @@ mod enginecommon;
 use enginecommon::{every_verb, start, wait_for, wait_until, STUCK};
 use nic::io::afxdp::{AfXdpConfig, AfXdpPort, AttachMode};
 use nic::io::Port;
-use nic::io::{open_port, Backend};
+use nic::io::{open_port, open_port_with, Backend, Gso, OpenOptions};
 use sim::PairConfig;
 use std::process::Command;
 use testkit::netns::{self, Namespaces};
@@ -206,7 +206,9 @@ fn open_port_falls_back_to_afpacket_when_afxdp_cannot_be_had() {
             assert!(e.is_unavailable(), "{e}");
             testkit::skip_or_fail(&format!("{test}: the busy-hook part"), &e.to_string());
         }
-        let (port, backend) = open_port(&va, Backend::Auto).expect("AF_PACKET opens");
+        // without UDP GSO, which on a veth would pick AF_PACKET first
+        let off = OpenOptions { gso: Gso::Off };
+        let (port, backend) = open_port_with(&va, Backend::Auto, off).expect("AF_PACKET opens");
         assert_eq!(backend, Backend::AfPacket);
         assert_eq!(port.mtu(), 9000);
         if first.is_ok() {
@@ -217,6 +219,68 @@ fn open_port_falls_back_to_afpacket_when_afxdp_cannot_be_had() {
         }
     })
     .expect("enter the namespace");
+}
+
+/// On a veth, `Backend::Auto` opens AF_PACKET with UDP GSO where the
+/// kernel has it (AF_XDP runs in copy mode there).
+#[test]
+fn auto_opens_afpacket_with_gso_on_a_veth() {
+    if !can_run("auto_opens_afpacket_with_gso_on_a_veth") {
+        return;
+    }
+    let (_ns, [na, _], [va, _]) = link("u");
+    let gso = nic::io::afpacket::gso_available();
+    netns::run_in(&na, || {
+        let (_, backend) = open_port(&va, Backend::Auto).expect("a port opens");
+        let want = if gso { Backend::AfPacket } else { Backend::AfXdp };
+        assert!(backend == want || !gso && backend == Backend::AfPacket, "{backend:?}");
+        assert_eq!(nic::io::gso_wanted(&va, OpenOptions::default()), gso);
+        assert!(!nic::io::gso_wanted(&va, OpenOptions { gso: Gso::Off }));
+        assert!(!nic::io::gso_wanted("lo", OpenOptions::default()), "not a veth");
+    })
+    .expect("enter the namespace");
+}
+
+/// Super-frames from an AF_PACKET port to a veth whose peer runs XDP: the
+/// kernel segments them (the qdisc layer, not the bypass, which would drop
+/// them) and leaves each segment's UDP checksum unfinished, which the
+/// AF_XDP receiver takes as none.
+#[test]
+fn gso_trains_reach_an_afxdp_peer_segmented() {
+    let test = "gso_trains_reach_an_afxdp_peer_segmented";
+    if !can_run(test) {
+        return;
+    }
+    if !nic::io::afpacket::gso_available() {
+        testkit::skip_or_fail(test, "this kernel's packet sockets have no UDP GSO (Linux 6.2)");
+        return;
+    }
+    let (_ns, [na, nb], [va, vb]) = link("g");
+    let Some(pb) = open_xdp(test, &nb, &vb, AfXdpConfig::default()) else {
+        return;
+    };
+    let cfg = nic::io::afpacket::RingConfig {
+        gso: true,
+        ..Default::default()
+    };
+    let pa = netns::run_in(&na, || nic::io::afpacket::AfPacketPort::open(&va, cfg))
+        .expect("enter the namespace")
+        .expect("AF_PACKET port");
+    assert!(pa.gso());
+    let cfg = PairConfig {
+        mtu: 4096,
+        timeout: 14,
+        ..PairConfig::default()
+    };
+    let nodes = start(vec![Box::new(pa), Box::new(pb)], cfg);
+    every_verb(&nodes[0], &nodes[1]);
+    let pc = nodes[1].dev.port_counters().unwrap();
+    assert_eq!(pc.rx_dropped, 0, "{pc:?}");
+    let c = nodes[0].dev.counters().unwrap();
+    assert_eq!(c.retransmitted_pkts, 0, "nothing was lost: {c:?}");
+    for n in nodes {
+        n.engine.stop();
+    }
 }
 
 /// A RoCEv2 RDMA WRITE ONLY frame of `payload` bytes with IPv4 DSCP `dscp`.

@@ -124,6 +124,18 @@ impl NetRnicd {
         dev: &str,
         backend: &str,
     ) -> Result<NetRnicd, Missing> {
+        Self::try_start_with(ns, iface, addr, dev, backend, &[])
+    }
+
+    /// [`NetRnicd::try_start`] with more rnicd flags, `extra`.
+    pub fn try_start_with(
+        ns: &str,
+        iface: &str,
+        addr: Ipv4Addr,
+        dev: &str,
+        backend: &str,
+        extra: &[&str],
+    ) -> Result<NetRnicd, Missing> {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
         // SAFETY: chmod of our own temp folder (a NUL-terminated path) so
@@ -135,7 +147,9 @@ impl NetRnicd {
             .args(["netns", "exec", ns])
             .arg(profile_dir().join("rnicd"))
             .args(["--iface", iface, "--gid", &addr.to_string(), "--name", dev])
-            .args(["--backend", backend, "--user", "nobody", "--sock-dir"])
+            .args(["--backend", backend])
+            .args(extra)
+            .args(["--user", "nobody", "--sock-dir"])
             .arg(dir.path())
             .stdin(Stdio::null())
             .stdout(out)

@@ -38,7 +38,8 @@ pub fn host_addr(i: usize) -> Ipv4Addr {
 
 impl Switched {
     /// `n` hosts (at most 9) with an rnicd each on `backend` (rnicd's
-    /// `--backend`), every port active; or why `backend` does not exist
+    /// `--backend`; frame by frame, `--gso off`, so that a capture on the
+    /// switch shows the frames), every port active; or why `backend` does not exist
     /// here (rnicd's exit status 69), for the test to skip (or fail
     /// under CI). `tag` keeps concurrent users apart (a short word: the
     /// interface names, tag + role + digit + 3 digits, fit 15 bytes).
@@ -66,7 +67,9 @@ impl Switched {
             crate::wait_for(STUCK, &format!("carrier on {iface}"), || {
                 carrier(&h, &iface).then_some(()).ok_or_else(String::new)
             });
-            let rnicd = NetRnicd::try_start(&h, &iface, host_addr(i), &format!("r{i}"), backend)?;
+            let dev = format!("r{i}");
+            let flags = ["--gso", "off"];
+            let rnicd = NetRnicd::try_start_with(&h, &iface, host_addr(i), &dev, backend, &flags)?;
             up.push(Host {
                 ns: h,
                 iface,

@@ -153,15 +153,9 @@ impl Train {
         out[..HEADERS_LEN].copy_from_slice(&first[..HEADERS_LEN]);
         let udp_len = (self.payload + udp::HEADER_LEN) as u16;
         set_lengths(out, udp_len);
-        let ip = &out[L3..L4];
-        let mut sum = ipv4::PROTOCOL_UDP as u32 + udp_len as u32;
-        for w in ip[ipv4::field::SRC..ipv4::field::DST + 4].chunks_exact(2) {
-            sum += u16::from_be_bytes([w[0], w[1]]) as u32;
-        }
-        while sum > 0xFFFF {
-            sum = (sum & 0xFFFF) + (sum >> 16);
-        }
-        put16(out, L4 + UDP_CHECKSUM_OFFSET, sum as u16);
+        let (src, dst) = (L3 + ipv4::field::SRC, L3 + ipv4::field::DST);
+        let sum = udp::pseudo_header_sum(&out[src..src + 4], &out[dst..dst + 4], udp_len as usize);
+        put16(out, L4 + UDP_CHECKSUM_OFFSET, sum);
     }
 }
 

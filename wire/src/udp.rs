@@ -133,6 +133,19 @@ pub fn checksum_ipv6(src: Ipv6Addr, dst: Ipv6Addr, datagram: &[u8]) -> u16 {
     finish(ones_complement_sum(acc, datagram))
 }
 
+/// The pseudo-header's one's-complement sum for a datagram of `len`
+/// bytes between `src` and `dst` (IPv4 or IPv6 addresses' octets), folded
+/// and not complemented: what a checksum left for offload holds until the
+/// device finishes it (Linux's CHECKSUM_PARTIAL).
+pub fn pseudo_header_sum(src: &[u8], dst: &[u8], len: usize) -> u16 {
+    let acc = ones_complement_sum(ones_complement_sum(0, src), dst);
+    let mut acc = acc + 17 + len as u32;
+    while acc > 0xFFFF {
+        acc = (acc & 0xFFFF) + (acc >> 16);
+    }
+    acc as u16
+}
+
 fn finish(acc: u32) -> u16 {
     match fold_checksum(acc) {
         0 => 0xFFFF,

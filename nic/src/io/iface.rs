@@ -71,6 +71,48 @@ impl Interface {
     }
 }
 
+/// `struct ethtool_drvinfo` (linux/ethtool.h).
+#[repr(C)]
+struct Drvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved2: [u8; 12],
+    n_priv_flags: u32,
+    n_stats: u32,
+    testinfo_len: u32,
+    eedump_len: u32,
+    regdump_len: u32,
+}
+
+/// ETHTOOL_GDRVINFO (linux/ethtool.h): the name of the interface's
+/// driver (`veth`, `mlx5_core`, ...); None when the call fails.
+pub fn driver(name: &str) -> Option<String> {
+    const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+    // SAFETY: socket(2) takes no pointers; the result is checked below.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: raw is a descriptor socket(2) just returned, owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut ifr = ifreq(name)?;
+    // SAFETY: Drvinfo is integers and byte arrays: all zeroes is valid.
+    let mut info: Drvinfo = unsafe { std::mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    ifr.ifr_ifru.ifru_data = (&mut info as *mut Drvinfo).cast();
+    // SAFETY: SIOCETHTOOL reads the name and the pointer in `ifr` and
+    // writes `info`, a live, writable ethtool_drvinfo, through it.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCETHTOOL, &mut ifr) } != 0 {
+        return None;
+    }
+    let end = info.driver.iter().position(|&c| c == 0).unwrap_or(32);
+    Some(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+}
+
 /// A zeroed `ifreq` naming `name`; None if the name cannot be one (a NUL,
 /// or IFNAMSIZ bytes or more).
 fn ifreq(name: &str) -> Option<libc::ifreq> {
@@ -159,5 +201,16 @@ fn facts(fd: libc::c_int, name: &str) -> Result<(i32, EthernetAddress, usize), I
             return Err(sys("SIOCGIFMTU"));
         }
         Ok((idx, EthernetAddress(mac), ifr.ifr_ifru.ifru_mtu as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn drvinfo_is_the_uapi_struct() {
+        // sizeof(struct ethtool_drvinfo), the driver name right after cmd
+        assert_eq!(std::mem::size_of::<super::Drvinfo>(), 196);
+        assert_eq!(std::mem::offset_of!(super::Drvinfo, driver), 4);
+        assert_eq!(std::mem::offset_of!(super::Drvinfo, regdump_len), 192);
     }
 }

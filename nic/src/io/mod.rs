@@ -61,7 +61,9 @@ pub(crate) fn kick_tx(fd: std::os::fd::RawFd) -> std::io::Result<()> {
 
 pub use base::PortBase;
 pub use bell::Bell;
-pub use open::{open_best, open_port, open_port_with, Backend, OpenError, OpenOptions};
+pub use open::{
+    gso_wanted, open_best, open_port, open_port_with, Backend, Gso, OpenError, OpenOptions,
+};
 
 /// Largest frame a slot holds: a 9000-byte MTU plus Ethernet and VLAN headers.
 pub const SLOT_LEN: usize = 9018 + 4;

@@ -265,7 +265,9 @@ impl Routed {
             (&self.b, &self.vb, self.ga)
         };
         testkit::netns::run_in(ns, || {
-            let opts = nic::io::OpenOptions { gso: false };
+            let opts = nic::io::OpenOptions {
+                gso: nic::io::Gso::Off,
+            };
             let (p, got) = nic::io::open_port_with(dev, backend, opts).expect("open port");
             assert!(backend == nic::io::Backend::Auto || got == backend);
             let (_, mac) =

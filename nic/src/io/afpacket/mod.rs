@@ -3,7 +3,9 @@
 //! formats: TPACKET_V2 (`v2`, the default: each frame handed
 //! over at once) or TPACKET_V3 (`v3`: a block at a time). This
 //! module opens the socket, asks for the rings, maps them and moves
-//! frames; `sys` holds the system calls, `tx` the TX ring.
+//! frames; `sys` holds the system calls, `tx` the TX ring, `gso` the
+//! virtio-net header through which V2 sends trains of frames as UDP GSO
+//! super-frames and cuts received ones ([`RingConfig::gso`]).
 //!
 //! Both formats: a frame the kernel truncated (`tp_snaplen < tp_len`, or
 //! TP_STATUS_COPY), one whose offsets leave its slot or one longer than a
@@ -16,8 +18,9 @@
 //! TX (both formats): a ring of frames marked TP_STATUS_SEND_REQUEST, then
 //! one `sendto` kicks the kernel for the whole batch; the frame header is the
 //! ring version's (`tpacket2_hdr`, data at 32; `tpacket3_hdr`, data at 48).
-//! The socket ignores its own outgoing frames (PACKET_IGNORE_OUTGOING) and
-//! bypasses the qdisc layer.
+//! The socket ignores its own outgoing frames (PACKET_IGNORE_OUTGOING) and,
+//! without UDP GSO, bypasses the qdisc layer (with it, the qdisc layer is
+//! where a super-frame the device cannot take whole is segmented).
 //!
 //! The kernel's UDP stack sees RoCEv2 frames too and would answer each with
 //! an ICMP port-unreachable; a UDP socket bound to port 4791 that nobody
@@ -139,7 +142,8 @@ pub struct RingConfig {
     /// V2: a virtio-net header on every frame (PACKET_VNET_HDR), trains of
     /// frames sent as UDP GSO super-frames and super-frames cut on receive
     /// (`gso`); taken only on kernels whose packet sockets carry UDP GSO
-    /// (6.2 on). A super-frame is at most a TX frame long.
+    /// (6.2 on). A super-frame is at most a TX frame long. Off by default:
+    /// with it the socket leaves the qdisc bypass (see the module docs).
     pub gso: bool,
 }
 
@@ -153,7 +157,7 @@ impl Default for RingConfig {
             rx_frame_size: 0,
             tx_frame_size: 65536,
             tx_frames: 256,
-            gso: true,
+            gso: false,
         }
     }
 }
@@ -327,16 +331,21 @@ impl AfPacketPort {
         // stops at it, marked TP_STATUS_WRONG_FORMAT, and sends nothing
         // behind it until that slot is written again. Before the rings.
         setsockopt(&fd, sys::PACKET_LOSS, &one, "PACKET_LOSS")?;
-        // Best effort: older kernels lack these.
-        let _ = setsockopt(&fd, sys::PACKET_QDISC_BYPASS, &one, "PACKET_QDISC_BYPASS");
+        // The virtio-net header must be asked for before the rings.
+        let vnet = cfg.gso && cfg.version == TpacketVersion::V2 && gso_available();
+        // Best effort: older kernels lack these. Not with super-frames:
+        // the qdisc bypass (__dev_direct_xmit) drops a GSO skb the device
+        // cannot take whole instead of segmenting it (a veth whose peer
+        // runs XDP, a device without UDP segmentation).
+        if !vnet {
+            let _ = setsockopt(&fd, sys::PACKET_QDISC_BYPASS, &one, "PACKET_QDISC_BYPASS");
+        }
         let _ = setsockopt(
             &fd,
             sys::PACKET_IGNORE_OUTGOING,
             &one,
             "PACKET_IGNORE_OUTGOING",
         );
-        // The virtio-net header must be asked for before the rings.
-        let vnet = cfg.gso && cfg.version == TpacketVersion::V2 && gso_available();
         if vnet {
             setsockopt(&fd, sys::PACKET_VNET_HDR, &one, "PACKET_VNET_HDR")?;
             // a super-frame longer than an RX slot is queued whole on the
