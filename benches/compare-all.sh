@@ -6,9 +6,10 @@
 #          softrnic through the daemon (`rnicd --mem-pair`, unmodified
 #          perftest on the drop-in via `rnic exec`) and in-process
 #          (`rnic perf ... --loopback`)
-#   host   two namespaces over one veth (MTU 9000), an rnicd (AF_XDP) in
-#          each, unmodified perftest on the drop-in, against the kernel on
-#          the same veth: TCP (iperf3, one stream, -l SIZE), UDP (iperf3 -u
+#   host   two namespaces over one veth (MTU 9000), an rnicd in each
+#          (HOST_BACKEND, default auto: AF_PACKET with UDP GSO on a
+#          veth), unmodified perftest on the drop-in, against the kernel
+#          on the same veth: TCP (iperf3, one stream, -l SIZE), UDP (iperf3 -u
 #          -b 0 -l SIZE within 16 ... 65507, received rate) and sockperf
 #          ping-pong (-m SIZE, 14 B at least)
 #   guest  in the rxe-peer QEMU guest (tools/rxe-peer/rxe-peer): the guest's
@@ -33,7 +34,8 @@
 # send_bw send_lat"; MEM_TESTS, HOST_TESTS, GUEST_TESTS override per
 # stage), BW_SECS (2), LAT_ITERS (1000), GUEST_SIZES_BW, GUEST_SIZES_LAT,
 # GUEST_LAT_ITERS (200), GUEST_TIMEOUT (600 s a run), GUEST_MTU (1024: the
-# guest's veth has MTU 1500), GUEST_BACKEND (auto), QUIET_IDLE/QUIET_WAIT
+# guest's veth has MTU 1500), GUEST_BACKEND (auto), HOST_BACKEND (auto),
+# QUIET_IDLE/QUIET_WAIT
 # (benches/common.sh), the rxe-peer harness's RXE_PEER_* variables.
 # Needs root, iproute2, perftest, iperf3, sockperf, jq, a release build
 # (cargo build --release --workspace) and, for the guest, what rxe-peer
@@ -272,9 +274,9 @@ sockperf_round() { # round: ping-pong at each latency size up to 65000 B
 
 softrnic_host_round() { # round
   local r=$1 t s args da db
-  rnicd_up "$TMP/ha" ha ip netns exec "$A" "$BIN/rnicd" --iface "$IA" --gid "$ADDR_A" --backend afxdp || return 0
+  rnicd_up "$TMP/ha" ha ip netns exec "$A" "$BIN/rnicd" --iface "$IA" --gid "$ADDR_A" --backend "${HOST_BACKEND:-auto}" || return 0
   da=$DPID
-  rnicd_up "$TMP/hb" hb ip netns exec "$B" "$BIN/rnicd" --iface "$IB" --gid "$ADDR_B" --backend afxdp ||
+  rnicd_up "$TMP/hb" hb ip netns exec "$B" "$BIN/rnicd" --iface "$IB" --gid "$ADDR_B" --backend "${HOST_BACKEND:-auto}" ||
     { rnicd_down "$da"; return 0; }
   db=$DPID
   for t in $HOST_TESTS; do

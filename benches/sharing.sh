@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # An engine that shares the CPU: unmodified perftest latency over a veth
-# pair between two network namespaces, one rnicd (AF_XDP) in each, the
+# pair between two network namespaces, one rnicd in each (BACKEND, default
+# auto: AF_PACKET with UDP GSO on a veth), the
 # programs on the drop-in through `rnic exec`, with nothing pinned: on a
 # two-core machine two perftest processes and two engines share two CPUs.
 #   spinning   ib_write_lat and ib_send_lat: both programs busy-poll
@@ -21,7 +22,7 @@
 #
 # Needs root, iproute2, perftest, sockperf and a release build (cargo build
 # --release). Usage: benches/sharing.sh [OUT_DIR]
-# (env: ROUNDS (5), ITERS (20000), SIZE (64), PRIORITIES ("normal auto"),
+# (env: BACKEND (auto), ROUNDS (5), ITERS (20000), SIZE (64), PRIORITIES ("normal auto"),
 # SPINS (300), SELF_WAKES (50), IDLE_SECS (3), QUIET_IDLE, QUIET_WAIT). Not run by CI: benchmarks
 # measure, tests assert.
 set -euo pipefail
@@ -71,7 +72,7 @@ start_rnicds() {
     [ $n = b ] && [ -n "${PIN:-}" ] && pin=(--core 1)
     mkdir -p "$OUT/sock-$n"
     ip netns exec "$ns" "$BIN/rnicd" --iface "$ifc" --gid "$addr" --name "sh$n" \
-      --sock-dir "$OUT/sock-$n" --backend afxdp --priority "$1" --spin "$2" \
+      --sock-dir "$OUT/sock-$n" --backend "${BACKEND:-auto}" --priority "$1" --spin "$2" \
       --self-wake-us "$3" "${pin[@]}" >"$OUT/rnicd-$n.log" 2>&1 &
     PIDS+=($!)
     [ $n = a ] && DA=$! || DB=$!

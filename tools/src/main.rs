@@ -82,7 +82,7 @@ test, -s/-a, -n/-D, -q and -c; an rnic server facing an rnic client adopts the c
 settings and the two verify the data. The client measures; the bw server prints the client's \
 report, the ping-pong and SEND servers their own. -m defaults to the interface's largest MTU \
 (perftest: the port's active MTU); -x and -F are accepted and ignored. The polling engine \
-runs on the interface through AF_XDP (else AF_PACKET; --backend), inline in the measuring \
+runs on the interface through AF_XDP (else AF_PACKET; on a veth AF_PACKET with UDP GSO; --backend), inline in the measuring \
 thread by default (--engine thread gives it a thread of its own); frames go to the next hop's \
 MAC from the kernel's route and neighbour tables; our GID is the interface's address (--gid). \
 --json carries both devices' port, device and per-QP counters; --pcap records the port's first \
