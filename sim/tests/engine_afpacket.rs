@@ -1,10 +1,13 @@
 //! The engine over AF_PACKET, in both ring formats
 //! (TPACKET_V2, the default, and TPACKET_V3): two engines in two network
 //! namespaces joined by a veth pair exchange every RC verb and a UD SEND;
-//! the data is checked byte for byte. Then the rings themselves: truncated
+//! the data is checked byte for byte, V2 sending trains of frames as UDP
+//! GSO super-frames (the veth counts fewer skbs than frames). Then the
+//! rings themselves: truncated
 //! frames are dropped and counted, every slot goes back to the kernel,
 //! frames the kernel dropped on a full ring are counted, V2 reports its
-//! receive backlog, and a VLAN tag the kernel took out is put back. The
+//! receive backlog, a VLAN tag the kernel took out is put back, and with
+//! the virtio-net header a frame longer than a slot arrives whole. The
 //! tests make their own namespaces (addresses only inside them) and remove
 //! them even when they fail.
 

@@ -6,7 +6,9 @@
 //! While the XDP program is attached, ping between the namespaces still
 //! works (it passes everything that is not RoCEv2 or PFC); after the ports
 //! are dropped no program is left on the interfaces. A third test checks
-//! that `open_port` falls back to AF_PACKET when AF_XDP cannot be had.
+//! that `open_port` falls back to AF_PACKET when AF_XDP cannot be had, and
+//! that on a veth it opens AF_PACKET with UDP GSO first; UDP GSO
+//! super-frames to an AF_XDP peer arrive segmented and are taken.
 //! Further: the same exchange over IPv6 GIDs (AF_XDP and AF_PACKET, next
 //! hop by NDP), the RX ring's backlog by DSCP for PFC generation, and PFC
 //! generation end to end (a stalled receiver pauses the sender).

@@ -117,7 +117,6 @@ impl Rnic {
                 pds: Vec::new(),
                 dev: Counters::default(),
                 events: VecDeque::new(),
-                ip_ident: 0,
                 pfc,
                 pfc_tx,
                 now: Instant::ZERO,

@@ -24,7 +24,6 @@ pub(crate) struct Resources {
     pub dev: Counters,
     /// Asynchronous events not yet taken (`Rnic::poll_async_event`).
     pub events: VecDeque<AsyncEvent>,
-    pub ip_ident: u16,
     /// Which priorities a peer has paused (PFC reaction).
     pub pfc: crate::cc::PfcRx,
     /// PFC generation from the receive backlog (`None`: off).
@@ -54,8 +53,8 @@ impl Resources {
     /// Builds a frame from a QP's header template into `buf`, with a
     /// payload of `payload_len` bytes that `fill` writes straight into the
     /// frame (from registered memory, say: no staging copy, and the ICRC
-    /// taken in the same pass). If `fill` fails nothing is sent and no IPv4
-    /// ident is used. `Ok(None)`: the frame could not be built.
+    /// taken in the same pass). If `fill` fails nothing is sent.
+    /// `Ok(None)`: the frame could not be built.
     #[inline]
     pub(crate) fn emit<E>(
         &mut self,
@@ -68,7 +67,12 @@ impl Resources {
     ) -> Result<Option<usize>, E> {
         let mut ip = hdr.ip;
         if let IpRepr::V4(v4) = &mut ip {
-            v4.ident = self.ip_ident;
+            // RFC 6864 4.1: the identification of an atomic datagram (DF
+            // set, never fragmented) has no meaning and may be any value.
+            // The PSN's low 16 bits make it step by one along a QP's packet
+            // sequence, so a run of a QP's frames is what UDP segmentation
+            // of one super-frame gives back (`wire::gso`).
+            v4.ident = bth.psn.value() as u16;
         }
         let repr = RoceRepr {
             eth: hdr.eth,
@@ -82,9 +86,6 @@ impl Resources {
         };
         let this = &*self;
         let n = frame::emit_with(&repr, payload_len, buf, |dst| fill(this, dst))?;
-        if let IpRepr::V4(_) = ip {
-            self.ip_ident = self.ip_ident.wrapping_add(1);
-        }
         Ok(n)
     }
 

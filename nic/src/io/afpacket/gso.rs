@@ -18,7 +18,7 @@
 
 use crate::io::{FrameBatch, PortCounters, SLOT_LEN};
 use std::os::fd::{AsRawFd, OwnedFd};
-use wire::gso::{Segments, Train, HEADERS_LEN, UDP_AT, UDP_CHECKSUM_OFFSET};
+use wire::gso::{same_flow, Segments, Train, HEADERS_LEN, UDP_AT, UDP_CHECKSUM_OFFSET};
 
 /// `sizeof(struct virtio_net_hdr)`.
 pub(super) const VNET_LEN: usize = 10;
@@ -74,21 +74,51 @@ impl VnetHdr {
     }
 }
 
-/// Writes `batch[i]`, and the frames after it that join its train, into
-/// `out` (a TX ring frame's data area) behind a virtio-net header. Returns
-/// how many frames went in and the bytes written, or `None` when
-/// `batch[i]` is longer than `longest` or than `out` holds.
-pub(super) fn fill(batch: &FrameBatch, i: usize, out: &mut [u8], longest: usize) -> Option<(usize, usize)> {
+/// Writes `batch[i]`, and the frames of `batch[..end]` that join its train,
+/// into `out` (a TX ring frame's data area, long enough for `batch[i]`
+/// behind the header) behind a virtio-net header. Returns how many frames
+/// went in and the bytes written.
+///
+/// Without `taken` the train is the frames right after `batch[i]`. With
+/// it, a bit per batch frame (`end` <= 64) for those already sent, the
+/// train also gathers later frames past other flows' and marks what it
+/// took; it stops at a frame of its own flow that cannot join, so a
+/// flow's frames keep their order.
+pub(super) fn fill(
+    batch: &FrameBatch,
+    i: usize,
+    end: usize,
+    out: &mut [u8],
+    taken: Option<&mut u64>,
+) -> (usize, usize) {
     let first = batch.get(i);
-    if first.len() > longest || VNET_LEN + first.len() > out.len() {
-        return None;
-    }
-    let room = out.len() - VNET_LEN - HEADERS_LEN;
-    let mut train = Train::start(first);
+    let room = out.len().saturating_sub(VNET_LEN + HEADERS_LEN);
+    // the train's frames, in batch order
+    let mut members = [0u8; MAX_SEGMENTS];
+    members[0] = i as u8;
     let mut n = 1;
+    let mut train = Train::start(first).filter(|_| end <= 256);
     if let Some(t) = &mut train {
-        while i + n < batch.len() && t.frames < MAX_SEGMENTS && t.push(first, batch.get(i + n), room) {
-            n += 1;
+        let done = |j: usize| taken.as_ref().is_some_and(|b| **b & (1 << j) != 0);
+        for j in i + 1..end {
+            if n == MAX_SEGMENTS {
+                break;
+            }
+            let next = batch.get(j);
+            if done(j) {
+                continue;
+            }
+            if t.push(first, next, room) {
+                members[n] = j as u8;
+                n += 1;
+            } else if taken.is_none() || same_flow(first, next) {
+                break;
+            }
+        }
+    }
+    if let Some(bits) = taken {
+        for &k in &members[..n] {
+            *bits |= 1 << k;
         }
     }
     let (hdr, body) = out.split_at_mut(VNET_LEN);
@@ -105,17 +135,17 @@ pub(super) fn fill(batch: &FrameBatch, i: usize, out: &mut [u8], longest: usize)
             .write(hdr);
             t.write_headers(first, body);
             let mut at = HEADERS_LEN;
-            for k in i..i + n {
-                let p = &batch.get(k)[HEADERS_LEN..];
+            for &k in &members[..n] {
+                let p = &batch.get(k as usize)[HEADERS_LEN..];
                 body[at..at + p.len()].copy_from_slice(p);
                 at += p.len();
             }
-            Some((n, VNET_LEN + at))
+            (n, VNET_LEN + at)
         }
         _ => {
             VnetHdr::default().write(hdr);
             body[..first.len()].copy_from_slice(first);
-            Some((1, VNET_LEN + first.len()))
+            (1, VNET_LEN + first.len())
         }
     }
 }
@@ -291,7 +321,7 @@ mod tests {
         let (mut i, mut rings) = (0, 0);
         while i < tx.len() {
             let mut ring = vec![0u8; room];
-            let (n, len) = fill(&tx, i, &mut ring, 9018).unwrap();
+            let (n, len) = fill(&tx, i, tx.len(), &mut ring, None);
             let hdr = VnetHdr::read(&vnet_bytes(&ring));
             let body = &ring[VNET_LEN..len];
             match hdr.udp_segment() {
@@ -322,6 +352,41 @@ mod tests {
             RoceRepr::parse(f).expect("parses, ICRC intact");
         }
         rings
+    }
+
+    /// Gathering: the train of the frame at `i` over `batch`, given what is
+    /// taken; returns its members (bits) and its segment count.
+    fn gather(batch: &[Vec<u8>], i: usize, taken: &mut u64) -> (u64, usize) {
+        let mut b = FrameBatch::new(batch.len());
+        for f in batch {
+            assert!(b.push(f));
+        }
+        let before = *taken;
+        let mut ring = vec![0u8; 65536];
+        let (n, _) = fill(&b, i, b.len(), &mut ring, Some(taken));
+        (*taken & !before, n)
+    }
+
+    #[test]
+    fn a_train_gathers_its_flow_past_other_flows_in_order() {
+        // two QPs' frames interleaved, as the engine batches them
+        let (a, b) = (|k: u16| roce(100 + k, k as u32, 1024, 9), |k: u16| roce(500 + k, k as u32, 1024, 10));
+        let batch = vec![a(0), b(0), a(1), b(1), a(2), b(2)];
+        let mut taken = 0;
+        assert_eq!(gather(&batch, 0, &mut taken), (0b010101, 3));
+        assert_eq!(gather(&batch, 1, &mut taken), (0b101010, 3));
+        assert_eq!(taken, 0b111111);
+        // a frame of the flow that cannot join (a retransmission) stops the
+        // train: nothing of the flow behind it goes ahead of it
+        let batch = vec![a(5), b(0), a(1), a(6)];
+        let mut taken = 0;
+        assert_eq!(gather(&batch, 0, &mut taken), (0b0001, 1));
+        assert_eq!(gather(&batch, 1, &mut taken), (0b0010, 1));
+        assert_eq!(gather(&batch, 2, &mut taken), (0b0100, 1));
+        assert_eq!(gather(&batch, 3, &mut taken), (0b1000, 1));
+        // and every gathered train still comes back whole
+        let mixed: Vec<Vec<u8>> = (0..6).map(|k| if k % 2 == 0 { a(k / 2) } else { b(k / 2) }).collect();
+        assert_eq!(through(&mixed, 65536), 6, "adjacent only: no trains");
     }
 
     #[test]

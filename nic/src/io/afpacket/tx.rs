@@ -59,9 +59,15 @@ impl Tx {
 
     /// Queues a prefix of `batch` (frames longer than `mtu` plus an
     /// Ethernet header and one VLAN tag, or than a ring frame, end it) and
-    /// kicks the kernel. Returns how many were queued. With a virtio-net
-    /// header each ring frame carries one, and a train of frames may share
-    /// a ring frame (`gso::fill`).
+    /// kicks the kernel. Returns how many were queued.
+    ///
+    /// With a virtio-net header each ring frame carries one, and a train of
+    /// one flow's frames may share a ring frame (`gso::fill`). When the
+    /// ring has a frame free for every frame of the batch (as
+    /// `Port::tx_room` promised the engine), a train gathers its flow's
+    /// frames from anywhere in the batch, past other flows' (QPs
+    /// interleave their frames in a batch); every frame is then sent, so
+    /// what went out is still a prefix.
     pub(super) fn send(
         &mut self,
         fd: &OwnedFd,
@@ -70,15 +76,22 @@ impl Tx {
         batch: &FrameBatch,
     ) -> usize {
         let l = self.layout;
+        let vnet = if self.vnet { super::gso::VNET_LEN } else { 0 };
         // the longest frame the kernel sends: the MTU, the Ethernet header
         // and one VLAN tag
-        let longest = mtu + 18;
-        let mut queued = 0;
-        while queued < batch.len() {
+        let fits = |f: &[u8]| f.len() <= mtu + 18 && vnet + f.len() + l.data <= self.frame_size;
+        let limit = batch.iter().position(|f| !fits(f)).unwrap_or(batch.len());
+        let gather = self.vnet && limit <= 64 && self.room(fd, counters, limit) == limit;
+        let mut taken = 0u64;
+        let (mut i, mut queued) = (0, 0);
+        while i < limit {
+            if taken & (1 << i) != 0 {
+                i += 1;
+                continue;
+            }
             let status_p = self.field(self.next, l.status);
             let status = self.status(self.next);
-            let full = status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) != 0;
-            if full {
+            if status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) != 0 {
                 // a ring full of frames the kernel was never kicked for
                 // would stay full for good
                 self.kick_owed = true;
@@ -96,8 +109,13 @@ impl Tx {
             // lies inside this ring frame, and the slice is dropped before
             // the status is written.
             let out = unsafe { std::slice::from_raw_parts_mut(data, self.frame_size - l.data) };
-            let Some((frames, len)) = self.fill(batch, queued, out, longest) else {
-                break;
+            let (frames, len) = if self.vnet {
+                let taken = gather.then_some(&mut taken);
+                super::gso::fill(batch, i, limit, out, taken)
+            } else {
+                let f = batch.get(i);
+                out[..f.len()].copy_from_slice(f);
+                (1, f.len())
             };
             // SAFETY: tp_len and tp_snaplen are aligned u32 fields of the
             // header of the same ring frame.
@@ -110,31 +128,21 @@ impl Tx {
             // orders the frame's bytes before the kernel can see them.
             unsafe { write_volatile(status_p, TP_STATUS_SEND_REQUEST) };
             self.next = (self.next + 1) % self.frames;
-            for f in batch.iter().skip(queued).take(frames) {
-                counters.sent(f.len());
-            }
             queued += frames;
+            // gathering marks what it took; else the train was [i, i + frames)
+            i += if gather { 1 } else { frames };
         }
-        // sends a prefix of the batch (see `Port::send`)
+        // sends a prefix of the batch (see `Port::send`); gathering had a
+        // ring frame for every frame, so it sent all up to `limit`
+        debug_assert!(!gather || queued == limit);
+        for f in batch.iter().take(queued) {
+            counters.sent(f.len());
+        }
         counters.tx_dropped += (batch.len() - queued) as u64;
         if queued > 0 || self.kick_owed {
             self.kick(fd, counters);
         }
         queued
-    }
-
-    /// Writes `batch[i]` (and, with a virtio-net header, the frames of its
-    /// train) into `out`; `None` when it is longer than `longest` or `out`.
-    fn fill(&self, batch: &FrameBatch, i: usize, out: &mut [u8], longest: usize) -> Option<(usize, usize)> {
-        if self.vnet {
-            return super::gso::fill(batch, i, out, longest);
-        }
-        let f = batch.get(i);
-        if f.len() > longest || f.len() > out.len() {
-            return None;
-        }
-        out[..f.len()].copy_from_slice(f);
-        Some((1, f.len()))
     }
 
     /// How many of the next `want` ring frames are free (the kernel sent
