@@ -124,7 +124,7 @@ fn rc_workload(h: &mut H) -> (Vec<String>, [Vec<u8>; 2]) {
         want[i] += 1;
     }
     // receives: 2 on B (SEND, SEND+IMM) + WRITE+IMM's; 1 on A
-    h.run_for_wcs(want[0], want[1] + 3);
+    h.run_for_wcs(want[0] + 1, want[1] + 3);
     let mut out = Vec::new();
     for i in 0..2 {
         for w in h.take(i) {

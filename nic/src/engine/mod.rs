@@ -108,7 +108,7 @@ impl Default for EngineConfig {
         EngineConfig {
             core: None,
             priority: Priority::Normal,
-            batch: 32,
+            batch: 64,
             spin: 300,
             park: LINK_POLL,
             self_wake: Duration::ZERO,
