@@ -7,8 +7,9 @@
 #   tx depth   ib_write_bw -t 16 .. 1024, 64 KiB
 #   reads      ib_read_bw -o 1 2 4 8 16 (outstanding READs), 64 KiB and 4 MiB
 # between two rnicd (backend auto: AF_PACKET with UDP GSO on a veth) in
-# two namespaces over a veth pair (MODE=veth, the default) or on one `rnicd --mem-pair` (MODE=mem). Each point is the
-# median of ROUNDS runs (default 3), rounds interleaved. Writes
+# two namespaces over a veth pair (MODE=veth, the default) or on one
+# `rnicd --mem-pair` (MODE=mem). Each point is the median of ROUNDS runs
+# (default 3), rounds interleaved. Writes
 # $DOC.md (tables with every round and the verdict per sweep) and one SVG
 # per sweep (`rnic plot`), DOC defaulting to docs/perf/cliffs-DATE-MODE.
 #
