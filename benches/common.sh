@@ -4,6 +4,7 @@
 # to QUIET_WAIT seconds, default 600) until the CPUs were at least
 # QUIET_IDLE % idle (default 90) over one second, and appends how idle
 # they were to $OUT/idle.txt.
+# `preflight`: the tools, root and the build a script needs.
 # `veth_pair`: namespaces $A and $B joined by veth $IA <-> $IB (loopback
 # up in both, the veth ends not yet up); `del_netns` removes them.
 # Results: `add KEY VALUE` collects one round's figure; `m KEY` prints the
@@ -41,6 +42,18 @@ declare -A R
 add() { [ "$2" = - ] || R[$1]+="$2"$'\n'; }
 m() { printf '%s' "${R[$1]:-}" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR) printf "%.2f", v[int((NR+1)/2)]; else printf "-"}'; }
 all() { printf '%s' "${R[$1]:-}" | grep -v '^$' | awk '{printf "%.2f ", $1}'; }
+
+# `preflight NAME "PACKAGES" TOOL...`: exits with a one-line reason unless
+# every TOOL is on PATH, we are root and the release build is there.
+preflight() {
+  local name=$1 pkgs=$2 t
+  shift 2
+  for t in "$@"; do
+    command -v "$t" >/dev/null || { echo "$name: $t is missing (apt-get install $pkgs)" >&2; exit 1; }
+  done
+  [ "$(id -u)" = 0 ] || { echo "$name: needs root (network namespaces)" >&2; exit 1; }
+  [ -x "$BIN/rnicd" ] && [ -x "$BIN/rnic" ] || { echo "$name: build first: cargo build --release" >&2; exit 1; }
+}
 
 veth_pair() {
   ip netns add "$A"; ip netns add "$B"

@@ -26,11 +26,7 @@ LAT_ITERS=${LAT_ITERS:-20000}
 OUT=${1:-target/gso-bench}
 . benches/common.sh
 
-for t in ip ib_write_bw ib_write_lat iperf3 jq; do
-  command -v "$t" >/dev/null || { echo "gso.sh: $t is missing (apt-get install iproute2 perftest iperf3 jq)" >&2; exit 1; }
-done
-[ "$(id -u)" = 0 ] || { echo "gso.sh: needs root (network namespaces)" >&2; exit 1; }
-[ -x "$BIN/rnicd" ] && [ -x "$BIN/rnic" ] || { echo "gso.sh: build first: cargo build --release" >&2; exit 1; }
+preflight gso.sh "iproute2 perftest iperf3 jq" ip ib_write_bw ib_write_lat iperf3 jq
 
 A=rnic-gsoa-$$ B=rnic-gsob-$$ IA=rgsa$$ IB=rgsb$$
 ADDR_A=192.0.2.1 ADDR_B=192.0.2.2

@@ -38,11 +38,7 @@ IDLE_SECS=${IDLE_SECS:-3}
 OUT=${1:-target/sharing-bench}
 . benches/common.sh
 
-for t in ip ib_write_lat ib_send_lat sockperf; do
-  command -v "$t" >/dev/null || { echo "sharing.sh: $t is missing (apt-get install iproute2 perftest sockperf)" >&2; exit 1; }
-done
-[ "$(id -u)" = 0 ] || { echo "sharing.sh: needs root (network namespaces, AF_XDP)" >&2; exit 1; }
-[ -x "$BIN/rnicd" ] && [ -x "$BIN/rnic" ] || { echo "sharing.sh: build first: cargo build --release" >&2; exit 1; }
+preflight sharing.sh "iproute2 perftest sockperf" ip ib_write_lat ib_send_lat sockperf
 
 A=rnic-sha-$$ B=rnic-shb-$$ IA=rsva$$ IB=rsvb$$
 ADDR_A=192.0.2.1 ADDR_B=192.0.2.2
