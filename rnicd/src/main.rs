@@ -389,7 +389,10 @@ fn iface_port(a: &Args, ifname: &str) -> DevicePort {
     match open_port_with(ifname, backend, opts) {
         Ok((p, b)) => {
             let gso = b == Backend::AfPacket && gso_wanted(ifname, opts);
-            eprintln!("rnicd: {ifname}: {b:?}{}", if gso { " (UDP GSO)" } else { "" });
+            eprintln!(
+                "rnicd: {ifname}: {b:?}{}",
+                if gso { " (UDP GSO)" } else { "" }
+            );
             let p: Box<dyn Port> = match &a.pcap {
                 Some(file) => match nic::io::pcap::PcapTap::new(p, file) {
                     Ok(t) => Box::new(t.with_limit(a.pcap_frames.unwrap_or(u64::MAX))),

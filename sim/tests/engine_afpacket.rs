@@ -92,7 +92,10 @@ fn kernel_tx_packets(ns: &str, dev: &str) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);
     let tx = text.find("\"tx\":").expect("tx statistics");
     let at = tx + text[tx..].find("\"packets\":").expect("tx packets") + 10;
-    let digits: String = text[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     digits.parse().expect("a count")
 }
 
@@ -282,10 +285,7 @@ fn rings(test: &str, tag: &str, version: TpacketVersion, gso: bool) {
         assert_eq!((c.pcp[5], c.dscp[0]), (196, rest), "{bl:?}");
     }
     got.extend(receive(&mut b, 10 - truncated as usize - got.len(), STUCK));
-    let want: Vec<&Vec<u8>> = frames
-        .iter()
-        .filter(|f| gso || f.len() != big)
-        .collect();
+    let want: Vec<&Vec<u8>> = frames.iter().filter(|f| gso || f.len() != big).collect();
     assert_eq!(got.len(), want.len(), "all but a truncated frame");
     for (g, w) in got.iter().zip(&want) {
         same(g, w, &format!("frame of {} bytes", w.len()));

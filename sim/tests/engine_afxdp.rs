@@ -234,11 +234,21 @@ fn auto_opens_afpacket_with_gso_on_a_veth() {
     let gso = nic::io::afpacket::gso_available();
     netns::run_in(&na, || {
         let (_, backend) = open_port(&va, Backend::Auto).expect("a port opens");
-        let want = if gso { Backend::AfPacket } else { Backend::AfXdp };
-        assert!(backend == want || !gso && backend == Backend::AfPacket, "{backend:?}");
+        let want = if gso {
+            Backend::AfPacket
+        } else {
+            Backend::AfXdp
+        };
+        assert!(
+            backend == want || !gso && backend == Backend::AfPacket,
+            "{backend:?}"
+        );
         assert_eq!(nic::io::gso_wanted(&va, OpenOptions::default()), gso);
         assert!(!nic::io::gso_wanted(&va, OpenOptions { gso: Gso::Off }));
-        assert!(!nic::io::gso_wanted("lo", OpenOptions::default()), "not a veth");
+        assert!(
+            !nic::io::gso_wanted("lo", OpenOptions::default()),
+            "not a veth"
+        );
     })
     .expect("enter the namespace");
 }
@@ -254,7 +264,10 @@ fn gso_trains_reach_an_afxdp_peer_segmented() {
         return;
     }
     if !nic::io::afpacket::gso_available() {
-        testkit::skip_or_fail(test, "this kernel's packet sockets have no UDP GSO (Linux 6.2)");
+        testkit::skip_or_fail(
+            test,
+            "this kernel's packet sockets have no UDP GSO (Linux 6.2)",
+        );
         return;
     }
     let (_ns, [na, nb], [va, vb]) = link("g");

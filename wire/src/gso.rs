@@ -63,7 +63,9 @@ fn udp_payload_len(frame: &[u8]) -> Option<usize> {
     }
     let ip = &frame[L3..];
     let frag = be16(ip, ipv4::field::FLAGS_FRAG) & 0x3FFF;
-    if ip[ipv4::field::VER_IHL] != 0x45 || ip[ipv4::field::PROTOCOL] != ipv4::PROTOCOL_UDP || frag != 0
+    if ip[ipv4::field::VER_IHL] != 0x45
+        || ip[ipv4::field::PROTOCOL] != ipv4::PROTOCOL_UDP
+        || frag != 0
     {
         return None;
     }
@@ -333,7 +335,12 @@ mod tests {
     fn a_train_cut_back_gives_its_frames() {
         let p = |n: usize, k: u8| (0..n).map(|x| x as u8 ^ k).collect::<Vec<u8>>();
         let frames: Vec<Vec<u8>> = (0..5u16)
-            .map(|i| frame(0xFFFE_u16.wrapping_add(i), &p(if i == 4 { 300 } else { 1040 }, i as u8)))
+            .map(|i| {
+                frame(
+                    0xFFFE_u16.wrapping_add(i),
+                    &p(if i == 4 { 300 } else { 1040 }, i as u8),
+                )
+            })
             .collect();
         let (back, supers) = round_trip(&frames, MAX_PAYLOAD);
         assert_eq!(supers, 1);
@@ -344,8 +351,14 @@ mod tests {
     fn frames_segmentation_would_change_are_kept_out() {
         let a = frame(7, &[1; 100]);
         let mut t = Train::start(&a).unwrap();
-        assert!(!t.push(&a, &frame(9, &[1; 100]), MAX_PAYLOAD), "ident skips");
-        assert!(!t.push(&a, &frame(7, &[1; 100]), MAX_PAYLOAD), "ident repeats");
+        assert!(
+            !t.push(&a, &frame(9, &[1; 100]), MAX_PAYLOAD),
+            "ident skips"
+        );
+        assert!(
+            !t.push(&a, &frame(7, &[1; 100]), MAX_PAYLOAD),
+            "ident repeats"
+        );
         assert!(!t.push(&a, &frame(8, &[1; 101]), MAX_PAYLOAD), "longer");
         let mut other = frame(8, &[1; 100]);
         other[L4] ^= 1; // another source port
@@ -381,7 +394,11 @@ mod tests {
         // finishing it over the UDP header and payload gives the checksum
         // the datagram would have
         let mut d = a[L4..].to_vec();
-        put16(&mut d, UDP_CHECKSUM_OFFSET, be16(&h, L4 + UDP_CHECKSUM_OFFSET));
+        put16(
+            &mut d,
+            UDP_CHECKSUM_OFFSET,
+            be16(&h, L4 + UDP_CHECKSUM_OFFSET),
+        );
         let finished = !crate::bytes::ones_complement_sum(0, &d) as u16;
         let mut zeroed = a[L4..].to_vec();
         put16(&mut zeroed, UDP_CHECKSUM_OFFSET, 0);
@@ -393,7 +410,10 @@ mod tests {
     fn received_super_frames_are_checked_not_trusted() {
         let a = frame(1, &[0; 64]);
         assert_eq!(Segments::new(&a, 0).unwrap_err(), GsoError::ZeroSegment);
-        assert_eq!(Segments::new(&a[..30], 8).unwrap_err(), GsoError::NotIpv4Udp);
+        assert_eq!(
+            Segments::new(&a[..30], 8).unwrap_err(),
+            GsoError::NotIpv4Udp
+        );
         let mut bad = a.clone();
         put16(&mut bad, L3 + ipv4::field::LEN, 500);
         assert_eq!(Segments::new(&bad, 8).unwrap_err(), GsoError::BadLength);

@@ -104,9 +104,7 @@ pub fn open_port_with(
         // On a veth AF_XDP runs in copy mode, and AF_PACKET with UDP GSO
         // moves a train per skb: 2.5x the bandwidth at a lower latency
         // (BENCHMARKS.md, "Real ports").
-        Backend::Auto if gso && veth => {
-            Ok((packet(TpacketVersion::V2)?, Backend::AfPacket))
-        }
+        Backend::Auto if gso && veth => Ok((packet(TpacketVersion::V2)?, Backend::AfPacket)),
         Backend::Auto => match AfXdpPort::open(ifname, AfXdpConfig::default()) {
             Ok(p) => Ok((Box::new(p), Backend::AfXdp)),
             Err(xdp) => {

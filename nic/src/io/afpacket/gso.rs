@@ -60,9 +60,14 @@ impl VnetHdr {
     fn write(&self, b: &mut [u8]) {
         b[0] = self.flags;
         b[1] = self.gso_type;
-        for (i, v) in [self.hdr_len, self.gso_size, self.csum_start, self.csum_offset]
-            .into_iter()
-            .enumerate()
+        for (i, v) in [
+            self.hdr_len,
+            self.gso_size,
+            self.csum_start,
+            self.csum_offset,
+        ]
+        .into_iter()
+        .enumerate()
         {
             b[2 + 2 * i..4 + 2 * i].copy_from_slice(&v.to_ne_bytes());
         }
@@ -193,7 +198,14 @@ impl Pending {
     /// slot: one whose frame is a UDP super-frame is taken in, any other
     /// (a TCP super-frame of the host's own traffic, say) is returned to be
     /// handed on as it is, if a slot holds it. `None`: nothing to hand on.
-    pub(super) fn recv_copy(&mut self, fd: &OwnedFd, counters: &mut PortCounters) -> Option<&[u8]> {
+    /// A `tagged` UDP super-frame (the kernel took its VLAN tag out) is a
+    /// counted drop: its segments would lose the tag.
+    pub(super) fn recv_copy(
+        &mut self,
+        fd: &OwnedFd,
+        counters: &mut PortCounters,
+        tagged: bool,
+    ) -> Option<&[u8]> {
         // SAFETY: recv(2) writes at most buf.len() bytes into buf, which
         // lives for the call; MSG_TRUNC makes it return the datagram's
         // whole length, so a longer one is seen, not mistaken for whole.
@@ -215,6 +227,10 @@ impl Pending {
         }
         let hdr = VnetHdr::read(&vnet_bytes(&self.buf));
         match hdr.udp_segment() {
+            Some(_) if tagged => {
+                counters.rx_dropped += 1;
+                None
+            }
             Some(seg) => {
                 self.buf.copy_within(VNET_LEN..n, 0);
                 self.start(counters, n - VNET_LEN, seg);
@@ -225,7 +241,8 @@ impl Pending {
     }
 
     fn start(&mut self, counters: &mut PortCounters, len: usize, segment: usize) {
-        let ok = HEADERS_LEN + segment <= SLOT_LEN && Segments::new(&self.buf[..len], segment).is_ok();
+        let ok =
+            HEADERS_LEN + segment <= SLOT_LEN && Segments::new(&self.buf[..len], segment).is_ok();
         if !ok {
             counters.rx_dropped += 1;
             return;
@@ -271,7 +288,9 @@ fn vnet_bytes(b: &[u8]) -> [u8; VNET_LEN] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wire::{BthRepr, EthernetAddress, EthernetRepr, IpRepr, Ipv4Repr, Opcode, Psn, RoceRepr, UdpRepr};
+    use wire::{
+        BthRepr, EthernetAddress, EthernetRepr, IpRepr, Ipv4Repr, Opcode, Psn, RoceRepr, UdpRepr,
+    };
 
     /// A RoCEv2 WRITE_MIDDLE frame over IPv4 with `ident` and `len`
     /// payload bytes.
@@ -370,7 +389,10 @@ mod tests {
     #[test]
     fn a_train_gathers_its_flow_past_other_flows_in_order() {
         // two QPs' frames interleaved, as the engine batches them
-        let (a, b) = (|k: u16| roce(100 + k, k as u32, 1024, 9), |k: u16| roce(500 + k, k as u32, 1024, 10));
+        let (a, b) = (
+            |k: u16| roce(100 + k, k as u32, 1024, 9),
+            |k: u16| roce(500 + k, k as u32, 1024, 10),
+        );
         let batch = vec![a(0), b(0), a(1), b(1), a(2), b(2)];
         let mut taken = 0;
         assert_eq!(gather(&batch, 0, &mut taken), (0b010101, 3));
@@ -385,7 +407,9 @@ mod tests {
         assert_eq!(gather(&batch, 2, &mut taken), (0b0100, 1));
         assert_eq!(gather(&batch, 3, &mut taken), (0b1000, 1));
         // and every gathered train still comes back whole
-        let mixed: Vec<Vec<u8>> = (0..6).map(|k| if k % 2 == 0 { a(k / 2) } else { b(k / 2) }).collect();
+        let mixed: Vec<Vec<u8>> = (0..6)
+            .map(|k| if k % 2 == 0 { a(k / 2) } else { b(k / 2) })
+            .collect();
         assert_eq!(through(&mixed, 65536), 6, "adjacent only: no trains");
     }
 

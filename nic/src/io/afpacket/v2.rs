@@ -14,8 +14,8 @@
 //! kernel took out into `tp_vlan_tci`, the IP DSCP) as each frame is
 //! counted, and taken out of its class again when `recv` hands it over.
 
-use super::sys::{setsockopt, PACKET_RX_RING, PACKET_TX_RING};
 use super::gso::{Pending, VnetHdr, VNET_LEN};
+use super::sys::{setsockopt, PACKET_RX_RING, PACKET_TX_RING};
 use super::{
     frame_span, take, tpacket_align, vlan_tag, AfPacketError, RingConfig, TxGeometry, TxLayout,
     ETH_VLAN_HLEN, TP_STATUS_COPY, TP_STATUS_KERNEL, TP_STATUS_USER,
@@ -264,7 +264,9 @@ impl Rx {
         let vnet = self.vnet;
         let copied = vnet && status & TP_STATUS_COPY != 0;
         let segment = match mac.checked_sub(VNET_LEN) {
-            Some(at) if vnet && !copied && at >= size_of::<Tpacket2Hdr>() && mac <= self.frame_size => {
+            Some(at)
+                if vnet && !copied && at >= size_of::<Tpacket2Hdr>() && mac <= self.frame_size =>
+            {
                 let mut h = [0u8; VNET_LEN];
                 // SAFETY: [at, mac) lies inside the slot (past its header,
                 // within its frame_size bytes), and the kernel leaves a
@@ -308,11 +310,13 @@ impl Rx {
             };
             match (&mut pending, f.data) {
                 (Some(p), _) if f.copied => {
-                    if let Some(other) = p.recv_copy(fd, counters) {
+                    if let Some(other) = p.recv_copy(fd, counters, f.tag.is_some()) {
                         n += take(counters, batch, Some(other), f.tag) as usize;
                     }
                 }
-                (Some(p), Some(d)) if f.segment.is_some() => {
+                // a tagged super-frame is handed on whole (and refused by
+                // the parser, counted): its segments would lose the tag
+                (Some(p), Some(d)) if f.segment.is_some() && f.tag.is_none() => {
                     p.take_from(counters, d, f.segment.unwrap_or_default());
                 }
                 _ => n += take(counters, batch, f.data, f.tag) as usize,
@@ -371,12 +375,12 @@ mod tests {
     fn v2_slots_hold_the_longest_frame_of_the_mtu() {
         for mtu in [1500usize, 4200, 9000, 65535] {
             for vnet in [0, VNET_LEN] {
-            let f = v2_frame_size(mtu, vnet) as usize;
-            assert_eq!(f % TPACKET_ALIGNMENT, 0);
-            let mac = tpacket_align(TPACKET2_HDRLEN + 16) - 14 + vnet;
-            let longest = (mtu + ETH_VLAN_HLEN).min(SLOT_LEN);
-            assert!(mac + longest <= f, "mtu {mtu}: slot {f}");
-            assert!(f <= (1 << 20) / 100, "mtu {mtu}: slot {f}");
+                let f = v2_frame_size(mtu, vnet) as usize;
+                assert_eq!(f % TPACKET_ALIGNMENT, 0);
+                let mac = tpacket_align(TPACKET2_HDRLEN + 16) - 14 + vnet;
+                let longest = (mtu + ETH_VLAN_HLEN).min(SLOT_LEN);
+                assert!(mac + longest <= f, "mtu {mtu}: slot {f}");
+                assert!(f <= (1 << 20) / 100, "mtu {mtu}: slot {f}");
             }
         }
         assert_eq!(v2_frame_size(1500, 0), 2048);
