@@ -116,7 +116,7 @@ impl Rnic {
     /// Writes the next frame to send into `buf` (at least `MAX_FRAME_LEN`
     /// bytes) and returns its length, or `None` when nothing is ready.
     ///
-    /// QPs take turns a burst of up to [`TX_BURST`] frames at a time (as a
+    /// QPs take turns a burst of up to `TX_BURST` frames at a time (as a
     /// NIC's scheduler serves a queue), so a QP's frames leave together: a
     /// port can send such a run as one UDP GSO super-frame.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
