@@ -102,6 +102,7 @@ pub(super) fn fill(
     let mut members = [0u8; MAX_SEGMENTS];
     members[0] = i as u8;
     let mut n = 1;
+    // (members are batch indices kept in a byte: no trains past 256)
     let mut train = Train::start(first).filter(|_| end <= 256);
     if let Some(t) = &mut train {
         let done = |j: usize| taken.as_ref().is_some_and(|b| **b & (1 << j) != 0);
