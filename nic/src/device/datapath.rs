@@ -9,10 +9,6 @@ use crate::transport::Qp;
 use crate::verbs::{AsyncEvent, QpState};
 use wire::{EthernetAddress, QpType, RoceRepr};
 
-/// The most frames a QP sends in a row while others wait to send: half
-/// an engine batch (`EngineConfig::batch`), 128 KiB at IB MTU 4096.
-pub const TX_BURST: u32 = 32;
-
 impl Rnic {
     /// Takes one received frame. Frames that are not RoCEv2 for a QP of
     /// ours are counted by reason and dropped.
@@ -115,10 +111,6 @@ impl Rnic {
 
     /// Writes the next frame to send into `buf` (at least `MAX_FRAME_LEN`
     /// bytes) and returns its length, or `None` when nothing is ready.
-    ///
-    /// QPs take turns a burst of up to `TX_BURST` frames at a time (as a
-    /// NIC's scheduler serves a queue), so a QP's frames leave together: a
-    /// port can send such a run as one UDP GSO super-frame.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         if buf.len() < MAX_FRAME_LEN {
             return None;
@@ -153,21 +145,11 @@ impl Rnic {
             match sent {
                 Some(n) => {
                     qp.counters.sent_pkts += 1;
-                    // more may follow: the QP keeps its turn for a burst,
-                    // then goes to the back of the round robin
-                    self.tx_burst += 1;
-                    if self.tx_burst < TX_BURST {
-                        self.tx_queue.push_front(idx);
-                    } else {
-                        self.tx_burst = 0;
-                        self.tx_queue.push_back(idx);
-                    }
+                    // more may follow: stay in the round robin
+                    self.tx_queue.push_back(idx);
                     return Some(n);
                 }
-                None => {
-                    qp.scheduled = false;
-                    self.tx_burst = 0;
-                }
+                None => qp.scheduled = false,
             }
         }
         None

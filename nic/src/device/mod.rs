@@ -93,10 +93,7 @@ pub struct Rnic {
     qps: Vec<Option<Qp>>,
     /// Received frames dropped before reaching a QP, by reason.
     drops: BTreeMap<DropReason, u64>,
-    /// QPs with frames to send, served round robin a burst at a time.
     tx_queue: VecDeque<u32>,
-    /// Frames the QP at the front of `tx_queue` sent in its current burst.
-    tx_burst: u32,
     /// Every QP's `next_deadline()` in a min-heap: kept exact by
     /// [`Self::rearm`] at the end of each entry point that touched a QP.
     deadlines: timers::DeadlineIndex,
@@ -130,7 +127,6 @@ impl Rnic {
             qps: Vec::new(),
             drops: BTreeMap::new(),
             tx_queue: VecDeque::new(),
-            tx_burst: 0,
             deadlines: timers::DeadlineIndex::default(),
             due: Vec::new(),
             gsi: gsi::Gsi::default(),
