@@ -65,8 +65,13 @@ fn is_veth(ifname: &str) -> bool {
 /// Whether an AF_PACKET port on `ifname` opened with `opts` sends UDP GSO
 /// super-frames (the kernel permitting: [`super::afpacket::gso_available`]).
 pub fn gso_wanted(ifname: &str, opts: OpenOptions) -> bool {
+    gso_on(opts, is_veth(ifname))
+}
+
+/// [`gso_wanted`] for an interface already known to be a veth or not.
+fn gso_on(opts: OpenOptions, veth: bool) -> bool {
     let on = match opts.gso {
-        Gso::Auto => is_veth(ifname),
+        Gso::Auto => veth,
         Gso::On => true,
         Gso::Off => false,
     };
@@ -86,7 +91,7 @@ pub fn open_port_with(
     opts: OpenOptions,
 ) -> Result<(Box<dyn Port>, Backend), OpenError> {
     let veth = is_veth(ifname);
-    let gso = gso_wanted(ifname, opts);
+    let gso = gso_on(opts, veth);
     let packet = |v: TpacketVersion| {
         let cfg = RingConfig {
             gso,
@@ -102,8 +107,8 @@ pub fn open_port_with(
         Backend::AfPacket => Ok((packet(TpacketVersion::V2)?, Backend::AfPacket)),
         Backend::AfPacketV3 => Ok((packet(TpacketVersion::V3)?, Backend::AfPacketV3)),
         // On a veth AF_XDP runs in copy mode, and AF_PACKET with UDP GSO
-        // moves a train per skb: 2.5x the bandwidth at a lower latency
-        // (BENCHMARKS.md, "Real ports").
+        // moves a train per skb: 2-4x the bandwidth, latency alike
+        // (BENCHMARKS.md, "UDP GSO over AF_PACKET").
         Backend::Auto if gso && veth => Ok((packet(TpacketVersion::V2)?, Backend::AfPacket)),
         Backend::Auto => match AfXdpPort::open(ifname, AfXdpConfig::default()) {
             Ok(p) => Ok((Box::new(p), Backend::AfXdp)),

@@ -85,7 +85,7 @@ impl Tx {
         let mut taken = 0u64;
         let (mut i, mut queued) = (0, 0);
         while i < limit {
-            if taken & (1 << i) != 0 {
+            if gather && taken & (1 << i) != 0 {
                 i += 1;
                 continue;
             }
