@@ -15,7 +15,9 @@
 #
 # Needs root (veth mode), perftest and a release build (cargo build
 # --release). Usage: benches/cliffs.sh [OUT_DIR]   (env: MODE, ROUNDS,
-# ITERS (default 200 per size), CLIFF, DOC, QUIET_IDLE, QUIET_WAIT).
+# ITERS (default 200 per size), CLIFF, DOC, SWEEPS (the sweeps' names,
+# default all of them), RNICD_ARGS (more rnicd flags), QUIET_IDLE,
+# QUIET_WAIT).
 # Not run by CI: benchmarks measure, tests assert.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,12 @@ ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-200}
 CLIFF=${CLIFF:-20}
 OUT=${1:-target/cliffs-bench}
+RNICD_ARGS=${RNICD_ARGS:-}
+ALL_SWEEPS="write-size read-size send-size write-qps write-txdepth read-outstanding-64k read-outstanding-4m"
+SWEEPS=${SWEEPS:-$ALL_SWEEPS}
+for s in $SWEEPS; do
+  [[ " $ALL_SWEEPS " == *" $s "* ]] || { echo "cliffs.sh: no sweep $s (sweeps: $ALL_SWEEPS)" >&2; exit 1; }
+done
 DOC=${DOC:-docs/perf/cliffs-$(date +%Y%m%d)-$MODE}
 mkdir -p "$(dirname "$DOC")"
 . benches/common.sh
@@ -49,15 +57,18 @@ rm -rf "$SA" "$SB"; mkdir -p "$SA" "$SB"
 # the devices: DEV_S/DEV_C, SOCK_S/SOCK_C, the server's address, and how to
 # run a command on each side (RUN_S, RUN_C: prefixes)
 if [ "$MODE" = mem ]; then
-  "$BIN/rnicd" --mem-pair --name cl --sock-dir "$SA" >"$OUT/rnicd.log" 2>&1 & PIDS+=($!)
+  # shellcheck disable=SC2086
+  "$BIN/rnicd" --mem-pair --name cl --sock-dir "$SA" $RNICD_ARGS >"$OUT/rnicd.log" 2>&1 & PIDS+=($!)
   SB=$SA DEV_S=cl0 DEV_C=cl1 ADDR=127.0.0.1 RUN_S=() RUN_C=()
   until grep -q READY "$OUT/rnicd.log"; do sleep 0.1; done
 else
   veth_pair
   ip -n "$A" addr add 192.0.2.1/24 dev "$IA"; ip -n "$A" link set "$IA" up
   ip -n "$B" addr add 192.0.2.2/24 dev "$IB"; ip -n "$B" link set "$IB" up
-  ip netns exec "$A" "$BIN/rnicd" --iface "$IA" --gid 192.0.2.1 --name cla --sock-dir "$SA" >"$OUT/rnicd-a.log" 2>&1 & PIDS+=($!)
-  ip netns exec "$B" "$BIN/rnicd" --iface "$IB" --gid 192.0.2.2 --name clb --sock-dir "$SB" >"$OUT/rnicd-b.log" 2>&1 & PIDS+=($!)
+  # shellcheck disable=SC2086
+  ip netns exec "$A" "$BIN/rnicd" --iface "$IA" --gid 192.0.2.1 --name cla --sock-dir "$SA" $RNICD_ARGS >"$OUT/rnicd-a.log" 2>&1 & PIDS+=($!)
+  # shellcheck disable=SC2086
+  ip netns exec "$B" "$BIN/rnicd" --iface "$IB" --gid 192.0.2.2 --name clb --sock-dir "$SB" $RNICD_ARGS >"$OUT/rnicd-b.log" 2>&1 & PIDS+=($!)
   DEV_S=cla DEV_C=clb ADDR=192.0.2.1 RUN_S=(ip netns exec "$A") RUN_C=(ip netns exec "$B")
   until grep -q READY "$OUT/rnicd-a.log" && grep -q READY "$OUT/rnicd-b.log"; do sleep 0.1; done
 fi
@@ -79,6 +90,7 @@ perf() {
 declare -A X
 sweep_round() {
   local name=$1 tool=$2 param=$3 values=$4; shift 4
+  [[ " $SWEEPS " == *" $name "* ]] || return 0
   wait_quiet
   if [ "$param" = size ]; then
     while read -r x bw; do add "$name:$x" "$bw"; X[$name]+="$x "; done < <(perf "$tool" -a -n "$ITERS" "$@")
@@ -111,9 +123,9 @@ done
   echo "$(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), kernel $(uname -r), commit $(git rev-parse --short HEAD)."
   echo "Median of $ROUNDS rounds, $ITERS iterations per point; idle before each sweep (%): $(tr '\n' ' ' <"$OUT/idle.txt")."
   echo "A cliff: a point more than $CLIFF % below the point before it."
-  echo "Command: \`MODE=$MODE ROUNDS=$ROUNDS ITERS=$ITERS benches/cliffs.sh\`."
+  echo "Command: \`$([ -z "$RNICD_ARGS" ] || echo "RNICD_ARGS=\"$RNICD_ARGS\" ")MODE=$MODE ROUNDS=$ROUNDS ITERS=$ITERS$([ "$SWEEPS" = "$ALL_SWEEPS" ] || echo " SWEEPS=\"$SWEEPS\"") benches/cliffs.sh\`."
   echo
-  for name in write-size read-size send-size write-qps write-txdepth read-outstanding-64k read-outstanding-4m; do
+  for name in $SWEEPS; do
     pts=$(printf '%s\n' ${X[$name]:-} | awk '!s[$1]++' | sort -g)
     echo "## $name"
     echo

@@ -5,7 +5,7 @@
 use clap::Parser;
 use nic::engine::{EngineConfig, Priority};
 use nic::io::Port;
-use nic::io::{gso_wanted, open_port_with, Backend, Gso, OpenOptions};
+use nic::io::{open_port_with, Backend, Gso, OpenOptions};
 use rnicd::server::{Server, ServerConfig};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -52,6 +52,13 @@ struct Args {
     /// sends frame by frame.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     gso: String,
+    /// Bytes a QP may send in a row in its turn of the device's transmit
+    /// round robin: auto (one UDP GSO super-frame's payload when the port
+    /// sends trains, else one frame) | a number (0: one frame per turn).
+    /// Larger turns make longer trains; smaller ones interleave QPs more
+    /// finely.
+    #[arg(long, default_value = "auto", value_parser = parse_quantum)]
+    tx_quantum: Quantum,
     /// The device's IP address (its GID); with --mem-pair the first of
     /// two (the second gets the next address), by default 127.0.0.1: two
     /// loopback addresses the kernel answers too, so a program reaches
@@ -388,10 +395,13 @@ fn iface_port(a: &Args, ifname: &str) -> DevicePort {
     let opts = OpenOptions { gso };
     match open_port_with(ifname, backend, opts) {
         Ok((p, b)) => {
-            let gso = b == Backend::AfPacket && gso_wanted(ifname, opts);
             eprintln!(
                 "rnicd: {ifname}: {b:?}{}",
-                if gso { " (UDP GSO)" } else { "" }
+                if p.train_bytes() > 0 {
+                    " (UDP GSO)"
+                } else {
+                    ""
+                }
             );
             let p: Box<dyn Port> = match &a.pcap {
                 Some(file) => match nic::io::pcap::PcapTap::new(p, file) {
@@ -431,6 +441,19 @@ fn engine_priority(p: &str) -> Priority {
     }
 }
 
+/// `--tx-quantum`: `None` for auto.
+#[derive(Clone, Copy, Debug)]
+struct Quantum(Option<usize>);
+
+fn parse_quantum(s: &str) -> Result<Quantum, String> {
+    if s == "auto" {
+        return Ok(Quantum(None));
+    }
+    s.parse::<usize>()
+        .map(|n| Quantum(Some(n)))
+        .map_err(|_| format!("`{s}` is neither auto nor a number of bytes"))
+}
+
 fn main() {
     let a = match parse() {
         Ok(a) => a,
@@ -452,6 +475,7 @@ fn main() {
         self_wake: Duration::from_micros(a.self_wake_us),
         busy_max: Duration::from_micros(a.busy_max_us),
         busy_pause: Duration::from_micros(a.busy_pause_us),
+        tx_quantum: a.tx_quantum.0,
         ..Default::default()
     };
     let (ports, cable) = if a.mem_pair {

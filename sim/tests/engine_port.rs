@@ -58,7 +58,7 @@ impl<P: Port> Port for LinkReads<P> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         self.inner.link_up()
     }
-    nic::forward_port!(field inner: recv, send, tx_room, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, loop_back);
+    nic::forward_port!(field inner: recv, send, tx_room, train_bytes, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, loop_back);
 }
 
 fn event(dev: &Device) -> Option<AsyncEvent> {

@@ -693,3 +693,52 @@ fn rc_atomics_beyond_the_initiator_depth_pipeline() {
         "atomics {atomics:?}, reads {reads:?}"
     );
 }
+
+/// The device's transmit round robin over two QPs with a 16-frame WRITE
+/// each: with no quantum they alternate frame by frame; with a quantum of
+/// 3000 bytes (and 1 KiB frames) each sends runs of three frames, as a
+/// port that sends a flow's consecutive frames as one UDP GSO super-frame
+/// asks. Both WRITEs land whole either way.
+#[test]
+fn qps_take_transmit_turns_by_the_quantum() {
+    let alternate = vec![1; 32];
+    let threes = [vec![3; 10], vec![1, 1]].concat();
+    for (quantum, want) in [(0, alternate), (3000, threes)] {
+        let mut h = H::rc();
+        let (qa, _) = h.p.add_pair(PairConfig::default(), None, 16);
+        h.p.node_mut(0).set_tx_quantum(quantum);
+        let data = pattern(quantum as u32, 32 * 1024);
+        h.fill(0, 0, &data);
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let out = seen.clone();
+        h.sim().tap = Some(Box::new(move |_, dir, f| {
+            if let (0, Ok(r)) = (dir, nic::wire::RoceRepr::parse(f)) {
+                out.borrow_mut().push(r.bth.dest_qp);
+            }
+        }));
+        h.send(0, wr(1, h.write_op(1, 0x10000), h.sgl(0, 0, 16 * 1024)));
+        let node = h.p.sides[0].node;
+        h.p.sim.nodes[node]
+            .post_send(
+                qa,
+                wr(2, h.write_op(1, 0x14000), h.sgl(0, 16 * 1024, 16 * 1024)),
+            )
+            .unwrap();
+        h.run_for_wcs(2, 0);
+        assert!(h.take(0).iter().all(|w| w.status == WcStatus::Success));
+        assert!(
+            h.mem(1, 0x10000, 32 * 1024) == data,
+            "quantum {quantum}: data"
+        );
+        // the lengths of the runs of one QP's frames
+        let mut runs: Vec<usize> = Vec::new();
+        let seen = seen.borrow();
+        for (i, q) in seen.iter().enumerate() {
+            match i.checked_sub(1).map(|j| seen[j] == *q) {
+                Some(true) => *runs.last_mut().unwrap() += 1,
+                _ => runs.push(1),
+            }
+        }
+        assert_eq!(runs, want, "quantum {quantum}: {seen:?}");
+    }
+}

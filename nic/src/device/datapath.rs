@@ -109,6 +109,16 @@ impl Rnic {
         wire::ethernet::EthernetFrame::new_checked(frame).is_ok_and(|e| e.dst() == self.res.cfg.mac)
     }
 
+    /// How many bytes a QP may send in a row in its turn of the transmit
+    /// round robin before the next QP's turn: 0 (the default) serves one
+    /// frame per turn. A port that sends a flow's consecutive frames as one
+    /// unit asks for that unit ([`crate::io::Port::train_bytes`]); a QP
+    /// that runs out of frames ends its turn early. QPs are served fairly
+    /// by bytes either way (a deficit round robin whose quantum is this).
+    pub fn set_tx_quantum(&mut self, bytes: usize) {
+        self.tx_quantum = bytes;
+    }
+
     /// Writes the next frame to send into `buf` (at least `MAX_FRAME_LEN`
     /// bytes) and returns its length, or `None` when nothing is ready.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
@@ -136,6 +146,7 @@ impl Rnic {
         }
         while let Some(idx) = self.tx_queue.pop_front() {
             let Some(qp) = self.qps[idx as usize].as_mut() else {
+                self.tx_spent = 0;
                 continue;
             };
             let sent = qp.poll_transmit(&mut self.res, now, buf);
@@ -145,11 +156,21 @@ impl Rnic {
             match sent {
                 Some(n) => {
                     qp.counters.sent_pkts += 1;
-                    // more may follow: stay in the round robin
-                    self.tx_queue.push_back(idx);
+                    // more may follow: the QP keeps its turn until it has
+                    // sent its quantum, then goes to the back
+                    self.tx_spent += n;
+                    if self.tx_spent < self.tx_quantum {
+                        self.tx_queue.push_front(idx);
+                    } else {
+                        self.tx_spent = 0;
+                        self.tx_queue.push_back(idx);
+                    }
                     return Some(n);
                 }
-                None => qp.scheduled = false,
+                None => {
+                    qp.scheduled = false;
+                    self.tx_spent = 0;
+                }
             }
         }
         None

@@ -93,7 +93,13 @@ pub struct Rnic {
     qps: Vec<Option<Qp>>,
     /// Received frames dropped before reaching a QP, by reason.
     drops: BTreeMap<DropReason, u64>,
+    /// QPs with frames to send, served round robin up to `tx_quantum`
+    /// bytes per turn.
     tx_queue: VecDeque<u32>,
+    /// Bytes a QP may send per turn (0: one frame).
+    tx_quantum: usize,
+    /// Bytes the QP at the front of `tx_queue` sent in its current turn.
+    tx_spent: usize,
     /// Every QP's `next_deadline()` in a min-heap: kept exact by
     /// [`Self::rearm`] at the end of each entry point that touched a QP.
     deadlines: timers::DeadlineIndex,
@@ -127,6 +133,8 @@ impl Rnic {
             qps: Vec::new(),
             drops: BTreeMap::new(),
             tx_queue: VecDeque::new(),
+            tx_quantum: 0,
+            tx_spent: 0,
             deadlines: timers::DeadlineIndex::default(),
             due: Vec::new(),
             gsi: gsi::Gsi::default(),

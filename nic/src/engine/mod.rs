@@ -100,6 +100,10 @@ pub struct EngineConfig {
     pub busy_pause: Duration,
     /// Posts that may wait for the engine.
     pub post_queue: usize,
+    /// Bytes a QP sends in a row in its turn of the device's transmit
+    /// round robin ([`Rnic::set_tx_quantum`]); `None`: what the port
+    /// sends as one unit ([`Port::train_bytes`]).
+    pub tx_quantum: Option<usize>,
     pub name: String,
 }
 
@@ -115,6 +119,7 @@ impl Default for EngineConfig {
             busy_max: Duration::ZERO,
             busy_pause: Duration::ZERO,
             post_queue: 16384,
+            tx_quantum: None,
             name: "rnic-engine".into(),
         }
     }

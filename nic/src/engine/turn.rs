@@ -45,6 +45,8 @@ impl Loop {
     ) -> Loop {
         // the state at start: no event (an unknown state counts as up)
         rnic.init_link_up(port.link_up().unwrap_or(true));
+        // a port that sends trains gets them: each QP's turn fills one
+        rnic.set_tx_quantum(cfg.tx_quantum.unwrap_or_else(|| port.train_bytes()));
         let start = std::time::Instant::now();
         Loop {
             rnic,

@@ -314,6 +314,15 @@ pub trait Port: Send {
     fn tx_ready_in(&self) -> Option<Duration> {
         None
     }
+    /// How many bytes of one flow's consecutive frames the port sends as
+    /// one unit (a UDP GSO super-frame, which costs the kernel about what
+    /// one frame does); 0 when every frame leaves on its own. The device
+    /// lets a QP send that many bytes in a row in its turn of the round
+    /// robin ([`crate::device::Rnic::set_tx_quantum`]), so its frames sit
+    /// together in a batch.
+    fn train_bytes(&self) -> usize {
+        0
+    }
     fn mac(&self) -> EthernetAddress;
     /// Largest IP datagram (the interface MTU).
     fn mtu(&self) -> usize;
@@ -410,6 +419,11 @@ macro_rules! forward_port {
             $crate::forward_port!(@r self $how).tx_ready_in()
         }
     };
+    (@one $how:tt train_bytes) => {
+        fn train_bytes(&self) -> usize {
+            $crate::forward_port!(@r self $how).train_bytes()
+        }
+    };
     (@one $how:tt mac) => {
         fn mac(&self) -> $crate::wire::EthernetAddress {
             $crate::forward_port!(@r self $how).mac()
@@ -484,6 +498,9 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn tx_ready_in(&self) -> Option<Duration> {
         (**self).tx_ready_in()
+    }
+    fn train_bytes(&self) -> usize {
+        (**self).train_bytes()
     }
     fn mac(&self) -> EthernetAddress {
         (**self).mac()

@@ -471,7 +471,7 @@ impl<P: Port> Port for Logged<P> {
         }
         n
     }
-    nic::forward_port!(field inner: tx_room, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, loop_back);
+    nic::forward_port!(field inner: tx_room, train_bytes, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, loop_back);
 }
 
 /// PFC generation end to end over any pair of ports (the sender's first):

@@ -409,6 +409,16 @@ impl Port for AfPacketPort {
         self.tx.room(&self.fd, &mut self.base.counters, want)
     }
 
+    /// With GSO, a train of one flow's frames leaves as one super-frame of
+    /// up to an IPv4 datagram's payload.
+    fn train_bytes(&self) -> usize {
+        if self.cfg.gso {
+            wire::gso::MAX_PAYLOAD
+        } else {
+            0
+        }
+    }
+
     crate::forward_port!(field base: mac, mtu, link_speed_bps);
     crate::forward_port!(field iface: link_up);
 
