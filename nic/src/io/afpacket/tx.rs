@@ -18,6 +18,12 @@ pub(super) struct Tx {
     layout: TxLayout,
     /// The next frame to fill.
     next: u32,
+    /// Frames handed to the kernel and not yet seen free: the ones before
+    /// `next`. The kernel sends ring frames in order, so they are found
+    /// free oldest first ([`Self::reclaim`]): each frame's status is read
+    /// about once after it is sent, instead of every frame ahead of `next`
+    /// on every turn (each 64 KiB apart: a TLB miss apiece).
+    in_flight: u32,
     /// The ring holds frames the kernel has not taken yet: its last kick
     /// failed (socket send buffer full, device busy) or the ring was found
     /// full. The kernel takes ring frames only when kicked, so every
@@ -46,6 +52,7 @@ impl Tx {
             frames,
             layout,
             next: 0,
+            in_flight: 0,
             kick_owed: false,
         }
     }
@@ -75,6 +82,7 @@ impl Tx {
         counters: &mut PortCounters,
         batch: &FrameBatch,
     ) -> usize {
+        self.reclaim();
         let l = self.layout;
         let vnet = if self.vnet { super::gso::VNET_LEN } else { 0 };
         // the longest frame the kernel sends: the MTU, the Ethernet header
@@ -128,6 +136,7 @@ impl Tx {
             // orders the frame's bytes before the kernel can see them.
             unsafe { write_volatile(status_p, TP_STATUS_SEND_REQUEST) };
             self.next = (self.next + 1) % self.frames;
+            self.in_flight = (self.in_flight + 1).min(self.frames);
             queued += frames;
             // gathering marks what it took; else the train was [i, i + frames)
             i += if gather { 1 } else { frames };
@@ -146,15 +155,28 @@ impl Tx {
     }
 
     /// How many of the next `want` ring frames are free (the kernel sent
-    /// them); when the next is still taken, the owed kick is made first.
+    /// them); when none is, the owed kick is made first.
     pub(super) fn room(&mut self, fd: &OwnedFd, counters: &mut PortCounters, want: usize) -> usize {
-        if self.kick_owed && !self.free_at(self.next) {
+        self.reclaim();
+        if self.kick_owed && self.in_flight == self.frames {
             self.kick(fd, counters);
+            self.reclaim();
         }
-        let want = want.min(self.frames as usize) as u32;
-        (0..want)
-            .take_while(|k| self.free_at((self.next + k) % self.frames))
-            .count()
+        want.min((self.frames - self.in_flight) as usize)
+    }
+
+    /// Counts the frames the kernel finished since the last look, oldest
+    /// first, stopping at the first it has not: a frame freed out of order
+    /// counts once the older ones are (fewer free frames are claimed than
+    /// there are, never more).
+    fn reclaim(&mut self) {
+        while self.in_flight > 0 {
+            let oldest = (self.next + self.frames - self.in_flight) % self.frames;
+            if !self.free_at(oldest) {
+                break;
+            }
+            self.in_flight -= 1;
+        }
     }
 
     /// Whether ring frame `i` (< frames) is free to fill.
