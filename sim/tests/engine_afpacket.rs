@@ -7,8 +7,9 @@
 //! frames are dropped and counted, every slot goes back to the kernel,
 //! frames the kernel dropped on a full ring are counted, V2 reports its
 //! receive backlog, a VLAN tag the kernel took out is put back, and with
-//! the virtio-net header a frame longer than a slot arrives whole. The
-//! tests make their own namespaces (addresses only inside them) and remove
+//! the virtio-net header a frame longer than a slot arrives whole; with
+//! UDP GSO (no TX ring) a full send buffer holds frames back until the
+//! device drains. The tests make their own namespaces (addresses only inside them) and remove
 //! them even when they fail.
 
 mod enginecommon;
@@ -414,4 +415,51 @@ fn afpacket_link_state_follows_the_interface_and_its_carrier() {
     wait_for(false, "its own interface down");
     netns::exec(&na, &["ip", "link", "set", &va, "up"]).expect("own end up");
     wait_for(true, "its own interface up again");
+}
+
+/// With UDP GSO frames leave by sendmmsg from the batch: behind a device
+/// that queues (a token bucket at 1 Mbit/s on a's veth), the send buffer
+/// fills, the port then takes nothing (`tx_room` 0, `send` 0) and takes
+/// frames again once the queue is gone.
+#[test]
+fn a_full_send_buffer_holds_frames_back_until_the_device_drains() {
+    if !can_run(
+        "a_full_send_buffer_holds_frames_back_until_the_device_drains",
+        &[],
+    ) || !nic::io::afpacket::gso_available()
+    {
+        return;
+    }
+    let (_ns, [na, _], [va, _]) = link("pq");
+    let tbf = ["tc", "qdisc", "add", "dev", &va, "root", "tbf"];
+    let slow = [
+        &tbf[..],
+        &["rate", "1mbit", "burst", "10kb", "limit", "100mb"],
+    ]
+    .concat();
+    netns::exec(&na, &slow).expect("tc tbf");
+    let cfg = RingConfig {
+        gso: true,
+        ..RingConfig::default()
+    };
+    let mut port = netns::run_in(&na, || AfPacketPort::open(&va, cfg))
+        .unwrap()
+        .expect("open port");
+    assert!(port.gso());
+    let mut batch = FrameBatch::new(16);
+    for seq in 0..16 {
+        batch.push(&frame(&port, &port, seq, 1400, None));
+    }
+    let mut sent = 0;
+    wait_until(STUCK, "the send buffer filling", || {
+        sent += port.send(&batch);
+        port.tx_room(16) == 0
+    });
+    assert!(sent > 0, "frames went out before it filled");
+    assert_eq!(port.send(&batch), 0, "a full port takes nothing");
+    // the queue goes: the buffer drains and the port takes frames again
+    netns::exec(&na, &["tc", "qdisc", "del", "dev", &va, "root"]).expect("tc del");
+    wait_until(STUCK, "the port taking frames again", || {
+        port.tx_room(16) == 16 && port.send(&batch) == 16
+    });
 }

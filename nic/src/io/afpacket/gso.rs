@@ -79,57 +79,31 @@ impl VnetHdr {
     }
 }
 
-/// Writes `batch[i]`, and the frames of `batch[..end]` that join its train,
-/// into `out` (a TX ring frame's data area, long enough for `batch[i]`
-/// behind the header) behind a virtio-net header. Returns how many frames
-/// went in and the bytes written.
-///
-/// Without `taken` the train is the frames right after `batch[i]`. With
-/// it, a bit per batch frame (`end` <= 64) for those already sent, the
-/// train also gathers later frames past other flows' and marks what it
-/// took; it stops at a frame of its own flow that cannot join, so a
-/// flow's frames keep their order.
-pub(super) fn fill(
-    batch: &FrameBatch,
-    i: usize,
-    end: usize,
-    out: &mut [u8],
-    taken: Option<&mut u64>,
-) -> (usize, usize) {
-    let first = batch.get(i);
-    let room = out.len().saturating_sub(VNET_LEN + HEADERS_LEN);
-    // the train's frames, in batch order
-    let mut members = [0u8; MAX_SEGMENTS];
-    members[0] = i as u8;
-    let mut n = 1;
-    // (members are batch indices kept in a byte: no trains past 256)
-    let mut train = Train::start(first).filter(|_| end <= 256);
-    if let Some(t) = &mut train {
-        let done = |j: usize| taken.as_ref().is_some_and(|b| **b & (1 << j) != 0);
-        for j in i + 1..end {
-            if n == MAX_SEGMENTS {
-                break;
-            }
-            let next = batch.get(j);
-            if done(j) {
-                continue;
-            }
-            if t.push(first, next, room) {
-                members[n] = j as u8;
-                n += 1;
-            } else if taken.is_none() || same_flow(first, next) {
-                break;
-            }
-        }
+/// What goes out with `batch[i]`: the frames of its train, in batch order
+/// (just `batch[i]` when no other joins).
+pub(super) struct Plan {
+    members: [u8; MAX_SEGMENTS],
+    n: usize,
+    train: Option<Train>,
+}
+
+impl Plan {
+    /// The batch indices of the frames, `batch[i]` first.
+    pub(super) fn members(&self) -> impl Iterator<Item = usize> + '_ {
+        self.members[..self.n].iter().map(|&k| k as usize)
     }
-    if let Some(bits) = taken {
-        for &k in &members[..n] {
-            *bits |= 1 << k;
-        }
+
+    /// The train when more than one frame goes: the headers of the
+    /// super-frame come from it.
+    pub(super) fn train(&self) -> Option<&Train> {
+        self.train.as_ref().filter(|_| self.n > 1)
     }
-    let (hdr, body) = out.split_at_mut(VNET_LEN);
-    match train {
-        Some(t) if n > 1 => {
+
+    /// The virtio-net header in front of what goes out: UDP GSO for a
+    /// train, none for a lone frame.
+    pub(super) fn vnet(&self) -> [u8; VNET_LEN] {
+        let mut b = [0u8; VNET_LEN];
+        if let Some(t) = self.train() {
             VnetHdr {
                 flags: F_NEEDS_CSUM,
                 gso_type: GSO_UDP_L4,
@@ -138,22 +112,59 @@ pub(super) fn fill(
                 csum_start: UDP_AT as u16,
                 csum_offset: UDP_CHECKSUM_OFFSET as u16,
             }
-            .write(hdr);
-            t.write_headers(first, body);
-            let mut at = HEADERS_LEN;
-            for &k in &members[..n] {
-                let p = &batch.get(k as usize)[HEADERS_LEN..];
-                body[at..at + p.len()].copy_from_slice(p);
-                at += p.len();
-            }
-            (n, VNET_LEN + at)
+            .write(&mut b);
         }
-        _ => {
-            VnetHdr::default().write(hdr);
-            body[..first.len()].copy_from_slice(first);
-            (1, VNET_LEN + first.len())
+        b
+    }
+}
+
+/// The train of `batch[i]` among the frames of `batch[..end]`, up to
+/// `room` bytes of UDP payload.
+///
+/// Without `taken` the train is the frames right after `batch[i]`. With
+/// it, a bit per batch frame (`end` <= 64) for those already sent, the
+/// train also gathers later frames past other flows' and marks what it
+/// took; it stops at a frame of its own flow that cannot join, so a
+/// flow's frames keep their order.
+pub(super) fn plan(
+    batch: &FrameBatch,
+    i: usize,
+    end: usize,
+    room: usize,
+    taken: Option<&mut u64>,
+) -> Plan {
+    let first = batch.get(i);
+    let mut p = Plan {
+        members: [0u8; MAX_SEGMENTS],
+        n: 1,
+        // (members are batch indices kept in a byte: no trains past 256)
+        train: Train::start(first).filter(|_| end <= 256),
+    };
+    p.members[0] = i as u8;
+    if let Some(t) = &mut p.train {
+        let done = |j: usize| taken.as_ref().is_some_and(|b| **b & (1 << j) != 0);
+        for j in i + 1..end {
+            if p.n == MAX_SEGMENTS {
+                break;
+            }
+            let next = batch.get(j);
+            if done(j) {
+                continue;
+            }
+            if t.push(first, next, room) {
+                p.members[p.n] = j as u8;
+                p.n += 1;
+            } else if taken.is_none() || same_flow(first, next) {
+                break;
+            }
         }
     }
+    if let Some(bits) = taken {
+        for k in p.members() {
+            *bits |= 1 << k;
+        }
+    }
+    p
 }
 
 /// A received super-frame being cut into frames, kept across `recv`s while
@@ -287,15 +298,50 @@ fn vnet_bytes(b: &[u8]) -> [u8; VNET_LEN] {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use wire::{
         BthRepr, EthernetAddress, EthernetRepr, IpRepr, Ipv4Repr, Opcode, Psn, RoceRepr, UdpRepr,
     };
 
+    /// The bytes that go out with `batch[i]`, as the kernel takes them
+    /// (what `direct`'s iovecs gather): `batch[i]` and the frames of
+    /// `batch[..end]` that join its train ([`plan`], up to what `out`
+    /// holds), as one super-frame behind a virtio-net header. Returns how
+    /// many frames went in and the bytes written.
+    pub(in super::super) fn fill(
+        batch: &FrameBatch,
+        i: usize,
+        end: usize,
+        out: &mut [u8],
+        taken: Option<&mut u64>,
+    ) -> (usize, usize) {
+        let room = out.len().saturating_sub(VNET_LEN + HEADERS_LEN);
+        let p = plan(batch, i, end, room, taken);
+        let (hdr, body) = out.split_at_mut(VNET_LEN);
+        hdr.copy_from_slice(&p.vnet());
+        let first = batch.get(i);
+        match p.train() {
+            Some(t) => {
+                t.write_headers(first, body);
+                let mut at = HEADERS_LEN;
+                for k in p.members() {
+                    let payload = &batch.get(k)[HEADERS_LEN..];
+                    body[at..at + payload.len()].copy_from_slice(payload);
+                    at += payload.len();
+                }
+                (p.members().count(), VNET_LEN + at)
+            }
+            None => {
+                body[..first.len()].copy_from_slice(first);
+                (1, VNET_LEN + first.len())
+            }
+        }
+    }
+
     /// A RoCEv2 WRITE_MIDDLE frame over IPv4 with `ident` and `len`
     /// payload bytes.
-    fn roce(ident: u16, psn: u32, len: usize, dst_port: u16) -> Vec<u8> {
+    pub(in super::super) fn roce(ident: u16, psn: u32, len: usize, dst_port: u16) -> Vec<u8> {
         let payload: Vec<u8> = (0..len).map(|i| (i as u32 ^ psn) as u8).collect();
         let ip = IpRepr::V4(Ipv4Repr {
             src: [10, 0, 0, 1].into(),

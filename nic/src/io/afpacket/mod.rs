@@ -5,7 +5,8 @@
 //! module opens the socket, asks for the rings, maps them and moves
 //! frames; `sys` holds the system calls, `tx` the TX ring, `gso` the
 //! virtio-net header through which V2 sends trains of frames as UDP GSO
-//! super-frames and cuts received ones ([`RingConfig::gso`]).
+//! super-frames and cuts received ones ([`RingConfig::gso`]), `direct`
+//! the sending of those trains.
 //!
 //! Both formats: a frame the kernel truncated (`tp_snaplen < tp_len`, or
 //! TP_STATUS_COPY), one whose offsets leave its slot or one longer than a
@@ -18,6 +19,8 @@
 //! TX (both formats): a ring of frames marked TP_STATUS_SEND_REQUEST, then
 //! one `sendto` kicks the kernel for the whole batch; the frame header is the
 //! ring version's (`tpacket2_hdr`, data at 32; `tpacket3_hdr`, data at 48).
+//! With UDP GSO there is no TX ring: `direct` sends each batch by one
+//! `sendmmsg` on a second socket, gathering the frames from the batch.
 //! The socket ignores its own outgoing frames (PACKET_IGNORE_OUTGOING) and,
 //! without UDP GSO, bypasses the qdisc layer (with it, the qdisc layer is
 //! where a super-frame the device cannot take whole is segmented).
@@ -30,6 +33,7 @@
 //! counts it (see `v2`); V3 cannot (`None`: no PFC from a device
 //! on V3).
 
+mod direct;
 mod gso;
 mod sys;
 mod tx;
@@ -96,6 +100,14 @@ struct TxGeometry {
 }
 
 impl TxGeometry {
+    /// No TX ring.
+    const NONE: TxGeometry = TxGeometry {
+        block_size: 0,
+        block_nr: 0,
+        frame_size: 0,
+        frame_nr: 0,
+    };
+
     fn of(cfg: &RingConfig) -> TxGeometry {
         let block_nr = cfg.tx_frames / 4;
         TxGeometry {
@@ -121,6 +133,14 @@ pub enum TpacketVersion {
     V3,
 }
 
+/// How frames leave.
+enum TxPath {
+    /// Through the TX ring.
+    Ring(tx::Tx),
+    /// With UDP GSO: by sendmmsg from the batch on a second socket.
+    Direct(direct::Direct),
+}
+
 /// Ring geometry.
 #[derive(Clone, Copy, Debug)]
 pub struct RingConfig {
@@ -142,8 +162,10 @@ pub struct RingConfig {
     /// V2: a virtio-net header on every frame (PACKET_VNET_HDR), trains of
     /// frames sent as UDP GSO super-frames and super-frames cut on receive
     /// (`gso`); taken only on kernels whose packet sockets carry UDP GSO
-    /// (6.2 on). A super-frame is at most a TX frame long. Off by default:
-    /// with it the socket leaves the qdisc bypass (see the module docs).
+    /// (6.2 on). Frames then leave by `sendmmsg` straight from the batch
+    /// (`direct`), with no TX ring (`tx_frame_size` and `tx_frames` unused).
+    /// Off by default: with it the socket leaves the qdisc bypass (see the
+    /// module docs).
     pub gso: bool,
 }
 
@@ -155,8 +177,8 @@ impl Default for RingConfig {
             rx_blocks: 16,
             retire_ms: 1,
             rx_frame_size: 0,
-            tx_frame_size: 65536,
-            tx_frames: 256,
+            tx_frame_size: 16384,
+            tx_frames: 1024,
             gso: false,
         }
     }
@@ -275,7 +297,7 @@ enum RxRing {
 pub struct AfPacketPort {
     // `rx` and `tx` point into `_map`, which is unmapped before `fd` closes.
     rx: RxRing,
-    tx: tx::Tx,
+    tx: TxPath,
     _map: Mapping,
     fd: OwnedFd,
     cfg: RingConfig,
@@ -354,7 +376,15 @@ impl AfPacketPort {
             sys::grow_rcvbuf(&fd, 8 << 20);
         }
         let cfg = RingConfig { gso: vnet, ..cfg };
-        let txg = TxGeometry::of(&cfg);
+        // with GSO frames leave from the batch by sendmmsg: no TX ring
+        let direct = match vnet {
+            true => Some(direct::Direct::open(iface.index)?),
+            false => None,
+        };
+        let txg = match direct {
+            Some(_) => TxGeometry::NONE,
+            None => TxGeometry::of(&cfg),
+        };
         let (v2_geometry, rx_len, layout) = match cfg.version {
             TpacketVersion::V2 => {
                 let (g, len) = v2::request_rings(&fd, &cfg, iface.mtu, txg)?;
@@ -368,7 +398,15 @@ impl AfPacketPort {
             Some(g) => RxRing::V2(v2::Rx::new(map.at(0), g, vnet)),
             None => RxRing::V3(v3::Rx::new(map.at(0), cfg.rx_block_size, cfg.rx_blocks)),
         };
-        let tx = tx::Tx::new(map.at(rx_len), txg.frame_size, txg.frame_nr, layout, vnet);
+        let tx = match direct {
+            Some(d) => TxPath::Direct(d),
+            None => TxPath::Ring(tx::Tx::new(
+                map.at(rx_len),
+                txg.frame_size,
+                txg.frame_nr,
+                layout,
+            )),
+        };
         let guard = UdpSocket::bind(("0.0.0.0", wire::ROCEV2_PORT)).ok();
         if let (Some(g), true) = (&guard, vnet) {
             // takes a super-frame whole instead of cutting it into
@@ -391,8 +429,10 @@ impl AfPacketPort {
 
 impl Port for AfPacketPort {
     fn recv(&mut self, batch: &mut FrameBatch) -> usize {
-        if self.tx.kick_owed {
-            self.tx.kick(&self.fd, &mut self.base.counters);
+        if let TxPath::Ring(tx) = &mut self.tx {
+            if tx.kick_owed {
+                tx.kick(&self.fd, &mut self.base.counters);
+            }
         }
         match &mut self.rx {
             RxRing::V2(rx) => rx.recv(&self.fd, &mut self.base.counters, batch),
@@ -401,12 +441,18 @@ impl Port for AfPacketPort {
     }
 
     fn send(&mut self, batch: &FrameBatch) -> usize {
-        self.tx
-            .send(&self.fd, self.base.mtu, &mut self.base.counters, batch)
+        let (mtu, counters) = (self.base.mtu, &mut self.base.counters);
+        match &mut self.tx {
+            TxPath::Direct(d) => d.send(mtu, counters, batch),
+            TxPath::Ring(tx) => tx.send(&self.fd, mtu, counters, batch),
+        }
     }
 
     fn tx_room(&mut self, want: usize) -> usize {
-        self.tx.room(&self.fd, &mut self.base.counters, want)
+        match &mut self.tx {
+            TxPath::Direct(d) => d.room(want),
+            TxPath::Ring(tx) => tx.room(&self.fd, &mut self.base.counters, want),
+        }
     }
 
     /// With GSO, a train of one flow's frames leaves as one super-frame of

@@ -27,12 +27,18 @@ pub(super) fn sys(what: &'static str) -> AfPacketError {
 
 /// A non-blocking AF_PACKET socket that sees every protocol.
 pub(super) fn packet_socket() -> Result<OwnedFd, AfPacketError> {
+    raw_packet_socket(ETH_P_ALL)
+}
+
+/// A non-blocking AF_PACKET socket for `protocol` (0: it receives
+/// nothing, a socket only to send on).
+fn raw_packet_socket(protocol: u16) -> Result<OwnedFd, AfPacketError> {
     // SAFETY: socket(2) takes no pointers; the result is checked below.
     let raw = unsafe {
         libc::socket(
             libc::AF_PACKET,
             libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            (ETH_P_ALL.to_be()) as i32,
+            (protocol.to_be()) as i32,
         )
     };
     if raw < 0 {
@@ -123,7 +129,13 @@ fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
 /// Raises the socket's receive buffer to `bytes` (SO_RCVBUFFORCE, which
 /// root may set past net.core.rmem_max; else SO_RCVBUF): best effort.
 pub(super) fn grow_rcvbuf(fd: &OwnedFd, bytes: libc::c_int) {
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+    grow_buf(fd, [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF], bytes)
+}
+
+/// Sets a socket buffer's size by the first of `opts` that works (the
+/// forcing option needs CAP_NET_ADMIN). Best effort.
+fn grow_buf(fd: &OwnedFd, opts: [libc::c_int; 2], bytes: libc::c_int) {
+    for opt in opts {
         // SAFETY: the kernel reads one c_int from a live local.
         let r = unsafe {
             libc::setsockopt(
@@ -156,12 +168,29 @@ pub(super) fn udp_gro(sock: &std::net::UdpSocket) {
 }
 
 /// Binds the socket to interface `ifindex`, every protocol.
+/// A socket that only sends, on interface `ifindex`: no protocol (it
+/// receives nothing), a virtio-net header in front of every frame, a send
+/// buffer of `sndbuf` bytes. The kernel reads each frame's protocol from
+/// its Ethernet header.
+pub(super) fn send_socket(ifindex: i32, sndbuf: libc::c_int) -> Result<OwnedFd, AfPacketError> {
+    let fd = raw_packet_socket(0)?;
+    let one: libc::c_int = 1;
+    setsockopt(&fd, PACKET_VNET_HDR, &one, "PACKET_VNET_HDR")?;
+    grow_buf(&fd, [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF], sndbuf);
+    bind_proto(&fd, ifindex, 0)?;
+    Ok(fd)
+}
+
 pub(super) fn bind(fd: &OwnedFd, ifindex: i32) -> Result<(), AfPacketError> {
+    bind_proto(fd, ifindex, ETH_P_ALL)
+}
+
+fn bind_proto(fd: &OwnedFd, ifindex: i32, protocol: u16) -> Result<(), AfPacketError> {
     // SAFETY: sockaddr_ll is plain integers and byte arrays, for which all
     // zeroes is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = ETH_P_ALL.to_be();
+    sll.sll_protocol = protocol.to_be();
     sll.sll_ifindex = ifindex;
     // SAFETY: the address is a live sockaddr_ll and the length its size;
     // the kernel copies it during the call.
@@ -188,6 +217,48 @@ pub(super) fn poll_in(fd: &OwnedFd, timeout: Duration) {
     let ms = timeout.as_millis().clamp(0, 1000) as i32;
     // SAFETY: one live, writable pollfd, and nfds = 1.
     unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };
+}
+
+/// Whether the socket's send buffer has room again (poll(2) for POLLOUT,
+/// without waiting).
+pub(super) fn writable(fd: &OwnedFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one live, writable pollfd, and nfds = 1.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & libc::POLLOUT != 0
+}
+
+/// sendmmsg(2) of `msgs` without blocking; how many went out.
+///
+/// # Safety
+///
+/// Every message's iovecs point at memory live and readable for their
+/// lengths until the call returns.
+pub(super) unsafe fn sendmmsg(fd: &OwnedFd, msgs: &mut [libc::mmsghdr]) -> io::Result<usize> {
+    loop {
+        // SAFETY: msgs is a live, writable array of msgs.len() headers
+        // (the kernel writes msg_len); their buffers are the caller's
+        // promise.
+        let r = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                msgs.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// The socket's RX and TX rings, mapped into this process (the RX ring

@@ -29,24 +29,14 @@ pub(super) struct Tx {
     /// full. The kernel takes ring frames only when kicked, so every
     /// `send` and `recv` kicks again until one succeeds.
     pub kick_owed: bool,
-    /// Every frame starts with a virtio-net header (PACKET_VNET_HDR).
-    vnet: bool,
 }
 
 impl Tx {
     /// The ring at `base`, which the caller keeps mapped for as long as
     /// the `Tx` lives; `frame_size` is a multiple of 16 holding at least
-    /// a header (the kernel refused the ring otherwise); `vnet`: the socket
-    /// has PACKET_VNET_HDR.
-    pub(super) fn new(
-        base: *mut u8,
-        frame_size: u32,
-        frames: u32,
-        layout: TxLayout,
-        vnet: bool,
-    ) -> Tx {
+    /// a header (the kernel refused the ring otherwise).
+    pub(super) fn new(base: *mut u8, frame_size: u32, frames: u32, layout: TxLayout) -> Tx {
         Tx {
-            vnet,
             base,
             frame_size: frame_size as usize,
             frames,
@@ -67,14 +57,6 @@ impl Tx {
     /// Queues a prefix of `batch` (frames longer than `mtu` plus an
     /// Ethernet header and one VLAN tag, or than a ring frame, end it) and
     /// kicks the kernel. Returns how many were queued.
-    ///
-    /// With a virtio-net header each ring frame carries one, and a train of
-    /// one flow's frames may share a ring frame (`gso::fill`). When the
-    /// ring has a frame free for every frame of the batch (as
-    /// `Port::tx_room` promised the engine), a train gathers its flow's
-    /// frames from anywhere in the batch, past other flows' (QPs
-    /// interleave their frames in a batch); every frame is then sent, so
-    /// what went out is still a prefix.
     pub(super) fn send(
         &mut self,
         fd: &OwnedFd,
@@ -84,19 +66,12 @@ impl Tx {
     ) -> usize {
         self.reclaim();
         let l = self.layout;
-        let vnet = if self.vnet { super::gso::VNET_LEN } else { 0 };
         // the longest frame the kernel sends: the MTU, the Ethernet header
         // and one VLAN tag
-        let fits = |f: &[u8]| f.len() <= mtu + 18 && vnet + f.len() + l.data <= self.frame_size;
+        let fits = |f: &[u8]| f.len() <= mtu + 18 && f.len() + l.data <= self.frame_size;
         let limit = batch.iter().position(|f| !fits(f)).unwrap_or(batch.len());
-        let gather = self.vnet && limit <= 64 && self.room(fd, counters, limit) == limit;
-        let mut taken = 0u64;
-        let (mut i, mut queued) = (0, 0);
-        while i < limit {
-            if gather && taken & (1 << i) != 0 {
-                i += 1;
-                continue;
-            }
+        let mut queued = 0;
+        for f in batch.iter().take(limit) {
             let status_p = self.field(self.next, l.status);
             let status = self.status(self.next);
             if status & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING) != 0 {
@@ -117,14 +92,8 @@ impl Tx {
             // lies inside this ring frame, and the slice is dropped before
             // the status is written.
             let out = unsafe { std::slice::from_raw_parts_mut(data, self.frame_size - l.data) };
-            let (frames, len) = if self.vnet {
-                let taken = gather.then_some(&mut taken);
-                super::gso::fill(batch, i, limit, out, taken)
-            } else {
-                let f = batch.get(i);
-                out[..f.len()].copy_from_slice(f);
-                (1, f.len())
-            };
+            out[..f.len()].copy_from_slice(f);
+            let len = f.len();
             // SAFETY: tp_len and tp_snaplen are aligned u32 fields of the
             // header of the same ring frame.
             unsafe {
@@ -137,13 +106,8 @@ impl Tx {
             unsafe { write_volatile(status_p, TP_STATUS_SEND_REQUEST) };
             self.next = (self.next + 1) % self.frames;
             self.in_flight = (self.in_flight + 1).min(self.frames);
-            queued += frames;
-            // gathering marks what it took; else the train was [i, i + frames)
-            i += if gather { 1 } else { frames };
+            queued += 1;
         }
-        // sends a prefix of the batch (see `Port::send`); gathering had a
-        // ring frame for every frame, so it sent all up to `limit`
-        debug_assert!(!gather || queued == limit);
         for f in batch.iter().take(queued) {
             counters.sent(f.len());
         }

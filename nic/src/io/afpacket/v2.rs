@@ -186,13 +186,16 @@ pub(super) fn request_rings(
     // times blocks (packet_set_ring): on success, every slot index below
     // frame_nr lies inside the ring with room for its header.
     setsockopt(fd, PACKET_RX_RING, &req, "PACKET_RX_RING")?;
-    let txreq = TpacketReq {
-        block_size: tx.block_size,
-        block_nr: tx.block_nr,
-        frame_size: tx.frame_size,
-        frame_nr: tx.frame_nr,
-    };
-    setsockopt(fd, PACKET_TX_RING, &txreq, "PACKET_TX_RING")?;
+    // no TX ring when frames leave by sendmmsg (UDP GSO)
+    if tx.frame_nr > 0 {
+        let txreq = TpacketReq {
+            block_size: tx.block_size,
+            block_nr: tx.block_nr,
+            frame_size: tx.frame_size,
+            frame_nr: tx.frame_nr,
+        };
+        setsockopt(fd, PACKET_TX_RING, &txreq, "PACKET_TX_RING")?;
+    }
     let geometry = RxGeometry {
         block_size: cfg.rx_block_size as usize,
         frame_size: frame_size as usize,

@@ -1,0 +1,259 @@
+//! Sending with UDP GSO straight from the batch: one `sendmmsg(2)` per
+//! batch on a second, ring-less packet socket, each message a virtio-net
+//! header, the super-frame's headers and the train's payloads gathered by
+//! iovecs from the batch's own slots.
+//!
+//! The TX ring costs two copies a byte where this costs one: ours into the
+//! ring, and the kernel's of the ring's pages (a packet socket's ring skb
+//! holds them by reference, and a veth must copy such an skb before it
+//! crosses into the peer's namespace, a page allocation per 4 KiB). Here
+//! the kernel copies the payloads once, into an skb of its own.
+
+use super::gso::{self, VNET_LEN};
+use super::sys;
+use crate::io::{FrameBatch, PortCounters};
+use std::io;
+use std::os::fd::OwnedFd;
+use wire::gso::{HEADERS_LEN, MAX_PAYLOAD};
+
+/// The send buffer asked for. What it holds is in flight behind the
+/// device (a veth hands each skb on at once, a NIC's qdisc queues it), and
+/// a full one holds the rest back in the send queues (`Port::tx_room`):
+/// 1 MiB is ~16 super-frames, fewer MTU frames than a qdisc's default 1000
+/// packets, so a slow device pushes back before its queue drops.
+const SNDBUF: libc::c_int = 1 << 20;
+
+/// The sending socket.
+pub(super) struct Direct {
+    fd: OwnedFd,
+    /// The last send found the send buffer full: until it drains, the port
+    /// takes nothing ([`Self::room`]).
+    blocked: bool,
+    m: Messages,
+}
+
+/// The messages of one batch.
+#[derive(Default)]
+struct Messages {
+    /// Per message: its virtio-net header and, for a train, the
+    /// super-frame's headers.
+    heads: Vec<[u8; VNET_LEN + HEADERS_LEN]>,
+    /// Per message: its frames, a range of `order`.
+    members: Vec<(usize, usize)>,
+    /// Batch indices, message by message (a train's first frame first).
+    order: Vec<usize>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+    /// Per batch frame: whether it went out.
+    done: Vec<bool>,
+}
+
+// SAFETY: the raw pointers in `iovs` and `msgs` are scratch, rewritten by
+// every `send` before use and never read after it returns; `Messages`
+// owns nothing they point at.
+unsafe impl Send for Messages {}
+
+impl Direct {
+    /// A sending socket on interface `ifindex`.
+    pub(super) fn open(ifindex: i32) -> Result<Direct, super::AfPacketError> {
+        Ok(Direct {
+            fd: sys::send_socket(ifindex, SNDBUF)?,
+            blocked: false,
+            m: Messages::default(),
+        })
+    }
+
+    /// `want`, or 0 while the send buffer is full.
+    pub(super) fn room(&mut self, want: usize) -> usize {
+        if self.blocked && sys::writable(&self.fd) {
+            self.blocked = false;
+        }
+        if self.blocked {
+            0
+        } else {
+            want
+        }
+    }
+
+    /// Sends a prefix of `batch` (frames longer than `mtu` plus an
+    /// Ethernet header and one VLAN tag end it; the rest count dropped),
+    /// trains as UDP GSO super-frames. Returns how many frames went out:
+    /// the longest prefix of the batch all sent. With up to 64 frames a
+    /// train gathers its flow's frames past other flows' (as the ring
+    /// does); a send the socket refuses part of then also leaves frames
+    /// past that prefix on the wire, counted sent.
+    pub(super) fn send(
+        &mut self,
+        mtu: usize,
+        counters: &mut PortCounters,
+        batch: &FrameBatch,
+    ) -> usize {
+        let limit = batch
+            .iter()
+            .position(|f| f.len() > mtu + 18)
+            .unwrap_or(batch.len());
+        let m = &mut self.m;
+        m.plan(batch, limit);
+        m.build(batch);
+        // messages sent; one the kernel refuses alone (not for a full
+        // send buffer) is skipped and its frames count dropped
+        m.done.clear();
+        m.done.resize(limit, false);
+        let mut at = 0;
+        while at < m.msgs.len() {
+            // SAFETY: the iovecs point into `m.heads` and the batch's
+            // slots, both borrowed unchanged for the whole call.
+            match unsafe { sys::sendmmsg(&self.fd, &mut m.msgs[at..]) } {
+                Ok(0) => break,
+                Ok(n) => {
+                    for &(from, to) in &m.members[at..at + n] {
+                        for &k in &m.order[from..to] {
+                            m.done[k] = true;
+                        }
+                    }
+                    at += n;
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.raw_os_error() == Some(libc::ENOBUFS) =>
+                {
+                    self.blocked = true;
+                    break;
+                }
+                Err(_) => at += 1,
+            }
+        }
+        for (k, &d) in m.done.iter().enumerate() {
+            if d {
+                counters.sent(batch.get(k).len());
+            }
+        }
+        let unsent = m.done.iter().filter(|&&d| !d).count();
+        counters.tx_dropped += (unsent + batch.len() - limit) as u64;
+        m.done.iter().position(|&d| !d).unwrap_or(limit)
+    }
+}
+
+impl Messages {
+    /// Splits `batch[..limit]` into messages: each frame's train.
+    fn plan(&mut self, batch: &FrameBatch, limit: usize) {
+        self.heads.clear();
+        self.members.clear();
+        self.order.clear();
+        let mut taken = 0u64;
+        let gather = limit <= 64;
+        for i in 0..limit {
+            if gather && taken & (1 << i) != 0 {
+                continue;
+            }
+            if !gather && self.order.len() > i {
+                continue;
+            }
+            let p = gso::plan(batch, i, limit, MAX_PAYLOAD, gather.then_some(&mut taken));
+            let mut head = [0u8; VNET_LEN + HEADERS_LEN];
+            head[..VNET_LEN].copy_from_slice(&p.vnet());
+            if let Some(t) = p.train() {
+                t.write_headers(batch.get(i), &mut head[VNET_LEN..]);
+            }
+            let from = self.order.len();
+            self.order.extend(p.members());
+            self.members.push((from, self.order.len()));
+            self.heads.push(head);
+        }
+    }
+
+    /// The iovecs and message headers of the planned messages.
+    fn build(&mut self, batch: &FrameBatch) {
+        self.iovs.clear();
+        self.msgs.clear();
+        let iov = |b: &[u8]| libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        };
+        for (m, &(from, to)) in self.members.iter().enumerate() {
+            let head = &self.heads[m];
+            if to - from > 1 {
+                self.iovs.push(iov(head));
+                for &k in &self.order[from..to] {
+                    self.iovs.push(iov(&batch.get(k)[HEADERS_LEN..]));
+                }
+            } else {
+                self.iovs.push(iov(&head[..VNET_LEN]));
+                self.iovs.push(iov(batch.get(self.order[from])));
+            }
+        }
+        // (the iovecs are all in place: their addresses hold from here)
+        let mut at = 0;
+        for &(from, to) in &self.members {
+            let n = if to - from > 1 { 1 + to - from } else { 2 };
+            // SAFETY: msghdr is plain integers and pointers, for which all
+            // zeroes (no name, no control data) is a valid value.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_iov = self.iovs[at..].as_mut_ptr();
+            h.msg_iovlen = n as _;
+            self.msgs.push(libc::mmsghdr {
+                msg_hdr: h,
+                msg_len: 0,
+            });
+            at += n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gso::tests::{fill, roce};
+    use super::*;
+
+    /// The bytes of message `m`: its iovecs one after another.
+    fn message(d: &Messages, m: usize) -> Vec<u8> {
+        let h = &d.msgs[m].msg_hdr;
+        let mut out = Vec::new();
+        for k in 0..h.msg_iovlen {
+            // SAFETY: `build` pointed msg_iov at msg_iovlen iovecs in
+            // `d.iovs`, unchanged since.
+            let v = unsafe { &*h.msg_iov.add(k) };
+            // SAFETY: each iovec points at a live buffer (the test's batch
+            // or `d.heads`) of iov_len bytes, unchanged since `build`.
+            let bytes = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
+            out.extend_from_slice(bytes);
+        }
+        out
+    }
+
+    #[test]
+    fn messages_carry_what_a_ring_frame_would() {
+        // two QPs' frames interleaved, a lone frame of a third, a
+        // shorter last frame closing a train
+        let (a, b) = (
+            |k: u16, len| roce(100 + k, k as u32, len, 9),
+            |k: u16, len| roce(500 + k, k as u32, len, 10),
+        );
+        let frames = vec![
+            a(0, 1024),
+            b(0, 1024),
+            a(1, 1024),
+            b(1, 1024),
+            roce(7, 0, 100, 11),
+            a(2, 1024),
+            a(3, 300),
+            b(2, 1024),
+        ];
+        let mut batch = FrameBatch::new(frames.len());
+        for f in &frames {
+            assert!(batch.push(f));
+        }
+        let mut d = Messages::default();
+        d.plan(&batch, batch.len());
+        d.build(&batch);
+        // as the ring gathers: a's four frames, b's three, the lone one
+        assert_eq!(d.members, [(0, 4), (4, 7), (7, 8)]);
+        assert_eq!(d.order, [0, 2, 5, 6, 1, 3, 7, 4]);
+        let mut taken = 0u64;
+        for (m, &first) in [0usize, 1, 4].iter().enumerate() {
+            let mut ring = vec![0u8; 65536];
+            let (_, len) = fill(&batch, first, batch.len(), &mut ring, Some(&mut taken));
+            assert_eq!(message(&d, m), ring[..len], "message {m}");
+        }
+    }
+}
