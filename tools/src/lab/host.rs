@@ -58,6 +58,10 @@ impl Daemon {
             net.name.as_ref(),
             "--backend".as_ref(),
             cfg.backend.arg().as_ref(),
+            // the switch queues, marks and counts what a fabric carries:
+            // frames, not UDP GSO super-frames
+            "--gso".as_ref(),
+            "off".as_ref(),
             "--sock-dir".as_ref(),
             sock_dir.as_os_str(),
             "--line-rate".as_ref(),

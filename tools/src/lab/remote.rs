@@ -181,6 +181,9 @@ impl Station {
             st.sock_dir.clone(),
             "--backend".into(),
             cfg.backend.arg().into(),
+            // a fabric carries frames, not UDP GSO super-frames
+            "--gso".into(),
+            "off".into(),
         ];
         if !cfg.dcqcn {
             cmd.extend(["--dcqcn-rp".into(), "off".into()]);

@@ -295,7 +295,8 @@ enum RxRing {
 
 /// A port on a real interface through an AF_PACKET socket.
 pub struct AfPacketPort {
-    // `rx` and `tx` point into `_map`, which is unmapped before `fd` closes.
+    // `rx` and a ring `tx` point into `_map`, which is unmapped before `fd`
+    // closes.
     rx: RxRing,
     tx: TxPath,
     _map: Mapping,
