@@ -71,7 +71,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
             return Err(Error::Ipv4Fragment);
         }
         let expected = header_checksum_of(&h.buffer);
-        if expected != h.checksum() {
+        if !checksum_holds(h.checksum(), expected) {
             return Err(Error::Ipv4BadChecksum {
                 found: h.checksum(),
                 expected,
@@ -211,6 +211,18 @@ fn header_checksum_of(h: &[u8; HEADER_LEN]) -> u16 {
     !(acc as u16).swap_bytes()
 }
 
+/// Whether a header carrying `found` is intact when its other fields ask
+/// for `expected` ([`header_checksum_of`]). RFC 1071: a header is intact
+/// when the one's-complement sum of all its 16-bit words, the checksum
+/// included, is all ones. Computed afresh the checksum is never 0xFFFF,
+/// but RFC 1624 §3's incremental update (what a switch does when it
+/// rewrites the ECN field to CE, RFC 3168 §5) carries a zero sum as
+/// 0xFFFF, "-0": both 0x0000 and 0xFFFF then hold.
+#[inline(always)]
+fn checksum_holds(found: u16, expected: u16) -> bool {
+    found == expected || (expected == 0 && found == 0xFFFF)
+}
+
 /// The parsed form of an IPv4 header. The protocol is always UDP; the total
 /// length and checksum are derived on emit.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -300,7 +312,7 @@ pub(crate) fn icrc_mask(h: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bytes::{fold_checksum, ones_complement_sum};
+    use crate::bytes::{array, fold_checksum, ones_complement_sum};
 
     // The IPv4 header of the known-good CNP from the issue.
     const CNP_IP: [u8; 20] = [
@@ -372,6 +384,37 @@ mod tests {
             assert_eq!(header_checksum_of(&h), want, "{h:02x?}");
         }
         assert_eq!(header_checksum_of(&CNP_IP), 0x6927);
+    }
+
+    /// A header whose checksum computes to 0x0000 also holds as 0xFFFF
+    /// (RFC 1624's "-0", from a CE remark), and no other checksum does.
+    #[test]
+    fn a_checksum_of_minus_zero_holds() {
+        let mut frame = [0u8; 60];
+        frame[..20].copy_from_slice(&CNP_IP);
+        // make the other fields sum to 0xFFFF: the identification takes
+        // up what the checksum held
+        let id = u16::from_be_bytes([frame[4], frame[5]]);
+        let ck = u16::from_be_bytes([frame[10], frame[11]]);
+        let (sum, carry) = id.overflowing_add(ck);
+        frame[4..6].copy_from_slice(&(sum + u16::from(carry)).to_be_bytes());
+        frame[10..12].copy_from_slice(&[0, 0]);
+        assert_eq!(header_checksum_of(&array(&frame, 0)), 0);
+        assert!(Ipv4Packet::new_checked(&frame[..]).is_ok());
+        frame[10..12].copy_from_slice(&[0xFF, 0xFF]);
+        assert!(Ipv4Packet::new_checked(&frame[..]).is_ok());
+        frame[10..12].copy_from_slice(&[0xFF, 0xFE]);
+        assert!(matches!(
+            Ipv4Packet::new_checked(&frame[..]),
+            Err(Error::Ipv4BadChecksum { .. })
+        ));
+        // 0xFFFF holds only for a zero checksum
+        frame[..20].copy_from_slice(&CNP_IP);
+        frame[10..12].copy_from_slice(&[0xFF, 0xFF]);
+        assert!(matches!(
+            Ipv4Packet::new_checked(&frame[..]),
+            Err(Error::Ipv4BadChecksum { .. })
+        ));
     }
 
     #[test]
