@@ -90,7 +90,7 @@ impl Direct {
     ) -> usize {
         let limit = batch
             .iter()
-            .position(|f| f.len() > mtu + 18)
+            .position(|f| !super::fits_link(f, mtu))
             .unwrap_or(batch.len());
         let m = &mut self.m;
         m.plan(batch, limit);

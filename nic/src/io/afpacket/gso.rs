@@ -29,7 +29,7 @@ const GSO_UDP_L4: u8 = 5;
 const MAX_SEGMENTS: usize = 64;
 /// The longest super-frame read from the socket queue: an IPv4 datagram
 /// of 65535 bytes behind an Ethernet header and a VLAN tag.
-const MAX_SUPER: usize = 65535 + 18;
+const MAX_SUPER: usize = 65535 + super::ETH_VLAN_HLEN;
 
 /// `struct virtio_net_hdr`: flags, gso_type, then four u16 in the host's
 /// byte order (packet sockets use the legacy virtio order, which is the
@@ -171,6 +171,9 @@ pub(super) fn plan(
 /// the batch has no room for the rest.
 pub(super) struct Pending {
     buf: Box<[u8]>,
+    /// Where the super-frame starts in `buf`: behind the virtio-net header
+    /// it was received with, or 0.
+    at: usize,
     len: usize,
     segment: usize,
     /// Segments handed over so far.
@@ -183,6 +186,7 @@ impl Pending {
     pub(super) fn new() -> Pending {
         Pending {
             buf: vec![0u8; VNET_LEN + MAX_SUPER].into_boxed_slice(),
+            at: 0,
             len: 0,
             segment: 0,
             taken: 0,
@@ -203,7 +207,7 @@ impl Pending {
             return;
         }
         self.buf[..frame.len()].copy_from_slice(frame);
-        self.start(counters, frame.len(), segment);
+        self.start(counters, 0, frame.len(), segment);
     }
 
     /// Reads the skb the kernel queued on the socket for a TP_STATUS_COPY
@@ -244,21 +248,22 @@ impl Pending {
                 None
             }
             Some(seg) => {
-                self.buf.copy_within(VNET_LEN..n, 0);
-                self.start(counters, n - VNET_LEN, seg);
+                self.start(counters, VNET_LEN, n - VNET_LEN, seg);
                 None
             }
             None => Some(&self.buf[VNET_LEN..n]),
         }
     }
 
-    fn start(&mut self, counters: &mut PortCounters, len: usize, segment: usize) {
-        let ok =
-            HEADERS_LEN + segment <= SLOT_LEN && Segments::new(&self.buf[..len], segment).is_ok();
+    /// Takes the super-frame of `len` bytes at `at` in `buf`.
+    fn start(&mut self, counters: &mut PortCounters, at: usize, len: usize, segment: usize) {
+        let ok = HEADERS_LEN + segment <= SLOT_LEN
+            && Segments::new(&self.buf[at..at + len], segment).is_ok();
         if !ok {
             counters.rx_dropped += 1;
             return;
         }
+        self.at = at;
         self.len = len;
         self.segment = segment;
         self.taken = 0;
@@ -271,7 +276,8 @@ impl Pending {
         if !self.live {
             return 0;
         }
-        let Ok(mut segs) = Segments::resume(&self.buf[..self.len], self.segment, self.taken) else {
+        let frame = &self.buf[self.at..self.at + self.len];
+        let Ok(mut segs) = Segments::resume(frame, self.segment, self.taken) else {
             self.live = false;
             return 0;
         };

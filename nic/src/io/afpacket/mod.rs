@@ -75,6 +75,13 @@ const TPACKET_ALIGNMENT: usize = 16;
 /// Ethernet header plus one VLAN tag the kernel may leave in the frame.
 const ETH_VLAN_HLEN: usize = 18;
 
+/// Whether the kernel sends `frame` on a link of `mtu`: at most the MTU
+/// behind the Ethernet header and one VLAN tag (packet_snd refuses a
+/// longer one, the TX ring marks it TP_STATUS_WRONG_FORMAT).
+fn fits_link(frame: &[u8], mtu: usize) -> bool {
+    frame.len() <= mtu + ETH_VLAN_HLEN
+}
+
 const fn tpacket_align(x: usize) -> usize {
     (x + TPACKET_ALIGNMENT - 1) & !(TPACKET_ALIGNMENT - 1)
 }

@@ -66,9 +66,7 @@ impl Tx {
     ) -> usize {
         self.reclaim();
         let l = self.layout;
-        // the longest frame the kernel sends: the MTU, the Ethernet header
-        // and one VLAN tag
-        let fits = |f: &[u8]| f.len() <= mtu + 18 && f.len() + l.data <= self.frame_size;
+        let fits = |f: &[u8]| super::fits_link(f, mtu) && f.len() + l.data <= self.frame_size;
         let limit = batch.iter().position(|f| !fits(f)).unwrap_or(batch.len());
         let mut queued = 0;
         for f in batch.iter().take(limit) {
