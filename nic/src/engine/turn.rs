@@ -291,7 +291,7 @@ impl Loop {
                 }
                 self.stats.parks += 1;
                 self.port.wait_or_ring(&bell, t);
-                bell.drain();
+                bell.drain_if_rung();
                 self.parked(sh);
             }
             None => {

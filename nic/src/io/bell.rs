@@ -13,7 +13,10 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{
+    fence, AtomicBool,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::time::Duration;
 
 /// An eventfd (non-blocking, close-on-exec) and the engine's "parked" flag
@@ -22,6 +25,8 @@ use std::time::Duration;
 pub struct Bell {
     fd: OwnedFd,
     parked: AtomicBool,
+    /// The last [`Bell::wait`] found the bell rung.
+    rung: AtomicBool,
 }
 
 impl Bell {
@@ -36,6 +41,7 @@ impl Bell {
             // error: checked above), owned by nothing else.
             fd: unsafe { OwnedFd::from_raw_fd(raw) },
             parked: AtomicBool::new(false),
+            rung: AtomicBool::new(false),
         })
     }
 
@@ -79,6 +85,17 @@ impl Bell {
         }
     }
 
+    /// [`Bell::drain`], when the last [`Bell::wait`] found the bell rung: a
+    /// wait a frame or the timer ended costs no read(2). A ring it did not
+    /// see stays in the counter and ends the next wait at once.
+    pub fn drain_if_rung(&self) -> u64 {
+        if self.rung.swap(false, Relaxed) {
+            self.drain()
+        } else {
+            0
+        }
+    }
+
     /// A duplicate for another process (sent with SCM_RIGHTS).
     pub fn try_clone_fd(&self) -> io::Result<OwnedFd> {
         self.fd.try_clone()
@@ -107,7 +124,10 @@ impl Bell {
         // SAFETY: `fds` holds at least `n` live, writable pollfds (a -1 fd
         // is ignored by the kernel), `ts` is a live timespec, and a null
         // signal mask means none; ppoll(2) keeps no pointer after it returns.
-        unsafe { libc::ppoll(fds.as_mut_ptr(), n, &ts, std::ptr::null()) };
+        let r = unsafe { libc::ppoll(fds.as_mut_ptr(), n, &ts, std::ptr::null()) };
+        // an error (EINTR) says nothing of the bell: drain it to be sure
+        let rung = r < 0 || fds[0].revents != 0;
+        self.rung.store(rung, Relaxed);
     }
 }
 
@@ -131,6 +151,28 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Instant;
+
+    /// A wait ended by the other descriptor reads nothing from the bell;
+    /// one the bell ended drains it.
+    #[test]
+    fn only_a_rung_wait_drains() {
+        let bell = Bell::new().unwrap();
+        let other = Bell::new().unwrap();
+        other.ring();
+        bell.wait(Some(other.as_fd()), Duration::from_secs(60));
+        assert_eq!(bell.drain_if_rung(), 0);
+        bell.ring();
+        bell.ring();
+        bell.wait(Some(other.as_fd()), Duration::from_secs(60));
+        assert_eq!(bell.drain_if_rung(), 2);
+        assert_eq!(bell.drain(), 0, "drained");
+        // a ring no wait saw is still there for the next
+        bell.ring();
+        assert_eq!(bell.drain_if_rung(), 0);
+        other.drain();
+        bell.wait(Some(other.as_fd()), Duration::from_secs(60));
+        assert_eq!(bell.drain_if_rung(), 1);
+    }
 
     #[test]
     fn a_ring_from_another_thread_ends_the_wait_and_drains() {
