@@ -89,22 +89,7 @@ fn same_headers(a: &[u8], b: &[u8]) -> bool {
     ranges.into_iter().all(|r| a[r.clone()] == b[r])
 }
 
-/// Whether `a` and `b` are untagged IPv4 UDP frames (IHL 5) of one flow:
-/// the same addresses and ports. Frames of one flow keep their order; a
-/// train gathered past other flows' frames stops at one of its own flow
-/// that cannot join it.
-pub fn same_flow(a: &[u8], b: &[u8]) -> bool {
-    let ipv4_udp = |f: &[u8]| {
-        f.len() >= HEADERS_LEN
-            && be16(f, 12) == ethernet::ethertype::IPV4
-            && f[L3] == 0x45
-            && f[L3 + ipv4::field::PROTOCOL] == ipv4::PROTOCOL_UDP
-    };
-    let tuple = L3 + ipv4::field::SRC..L4 + 4;
-    ipv4_udp(a) && ipv4_udp(b) && a[tuple.clone()] == b[tuple]
-}
-
-/// A train being gathered: the first frame's shape and how many frames
+/// A train being built: the first frame's shape and how many frames
 /// have joined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Train {

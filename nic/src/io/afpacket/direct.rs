@@ -38,14 +38,11 @@ struct Messages {
     /// Per message: its virtio-net header and, for a train, the
     /// super-frame's headers.
     heads: Vec<[u8; VNET_LEN + HEADERS_LEN]>,
-    /// Per message: its frames, a range of `order`.
+    /// Per message: its frames, a range of batch indices (the messages'
+    /// ranges follow each other from 0).
     members: Vec<(usize, usize)>,
-    /// Batch indices, message by message (a train's first frame first).
-    order: Vec<usize>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
-    /// Per batch frame: whether it went out.
-    done: Vec<bool>,
 }
 
 // SAFETY: the raw pointers in `iovs` and `msgs` are scratch, rewritten by
@@ -75,13 +72,10 @@ impl Direct {
         }
     }
 
-    /// Sends a prefix of `batch` (frames longer than `mtu` plus an
-    /// Ethernet header and one VLAN tag end it; the rest count dropped),
-    /// trains as UDP GSO super-frames. Returns how many frames went out:
-    /// the longest prefix of the batch all sent. With up to 64 frames a
-    /// train gathers its flow's frames past other flows' (as the ring
-    /// does); a send the socket refuses part of then also leaves frames
-    /// past that prefix on the wire, counted sent.
+    /// Sends a prefix of `batch`, trains as UDP GSO super-frames, and
+    /// returns how many frames went out. The prefix ends at a frame longer
+    /// than the link takes, a message the socket refuses, or a full send
+    /// buffer; the frames from there on count dropped (`Port::send`).
     pub(super) fn send(
         &mut self,
         mtu: usize,
@@ -95,42 +89,30 @@ impl Direct {
         let m = &mut self.m;
         m.plan(batch, limit);
         m.build(batch);
-        // messages sent; one the kernel refuses alone (not for a full
-        // send buffer) is skipped and its frames count dropped
-        m.done.clear();
-        m.done.resize(limit, false);
+        // messages sent: each a run of frames, in batch order
         let mut at = 0;
         while at < m.msgs.len() {
             // SAFETY: the iovecs point into `m.heads` and the batch's
             // slots, both borrowed unchanged for the whole call.
             match unsafe { sys::sendmmsg(&self.fd, &mut m.msgs[at..]) } {
                 Ok(0) => break,
-                Ok(n) => {
-                    for &(from, to) in &m.members[at..at + n] {
-                        for &k in &m.order[from..to] {
-                            m.done[k] = true;
-                        }
-                    }
-                    at += n;
-                }
-                Err(e)
+                Ok(n) => at += n,
+                Err(e) => {
                     if e.kind() == io::ErrorKind::WouldBlock
-                        || e.raw_os_error() == Some(libc::ENOBUFS) =>
-                {
-                    self.blocked = true;
+                        || e.raw_os_error() == Some(libc::ENOBUFS)
+                    {
+                        self.blocked = true;
+                    }
                     break;
                 }
-                Err(_) => at += 1,
             }
         }
-        for (k, &d) in m.done.iter().enumerate() {
-            if d {
-                counters.sent(batch.get(k).len());
-            }
+        let sent = at.checked_sub(1).map_or(0, |last| m.members[last].1);
+        for f in batch.iter().take(sent) {
+            counters.sent(f.len());
         }
-        let unsent = m.done.iter().filter(|&&d| !d).count();
-        counters.tx_dropped += (unsent + batch.len() - limit) as u64;
-        m.done.iter().position(|&d| !d).unwrap_or(limit)
+        counters.tx_dropped += (batch.len() - sent) as u64;
+        sent
     }
 }
 
@@ -139,26 +121,18 @@ impl Messages {
     fn plan(&mut self, batch: &FrameBatch, limit: usize) {
         self.heads.clear();
         self.members.clear();
-        self.order.clear();
-        let mut taken = 0u64;
-        let gather = limit <= 64;
-        for i in 0..limit {
-            if gather && taken & (1 << i) != 0 {
-                continue;
-            }
-            if !gather && self.order.len() > i {
-                continue;
-            }
-            let p = gso::plan(batch, i, limit, MAX_PAYLOAD, gather.then_some(&mut taken));
+        let mut i = 0;
+        while i < limit {
+            let p = gso::plan(batch, i, limit, MAX_PAYLOAD);
             let mut head = [0u8; VNET_LEN + HEADERS_LEN];
             head[..VNET_LEN].copy_from_slice(&p.vnet());
             if let Some(t) = p.train() {
                 t.write_headers(batch.get(i), &mut head[VNET_LEN..]);
             }
-            let from = self.order.len();
-            self.order.extend(p.members());
-            self.members.push((from, self.order.len()));
+            let r = p.members();
+            self.members.push((r.start, r.end));
             self.heads.push(head);
+            i = r.end;
         }
     }
 
@@ -174,12 +148,12 @@ impl Messages {
             let head = &self.heads[m];
             if to - from > 1 {
                 self.iovs.push(iov(head));
-                for &k in &self.order[from..to] {
+                for k in from..to {
                     self.iovs.push(iov(&batch.get(k)[HEADERS_LEN..]));
                 }
             } else {
                 self.iovs.push(iov(&head[..VNET_LEN]));
-                self.iovs.push(iov(batch.get(self.order[from])));
+                self.iovs.push(iov(batch.get(from)));
             }
         }
         // (the iovecs are all in place: their addresses hold from here)
@@ -223,16 +197,16 @@ mod tests {
 
     #[test]
     fn messages_carry_what_a_ring_frame_would() {
-        // two QPs' frames interleaved, a lone frame of a third, a
-        // shorter last frame closing a train
+        // two QPs' turns of frames, a lone frame of a third, a shorter
+        // last frame closing a train, a frame of a flow that went before
         let (a, b) = (
             |k: u16, len| roce(100 + k, k as u32, len, 9),
             |k: u16, len| roce(500 + k, k as u32, len, 10),
         );
         let frames = vec![
             a(0, 1024),
-            b(0, 1024),
             a(1, 1024),
+            b(0, 1024),
             b(1, 1024),
             roce(7, 0, 100, 11),
             a(2, 1024),
@@ -246,13 +220,12 @@ mod tests {
         let mut d = Messages::default();
         d.plan(&batch, batch.len());
         d.build(&batch);
-        // as the ring gathers: a's four frames, b's three, the lone one
-        assert_eq!(d.members, [(0, 4), (4, 7), (7, 8)]);
-        assert_eq!(d.order, [0, 2, 5, 6, 1, 3, 7, 4]);
-        let mut taken = 0u64;
-        for (m, &first) in [0usize, 1, 4].iter().enumerate() {
+        // runs of one flow's adjacent frames: a's two, b's two, the lone
+        // one, a's two (the shorter last closing the train), b's one
+        assert_eq!(d.members, [(0, 2), (2, 4), (4, 5), (5, 7), (7, 8)]);
+        for (m, &(first, _)) in d.members.iter().enumerate() {
             let mut ring = vec![0u8; 65536];
-            let (_, len) = fill(&batch, first, batch.len(), &mut ring, Some(&mut taken));
+            let (_, len) = fill(&batch, first, batch.len(), &mut ring);
             assert_eq!(message(&d, m), ring[..len], "message {m}");
         }
     }

@@ -18,7 +18,7 @@
 
 use crate::io::{FrameBatch, PortCounters, SLOT_LEN};
 use std::os::fd::{AsRawFd, OwnedFd};
-use wire::gso::{same_flow, Segments, Train, HEADERS_LEN, UDP_AT, UDP_CHECKSUM_OFFSET};
+use wire::gso::{Segments, Train, HEADERS_LEN, UDP_AT, UDP_CHECKSUM_OFFSET};
 
 /// `sizeof(struct virtio_net_hdr)`.
 pub(super) const VNET_LEN: usize = 10;
@@ -79,18 +79,18 @@ impl VnetHdr {
     }
 }
 
-/// What goes out with `batch[i]`: the frames of its train, in batch order
-/// (just `batch[i]` when no other joins).
+/// What goes out with `batch[i]`: the frames of its train, `batch[i]` and
+/// the ones right behind it (just `batch[i]` when no other joins).
 pub(super) struct Plan {
-    members: [u8; MAX_SEGMENTS],
+    first: usize,
     n: usize,
     train: Option<Train>,
 }
 
 impl Plan {
     /// The batch indices of the frames, `batch[i]` first.
-    pub(super) fn members(&self) -> impl Iterator<Item = usize> + '_ {
-        self.members[..self.n].iter().map(|&k| k as usize)
+    pub(super) fn members(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.n
     }
 
     /// The train when more than one frame goes: the headers of the
@@ -119,49 +119,24 @@ impl Plan {
 }
 
 /// The train of `batch[i]` among the frames of `batch[..end]`, up to
-/// `room` bytes of UDP payload.
-///
-/// Without `taken` the train is the frames right after `batch[i]`. With
-/// it, a bit per batch frame (`end` <= 64) for those already sent, the
-/// train also gathers later frames past other flows' and marks what it
-/// took; it stops at a frame of its own flow that cannot join, so a
-/// flow's frames keep their order.
-pub(super) fn plan(
-    batch: &FrameBatch,
-    i: usize,
-    end: usize,
-    room: usize,
-    taken: Option<&mut u64>,
-) -> Plan {
+/// `room` bytes of UDP payload: the frames right behind `batch[i]` that
+/// join it. (The device's round robin lets a QP send a train's worth of
+/// frames in a row, `Port::train_bytes`, so a flow's frames lie together
+/// in the batch; trains that took frames from past other flows' would make
+/// what reached the wire after a partial send other than a prefix.)
+pub(super) fn plan(batch: &FrameBatch, i: usize, end: usize, room: usize) -> Plan {
     let first = batch.get(i);
     let mut p = Plan {
-        members: [0u8; MAX_SEGMENTS],
+        first: i,
         n: 1,
-        // (members are batch indices kept in a byte: no trains past 256)
-        train: Train::start(first).filter(|_| end <= 256),
+        train: Train::start(first),
     };
-    p.members[0] = i as u8;
     if let Some(t) = &mut p.train {
-        let done = |j: usize| taken.as_ref().is_some_and(|b| **b & (1 << j) != 0);
-        for j in i + 1..end {
-            if p.n == MAX_SEGMENTS {
+        for j in i + 1..end.min(i + MAX_SEGMENTS) {
+            if !t.push(first, batch.get(j), room) {
                 break;
             }
-            let next = batch.get(j);
-            if done(j) {
-                continue;
-            }
-            if t.push(first, next, room) {
-                p.members[p.n] = j as u8;
-                p.n += 1;
-            } else if taken.is_none() || same_flow(first, next) {
-                break;
-            }
-        }
-    }
-    if let Some(bits) = taken {
-        for k in p.members() {
-            *bits |= 1 << k;
+            p.n += 1;
         }
     }
     p
@@ -320,10 +295,9 @@ pub(super) mod tests {
         i: usize,
         end: usize,
         out: &mut [u8],
-        taken: Option<&mut u64>,
     ) -> (usize, usize) {
         let room = out.len().saturating_sub(VNET_LEN + HEADERS_LEN);
-        let p = plan(batch, i, end, room, taken);
+        let p = plan(batch, i, end, room);
         let (hdr, body) = out.split_at_mut(VNET_LEN);
         hdr.copy_from_slice(&p.vnet());
         let first = batch.get(i);
@@ -393,7 +367,7 @@ pub(super) mod tests {
         let (mut i, mut rings) = (0, 0);
         while i < tx.len() {
             let mut ring = vec![0u8; room];
-            let (n, len) = fill(&tx, i, tx.len(), &mut ring, None);
+            let (n, len) = fill(&tx, i, tx.len(), &mut ring);
             let hdr = VnetHdr::read(&vnet_bytes(&ring));
             let body = &ring[VNET_LEN..len];
             match hdr.udp_segment() {
@@ -426,44 +400,20 @@ pub(super) mod tests {
         rings
     }
 
-    /// Gathering: the train of the frame at `i` over `batch`, given what is
-    /// taken; returns its members (bits) and its segment count.
-    fn gather(batch: &[Vec<u8>], i: usize, taken: &mut u64) -> (u64, usize) {
-        let mut b = FrameBatch::new(batch.len());
-        for f in batch {
-            assert!(b.push(f));
-        }
-        let before = *taken;
-        let mut ring = vec![0u8; 65536];
-        let (n, _) = fill(&b, i, b.len(), &mut ring, Some(taken));
-        (*taken & !before, n)
-    }
-
+    /// Trains are of adjacent frames only: two QPs' frames interleaved
+    /// (a frame of the other flow ends each) go out one by one, and a
+    /// frame of the flow that cannot join (a retransmission) ends its
+    /// train too.
     #[test]
-    fn a_train_gathers_its_flow_past_other_flows_in_order() {
-        // two QPs' frames interleaved, as the engine batches them
+    fn a_train_is_of_adjacent_frames_of_one_flow() {
         let (a, b) = (
             |k: u16| roce(100 + k, k as u32, 1024, 9),
             |k: u16| roce(500 + k, k as u32, 1024, 10),
         );
-        let batch = vec![a(0), b(0), a(1), b(1), a(2), b(2)];
-        let mut taken = 0;
-        assert_eq!(gather(&batch, 0, &mut taken), (0b010101, 3));
-        assert_eq!(gather(&batch, 1, &mut taken), (0b101010, 3));
-        assert_eq!(taken, 0b111111);
-        // a frame of the flow that cannot join (a retransmission) stops the
-        // train: nothing of the flow behind it goes ahead of it
-        let batch = vec![a(5), b(0), a(1), a(6)];
-        let mut taken = 0;
-        assert_eq!(gather(&batch, 0, &mut taken), (0b0001, 1));
-        assert_eq!(gather(&batch, 1, &mut taken), (0b0010, 1));
-        assert_eq!(gather(&batch, 2, &mut taken), (0b0100, 1));
-        assert_eq!(gather(&batch, 3, &mut taken), (0b1000, 1));
-        // and every gathered train still comes back whole
-        let mixed: Vec<Vec<u8>> = (0..6)
-            .map(|k| if k % 2 == 0 { a(k / 2) } else { b(k / 2) })
-            .collect();
+        let mixed = vec![a(0), b(0), a(1), b(1), a(2), b(2)];
         assert_eq!(through(&mixed, 65536), 6, "adjacent only: no trains");
+        let batch = vec![a(0), a(1), a(5), a(6), b(0), b(1)];
+        assert_eq!(through(&batch, 65536), 3, "a(0..2), a(5..7), b(0..2)");
     }
 
     #[test]
