@@ -426,7 +426,7 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
                             lp.stats.parks += 1;
                         }
                         bell.wait(None, until);
-                        bell.drain();
+                        bell.drain_if_rung();
                     }
                     for (lp, sh) in members.iter_mut().take(announced) {
                         lp.parked(sh);
