@@ -36,6 +36,10 @@ struct Side {
     ns: Option<String>,
     sock_dir: PathBuf,
     dev: String,
+    /// The tool hosts its device on this interface itself
+    /// (`SOFTRNIC_LOCAL`; it runs as root then: its port needs
+    /// CAP_NET_RAW).
+    local: Option<String>,
 }
 
 /// A server side, a client side and the address the client connects to
@@ -54,6 +58,7 @@ impl Setting {
             ns: None,
             sock_dir: d.sock_dir().to_path_buf(),
             dev: dev.into(),
+            local: None,
         };
         Setting {
             server: side("t0"),
@@ -79,6 +84,11 @@ impl Setting {
 /// side's rnicd as the only devices.
 fn tool(side: &Side, prog: &str, args: &[String]) -> Command {
     let mut c = match &side.ns {
+        Some(ns) if side.local.is_some() => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, prog]);
+            c
+        }
         Some(ns) => {
             // namespaces need root: the tool then runs as nobody
             let mut c = Command::new("ip");
@@ -92,6 +102,7 @@ fn tool(side: &Side, prog: &str, args: &[String]) -> Command {
     c.args(args)
         .env("LD_LIBRARY_PATH", profile_dir().join("softrnic-ibverbs"))
         .env("SOFTRNIC_SOCK_DIR", &side.sock_dir)
+        .env("SOFTRNIC_LOCAL", side.local.as_deref().unwrap_or(""))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -698,6 +709,7 @@ impl NetPair {
             ns: Some(d.ns.clone()),
             sock_dir: d.sock_dir().to_path_buf(),
             dev: d.dev.clone(),
+            local: None,
         };
         let setting = Setting {
             server: side(&pair.a),
@@ -750,6 +762,48 @@ fn over_veth(tag: &str, backend: &str, mtu: u32) {
     net.check_alive();
     perftest_lat(&s, "5");
     net.check_alive();
+}
+
+/// Every tool between two namespaces of a veth pair, each process hosting
+/// its device on its end (`SOFTRNIC_LOCAL`, no rnicd): the posting and
+/// polling threads turn the engine.
+#[test]
+fn the_tools_run_with_each_process_hosting_its_device() {
+    if !ready(&PINGPONGS) || !ready(&PERFTESTS) || !ready(&["ibv_devinfo"]) {
+        return;
+    }
+    if let Err(why) = netns::available() {
+        missing(&format!("each process hosting its device: {why}"));
+        return;
+    }
+    let veth = Veth::create("lo", 1500).expect("namespaces and veth");
+    let side = |ns: &str, ifname: &str| Side {
+        ns: Some(ns.into()),
+        // no daemon's folder: the device is the process's own
+        sock_dir: std::env::temp_dir().join("softrnic-no-daemon"),
+        dev: "srnic0".into(),
+        local: Some(ifname.into()),
+    };
+    let s = Setting {
+        server: side(&veth.ns_a, &veth.if_a),
+        client: side(&veth.ns_b, &veth.if_b),
+        addr: testkit::rnicd_pair::ADDR_A.to_string(),
+    };
+    let out = tool(&s.client, "ibv_devinfo", &["-v".into()])
+        .output()
+        .expect("ibv_devinfo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out, false));
+    for want in [
+        "hca_id:\tsrnic0",
+        "PORT_ACTIVE (4)",
+        "GID[  3]:\t\t::ffff:192.0.2.2, RoCE v2",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+    pingpongs(&s);
+    perftest_bw(&s, "20");
+    perftest_lat(&s, "5");
 }
 
 /// Server and client on device `ra` of a veth pair's side A over

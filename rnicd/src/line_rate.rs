@@ -161,7 +161,7 @@ impl Port for LineRate {
         n
     }
 
-    nic::forward_port!(field inner: recv, train_bytes, mac, mtu, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, link_up, loop_back);
+    nic::forward_port!(field inner: recv, train_bytes, mac, mtu, counters, wait, wait_or_ring, wait_unheld, attach_bell, pending, rx_backlog, link_up, loop_back);
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! run-to-completion application does. RDMA WRITE, READ and SEND between
 //! two of them on the in-memory wire, data checked byte for byte; control
 //! calls run directly; a pcap tap with a frame limit records only the
-//! first frames; stopping closes the port.
+//! first frames; stopping closes the port. Callers-turn engines
+//! (`EngineConfig::callers_turn`): a thread of their own, which the
+//! application's turns (`Device::try_turn`) join.
 
 use nic::device::Rnic;
 use nic::engine::{CqHandle, Device, Engine, EngineConfig};
@@ -36,15 +38,29 @@ fn gid(i: u8) -> Gid {
     Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, i + 1))
 }
 
-fn side(i: u8, port: Box<dyn Port>) -> Side {
+/// How a side's engine runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Run {
+    Inline,
+    CallersTurn,
+}
+
+fn side(i: u8, port: Box<dyn Port>, run: Run) -> Side {
     let mac = EthernetAddress([2, 0, 0, 0, 0, i + 1]);
-    let engine = Engine::start_inline(
-        Rnic::new(RnicConfig::new(mac, gid(i))),
-        port,
-        EngineConfig::default(),
-    );
+    let rnic = Rnic::new(RnicConfig::new(mac, gid(i)));
+    let engine = match run {
+        Run::Inline => Engine::start_inline(rnic, port, EngineConfig::default()),
+        Run::CallersTurn => Engine::start(
+            rnic,
+            port,
+            EngineConfig {
+                callers_turn: true,
+                ..Default::default()
+            },
+        ),
+    };
     let dev = engine.device();
-    assert!(dev.is_inline());
+    assert_eq!(dev.is_inline(), run == Run::Inline);
     let cq = dev.create_cq(1024).unwrap();
     let mem = Arc::new(HeapMemory::new(MEM));
     let (m, cqn, base) = (mem.clone(), cq.cqn, 0x1000_0000 * (i as u64 + 1));
@@ -103,6 +119,21 @@ fn wait(sides: &[&Side], cq: &CqHandle, n: usize) -> Vec<Wc> {
     out
 }
 
+/// Connects the two sides' RC QPs.
+fn connect_sides(a: &Side, b: &Side, macs: [EthernetAddress; 2]) {
+    for (i, (me, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
+        let ah = AhAttr::new(gid(1 - i as u8), macs[1 - i]);
+        let (q, pq) = (me.qpn, peer.qpn);
+        let cfg = PairConfig {
+            mtu: 1024,
+            ..PairConfig::default()
+        };
+        me.dev
+            .call(move |r| connect(r, q, cfg, ah, pq, 100, 100))
+            .unwrap();
+    }
+}
+
 #[test]
 fn two_inline_engines_turned_by_one_thread() {
     let macs = [
@@ -114,18 +145,11 @@ fn two_inline_engines_turned_by_one_thread() {
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("first.pcap");
     let pa = PcapTap::new(pa, &pcap).unwrap().with_limit(5);
-    let (a, b) = (side(0, Box::new(pa)), side(1, Box::new(pb)));
-    for (i, (me, peer)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
-        let ah = AhAttr::new(gid(1 - i as u8), macs[1 - i]);
-        let (q, pq) = (me.qpn, peer.qpn);
-        let cfg = PairConfig {
-            mtu: 1024,
-            ..PairConfig::default()
-        };
-        me.dev
-            .call(move |r| connect(r, q, cfg, ah, pq, 100, 100))
-            .unwrap();
-    }
+    let (a, b) = (
+        side(0, Box::new(pa), Run::Inline),
+        side(1, Box::new(pb), Run::Inline),
+    );
+    connect_sides(&a, &b, macs);
     // nothing moves until someone turns the loops
     let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
     a.mem.write(0, &data);
@@ -187,4 +211,93 @@ fn two_inline_engines_turned_by_one_thread() {
     // the tap kept only the first 5 frames and was flushed when the port closed
     assert_eq!(read_pcap(&pcap).unwrap().len(), 5);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A WRITE of `len` bytes from `a`'s offset 0 to `b`'s base, its
+/// completion polled by `poll` (which may turn the engines).
+fn write_once(a: &Side, b: &Side, id: u64, len: u32, mut poll: impl FnMut(&mut Vec<Wc>)) {
+    let wr = SendWr::new(
+        id,
+        SendOp::Write {
+            remote_addr: b.base,
+            rkey: b.rkey,
+        },
+        Sgl::single(a.base, len, a.lkey),
+    );
+    a.dev.post_send(a.qpn, wr).unwrap();
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    while out.is_empty() {
+        poll(&mut out);
+        assert!(t0.elapsed() < Duration::from_secs(60), "no completion");
+    }
+    assert_eq!((out[0].wr_id, out[0].status), (id, WcStatus::Success));
+}
+
+#[test]
+fn callers_turn_engines_move_data_with_and_without_the_application_turning() {
+    let macs = [
+        EthernetAddress([2, 0, 0, 0, 0, 1]),
+        EthernetAddress([2, 0, 0, 0, 0, 2]),
+    ];
+    let (pa, pb) = pair(macs, 1024);
+    let (a, b) = (
+        side(0, Box::new(pa), Run::CallersTurn),
+        side(1, Box::new(pb), Run::CallersTurn),
+    );
+    connect_sides(&a, &b, macs);
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13 % 253) as u8).collect();
+    a.mem.write(0, &data);
+    // nobody turns: the engines' threads move it
+    write_once(&a, &b, 1, 200_000, |out| {
+        a.cq.poll(1, out);
+        std::thread::yield_now();
+    });
+    let mut got = vec![0u8; data.len()];
+    b.mem.read(0, &mut got);
+    assert_eq!(got, data);
+    // the application turns too: some of its turns are taken
+    let rev: Vec<u8> = data.iter().rev().copied().collect();
+    a.mem.write(0, &rev);
+    let mut taken = 0;
+    for id in 2..50 {
+        write_once(&a, &b, id, 200_000, |out| {
+            taken += a.dev.try_turn().is_some() as usize;
+            b.dev.try_turn();
+            a.cq.poll(1, out);
+        });
+    }
+    assert!(taken > 0, "no turn of the application's was taken");
+    b.mem.read(0, &mut got);
+    assert_eq!(got, rev);
+    // it stops turning: the threads serve it alone again
+    a.dev.leave();
+    b.dev.leave();
+    write_once(&a, &b, 50, 4096, |out| {
+        a.cq.poll(1, out);
+        std::thread::yield_now();
+    });
+    let sa = a.engine.stop();
+    assert!(sa.turns > 0 && sa.tx_frames > 100, "{sa:?}");
+    assert!(a.dev.try_turn().is_none(), "a stopped engine turned");
+    drop(b.engine);
+}
+
+#[test]
+fn a_threaded_engine_takes_no_turn_of_the_application() {
+    let macs = [
+        EthernetAddress([2, 0, 0, 0, 0, 1]),
+        EthernetAddress([2, 0, 0, 0, 0, 2]),
+    ];
+    let (pa, _pb) = pair(macs, 16);
+    let e = Engine::start(
+        Rnic::new(RnicConfig::new(macs[0], gid(0))),
+        Box::new(pa),
+        EngineConfig::default(),
+    );
+    let d = e.device();
+    assert!(!d.is_inline());
+    assert_eq!(d.try_turn(), None);
+    assert_eq!(d.turn(), 0);
+    e.stop();
 }

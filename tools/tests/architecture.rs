@@ -209,7 +209,9 @@ fn the_crate_graph_has_the_shape_of_the_map() {
     );
     assert!(!any_dep("ipc", "softrnic") && !any_dep("ipc", "rnicd"));
     assert!(reaches(&g, "softrnic", "ipc") && reaches(&g, "rnicd", "ipc"));
-    // the drop-ins and the tools use the client side only
+    // the drop-ins and the tools use the client side only; a device
+    // hosted in the application's process joins the two in one crate,
+    // which the libibverbs drop-in alone uses
     for c in [
         "softrnic-ibverbs",
         "softrnic-rdmacm",
@@ -217,6 +219,15 @@ fn the_crate_graph_has_the_shape_of_the_map() {
         "softrnic-nlshim",
     ] {
         assert!(!any_dep(c, "rnicd"), "{c} depends on rnicd");
+    }
+    assert!(any_dep("softrnic-local", "rnicd") && any_dep("softrnic-local", "softrnic"));
+    for (c, _) in g.iter() {
+        if reaches(&g, c, "rnicd") && reaches(&g, c, "softrnic") {
+            assert!(
+                matches!(c.as_str(), "softrnic-local" | "softrnic-ibverbs"),
+                "{c} reaches both the daemon and the client"
+            );
+        }
     }
     // no cycle, through tests either: a crate a test or example of `c`
     // needs does not itself need `c`
@@ -236,6 +247,7 @@ fn path_dependencies_are_declared_once_in_the_workspace() {
             "softrnic-ibverbs" => "ibverbs",
             "softrnic-rdmacm" => "rdmacm",
             "softrnic-nlshim" => "nlshim",
+            "softrnic-local" => "local",
             other => other,
         };
         let toml = std::fs::read_to_string(root.join(dir).join("Cargo.toml"))

@@ -1,6 +1,8 @@
 //! Devices: every control socket `<sock-dir>/<name>.sock` of a running
 //! `rnicd` (sock-dir: `$SOFTRNIC_SOCK_DIR`, else /run/softrnic) is one
-//! ibverbs device named `<name>` with one RoCEv2 port.
+//! ibverbs device named `<name>` with one RoCEv2 port. With
+//! `SOFTRNIC_LOCAL=IFNAME` the process hosts its one device itself
+//! (`softrnic_local`) and lists that alone.
 //!
 //! The GID table is what a RoCE netdev with one address shows
 //! (`softrnic::DeviceInfo::gid_table`): index 0 the link-local IPv6 GID
@@ -57,6 +59,8 @@ fn fill(dst: &mut [c_char], s: &str) {
 /// same object for the same name, and keeps the index it was first seen
 /// with).
 fn scan() -> Vec<&'static Device> {
+    // `SOFTRNIC_LOCAL=IFNAME`: the device is hosted in this process
+    softrnic_local::ensure();
     let names = softrnic::client::device_sockets();
     let mut all = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
     names

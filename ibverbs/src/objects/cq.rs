@@ -405,7 +405,9 @@ pub unsafe extern "C" fn srv_ibv_get_cq_event(
     let chan = unsafe { &*(ch as *const Channel) };
     let fd = chan.fd.as_raw_fd();
     // a post may have left the engine's wake owed: the program waits now
+    // (and an engine in this process is no longer turned by it)
     chan.ctx.pay_owed_wake();
+    chan.ctx.leave_local();
     loop {
         {
             let mut st = lock(&chan.state);

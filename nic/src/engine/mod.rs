@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 pub use turn::current_cpu;
-use turn::{run, run_group, Loop};
+use turn::{run, run_callers, run_group, Loop};
 
 /// How often the loop asks the port for its link state ([`Port::link_up`]:
 /// an ioctl of about a microsecond, so never per turn). A change shows as
@@ -52,6 +52,11 @@ pub const LINK_POLL: Duration = Duration::from_millis(100);
 /// application that makes room rings no bell, so the loop looks again
 /// this soon.
 pub const BACKLOG_PARK: Duration = Duration::from_micros(200);
+
+/// The longest park of a [`EngineConfig::callers_turn`] engine thread
+/// while the application turns the loop: how late a timer their turns
+/// set fires when they stop turning without saying so.
+pub const CALLERS_PARK: Duration = Duration::from_millis(1);
 
 /// A park the engine is about to begin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +109,14 @@ pub struct EngineConfig {
     /// round robin ([`Rnic::set_tx_quantum`]); `None`: what the port
     /// sends as one unit ([`Port::train_bytes`]).
     pub tx_quantum: Option<usize>,
+    /// The application's threads turn the loop too ([`Device::try_turn`],
+    /// as rxe runs a post in the caller's context): the engine thread
+    /// parks without the loop's lock, so a post goes out from the posting
+    /// thread and a polling thread takes frames off the port, and the
+    /// engine thread serves what they leave (a frame nobody polls for,
+    /// timers). While they turn it, it never spins and parks at most
+    /// [`CALLERS_PARK`]. For a device hosted in the application's process.
+    pub callers_turn: bool,
     pub name: String,
 }
 
@@ -120,6 +133,7 @@ impl Default for EngineConfig {
             busy_pause: Duration::ZERO,
             post_queue: 16384,
             tx_quantum: None,
+            callers_turn: false,
             name: "rnic-engine".into(),
         }
     }
@@ -147,6 +161,12 @@ pub trait EngineHook: Send {
     }
     /// The park has ended.
     fn after_park(&mut self, _rnic: &mut Rnic) {}
+    /// Once per turn, after its receive, timer and transmit steps: hands
+    /// out what they completed (the daemon's CQ rings) in the same turn;
+    /// returns how much it did.
+    fn after_turn(&mut self, _rnic: &mut Rnic) -> usize {
+        0
+    }
     /// The hook's next deadline (the engine's clock, as
     /// [`Rnic::last_now`]): the loop parks no longer than that.
     fn poll_timeout(&mut self, _rnic: &Rnic) -> Option<Instant> {
@@ -169,9 +189,17 @@ struct Shared {
     thread: Mutex<Option<Thread>>,
     /// CQ number → the queue the application polls.
     new_cqs: Mutex<Vec<(u32, Arc<ArrayQueue<Wc>>)>>,
-    /// An inline engine's loop, turned by the application (`Device::turn`);
-    /// None for a threaded engine and once an inline engine has stopped.
+    /// An inline engine's loop, turned by the application (`Device::turn`),
+    /// or a callers-turn engine's, turned by its thread and the
+    /// application's; None for a threaded engine. Empty once stopped.
     inline: Option<Mutex<Option<Loop>>>,
+    /// A thread turns the loop in `inline` too ([`EngineConfig::callers_turn`]).
+    callers: bool,
+    /// Turns the application asked for, taken or not: the thread of a
+    /// callers-turn engine compares it from one park to the next.
+    asked: std::sync::atomic::AtomicU64,
+    /// The application stopped turning ([`Device::leave`]).
+    left: AtomicBool,
     /// A member of a group ([`Engine::start_group`]): its loop's statistics,
     /// left here by the group thread when it drops the loop after `stop`.
     done: Mutex<Option<EngineStats>>,
@@ -195,6 +223,9 @@ impl Shared {
             thread: Mutex::new(None),
             new_cqs: Mutex::new(Vec::new()),
             inline,
+            callers: false,
+            asked: Default::default(),
+            left: AtomicBool::new(false),
             done: Mutex::new(None),
             granted: Mutex::new(None),
             bell,
@@ -326,14 +357,25 @@ impl Engine {
         if let Some(b) = &bell {
             port.attach_bell(b);
         }
-        let shared = Arc::new(Shared::new(cfg.post_queue, None, bell));
         let (calls, rx) = channel::unbounded::<Call>();
-        let sh = shared.clone();
         let name = cfg.name.clone();
+        let callers = cfg.callers_turn;
+        let post_queue = cfg.post_queue;
         let lp = Loop::new(rnic, port, cfg, Some(rx), hook);
+        let (shared, lp) = if callers {
+            let mut sh = Shared::new(post_queue, Some(Mutex::new(Some(lp))), bell);
+            sh.callers = true;
+            (Arc::new(sh), None)
+        } else {
+            (Arc::new(Shared::new(post_queue, None, bell)), Some(lp))
+        };
+        let sh = shared.clone();
         let join = std::thread::Builder::new()
             .name(name)
-            .spawn(move || run(lp, sh))
+            .spawn(move || match lp {
+                Some(lp) => run(lp, sh),
+                None => run_callers(sh),
+            })
             .expect("spawn the engine thread");
         // wait until the loop has registered itself for wake-ups
         while shared.thread.lock().map(|t| t.is_none()).unwrap_or(false) {
@@ -453,6 +495,14 @@ impl Engine {
 
     fn halt(&mut self) -> EngineStats {
         self.shared.stop.store(true, Ordering::Release);
+        if self.shared.callers {
+            self.shared.wake();
+            return self
+                .join
+                .take()
+                .and_then(|j| j.join().ok())
+                .unwrap_or_default();
+        }
         if let Some(m) = &self.shared.inline {
             // dropping the loop closes the port
             let lp = m.lock().ok().and_then(|mut l| l.take());
@@ -518,7 +568,7 @@ impl Device {
         if self.shared.stop.load(Ordering::Acquire) {
             return Err(EngineError::Stopped);
         }
-        if let Some(m) = &self.shared.inline {
+        if let Some(m) = self.shared.inline.as_ref().filter(|_| !self.shared.callers) {
             let mut guard = m.lock().map_err(|_| EngineError::Stopped)?;
             let lp = guard.as_mut().ok_or(EngineError::Stopped)?;
             return Ok(f(&mut lp.rnic, &*lp.port));
@@ -588,17 +638,34 @@ impl Device {
     /// loop on the calling thread and returns how much it did (0: nothing
     /// to do). A threaded engine turns by itself: this returns 0.
     pub fn turn(&self) -> usize {
-        match &self.shared.inline {
-            Some(m) => match m.try_lock() {
-                Ok(mut g) => g.as_mut().map_or(0, |lp| lp.turn(&self.shared)),
-                Err(_) => 0,
-            },
-            None => 0,
+        self.try_turn().unwrap_or(0)
+    }
+
+    /// An inline or a callers-turn engine ([`EngineConfig::callers_turn`]):
+    /// one turn of the loop on the calling thread, how much it did; None
+    /// when another thread is turning it (or it is a plain threaded
+    /// engine, or stopped): the work is that thread's.
+    pub fn try_turn(&self) -> Option<usize> {
+        let m = self.shared.inline.as_ref()?;
+        if self.shared.callers {
+            self.shared.asked.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut g = m.try_lock().ok()?;
+        g.as_mut().map(|lp| lp.turn(&self.shared))
+    }
+
+    /// A callers-turn engine: the application stops turning the loop for
+    /// a while (it blocks waiting for an event), so the engine thread
+    /// serves the port again now rather than after its park.
+    pub fn leave(&self) {
+        if self.shared.callers {
+            self.shared.left.store(true, Ordering::SeqCst);
+            self.shared.wake();
         }
     }
 
     /// Whether the application must turn this engine itself.
     pub fn is_inline(&self) -> bool {
-        self.shared.inline.is_some()
+        self.shared.inline.is_some() && !self.shared.callers
     }
 }

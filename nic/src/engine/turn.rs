@@ -163,6 +163,9 @@ impl Loop {
         work += self.transmit(now);
         // completions to the application
         let rnic = &mut self.rnic;
+        if let Some(h) = self.hook.as_mut() {
+            work += h.after_turn(rnic);
+        }
         self.cq_backlog = false;
         for (cqn, q) in &self.cqs {
             let room = q.capacity() - q.len();
@@ -358,6 +361,85 @@ pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
         }
     }
     lp.stats
+}
+
+/// The thread of a callers-turn engine ([`EngineConfig::callers_turn`]):
+/// turns the loop in `sh.inline` under its lock, as the application's
+/// threads do ([`Device::try_turn`]), and parks without the lock — on the
+/// port's descriptor or bell ([`Port::wait_unheld`]) and the timer — so that
+/// their turns run meanwhile: a frame wakes this thread only when no turn
+/// of theirs takes it first. It spins only while they ask for no turns;
+/// while they do, it parks at most [`CALLERS_PARK`] (their turns may
+/// have set earlier timers). A port with neither is waited on
+/// holding the lock, as [`run`] does (a post it keeps from turning rings
+/// the doorbell and the bell instead).
+pub(super) fn run_callers(sh: Arc<Shared>) -> EngineStats {
+    let Some(m) = sh.inline.as_ref() else {
+        return EngineStats::default();
+    };
+    let Some(cfg) = m
+        .lock()
+        .ok()
+        .and_then(|g| g.as_ref().map(|lp| lp.cfg.clone()))
+    else {
+        return EngineStats::default();
+    };
+    setup_thread(&cfg, &[&sh]);
+    *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
+    let mut idle = 0u32;
+    let mut seen = sh.asked.load(Ordering::Relaxed);
+    let mut duty = Duty::new(cfg.busy_max, cfg.busy_pause);
+    while !sh.stop.load(Ordering::Acquire) {
+        let Ok(mut g) = m.lock() else { break };
+        let Some(lp) = g.as_mut() else { break };
+        if lp.turn(&sh) > 0 {
+            idle = 0;
+            duty.after_work(lp.last_wall, &mut lp.stats.pauses);
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        let asked = sh.asked.load(Ordering::Relaxed);
+        let callers = asked != seen && !sh.left.swap(false, Ordering::AcqRel);
+        seen = asked;
+        if !callers && idle < cfg.spin {
+            drop(g);
+            std::hint::spin_loop();
+            continue;
+        }
+        let (Some(bell), Some(on)) = (sh.bell.clone(), lp.port.wait_unheld()) else {
+            lp.park(&sh);
+            duty.parked();
+            continue;
+        };
+        let mut park = lp.park_time();
+        if callers {
+            park.time = park.time.min(CALLERS_PARK);
+        }
+        if !lp.may_park(&sh, &park) {
+            continue;
+        }
+        lp.stats.parks += 1;
+        drop(g);
+        let fd = match on {
+            // SAFETY: the descriptor is the port's, and the port lives in
+            // the loop, which only this thread drops (below, after the
+            // last wait).
+            crate::io::Unheld::Fd(fd) => Some(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }),
+            crate::io::Unheld::Bell => None,
+        };
+        bell.wait(fd, park.time);
+        bell.drain_if_rung();
+        if let Some(lp) = m.lock().ok().as_mut().and_then(|g| g.as_mut()) {
+            lp.parked(&sh);
+        }
+        duty.parked();
+    }
+    // dropping the loop closes the port
+    m.lock()
+        .ok()
+        .and_then(|mut g| g.take())
+        .map(|lp| lp.stats)
+        .unwrap_or_default()
 }
 
 pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig) {

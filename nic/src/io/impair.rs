@@ -192,5 +192,5 @@ impl<P: Port> Port for Impaired<P> {
         let fate = self.interceptor.on_send(frame);
         !fate.lost && self.inner.loop_back(frame)
     }
-    crate::forward_port!(field inner: recv, tx_room, tx_ready_in, train_bytes, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, link_up);
+    crate::forward_port!(field inner: recv, tx_room, tx_ready_in, train_bytes, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, wait_unheld, attach_bell, pending, rx_backlog, link_up);
 }

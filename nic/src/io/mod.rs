@@ -285,6 +285,16 @@ impl RxBacklog {
     }
 }
 
+/// How a waiter that does not hold a port learns that a frame arrived
+/// ([`Port::wait_unheld`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unheld {
+    /// The descriptor [`Port::wait_or_ring`] polls turns readable.
+    Fd(std::os::fd::RawFd),
+    /// The port rings the bell attached to it ([`Port::attach_bell`]).
+    Bell,
+}
+
 /// What a port does: move batches of frames.
 pub trait Port: Send {
     /// Appends received frames to `batch` (up to its capacity); returns how
@@ -338,6 +348,13 @@ pub trait Port: Send {
     /// frame arrives if they can ([`Port::attach_bell`]).
     fn wait_or_ring(&mut self, bell: &Arc<Bell>, timeout: Duration) {
         bell.wait(None, timeout);
+    }
+    /// For a waiter that cannot hold the port while it waits (the thread
+    /// of a callers-turn engine parks without its loop's lock): how it
+    /// learns of a frame. None: the port has no such way, or a frame is
+    /// ready already — wait with `wait_or_ring` instead.
+    fn wait_unheld(&mut self) -> Option<Unheld> {
+        None
     }
     /// The engine that turns this port parks on `bell`: a port whose frames
     /// are delivered by another thread (the in-memory wire) rings it.
@@ -458,6 +475,11 @@ macro_rules! forward_port {
             $crate::forward_port!(@w self $how).wait_or_ring(bell, timeout)
         }
     };
+    (@one $how:tt wait_unheld) => {
+        fn wait_unheld(&mut self) -> Option<$crate::io::Unheld> {
+            $crate::forward_port!(@w self $how).wait_unheld()
+        }
+    };
     (@one $how:tt pending) => {
         fn pending(&self) -> bool {
             $crate::forward_port!(@r self $how).pending()
@@ -519,6 +541,9 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn wait_or_ring(&mut self, bell: &Arc<Bell>, timeout: Duration) {
         (**self).wait_or_ring(bell, timeout)
+    }
+    fn wait_unheld(&mut self) -> Option<Unheld> {
+        (**self).wait_unheld()
     }
     fn attach_bell(&mut self, bell: &Arc<Bell>) {
         (**self).attach_bell(bell)

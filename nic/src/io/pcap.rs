@@ -248,5 +248,5 @@ impl<P: Port> Port for PcapTap<P> {
         self.record(frame);
         self.port_mut().loop_back(frame)
     }
-    crate::forward_port!(via port, port_mut: tx_room, tx_ready_in, train_bytes, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, attach_bell, pending, rx_backlog, link_up);
+    crate::forward_port!(via port, port_mut: tx_room, tx_ready_in, train_bytes, mac, mtu, link_speed_bps, counters, wait, wait_or_ring, wait_unheld, attach_bell, pending, rx_backlog, link_up);
 }

@@ -652,7 +652,7 @@ impl DataPlane {
     /// completion channel shared by several CQs the events follow the
     /// completions, as on a NIC whose event queue takes them in order (a
     /// SEND's ACK before the peer's answer that came right after it).
-    fn complete(&mut self, rnic: &mut Rnic) -> usize {
+    pub fn complete(&mut self, rnic: &mut Rnic) -> usize {
         let mut work = 0;
         self.backlog = false;
         self.fire.clear();

@@ -193,6 +193,16 @@ impl nic::engine::EngineHook for DpHook {
         }
     }
 
+    /// What the turn's frames and timers completed goes into the CQ
+    /// rings now, not at the next turn: a client polling in a loop sees
+    /// it a turn sooner.
+    fn after_turn(&mut self, r: &mut Rnic) -> usize {
+        match self.dp.try_lock() {
+            Ok(mut d) => d.complete(r),
+            Err(_) => 0,
+        }
+    }
+
     fn before_park(&mut self, _: &mut Rnic, park: &Park) -> bool {
         match self.dp.try_lock() {
             Ok(mut d) => d.announce_park(park),
@@ -352,6 +362,13 @@ impl Server {
             });
         }
         Ok(servers)
+    }
+
+    /// The device's engine ([`nic::engine::Device`]): for a server hosted
+    /// in its clients' process, their threads turn it
+    /// ([`nic::engine::EngineConfig::callers_turn`]).
+    pub fn engine_device(&self) -> nic::engine::Device {
+        self.sh.dev.clone()
     }
 
     pub fn socket_path(&self) -> &Path {

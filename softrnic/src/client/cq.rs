@@ -39,6 +39,7 @@ impl Cq {
     /// and its acknowledgement in one); true when one came. Then poll.
     pub fn get_event(&mut self, timeout: Duration) -> Result<bool> {
         self.ctx.pay_owed_wake();
+        self.ctx.leave_local();
         let bell = self.events.as_ref().ok_or(Error::NotArmed)?;
         if bell.drain() > 0 {
             return Ok(true);
@@ -101,7 +102,11 @@ impl Cq {
     /// another layout (the libibverbs drop-in's `ibv_wc`).
     pub fn poll_each(&mut self, max: usize, mut f: impl FnMut(&CqeRaw)) -> usize {
         self.ctx.pay_owed_wake();
-        let prod = self.ring.producer().load(Ordering::Acquire);
+        let mut prod = self.ring.producer().load(Ordering::Acquire);
+        // empty, and the engine runs in this process: turn it, then look
+        if prod == self.cons && self.ctx.turn_local() {
+            prod = self.ring.producer().load(Ordering::Acquire);
+        }
         let start = self.cons;
         let avail = prod.wrapping_sub(self.cons).min(self.ring.entries);
         let mut n = 0;

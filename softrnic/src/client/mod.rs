@@ -13,6 +13,7 @@
 pub mod cm;
 pub mod cq;
 pub mod device;
+pub mod local;
 pub mod memory;
 pub mod qp;
 mod watch;
@@ -158,6 +159,9 @@ pub struct Context {
     /// Wakes of the engine since the last poll: [`BATCH_WAKES`] of them
     /// mean a batch handed over one post at a time.
     wakes: std::sync::atomic::AtomicU32,
+    /// The device's engine runs in this process ([`local`]): posts and
+    /// empty polls turn it.
+    local: Option<Arc<dyn local::LocalEngine>>,
 }
 
 /// The async-event eventfd and the events fetched but not handed out.
@@ -166,8 +170,12 @@ type AsyncEvents = Option<(
     std::collections::VecDeque<proto::AsyncEventMsg>,
 )>;
 
-/// Where device sockets live: `$SOFTRNIC_SOCK_DIR` or `/run/softrnic`.
+/// Where device sockets live: the process's own devices' folder
+/// ([`local::set_sock_dir`]), else `$SOFTRNIC_SOCK_DIR` or `/run/softrnic`.
 pub fn sock_dir() -> PathBuf {
+    if let Some(d) = local::sock_dir() {
+        return d;
+    }
     std::env::var_os("SOFTRNIC_SOCK_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/run/softrnic"))
@@ -190,6 +198,7 @@ impl Context {
             async_events: Mutex::new(None),
             owed: Default::default(),
             wakes: Default::default(),
+            local: local::lookup(path.as_ref()),
             sock: Mutex::new(sock),
             device: DeviceInfo::default(),
         };
@@ -516,6 +525,10 @@ fn ring_doorbell(r: &Ring, ctx: &Context) {
         return;
     };
     db.ring(r.slot().load(Ordering::Relaxed));
+    // an engine in this process takes the post in this thread
+    if ctx.local.as_ref().is_some_and(|l| l.try_turn().is_some()) {
+        return;
+    }
     std::sync::atomic::fence(Ordering::SeqCst);
     let parked = db.parked().load(Ordering::SeqCst);
     if parked == 0 {
@@ -540,6 +553,27 @@ impl Context {
         if let Some(b) = &self.bell {
             use std::os::fd::AsFd;
             nic::io::bell::ring_fd(b.as_fd());
+        }
+    }
+
+    /// An engine in this process ([`local`]): one turn on this thread,
+    /// unless another is turning it. Whether there is such an engine.
+    #[inline]
+    pub fn turn_local(&self) -> bool {
+        match &self.local {
+            Some(l) => {
+                l.try_turn();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Before blocking for an event: an engine in this process ([`local`])
+    /// serves the port from its own thread again.
+    pub fn leave_local(&self) {
+        if let Some(l) = &self.local {
+            l.leave();
         }
     }
 

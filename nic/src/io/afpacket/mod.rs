@@ -495,6 +495,11 @@ impl Port for AfPacketPort {
         bell.wait(Some(self.fd.as_fd()), timeout);
     }
 
+    fn wait_unheld(&mut self) -> Option<super::Unheld> {
+        use std::os::fd::AsRawFd;
+        Some(super::Unheld::Fd(self.fd.as_raw_fd()))
+    }
+
     /// V2: the slots the kernel has filled and `recv` has not read, and
     /// their frames' bytes (wire lengths). V3: `None` (see `v3`).
     fn rx_backlog(&self) -> Option<RxBacklog> {

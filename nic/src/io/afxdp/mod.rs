@@ -639,6 +639,11 @@ impl Port for AfXdpPort {
             bell.wait(Some(self.xsk.fd()), timeout);
         }
     }
+
+    fn wait_unheld(&mut self) -> Option<super::Unheld> {
+        use std::os::fd::AsRawFd;
+        (!self.ready()).then(|| super::Unheld::Fd(self.xsk.fd().as_raw_fd()))
+    }
 }
 
 /// How many waiting frames `rx_backlog` classifies by reading their

@@ -1,0 +1,138 @@
+//! A softrnic device hosted in its application's own process, as Linux
+//! rxe runs in the kernel beside its callers rather than behind a daemon.
+//!
+//! With `SOFTRNIC_LOCAL=IFNAME` in its environment, a program's first
+//! look at the device list ([`ensure`], from the libibverbs drop-in)
+//! starts rnicd's server in the program: the port on interface `IFNAME`
+//! (as `rnicd --iface IFNAME`: AF_PACKET with UDP GSO on a veth, else
+//! AF_XDP), the interface's address as the GID, the control socket in a
+//! folder of the process's own. The client side talks to it as to any
+//! rnicd — control messages over the socket, work and completions through
+//! the shared rings — but its threads turn the engine's loop themselves
+//! when they post and when they find a completion queue empty
+//! (`softrnic::client::local`, [`nic::engine::EngineConfig::callers_turn`]):
+//! a work request leaves on the wire from the posting thread and a frame
+//! is taken off the socket by the polling one, with no engine thread to
+//! wake on another CPU. The engine's thread serves the port while the
+//! program does not poll (a passive side, a program blocked in
+//! `ibv_get_cq_event`).
+//!
+//! One process per interface: a second program hosting a device on the
+//! same interface would see the first one's frames too. Programs that
+//! share a device run `rnicd` instead.
+
+use nic::engine::EngineConfig;
+use rnicd::server::{Server, ServerConfig};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// The environment variable naming the interface to host a device on.
+pub const ENV_IFACE: &str = "SOFTRNIC_LOCAL";
+/// The environment variable naming the hosted device (default `srnic0`,
+/// as rnicd's).
+pub const ENV_NAME: &str = "SOFTRNIC_LOCAL_NAME";
+
+/// Why no device could be hosted.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("{0}: the interface's address: {1}")]
+    Address(String, nic::io::addr::AddrError),
+    #[error("{0}: {1}")]
+    Port(String, nic::io::OpenError),
+    #[error("the device's socket folder or server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A hosted device: its server (never stopped: it lives as long as the
+/// process) and its socket folder.
+struct Hosted {
+    server: Server,
+    dir: PathBuf,
+}
+
+static HOSTED: OnceLock<Option<Hosted>> = OnceLock::new();
+
+/// How the client's threads turn the hosted engine.
+struct Turner(nic::engine::Device);
+
+impl softrnic::client::local::LocalEngine for Turner {
+    fn try_turn(&self) -> Option<usize> {
+        self.0.try_turn()
+    }
+    fn leave(&self) {
+        self.0.leave()
+    }
+}
+
+/// Hosts the device `SOFTRNIC_LOCAL` asks for, once per process; a
+/// failure is reported on stderr once and leaves the process without a
+/// local device. Whether one is hosted.
+pub fn ensure() -> bool {
+    HOSTED
+        .get_or_init(|| {
+            let ifname = std::env::var(ENV_IFACE).ok().filter(|s| !s.is_empty())?;
+            let name = std::env::var(ENV_NAME).unwrap_or_else(|_| "srnic0".into());
+            match host(&ifname, &name) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    eprintln!("softrnic: {ENV_IFACE}={ifname}: {e}");
+                    None
+                }
+            }
+        })
+        .is_some()
+}
+
+/// Starts the server of device `name` on interface `ifname` and
+/// registers it with the client side.
+fn host(ifname: &str, name: &str) -> Result<Hosted, LocalError> {
+    let ip =
+        nic::io::addr::interface_addr(ifname).map_err(|e| LocalError::Address(ifname.into(), e))?;
+    let (port, _) = nic::io::open_port(ifname, nic::io::Backend::Auto)
+        .map_err(|e| LocalError::Port(ifname.into(), e))?;
+    let dir = std::env::temp_dir().join(format!("softrnic-local-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cfg = ServerConfig {
+        name: name.into(),
+        sock_dir: dir.clone(),
+        // the process's own: no other user connects
+        mode: 0o600,
+        gid: wire::Gid::from_ip(ip),
+        netdev: Some(ifname.into()),
+        engine: EngineConfig {
+            callers_turn: true,
+            // as rnicd's defaults: a woken engine thread runs at once
+            // while the program's threads busy-poll every core (SCHED_FIFO
+            // where permitted, else a short slice), steps aside under
+            // sustained load, and spins briefly while nobody turns it
+            priority: nic::engine::Priority::Auto,
+            busy_max: std::time::Duration::from_micros(1000),
+            busy_pause: std::time::Duration::from_micros(100),
+            spin: 30,
+            name: format!("softrnic-{name}"),
+            ..Default::default()
+        },
+        bell: true,
+        cm: Default::default(),
+        dcqcn_rp: true,
+        dcqcn_reference_bps: None,
+    };
+    let server = Server::start(port, cfg)?;
+    softrnic::client::local::register(
+        server.socket_path(),
+        Arc::new(Turner(server.engine_device())),
+    );
+    softrnic::client::local::set_sock_dir(dir.clone());
+    // SAFETY: atexit(3) takes a function pointer of the right type.
+    unsafe { libc::atexit(remove_folder) };
+    Ok(Hosted { server, dir })
+}
+
+/// At exit: the socket and its folder go (the server's threads end with
+/// the process).
+extern "C" fn remove_folder() {
+    if let Some(Some(h)) = HOSTED.get() {
+        let _ = std::fs::remove_file(h.server.socket_path());
+        let _ = std::fs::remove_dir(&h.dir);
+    }
+}

@@ -1,0 +1,52 @@
+//! A device whose engine runs in this very process (the libibverbs
+//! drop-in's local mode hosts rnicd's server in the application): the
+//! client's own threads turn its loop when they post and when they find a
+//! completion queue empty, as Linux rxe runs a post in the caller's
+//! context, instead of waking an engine thread on another CPU. The client
+//! and the server still meet only over the socket and the shared rings;
+//! what is registered here is how to turn the loop.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// How the client turns an engine in its process.
+pub trait LocalEngine: Send + Sync {
+    /// One turn on the calling thread; None when another thread is turning
+    /// the loop (the work is then that thread's).
+    fn try_turn(&self) -> Option<usize>;
+    /// The client stops turning for a while (it blocks waiting for an
+    /// event): the engine's own thread takes the port again.
+    fn leave(&self);
+}
+
+/// The engines of this process, by the control socket they serve.
+static ENGINES: Mutex<Vec<(PathBuf, Arc<dyn LocalEngine>)>> = Mutex::new(Vec::new());
+
+/// The socket folder of this process's own devices, when it has any
+/// ([`super::sock_dir`] answers it instead of `$SOFTRNIC_SOCK_DIR`).
+static SOCK_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Registers the engine serving the control socket `path`: a context
+/// opened on it afterwards turns it.
+pub fn register(path: &Path, engine: Arc<dyn LocalEngine>) {
+    if let Ok(mut v) = ENGINES.lock() {
+        v.retain(|(p, _)| p != path);
+        v.push((path.to_path_buf(), engine));
+    }
+}
+
+/// The engine registered for `path`.
+pub fn lookup(path: &Path) -> Option<Arc<dyn LocalEngine>> {
+    let v = ENGINES.lock().ok()?;
+    v.iter().find(|(p, _)| p == path).map(|(_, e)| e.clone())
+}
+
+/// Makes `dir` the process's socket folder (once; false when one was set).
+pub fn set_sock_dir(dir: PathBuf) -> bool {
+    SOCK_DIR.set(dir).is_ok()
+}
+
+/// The process's own socket folder, if set.
+pub fn sock_dir() -> Option<PathBuf> {
+    SOCK_DIR.get().cloned()
+}
