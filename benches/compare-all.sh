@@ -291,15 +291,31 @@ softrnic_host_round() { # round
   rnicd_down "$da" "$db"
 }
 
+# each perftest process hosting its device on its end (SOFTRNIC_LOCAL):
+# no rnicd; the engine threads are the programs' own, so their CPU counts
+softrnic_local_host_round() { # round
+  local r=$1 t s args lib="LD_LIBRARY_PATH=$BIN/softrnic-ibverbs"
+  for t in $HOST_TESTS; do
+    for s in $(sizes_of "$t" "$SIZES_BW" "$SIZES_LAT"); do
+      args="$(cmp_pt_args "$t" "$s") -m 4096"
+      wait_quiet
+      cmp_perftest host softrnic-local "$t" "$s" "$r" "" \
+        "ip netns exec $A env $lib SOFTRNIC_LOCAL=$IA ${args/ -F/ -F -d srnic0 -x 3}" \
+        "ip netns exec $B env $lib SOFTRNIC_LOCAL=$IB ${args/ -F/ -F -d srnic0 -x 3} $ADDR_A"
+    done
+  done
+}
+
 stage_host() {
   host_net
   local r o
   for ((r = 1; r <= ROUNDS; r++)); do
-    local order=(softrnic tcp udp sockperf)
-    [ $((r % 2)) = 0 ] && order=(sockperf udp tcp softrnic)
+    local order=(softrnic softrnic-local tcp udp sockperf)
+    [ $((r % 2)) = 0 ] && order=(sockperf udp tcp softrnic-local softrnic)
     for o in "${order[@]}"; do
       case $o in
         softrnic) softrnic_host_round "$r" ;;
+        softrnic-local) softrnic_local_host_round "$r" ;;
         tcp | udp) iperf_round "$o" "$r" ;;
         sockperf) sockperf_round "$r" ;;
       esac
@@ -353,7 +369,7 @@ stage_guest() {
 } > "$OUT/machine.txt"
 
 declare -A EXPECT=([mem]="icrc+copy-floor memcpy softrnic-daemon softrnic-inproc"
-  [host]="softrnic tcp udp sockperf" [guest]="rxe softrnic")
+  [host]="softrnic softrnic-local tcp udp sockperf" [guest]="rxe softrnic softrnic-local")
 for st in mem host guest; do
   if skipped "$st"; then
     loud "stage $st SKIPPED (--skip-$st): the table has no $st figures"

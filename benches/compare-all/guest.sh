@@ -3,8 +3,9 @@
 # the share). The same unmodified perftest binaries of the guest on the
 # kernel's Soft-RoCE (rxeA on vethA, rxeB on vethB) and on softrnic (an
 # rnicd on each of the same two veth ends, the programs on its drop-in
-# libibverbs.so.1 through `rnic exec`), alternating per round: odd rounds
-# rxe first, even rounds softrnic first.
+# libibverbs.so.1 through `rnic exec`; and each program hosting its device
+# on its veth end, SOFTRNIC_LOCAL, no rnicd), alternating per round: odd
+# rounds rxe first, even rounds softrnic first.
 # Inputs on the share: compare-all/{lib.sh,params}, cmds.sh (the veth pair
 # and its routing, tools/rxe-peer/compare/cmds.sh), srnic/ (rnicd, rnic and
 # the drop-in folders). Output: compare-all/raw-guest.csv, logs in
@@ -60,7 +61,10 @@ ga_srnic_down() {
 # ga_phase STACK ROUND: every test at every size on one stack
 ga_phase() {
   local stack=$1 r=$2 t s args sc cc
-  if [ "$stack" = rxe ]; then ga_rxe_up || return 1; else ga_srnic_up || return 1; fi
+  case $stack in
+    rxe) ga_rxe_up || return 1 ;;
+    softrnic) ga_srnic_up || return 1 ;;
+  esac
   for t in $GUEST_TESTS; do
     for s in $(if [ "${t#*_}" = bw ]; then echo "$SIZES_BW"; else echo "$SIZES_LAT"; fi); do
       args="$(cmp_pt_args "$t" "$s") -m $GUEST_MTU"
@@ -68,6 +72,10 @@ ga_phase() {
         sc="${args/ -F/ -F -d rxeB -x $GID_B}"
         cc="${args/ -F/ -F -d rxeA -x $GID_A} $CMP_PEER_IP"
         cmp_perftest guest rxe "$t" "$s" "$r" "" "$sc" "$cc"
+      elif [ "$stack" = softrnic-local ]; then
+        sc="env LD_LIBRARY_PATH=$SR/softrnic-ibverbs SOFTRNIC_LOCAL=vethB ${args/ -F/ -F -d srnic0 -x 3}"
+        cc="env LD_LIBRARY_PATH=$SR/softrnic-ibverbs SOFTRNIC_LOCAL=vethA ${args/ -F/ -F -d srnic0 -x 3} $CMP_PEER_IP"
+        cmp_perftest guest softrnic-local "$t" "$s" "$r" "" "$sc" "$cc"
       else
         sc="$SR/rnic exec --sock-dir $SR/sb -- ${args/ -F/ -F -d sb -x 3}"
         cc="$SR/rnic exec --sock-dir $SR/sa -- ${args/ -F/ -F -d sa -x 3} $CMP_PEER_IP"
@@ -77,7 +85,10 @@ ga_phase() {
       sleep 0.5
     done
   done
-  if [ "$stack" = rxe ]; then ga_rxe_down; else ga_srnic_down; fi
+  case $stack in
+    rxe) ga_rxe_down ;;
+    softrnic) ga_srnic_down ;;
+  esac
 }
 
 ga_main() {
@@ -90,8 +101,8 @@ ga_main() {
   cp -r "$SH/srnic/." "$SR/" && chmod 755 "$SR/rnicd" "$SR/rnic" || return 1
   local r order
   for ((r = 1; r <= ROUNDS; r++)); do
-    order="rxe softrnic"
-    [ $((r % 2)) = 0 ] && order="softrnic rxe"
+    order="rxe softrnic softrnic-local"
+    [ $((r % 2)) = 0 ] && order="softrnic-local softrnic rxe"
     for st in $order; do
       glog "compare-all: round $r, $st"
       ga_phase "$st" "$r" || glog "compare-all: round $r, $st: set-up failed"
