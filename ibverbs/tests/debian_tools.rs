@@ -99,8 +99,15 @@ fn tool(side: &Side, prog: &str, args: &[String]) -> Command {
         }
         None => cmd(prog),
     };
+    // a program hosting its device finds its RDMA CM through the
+    // librdmacm drop-in too (rnicd's sides have theirs tested elsewhere)
+    let mut path = std::ffi::OsString::from(profile_dir().join("softrnic-ibverbs"));
+    if side.local.is_some() {
+        path.push(":");
+        path.push(profile_dir().join("softrnic-rdmacm"));
+    }
     c.args(args)
-        .env("LD_LIBRARY_PATH", profile_dir().join("softrnic-ibverbs"))
+        .env("LD_LIBRARY_PATH", path)
         .env("SOFTRNIC_SOCK_DIR", &side.sock_dir)
         .env("SOFTRNIC_LOCAL", side.local.as_deref().unwrap_or(""))
         .stdin(Stdio::null())
@@ -223,9 +230,16 @@ fn try_pair(
     // the clients do not retry their TCP connect: wait until the server
     // listens (without connecting: it accepts one connection only), or
     // has given up (then the client fails and the check below shows both)
+    // (a server on the RDMA CM, -R, has no TCP port: a hosted device's CM
+    // says when it listens)
+    let cm = args.contains(&"-R") && s.server.local.is_some();
     poll_within(STUCK, || {
-        let ready =
-            listening(s.server.ns.as_deref(), port) || server.try_wait().ok().flatten().is_some();
+        let listens = if cm {
+            cm_listening(server.id())
+        } else {
+            listening(s.server.ns.as_deref(), port)
+        };
+        let ready = listens || server.try_wait().ok().flatten().is_some();
         ready.then_some(())
     });
     let deadline = Instant::now() + DEADLINE;
@@ -268,6 +282,18 @@ fn try_pair(
         started.elapsed().as_secs_f64()
     );
     Ok(out)
+}
+
+/// Whether the RDMA CM of the device that process `pid` hosts
+/// (`SOFTRNIC_LOCAL`, device `srnic0`) has a listener.
+fn cm_listening(pid: u32) -> bool {
+    let sock = std::env::temp_dir()
+        .join(format!("softrnic-local-{pid}"))
+        .join("srnic0.sock");
+    softrnic::Context::open(&sock)
+        .ok()
+        .and_then(|c| c.stats().ok())
+        .is_some_and(|st| st.cm.get("cm_listeners").copied().unwrap_or(0) > 0)
 }
 
 /// Whether the tools can run here: the drop-in and rnicd are built (a
@@ -766,7 +792,7 @@ fn over_veth(tag: &str, backend: &str, mtu: u32) {
 
 /// Every tool between two namespaces of a veth pair, each process hosting
 /// its device on its end (`SOFTRNIC_LOCAL`, no rnicd): the posting and
-/// polling threads turn the engine.
+/// polling threads turn the engine; perftest over the RDMA CM (`-R`) too.
 #[test]
 fn the_tools_run_with_each_process_hosting_its_device() {
     if !ready(&PINGPONGS) || !ready(&PERFTESTS) || !ready(&["ibv_devinfo"]) {
@@ -804,6 +830,9 @@ fn the_tools_run_with_each_process_hosting_its_device() {
     pingpongs(&s);
     perftest_bw(&s, "20");
     perftest_lat(&s, "5");
+    // connected through the RDMA CM the program hosts too
+    pair(&s, "ib_send_bw", "-p", &["-R", "-n", "100"], "BW average");
+    pair(&s, "ib_write_lat", "-p", &["-R", "-n", "100"], "t_typical");
 }
 
 /// Server and client on device `ra` of a veth pair's side A over

@@ -17,6 +17,10 @@
 //! program does not poll (a passive side, a program blocked in
 //! `ibv_get_cq_event`).
 //!
+//! The process's environment then names the folder (`SOFTRNIC_SOCK_DIR`),
+//! so that the librdmacm drop-in, a library of its own, finds the device
+//! and its RDMA CM too.
+//!
 //! One process per interface: a second program hosting a device on the
 //! same interface would see the first one's frames too. Programs that
 //! share a device run `rnicd` instead.
@@ -92,6 +96,12 @@ fn host(ifname: &str, name: &str) -> Result<Hosted, LocalError> {
         .map_err(|e| LocalError::Port(ifname.into(), e))?;
     let dir = std::env::temp_dir().join(format!("softrnic-local-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    // the librdmacm drop-in is a library of its own, with its own copy of
+    // the client side: it finds the device's socket (and its CM) through
+    // the environment. Set before the server's threads start; a program
+    // that reads its environment from another thread meanwhile is the
+    // one hazard (as of any setenv(3)).
+    std::env::set_var("SOFTRNIC_SOCK_DIR", &dir);
     let cfg = ServerConfig {
         name: name.into(),
         sock_dir: dir.clone(),

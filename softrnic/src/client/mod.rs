@@ -162,6 +162,9 @@ pub struct Context {
     /// The device's engine runs in this process ([`local`]): posts and
     /// empty polls turn it.
     local: Option<Arc<dyn local::LocalEngine>>,
+    /// Posts since the last poll (an engine in this process: only the
+    /// first turns it).
+    posted: std::sync::atomic::AtomicU32,
 }
 
 /// The async-event eventfd and the events fetched but not handed out.
@@ -199,6 +202,7 @@ impl Context {
             owed: Default::default(),
             wakes: Default::default(),
             local: local::lookup(path.as_ref()),
+            posted: Default::default(),
             sock: Mutex::new(sock),
             device: DeviceInfo::default(),
         };
@@ -525,9 +529,13 @@ fn ring_doorbell(r: &Ring, ctx: &Context) {
         return;
     };
     db.ring(r.slot().load(Ordering::Relaxed));
-    // an engine in this process takes the post in this thread
-    if ctx.local.as_ref().is_some_and(|l| l.try_turn().is_some()) {
-        return;
+    // an engine in this process takes the first post since the last poll
+    // in this thread (a latency loop's every post); the rest of a batch
+    // goes to the engine's thread, which takes it whole
+    if let Some(l) = &ctx.local {
+        if ctx.posted.fetch_add(1, Ordering::Relaxed) == 0 && l.try_turn().is_some() {
+            return;
+        }
     }
     std::sync::atomic::fence(Ordering::SeqCst);
     let parked = db.parked().load(Ordering::SeqCst);
@@ -583,6 +591,9 @@ impl Context {
     pub fn pay_owed_wake(&self) {
         if self.wakes.load(Ordering::Relaxed) != 0 {
             self.wakes.store(0, Ordering::Relaxed);
+        }
+        if self.posted.load(Ordering::Relaxed) != 0 {
+            self.posted.store(0, Ordering::Relaxed);
         }
         if self.owed.load(Ordering::Relaxed) && self.owed.swap(false, Ordering::Relaxed) {
             let parked = self.doorbells.as_ref().map(|(_, db)| db.parked());
