@@ -35,6 +35,9 @@ pub const ENV_IFACE: &str = "SOFTRNIC_LOCAL";
 /// The environment variable naming the hosted device (default `srnic0`,
 /// as rnicd's).
 pub const ENV_NAME: &str = "SOFTRNIC_LOCAL_NAME";
+/// The environment variable naming the port's backend, as `rnicd
+/// --backend`: `auto` (the default), `afxdp`, `afpacket`, `afpacket-v3`.
+pub const ENV_BACKEND: &str = "SOFTRNIC_LOCAL_BACKEND";
 
 /// Why no device could be hosted.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,20 @@ pub enum LocalError {
     Port(String, nic::io::OpenError),
     #[error("the device's socket folder or server: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{ENV_BACKEND}={0}: not auto, afxdp, afpacket or afpacket-v3")]
+    Backend(String),
+}
+
+/// `SOFTRNIC_LOCAL_BACKEND` as a backend (unset or empty: auto).
+fn backend(v: Option<&str>) -> Result<nic::io::Backend, LocalError> {
+    use nic::io::Backend;
+    Ok(match v.unwrap_or("") {
+        "" | "auto" => Backend::Auto,
+        "afxdp" => Backend::AfXdp,
+        "afpacket" | "afpacket-v2" => Backend::AfPacket,
+        "afpacket-v3" => Backend::AfPacketV3,
+        other => return Err(LocalError::Backend(other.into())),
+    })
 }
 
 /// A hosted device: its server (never stopped: it lives as long as the
@@ -92,8 +109,9 @@ pub fn ensure() -> bool {
 fn host(ifname: &str, name: &str) -> Result<Hosted, LocalError> {
     let ip =
         nic::io::addr::interface_addr(ifname).map_err(|e| LocalError::Address(ifname.into(), e))?;
-    let (port, _) = nic::io::open_port(ifname, nic::io::Backend::Auto)
-        .map_err(|e| LocalError::Port(ifname.into(), e))?;
+    let asked = backend(std::env::var(ENV_BACKEND).ok().as_deref())?;
+    let (port, _) =
+        nic::io::open_port(ifname, asked).map_err(|e| LocalError::Port(ifname.into(), e))?;
     let dir = std::env::temp_dir().join(format!("softrnic-local-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     // the librdmacm drop-in is a library of its own, with its own copy of
@@ -144,5 +162,22 @@ extern "C" fn remove_folder() {
     if let Some(Some(h)) = HOSTED.get() {
         let _ = std::fs::remove_file(h.server.socket_path());
         let _ = std::fs::remove_dir(&h.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nic::io::Backend;
+
+    #[test]
+    fn the_backend_is_named_as_rnicds() {
+        assert_eq!(backend(None).unwrap(), Backend::Auto);
+        assert_eq!(backend(Some("")).unwrap(), Backend::Auto);
+        assert_eq!(backend(Some("afxdp")).unwrap(), Backend::AfXdp);
+        assert_eq!(backend(Some("afpacket")).unwrap(), Backend::AfPacket);
+        assert_eq!(backend(Some("afpacket-v3")).unwrap(), Backend::AfPacketV3);
+        let e = backend(Some("dpdk")).unwrap_err();
+        assert!(e.to_string().contains("SOFTRNIC_LOCAL_BACKEND=dpdk"), "{e}");
     }
 }
