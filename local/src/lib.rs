@@ -180,4 +180,11 @@ mod tests {
         let e = backend(Some("dpdk")).unwrap_err();
         assert!(e.to_string().contains("SOFTRNIC_LOCAL_BACKEND=dpdk"), "{e}");
     }
+
+    #[test]
+    fn an_interface_that_is_not_there_is_named_in_the_error() {
+        let e = host("no-such-if0", "t").err().expect("no such interface");
+        assert!(matches!(e, LocalError::Address(..)), "{e:?}");
+        assert!(e.to_string().starts_with("no-such-if0: "), "{e}");
+    }
 }
