@@ -757,6 +757,20 @@ impl NetPair {
     }
 }
 
+/// `ibv_devinfo -v` on `side`: it succeeds and prints every line of
+/// `wants`; its output.
+fn devinfo_shows(side: &Side, wants: &[&str]) -> String {
+    let out = tool(side, "ibv_devinfo", &["-v".into()])
+        .output()
+        .expect("ibv_devinfo");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{}", show(&out, false));
+    for want in wants {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+    text
+}
+
 /// Every tool of setting 1 between the two namespaces over `backend`.
 fn over_veth(tag: &str, backend: &str, mtu: u32) {
     if !ready(&PINGPONGS) || !ready(&PERFTESTS) || !ready(&["ibv_devinfo"]) {
@@ -768,19 +782,15 @@ fn over_veth(tag: &str, backend: &str, mtu: u32) {
     net.wait_active();
     let s = net.setting.clone();
     // each namespace sees its own daemon's device
-    let out = tool(&s.client, "ibv_devinfo", &["-v".into()])
-        .output()
-        .expect("ibv_devinfo");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", show(&out, false));
-    for want in [
-        "hca_id:\trb",
-        "PORT_ACTIVE (4)",
-        "link_layer:\t\tEthernet",
-        "GID[  3]:\t\t::ffff:192.0.2.2, RoCE v2",
-    ] {
-        assert!(text.contains(want), "no {want:?} in:\n{text}");
-    }
+    let text = devinfo_shows(
+        &s.client,
+        &[
+            "hca_id:\trb",
+            "PORT_ACTIVE (4)",
+            "link_layer:\t\tEthernet",
+            "GID[  3]:\t\t::ffff:192.0.2.2, RoCE v2",
+        ],
+    );
     assert!(!text.contains("hca_id:\tra"), "{text}");
     pingpongs(&s);
     net.check_alive();
@@ -815,18 +825,14 @@ fn the_tools_run_with_each_process_hosting_its_device() {
         client: side(&veth.ns_b, &veth.if_b),
         addr: testkit::rnicd_pair::ADDR_A.to_string(),
     };
-    let out = tool(&s.client, "ibv_devinfo", &["-v".into()])
-        .output()
-        .expect("ibv_devinfo");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", show(&out, false));
-    for want in [
-        "hca_id:\tsrnic0",
-        "PORT_ACTIVE (4)",
-        "GID[  3]:\t\t::ffff:192.0.2.2, RoCE v2",
-    ] {
-        assert!(text.contains(want), "no {want:?} in:\n{text}");
-    }
+    devinfo_shows(
+        &s.client,
+        &[
+            "hca_id:\tsrnic0",
+            "PORT_ACTIVE (4)",
+            "GID[  3]:\t\t::ffff:192.0.2.2, RoCE v2",
+        ],
+    );
     pingpongs(&s);
     perftest_bw(&s, "20");
     perftest_lat(&s, "5");

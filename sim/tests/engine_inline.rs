@@ -34,6 +34,12 @@ struct Side {
 
 const MEM: usize = 1 << 20;
 
+/// The two sides' MACs on the in-memory wire.
+const MACS: [EthernetAddress; 2] = [
+    EthernetAddress([2, 0, 0, 0, 0, 1]),
+    EthernetAddress([2, 0, 0, 0, 0, 2]),
+];
+
 fn gid(i: u8) -> Gid {
     Gid::from_ipv4(std::net::Ipv4Addr::new(192, 0, 2, i + 1))
 }
@@ -136,10 +142,7 @@ fn connect_sides(a: &Side, b: &Side, macs: [EthernetAddress; 2]) {
 
 #[test]
 fn two_inline_engines_turned_by_one_thread() {
-    let macs = [
-        EthernetAddress([2, 0, 0, 0, 0, 1]),
-        EthernetAddress([2, 0, 0, 0, 0, 2]),
-    ];
+    let macs = MACS;
     let (pa, pb) = pair(macs, 1024);
     let dir = std::env::temp_dir().join(format!("softrnic-inline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -236,10 +239,7 @@ fn write_once(a: &Side, b: &Side, id: u64, len: u32, mut poll: impl FnMut(&mut V
 
 #[test]
 fn callers_turn_engines_move_data_with_and_without_the_application_turning() {
-    let macs = [
-        EthernetAddress([2, 0, 0, 0, 0, 1]),
-        EthernetAddress([2, 0, 0, 0, 0, 2]),
-    ];
+    let macs = MACS;
     let (pa, pb) = pair(macs, 1024);
     let (a, b) = (
         side(0, Box::new(pa), Run::CallersTurn),
@@ -285,10 +285,7 @@ fn callers_turn_engines_move_data_with_and_without_the_application_turning() {
 
 #[test]
 fn a_threaded_engine_takes_no_turn_of_the_application() {
-    let macs = [
-        EthernetAddress([2, 0, 0, 0, 0, 1]),
-        EthernetAddress([2, 0, 0, 0, 0, 2]),
-    ];
+    let macs = MACS;
     let (pa, _pb) = pair(macs, 16);
     let e = Engine::start(
         Rnic::new(RnicConfig::new(macs[0], gid(0))),
