@@ -530,8 +530,8 @@ fn ring_doorbell(r: &Ring, ctx: &Context) {
     };
     db.ring(r.slot().load(Ordering::Relaxed));
     // an engine in this process takes the first post since the last poll
-    // in this thread (a latency loop's every post); the rest of a batch
-    // goes to the engine's thread, which takes it whole
+    // in this thread (each post of a loop that polls between posts); the
+    // rest of a batch goes to the engine's thread, which takes it whole
     if let Some(l) = &ctx.local {
         if ctx.posted.fetch_add(1, Ordering::Relaxed) == 0 && l.try_turn().is_some() {
             return;
