@@ -291,10 +291,11 @@ softrnic_host_round() { # round
   rnicd_down "$da" "$db"
 }
 
-# each perftest process hosting its device on its end (SOFTRNIC_LOCAL):
-# no rnicd; the engine threads are the programs' own, so their CPU counts
+# each perftest process hosting its device on its end (SOFTRNIC_LOCAL, the
+# port's backend as rnicd's): no rnicd; the engine threads are the
+# programs' own, so their CPU counts
 softrnic_local_host_round() { # round
-  local r=$1 t s args lib="LD_LIBRARY_PATH=$BIN/softrnic-ibverbs"
+  local r=$1 t s args lib="LD_LIBRARY_PATH=$BIN/softrnic-ibverbs SOFTRNIC_LOCAL_BACKEND=${HOST_BACKEND:-auto}"
   for t in $HOST_TESTS; do
     for s in $(sizes_of "$t" "$SIZES_BW" "$SIZES_LAT"); do
       args="$(cmp_pt_args "$t" "$s") -m 4096"

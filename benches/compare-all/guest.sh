@@ -60,7 +60,7 @@ ga_srnic_down() {
 
 # ga_phase STACK ROUND: every test at every size on one stack
 ga_phase() {
-  local stack=$1 r=$2 t s args sc cc
+  local stack=$1 r=$2 t s args sc cc lenv
   case $stack in
     rxe) ga_rxe_up || return 1 ;;
     softrnic) ga_srnic_up || return 1 ;;
@@ -73,8 +73,10 @@ ga_phase() {
         cc="${args/ -F/ -F -d rxeA -x $GID_A} $CMP_PEER_IP"
         cmp_perftest guest rxe "$t" "$s" "$r" "" "$sc" "$cc"
       elif [ "$stack" = softrnic-local ]; then
-        sc="env LD_LIBRARY_PATH=$SR/softrnic-ibverbs SOFTRNIC_LOCAL=vethB ${args/ -F/ -F -d srnic0 -x 3}"
-        cc="env LD_LIBRARY_PATH=$SR/softrnic-ibverbs SOFTRNIC_LOCAL=vethA ${args/ -F/ -F -d srnic0 -x 3} $CMP_PEER_IP"
+        # the port's backend as rnicd's
+        lenv="LD_LIBRARY_PATH=$SR/softrnic-ibverbs SOFTRNIC_LOCAL_BACKEND=$GUEST_BACKEND"
+        sc="env $lenv SOFTRNIC_LOCAL=vethB ${args/ -F/ -F -d srnic0 -x 3}"
+        cc="env $lenv SOFTRNIC_LOCAL=vethA ${args/ -F/ -F -d srnic0 -x 3} $CMP_PEER_IP"
         cmp_perftest guest softrnic-local "$t" "$s" "$r" "" "$sc" "$cc"
       else
         sc="$SR/rnic exec --sock-dir $SR/sb -- ${args/ -F/ -F -d sb -x 3}"
