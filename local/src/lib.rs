@@ -18,8 +18,8 @@
 //! `ibv_get_cq_event`).
 //!
 //! The process's environment then names the folder (`SOFTRNIC_SOCK_DIR`),
-//! so that the librdmacm drop-in, a library of its own, finds the device
-//! and its RDMA CM too.
+//! where the client side lists devices, so that the librdmacm drop-in, a
+//! library of its own, finds the device and its RDMA CM too.
 //!
 //! One process per interface: a second program hosting a device on the
 //! same interface would see the first one's frames too. Programs that
@@ -114,11 +114,11 @@ fn host(ifname: &str, name: &str) -> Result<Hosted, LocalError> {
         nic::io::open_port(ifname, asked).map_err(|e| LocalError::Port(ifname.into(), e))?;
     let dir = std::env::temp_dir().join(format!("softrnic-local-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    // the librdmacm drop-in is a library of its own, with its own copy of
-    // the client side: it finds the device's socket (and its CM) through
-    // the environment. Set before the server's threads start; a program
-    // that reads its environment from another thread meanwhile is the
-    // one hazard (as of any setenv(3)).
+    // the folder the client side lists devices in — this library's copy
+    // and the librdmacm drop-in's own, which finds the device's CM there.
+    // Set before the server's threads start; a program that reads its
+    // environment from another thread meanwhile is the one hazard (as of
+    // any setenv(3)).
     std::env::set_var("SOFTRNIC_SOCK_DIR", &dir);
     let cfg = ServerConfig {
         name: name.into(),
@@ -150,7 +150,6 @@ fn host(ifname: &str, name: &str) -> Result<Hosted, LocalError> {
         server.socket_path(),
         Arc::new(Turner(server.engine_device())),
     );
-    softrnic::client::local::set_sock_dir(dir.clone());
     // SAFETY: atexit(3) takes a function pointer of the right type.
     unsafe { libc::atexit(remove_folder) };
     Ok(Hosted { server, dir })

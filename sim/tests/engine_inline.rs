@@ -52,8 +52,7 @@ enum Run {
 }
 
 fn side(i: u8, port: Box<dyn Port>, run: Run) -> Side {
-    let mac = EthernetAddress([2, 0, 0, 0, 0, i + 1]);
-    let rnic = Rnic::new(RnicConfig::new(mac, gid(i)));
+    let rnic = Rnic::new(RnicConfig::new(MACS[i as usize], gid(i)));
     let engine = match run {
         Run::Inline => Engine::start_inline(rnic, port, EngineConfig::default()),
         Run::CallersTurn => Engine::start(

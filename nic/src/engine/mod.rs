@@ -234,6 +234,12 @@ impl Shared {
 }
 
 impl Shared {
+    /// The loop of an inline engine, which has no thread of its own (a
+    /// callers-turn engine's thread owns the stopping and the calls).
+    fn inline_only(&self) -> Option<&Mutex<Option<Loop>>> {
+        self.inline.as_ref().filter(|_| !self.callers)
+    }
+
     /// After publishing work (a post, a call, `stop`): wake the thread if
     /// it parks (the bell's fences pair with [`Shared::park_on`]'s: either
     /// the engine sees the work or this sees it parked).
@@ -495,15 +501,7 @@ impl Engine {
 
     fn halt(&mut self) -> EngineStats {
         self.shared.stop.store(true, Ordering::Release);
-        if self.shared.callers {
-            self.shared.wake();
-            return self
-                .join
-                .take()
-                .and_then(|j| j.join().ok())
-                .unwrap_or_default();
-        }
-        if let Some(m) = &self.shared.inline {
+        if let Some(m) = self.shared.inline_only() {
             // dropping the loop closes the port
             let lp = m.lock().ok().and_then(|mut l| l.take());
             return lp.map(|l| l.stats).unwrap_or_default();
@@ -568,7 +566,7 @@ impl Device {
         if self.shared.stop.load(Ordering::Acquire) {
             return Err(EngineError::Stopped);
         }
-        if let Some(m) = self.shared.inline.as_ref().filter(|_| !self.shared.callers) {
+        if let Some(m) = self.shared.inline_only() {
             let mut guard = m.lock().map_err(|_| EngineError::Stopped)?;
             let lp = guard.as_mut().ok_or(EngineError::Stopped)?;
             return Ok(f(&mut lp.rnic, &*lp.port));
@@ -666,6 +664,6 @@ impl Device {
 
     /// Whether the application must turn this engine itself.
     pub fn is_inline(&self) -> bool {
-        self.shared.inline.is_some() && !self.shared.callers
+        self.shared.inline_only().is_some()
     }
 }

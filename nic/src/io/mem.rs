@@ -292,12 +292,12 @@ impl Port for MemPort {
         Some(self.link.is_up())
     }
 
-    /// A frame put on the wire towards us rings the engine's bell.
     /// The sender rings the attached bell.
     fn wait_unheld(&mut self) -> Option<super::Unheld> {
         Some(super::Unheld::Bell)
     }
 
+    /// A frame put on the wire towards us rings the engine's bell.
     fn attach_bell(&mut self, bell: &Arc<Bell>) {
         if let Ok(mut w) = self.rx.waiter.lock() {
             *w = Some(Waiter::Bell(bell.clone()));

@@ -4,10 +4,11 @@
 //! completion queue empty, as Linux rxe runs a post in the caller's
 //! context, instead of waking an engine thread on another CPU. The client
 //! and the server still meet only over the socket and the shared rings;
-//! what is registered here is how to turn the loop.
+//! what is registered here is how to turn the loop. The host names its
+//! socket folder in `SOFTRNIC_SOCK_DIR` ([`super::sock_dir`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// How the client turns an engine in its process.
 pub trait LocalEngine: Send + Sync {
@@ -22,10 +23,6 @@ pub trait LocalEngine: Send + Sync {
 /// The engines of this process, by the control socket they serve.
 static ENGINES: Mutex<Vec<(PathBuf, Arc<dyn LocalEngine>)>> = Mutex::new(Vec::new());
 
-/// The socket folder of this process's own devices, when it has any
-/// ([`super::sock_dir`] answers it instead of `$SOFTRNIC_SOCK_DIR`).
-static SOCK_DIR: OnceLock<PathBuf> = OnceLock::new();
-
 /// Registers the engine serving the control socket `path`: a context
 /// opened on it afterwards turns it.
 pub fn register(path: &Path, engine: Arc<dyn LocalEngine>) {
@@ -39,14 +36,4 @@ pub fn register(path: &Path, engine: Arc<dyn LocalEngine>) {
 pub fn lookup(path: &Path) -> Option<Arc<dyn LocalEngine>> {
     let v = ENGINES.lock().ok()?;
     v.iter().find(|(p, _)| p == path).map(|(_, e)| e.clone())
-}
-
-/// Makes `dir` the process's socket folder (once; false when one was set).
-pub fn set_sock_dir(dir: PathBuf) -> bool {
-    SOCK_DIR.set(dir).is_ok()
-}
-
-/// The process's own socket folder, if set.
-pub fn sock_dir() -> Option<PathBuf> {
-    SOCK_DIR.get().cloned()
 }

@@ -173,12 +173,8 @@ type AsyncEvents = Option<(
     std::collections::VecDeque<proto::AsyncEventMsg>,
 )>;
 
-/// Where device sockets live: the process's own devices' folder
-/// ([`local::set_sock_dir`]), else `$SOFTRNIC_SOCK_DIR` or `/run/softrnic`.
+/// Where device sockets live: `$SOFTRNIC_SOCK_DIR` or `/run/softrnic`.
 pub fn sock_dir() -> PathBuf {
-    if let Some(d) = local::sock_dir() {
-        return d;
-    }
     std::env::var_os("SOFTRNIC_SOCK_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/run/softrnic"))
