@@ -12,15 +12,23 @@ use serde_json::Value;
 use softrnic::proto::{CcStates, QpCcState};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// What reads a station's counters.
 const STATS: &str = "rnic stats --daemon";
 
 /// How long a daemon may take to be READY with its port active.
 const START_S: u64 = 60;
+
+/// How long a command through a launcher may take before the lab gives up
+/// on it (kills the launcher's process group) with an error naming the
+/// machine and the command: a machine that stops answering ends the run
+/// instead of hanging it. The teardown script itself waits up to 5 s.
+const ANSWER: Duration = Duration::from_secs(30);
 
 /// The error of `what`, a command through `m`'s launcher, in one line
 /// naming the machine.
@@ -53,18 +61,83 @@ fn checked(
     ))
 }
 
-/// `argv` to run, in a process group of its own (a Ctrl-C on the
-/// terminal reaches the lab alone, which tears down in order).
-fn command(argv: &[String]) -> Command {
-    let mut c = Command::new(&argv[0]);
-    c.args(&argv[1..]).stdin(Stdio::null()).process_group(0);
-    c
+/// `argv` started in a process group of its own (a Ctrl-C on the
+/// terminal reaches the lab alone, which tears down in order), its stdout
+/// and stderr piped.
+fn start(argv: &[String]) -> std::io::Result<Child> {
+    Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+}
+
+/// What `child` (started by [`start`]) wrote and its status once it has
+/// ended and closed its pipes, or an error at `deadline` (its process
+/// group killed then).
+fn output_by(mut child: Child, deadline: Instant) -> std::io::Result<Output> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pipes: [Option<Box<dyn Read + Send>>; 2] = [
+        child.stdout.take().map(|p| Box::new(p) as _),
+        child.stderr.take().map(|p| Box::new(p) as _),
+    ];
+    for (i, pipe) in pipes.into_iter().enumerate() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            let _ = tx.send((i, buf));
+        });
+    }
+    let mut got: [Vec<u8>; 2] = Default::default();
+    for _ in 0..2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, buf)) => got[i] = buf,
+            Err(_) => return Err(gave_up(child)),
+        }
+    }
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let [stdout, stderr] = got;
+            return Ok(Output {
+                status,
+                stdout,
+                stderr,
+            });
+        }
+        if Instant::now() >= deadline {
+            return Err(gave_up(child));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Kills the process group of `child` (a launcher that did not answer in
+/// time), reaps it: the error that says so.
+fn gave_up(mut child: Child) -> std::io::Error {
+    // SAFETY: kill(2) on the process group our own unreaped child leads
+    // (started with process_group(0)).
+    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+    let _ = child.wait();
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer within {} s", ANSWER.as_secs()),
+    )
+}
+
+/// Runs `argv` to its end, within [`ANSWER`].
+fn output(argv: &[String]) -> std::io::Result<Output> {
+    output_by(start(argv)?, Instant::now() + ANSWER)
 }
 
 /// Runs `cmd` (doing `what`) on `m` to its end; its stdout.
 pub fn run_on(m: &Machine, what: &'static str, cmd: &[String]) -> Result<String, LabError> {
-    let argv = m.argv(cmd);
-    checked(m, what, command(&argv).output())
+    checked(m, what, output(&m.argv(cmd)))
 }
 
 /// Writes `text` into file `path` on `m` (doing `what`), executable when
@@ -258,7 +331,7 @@ impl Station {
     /// Its device as `rnic stats --daemon --json --qp` reports it.
     fn device(&self) -> Result<Value, LabError> {
         let argv = self.stats_argv();
-        let out = checked(&self.machine, STATS, command(&argv).output())?;
+        let out = checked(&self.machine, STATS, output(&argv))?;
         device_of(&out, &self.machine.name)
             .ok_or_else(|| failed(&self.machine, STATS, "no device of that name in its answer"))
     }
@@ -332,16 +405,12 @@ pub fn counters_of(d: &Value) -> HostSample {
 pub fn sample(stations: &mut [Station]) -> Result<Vec<HostSample>, LabError> {
     let asks = stations
         .iter()
-        .map(|s| {
-            command(&s.stats_argv())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-        })
+        .map(|s| start(&s.stats_argv()))
         .collect::<Vec<_>>();
+    let deadline = Instant::now() + ANSWER;
     let mut all = Vec::new();
     for (s, child) in stations.iter_mut().zip(asks) {
-        let out = child.and_then(|c| c.wait_with_output());
+        let out = child.and_then(|c| output_by(c, deadline));
         let text = checked(&s.machine, STATS, out);
         s.check_alive()?;
         let d = device_of(&text?, &s.machine.name)
@@ -353,6 +422,40 @@ pub fn sample(stations: &mut [Station]) -> Result<Vec<HostSample>, LabError> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Child {
+        start(&words(&["sh", "-c", script])).unwrap()
+    }
+
+    #[test]
+    fn a_launcher_command_answers_or_is_given_up_on() {
+        let soon = || Instant::now() + Duration::from_millis(300);
+        let out = output_by(sh("echo out; echo err >&2; exit 3"), soon()).unwrap();
+        assert_eq!(
+            (out.stdout, out.stderr),
+            (b"out\n".to_vec(), b"err\n".to_vec())
+        );
+        assert_eq!(out.status.code(), Some(3));
+        // one that never ends, and one whose background child keeps its
+        // pipe open after it has ended: both given up on, their group
+        // killed (the background sleep too: nothing keeps the pipe)
+        for script in ["sleep 30", "sleep 30 & echo started"] {
+            let c = sh(script);
+            let group = c.id() as libc::pid_t;
+            let e = output_by(c, soon()).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{script}");
+            let gone = (0..200).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                // SAFETY: kill(2) with signal 0 only asks whether the
+                // group exists.
+                let there = unsafe { libc::kill(-group, 0) } == 0;
+                !there
+            });
+            assert!(gone, "the group of `{script}` is still there");
+        }
+    }
+
     #[test]
     fn counters_and_dcqcn_state_come_from_rnic_stats_json() {
         let out = r#"{"devices":[{"name":"h9","counters":{"tx_bytes":1}},
