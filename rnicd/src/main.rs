@@ -70,8 +70,9 @@ struct Args {
     /// Socket file permissions (octal).
     #[arg(long, default_value = "666")]
     mode: String,
-    /// Engine: idle turns spent spinning before parking. Short by
-    /// default: a parked engine wakes at once on a frame or a doorbell,
+    /// Engine: idle turns spent spinning before parking, for 50 µs at
+    /// most (where turns are slow, as on an emulated CPU, fewer). Short
+    /// by default: a parked engine wakes at once on a frame or a doorbell,
     /// and every turn spent spinning is taken from the programs it serves
     /// (benches/sharing.sh: 30 against 300 halves a 64 B ib_write_lat
     /// over veth on two CPUs).

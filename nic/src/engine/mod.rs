@@ -90,6 +90,11 @@ pub struct EngineConfig {
     /// An idle turn of one device on the in-memory wire takes ≈ 0.1 µs
     /// here, so the default spins some tens of µs after the last work.
     pub spin: u32,
+    /// The longest the spin lasts, whatever `spin` allows: where a turn
+    /// is slow (a CPU emulated by QEMU's TCG runs an idle turn in tens of
+    /// µs) a count of turns would spin for milliseconds on a CPU the
+    /// programs the engine serves are waiting for.
+    pub spin_for: Duration,
     /// Longest park when idle. A frame, a doorbell or the next timer ends
     /// it earlier, so this only bounds how late nothing-announced work is
     /// seen (the link state, read every [`LINK_POLL`], is a timer too).
@@ -127,6 +132,7 @@ impl Default for EngineConfig {
             priority: Priority::Normal,
             batch: 64,
             spin: 300,
+            spin_for: Duration::from_micros(50),
             park: LINK_POLL,
             self_wake: Duration::ZERO,
             busy_max: Duration::ZERO,

@@ -305,6 +305,30 @@ impl Loop {
     }
 }
 
+/// The idle backoff's spin: the idle turns since the last work and when
+/// the first of them read the clock.
+#[derive(Default)]
+struct Backoff {
+    turns: u32,
+    since: Option<std::time::Instant>,
+}
+
+impl Backoff {
+    /// A turn did work: the next idle one starts a new spin.
+    fn worked(&mut self) {
+        *self = Backoff::default();
+    }
+
+    /// An idle turn that read the clock at `now`: whether the engine
+    /// spins on (fewer than `cfg.spin` idle turns, for less than
+    /// `cfg.spin_for`) rather than parks.
+    fn spins(&mut self, cfg: &EngineConfig, now: std::time::Instant) -> bool {
+        self.turns = self.turns.saturating_add(1);
+        let since = *self.since.get_or_insert(now);
+        self.turns < cfg.spin && now.saturating_duration_since(since) < cfg.spin_for
+    }
+}
+
 /// The park after an idle backoff: until `next` (the earliest timer), at
 /// most `cap`; said to end by the engine's own timer soon when it lasts at
 /// most `cfg.self_wake` ([`Park::self_wake`]).
@@ -344,16 +368,15 @@ fn setup_thread(cfg: &EngineConfig, shareds: &[&Shared]) {
 pub(super) fn run(mut lp: Loop, sh: Arc<Shared>) -> EngineStats {
     setup_thread(&lp.cfg, &[&sh]);
     *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
-    let mut idle = 0u32;
+    let mut idle = Backoff::default();
     let mut duty = Duty::new(lp.cfg.busy_max, lp.cfg.busy_pause);
     while !sh.stop.load(Ordering::Acquire) {
         if lp.turn(&sh) > 0 {
-            idle = 0;
+            idle.worked();
             duty.after_work(lp.last_wall, &mut lp.stats.pauses);
             continue;
         }
-        idle = idle.saturating_add(1);
-        if idle < lp.cfg.spin {
+        if idle.spins(&lp.cfg, lp.last_wall) {
             std::hint::spin_loop();
         } else {
             lp.park(&sh);
@@ -386,22 +409,22 @@ pub(super) fn run_callers(sh: Arc<Shared>) -> EngineStats {
     };
     setup_thread(&cfg, &[&sh]);
     *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
-    let mut idle = 0u32;
+    let mut idle = Backoff::default();
     let mut seen = sh.asked.load(Ordering::Relaxed);
     let mut duty = Duty::new(cfg.busy_max, cfg.busy_pause);
     while !sh.stop.load(Ordering::Acquire) {
         let Ok(mut g) = m.lock() else { break };
         let Some(lp) = g.as_mut() else { break };
         if lp.turn(&sh) > 0 {
-            idle = 0;
+            idle.worked();
             duty.after_work(lp.last_wall, &mut lp.stats.pauses);
             continue;
         }
-        idle = idle.saturating_add(1);
+        let spins = idle.spins(&cfg, lp.last_wall);
         let asked = sh.asked.load(Ordering::Relaxed);
         let callers = asked != seen && !sh.left.swap(false, Ordering::AcqRel);
         seen = asked;
-        if !callers && idle < cfg.spin {
+        if !callers && spins {
             drop(g);
             std::hint::spin_loop();
             continue;
@@ -448,7 +471,7 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
     for (_, sh) in &members {
         *sh.thread.lock().expect("not poisoned") = Some(std::thread::current());
     }
-    let mut idle = 0u32;
+    let mut idle = Backoff::default();
     let mut duty = Duty::new(cfg.busy_max, cfg.busy_pause);
     while !members.is_empty() {
         // a stopped member leaves its statistics and its loop (and port) goes
@@ -463,21 +486,20 @@ pub(super) fn run_group(mut members: Vec<(Loop, Arc<Shared>)>, cfg: EngineConfig
         for (lp, sh) in members.iter_mut() {
             work += lp.turn(sh);
         }
+        // the latest clock reading of the turns just taken
+        let wall = members.iter().map(|(lp, _)| lp.last_wall).max();
         if work > 0 {
-            idle = 0;
+            idle.worked();
             // a group's pauses count on its first member
             let mut pauses = 0;
-            let wall = members
-                .last()
-                .map_or_else(std::time::Instant::now, |(lp, _)| lp.last_wall);
+            let wall = wall.unwrap_or_else(std::time::Instant::now);
             duty.after_work(wall, &mut pauses);
             if let Some((lp, _)) = members.first_mut() {
                 lp.stats.pauses += pauses;
             }
             continue;
         }
-        idle = idle.saturating_add(1);
-        if idle < cfg.spin {
+        if wall.is_some_and(|w| idle.spins(&cfg, w)) {
             std::hint::spin_loop();
         } else {
             let park = members
@@ -576,6 +598,36 @@ mod tests {
         let mut rx = FrameBatch::new(4);
         assert_eq!(lp.port.recv(&mut rx), 1);
         assert!(lp.may_park(&sh, &LONG));
+    }
+
+    #[test]
+    fn the_spin_ends_at_its_turns_or_its_time_whichever_comes_first() {
+        let us = Duration::from_micros;
+        let cfg = EngineConfig {
+            spin: 4,
+            spin_for: us(50),
+            ..Default::default()
+        };
+        let t0 = std::time::Instant::now();
+        // quick turns: the count ends the spin (turns 1..3 spin, the 4th parks)
+        let mut b = Backoff::default();
+        let quick: Vec<bool> = (0..4).map(|i| b.spins(&cfg, t0 + us(i))).collect();
+        assert_eq!(quick, [true, true, true, false]);
+        // slow turns (30 µs each, as under an emulated CPU): the time does
+        let mut b = Backoff::default();
+        let slow: Vec<bool> = (0..3).map(|i| b.spins(&cfg, t0 + us(30 * i))).collect();
+        assert_eq!(slow, [true, true, false]);
+        // work starts a new spin, timed from its first idle turn
+        b.worked();
+        assert!(b.spins(&cfg, t0 + us(1000)));
+        assert!(b.spins(&cfg, t0 + us(1049)));
+        assert!(!b.spins(&cfg, t0 + us(1050)));
+        // no spin at all
+        let none = EngineConfig {
+            spin_for: Duration::ZERO,
+            ..cfg
+        };
+        assert!(!Backoff::default().spins(&none, t0));
     }
 
     #[test]
