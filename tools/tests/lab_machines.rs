@@ -207,6 +207,27 @@ fn lab(dir: &Path, text: &str) -> (std::process::ExitStatus, String, u32) {
     finish(c, &err)
 }
 
+/// The last lines of each log a lab left in `dir/results/logs` (they go
+/// with the temporary folder), for a failed lab's message.
+fn logs_tail(dir: &Path) -> String {
+    let logs = dir.join("results").join("logs");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(logs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut s = String::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+        s += &format!("\n=== {} (last lines)\n{tail}", f.display());
+    }
+    s
+}
+
 /// Waits for lab `c` to end: its exit status, what it said and its pid.
 /// A lab stuck that long is sent SIGTERM (it tears down what it started
 /// on the machines, which SIGKILL would leave), then SIGKILL.
@@ -307,7 +328,11 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     // with the latency probe h1 → h0 through the launchers too
     let workload = format!("{}probe = true\n", incast(3));
     let (st, said, pid) = lab(dir.path(), &lab_file(INCAST, &workload, &ssh, None));
-    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert!(
+        st.success(),
+        "rnic lab: {st}\n{said}{}",
+        logs_tail(dir.path())
+    );
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(
         our_namespaces(INCAST),
@@ -434,7 +459,11 @@ fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
 
     let dir = tempfile::tempdir().unwrap();
     let (st, said, pid) = lab(dir.path(), &lab_file(MPI, &allreduce("rdma"), &ssh, None));
-    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert!(
+        st.success(),
+        "rnic lab: {st}\n{said}{}",
+        logs_tail(dir.path())
+    );
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(
         our_namespaces(MPI),
@@ -477,7 +506,11 @@ fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
     // lab says so
     let dir = tempfile::tempdir().unwrap();
     let (st, said, pid) = lab(dir.path(), &lab_file(MPI, &allreduce("tcp"), &ssh, None));
-    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert!(
+        st.success(),
+        "rnic lab: {st}\n{said}{}",
+        logs_tail(dir.path())
+    );
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     let out = dir.path().join("results");
     collective_times(&out, 8);
@@ -528,7 +561,11 @@ fn a_trace_across_machines_replays_every_flow_through_the_launchers() {
     .unwrap();
     let workload = "[workload]\nkind = \"trace\"\ntrace = \"t.csv\"\nsample_ms = 200\n";
     let (st, said, pid) = lab(dir.path(), &lab_file(TRACE, workload, &ssh, None));
-    assert!(st.success(), "rnic lab: {st}\n{said}");
+    assert!(
+        st.success(),
+        "rnic lab: {st}\n{said}{}",
+        logs_tail(dir.path())
+    );
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(
         our_namespaces(TRACE),
