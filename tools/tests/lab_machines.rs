@@ -228,6 +228,12 @@ fn logs_tail(dir: &Path) -> String {
     s
 }
 
+/// Fails unless the lab in `dir` ended well, with what it said and the
+/// tails of its logs.
+fn ran(st: std::process::ExitStatus, said: &str, dir: &Path) {
+    assert!(st.success(), "rnic lab: {st}\n{said}{}", logs_tail(dir));
+}
+
 /// Waits for lab `c` to end: its exit status, what it said and its pid.
 /// A lab stuck that long is sent SIGTERM (it tears down what it started
 /// on the machines, which SIGKILL would leave), then SIGKILL.
@@ -328,11 +334,7 @@ fn an_incast_across_machines_runs_through_their_launchers_and_leaves_nothing() {
     // with the latency probe h1 → h0 through the launchers too
     let workload = format!("{}probe = true\n", incast(3));
     let (st, said, pid) = lab(dir.path(), &lab_file(INCAST, &workload, &ssh, None));
-    assert!(
-        st.success(),
-        "rnic lab: {st}\n{said}{}",
-        logs_tail(dir.path())
-    );
+    ran(st, &said, dir.path());
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(
         our_namespaces(INCAST),
@@ -459,11 +461,7 @@ fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
 
     let dir = tempfile::tempdir().unwrap();
     let (st, said, pid) = lab(dir.path(), &lab_file(MPI, &allreduce("rdma"), &ssh, None));
-    assert!(
-        st.success(),
-        "rnic lab: {st}\n{said}{}",
-        logs_tail(dir.path())
-    );
+    ran(st, &said, dir.path());
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(
         our_namespaces(MPI),
@@ -506,11 +504,7 @@ fn an_allreduce_across_machines_runs_over_their_rnics_and_leaves_nothing() {
     // lab says so
     let dir = tempfile::tempdir().unwrap();
     let (st, said, pid) = lab(dir.path(), &lab_file(MPI, &allreduce("tcp"), &ssh, None));
-    assert!(
-        st.success(),
-        "rnic lab: {st}\n{said}{}",
-        logs_tail(dir.path())
-    );
+    ran(st, &said, dir.path());
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     let out = dir.path().join("results");
     collective_times(&out, 8);
@@ -561,11 +555,7 @@ fn a_trace_across_machines_replays_every_flow_through_the_launchers() {
     .unwrap();
     let workload = "[workload]\nkind = \"trace\"\ntrace = \"t.csv\"\nsample_ms = 200\n";
     let (st, said, pid) = lab(dir.path(), &lab_file(TRACE, workload, &ssh, None));
-    assert!(
-        st.success(),
-        "rnic lab: {st}\n{said}{}",
-        logs_tail(dir.path())
-    );
+    ran(st, &said, dir.path());
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left behind");
     assert_eq!(
         our_namespaces(TRACE),
