@@ -272,7 +272,7 @@ fn interrupted(text: &str, running: impl Fn(&str) -> bool) {
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
     let (st, said, _) = finish(c, &err);
-    assert_eq!(st.code(), Some(130), "{said}");
+    assert_eq!(st.code(), Some(130), "{said}{}", logs_tail(dir.path()));
     assert!(said.contains("interrupted by signal 2"), "{said}");
     assert!(said.contains("torn down"), "{said}");
     assert_eq!(leftovers(pid), Vec::<String>::new(), "left after SIGINT");

@@ -58,15 +58,19 @@ fn build(s: &Station) -> Result<(), LabError> {
 /// The MPI processes' environment on `s`'s machine: allowed to run as
 /// root (a launcher such as ssh passes no environment on), their session
 /// folder in its scratch folder, and with TCP UCX's device its interface.
+///
+/// The session folder is `TMPDIR` (Open MPI's default `orte_tmpdir_base`),
+/// not `OMPI_MCA_orte_tmpdir_base`: mpirun copies every `OMPI_MCA_*` of
+/// its environment onto each orted's command line
+/// (`plm_rsh_pass_environ_mca_params`), where it would override the
+/// machine's own, and machines that share a file system and a host name
+/// (namespaces of one host) would then race to create one folder.
 fn env(cfg: &LabConfig, s: &Station) -> Vec<(String, String)> {
     let mut e: Vec<(String, String)> = mpi::AS_ROOT
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    e.push((
-        "OMPI_MCA_orte_tmpdir_base".into(),
-        format!("{}/session", s.scratch),
-    ));
+    e.push(("TMPDIR".into(), format!("{}/session", s.scratch)));
     if cfg.ucx_tls == UcxTls::Tcp {
         e.push(("UCX_NET_DEVICES".into(), s.machine.iface.clone()));
     }
@@ -186,8 +190,10 @@ mod tests {
             let i = c.iter().position(|w| *w == bin).expect("its own build");
             assert_eq!(c[i + 1..], ["allreduce", "1048576", "3", "10"]);
         }
-        // ssh passes no environment on: the agent exports it
-        assert!(a.contains(&"OMPI_MCA_orte_tmpdir_base=/tmp/rnlab-1-a/session".to_string()));
+        // ssh passes no environment on: the agent exports it; nothing of
+        // it is an MCA parameter mpirun would pass on to every orted
+        assert!(a.contains(&"TMPDIR=/tmp/rnlab-1-a/session".to_string()));
+        assert!(!a.iter().any(|w| w.starts_with("OMPI_MCA_")), "{a:?}");
     }
 
     #[test]
@@ -220,10 +226,7 @@ mod tests {
         let env = |r: &Route, k: &str| r.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(env(&b, "UCX_NET_DEVICES").as_deref(), Some("eth2"));
         assert_eq!(env(&b, "OMPI_ALLOW_RUN_AS_ROOT").as_deref(), Some("1"));
-        assert_eq!(
-            env(&a, "OMPI_MCA_orte_tmpdir_base").as_deref(),
-            Some("/tmp/rnlab-1-a/session")
-        );
+        assert_eq!(env(&a, "TMPDIR").as_deref(), Some("/tmp/rnlab-1-a/session"));
         assert!(env(&route(&config("rdma"), &st[0]), "UCX_NET_DEVICES").is_none());
     }
 }
