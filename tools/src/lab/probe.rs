@@ -216,6 +216,8 @@ fn round(s: &Setup, k: u32, iters: u32, stop: &AtomicBool) -> Result<Option<Vec<
 }
 
 /// The samples perftest's `-U` prints: the `N, usec` rows under `#, usec`.
+/// A row of `inf` (perftest could not calibrate its clock, under load)
+/// measured nothing and is left out.
 pub fn unsorted(out: &str) -> Vec<f64> {
     out.lines()
         .skip_while(|l| l.trim() != "#, usec")
@@ -225,6 +227,7 @@ pub fn unsorted(out: &str) -> Vec<f64> {
             n.trim().parse::<u64>().ok()?;
             us.trim().parse::<f64>().ok()
         })
+        .filter(|us| us.is_finite())
         .collect()
 }
 
@@ -298,6 +301,7 @@ mod tests {
                    #bytes #iterations    t_min[usec]\n 64      3          16.70\n";
         assert_eq!(unsorted(out), vec![96.0283, 45.8935, 29.19]);
         assert!(unsorted("Couldn't connect").is_empty());
+        assert_eq!(unsorted("#, usec\n1, inf\n2, 30.5\n3, inf\n"), vec![30.5]);
     }
 
     #[test]

@@ -133,8 +133,7 @@ fn grid(s: &mut String, axes: &Axes) {
         );
         k += 1.0;
     }
-    let mut k = axes.ylo;
-    while k <= axes.yhi + axes.step * 1e-6 {
+    for k in ticks(axes.ylo, axes.yhi, axes.step) {
         let value = if axes.log { 10f64.powf(k) } else { k };
         let yy = axes.py(value);
         let _ = writeln!(
@@ -145,7 +144,6 @@ fn grid(s: &mut String, axes: &Axes) {
             yy + 4.0,
             trim(value)
         );
-        k += axes.step;
     }
     let _ = writeln!(
         s,
@@ -215,6 +213,24 @@ impl Frame {
             escape(title)
         )
     }
+}
+
+/// Most grid lines an axis draws (a range too wide for its step, as from
+/// a value near `f64::MAX`, draws this many).
+pub(super) const MAX_TICKS: usize = 200;
+
+/// The grid positions from `lo` to `hi` by `step`, in axis units: none
+/// for a range or step that is not finite.
+pub(super) fn ticks(lo: f64, hi: f64, step: f64) -> impl Iterator<Item = f64> {
+    let n = if lo.is_finite() && hi.is_finite() && step.is_finite() && step > 0.0 {
+        ((hi - lo) / step + 1e-6)
+            .floor()
+            .clamp(0.0, MAX_TICKS as f64) as usize
+            + 1
+    } else {
+        0
+    };
+    (0..n).map(move |i| lo + i as f64 * step)
 }
 
 pub(super) fn nice_step(raw: f64) -> f64 {

@@ -4,7 +4,7 @@
 //! (benches/compare-all.sh) draws its bandwidth and latency curves with
 //! it, `rnic lab` its rates, queues and counters over time.
 
-use super::plot::{escape, nice_step, trim, Frame};
+use super::plot::{escape, nice_step, ticks, trim, Frame};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -233,30 +233,27 @@ fn size_label(x: f64) -> String {
 
 /// The SVG: one polyline (with a dot at each point) per series and a
 /// legend naming each; x on log2 from the smallest to the largest x, or
-/// linear from 0. On a log y axis a point of y <= 0 has no place and is
-/// left out.
+/// linear from 0. A point that is not finite (perftest prints `inf` for
+/// a time it could not measure) has no place and is left out, as is one
+/// of y <= 0 on a log y axis.
 pub fn xy_svg(labels: &Labels, series: &[Series]) -> String {
-    let kept: Vec<Series>;
-    let series = if labels.log_y {
-        kept = series
-            .iter()
-            .map(|s| Series {
-                name: s.name.clone(),
-                points: s.points.iter().copied().filter(|p| p.1 > 0.0).collect(),
-            })
-            .collect();
-        &kept[..]
-    } else {
-        series
-    };
+    let placed =
+        |p: &(f64, f64)| p.0.is_finite() && p.1.is_finite() && (!labels.log_y || p.1 > 0.0);
+    let kept: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            name: s.name.clone(),
+            points: s.points.iter().copied().filter(placed).collect(),
+        })
+        .collect();
+    let series = &kept[..];
     let xa = XAxis::new(series, labels.log_x);
     let y = YAxis::new(series, labels.log_y);
     let pu = |k: f64| L + (k - xa.lo) / (xa.hi - xa.lo) * (W - L - R);
     let px = |x: f64| pu(xa.unit(x));
     let py = |v: f64| H - B - (y.unit(v) - y.lo) / (y.hi - y.lo) * (H - T - B);
     let mut s = F.open(labels.title);
-    let mut k = xa.lo;
-    while k <= xa.hi + xa.step * 1e-6 {
+    for k in ticks(xa.lo, xa.hi, xa.step) {
         let x = pu(k);
         let _ = writeln!(
             s,
@@ -265,10 +262,8 @@ pub fn xy_svg(labels: &Labels, series: &[Series]) -> String {
             H - B + 18.0,
             xa.label(k)
         );
-        k += xa.step;
     }
-    let mut k = y.lo;
-    while k <= y.hi + y.step * 1e-6 {
+    for k in ticks(y.lo, y.hi, y.step) {
         let yy = py(y.value(k));
         let _ = writeln!(
             s,
@@ -278,7 +273,6 @@ pub fn xy_svg(labels: &Labels, series: &[Series]) -> String {
             yy + 4.0,
             trim(y.value(k))
         );
-        k += y.step;
     }
     let _ = writeln!(
         s,
@@ -408,6 +402,47 @@ mod tests {
             "{svg}"
         );
         assert_eq!(svg.matches(">0</text>").count(), 2, "{svg}");
+    }
+
+    #[test]
+    fn points_that_are_not_finite_are_left_out_and_huge_ones_bound_the_grid() {
+        let series = vec![Series {
+            name: "rtt".into(),
+            points: vec![
+                (1.0, 10.0),
+                (2.0, f64::INFINITY),
+                (3.0, f64::NAN),
+                (f64::INFINITY, 5.0),
+                (4.0, 20.0),
+            ],
+        }];
+        for (log_x, log_y) in [(false, false), (true, true)] {
+            let labels = Labels {
+                title: "",
+                x: "",
+                y: "",
+                log_y,
+                log_x,
+            };
+            let svg = xy_svg(&labels, &series);
+            assert_eq!(svg.matches("<circle").count(), 2, "{svg}");
+            assert!(!svg.contains("inf") && !svg.contains("NaN"), "{svg}");
+        }
+        // a finite value whose axis would end past f64::MAX
+        let huge = vec![Series {
+            name: "big".into(),
+            points: vec![(1.0, f64::MAX), (2.0, 1.0)],
+        }];
+        let labels = Labels {
+            title: "",
+            x: "",
+            y: "",
+            log_y: false,
+            log_x: false,
+        };
+        let svg = xy_svg(&labels, &huge);
+        let most = 2 * (super::super::plot::MAX_TICKS + 1);
+        assert!(svg.matches("<line").count() <= most, "{svg}");
     }
 
     #[test]
