@@ -231,15 +231,22 @@ impl Machine {
     }
 }
 
-/// The shell script that ends every session recorded in `scratch`
-/// (SIGTERM to each process group, SIGKILL to what is left after 5 s) and
-/// removes the folder.
+/// The shell script that ends every session recorded in `scratch` and
+/// removes the folder: the programs first, then the machine's rnicd
+/// (`rnicd.pid`), each SIGTERM to its process group and SIGKILL to what
+/// is left after 5 s. A program whose RNIC vanished under it would see
+/// its work requests flushed and its device fail (UCX aborts on that)
+/// instead of ending by the signal.
 pub fn teardown_script(scratch: &str) -> String {
     let d = quote(scratch);
     format!(
-        "each() {{ for f in {d}/*.pid; do [ -e \"$f\" ] && kill -\"$1\" -\"$(cat \"$f\")\" 2>/dev/null && echo x; done; }}; \
-         each TERM >/dev/null; i=0; while [ $i -lt 50 ] && [ -n \"$(each 0)\" ]; do sleep 0.1; i=$((i+1)); done; \
-         each KILL >/dev/null; rm -rf {d}"
+        "each() {{ for f in {d}/*.pid; do case $f in */rnicd.pid) [ $2 = rnicd ] || continue ;; \
+         *) [ $2 = rnicd ] && continue ;; esac; \
+         [ -e \"$f\" ] && kill -\"$1\" -\"$(cat \"$f\")\" 2>/dev/null && echo x; done; }}; \
+         end() {{ each TERM $1 >/dev/null; i=0; \
+         while [ $i -lt 50 ] && [ -n \"$(each 0 $1)\" ]; do sleep 0.1; i=$((i+1)); done; \
+         each KILL $1 >/dev/null; }}; \
+         end programs; end rnicd; rm -rf {d}"
     )
 }
 
@@ -363,6 +370,62 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         };
         assert!(!st.success(), "{st}");
+    }
+
+    #[test]
+    fn the_teardown_ends_the_programs_before_the_rnicd() {
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join("m").display().to_string();
+        let alive = dir.path().join("rnicd-alive").display().to_string();
+        let seen = dir.path().join("seen").display().to_string();
+        let m = Machine {
+            name: "m".into(),
+            launcher: vec!["env".into()],
+            iface: "lo".into(),
+            addr: Ipv4Addr::LOCALHOST,
+            bin_dir: None,
+            rate_bps: None,
+        };
+        let sh = |script: String| vec!["sh".to_string(), "-c".into(), script];
+        // the "rnicd" notes that it runs until its SIGTERM; the program,
+        // on its own SIGTERM, looks a moment later whether it still does
+        let rnicd = sh(format!(
+            "trap 'rm -f {alive}; exit 0' TERM; touch {alive}; while :; do sleep 0.05; done"
+        ));
+        let prog = sh(format!(
+            "trap 'sleep 0.3; [ -e {alive} ] && echo alive > {seen}; exit 0' TERM; \
+             while :; do sleep 0.05; done"
+        ));
+        let mut kids = Vec::new();
+        for (tag, cmd) in [("rnicd", &rnicd), ("app", &prog)] {
+            let argv = m.session(&scratch, tag, cmd);
+            kids.push(
+                std::process::Command::new(&argv[0])
+                    .args(&argv[1..])
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        let t0 = std::time::Instant::now();
+        while !(Path::new(&scratch).join("app.pid").exists() && Path::new(&alive).exists()) {
+            assert!(t0.elapsed().as_secs() < 60, "the sessions did not start");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let st = std::process::Command::new("sh")
+            .args(["-c", &teardown_script(&scratch)])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        for mut k in kids {
+            let _ = k.wait();
+        }
+        assert_eq!(
+            std::fs::read_to_string(&seen).ok().as_deref(),
+            Some("alive\n"),
+            "the rnicd was ended before the program"
+        );
+        assert!(!Path::new(&alive).exists(), "the rnicd was not ended");
+        assert!(!Path::new(&scratch).exists());
     }
 
     #[test]
