@@ -191,17 +191,13 @@ fn pair(s: &Setting, prog: &str, port_flag: &str, args: &[&str], expect: &str) -
     loop {
         match try_pair(s, prog, port_flag, args, expect) {
             Ok(out) => return out,
-            Err(e) if tries < 2 && e.uncalibrated() => {
-                tries += 1;
-                eprintln!("perftest could not calibrate its clock (load); again:\n{e}");
-            }
-            Err(e) if tries < 2 && args.contains(&"-R") && e.before_the_listener() => {
-                tries += 1;
-                eprintln!(
-                    "perftest's client connected before its server listened again; again:\n{e}"
-                );
-            }
-            Err(e) => panic!("{e}"),
+            Err(e) => match e.retryable(args) {
+                Some(why) if tries < 2 => {
+                    tries += 1;
+                    eprintln!("{why}; again:\n{e}");
+                }
+                _ => panic!("{e}"),
+            },
         }
     }
 }
@@ -213,14 +209,17 @@ fn pair(s: &Setting, prog: &str, port_flag: &str, args: &[&str], expect: &str) -
 struct PairFailed(String);
 
 impl PairFailed {
-    /// perftest could not calibrate its clock (a loaded machine).
-    fn uncalibrated(&self) -> bool {
-        self.0.contains("Can't produce a report")
-    }
-
-    /// The client's REQ was rejected for want of a listener (reason 8).
-    fn before_the_listener(&self) -> bool {
-        self.0.contains("RDMA_CM_EVENT_REJECTED; error: 8.")
+    /// Why the run may be tried again, if it may: perftest could not
+    /// calibrate its clock (a loaded machine), or with `-R` its client's
+    /// REQ was rejected for want of a listener (reason 8).
+    fn retryable(&self, args: &[&str]) -> Option<&'static str> {
+        if self.0.contains("Can't produce a report") {
+            Some("perftest could not calibrate its clock (load)")
+        } else if args.contains(&"-R") && self.0.contains("RDMA_CM_EVENT_REJECTED; error: 8.") {
+            Some("perftest's client connected before its server listened again")
+        } else {
+            None
+        }
     }
 }
 
