@@ -328,34 +328,49 @@ mod tests {
         assert_eq!(&s[9..], ["sh", "echo", "a b", "it's"]);
     }
 
-    #[test]
-    fn a_session_runs_records_its_pid_and_the_teardown_ends_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let scratch = dir.path().join("m").display().to_string();
-        let m = Machine {
+    /// A machine whose launcher runs the command here (`env`).
+    fn here() -> Machine {
+        Machine {
             name: "m".into(),
             launcher: vec!["env".into()],
             iface: "lo".into(),
             addr: Ipv4Addr::LOCALHOST,
             bin_dir: None,
             rate_bps: None,
-        };
+        }
+    }
+
+    /// Waits (a minute at most) until `ready`.
+    fn wait_for(what: &str, ready: impl Fn() -> bool) {
+        let t0 = std::time::Instant::now();
+        while !ready() {
+            assert!(t0.elapsed().as_secs() < 60, "{what}: not within 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Runs the teardown of `scratch` here.
+    fn tear_down(scratch: &str) {
+        let st = std::process::Command::new("sh")
+            .args(["-c", &teardown_script(scratch)])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    #[test]
+    fn a_session_runs_records_its_pid_and_the_teardown_ends_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join("m").display().to_string();
+        let m = here();
         let argv = m.session(&scratch, "s", &["sleep".into(), "600".into()]);
         let mut child = std::process::Command::new(&argv[0])
             .args(&argv[1..])
             .spawn()
             .unwrap();
         let pid_file = Path::new(&scratch).join("s.pid");
-        let t0 = std::time::Instant::now();
-        while !pid_file.exists() {
-            assert!(t0.elapsed().as_secs() < 60, "no pid file");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let st = std::process::Command::new("sh")
-            .args(["-c", &teardown_script(&scratch)])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        wait_for("the pid file", || pid_file.exists());
+        tear_down(&scratch);
         assert!(!Path::new(&scratch).exists());
         // the session ended by the signal, long before sleep's 600 s
         let t0 = std::time::Instant::now();
@@ -378,14 +393,7 @@ mod tests {
         let scratch = dir.path().join("m").display().to_string();
         let alive = dir.path().join("rnicd-alive").display().to_string();
         let seen = dir.path().join("seen").display().to_string();
-        let m = Machine {
-            name: "m".into(),
-            launcher: vec!["env".into()],
-            iface: "lo".into(),
-            addr: Ipv4Addr::LOCALHOST,
-            bin_dir: None,
-            rate_bps: None,
-        };
+        let m = here();
         let sh = |script: String| vec!["sh".to_string(), "-c".into(), script];
         // the "rnicd" notes that it runs until its SIGTERM; the program,
         // on its own SIGTERM, looks a moment later whether it still does
@@ -406,16 +414,10 @@ mod tests {
                     .unwrap(),
             );
         }
-        let t0 = std::time::Instant::now();
-        while !(Path::new(&scratch).join("app.pid").exists() && Path::new(&alive).exists()) {
-            assert!(t0.elapsed().as_secs() < 60, "the sessions did not start");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let st = std::process::Command::new("sh")
-            .args(["-c", &teardown_script(&scratch)])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        wait_for("the sessions", || {
+            Path::new(&scratch).join("app.pid").exists() && Path::new(&alive).exists()
+        });
+        tear_down(&scratch);
         for mut k in kids {
             let _ = k.wait();
         }

@@ -389,19 +389,24 @@ mod tests {
     #[test]
     fn an_all_zero_series_gets_a_unit_axis() {
         let series = parse_csv("series,x,y\nmarks,0.1,0\nmarks,0.2,0\n").unwrap();
-        let labels = Labels {
-            title: "",
-            x: "",
-            y: "",
-            log_y: false,
-            log_x: false,
-        };
+        let labels = untitled(false, false);
         let svg = xy_svg(&labels, &series);
         assert!(
             svg.contains(">1</text>") && svg.contains(">0.2</text>"),
             "{svg}"
         );
         assert_eq!(svg.matches(">0</text>").count(), 2, "{svg}");
+    }
+
+    /// Labels without text, on the axes' scales given.
+    fn untitled(log_x: bool, log_y: bool) -> Labels<'static> {
+        Labels {
+            title: "",
+            x: "",
+            y: "",
+            log_y,
+            log_x,
+        }
     }
 
     #[test]
@@ -417,13 +422,7 @@ mod tests {
             ],
         }];
         for (log_x, log_y) in [(false, false), (true, true)] {
-            let labels = Labels {
-                title: "",
-                x: "",
-                y: "",
-                log_y,
-                log_x,
-            };
+            let labels = untitled(log_x, log_y);
             let svg = xy_svg(&labels, &series);
             assert_eq!(svg.matches("<circle").count(), 2, "{svg}");
             assert!(!svg.contains("inf") && !svg.contains("NaN"), "{svg}");
@@ -433,13 +432,7 @@ mod tests {
             name: "big".into(),
             points: vec![(1.0, f64::MAX), (2.0, 1.0)],
         }];
-        let labels = Labels {
-            title: "",
-            x: "",
-            y: "",
-            log_y: false,
-            log_x: false,
-        };
+        let labels = untitled(false, false);
         let svg = xy_svg(&labels, &huge);
         let most = 2 * (super::super::plot::MAX_TICKS + 1);
         assert!(svg.matches("<line").count() <= most, "{svg}");
@@ -448,13 +441,7 @@ mod tests {
     #[test]
     fn log_y_leaves_out_zero_points() {
         let series = parse_csv("series,x,y\na,2,0\na,4,10\na,8,100\n").unwrap();
-        let labels = |log_y| Labels {
-            title: "",
-            x: "",
-            y: "",
-            log_y,
-            log_x: true,
-        };
+        let labels = |log_y| untitled(true, log_y);
         assert_eq!(xy_svg(&labels(true), &series).matches("<circle").count(), 2);
         assert_eq!(
             xy_svg(&labels(false), &series).matches("<circle").count(),
