@@ -240,9 +240,8 @@ impl Machine {
 pub fn teardown_script(scratch: &str) -> String {
     let d = quote(scratch);
     format!(
-        "each() {{ for f in {d}/*.pid; do case $f in */rnicd.pid) [ $2 = rnicd ] || continue ;; \
-         *) [ $2 = rnicd ] && continue ;; esac; \
-         [ -e \"$f\" ] && kill -\"$1\" -\"$(cat \"$f\")\" 2>/dev/null && echo x; done; }}; \
+        "each() {{ for f in {d}/*.pid; do case $f in */rnicd.pid) g=rnicd ;; *) g=programs ;; esac; \
+         [ $g = $2 ] && [ -e \"$f\" ] && kill -\"$1\" -\"$(cat \"$f\")\" 2>/dev/null && echo x; done; }}; \
          end() {{ each TERM $1 >/dev/null; i=0; \
          while [ $i -lt 50 ] && [ -n \"$(each 0 $1)\" ]; do sleep 0.1; i=$((i+1)); done; \
          each KILL $1 >/dev/null; }}; \
@@ -342,11 +341,9 @@ mod tests {
 
     /// Waits (a minute at most) until `ready`.
     fn wait_for(what: &str, ready: impl Fn() -> bool) {
-        let t0 = std::time::Instant::now();
-        while !ready() {
-            assert!(t0.elapsed().as_secs() < 60, "{what}: not within 60 s");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        let limit = std::time::Duration::from_secs(60);
+        let up = testkit::poll_within(limit, || ready().then_some(()));
+        assert!(up.is_some(), "{what}: not within 60 s");
     }
 
     /// Runs the teardown of `scratch` here.

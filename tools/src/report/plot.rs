@@ -115,8 +115,7 @@ pub fn svg(title: &str, results: &[SizeResult]) -> String {
 
 /// The grid lines with their labels, the frame, and the axis titles.
 fn grid(s: &mut String, axes: &Axes) {
-    let mut k = 0.0;
-    while k <= axes.xmax + 1e-9 {
+    for k in ticks(0.0, axes.xmax, 1.0) {
         let x = axes.px(k);
         let label = match k as u32 {
             0 => "0%".to_string(),
@@ -131,7 +130,6 @@ fn grid(s: &mut String, axes: &Axes) {
             H - B,
             H - B + 18.0
         );
-        k += 1.0;
     }
     for k in ticks(axes.ylo, axes.yhi, axes.step) {
         let value = if axes.log { 10f64.powf(k) } else { k };
