@@ -30,11 +30,7 @@ use rnicd::server::{Server, ServerConfig};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-/// The environment variable naming the interface to host a device on.
-pub const ENV_IFACE: &str = "SOFTRNIC_LOCAL";
-/// The environment variable naming the hosted device (default `srnic0`,
-/// as rnicd's).
-pub const ENV_NAME: &str = "SOFTRNIC_LOCAL_NAME";
+pub use softrnic::client::local::{ENV_IFACE, ENV_NAME};
 /// The environment variable naming the port's backend, as `rnicd
 /// --backend`: `auto` (the default), `afxdp`, `afpacket`, `afpacket-v3`.
 pub const ENV_BACKEND: &str = "SOFTRNIC_LOCAL_BACKEND";
@@ -91,8 +87,7 @@ impl softrnic::client::local::LocalEngine for Turner {
 pub fn ensure() -> bool {
     HOSTED
         .get_or_init(|| {
-            let ifname = std::env::var(ENV_IFACE).ok().filter(|s| !s.is_empty())?;
-            let name = std::env::var(ENV_NAME).unwrap_or_else(|_| "srnic0".into());
+            let (ifname, name) = softrnic::client::local::requested()?;
             match host(&ifname, &name) {
                 Ok(h) => Some(h),
                 Err(e) => {

@@ -111,8 +111,18 @@ pub fn run(sock_dir: Option<&Path>, view: bool, argv: &[OsString]) -> Result<(),
     // without its table a shim (an outer rnic exec's) answers nothing
     c.env_remove(nldev::table::ENV);
     if view {
-        let socks = sock_dir.map_or_else(softrnic::client::sock_dir, Path::to_path_buf);
-        let devs = crate::view::devices(&socks);
+        // a program that hosts its device lists that one alone
+        let devs = match softrnic::client::local::requested() {
+            Some((ifname, name)) => crate::view::hosted(&ifname, &name)
+                .map(|d| vec![d])
+                .unwrap_or_else(|e| {
+                    eprintln!("rnic exec: the device the program hosts: {e}; the view shows none");
+                    Vec::new()
+                }),
+            None => crate::view::devices(
+                &sock_dir.map_or_else(softrnic::client::sock_dir, Path::to_path_buf),
+            ),
+        };
         match crate::view::enter(&devs) {
             Ok(()) => answer_netlink(&mut c, &dir, &devs),
             Err(e @ crate::view::ViewError::Unshare(_)) => eprintln!(

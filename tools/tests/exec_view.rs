@@ -535,3 +535,55 @@ fn a_device_on_an_interface_shows_that_interface_as_its_netdev() {
         "{out}"
     );
 }
+
+/// A program that hosts its device (`SOFTRNIC_LOCAL`) sees it in the view
+/// as the drop-in in it answers: `srnic0` alone, its netdev, GID and port
+/// state in sysfs and `/dev/infiniband/uverbs0`, the same that
+/// `ibv_devinfo` reports once the program has opened the port (root: the
+/// port needs CAP_NET_RAW). No rnicd runs.
+#[test]
+fn a_device_the_program_hosts_is_in_its_view() {
+    if let Err(why) = testkit::netns::available() {
+        return testkit::skip_or_fail("the hosted-device view test", &why.to_string());
+    }
+    if let Err(why) = prerequisites(&["ibv_devinfo"]) {
+        return testkit::skip_or_fail("the hosted-device view test", &why);
+    }
+    let veth = testkit::rnicd_pair::Veth::create("hv", 1500).expect("namespaces and veth");
+    let script = "cd /sys/class/infiniband; ls; cd srnic0; echo \"$(ls device/net) \
+        $(cat ports/1/gid_attrs/ndevs/3) $(cat ports/1/gids/3) $(cat ports/1/state)\"; \
+        cat /sys/class/infiniband_verbs/uverbs0/ibdev; test -c /dev/infiniband/uverbs0 && echo chr; \
+        ibv_devinfo -v";
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &veth.ns_a])
+        .arg(profile_dir().join("rnic"))
+        .args(["exec", "--", "sh", "-c", script])
+        .env("SOFTRNIC_LOCAL", &veth.if_a)
+        .env_remove("SOFTRNIC_LOCAL_NAME")
+        .stdin(Stdio::null());
+    let out = run("rnic exec with SOFTRNIC_LOCAL", c);
+    assert!(out.ok(), "{out}");
+    let mut lines = out.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some("srnic0"),
+        "the hosted device alone\n{out}"
+    );
+    let seen: Vec<&str> = lines.next().unwrap_or("").split(' ').collect();
+    let ifa = veth.if_a.as_str();
+    assert_eq!(seen[..2], [ifa, ifa], "{out}");
+    let gid: std::net::Ipv6Addr = seen[2].parse().expect("a GID");
+    assert_eq!(
+        gid.to_ipv4_mapped(),
+        Some(testkit::rnicd_pair::ADDR_A),
+        "{out}"
+    );
+    assert_eq!(seen[3..], ["4:", "ACTIVE"], "{out}");
+    assert_eq!(lines.next(), Some("srnic0"), "uverbs0's device\n{out}");
+    assert_eq!(lines.next(), Some("chr"), "{out}");
+    // the drop-in, hosting the device, answers as the view shows it
+    let devinfo = lines.collect::<Vec<_>>().join("\n");
+    assert!(devinfo.contains("hca_id:\tsrnic0"), "{out}");
+    assert!(devinfo.contains("PORT_ACTIVE (4)"), "{out}");
+    assert!(devinfo.contains(&format!("{gid}, RoCE v2")), "{out}");
+}

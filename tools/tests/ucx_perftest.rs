@@ -129,11 +129,14 @@ const VETH_RUNS: &[Run] = &[
 ];
 
 /// Where a process runs: a network namespace (None: ours), the socket
-/// folder of its rnicd, and its device as UCX names it (`t0:1`).
+/// folder of its rnicd, its device as UCX names it (`t0:1`), and the
+/// interface the program hosts that device on itself instead
+/// (`SOFTRNIC_LOCAL`; no rnicd, its counters inside the program).
 struct Side {
     ns: Option<String>,
     sock_dir: PathBuf,
     dev: String,
+    local: Option<String>,
 }
 
 impl Side {
@@ -146,7 +149,19 @@ impl Side {
 /// `rnic exec --sock-dir D -- prog args` on `side`, with UCX on the
 /// transports `tls` of the side's device.
 fn ucx_on(side: &Side, tls: &str, prog: &Path, args: &[String]) -> Command {
-    let mut c = rnic_exec(side.ns.as_deref(), &side.sock_dir);
+    let mut c = match (&side.local, &side.ns) {
+        // as root: the program's own port needs CAP_NET_RAW
+        (Some(iface), Some(ns)) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns])
+                .arg(testkit::abi::profile_dir().join("rnic"))
+                .args(["exec", "--"])
+                .env("SOFTRNIC_LOCAL", iface)
+                .stdin(std::process::Stdio::null());
+            c
+        }
+        _ => rnic_exec(side.ns.as_deref(), &side.sock_dir),
+    };
     c.arg(prog)
         .args(args)
         .env("UCX_TLS", tls)
@@ -184,9 +199,14 @@ fn pair(run: &Run, server: &Side, client: &Side, addr: &str) -> (Finished, Finis
     (srv.finish(deadline), cli)
 }
 
-/// The counters of both sides' rnicd (one report when they share it).
+/// The counters of both sides' rnicd (one report when they share it;
+/// none of a device a program hosts).
 fn report(sides: [&Side; 2]) -> String {
-    let mut dirs: Vec<&Path> = sides.iter().map(|s| s.sock_dir.as_path()).collect();
+    let mut dirs: Vec<&Path> = sides
+        .iter()
+        .filter(|s| s.local.is_none())
+        .map(|s| s.sock_dir.as_path())
+        .collect();
     dirs.dedup();
     dirs.iter().map(|d| counters(d)).collect()
 }
@@ -223,7 +243,9 @@ fn check(run: &Run, server: &Side, client: &Side, addr: &str) -> String {
             say()
         );
     }
-    for name in run.moved {
+    // a device a program hosts keeps its counters to itself: UCX's
+    // lane on it, with UCX_TLS the verbs transports alone, is the proof
+    for name in run.moved.iter().filter(|_| sides[0].local.is_none()) {
         assert!(
             both(&after, sides, name) > both(&before, sides, name),
             "counter {name} did not move\n{}",
@@ -240,6 +262,7 @@ fn mem_pair_sides(d: &Daemon) -> (Side, Side) {
         ns: None,
         sock_dir: d.sock_dir().to_path_buf(),
         dev: dev.into(),
+        local: None,
     };
     (side("t0:1"), side("t1:1"))
 }
@@ -290,6 +313,7 @@ fn veth_sides(pair: &RnicdPair) -> (Side, Side) {
         ns: Some(d.ns.clone()),
         sock_dir: d.sock_dir().to_path_buf(),
         dev: format!("{}:1", d.dev),
+        local: None,
     };
     (side(&pair.a), side(&pair.b))
 }
@@ -308,6 +332,28 @@ fn ucx_perftest_runs_between_namespaces_over_veth() {
     for run in VETH_RUNS {
         check(run, &server, &client, &addr);
         pair.check_alive();
+    }
+}
+
+#[test]
+fn ucx_perftest_runs_on_devices_the_programs_host() {
+    const TEST: &str = "ucx_perftest on program-hosted devices";
+    if !testkit::runs_here(TEST, ucx_ready()) || !testkit::runs_here(TEST, netns::available()) {
+        return;
+    }
+    let veth = Veth::create("ul", 1500).expect("namespaces and veth");
+    // each program hosts srnic0 on its end of the veth; rnic exec's view
+    // shows UCX that device
+    let side = |ns: &str, iface: &str| Side {
+        ns: Some(ns.into()),
+        sock_dir: std::env::temp_dir(),
+        dev: "srnic0:1".into(),
+        local: Some(iface.into()),
+    };
+    let (server, client) = (side(&veth.ns_a, &veth.if_a), side(&veth.ns_b, &veth.if_b));
+    let addr = testkit::rnicd_pair::ADDR_A.to_string();
+    for run in &VETH_RUNS[..2] {
+        check(run, &server, &client, &addr);
     }
 }
 

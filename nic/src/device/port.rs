@@ -92,6 +92,14 @@ impl Rnic {
         }
     }
 
+    /// Takes on a port's speed and interface MTU (the largest IP
+    /// datagram): what an engine does with its port before the first turn,
+    /// and what a view of the device shows of a port it has not opened.
+    pub fn fit_port(&mut self, link_speed_bps: u64, ip_mtu: usize) {
+        self.set_link_speed(link_speed_bps);
+        self.set_port_ip_mtu(ip_mtu);
+    }
+
     /// Sets the port's active MTU from the interface MTU (the largest IP
     /// datagram): the largest IB MTU whose packets fit (see
     /// [`ib_mtu_for_ip_mtu`]), as rxe derives its port's active MTU from

@@ -362,8 +362,7 @@ impl Engine {
         cfg: EngineConfig,
         hook: Option<TurnHook>,
     ) -> Engine {
-        rnic.set_link_speed(port.link_speed_bps());
-        rnic.set_port_ip_mtu(port.mtu());
+        rnic.fit_port(port.link_speed_bps(), port.mtu());
         let mut port = port;
         let bell = new_bell();
         if let Some(b) = &bell {
@@ -420,8 +419,7 @@ impl Engine {
         // one thread, one bell for every member
         let bell = new_bell();
         for (mut rnic, mut port, hook) in members {
-            rnic.set_link_speed(port.link_speed_bps());
-            rnic.set_port_ip_mtu(port.mtu());
+            rnic.fit_port(port.link_speed_bps(), port.mtu());
             if let Some(b) = &bell {
                 port.attach_bell(b);
             }
@@ -462,8 +460,7 @@ impl Engine {
     /// instead of two, which on a machine with few cores is the difference
     /// between a core of its own and sharing one with the engine.
     pub fn start_inline(mut rnic: Rnic, port: Box<dyn Port>, cfg: EngineConfig) -> Engine {
-        rnic.set_link_speed(port.link_speed_bps());
-        rnic.set_port_ip_mtu(port.mtu());
+        rnic.fit_port(port.link_speed_bps(), port.mtu());
         if let Some(core) = cfg.core {
             core_affinity::set_for_current(core_affinity::CoreId { id: core });
         }

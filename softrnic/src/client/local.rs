@@ -10,6 +10,22 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// The environment variable naming the interface a program hosts its
+/// device on (crate `softrnic-local`).
+pub const ENV_IFACE: &str = "SOFTRNIC_LOCAL";
+/// The environment variable naming the hosted device.
+pub const ENV_NAME: &str = "SOFTRNIC_LOCAL_NAME";
+/// The hosted device's name when [`ENV_NAME`] gives none, as rnicd's.
+pub const DEFAULT_NAME: &str = "srnic0";
+
+/// The device this process's environment asks to host: `(interface,
+/// device name)`, or `None` when [`ENV_IFACE`] is unset or empty.
+pub fn requested() -> Option<(String, String)> {
+    let ifname = std::env::var(ENV_IFACE).ok().filter(|s| !s.is_empty())?;
+    let name = std::env::var(ENV_NAME).unwrap_or_else(|_| DEFAULT_NAME.into());
+    Some((ifname, name))
+}
+
 /// How the client turns an engine in its process.
 pub trait LocalEngine: Send + Sync {
     /// One turn on the calling thread; None when another thread is turning

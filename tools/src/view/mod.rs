@@ -82,6 +82,35 @@ pub fn devices(sock_dir: &Path) -> Vec<Shown> {
         .collect()
 }
 
+/// The device a program hosts itself (`SOFTRNIC_LOCAL=IFNAME`, crate
+/// `softrnic-local`) as it will answer, from the interface alone — the
+/// program opens the port when it first lists its devices, after the view
+/// is made: device `name` on interface `ifname`, the interface's address as
+/// its GID and its MAC, MTU, link state and speed as an rnicd port on it
+/// takes them. The only device that program lists, hence number 0. The
+/// view shows none of the device's limits (`max_qp_wr`, ...), which stay 0.
+pub fn hosted(ifname: &str, name: &str) -> Result<Shown, String> {
+    let iface = nic::io::iface::Interface::open(ifname).map_err(|e| format!("{ifname}: {e}"))?;
+    let ip = nic::io::addr::interface_addr(ifname).map_err(|e| format!("{ifname}: {e}"))?;
+    let gid = wire::Gid::from_ip(ip);
+    let base = nic::io::PortBase::of(&iface);
+    let mut rnic = nic::device::Rnic::new(nic::transport::RnicConfig::new(base.mac(), gid));
+    rnic.fit_port(base.link_speed_bps(), base.mtu());
+    rnic.init_link_up(iface.link_up().unwrap_or(true));
+    Ok(Shown {
+        index: 0,
+        info: softrnic::client::DeviceInfo {
+            name: name.into(),
+            gid,
+            mac: base.mac(),
+            mtu: base.mtu() as u32,
+            netdev: Some(ifname.into()),
+            ..Default::default()
+        },
+        port: softrnic::client::PortInfo::from(&rnic.port_attr()),
+    })
+}
+
 /// Whether a `/sys/class` entry is one the view replaces (the RDMA
 /// classes: only softrnic's devices are shown, as only they are listed).
 fn rdma_class(name: &str) -> bool {
