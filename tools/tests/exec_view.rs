@@ -498,15 +498,25 @@ fn without_a_namespace_the_program_runs_without_the_view_and_is_told() {
     );
 }
 
+/// Two namespaces over a veth (tag `tag`) for `test`, which needs
+/// `progs`; None after [`testkit::skip_or_fail`] when this machine cannot.
+fn veth_for(test: &str, tag: &str, progs: &[&str]) -> Option<testkit::rnicd_pair::Veth> {
+    if let Err(why) = testkit::netns::available() {
+        testkit::skip_or_fail(test, &why.to_string());
+        return None;
+    }
+    if let Err(why) = prerequisites(progs) {
+        testkit::skip_or_fail(test, &why);
+        return None;
+    }
+    Some(testkit::rnicd_pair::Veth::create(tag, 1500).expect("namespaces and veth"))
+}
+
 #[test]
 fn a_device_on_an_interface_shows_that_interface_as_its_netdev() {
-    if let Err(why) = testkit::netns::available() {
-        return testkit::skip_or_fail("the interface view test", &why.to_string());
-    }
-    if let Err(why) = prerequisites(&["setpriv"]) {
-        return testkit::skip_or_fail("the interface view test", &why);
-    }
-    let veth = testkit::rnicd_pair::Veth::create("xv", 1500).expect("namespaces and veth");
+    let Some(veth) = veth_for("the interface view test", "xv", &["setpriv"]) else {
+        return;
+    };
     let pair = match testkit::rnicd_pair::RnicdPair::try_start(veth, "afpacket") {
         Ok(p) => p,
         Err(why) => return testkit::skip_or_fail("the interface view test", &why),
@@ -543,13 +553,9 @@ fn a_device_on_an_interface_shows_that_interface_as_its_netdev() {
 /// port needs CAP_NET_RAW). No rnicd runs.
 #[test]
 fn a_device_the_program_hosts_is_in_its_view() {
-    if let Err(why) = testkit::netns::available() {
-        return testkit::skip_or_fail("the hosted-device view test", &why.to_string());
-    }
-    if let Err(why) = prerequisites(&["ibv_devinfo"]) {
-        return testkit::skip_or_fail("the hosted-device view test", &why);
-    }
-    let veth = testkit::rnicd_pair::Veth::create("hv", 1500).expect("namespaces and veth");
+    let Some(veth) = veth_for("the hosted-device view test", "hv", &["ibv_devinfo"]) else {
+        return;
+    };
     let script = "cd /sys/class/infiniband; ls; cd srnic0; echo \"$(ls device/net) \
         $(cat ports/1/gid_attrs/ndevs/3) $(cat ports/1/gids/3) $(cat ports/1/state)\"; \
         cat /sys/class/infiniband_verbs/uverbs0/ibdev; test -c /dev/infiniband/uverbs0 && echo chr; \
