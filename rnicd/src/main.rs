@@ -54,7 +54,8 @@ struct Args {
     gso: String,
     /// Bytes a QP may send in a row in its turn of the device's transmit
     /// round robin: auto (one UDP GSO super-frame's payload when the port
-    /// sends trains, else one frame) | a number (0: one frame per turn).
+    /// sends trains, 64 KiB on the in-memory wire, else one frame) | a
+    /// number (0: one frame per turn).
     /// Larger turns make longer trains; smaller ones interleave QPs more
     /// finely.
     #[arg(long, default_value = "auto", value_parser = parse_quantum)]

@@ -324,9 +324,11 @@ pub trait Port: Send {
     fn tx_ready_in(&self) -> Option<Duration> {
         None
     }
-    /// How many bytes of one flow's consecutive frames the port sends as
-    /// one unit (a UDP GSO super-frame, which costs the kernel about what
-    /// one frame does); 0 when every frame leaves on its own. The device
+    /// How many bytes of one flow's consecutive frames the port takes best
+    /// in a row: what it sends as one unit (a UDP GSO super-frame, which
+    /// costs the kernel about what one frame does), or what keeps the
+    /// flow's state and buffers in the caches at both ends (the in-memory
+    /// wire); 0 when frames gain nothing from being together. The device
     /// lets a QP send that many bytes in a row in its turn of the round
     /// robin ([`crate::device::Rnic::set_tx_quantum`]), so its frames sit
     /// together in a batch.
