@@ -7,7 +7,9 @@
 //! AF_PACKET; needs root): the server on `ra`, the client on `rb`
 //! meeting it at 192.0.2.1, with UCP's `ucp_put_bw` for the puts (a UCT
 //! test's server opens the device the client names, which only the
-//! mem-pair's one daemon has).
+//! mem-pair's one daemon has). And between namespaces with no rnicd at
+//! all, each program hosting its device (`SOFTRNIC_LOCAL`), which UCX
+//! finds in `rnic exec`'s view.
 //!
 //! - UCP tag matching (`tag_lat`, `tag_bw`, the latter with 1 MiB
 //!   messages, sent by rendezvous: RDMA READ) over `rc_verbs` with
