@@ -67,6 +67,19 @@ pub fn rnic_exec(ns: Option<&str>, sock_dir: &Path) -> Command {
     c
 }
 
+/// `rnic exec --` in namespace `ns` as root, the program hosting its
+/// device on `iface` itself (`SOFTRNIC_LOCAL`: its port needs
+/// CAP_NET_RAW), its stdin empty.
+pub fn rnic_exec_hosting(ns: &str, iface: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns])
+        .arg(profile_dir().join("rnic"))
+        .args(["exec", "--"])
+        .env("SOFTRNIC_LOCAL", iface)
+        .stdin(Stdio::null());
+    c
+}
+
 /// Whether `prog` is on the PATH.
 pub fn have(prog: &str) -> bool {
     Command::new("sh")

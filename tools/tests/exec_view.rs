@@ -560,13 +560,9 @@ fn a_device_the_program_hosts_is_in_its_view() {
         $(cat ports/1/gid_attrs/ndevs/3) $(cat ports/1/gids/3) $(cat ports/1/state)\"; \
         cat /sys/class/infiniband_verbs/uverbs0/ibdev; test -c /dev/infiniband/uverbs0 && echo chr; \
         ibv_devinfo -v";
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &veth.ns_a])
-        .arg(profile_dir().join("rnic"))
-        .args(["exec", "--", "sh", "-c", script])
-        .env("SOFTRNIC_LOCAL", &veth.if_a)
-        .env_remove("SOFTRNIC_LOCAL_NAME")
-        .stdin(Stdio::null());
+    let mut c = testkit::rnicd::rnic_exec_hosting(&veth.ns_a, &veth.if_a);
+    c.args(["sh", "-c", script])
+        .env_remove("SOFTRNIC_LOCAL_NAME");
     let out = run("rnic exec with SOFTRNIC_LOCAL", c);
     assert!(out.ok(), "{out}");
     let mut lines = out.stdout.lines();

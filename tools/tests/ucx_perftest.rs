@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use testkit::abi::build_c;
 use testkit::netns::{self, free_port, listening};
 use testkit::proc::{Finished, Running};
-use testkit::rnicd::{built, counter, counters, have, rnic_exec, Daemon, STUCK};
+use testkit::rnicd::{built, counter, counters, have, rnic_exec, rnic_exec_hosting, Daemon, STUCK};
 use testkit::rnicd_pair::{RnicdPair, Veth};
 
 /// How long one ucx_perftest process may run.
@@ -151,18 +151,14 @@ impl Side {
 /// `rnic exec --sock-dir D -- prog args` on `side`, with UCX on the
 /// transports `tls` of the side's device.
 fn ucx_on(side: &Side, tls: &str, prog: &Path, args: &[String]) -> Command {
-    let mut c = match (&side.local, &side.ns) {
-        // as root: the program's own port needs CAP_NET_RAW
-        (Some(iface), Some(ns)) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns])
-                .arg(testkit::abi::profile_dir().join("rnic"))
-                .args(["exec", "--"])
-                .env("SOFTRNIC_LOCAL", iface)
-                .stdin(std::process::Stdio::null());
-            c
-        }
-        _ => rnic_exec(side.ns.as_deref(), &side.sock_dir),
+    let mut c = match &side.local {
+        Some(iface) => rnic_exec_hosting(
+            side.ns
+                .as_deref()
+                .expect("a program-hosted side has a namespace"),
+            iface,
+        ),
+        None => rnic_exec(side.ns.as_deref(), &side.sock_dir),
     };
     c.arg(prog)
         .args(args)

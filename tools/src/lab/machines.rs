@@ -339,12 +339,8 @@ mod tests {
         }
     }
 
-    /// Waits (a minute at most) until `ready`.
-    fn wait_for(what: &str, ready: impl Fn() -> bool) {
-        let limit = std::time::Duration::from_secs(60);
-        let up = testkit::poll_within(limit, || ready().then_some(()));
-        assert!(up.is_some(), "{what}: not within 60 s");
-    }
+    /// How long a session may take to start.
+    const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
 
     /// Runs the teardown of `scratch` here.
     fn tear_down(scratch: &str) {
@@ -366,7 +362,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid_file = Path::new(&scratch).join("s.pid");
-        wait_for("the pid file", || pid_file.exists());
+        testkit::wait_until(MINUTE, "the pid file", || pid_file.exists());
         tear_down(&scratch);
         assert!(!Path::new(&scratch).exists());
         // the session ended by the signal, long before sleep's 600 s
@@ -411,7 +407,7 @@ mod tests {
                     .unwrap(),
             );
         }
-        wait_for("the sessions", || {
+        testkit::wait_until(MINUTE, "the sessions", || {
             Path::new(&scratch).join("app.pid").exists() && Path::new(&alive).exists()
         });
         tear_down(&scratch);
